@@ -1,0 +1,32 @@
+# The two commands: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.memrl-installed
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install test demo clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip setuptools wheel
+
+# torch first, pinned: the unpinned resolver would pull gigabytes of CUDA wheels.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e ".[dev]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+test: install
+	$(PY) -m pytest -q
+
+demo: install
+	$(VENV)/bin/memrl demo
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

@@ -1,0 +1,2 @@
+"""memrl: RL for multi-conversation LLM agents."""
+__version__ = "0.1.0"

@@ -1,0 +1,43 @@
+"""The ``memrl`` command."""
+
+from __future__ import annotations
+
+import typer
+
+from memrl import __version__
+from memrl.cli import config as config_cli
+from memrl.cli import data as data_cli
+from memrl.cli import demo as demo_cli
+
+app = typer.Typer(
+    name="memrl",
+    help="memrl: reinforcement learning for LLM agents whose episodes span several conversations "
+    "(memory agents reading long documents chunk by chunk, tool agents).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(data_cli.app, name="data")
+app.add_typer(config_cli.app, name="config")
+app.command("demo")(demo_cli.demo)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"memrl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """memrl command line."""
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

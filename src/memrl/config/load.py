@@ -1,0 +1,168 @@
+"""Load a config from YAML plus hydra-style dotted overrides.
+
+``load_config("exp.yaml", ["trainer.lr=1e-6", "data.docs=[50,100]"])``. Keys are
+checked against the schema before validation so that an unknown key is
+reported with its full dotted path and the nearest valid key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from memrl.config.schema import MemRLConfig
+
+
+class ConfigError(ValueError):
+    """A bad config file, key or value; the message names the offending key."""
+
+
+def parse_value(text: str) -> Any:
+    """Parse the right-hand side of ``key=value``.
+
+    JSON first (numbers incl. ``1e-6``, ``true``, ``null``, ``[50,100]``,
+    quoted strings); YAML for flow collections with bare words
+    (``[a, b]``); anything else stays a plain string. Bare scalars are never
+    YAML-parsed because YAML 1.1 turns ``no``/``on`` into booleans.
+    """
+    stripped = text.strip()
+    try:
+        return json.loads(stripped)
+    except ValueError:
+        pass
+    if stripped[:1] in ("[", "{"):
+        try:
+            return yaml.safe_load(stripped)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"cannot parse value {text!r}: {exc}") from None
+    return text
+
+
+def _submodel(annotation: Any) -> type[BaseModel] | None:
+    """The BaseModel class inside an annotation (``X``, ``X | None``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if get_origin(annotation) is not None:
+        for arg in get_args(annotation):
+            sub = _submodel(arg)
+            if sub is not None:
+                return sub
+    return None
+
+
+def all_keys(model: type[BaseModel] = MemRLConfig, prefix: str = "") -> list[str]:
+    """Every dotted key the schema accepts (sections and leaves)."""
+    keys: list[str] = []
+    for name, info in model.model_fields.items():
+        dotted = f"{prefix}{name}"
+        keys.append(dotted)
+        sub = _submodel(info.annotation)
+        if sub is not None:
+            keys.extend(all_keys(sub, dotted + "."))
+    return keys
+
+
+def _unknown_key_error(dotted: str, model: type[BaseModel], prefix: str) -> ConfigError:
+    name = dotted.rsplit(".", 1)[-1]
+    siblings = list(model.model_fields)
+    close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.5)
+    if close:
+        hint = f"did you mean '{prefix}{close[0]}'?"
+    else:
+        # The same leaf may exist in another section (``data.lr`` -> ``trainer.lr``).
+        everywhere = [k for k in all_keys() if k.rsplit(".", 1)[-1] == name]
+        near = everywhere or difflib.get_close_matches(dotted, all_keys(), n=1, cutoff=0.6)
+        if near:
+            hint = f"did you mean '{near[0]}'?"
+        else:
+            valid = ", ".join(f"{prefix}{s}" for s in siblings)
+            hint = f"valid keys here: {valid}"
+    return ConfigError(f"unknown config key '{dotted}': {hint}")
+
+
+def check_keys(raw: Any, model: type[BaseModel] = MemRLConfig, prefix: str = "") -> None:
+    """Raise :class:`ConfigError` for the first key in ``raw`` the schema lacks."""
+    if not isinstance(raw, dict):
+        return
+    for key, value in raw.items():
+        dotted = f"{prefix}{key}"
+        if key not in model.model_fields:
+            raise _unknown_key_error(dotted, model, prefix)
+        sub = _submodel(model.model_fields[key].annotation)
+        if sub is not None and isinstance(value, dict):
+            check_keys(value, sub, dotted + ".")
+
+
+def apply_override(raw: dict[str, Any], override: str) -> None:
+    """Apply one ``a.b.c=value`` override to the nested dict ``raw`` in place."""
+    if "=" not in override:
+        raise ConfigError(f"override {override!r} must look like key=value (e.g. trainer.lr=1e-6)")
+    key, _, value = override.partition("=")
+    key = key.strip()
+    parts = key.split(".")
+    if not key or any(not p for p in parts):
+        raise ConfigError(f"override {override!r} has an empty key part")
+    node = raw
+    model: type[BaseModel] | None = MemRLConfig
+    for depth, part in enumerate(parts):
+        prefix = ".".join(parts[:depth])
+        prefix = prefix + "." if prefix else ""
+        if model is not None and part not in model.model_fields:
+            raise _unknown_key_error(prefix + part, model, prefix)
+        if depth == len(parts) - 1:
+            node[part] = parse_value(value)
+            return
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+        model = _submodel(model.model_fields[part].annotation) if model is not None else None
+
+
+def _format_validation_error(exc: ValidationError, source: str) -> ConfigError:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        got = err.get("input")
+        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"{loc}: {err['msg']}{shown}")
+    return ConfigError(f"invalid config{source}: " + "; ".join(lines))
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] | Iterable[str] = ()) -> MemRLConfig:
+    """Read YAML (optional), apply overrides, validate; raise :class:`ConfigError` on any problem."""
+    raw: dict[str, Any] = {}
+    source = ""
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: top level must be a mapping of sections, got {type(loaded).__name__}")
+        raw = loaded
+        source = f" in {p}"
+        check_keys(raw)
+    for override in overrides:
+        apply_override(raw, override)
+    try:
+        return MemRLConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise _format_validation_error(exc, source) from None
+
+
+def dump_config(cfg: BaseModel) -> str:
+    """The resolved config as YAML, in schema order."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,25 @@
+"""Data errors that point at the exact place in the input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class DataError(ValueError):
+    """Bad input data. ``str(err)`` is ``file:row:field: message`` (row is 1-based)."""
+
+    def __init__(self, file: str | Path, row: int | None, field: str | None, message: str) -> None:
+        self.file = str(file)
+        self.row = row
+        self.field = field
+        self.message = message
+        where = self.file
+        if row is not None:
+            where += f":{row}"
+        if field:
+            where += f":{field}"
+        super().__init__(f"{where}: {message}")
+
+
+def type_name(value: object) -> str:
+    return "null" if value is None else type(value).__name__

@@ -1,0 +1,146 @@
+"""Source multi-hop QA: the official HotpotQA schema (also used by 2WikiMultihopQA).
+
+Record: ``_id, question, answer, supporting_facts=[[title, sent_id]], context=[[title, [sentences]]]``
+(+ ``type``, ``level``). Accepted as a JSON array (the official files) or JSONL.
+``answers`` (a list) is accepted instead of ``answer`` for datasets with several golds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memrl.data.errors import DataError, type_name
+from memrl.data.records import iter_records
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    """A titled paragraph; ``text`` is the sentences joined as HotpotQA stores them."""
+
+    title: str
+    text: str
+
+    def render(self) -> str:
+        """How a paragraph appears inside a document (MemAgent's layout: title line, text)."""
+        return f"{self.title}\n{self.text}"
+
+
+@dataclass
+class QAExample:
+    """A question with its own paragraphs and which of them are gold (supporting)."""
+
+    id: str
+    question: str
+    answers: list[str]
+    paragraphs: list[Paragraph]
+    gold_titles: list[str]
+    type: str | None = None
+    level: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gold_paragraphs(self) -> list[Paragraph]:
+        gold = set(self.gold_titles)
+        return [p for p in self.paragraphs if p.title in gold]
+
+
+def _req(rec: dict[str, Any], key: str, file: Path, row: int) -> Any:
+    if key not in rec:
+        raise DataError(file, row, key, "missing field")
+    return rec[key]
+
+
+def parse_hotpotqa_record(rec: dict[str, Any], file: Path, row: int) -> QAExample:
+    """Validate one record; every problem names ``file:row:field``."""
+    qid = rec.get("_id", rec.get("id", str(row)))
+    question = _req(rec, "question", file, row)
+    if not isinstance(question, str) or not question.strip():
+        raise DataError(file, row, "question", f"expected a non-empty string, got {type_name(question)}")
+
+    if "answer" in rec:
+        answer = rec["answer"]
+        if not isinstance(answer, str):
+            raise DataError(file, row, "answer", f"expected a string, got {type_name(answer)}")
+        answers = [answer]
+    elif "answers" in rec:
+        answers = rec["answers"]
+        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
+            raise DataError(file, row, "answers", "expected a non-empty list of strings")
+    else:
+        raise DataError(file, row, "answer", "missing field")
+
+    context = _req(rec, "context", file, row)
+    if not isinstance(context, list):
+        raise DataError(file, row, "context", f"expected a list of [title, sentences] pairs, got {type_name(context)}")
+    if not context:
+        raise DataError(file, row, "context", "empty: the question has no paragraphs")
+    paragraphs: list[Paragraph] = []
+    for j, item in enumerate(context):
+        where = f"context[{j}]"
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise DataError(file, row, where, f"expected a [title, sentences] pair, got {type_name(item)}")
+        title, sents = item
+        if not isinstance(title, str):
+            raise DataError(file, row, where + ".title", f"expected a string, got {type_name(title)}")
+        if isinstance(sents, str):
+            sents = [sents]
+        if not isinstance(sents, list) or not all(isinstance(s, str) for s in sents):
+            raise DataError(file, row, where + ".sentences", "expected a list of strings")
+        paragraphs.append(Paragraph(title=title, text="".join(sents)))
+
+    facts = rec.get("supporting_facts", [])
+    if not isinstance(facts, list):
+        raise DataError(file, row, "supporting_facts", f"expected a list, got {type_name(facts)}")
+    titles = {p.title for p in paragraphs}
+    gold_titles: list[str] = []
+    for j, fact in enumerate(facts):
+        if not isinstance(fact, (list, tuple)) or not fact or not isinstance(fact[0], str):
+            raise DataError(file, row, f"supporting_facts[{j}]", "expected a [title, sentence_id] pair")
+        if fact[0] not in titles:
+            raise DataError(file, row, f"supporting_facts[{j}]", f"title {fact[0]!r} is not in context")
+        if fact[0] not in gold_titles:
+            gold_titles.append(fact[0])
+
+    known = {"_id", "id", "question", "answer", "answers", "context", "supporting_facts", "type", "level"}
+    return QAExample(
+        id=str(qid),
+        question=question,
+        answers=list(answers),
+        paragraphs=paragraphs,
+        gold_titles=gold_titles,
+        type=rec.get("type"),
+        level=rec.get("level"),
+        extra={k: v for k, v in rec.items() if k not in known},
+    )
+
+
+def read_hotpotqa(path: str | Path) -> Iterator[QAExample]:
+    """Yield validated examples from a HotpotQA-schema JSON array or JSONL file."""
+    p = Path(path)
+    for row, rec in iter_records(p):
+        yield parse_hotpotqa_record(rec, p, row)
+
+
+def read_paragraph_pool(path: str | Path) -> Iterator[Paragraph]:
+    """Extra distractor paragraphs: records with ``text`` (and optional ``title``).
+
+    ``wiki_paragraphs.jsonl`` (``{title, paragraph, text}``) is of this shape;
+    a HotpotQA-schema file also works (all its context paragraphs are used).
+    """
+    p = Path(path)
+    for row, rec in iter_records(p):
+        if "context" in rec and "question" in rec:
+            yield from parse_hotpotqa_record(rec, p, row).paragraphs
+            continue
+        text = rec.get("text")
+        if not isinstance(text, str):
+            raise DataError(p, row, "text", f"expected a string, got {type_name(text)}")
+        if not text.strip():
+            raise DataError(p, row, "text", "empty paragraph")
+        title = rec.get("title", "")
+        if not isinstance(title, str):
+            raise DataError(p, row, "title", f"expected a string, got {type_name(title)}")
+        yield Paragraph(title=title, text=text)

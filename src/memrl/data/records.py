@@ -1,0 +1,71 @@
+"""Reading record files: a JSON array, JSONL, or parquet, with row-numbered errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from memrl.data.errors import DataError
+
+
+def detect_format(path: str | Path) -> str:
+    """``json`` (one array), ``jsonl`` or ``parquet``, from the extension, else the first byte."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    with open(p, "rb") as fh:
+        head = fh.read(4096).lstrip()
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    if head.startswith(b"["):
+        return "json"
+    return "jsonl"
+
+
+def iter_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(row, record)`` pairs with 1-based row numbers; non-objects are errors."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(p, None, None, "file not found")
+    fmt = detect_format(p)
+    if fmt == "json":
+        try:
+            with open(p, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise DataError(p, None, None, f"not valid JSON: {exc}") from None
+        if not isinstance(data, list):
+            raise DataError(p, None, None, f"expected a JSON array of records, got {type(data).__name__}")
+        for row, rec in enumerate(data, start=1):
+            if not isinstance(rec, dict):
+                raise DataError(p, row, None, f"expected an object, got {type(rec).__name__}")
+            yield row, rec
+    elif fmt == "jsonl":
+        with open(p, encoding="utf-8") as fh:
+            for row, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DataError(p, row, None, f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+                if not isinstance(rec, dict):
+                    raise DataError(p, row, None, f"expected an object, got {type(rec).__name__}")
+                yield row, rec
+    else:
+        import pyarrow.parquet as pq
+
+        try:
+            pf = pq.ParquetFile(p)
+        except Exception as exc:  # pyarrow raises several types for corrupt files
+            raise DataError(p, None, None, f"not a readable parquet file: {exc}") from None
+        row = 0
+        for batch in pf.iter_batches(batch_size=64):
+            for rec in batch.to_pylist():
+                row += 1
+                yield row, rec

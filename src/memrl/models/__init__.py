@@ -1,0 +1,1 @@
+"""Model and tokenizer loading (local folders, hub ids, built-in aliases)."""
