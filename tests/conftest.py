@@ -10,6 +10,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Built models (the 'tiny' alias) go to a per-run cache, never the user's home.
+if "MEMRL_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["MEMRL_CACHE"] = tempfile.mkdtemp(prefix="memrl-test-cache-")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("MEMRL_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -26,3 +31,11 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def hotpot_file(shared_data: Path) -> Path:
     return shared_data / "hotpotqa_dev_head53.json"
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """The 'tiny' alias: a random Qwen2-architecture model and its tokenizer."""
+    from memrl.models.resolve import load_model, load_tokenizer
+
+    return load_model("tiny", device="cpu"), load_tokenizer("tiny")

@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from memrl.cli.errors import user_errors
-from memrl.config import dump_config, load_config
+from memrl.cli.common import resolve_config
+from memrl.config import dump_config
 
 app = typer.Typer(help="Inspect configuration (YAML + dotted overrides such as trainer.lr=1e-6).",
                   no_args_is_help=True)
@@ -25,8 +26,4 @@ def show(
 
     A lone KEY=VALUE in the CONFIG position is treated as an override.
     """
-    items = list(overrides or [])
-    if config is not None and "=" in str(config) and not config.exists():
-        items.insert(0, str(config))
-        config = None
-    typer.echo(dump_config(load_config(config, items)), nl=False)
+    typer.echo(dump_config(resolve_config(config, overrides, {})), nl=False)

@@ -8,6 +8,7 @@ from memrl import __version__
 from memrl.cli import config as config_cli
 from memrl.cli import data as data_cli
 from memrl.cli import demo as demo_cli
+from memrl.cli import eval as eval_cli
 
 app = typer.Typer(
     name="memrl",
@@ -20,6 +21,7 @@ app = typer.Typer(
 app.add_typer(data_cli.app, name="data")
 app.add_typer(config_cli.app, name="config")
 app.command("demo")(demo_cli.demo)
+app.command("eval")(eval_cli.eval_cmd)
 
 
 def _version(value: bool) -> None:

@@ -52,6 +52,46 @@ class DataConfig(Section):
         return v
 
 
+class WorkflowConfig(Section):
+    """Which agent loop runs an episode, and its budgets (MemAgent paper defaults)."""
+
+    name: Literal["memagent", "rememr1", "full_context"] = "memagent"
+    chunk_tokens: int = Field(5000, gt=0, description="Context tokens shown per memory turn.")
+    memory_tokens: int = Field(1024, gt=0, description="Max new tokens of a memory turn (= memory size).")
+    final_tokens: int = Field(1024, gt=0, description="Max new tokens of the final answer turn.")
+    question_tokens: int = Field(1024, gt=0, description="The question is cut to this many tokens.")
+    max_chunks: int | None = Field(None, gt=0, description="Centre-truncate contexts longer than "
+                                   "max_chunks * chunk_tokens (MemAgent training); None reads everything.")
+    max_context_tokens: int = Field(32768, gt=0, description="full_context: model window; the document "
+                                    "is centre-truncated to fit with the question and the answer budget.")
+    recall_in_final: bool = Field(True, description="rememr1: show the recalled memory in the final turn.")
+    prompts: str | None = Field(None, description="YAML file overriding the prompt templates.")
+    reward: Literal["em", "sub_em", "f1"] = Field("sub_em", description="Which QA score is the reward.")
+
+
+class SamplingConfig(Section):
+    """Rollout sampling (greedy when temperature is 0)."""
+
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = 0
+    seed: int | None = None
+
+
+class EngineConfig(Section):
+    """Inference backend."""
+
+    kind: Literal["hf", "openai", "vllm"] = "hf"
+    base_url: str | None = Field(None, description="openai: server root, e.g. http://127.0.0.1:8000/v1.")
+    served_model: str | None = Field(None, description="openai: model name sent in requests.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
+    max_batch_size: int = Field(32, gt=0, description="hf: requests decoded together.")
+    concurrency: int = Field(64, gt=0, description="Episodes (and HTTP requests) in flight at once.")
+    timeout_s: float = Field(600.0, gt=0)
+    retries: int = Field(3, ge=0)
+    device: str | None = None
+
+
 class TrainerConfig(Section):
     """Optimisation and run bookkeeping."""
 
@@ -67,4 +107,7 @@ class MemRLConfig(Section):
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
+    workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)

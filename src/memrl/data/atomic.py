@@ -60,3 +60,28 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Build a folder in a temp sibling and rename it into place when complete.
+
+    Used for caches and checkpoints: a crash mid-write never leaves a folder
+    that looks finished. If another process won the race, its folder is kept.
+    """
+    import shutil
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if not path.exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

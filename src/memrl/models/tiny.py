@@ -43,3 +43,71 @@ def save_tokenizer(path: str | Path, corpus: Iterable[str] = (), vocab_size: int
     p.parent.mkdir(parents=True, exist_ok=True)
     build_tokenizer(corpus, vocab_size).save(str(p))
     return p
+
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_hf_tokenizer(corpus: Iterable[str] = (), vocab_size: int = 512) -> "PreTrainedTokenizerFast":  # noqa: F821
+    """A ``transformers`` fast tokenizer with ChatML chat template and eos ``<|im_end|>``."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=build_tokenizer(corpus, vocab_size),
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        bos_token=None,
+        unk_token=None,
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def build_tiny_model(
+    out_dir: str | Path,
+    corpus: Iterable[str] = (),
+    vocab_size: int = 512,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    max_position_embeddings: int = 131072,
+    seed: int = 0,
+) -> Path:
+    """Build a randomly initialised Qwen2-architecture model + tokenizer and save it as an HF folder.
+
+    The result loads with ``AutoModelForCausalLM`` / ``AutoTokenizer`` like any
+    downloaded model, so every code path (engines, trainer, export) is
+    exercised for real. Initialisation is deterministic in ``seed``.
+    """
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(out_dir)
+    tok = build_hf_tokenizer(corpus, vocab_size)
+    config = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out

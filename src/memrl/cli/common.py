@@ -1,0 +1,28 @@
+"""Helpers shared by CLI commands: config from file + flags + overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memrl.config import MemRLConfig, load_config
+
+
+def resolve_config(config: Path | None, overrides: list[str] | None, flags: dict[str, object]) -> MemRLConfig:
+    """Defaults < YAML file < explicit flags < dotted overrides (the last word wins).
+
+    A bare ``key=value`` in the CONFIG position is treated as an override.
+    """
+    items = list(overrides or [])
+    if config is not None and "=" in str(config) and not config.exists():
+        items.insert(0, str(config))
+        config = None
+    flag_items = [f"{k}={_literal(v)}" for k, v in flags.items() if v is not None]
+    return load_config(config, flag_items + items)
+
+
+def _literal(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return str(value)

@@ -1,0 +1,82 @@
+"""``memrl eval``: accuracy of a workflow across context lengths."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from memrl.cli.common import resolve_config
+from memrl.cli.data import parse_docs
+from memrl.cli.errors import user_errors
+
+
+@user_errors
+def eval_cmd(
+    config: Optional[Path] = typer.Argument(None, help="YAML config (optional)."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted overrides, e.g. workflow.chunk_tokens=2000."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder, hub id or alias "
+                                        "(tiny, smollm2-135m-instruct). With --engine openai: the tokenizer "
+                                        "source and default served model name."),
+    workflow: Optional[str] = typer.Option(None, "--workflow", "-w", help="memagent | rememr1 | full_context."),
+    data: Path = typer.Option(..., "--data", help="Folder with eval_{N}.json files (from memrl data synth)."),
+    docs: str = typer.Option(..., "--docs", "-d", help="Comma-separated document counts to evaluate."),
+    engine: Optional[str] = typer.Option(None, "--engine", "-e", help="hf (in-process, default) | openai | vllm."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="openai engine: server URL ending in /v1."),
+    out: Path = typer.Option(Path("runs/eval"), "--out", "-o", help="Results folder; re-running resumes."),
+    max_samples: Optional[int] = typer.Option(None, "--max-samples", help="First K samples of each file."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (default for eval)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Episodes in flight at once."),
+    restart: bool = typer.Option(False, "--restart", help="Delete earlier results in --out first."),
+) -> None:
+    """Evaluate a workflow on eval_{N} files; writes results.json, results.md, accuracy.png and transcripts.
+
+    Interrupted runs resume: finished episodes are kept and skipped.
+    """
+    from memrl.engines.factory import build_engine
+    from memrl.eval.report import markdown_table
+    from memrl.eval.runner import check_resume, run_eval
+    from memrl.models.resolve import load_tokenizer
+
+    cfg = resolve_config(config, overrides, {
+        "model.path": model, "workflow.name": workflow, "engine.kind": engine, "engine.base_url": base_url,
+        "sampling.temperature": temperature, "engine.concurrency": concurrency,
+    })
+    sizes = parse_docs(docs)
+    if not sizes:
+        raise ValueError("--docs: give at least one document count")
+    if restart and out.exists():
+        shutil.rmtree(out)
+    check_resume(out, cfg)
+    console = Console(stderr=True)
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+    eng = build_engine(cfg)
+    console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · docs {sizes}")
+    columns = (TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("eval", total=None)
+
+        def started(total: int, done: int) -> None:
+            progress.update(task, total=total, completed=done)
+            if done:
+                console.print(f"resuming: {done} of {total} episodes already done")
+
+        async def main() -> dict:
+            try:
+                return await run_eval(cfg, eng, tokenizer, data, sizes, out, max_samples=max_samples,
+                                      on_start=started, on_episode=lambda: progress.advance(task))
+            finally:
+                await eng.close()
+
+        results = asyncio.run(main())
+    typer.echo(markdown_table(results))
+    console.print(f"wrote {out}/results.json, results.md, accuracy.png and transcripts/", highlight=False)
+    if any(r["errors"] for r in results["by_docs"].values()):
+        console.print("[yellow]some episodes failed; see their transcripts[/yellow]")
+    sys.stdout.flush()

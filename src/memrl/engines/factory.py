@@ -1,0 +1,32 @@
+"""Build the engine a config asks for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memrl.config.schema import MemRLConfig
+from memrl.engines.base import Engine
+
+
+def build_engine(cfg: MemRLConfig, model: Any = None) -> Engine:
+    """``hf`` loads ``model.path`` in-process (or wraps ``model``); ``openai`` talks to a server; ``vllm`` in-process."""
+    kind = cfg.engine.kind
+    if kind == "hf":
+        from memrl.engines.hf import HFEngine
+        from memrl.models.resolve import load_model
+
+        model = model if model is not None else load_model(cfg.model.path, cfg.model.dtype, cfg.engine.device)
+        return HFEngine(model, max_batch_size=cfg.engine.max_batch_size, seed=cfg.trainer.seed)
+    if kind == "openai":
+        from memrl.engines.openai import OpenAIEngine
+
+        if not cfg.engine.base_url:
+            raise ValueError("engine.kind=openai needs engine.base_url (e.g. http://127.0.0.1:8000/v1)")
+        return OpenAIEngine(cfg.engine.base_url, model=cfg.engine.served_model or cfg.model.path,
+                            api_key_env=cfg.engine.api_key_env, concurrency=cfg.engine.concurrency,
+                            timeout_s=cfg.engine.timeout_s, retries=cfg.engine.retries)
+    if kind == "vllm":
+        from memrl.engines.vllm import VLLMEngine
+
+        return VLLMEngine.from_pretrained(cfg.model.path, dtype=cfg.model.dtype)
+    raise ValueError(f"unknown engine kind {kind!r}")

@@ -1,0 +1,1 @@
+"""Long-context evaluation across document counts (RULER-HQA style)."""

@@ -1,0 +1,61 @@
+"""Helpers shared by workflows: stop tokens, truncation, answer scoring."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from memrl.rewards.qa import QAScores, extract_boxed, score_answer
+
+_STOP_STRINGS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
+
+
+def stop_token_ids(tokenizer: Any) -> tuple[int, ...]:
+    """EOS plus the usual end-of-turn specials present in this tokenizer's vocabulary."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    vocab = tokenizer.get_vocab()
+    ids.update(int(vocab[s]) for s in _STOP_STRINGS if s in vocab)
+    return tuple(sorted(ids))
+
+
+def strip_stop(ids: Sequence[int], stops: Sequence[int]) -> list[int]:
+    """Generated ids without a trailing stop token (what is carried forward as text)."""
+    out = list(ids)
+    if out and out[-1] in stops:
+        out.pop()
+    return out
+
+
+def centre_truncate(ids: Sequence[int], limit: int | None) -> list[int]:
+    """Keep the first and last halves when longer than ``limit`` (MemAgent/verl 'center')."""
+    ids = list(ids)
+    if limit is None or len(ids) <= limit:
+        return ids
+    head = limit // 2
+    return ids[:head] + ids[len(ids) - (limit - head):]
+
+
+def score_text(text: str, golds: Sequence[str], reward: str) -> tuple[str | None, QAScores, float]:
+    """Extract the boxed answer, score it, and pick the configured reward."""
+    answer = extract_boxed(text)
+    scores = score_answer(answer, golds)
+    return answer, scores, float(getattr(scores, reward))
+
+
+def encode_text(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of ``text`` without special tokens, for arbitrarily long text.
+
+    Goes straight to the Rust tokenizer when there is one: faster, and no
+    "sequence longer than model_max_length" warning for a 1M-token document
+    that will be read in chunks anyway.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return list(backend.encode(text, add_special_tokens=False).ids)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def decode(tokenizer: Any, ids: Sequence[int]) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=True)

@@ -1,0 +1,83 @@
+"""Prompt templates spliced at the token level.
+
+A template is plain text with ``{placeholder}`` slots (``{question}``,
+``{memory}``, ``{chunk}``, ``{recalled}``, ``{context}``); every other brace is
+literal, so ``\\boxed{}`` needs no escaping. The text is wrapped in the
+tokenizer's chat template as one user turn, the literal pieces are tokenized
+once, and at run time the slots are filled with token ids, never text. That is
+how memory tokens travel from one conversation into the next unchanged.
+
+Users can load the prompts of a published checkpoint from a YAML file whose
+keys are the template names (``memory``, ``final``, ``no_memory``, ...).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SLOTS = ("question", "memory", "chunk", "recalled", "context")
+_SLOT_RE = re.compile(r"\{(" + "|".join(SLOTS) + r")\}")
+
+
+class TokenTemplate:
+    """A chat-formatted prompt with token-id slots."""
+
+    def __init__(self, text: str, tokenizer: Any, chat: bool = True) -> None:
+        self.text = text
+        full = apply_chat(tokenizer, text) if chat else text
+        parts = _SLOT_RE.split(full)
+        # parts alternates literal, slot, literal, slot, ..., literal
+        self._pieces: list[list[int] | str] = []
+        for k, part in enumerate(parts):
+            if k % 2:
+                self._pieces.append(part)
+            elif part:
+                self._pieces.append(tokenizer.encode(part, add_special_tokens=False))
+        self.slots = {p for p in self._pieces if isinstance(p, str)}
+
+    @property
+    def overhead(self) -> int:
+        """Tokens of the template itself (without slot contents)."""
+        return sum(len(p) for p in self._pieces if not isinstance(p, str))
+
+    def render(self, **slots: Sequence[int]) -> list[int]:
+        missing = self.slots - slots.keys()
+        if missing:
+            raise KeyError(f"template slots not filled: {sorted(missing)}")
+        out: list[int] = []
+        for p in self._pieces:
+            out.extend(slots[p] if isinstance(p, str) else p)
+        return out
+
+
+def apply_chat(tokenizer: Any, text: str) -> str:
+    """``text`` as one user turn followed by the assistant prefix, as a string."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True)
+    return text + "\n"
+
+
+def load_prompts(path: str | Path | None, defaults: Mapping[str, str]) -> dict[str, str]:
+    """Defaults overridden by a user's YAML file; unknown names are an error."""
+    prompts = dict(defaults)
+    if path is None:
+        return prompts
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"prompt file not found: {p}")
+    data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: expected a mapping of template names to text")
+    for key, value in data.items():
+        if key not in defaults:
+            raise ValueError(f"{p}: unknown template {key!r}; expected one of {sorted(defaults)}")
+        if not isinstance(value, str):
+            raise ValueError(f"{p}:{key}: template must be a string")
+        prompts[key] = value
+    return prompts
