@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -67,6 +67,17 @@ class WorkflowConfig(Section):
     recall_in_final: bool = Field(True, description="rememr1: show the recalled memory in the final turn.")
     prompts: str | None = Field(None, description="YAML file overriding the prompt templates.")
     reward: Literal["em", "sub_em", "f1"] = Field("sub_em", description="Which QA score is the reward.")
+    state_reward_alpha: float = Field(0.8, ge=0, le=1, description="rememr1: weight of the outcome advantage "
+                                      "against the per-turn state advantage (ReMemR1's alpha).")
+
+    @model_validator(mode="after")
+    def _rememr1_budgets(self) -> "WorkflowConfig":
+        """ReMemR1 uses 2048-token question/memory/answer budgets unless set explicitly."""
+        if self.name == "rememr1":
+            for key in ("memory_tokens", "final_tokens", "question_tokens"):
+                if key not in self.model_fields_set:
+                    object.__setattr__(self, key, 2048)
+        return self
 
 
 class SamplingConfig(Section):

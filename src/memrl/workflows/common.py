@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from memrl.data.longctx import LongContextSample
+from memrl.engines.base import GenerationResult
 from memrl.rewards.qa import QAScores, extract_boxed, score_answer
+from memrl.types import Conversation, Trajectory
 
 _STOP_STRINGS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
 
@@ -59,3 +62,37 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
 
 def decode(tokenizer: Any, ids: Sequence[int]) -> str:
     return tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+def qa_trajectory(
+    sample: LongContextSample,
+    tokenizer: Any,
+    conversations: list[Conversation],
+    final: GenerationResult,
+    stops: Sequence[int],
+    reward_key: str,
+    *,
+    sample_id: str | None,
+    group_id: str | None,
+    metrics: dict[str, float],
+    info: dict[str, Any],
+) -> Trajectory:
+    """Score the final turn's boxed answer and assemble the episode."""
+    final_text = decode(tokenizer, strip_stop(final.token_ids, stops))
+    answer, scores, reward = score_text(final_text, sample.answers, reward_key)
+    return Trajectory(
+        conversations=conversations,
+        reward=reward,
+        sample_id=sample_id if sample_id is not None else str(sample.index),
+        group_id=group_id if group_id is not None else str(sample.index),
+        metrics={
+            "em": scores.em, "sub_em": scores.sub_em, "f1": scores.f1,
+            "answered": float(answer is not None),
+            "num_conversations": float(len(conversations)),
+            "final_truncated": float(final.finish_reason == "length"),
+            "response_tokens": float(sum(c.num_generated for c in conversations)),
+            **metrics,
+        },
+        info={"question": sample.question, "answers": list(sample.answers), "answer": answer,
+              "final_text": final_text, **info},
+    )

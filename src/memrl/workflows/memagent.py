@@ -22,7 +22,7 @@ from memrl.workflows.common import (
     centre_truncate,
     decode,
     encode_text,
-    score_text,
+    qa_trajectory,
     stop_token_ids,
     strip_stop,
 )
@@ -114,25 +114,9 @@ async def memagent(
     res = await engine.generate(prompt, sampling.with_(max_new_tokens=config.final_tokens, stop_token_ids=p.stops))
     conversations.append(Conversation.from_prompt_response(
         prompt, res.token_ids, res.logprobs, meta={"kind": "final", "finish": res.finish_reason}))
-    final_text = decode(tokenizer, strip_stop(res.token_ids, p.stops))
-    answer, scores, reward = score_text(final_text, sample.answers, config.reward)
-    n = len(conversations)
-    return Trajectory(
-        conversations=conversations,
-        reward=reward,
-        sample_id=sample_id if sample_id is not None else str(sample.index),
-        group_id=group_id if group_id is not None else str(sample.index),
-        metrics={
-            "em": scores.em, "sub_em": scores.sub_em, "f1": scores.f1,
-            "answered": float(answer is not None),
-            "num_conversations": float(n),
-            "context_tokens": float(len(context)),
-            "context_tokens_original": float(original_len),
-            "memory_truncated": float(memory_truncated),
-            "empty_memory": float(empty_memory),
-            "final_truncated": float(res.finish_reason == "length"),
-            "response_tokens": float(sum(c.num_generated for c in conversations)),
-        },
-        info={"question": sample.question, "answers": list(sample.answers), "answer": answer,
-              "final_text": final_text, "memory": decode(tokenizer, memory)},
+    return qa_trajectory(
+        sample, tokenizer, conversations, res, p.stops, config.reward, sample_id=sample_id, group_id=group_id,
+        metrics={"context_tokens": float(len(context)), "context_tokens_original": float(original_len),
+                 "memory_truncated": float(memory_truncated), "empty_memory": float(empty_memory)},
+        info={"memory": decode(tokenizer, memory)},
     )
