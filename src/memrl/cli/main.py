@@ -9,6 +9,7 @@ from memrl.cli import config as config_cli
 from memrl.cli import data as data_cli
 from memrl.cli import demo as demo_cli
 from memrl.cli import eval as eval_cli
+from memrl.cli import serve as serve_cli
 
 app = typer.Typer(
     name="memrl",
@@ -22,6 +23,7 @@ app.add_typer(data_cli.app, name="data")
 app.add_typer(config_cli.app, name="config")
 app.command("demo")(demo_cli.demo)
 app.command("eval")(eval_cli.eval_cmd)
+app.command("serve")(serve_cli.serve_cmd)
 
 
 def _version(value: bool) -> None:

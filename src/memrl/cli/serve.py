@@ -1,0 +1,26 @@
+"""``memrl serve``: an OpenAI-compatible server for a local model."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from memrl.cli.errors import user_errors
+
+
+@user_errors
+def serve_cmd(
+    model: str = typer.Option(..., "--model", "-m", help="Model folder, hub id or alias (tiny, smollm2-135m-instruct)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)."),
+    port: int = typer.Option(8000, "--port", help="TCP port."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16."),
+    served_name: Optional[str] = typer.Option(None, "--served-model-name", help="Name in /v1/models."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Require 'Bearer $VAR' on requests."),
+    max_batch_size: int = typer.Option(32, "--max-batch-size", help="Requests decoded together."),
+) -> None:
+    """Serve a model through /v1/completions, /v1/chat/completions and /v1/models (token ids + logprobs)."""
+    from memrl.serve.app import serve
+
+    serve(model, host=host, port=port, dtype=dtype, served_name=served_name, api_key_env=api_key_env,
+          max_batch_size=max_batch_size)

@@ -1,0 +1,121 @@
+"""Client engine for OpenAI-compatible ``/v1/completions`` servers (vLLM, SGLang, ``memrl serve``).
+
+Prompts are sent as token ids; generated ids come back either as
+``choices[i].token_ids`` (vLLM ``return_token_ids``, ``memrl serve``) or as
+``"token_id:N"`` logprob tokens (``return_tokens_as_token_ids``). One pooled
+HTTP/1.1 connection set is shared by all requests; at most ``concurrency`` are
+in flight. Transport errors, 429 and 5xx are retried with exponential backoff.
+The API key is read from an environment variable and never printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memrl.engines.base import EngineError, GenerationResult, SamplingParams
+
+_RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+class OpenAIEngine:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        concurrency: int = 64,
+        timeout_s: float = 600.0,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+    ) -> None:
+        import httpx
+
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self._sem = asyncio.Semaphore(concurrency)
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(api_key_env) if api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 30.0)),
+            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+        )
+
+    def __repr__(self) -> str:  # never show headers (the key)
+        return f"OpenAIEngine(base_url={self.base_url!r}, model={self.model!r})"
+
+    def _payload(self, prompt_ids: Sequence[int], params: SamplingParams) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": [int(t) for t in prompt_ids],
+            "max_tokens": params.max_new_tokens,
+            "temperature": 0.0 if params.is_greedy else params.temperature,
+            "top_p": 1.0 if params.is_greedy else params.top_p,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+        }
+        if params.top_k > 0 and not params.is_greedy:
+            body["top_k"] = params.top_k
+        if params.stop_token_ids:
+            body["stop_token_ids"] = list(params.stop_token_ids)
+        if params.seed is not None:
+            body["seed"] = params.seed
+        return body
+
+    @staticmethod
+    def _parse(choice: Mapping[str, Any]) -> GenerationResult:
+        lp = choice.get("logprobs") or {}
+        logprobs = [float(x) if x is not None else 0.0 for x in (lp.get("token_logprobs") or [])]
+        ids = choice.get("token_ids")
+        if ids is None:
+            tokens = lp.get("tokens") or []
+            if not all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+                raise EngineError("server returned neither token_ids nor 'token_id:N' logprob tokens; "
+                                  "use a vLLM/SGLang version that supports return_tokens_as_token_ids")
+            ids = [int(t.split(":", 1)[1]) for t in tokens]
+        ids = [int(t) for t in ids]
+        if len(logprobs) != len(ids):
+            logprobs = (logprobs + [0.0] * len(ids))[: len(ids)]
+        reason = choice.get("finish_reason")
+        return GenerationResult(ids, logprobs, reason if reason in ("stop", "length") else "abort")
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
+        import httpx
+
+        payload = self._payload(prompt_ids, params)
+        last: Exception | None = None
+        async with self._sem:
+            for attempt in range(self.retries + 1):
+                try:
+                    resp = await self._client.post("/completions", json=payload)
+                    if resp.status_code in _RETRY_STATUS:
+                        last = EngineError(f"HTTP {resp.status_code} from {self.base_url}: {resp.text[:200]}")
+                    elif resp.status_code >= 400:
+                        raise EngineError(f"HTTP {resp.status_code} from {self.base_url}/completions: "
+                                          f"{resp.text[:500]}")
+                    else:
+                        return self._parse(resp.json()["choices"][0])
+                except (httpx.TransportError, httpx.TimeoutException) as exc:
+                    last = exc
+                if attempt < self.retries:
+                    await asyncio.sleep(self.backoff_s * (2 ** attempt) * (1 + random.random() * 0.1))
+        raise EngineError(f"request to {self.base_url} failed after {self.retries + 1} attempts: {last}")
+
+    async def update_weights(self, state_dict: Mapping[str, Any]) -> None:
+        raise NotImplementedError("weight updates over HTTP are not supported; use the hf or vllm engine "
+                                  "for training, or restart the server with the exported model")
+
+    async def close(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,1 @@
+"""An OpenAI-compatible HTTP server over an in-process engine (``memrl serve``)."""
