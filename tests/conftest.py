@@ -39,3 +39,13 @@ def tiny_model():
     from memrl.models.resolve import load_model, load_tokenizer
 
     return load_model("tiny", device="cpu"), load_tokenizer("tiny")
+
+
+def pytest_collection_modifyitems(config, items):
+    """``slow`` tests run only with MEMRL_SLOW=1 (``make test-slow``)."""
+    if os.environ.get("MEMRL_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow/opt-in: run with MEMRL_SLOW=1 (make test-slow)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

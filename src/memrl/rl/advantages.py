@@ -1,0 +1,169 @@
+"""Advantage estimators.
+
+Two layers:
+
+* verl-compatible token-level functions (``compute_*_outcome_advantage``) on
+  ``token_level_rewards [B, T]``, ``response_mask [B, T]`` and a group ``index``
+  per row; they return ``(advantages, returns)`` with verl's numbers.
+* the multi-conversation layer: :func:`episode_advantages` computes one
+  advantage per *episode* within its group (so an episode with more
+  conversations is not counted more often in the group mean/std) and
+  :func:`broadcast` copies it to every generated token of every conversation of
+  that episode. :func:`combine_step_advantages` adds ReMemR1's per-turn
+  state advantage.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Sequence
+from typing import Literal
+
+import torch
+
+from memrl.rl.functional import masked_whiten
+
+Estimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"]
+ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
+
+
+def _groups(index: Sequence[Hashable]) -> dict[Hashable, list[int]]:
+    groups: dict[Hashable, list[int]] = defaultdict(list)
+    for i, g in enumerate(index):
+        groups[g].append(i)
+    return groups
+
+
+def group_normalize(scores: torch.Tensor, index: Sequence[Hashable], norm_by_std: bool = True,
+                    epsilon: float = 1e-6) -> torch.Tensor:
+    """GRPO on a vector of scalar scores: ``(r - mean_g) / (std_g + eps)`` (std unbiased).
+
+    A one-sample group uses mean 0 and std 1, as verl does, so its advantage
+    is its raw score (divided by ``1 + eps``).
+    """
+    out = scores.clone().float()
+    for rows in _groups(index).values():
+        s = scores[rows].float()
+        if len(rows) == 1:
+            mean, std = torch.tensor(0.0), torch.tensor(1.0)
+        else:
+            mean, std = s.mean(), s.std()
+        out[rows] = (s - mean) / (std + epsilon) if norm_by_std else s - mean
+    return out
+
+
+def rloo(scores: torch.Tensor, index: Sequence[Hashable]) -> torch.Tensor:
+    """Leave-one-out baseline: ``r*n/(n-1) - mean*n/(n-1)``; a one-sample group keeps ``r``."""
+    out = scores.clone().float()
+    for rows in _groups(index).values():
+        n = len(rows)
+        if n > 1:
+            s = scores[rows].float()
+            out[rows] = s * n / (n - 1) - s.mean() * n / (n - 1)
+    return out
+
+
+def group_center(scores: torch.Tensor, index: Sequence[Hashable]) -> torch.Tensor:
+    """``r - mean_g`` (one-sample groups subtract 0): REINFORCE++-baseline's first step."""
+    out = scores.clone().float()
+    for rows in _groups(index).values():
+        if len(rows) > 1:
+            out[rows] = scores[rows].float() - scores[rows].float().mean()
+    return out
+
+
+# -- verl-compatible token-level functions -------------------------------------------------
+
+def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                   index: Sequence[Hashable], epsilon: float = 1e-6,
+                                   norm_adv_by_std_in_grpo: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    scores = group_normalize(token_level_rewards.sum(dim=-1), index, norm_adv_by_std_in_grpo, epsilon)
+    adv = scores.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+def compute_rloo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                   index: Sequence[Hashable], epsilon: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    adv = rloo(token_level_rewards.sum(dim=-1), index).unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+def compute_reinforce_plus_plus_baseline_outcome_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Sequence[Hashable], epsilon: float = 1e-6
+) -> tuple[torch.Tensor, torch.Tensor]:
+    centred = group_center(token_level_rewards.sum(dim=-1), index)
+    tiled = centred.unsqueeze(-1).expand_as(response_mask).float() * response_mask
+    adv = masked_whiten(tiled, response_mask) * response_mask
+    return adv, adv
+
+
+def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
+                                                  gamma: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Discounted return per token (reset past the end of the response), whitened over the batch."""
+    returns = torch.zeros_like(token_level_rewards, dtype=torch.float32)
+    running = torch.zeros(token_level_rewards.shape[0])
+    for t in reversed(range(token_level_rewards.shape[1])):
+        running = token_level_rewards[:, t].float() + gamma * running
+        returns[:, t] = running
+        running = running * response_mask[:, t]
+    adv = masked_whiten(returns, response_mask) * response_mask
+    return adv, returns
+
+
+# -- the multi-conversation layer ------------------------------------------------------------
+
+def episode_advantages(scores: torch.Tensor, group_ids: Sequence[Hashable], estimator: str = "grpo",
+                       epsilon: float = 1e-6) -> torch.Tensor:
+    """One scalar per episode for the estimators defined on episode scores.
+
+    ``grpo`` (std-normalised), ``dr_grpo`` (mean-centred only), ``rloo``.
+    The REINFORCE++ variants whiten over tokens and are handled in :func:`broadcast`.
+    """
+    if estimator == "grpo":
+        return group_normalize(scores, group_ids, True, epsilon)
+    if estimator == "dr_grpo":
+        return group_normalize(scores, group_ids, False, epsilon)
+    if estimator == "rloo":
+        return rloo(scores, group_ids)
+    if estimator == "reinforce_plus_plus_baseline":
+        return group_center(scores, group_ids)
+    if estimator == "reinforce_plus_plus":
+        return scores.clone().float()
+    raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
+
+
+def broadcast(episode_values: torch.Tensor, conv_episode: Sequence[int], response_mask: torch.Tensor,
+              estimator: str = "grpo", gamma: float = 1.0) -> torch.Tensor:
+    """Token-level advantages ``[C, T]`` for C conversation rows.
+
+    ``conv_episode[c]`` is the episode of row ``c``; every generated token of the
+    row gets that episode's value. REINFORCE++-baseline then whitens over all
+    valid tokens of the batch; REINFORCE++ places the episode reward on each
+    row's last generated token, takes discounted returns and whitens.
+    """
+    per_row = episode_values[torch.as_tensor(list(conv_episode), dtype=torch.long)].float()
+    mask = response_mask.float()
+    if estimator == "reinforce_plus_plus":
+        rewards = torch.zeros_like(mask)
+        last = (mask * torch.arange(mask.shape[1], dtype=torch.float32)).argmax(dim=1)
+        has = mask.sum(dim=1) > 0
+        rewards[has, last[has]] = per_row[has]
+        return compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma)[0]
+    adv = per_row.unsqueeze(-1) * mask
+    if estimator == "reinforce_plus_plus_baseline":
+        adv = masked_whiten(adv, mask) * mask
+    return adv
+
+
+def combine_step_advantages(outcome: torch.Tensor, step_rewards: torch.Tensor, conv_episode: Sequence[int],
+                            group_ids: Sequence[Hashable], steps: Sequence[int], alpha: float) -> torch.Tensor:
+    """ReMemR1's per-turn advantage ``alpha * A_outcome + (1 - alpha) * A_state``.
+
+    ``outcome`` holds one advantage per episode; ``step_rewards[c]`` is row c's
+    state reward, centred within (question group, step index) without std
+    division. Returns one advantage per conversation row.
+    """
+    keys = [(group_ids[e], s) for e, s in zip(conv_episode, steps)]
+    state = group_center(step_rewards.float(), keys)
+    per_row = outcome[torch.as_tensor(list(conv_episode), dtype=torch.long)].float()
+    return alpha * per_row + (1 - alpha) * state

@@ -1,0 +1,28 @@
+"""DAPO helpers: dynamic sampling (drop all-equal groups) and overlong reward shaping."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+
+def keep_groups(scores: Sequence[float], group_ids: Sequence[Hashable]) -> list[bool]:
+    """Per episode: keep it if its group's scores vary (population std > 0) or the group has one episode.
+
+    Groups whose episodes all scored the same give zero advantage under GRPO:
+    training on them only costs compute.
+    """
+    by_group: dict[Hashable, list[float]] = defaultdict(list)
+    for s, g in zip(scores, group_ids):
+        by_group[g].append(float(s))
+    keep = {g: len(v) == 1 or float(np.std(v)) > 0 for g, v in by_group.items()}
+    return [keep[g] for g in group_ids]
+
+
+def overlong_penalty(response_length: int, max_length: int, buffer: int, penalty: float = 1.0) -> float:
+    """DAPO soft overlong punishment: 0 until ``max_length - buffer``, then linear down to ``-penalty``."""
+    expected = max_length - buffer
+    exceed = response_length - expected
+    return min(-exceed / buffer * penalty, 0.0)

@@ -1,0 +1,51 @@
+"""Masked tensor statistics and log-prob/entropy helpers (verl's ``torch_functional`` semantics).
+
+``masked_mean = sum(x*m) / (sum(m) + 1e-8)``; ``masked_var`` is unbiased (Bessel
+over the number of valid entries); ``masked_whiten`` subtracts the mean and
+multiplies by ``rsqrt(var + 1e-8)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    return (values * mask).sum() if dim is None else (values * mask).sum(dim=dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    return masked_sum(values, mask, dim) / ((mask.sum() if dim is None else mask.sum(dim=dim)) + 1e-8)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    mean = masked_mean(values, mask)
+    var = masked_mean((values - mean) ** 2, mask)
+    if unbiased:
+        n = mask.sum()
+        if n == 0:
+            raise ValueError("masked_var: the mask selects no values")
+        if n == 1:
+            raise ValueError("masked_var: one value has no unbiased variance")
+        var = var * (n / (n - 1))
+    return var
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    mean, var = masked_mean(values, mask), masked_var(values, mask)
+    out = (values - mean) * torch.rsqrt(var + 1e-8)
+    return out if shift_mean else out + mean
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Categorical entropy over the last dim: ``logsumexp(z) - sum(softmax(z) * z)``."""
+    p = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (p * logits).sum(dim=-1)
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Log-prob of ``labels`` under ``softmax(logits / temperature)``, in float32."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
