@@ -42,6 +42,8 @@ class DataConfig(Section):
     include_question_distractors: bool = True
     format: Literal["json", "jsonl", "parquet"] = "json"
     max_samples: int | None = None
+    train_file: str | None = Field(None, description="Training samples (any long-context file layout).")
+    eval_file: str | None = Field(None, description="Held-out samples evaluated every trainer.eval_every steps.")
 
     @field_validator("docs")
     @classmethod
@@ -103,14 +105,59 @@ class EngineConfig(Section):
     device: str | None = None
 
 
+class AlgorithmConfig(Section):
+    """Advantage estimator and PPO-style loss (verl semantics; MemAgent's settings noted)."""
+
+    adv_estimator: Literal["grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"] = "grpo"
+    n: int = Field(8, ge=1, description="Episodes per prompt (the GRPO group); MemAgent uses 16.")
+    epsilon: float = Field(1e-6, gt=0, description="Added to the group std (grpo).")
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount for reinforce_plus_plus.")
+    clip_ratio_low: float = Field(0.2, ge=0)
+    clip_ratio_high: float = Field(0.2, ge=0, description="DAPO clip-higher uses 0.28.")
+    clip_ratio_c: float = Field(3.0, gt=1, description="Dual-clip bound for negative advantages.")
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                           "seq-mean-token-sum-norm"] = "token-mean"
+    kl_coef: float = Field(0.0, ge=0, description="KL loss weight; MemAgent uses 0.001.")
+    kl_estimator: Literal["k1", "abs", "k2", "mse", "k3", "low_var_kl"] = "low_var_kl"
+    entropy_coef: float = Field(0.0, ge=0)
+    ppo_epochs: int = Field(1, ge=1)
+    dynamic_sampling: bool = Field(False, description="DAPO: drop groups whose rewards are all equal, refill.")
+    max_gen_batches: int = Field(4, ge=1, description="Dynamic sampling: rollout rounds per step before giving up.")
+    step_rewards: bool = Field(False, description="ReMemR1: mix per-turn state advantages (workflow.state_reward_alpha).")
+
+
+class LoraConfig(Section):
+    """LoRA through peft; the reference policy is the base model (adapter disabled)."""
+
+    enabled: bool = False
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] | str = "all-linear"
+
+
 class TrainerConfig(Section):
-    """Optimisation and run bookkeeping."""
+    """Optimisation, batching and run bookkeeping."""
 
     lr: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_steps: int = Field(0, ge=0)
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    grad_clip: float = Field(1.0, gt=0)
     seed: int = 42
     output_dir: str = "runs/default"
     total_steps: int = Field(100, ge=0)
     save_every: int = Field(10, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    prompts_per_step: int = Field(4, ge=1, description="Prompts per step; each is rolled out algorithm.n times.")
+    mini_batches: int = Field(1, ge=1, description="Optimizer steps per PPO epoch (the step's rows split evenly).")
+    micro_batch_tokens: int = Field(16384, ge=1, description="Token budget of one forward/backward pass.")
+    gradient_checkpointing: bool = False
+    max_nan_steps: int = Field(3, ge=1, description="Stop after this many non-finite losses in a row.")
+    eval_every: int = Field(0, ge=0, description="Evaluate on data.eval_file every K steps (0: never).")
+    eval_samples: int | None = Field(None, ge=1)
+    tensorboard: bool = False
+    wandb_project: str | None = None
 
 
 class MemRLConfig(Section):
@@ -121,4 +168,6 @@ class MemRLConfig(Section):
     workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)

@@ -7,7 +7,6 @@ micro-batches equals one token-mean over the mini-batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -40,14 +39,6 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
     raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; choose one of {', '.join(AGG_MODES)}")
 
 
-@dataclass
-class PolicyLossOutput:
-    loss: torch.Tensor
-    clipfrac: torch.Tensor
-    ppo_kl: torch.Tensor
-    clipfrac_lower: torch.Tensor
-
-
 def compute_policy_loss(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -58,10 +49,12 @@ def compute_policy_loss(
     cliprange_high: float | None = None,
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
+    norm_length: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """PPO clipped surrogate with DAPO clip-higher and dual clip.
 
     Returns ``(pg_loss, clipfrac, ppo_kl, clipfrac_lower)`` like verl.
+    ``norm_length`` is the constant of ``seq-mean-token-sum-norm`` (see :func:`agg_loss`).
     """
     if clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 for dual-clip PPO, got {clip_ratio_c}")
@@ -78,7 +71,7 @@ def compute_policy_loss(
     c2 = torch.minimum(l3, c1)
     clipfrac_lower = masked_mean(torch.gt(c1, l3).float() * (advantages < 0).float(), response_mask)
     losses = torch.where(advantages < 0, c2, c1)
-    return agg_loss(losses, response_mask, loss_agg_mode), clipfrac, ppo_kl, clipfrac_lower
+    return agg_loss(losses, response_mask, loss_agg_mode, norm_length), clipfrac, ppo_kl, clipfrac_lower
 
 
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str = "low_var_kl") -> torch.Tensor:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memrl.data.longctx import LongContextSample
-from memrl.engines.base import GenerationResult
+from memrl.engines.base import GenerationResult, SamplingParams
 from memrl.rewards.qa import QAScores, extract_boxed, score_answer
 from memrl.types import Conversation, Trajectory
 
@@ -21,6 +21,11 @@ def stop_token_ids(tokenizer: Any) -> tuple[int, ...]:
     vocab = tokenizer.get_vocab()
     ids.update(int(vocab[s]) for s in _STOP_STRINGS if s in vocab)
     return tuple(sorted(ids))
+
+
+def turn_seed(params: SamplingParams, turn: int) -> SamplingParams:
+    """A seeded episode gives each turn its own seed, so turns do not replay one random stream."""
+    return params if params.seed is None else params.with_(seed=params.seed * 1009 + turn)
 
 
 def strip_stop(ids: Sequence[int], stops: Sequence[int]) -> list[int]:

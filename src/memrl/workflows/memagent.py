@@ -25,6 +25,7 @@ from memrl.workflows.common import (
     qa_trajectory,
     stop_token_ids,
     strip_stop,
+    turn_seed,
 )
 from memrl.workflows.templates import TokenTemplate, load_prompts
 
@@ -103,7 +104,7 @@ async def memagent(
     for k in range(chunk_count(len(context), config)):
         chunk = context[k * config.chunk_tokens: (k + 1) * config.chunk_tokens]
         prompt = p.memory.render(question=question, memory=memory, chunk=chunk)
-        res = await engine.generate(prompt, mem_params)
+        res = await engine.generate(prompt, turn_seed(mem_params, k))
         conversations.append(Conversation.from_prompt_response(
             prompt, res.token_ids, res.logprobs, meta={"kind": "memory", "chunk": k, "finish": res.finish_reason}))
         memory = strip_stop(res.token_ids, p.stops)
@@ -111,7 +112,8 @@ async def memagent(
         empty_memory += not memory
 
     prompt = p.final.render(question=question, memory=memory)
-    res = await engine.generate(prompt, sampling.with_(max_new_tokens=config.final_tokens, stop_token_ids=p.stops))
+    final_params = sampling.with_(max_new_tokens=config.final_tokens, stop_token_ids=p.stops)
+    res = await engine.generate(prompt, turn_seed(final_params, len(conversations)))
     conversations.append(Conversation.from_prompt_response(
         prompt, res.token_ids, res.logprobs, meta={"kind": "final", "finish": res.finish_reason}))
     return qa_trajectory(

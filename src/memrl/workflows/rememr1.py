@@ -35,6 +35,7 @@ from memrl.workflows.common import (
     qa_trajectory,
     stop_token_ids,
     strip_stop,
+    turn_seed,
 )
 from memrl.workflows.retrieval import TfidfIndex
 from memrl.workflows.templates import TokenTemplate, load_prompts
@@ -158,7 +159,7 @@ async def rememr1(
     for k in range(math.ceil(len(context) / config.chunk_tokens)):
         chunk = context[k * config.chunk_tokens: (k + 1) * config.chunk_tokens]
         prompt = p.memory.render(question=question, memory=memory, recalled=recalled, chunk=chunk)
-        res = await engine.generate(prompt, params)
+        res = await engine.generate(prompt, turn_seed(params, k))
         out = strip_stop(res.token_ids, p.stops)
         text = tokenizer.decode(out, skip_special_tokens=False)
         updates = _UPDATE.findall(text)
@@ -192,7 +193,8 @@ async def rememr1(
 
     slot = recalled if config.recall_in_final else p.no_recall
     prompt = p.final.render(question=question, memory=memory, recalled=slot)
-    res = await engine.generate(prompt, sampling.with_(max_new_tokens=config.final_tokens, stop_token_ids=p.stops))
+    final_params = sampling.with_(max_new_tokens=config.final_tokens, stop_token_ids=p.stops)
+    res = await engine.generate(prompt, turn_seed(final_params, len(conversations)))
     final_text = decode(tokenizer, strip_stop(res.token_ids, p.stops))
     conversations.append(Conversation.from_prompt_response(
         prompt, res.token_ids, res.logprobs, reward=float(len(_BOXED.findall(final_text)) == 1),

@@ -1,0 +1,1 @@
+"""Training: rollout -> reward -> advantage -> update -> weight sync, with checkpoints."""

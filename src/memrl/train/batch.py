@@ -1,0 +1,128 @@
+"""From trajectories to training rows, and micro-batches under a token budget.
+
+Every conversation of every episode becomes one row. Rows are sorted by length
+and packed greedily into micro-batches whose padded size (rows x longest row)
+stays under ``micro_batch_tokens``, so padding is limited to the small length
+differences inside a bucket instead of padding everything to the longest row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from memrl.rl.functional import entropy_from_logits
+from memrl.types import Trajectory
+
+
+@dataclass
+class Row:
+    """One conversation as a training row. Tensors are 1-D over its tokens."""
+
+    token_ids: list[int]
+    loss_mask: list[int]
+    engine_logprobs: list[float]
+    episode: int
+    step: int
+    step_reward: float = 0.0
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_response(self) -> int:
+        return sum(self.loss_mask)
+
+
+def rows_from_trajectories(trajectories: Sequence[Trajectory]) -> list[Row]:
+    rows = []
+    for e, traj in enumerate(trajectories):
+        for s, conv in enumerate(traj.conversations):
+            if conv.num_generated == 0:
+                continue  # nothing to train on (e.g. a zero-budget turn)
+            rows.append(Row(list(conv.token_ids), list(conv.loss_mask), list(conv.logprobs), e, s,
+                            float(conv.reward or 0.0)))
+    return rows
+
+
+def micro_batches(rows: Sequence[Row], token_budget: int) -> list[list[int]]:
+    """Indices of ``rows`` grouped so that ``len(group) * max_len <= token_budget``.
+
+    A row longer than the budget gets a micro-batch of its own.
+    """
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+    groups: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = len(rows[i])  # ascending order: the newest row is the longest
+        if current and (len(current) + 1) * longest > token_budget:
+            groups.append(current)
+            current = []
+        current.append(i)
+    if current:
+        groups.append(current)
+    return groups
+
+
+@dataclass
+class Collated:
+    input_ids: torch.Tensor  # [B, L] right-padded
+    attention_mask: torch.Tensor  # [B, L]
+    targets: torch.Tensor  # [B, L-1] token t+1 predicted at position t
+    loss_mask: torch.Tensor  # [B, L-1] float
+
+
+def collate(rows: Sequence[Row], pad_id: int, device: torch.device) -> Collated:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    att = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        n = len(r)
+        ids[i, :n] = torch.tensor(r.token_ids)
+        att[i, :n] = 1
+        mask[i, :n] = torch.tensor(r.loss_mask, dtype=torch.float32)
+    ids, att, mask = ids.to(device), att.to(device), mask.to(device)
+    return Collated(ids, att, ids[:, 1:], mask[:, 1:])
+
+
+def token_logprobs(model: torch.nn.Module, batch: Collated, temperature: float = 1.0,
+                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs ``[B, L-1]`` of each next token (and its entropy) under ``model``.
+
+    Logits are divided by the rollout temperature, as verl does, so they match
+    the distribution the engine sampled from. Computed in float32.
+    """
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    logits = out.logits[:, :-1, :].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)
+    ent = entropy_from_logits(logits) if with_entropy else None
+    return logp, ent
+
+
+def row_tensor(rows: Sequence[Row], attr: str, width: int, device: torch.device) -> torch.Tensor:
+    """Stack a per-row 1-D tensor attribute (length len(row)-1) into ``[B, width]``, zero-padded."""
+    out = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, r in enumerate(rows):
+        t = getattr(r, attr)
+        out[i, : t.numel()] = t
+    return out.to(device)
+
+
+def iter_chunks(items: Sequence[int], n: int) -> Iterator[list[int]]:
+    """Split ``items`` into ``n`` nearly equal consecutive chunks (no empty chunk)."""
+    n = max(1, min(n, len(items)))
+    size, extra = divmod(len(items), n)
+    start = 0
+    for k in range(n):
+        end = start + size + (1 if k < extra else 0)
+        yield list(items[start:end])
+        start = end

@@ -1,0 +1,29 @@
+"""Export a run's checkpoint as a plain Hugging Face model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from memrl.config import MemRLConfig
+from memrl.train import checkpoint
+from memrl.train.policy import build_policy, export_model
+
+
+def export_run(run_dir: Path, out: Path, step: int | None = None) -> Path:
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a training run (no config.yaml)")
+    cfg = MemRLConfig.model_validate(yaml.safe_load(cfg_path.read_text()))
+    found = dict(checkpoint.checkpoints(run_dir))
+    if not found:
+        raise FileNotFoundError(f"{run_dir} has no checkpoints yet")
+    chosen = max(found) if step is None else step
+    if chosen not in found:
+        raise ValueError(f"--step {step}: available checkpoints are {sorted(found)}")
+    from memrl.models.resolve import load_tokenizer
+
+    policy = build_policy(cfg, device="cpu")
+    checkpoint.load_weights(policy, found[chosen])
+    return export_model(policy, load_tokenizer(cfg.model.tokenizer or cfg.model.path), out)

@@ -1,0 +1,100 @@
+"""The trainable policy: a transformers causal LM, optionally wrapped in a peft LoRA adapter.
+
+With LoRA the reference policy for the KL term is the same model with the
+adapter disabled, so no second copy of the weights is kept. Without LoRA a
+frozen copy is made only when the KL term is on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from memrl.config.schema import LoraConfig, MemRLConfig
+
+
+def is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def build_policy(cfg: MemRLConfig, device: str | None = None, path: str | None = None) -> Any:
+    """Load ``model.path`` (or ``path``) for training: LoRA and gradient checkpointing per config."""
+    from memrl.models.resolve import load_model
+
+    model = load_model(path or cfg.model.path, dtype=cfg.model.dtype, device=device)
+    if cfg.trainer.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if cfg.lora.enabled:
+        model = add_lora(model, cfg.lora)
+    return model
+
+
+def add_lora(model: Any, lora: LoraConfig) -> Any:
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    pcfg = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                          target_modules=lora.target_modules, task_type="CAUSAL_LM")
+    model = get_peft_model(model, pcfg)
+    if getattr(model, "is_activation_checkpointing", getattr(model, "is_gradient_checkpointing", False)):
+        model.enable_input_require_grads()
+    return model
+
+
+class Reference:
+    """Log-probs under the reference policy (initial weights)."""
+
+    def __init__(self, policy: Any, needed: bool) -> None:
+        self.policy = policy
+        self.frozen: Any = None
+        if needed and not is_peft(policy):
+            self.frozen = copy.deepcopy(policy).eval()
+            for p in self.frozen.parameters():
+                p.requires_grad_(False)
+
+    @contextlib.contextmanager
+    def model(self) -> Iterator[Any]:
+        if self.frozen is not None:
+            yield self.frozen
+        elif is_peft(self.policy):
+            with self.policy.disable_adapter():
+                yield self.policy
+        else:  # not needed: callers do not ask
+            yield self.policy
+
+
+def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:
+    """Plain (base-model) parameter names and values, LoRA folded in; the model is left as it was."""
+    if not is_peft(model):
+        return {k: v.detach() for k, v in model.state_dict().items()}
+    model.merge_adapter()
+    try:
+        base = model.get_base_model()
+        out = {}
+        for k, v in base.state_dict().items():
+            if "lora_" in k:
+                continue
+            out[k.replace(".base_layer.", ".")] = v.detach().clone()
+        return out
+    finally:
+        model.unmerge_adapter()
+
+
+def export_model(model: Any, tokenizer: Any, out: Path) -> Path:
+    """Write a plain Hugging Face folder (LoRA merged, safetensors) that transformers/vLLM load as-is."""
+    from memrl.data.atomic import atomic_dir
+
+    if is_peft(model):
+        base = copy.deepcopy(model).merge_and_unload()
+    else:
+        base = model
+    with atomic_dir(out) as tmp:
+        base.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+    return out

@@ -1,0 +1,83 @@
+"""Supervised fine-tuning on trajectories: next-token loss on the generated tokens only.
+
+Used for warm starts (the demo) and rejection-sampling fine-tuning: keep the
+trajectories you like (e.g. reward 1), train on exactly the tokens the model
+should produce, never on prompts, tool outputs or user turns.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from memrl.train.batch import Row, collate, micro_batches, rows_from_trajectories, token_logprobs
+from memrl.types import Trajectory
+
+
+def read_trajectories(path: str | Path) -> list[Trajectory]:
+    """JSONL of ``Trajectory.to_dict()`` records."""
+    from memrl.data.errors import DataError
+
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for row, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                out.append(Trajectory.from_dict(json.loads(line)))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise DataError(path, row, None, f"not a trajectory record: {exc}") from None
+    return out
+
+
+def sft(
+    policy: Any,
+    trajectories: Sequence[Trajectory],
+    *,
+    epochs: int = 1,
+    lr: float = 1e-4,
+    batch_rows: int = 32,
+    micro_batch_tokens: int = 16384,
+    pad_id: int = 0,
+    seed: int = 0,
+    on_step: Callable[[int, float], None] | None = None,
+) -> list[float]:
+    """Train ``policy`` in place; returns the mean token loss of each optimizer step."""
+    rows: list[Row] = rows_from_trajectories(trajectories)
+    if not rows:
+        raise ValueError("no generated tokens to train on")
+    device = next(policy.parameters()).device
+    params = [p for p in policy.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr)
+    rng = random.Random(seed)
+    losses = []
+    policy.train()
+    step = 0
+    for _ in range(epochs):
+        order = list(range(len(rows)))
+        rng.shuffle(order)
+        for start in range(0, len(order), batch_rows):
+            batch_rows_ = [rows[i] for i in order[start: start + batch_rows]]
+            n_tok = sum(r.num_response for r in batch_rows_)
+            opt.zero_grad(set_to_none=True)
+            total = 0.0
+            for micro in micro_batches(batch_rows_, micro_batch_tokens):
+                group = [batch_rows_[i] for i in micro]
+                b = collate(group, pad_id, device)
+                logp, _ = token_logprobs(policy, b)
+                loss = -(logp * b.loss_mask).sum() / n_tok
+                loss.backward()
+                total += float(loss.detach())
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            step += 1
+            losses.append(total)
+            if on_step:
+                on_step(step, total)
+    policy.eval()
+    return losses

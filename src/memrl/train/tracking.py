@@ -1,0 +1,108 @@
+"""Metrics: one console line per step, a JSONL file, optional TensorBoard and wandb."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+CONSOLE_KEYS = [("reward", "reward", "{:.3f}"), ("acc", "eval/accuracy", "{:.1f}"), ("conv", "num_conversations", "{:.1f}"),
+                ("resp", "response_tokens", "{:.0f}"), ("kl", "kl", "{:.4f}"), ("ent", "entropy", "{:.3f}"),
+                ("clip", "clipfrac", "{:.3f}"), ("gnorm", "grad_norm", "{:.2f}"), ("tok/s", "tokens_per_s", "{:.0f}"),
+                ("roll", "time/rollout", "{:.1f}s"), ("lp", "time/logprob", "{:.1f}s"), ("upd", "time/update", "{:.1f}s"),
+                ("sync", "time/sync", "{:.2f}s")]
+
+
+class Tracker:
+    def __init__(self, run_dir: Path, resume_step: int, tensorboard: bool = False, wandb_project: str | None = None,
+                 config: dict[str, Any] | None = None, console: Console | None = None) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self.console = console or Console(stderr=True)
+        self._truncate_after(resume_step)
+        self._tb = self._wandb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ImportError("trainer.tensorboard=true needs tensorboard: pip install 'memrl[tracking]'") from None
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+        if wandb_project:
+            try:
+                import wandb
+            except ImportError:
+                raise ImportError("trainer.wandb_project needs wandb: pip install 'memrl[tracking]'") from None
+            self._wandb = wandb.init(project=wandb_project, dir=str(run_dir), config=config, resume="allow",
+                                     id=run_dir.name)
+
+    def _truncate_after(self, step: int) -> None:
+        """Drop lines logged after the checkpoint we resume from (they will be redone)."""
+        if not self.path.is_file():
+            return
+        keep = [ln for ln in self.path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(ln + "\n" for ln in keep))
+        os.replace(tmp, self.path)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        rec = {"step": step, **{k: float(v) for k, v in metrics.items()}}
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        parts = [f"[bold]step {step}[/bold]"]
+        for label, key, fmt in CONSOLE_KEYS:
+            if key in metrics:
+                parts.append(f"{label} {fmt.format(metrics[key])}")
+        self.console.print("  ".join(parts), highlight=False)
+        if self._tb is not None:
+            for k, v in metrics.items():
+                self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(metrics, step=step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, float]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def plot_run(run_dir: Path, out: Path | None = None,
+             keys: tuple[str, ...] = ("reward", "eval/accuracy", "response_tokens", "kl", "entropy", "grad_norm")) -> Path:
+    """PNG with one panel per metric over training steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from memrl.data.atomic import atomic_path
+
+    rows = read_metrics(run_dir)
+    present = [k for k in keys if any(k in r for r in rows)]
+    if not present:
+        raise ValueError(f"{run_dir}/metrics.jsonl has none of {keys}")
+    fig, axes = plt.subplots(1, len(present), figsize=(3.6 * len(present), 3.2), dpi=110, squeeze=False)
+    for ax, key in zip(axes[0], present):
+        pts = [(r["step"], r[key]) for r in rows if key in r]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-" if key.startswith("eval/") else "-", ms=3)
+        ax.set_title(key)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.suptitle(run_dir.name)
+    fig.tight_layout()
+    out = out or run_dir / "curves.png"
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, format="png")
+    plt.close(fig)
+    return out

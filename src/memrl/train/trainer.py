@@ -1,0 +1,405 @@
+"""The RL loop for multi-conversation agents.
+
+Per step: take prompts from a resumable order, run ``algorithm.n`` episodes of
+each through the workflow and engine concurrently (DAPO dynamic sampling
+optional), score, compute one advantage per episode within its group and
+broadcast it to every generated token of every conversation of the episode,
+then PPO epochs over mini-batches (micro-batches under a token budget,
+gradient accumulation, grad-norm clipping, AdamW), then weight sync.
+
+With the in-process HF engine the engine generates with the policy module
+itself, so weight sync is free; other engines receive merged weights through
+``update_weights``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import statistics
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from memrl.config import ConfigError, MemRLConfig
+from memrl.data import LongContextSample, read_samples
+from memrl.engines.base import Engine, SamplingParams
+from memrl.rl.advantages import broadcast, combine_step_advantages, episode_advantages
+from memrl.rl.dapo import keep_groups
+from memrl.rl.losses import agg_loss, compute_policy_loss, kl_penalty
+from memrl.train import checkpoint
+from memrl.train.batch import Row, collate, iter_chunks, micro_batches, row_tensor, rows_from_trajectories, token_logprobs
+from memrl.train.policy import Reference, build_policy, merged_state_dict
+from memrl.train.sampler import ResumableSampler
+from memrl.train.tracking import Tracker
+from memrl.types import Trajectory
+from memrl.workflows import get_workflow
+
+# Config keys that may change between a run and its resumption.
+RESUMABLE_CHANGES = {("trainer", "total_steps"), ("trainer", "save_every"), ("trainer", "eval_every"),
+                     ("trainer", "keep_checkpoints"), ("trainer", "tensorboard"), ("trainer", "wandb_project")}
+
+
+class NonFiniteLossError(RuntimeError):
+    """Too many steps in a row produced NaN/inf losses or gradients."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def lr_lambda(step: int, warmup: int, total: int, schedule: str) -> float:
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "cosine" and total > warmup:
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return 0.5 * (1 + math.cos(math.pi * progress))
+    return 1.0
+
+
+def check_config(cfg: MemRLConfig) -> None:
+    """Fail before any work on values that would only break later."""
+    if not cfg.data.train_file:
+        raise ConfigError("data.train_file is required for training (a file from memrl data synth or the demo)")
+    if not Path(cfg.data.train_file).is_file():
+        raise ConfigError(f"data.train_file: file not found: {cfg.data.train_file}")
+    if cfg.trainer.eval_every and not cfg.data.eval_file:
+        raise ConfigError("trainer.eval_every > 0 needs data.eval_file")
+    if cfg.data.eval_file and not Path(cfg.data.eval_file).is_file():
+        raise ConfigError(f"data.eval_file: file not found: {cfg.data.eval_file}")
+    if cfg.algorithm.n == 1 and cfg.algorithm.adv_estimator in ("grpo", "dr_grpo", "rloo"):
+        raise ConfigError(f"algorithm.n=1 gives every episode a group of its own: {cfg.algorithm.adv_estimator} "
+                          "needs algorithm.n >= 2")
+    if cfg.algorithm.step_rewards and cfg.workflow.name != "rememr1":
+        raise ConfigError("algorithm.step_rewards needs workflow.name=rememr1 (the workflow that scores turns)")
+    if cfg.engine.kind == "openai":
+        raise ConfigError("engine.kind=openai cannot receive weight updates; train with engine.kind=hf or vllm")
+
+
+class Trainer:
+    def __init__(self, cfg: MemRLConfig, *, policy: Any = None, tokenizer: Any = None,
+                 engine: Engine | None = None, tracker_console: Any = None) -> None:
+        check_config(cfg)
+        self.cfg = cfg
+        self.run_dir = Path(cfg.trainer.output_dir)
+        self._check_run_config()
+        seed_everything(cfg.trainer.seed)
+        from memrl.models.resolve import load_tokenizer
+
+        self.tokenizer = tokenizer or load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+        self.policy = policy if policy is not None else build_policy(cfg, device=cfg.engine.device)
+        self.device = next(self.policy.parameters()).device
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay)
+        t = cfg.trainer
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_lambda(s, t.warmup_steps, t.total_steps, t.lr_schedule))
+        self.reference = Reference(self.policy, needed=cfg.algorithm.kl_coef > 0)
+        self.engine, self.shared_engine = (engine, False) if engine is not None else self._build_engine()
+        self.workflow = get_workflow(cfg.workflow.name)
+        self.samples = list(read_samples(cfg.data.train_file))
+        self.eval_samples = list(read_samples(cfg.data.eval_file))[: cfg.trainer.eval_samples] \
+            if cfg.data.eval_file else []
+        self.sampler = ResumableSampler(len(self.samples), cfg.trainer.seed)
+        self.step = 0
+        self.nan_streak = 0
+        self.failed_episodes = 0
+        found = checkpoint.latest(self.run_dir)
+        if found is not None:
+            state = checkpoint.load(found[1], self.policy, self.optimizer, self.scheduler)
+            self.step = state["step"]
+            self.sampler.position = state["data_position"]
+            self.nan_streak = state.get("nan_streak", 0)
+        self.tracker = Tracker(self.run_dir, self.step, cfg.trainer.tensorboard, cfg.trainer.wandb_project,
+                               cfg.model_dump(mode="json"), console=tracker_console)
+        self.resumed_from = found[0] if found else None
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _check_run_config(self) -> None:
+        path = self.run_dir / "config.yaml"
+        new = self.cfg.model_dump(mode="json")
+        if path.is_file():
+            old = yaml.safe_load(path.read_text())
+            diff = [f"{sec}.{k}" for sec, vals in new.items() for k, v in vals.items()
+                    if (old.get(sec) or {}).get(k) != v and (sec, k) not in RESUMABLE_CHANGES]
+            if diff:
+                raise ConfigError(f"{self.run_dir} was started with a different config (changed: {', '.join(diff)}); "
+                                  "use another trainer.output_dir to start a new run")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(new, sort_keys=False))
+
+    def _build_engine(self) -> tuple[Engine, bool]:
+        if self.cfg.engine.kind == "hf":
+            from memrl.engines.hf import HFEngine
+
+            return HFEngine(self.policy, pad_token_id=self.pad_id, max_batch_size=self.cfg.engine.max_batch_size,
+                            seed=self.cfg.trainer.seed), True
+        from memrl.engines.factory import build_engine
+
+        return build_engine(self.cfg), False
+
+    # -- rollout -------------------------------------------------------------------------------
+    def _sampling(self) -> SamplingParams:
+        s = self.cfg.sampling
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+
+    async def _episodes(self, indices: list[int], round_: int) -> list[Trajectory]:
+        n = self.cfg.algorithm.n
+        base = self._sampling()
+        sem = asyncio.Semaphore(self.cfg.engine.concurrency)
+
+        async def one(idx: int, k: int) -> Trajectory | None:
+            seed = (self.cfg.trainer.seed * 1_000_003 + self.step * 10_007 + round_ * 101 + idx * 31 + k) % 2**31
+            async with sem:
+                try:
+                    return await self.workflow(self.samples[idx], self.engine, self.tokenizer, self.cfg.workflow,
+                                               sampling=base.with_(seed=seed), sample_id=str(idx),
+                                               group_id=f"{self.step}:{round_}:{idx}")
+                except Exception:  # an episode failing must not stop training
+                    self.failed_episodes += 1
+                    self.tracker.console.print(f"[yellow]episode of sample {idx} failed:[/yellow] "
+                                               + traceback.format_exc(limit=2).strip().splitlines()[-1])
+                    return None
+
+        results = await asyncio.gather(*(one(i, k) for i in indices for k in range(n)))
+        return [t for t in results if t is not None]
+
+    def rollout(self) -> tuple[list[Trajectory], dict[str, float]]:
+        """Episodes for this step; with dynamic sampling, only groups whose rewards vary."""
+        cfg = self.cfg
+        want = cfg.trainer.prompts_per_step
+        kept: list[Trajectory] = []
+        stats = {"dropped_groups": 0.0, "gen_rounds": 0.0}
+        all_trajs: list[Trajectory] = []
+        self.policy.eval()
+        for round_ in range(cfg.algorithm.max_gen_batches if cfg.algorithm.dynamic_sampling else 1):
+            have = len({t.group_id for t in kept})
+            indices = self.sampler.take(want - have)
+            trajs = asyncio.run(self._episodes(indices, round_))
+            all_trajs += trajs
+            stats["gen_rounds"] += 1
+            if cfg.algorithm.dynamic_sampling:
+                keep = keep_groups([t.reward for t in trajs], [t.group_id for t in trajs])
+                stats["dropped_groups"] += len({t.group_id for t, k in zip(trajs, keep) if not k})
+                kept += [t for t, k in zip(trajs, keep) if k]
+                if len({t.group_id for t in kept}) >= want:
+                    break
+            else:
+                kept = trajs
+        stats["rollout_episodes"] = float(len(all_trajs))
+        self._all_trajs = all_trajs
+        return kept, stats
+
+    # -- advantages ------------------------------------------------------------------------------
+    def advantages(self, trajs: list[Trajectory], rows: list[Row]) -> None:
+        a = self.cfg.algorithm
+        scores = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
+        groups = [t.group_id for t in trajs]
+        ep_adv = episode_advantages(scores, groups, a.adv_estimator, a.epsilon)
+        width = max(len(r) for r in rows) - 1
+        mask = torch.zeros((len(rows), width))
+        for i, r in enumerate(rows):
+            mask[i, : len(r) - 1] = torch.tensor(r.loss_mask[1:], dtype=torch.float32)
+        conv_episode = [r.episode for r in rows]
+        if a.step_rewards:
+            per_row = combine_step_advantages(ep_adv, torch.tensor([r.step_reward for r in rows]), conv_episode,
+                                              groups, [r.step for r in rows], self.cfg.workflow.state_reward_alpha)
+            tok = per_row.unsqueeze(-1) * mask
+        else:
+            tok = broadcast(ep_adv, conv_episode, mask, a.adv_estimator, a.gamma)
+        for i, r in enumerate(rows):
+            r.advantages = tok[i, : len(r) - 1].clone()
+
+    @torch.no_grad()
+    def _logprobs(self, rows: list[Row], attr: str, model: Any) -> None:
+        temp = self.cfg.sampling.temperature or 1.0
+        for mb in micro_batches(rows, self.cfg.trainer.micro_batch_tokens):
+            group = [rows[i] for i in mb]
+            lp, _ = token_logprobs(model, collate(group, self.pad_id, self.device), temp)
+            for r, v in zip(group, lp):
+                setattr(r, attr, v[: len(r) - 1].float().cpu())
+
+    # -- update ----------------------------------------------------------------------------------
+    def update(self, rows: list[Row]) -> dict[str, float]:
+        cfg, a = self.cfg, self.cfg.algorithm
+        on_policy = a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1
+        t0 = time.perf_counter()
+        self.policy.eval()
+        if not on_policy:  # one update per batch: the update pass's own log-probs are the old ones
+            self._logprobs(rows, "old_logprobs", self.policy)
+        if a.kl_coef > 0:
+            with self.reference.model() as ref:
+                self._logprobs(rows, "ref_logprobs", ref)
+        logprob_time = time.perf_counter() - t0
+        self.policy.train()
+        temp = cfg.sampling.temperature or 1.0
+        norm_len = max(cfg.workflow.memory_tokens, cfg.workflow.final_tokens)
+        sums: dict[str, float] = {}
+        weight_total = 0.0
+        grad_norms: list[float] = []
+        skipped = 0
+        gen = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + self.step)
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        for _ in range(a.ppo_epochs):
+            order = torch.randperm(len(rows), generator=gen).tolist()
+            for mini in iter_chunks(order, cfg.trainer.mini_batches):
+                mrows = [rows[i] for i in mini]
+                n_tok = sum(r.num_response for r in mrows) or 1
+                n_rows = len(mrows)
+                self.optimizer.zero_grad(set_to_none=True)
+                bad = False
+                for micro in micro_batches(mrows, cfg.trainer.micro_batch_tokens):
+                    group = [mrows[i] for i in micro]
+                    batch = collate(group, self.pad_id, self.device)
+                    width = batch.targets.shape[1]
+                    logp, ent = token_logprobs(self.policy, batch, temp, with_entropy=True)
+                    if a.entropy_coef == 0:
+                        ent = ent.detach()
+                    mask = batch.loss_mask
+                    old = logp.detach() if on_policy else row_tensor(group, "old_logprobs", width, self.device)
+                    adv = row_tensor(group, "advantages", width, self.device)
+                    mode = a.loss_agg_mode
+                    scale = (float(mask.sum()) / n_tok) if mode == "token-mean" else len(group) / n_rows
+                    pg, clipfrac, ppo_kl, lower = compute_policy_loss(
+                        old, logp, adv, mask, cliprange_low=a.clip_ratio_low, cliprange_high=a.clip_ratio_high,
+                        clip_ratio_c=a.clip_ratio_c, loss_agg_mode=mode, norm_length=norm_len)
+                    loss = pg
+                    ent_mean = agg_loss(ent, mask, mode, norm_length=norm_len)
+                    if a.entropy_coef > 0:
+                        loss = loss - a.entropy_coef * ent_mean
+                    kl_val = torch.tensor(0.0)
+                    if a.kl_coef > 0:
+                        ref = row_tensor(group, "ref_logprobs", width, self.device)
+                        kl_val = agg_loss(kl_penalty(logp, ref, a.kl_estimator), mask, mode, norm_length=norm_len)
+                        loss = loss + a.kl_coef * kl_val
+                    loss = loss * scale
+                    if not torch.isfinite(loss):
+                        bad = True
+                        break
+                    loss.backward()
+                    w = float(mask.sum())
+                    weight_total += w
+                    for key, val in (("pg_loss", pg), ("clipfrac", clipfrac), ("clipfrac_lower", lower),
+                                     ("ppo_kl", ppo_kl), ("entropy", ent_mean), ("kl", kl_val)):
+                        sums[key] = sums.get(key, 0.0) + float(val.detach()) * w
+                    sums["logprob_mismatch"] = sums.get("logprob_mismatch", 0.0) + _mismatch(group, logp, mask)
+                if not bad:
+                    gn = torch.nn.utils.clip_grad_norm_(params, cfg.trainer.grad_clip)
+                    bad = not torch.isfinite(gn)
+                if bad:
+                    self.optimizer.zero_grad(set_to_none=True)
+                    skipped += 1
+                    continue
+                grad_norms.append(float(gn))
+                self.optimizer.step()
+        if grad_norms:  # the schedule counts trainer steps that updated the weights
+            self.scheduler.step()
+        self.policy.eval()
+        out = {k: v / max(weight_total, 1.0) for k, v in sums.items()}
+        out["grad_norm"] = statistics.fmean(grad_norms) if grad_norms else float("nan")
+        out["skipped_updates"] = float(skipped)
+        out["lr"] = self.scheduler.get_last_lr()[0]
+        out["time/logprob"] = logprob_time
+        return out
+
+    # -- one step --------------------------------------------------------------------------------
+    def train_step(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        trajs, stats = self.rollout()
+        t1 = time.perf_counter()
+        all_trajs = self._all_trajs
+        metrics: dict[str, float] = {**stats, "failed_episodes": float(self.failed_episodes)}
+        if all_trajs:
+            metrics["reward"] = statistics.fmean(t.reward for t in all_trajs)
+            for key in ("em", "sub_em", "f1", "num_conversations", "response_tokens", "answered",
+                        "memory_truncated", "final_truncated"):
+                vals = [t.metrics[key] for t in all_trajs if key in t.metrics]
+                if vals:
+                    metrics[key] = statistics.fmean(vals)
+            gen_tokens = sum(t.num_generated_tokens for t in all_trajs)
+            metrics["tokens_per_s"] = gen_tokens / max(t1 - t0, 1e-9)
+        metrics["time/rollout"] = t1 - t0
+        rows = rows_from_trajectories(trajs)
+        if not rows:
+            self.tracker.console.print("[yellow]no trainable episodes this step (all groups dropped or failed); "
+                                       "skipping the update[/yellow]")
+            metrics.update({"time/logprob": 0.0, "time/update": 0.0, "time/sync": 0.0, "skipped_updates": 1.0,
+                            "data_position": float(self.sampler.position)})
+            return metrics
+        self.advantages(trajs, rows)
+        t2 = time.perf_counter()
+        upd = self.update(rows)
+        t3 = time.perf_counter()
+        if upd["skipped_updates"] >= self.cfg.trainer.mini_batches * self.cfg.algorithm.ppo_epochs:
+            self.nan_streak += 1
+            self.tracker.console.print(f"[yellow]non-finite loss or gradient: step {self.step} skipped "
+                                       f"({self.nan_streak} in a row)[/yellow]")
+            if self.nan_streak >= self.cfg.trainer.max_nan_steps:
+                raise NonFiniteLossError(f"{self.nan_streak} steps in a row had non-finite losses; last good "
+                                         f"checkpoint is in {self.run_dir}/checkpoints. Lower trainer.lr or check "
+                                         "the data")
+        else:
+            self.nan_streak = 0
+        metrics.update(upd)
+        metrics["time/update"] = t3 - t2 - upd["time/logprob"]
+        t4 = time.perf_counter()
+        if not self.shared_engine:
+            asyncio.run(self.engine.update_weights(merged_state_dict(self.policy)))
+        metrics["time/sync"] = time.perf_counter() - t4
+        metrics["train_rows"] = float(len(rows))
+        metrics["data_position"] = float(self.sampler.position)
+        return metrics
+
+    async def _evaluate(self) -> float:
+        cfg = self.cfg
+        greedy = SamplingParams(greedy=True)
+        trajs = await asyncio.gather(*(self.workflow(s, self.engine, self.tokenizer, cfg.workflow, sampling=greedy)
+                                       for s in self.eval_samples))
+        return 100.0 * statistics.fmean(t.reward for t in trajs)
+
+    def evaluate(self) -> float:
+        """Greedy accuracy (%) of the configured reward on ``data.eval_file``."""
+        self.policy.eval()
+        return asyncio.run(self._evaluate())
+
+    def save(self) -> Path:
+        return checkpoint.save(self.run_dir, self.step, self.policy, self.optimizer, self.scheduler,
+                               {"data_position": self.sampler.position, "nan_streak": self.nan_streak},
+                               keep=self.cfg.trainer.keep_checkpoints)
+
+    def run(self) -> dict[str, float]:
+        t = self.cfg.trainer
+        last: dict[str, float] = {}
+        if self.resumed_from is not None:
+            self.tracker.console.print(f"resumed from step {self.resumed_from} ({self.run_dir})")
+        try:
+            while self.step < t.total_steps:
+                self.step += 1
+                last = self.train_step()
+                if t.eval_every and self.step % t.eval_every == 0:
+                    last["eval/accuracy"] = self.evaluate()
+                self.tracker.log(self.step, last)
+                if self.step % t.save_every == 0 or self.step == t.total_steps:
+                    self.save()
+        finally:
+            self.tracker.close()
+        return last
+
+
+def _mismatch(rows: list[Row], logp: torch.Tensor, mask: torch.Tensor) -> float:
+    """Sum over response tokens of |engine logprob - trainer logprob| (weighted into a mean later)."""
+    total = 0.0
+    for i, r in enumerate(rows):
+        eng = torch.tensor(r.engine_logprobs[1:], dtype=torch.float32, device=logp.device)
+        n = eng.numel()
+        total += float(((eng - logp[i, :n].detach()).abs() * mask[i, :n]).sum())
+    return total
