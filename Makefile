@@ -35,7 +35,7 @@ smol: install
 	$(PY) -m pip install -e ".[smol]"
 
 demo: install
-	$(VENV)/bin/memrl demo
+	$(VENV)/bin/memrl demo --fresh
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache

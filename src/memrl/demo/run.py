@@ -16,6 +16,7 @@ import asyncio
 import json
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,15 +32,20 @@ from memrl.engines.base import SamplingParams
 from memrl.engines.hf import HFEngine
 from memrl.workflows.memagent import memagent
 
-WORKFLOW = dict(name="memagent", chunk_tokens=48, memory_tokens=4, final_tokens=8, question_tokens=32, reward="em")
+PROMPTS = str(Path(__file__).with_name("prompts.yaml"))
+WORKFLOW = dict(name="memagent", chunk_tokens=12, memory_tokens=4, final_tokens=8, question_tokens=32, reward="em",
+                prompts=PROMPTS)
 
 
-def build_data(out: Path, seed: int) -> tuple[Path, Path]:
-    train, held = out / "data" / "train.jsonl", out / "data" / "heldout.jsonl"
-    if not held.is_file():
-        write_samples(make_split(seed + 1, 256, (8, 16)), train, fmt="jsonl")  # ~1.5-3 chunks
-        write_samples(make_split(seed + 2, 64, (36, 44)), held, fmt="jsonl")  # ~7-9 chunks: longer than training
-    return train, held
+def build_data(out: Path, seed: int) -> dict[str, Path]:
+    """Short docs (0-1 filler sentences) for the first warm-start stage, training docs (2-5 sentences,
+    ~2-5 chunks) and held-out docs (12-14 sentences, ~11-13 chunks: longer than anything trained on)."""
+    paths = {name: out / "data" / f"{name}.jsonl" for name in ("short", "train", "heldout")}
+    if not paths["heldout"].is_file():
+        write_samples(make_split(seed + 7, 1024, (0, 1)), paths["short"], fmt="jsonl")
+        write_samples(make_split(seed + 1, 256, (2, 5)), paths["train"], fmt="jsonl")
+        write_samples(make_split(seed + 2, 64, (12, 14)), paths["heldout"], fmt="jsonl")
+    return paths
 
 
 def build_model(out: Path, seed: int) -> Path:
@@ -82,44 +88,49 @@ def run_demo(out: Path, *, rl_steps: int = 30, seed: int = 0, console: Console |
     from memrl.train.tracking import plot_run
     from memrl.train.trainer import Trainer
 
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     t0 = time.perf_counter()
-    train_file, held_file = build_data(out, seed)
+    paths = build_data(out, seed)
     init = build_model(out, seed)
     tok = load_tokenizer(str(init))
-    train, held = list(read_samples(train_file)), list(read_samples(held_file))
-    console.print(f"[bold]memrl demo[/bold]: needle task, {len(train)} training docs (~2-3 chunks), "
-                  f"{len(held)} held-out docs (~8 chunks), tiny model in {init}")
+    short, train, held = (list(read_samples(paths[k])) for k in ("short", "train", "heldout"))
+    console.print(f"[bold]memrl demo[/bold]: find the secret code in filler text. Tiny model ({init}); "
+                  f"{len(train)} training docs of 2-5 chunks, {len(held)} held-out docs of 11-13 chunks")
 
     sft_dir = out / "sft_model"
     if not (sft_dir / "config.json").is_file():
-        trajs = asyncio.run(teacher_trajectories(train, tok, forget_p=0.6, seed=seed))
         model = load_model(str(init), device="cpu")
-        with console.status("SFT warm start on the sloppy teacher's trajectories"):
-            losses = sft(model, trajs, epochs=12, lr=3e-3, batch_rows=64, pad_id=tok.pad_token_id, seed=seed)
+        with console.status("warm start: SFT on a sloppy teacher (it forgets the code 60% of the time)"):
+            stage1 = asyncio.run(teacher_trajectories(short, tok, forget_p=0.6, seed=seed))
+            stage2 = asyncio.run(teacher_trajectories(train, tok, forget_p=0.6, seed=seed + 1))
+            losses: list[float] = []
+            for epoch, lr in enumerate((3e-3, 3e-3, 1e-3, 1e-3, 5e-4)):  # short docs: learn to spot the code
+                losses += sft(model, stage1, epochs=1, lr=lr, batch_rows=32, pad_id=tok.pad_token_id, seed=epoch)
+            losses += sft(model, stage2, epochs=1, lr=5e-4, batch_rows=32, pad_id=tok.pad_token_id, seed=99)
         console.print(f"warm start: {len(losses)} SFT steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
         export_model(model, tok, sft_dir)
     before = asyncio.run(accuracy(load_model(str(sft_dir), device="cpu"), tok, held))
-    console.print(f"held-out accuracy after warm start: [bold]{before:.1f}%[/bold]")
+    console.print(f"held-out accuracy after the warm start: [bold]{before:.1f}%[/bold]")
 
     cfg = MemRLConfig.model_validate({
         "model": {"path": str(sft_dir)},
-        "data": {"train_file": str(train_file), "eval_file": str(held_file)},
+        "data": {"train_file": str(paths["train"]), "eval_file": str(paths["heldout"])},
         "workflow": WORKFLOW,
         "sampling": {"temperature": 1.0},
         "algorithm": {"adv_estimator": "grpo", "n": 8, "loss_agg_mode": "token-mean"},
-        "trainer": {"lr": 2e-4, "total_steps": rl_steps, "prompts_per_step": 8, "save_every": 10,
+        "trainer": {"lr": 1e-3, "total_steps": rl_steps, "prompts_per_step": 8, "save_every": 10,
                     "eval_every": 10, "eval_samples": 32, "seed": seed, "output_dir": str(out / "rl"),
                     "micro_batch_tokens": 32768},
         "engine": {"max_batch_size": 64, "device": "cpu"},
     })
+    console.print(f"MemAgent GRPO: {rl_steps} steps x 8 prompts x 8 episodes (run folder {out / 'rl'})")
     trainer = Trainer(cfg, tracker_console=console)
     trainer.run()
     after = asyncio.run(accuracy(trainer.policy, tok, held))
     curve = plot_run(out / "rl", keys=("reward", "eval/accuracy", "response_tokens", "grad_norm"))
     summary = {"heldout_before": before, "heldout_after": after, "lift": after - before,
-               "seconds": time.perf_counter() - t0, "rl_steps": rl_steps}
+               "seconds": round(time.perf_counter() - t0, 1), "rl_steps": rl_steps, "heldout_docs": len(held)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    console.print(f"held-out accuracy (docs ~3x longer than training): [bold]{before:.1f}% -> {after:.1f}%[/bold] "
-                  f"({after - before:+.1f} points) in {summary['seconds']:.0f} s; reward curve: {curve}")
+    console.print(f"\n[bold]held-out accuracy (docs ~3x longer than training): {before:.1f}% -> {after:.1f}% "
+                  f"({after - before:+.1f} points)[/bold] in {summary['seconds']:.0f} s\nreward curve: {curve}")
     return summary

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ class Tracker:
     def __init__(self, run_dir: Path, resume_step: int, tensorboard: bool = False, wandb_project: str | None = None,
                  config: dict[str, Any] | None = None, console: Console | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
-        self.console = console or Console(stderr=True)
+        self.console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
         self._truncate_after(resume_step)
         self._tb = self._wandb = None
         if tensorboard:

@@ -382,6 +382,8 @@ class Trainer:
         if self.resumed_from is not None:
             self.tracker.console.print(f"resumed from step {self.resumed_from} ({self.run_dir})")
         try:
+            if t.eval_every and self.step == 0:  # the curve starts from the untrained policy
+                self.tracker.log(0, {"eval/accuracy": self.evaluate()})
             while self.step < t.total_steps:
                 self.step += 1
                 last = self.train_step()
