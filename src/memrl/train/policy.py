@@ -28,7 +28,8 @@ def build_policy(cfg: MemRLConfig, device: str | None = None, path: str | None =
 
     model = load_model(path or cfg.model.path, dtype=cfg.model.dtype, device=device)
     if cfg.trainer.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # transformers >= 5.x renamed it; older versions only have the first name
+        getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
         model.config.use_cache = False
     if cfg.lora.enabled:
         model = add_lora(model, cfg.lora)
