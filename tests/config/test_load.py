@@ -55,3 +55,11 @@ def test_unknown_key_in_yaml_is_reported_with_path(tmp_path):
         load_config(f)
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_example_configs_load():
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")):
+        cfg = load_config(path)
+        assert cfg.workflow.name in ("memagent", "rememr1", "full_context")
