@@ -33,7 +33,7 @@ def test_micro_batching_gives_the_same_gradient(tmp_path):
         cfg = config(tmp_path / str(budget), trainer__micro_batch_tokens=budget)
         tok = load_tokenizer("tiny")
         trainer = Trainer(cfg, policy=load_model("tiny", device="cpu"), engine=coin_engine(tok, seed=1))
-        trajs, _ = trainer.rollout()
+        trajs, _, _ = trainer.rollout()
         from memrl.train.batch import rows_from_trajectories
 
         rows = rows_from_trajectories(trajs)

@@ -173,8 +173,11 @@ class Trainer:
         results = await asyncio.gather(*(one(i, k) for i in indices for k in range(n)))
         return [t for t in results if t is not None]
 
-    def rollout(self) -> tuple[list[Trajectory], dict[str, float]]:
-        """Episodes for this step; with dynamic sampling, only groups whose rewards vary."""
+    def rollout(self) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
+        """(episodes to train on, every episode generated, stats).
+
+        With dynamic sampling the first list holds only groups whose rewards vary.
+        """
         cfg = self.cfg
         want = cfg.trainer.prompts_per_step
         kept: list[Trajectory] = []
@@ -196,8 +199,7 @@ class Trainer:
             else:
                 kept = trajs
         stats["rollout_episodes"] = float(len(all_trajs))
-        self._all_trajs = all_trajs
-        return kept, stats
+        return kept, all_trajs, stats
 
     # -- advantages ------------------------------------------------------------------------------
     def advantages(self, trajs: list[Trajectory], rows: list[Row]) -> None:
@@ -314,9 +316,8 @@ class Trainer:
     # -- one step --------------------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
-        trajs, stats = self.rollout()
+        trajs, all_trajs, stats = self.rollout()
         t1 = time.perf_counter()
-        all_trajs = self._all_trajs
         metrics: dict[str, float] = {**stats, "failed_episodes": float(self.failed_episodes)}
         if all_trajs:
             metrics["reward"] = statistics.fmean(t.reward for t in all_trajs)
