@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from memrl.data.longctx import LongContextSample
 from memrl.engines.base import GenerationResult, SamplingParams
@@ -101,3 +102,28 @@ def qa_trajectory(
         info={"question": sample.question, "answers": list(sample.answers), "answer": answer,
               "final_text": final_text, **info},
     )
+
+
+def read_inputs(sample: LongContextSample, tokenizer: Any, config: Any) -> tuple[list[int], int, list[int]]:
+    """(context ids after ``max_chunks`` centre truncation, original context length, question ids)."""
+    context = encode_text(tokenizer, sample.context)
+    original_len = len(context)
+    if config.max_chunks is not None:
+        context = centre_truncate(context, config.max_chunks * config.chunk_tokens)
+    return context, original_len, encode_text(tokenizer, sample.question)[: config.question_tokens]
+
+
+P = TypeVar("P")
+_PROMPT_CACHE: dict[tuple[Any, int, tuple[tuple[str, str], ...]], Any] = {}
+
+
+def cached_prompts(build: Callable[[Any, dict[str, str]], P], tokenizer: Any, prompts_file: str | None,
+                   defaults: Mapping[str, str]) -> P:
+    """Token templates built once per (builder, tokenizer, template texts): an edited prompt file takes effect."""
+    from memrl.workflows.templates import load_prompts
+
+    texts = load_prompts(prompts_file, defaults)
+    key = (build, id(tokenizer), tuple(sorted(texts.items())))
+    if key not in _PROMPT_CACHE:
+        _PROMPT_CACHE[key] = build(tokenizer, texts)
+    return _PROMPT_CACHE[key]

@@ -19,15 +19,15 @@ from memrl.data.longctx import LongContextSample
 from memrl.engines.base import Engine, SamplingParams
 from memrl.types import Conversation, Trajectory
 from memrl.workflows.common import (
-    centre_truncate,
+    cached_prompts,
     decode,
-    encode_text,
     qa_trajectory,
+    read_inputs,
     stop_token_ids,
     strip_stop,
     turn_seed,
 )
-from memrl.workflows.templates import TokenTemplate, load_prompts
+from memrl.workflows.templates import TokenTemplate
 
 DEFAULT_PROMPTS = {
     "memory": (
@@ -59,16 +59,8 @@ class MemAgentPrompts:
         self.stops = stop_token_ids(tokenizer)
 
 
-_PROMPT_CACHE: dict[tuple[int, tuple[tuple[str, str], ...]], MemAgentPrompts] = {}
-
-
 def prompts_for(tokenizer: Any, config: WorkflowConfig) -> MemAgentPrompts:
-    """Cached per (tokenizer, template texts): an edited prompt file takes effect."""
-    texts = load_prompts(config.prompts, DEFAULT_PROMPTS)
-    key = (id(tokenizer), tuple(sorted(texts.items())))
-    if key not in _PROMPT_CACHE:
-        _PROMPT_CACHE[key] = MemAgentPrompts(tokenizer, texts)
-    return _PROMPT_CACHE[key]
+    return cached_prompts(MemAgentPrompts, tokenizer, config.prompts, DEFAULT_PROMPTS)
 
 
 def chunk_count(context_tokens: int, config: WorkflowConfig) -> int:
@@ -91,11 +83,7 @@ async def memagent(
     """Run one MemAgent episode and score its boxed answer."""
     sampling = sampling or SamplingParams(greedy=True)
     p = prompts_for(tokenizer, config)
-    context = encode_text(tokenizer, sample.context)
-    original_len = len(context)
-    if config.max_chunks is not None:
-        context = centre_truncate(context, config.max_chunks * config.chunk_tokens)
-    question = encode_text(tokenizer, sample.question)[: config.question_tokens]
+    context, original_len, question = read_inputs(sample, tokenizer, config)
 
     memory = p.no_memory
     conversations: list[Conversation] = []

@@ -29,16 +29,16 @@ from memrl.engines.base import Engine, SamplingParams
 from memrl.rewards.qa import normalize_answer
 from memrl.types import Conversation, Trajectory
 from memrl.workflows.common import (
-    centre_truncate,
+    cached_prompts,
     decode,
-    encode_text,
     qa_trajectory,
+    read_inputs,
     stop_token_ids,
     strip_stop,
     turn_seed,
 )
 from memrl.workflows.retrieval import TfidfIndex
-from memrl.workflows.templates import TokenTemplate, load_prompts
+from memrl.workflows.templates import TokenTemplate
 
 DEFAULT_PROMPTS = {
     "memory": (
@@ -120,17 +120,6 @@ class _Prompts:
         self.stops = stop_token_ids(tokenizer)
 
 
-_CACHE: dict[tuple[int, tuple[tuple[str, str], ...]], _Prompts] = {}
-
-
-def _prompts(tokenizer: Any, config: WorkflowConfig) -> _Prompts:
-    texts = load_prompts(config.prompts, DEFAULT_PROMPTS)
-    key = (id(tokenizer), tuple(sorted(texts.items())))
-    if key not in _CACHE:
-        _CACHE[key] = _Prompts(tokenizer, texts)
-    return _CACHE[key]
-
-
 async def rememr1(
     sample: LongContextSample,
     engine: Engine,
@@ -143,12 +132,8 @@ async def rememr1(
 ) -> Trajectory:
     """Run one ReMemR1 episode: memory turns with recall, then the final answer."""
     sampling = sampling or SamplingParams(greedy=True)
-    p = _prompts(tokenizer, config)
-    context = encode_text(tokenizer, sample.context)
-    original_len = len(context)
-    if config.max_chunks is not None:
-        context = centre_truncate(context, config.max_chunks * config.chunk_tokens)
-    question = encode_text(tokenizer, sample.question)[: config.question_tokens]
+    p = cached_prompts(_Prompts, tokenizer, config.prompts, DEFAULT_PROMPTS)
+    context, original_len, question = read_inputs(sample, tokenizer, config)
 
     memory, memory_text, recalled, recalled_text = p.no_memory, "", p.no_recall, ""
     index = TfidfIndex()
