@@ -49,3 +49,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+SHARED_TAU2 = Path(os.environ.get("MEMRL_SHARED_TAU2", REPO.parent / "shared" / "tau2"))
+
+
+@pytest.fixture(scope="session")
+def tau2_dir() -> Path:
+    """``../shared/tau2`` (τ²-bench domain files); tests using it skip when absent."""
+    if not (SHARED_TAU2 / "retail" / "tasks.json").is_file():
+        pytest.skip(f"tau2-bench domain files not found at {SHARED_TAU2} (set MEMRL_SHARED_TAU2 to run these tests)")
+    return SHARED_TAU2

@@ -57,7 +57,7 @@ class DataConfig(Section):
 class WorkflowConfig(Section):
     """Which agent loop runs an episode, and its budgets (MemAgent paper defaults)."""
 
-    name: Literal["memagent", "rememr1", "full_context"] = "memagent"
+    name: Literal["memagent", "rememr1", "full_context", "tool_agent"] = "memagent"
     chunk_tokens: int = Field(5000, gt=0, description="Context tokens shown per memory turn.")
     memory_tokens: int = Field(1024, gt=0, description="Max new tokens of a memory turn (= memory size).")
     final_tokens: int = Field(1024, gt=0, description="Max new tokens of the final answer turn.")
@@ -72,6 +72,21 @@ class WorkflowConfig(Section):
     state_reward_alpha: float = Field(0.8, ge=0, le=1, description="rememr1: weight of the outcome advantage "
                                       "against the per-turn state advantage (ReMemR1's alpha).")
 
+    max_turns: int = Field(30, gt=0, description="tool_agent: model turns per episode before it is cut (reward 0).")
+    turn_tokens: int = Field(512, gt=0, description="tool_agent: max new tokens of one model turn.")
+    max_total_tokens: int = Field(8192, gt=0, description="tool_agent: context limit of the whole episode.")
+    tool_format: Literal["qwen", "hermes"] = Field("qwen", description="tool_agent: ChatML role of tool results "
+                                                   "('qwen': user turn with <tool_response>; 'hermes': tool).")
+    tool_parser: Literal["hermes", "json"] = Field("hermes", description="tool_agent: how tool calls are read "
+                                                   "from model text (<tool_call> JSON blocks, or bare JSON).")
+
+    @property
+    def norm_tokens(self) -> int:
+        """Longest response of one conversation: verl's seq-mean-token-sum-norm divisor."""
+        if self.name == "tool_agent":
+            return self.max_total_tokens
+        return max(self.memory_tokens, self.final_tokens)
+
     @model_validator(mode="after")
     def _rememr1_budgets(self) -> "WorkflowConfig":
         """ReMemR1 uses 2048-token question/memory/answer budgets unless set explicitly."""
@@ -80,6 +95,29 @@ class WorkflowConfig(Section):
                 if key not in self.model_fields_set:
                     object.__setattr__(self, key, 2048)
         return self
+
+
+class EnvConfig(Section):
+    """Tool-agent environment: the domain, its tasks and the user simulator (workflow.name=tool_agent)."""
+
+    domain: str = Field("library", description="'library' (built in), or a tau2-bench domain: mock, retail.")
+    data_dir: str | None = Field(None, description="tau2-bench clone or its data/tau2/domains folder "
+                                 "(not needed for 'library').")
+    train_split: str | None = Field("train", description="Task split trained on (null: all tasks).")
+    eval_split: str | None = Field("test", description="Task split evaluated every trainer.eval_every steps.")
+    solo: bool = Field(True, description="Solo mode: the agent gets the ticket and works alone; "
+                       "false needs a user simulator (env.user_model).")
+    partial_credit: bool = Field(False, description="Reward = mean of component pass rates instead of "
+                                 "tau2-bench's all-or-nothing product.")
+    user_model: str | None = Field(None, description="User simulator: model path/alias (hf) or its tokenizer (openai).")
+    user_engine: Literal["hf", "openai"] = "hf"
+    user_base_url: str | None = Field(None, description="openai user simulator: server root, e.g. http://host:8000/v1.")
+    user_served_model: str | None = None
+    user_api_key_env: str = "OPENAI_API_KEY"
+    user_max_tokens: int = Field(256, gt=0)
+    user_temperature: float = Field(1.0, ge=0)
+    user_prompt: str | None = Field(None, description="Text file with the user simulator's system prompt "
+                                    "(must contain {scenario}).")
 
 
 class SamplingConfig(Section):
@@ -166,6 +204,7 @@ class MemRLConfig(Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)

@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 
 CONSOLE_KEYS = [("reward", "reward", "{:.3f}"), ("acc", "eval/accuracy", "{:.1f}"), ("conv", "num_conversations", "{:.1f}"),
+                ("turns", "turns", "{:.1f}"), ("tool-valid", "tool_call_validity", "{:.2f}"),
                 ("resp", "response_tokens", "{:.0f}"), ("kl", "kl", "{:.4f}"), ("ent", "entropy", "{:.3f}"),
                 ("clip", "clipfrac", "{:.3f}"), ("gnorm", "grad_norm", "{:.2f}"), ("tok/s", "tokens_per_s", "{:.0f}"),
                 ("roll", "time/rollout", "{:.1f}s"), ("lp", "time/logprob", "{:.1f}s"), ("upd", "time/update", "{:.1f}s"),

@@ -28,7 +28,6 @@ import torch
 import yaml
 
 from memrl.config import ConfigError, MemRLConfig
-from memrl.data import LongContextSample, read_samples
 from memrl.engines.base import Engine, SamplingParams
 from memrl.rl.advantages import broadcast, combine_step_advantages, episode_advantages
 from memrl.rl.dapo import keep_groups
@@ -39,7 +38,7 @@ from memrl.train.policy import Reference, build_policy, merged_state_dict
 from memrl.train.sampler import ResumableSampler
 from memrl.train.tracking import Tracker
 from memrl.types import Trajectory
-from memrl.workflows import get_workflow
+from memrl.workflows import get_workflow, load_samples
 
 # Config keys that may change between a run and its resumption.
 RESUMABLE_CHANGES = {("trainer", "total_steps"), ("trainer", "save_every"), ("trainer", "eval_every"),
@@ -48,6 +47,11 @@ RESUMABLE_CHANGES = {("trainer", "total_steps"), ("trainer", "save_every"), ("tr
 
 class NonFiniteLossError(RuntimeError):
     """Too many steps in a row produced NaN/inf losses or gradients."""
+
+
+EPISODE_METRICS = ("em", "sub_em", "f1", "num_conversations", "response_tokens", "answered", "memory_truncated",
+                   "final_truncated", "turns", "tool_calls", "tool_call_validity", "invalid_tool_calls",
+                   "tool_errors", "made_tool_call", "db_match", "completed", "user_turns")
 
 
 def seed_everything(seed: int) -> None:
@@ -67,11 +71,13 @@ def lr_lambda(step: int, warmup: int, total: int, schedule: str) -> float:
 
 def check_config(cfg: MemRLConfig) -> None:
     """Fail before any work on values that would only break later."""
-    if not cfg.data.train_file:
+    if cfg.workflow.name == "tool_agent":
+        _check_env(cfg)
+    elif not cfg.data.train_file:
         raise ConfigError("data.train_file is required for training (a file from memrl data synth or the demo)")
-    if not Path(cfg.data.train_file).is_file():
+    elif not Path(cfg.data.train_file).is_file():
         raise ConfigError(f"data.train_file: file not found: {cfg.data.train_file}")
-    if cfg.trainer.eval_every and not cfg.data.eval_file:
+    if cfg.trainer.eval_every and not cfg.data.eval_file and cfg.workflow.name != "tool_agent":
         raise ConfigError("trainer.eval_every > 0 needs data.eval_file")
     if cfg.data.eval_file and not Path(cfg.data.eval_file).is_file():
         raise ConfigError(f"data.eval_file: file not found: {cfg.data.eval_file}")
@@ -82,6 +88,20 @@ def check_config(cfg: MemRLConfig) -> None:
         raise ConfigError("algorithm.step_rewards needs workflow.name=rememr1 (the workflow that scores turns)")
     if cfg.engine.kind == "openai":
         raise ConfigError("engine.kind=openai cannot receive weight updates; train with engine.kind=hf or vllm")
+
+
+def _check_env(cfg: MemRLConfig) -> None:
+    from memrl.envs.domain import load_domain
+
+    try:
+        domain = load_domain(cfg.env.domain, cfg.env.data_dir)
+        domain.get_tasks(cfg.env.train_split)
+        if cfg.trainer.eval_every:
+            domain.get_tasks(cfg.env.eval_split)
+    except (ValueError, FileNotFoundError) as err:
+        raise ConfigError(f"env: {err}") from None
+    if not cfg.env.solo and not cfg.env.user_model:
+        raise ConfigError("env.solo=false needs env.user_model (the user simulator)")
 
 
 class Trainer:
@@ -106,9 +126,8 @@ class Trainer:
         self.reference = Reference(self.policy, needed=cfg.algorithm.kl_coef > 0)
         self.engine, self.shared_engine = (engine, False) if engine is not None else self._build_engine()
         self.workflow = get_workflow(cfg.workflow.name)
-        self.samples = list(read_samples(cfg.data.train_file))
-        self.eval_samples = list(read_samples(cfg.data.eval_file))[: cfg.trainer.eval_samples] \
-            if cfg.data.eval_file else []
+        self.samples = load_samples(cfg, "train")
+        self.eval_samples = load_samples(cfg, "eval")[: cfg.trainer.eval_samples]
         self.sampler = ResumableSampler(len(self.samples), cfg.trainer.seed)
         self.step = 0
         self.nan_streak = 0
@@ -244,7 +263,7 @@ class Trainer:
         logprob_time = time.perf_counter() - t0
         self.policy.train()
         temp = cfg.sampling.temperature or 1.0
-        norm_len = max(cfg.workflow.memory_tokens, cfg.workflow.final_tokens)
+        norm_len = cfg.workflow.norm_tokens
         sums: dict[str, float] = {}
         weight_total = 0.0
         grad_norms: list[float] = []
@@ -321,8 +340,7 @@ class Trainer:
         metrics: dict[str, float] = {**stats, "failed_episodes": float(self.failed_episodes)}
         if all_trajs:
             metrics["reward"] = statistics.fmean(t.reward for t in all_trajs)
-            for key in ("em", "sub_em", "f1", "num_conversations", "response_tokens", "answered",
-                        "memory_truncated", "final_truncated"):
+            for key in EPISODE_METRICS:
                 vals = [t.metrics[key] for t in all_trajs if key in t.metrics]
                 if vals:
                     metrics[key] = statistics.fmean(vals)

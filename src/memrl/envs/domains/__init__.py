@@ -1,0 +1,1 @@
+"""Tool implementations of the domains memrl can run (``library`` also ships its data here)."""

@@ -1,0 +1,146 @@
+"""Grade a tool-agent episode the way τ²-bench does.
+
+- Premature endings (turn or token limit, crash) score 0: only an agent stop,
+  a user stop or a transfer is graded.
+- DB: the episode's tool calls are replayed on a fresh environment (after the
+  task's initial state) and its database hashes (agent and user side) are
+  compared with those of a fresh environment on which the gold actions were
+  replayed.
+- ENV_ASSERTION: each assertion function must return its ``assert_value``.
+- ACTION: every gold action must appear among the calls (see ``Action.matches``).
+- COMMUNICATE: every required string must occur, case-insensitively, in an
+  agent text message with commas removed.
+- NL_ASSERTION: needs an LLM judge; without one the component is left out of the
+  product and counted in ``nl_unchecked``.
+
+The task reward is the product of the components named in ``reward_basis``
+(all or nothing). With ``partial=True`` each component scores the fraction of
+its checks met and the reward is the mean over the components: a denser signal
+for RL on weak models, not a τ²-bench number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from memrl.envs.messages import Message, ToolCall
+from memrl.envs.tasks import Task
+
+if TYPE_CHECKING:
+    from memrl.envs.domain import Domain
+
+NLJudge = Callable[[Sequence[str], Sequence[Message]], Sequence[bool]]
+GRADED_ENDINGS = ("agent_stop", "user_stop", "transfer")
+
+
+@dataclass
+class RewardInfo:
+    reward: float
+    breakdown: dict[str, float] = field(default_factory=dict)
+    db_match: bool | None = None
+    action_checks: list[bool] = field(default_factory=list)
+    communicate_checks: list[bool] = field(default_factory=list)
+    env_assertion_checks: list[bool] = field(default_factory=list)
+    nl_unchecked: int = 0
+    note: str = ""
+
+
+def history_messages(task: Task) -> list[Message]:
+    """The task's pre-filled message history (τ² ``initial_state.message_history``)."""
+    hist = task.initial_state.message_history if task.initial_state is not None else None
+    return [Message.from_dict(m) for m in hist or []]
+
+
+def tool_calls(messages: Sequence[Message]) -> list[ToolCall]:
+    return [c for m in messages if m.role in ("assistant", "user") for c in m.tool_calls]
+
+
+def communicated(info: str, messages: Sequence[Message]) -> bool:
+    needle = info.lower()
+    return any(m.role == "assistant" and m.content and needle in m.content.lower().replace(",", "")
+               for m in messages)
+
+
+def evaluate(domain: Domain, task: Task, messages: Sequence[Message], *, ending: str = "agent_stop",
+             solo: bool = False, partial: bool = False, nl_judge: NLJudge | None = None) -> RewardInfo:
+    """Score an episode. ``messages`` is the whole log, including the task's own history."""
+    if ending not in GRADED_ENDINGS:
+        return RewardInfo(0.0, note=f"episode ended early ({ending})")
+    crit = task.evaluation_criteria
+    if crit is None:
+        return RewardInfo(1.0, note="no evaluation criteria")
+    basis = list(crit.reward_basis)
+    comps: dict[str, list[bool]] = {}
+    info = RewardInfo(0.0)
+
+    if crit.actions is None and crit.env_assertions is None:
+        info.db_match = True
+        comps["DB"] = [True]
+        comps["ENV_ASSERTION"] = []
+    else:
+        predicted = domain.new_env(solo=solo)
+        predicted.set_state(task.initial_state, messages)
+        gold = domain.new_env()
+        gold.set_state(task.initial_state, history_messages(task))
+        for action in crit.actions or []:
+            try:
+                gold.call(ToolCall(action.name, dict(action.arguments), requestor=action.requestor))
+            except Exception:  # noqa: BLE001 - a failing gold action changes nothing, as in τ²-bench
+                pass
+        info.db_match = (predicted.db_hash() == gold.db_hash()
+                         and predicted.user_db_hash() == gold.user_db_hash())
+        comps["DB"] = [info.db_match]
+        info.env_assertion_checks = [predicted.run_assertion(a) for a in crit.env_assertions or []]
+        comps["ENV_ASSERTION"] = info.env_assertion_checks
+
+    calls = tool_calls(messages)
+    info.action_checks = [any(a.matches(c.name, c.arguments) for c in calls) for a in crit.actions or []]
+    comps["ACTION"] = info.action_checks
+    info.communicate_checks = [communicated(s, messages) for s in crit.communicate_info or []]
+    comps["COMMUNICATE"] = info.communicate_checks
+    nl = list(crit.nl_assertions or [])
+    if nl and nl_judge is not None:
+        comps["NL_ASSERTION"] = [bool(x) for x in nl_judge(nl, messages)]
+    elif nl:
+        if "NL_ASSERTION" in basis:
+            info.nl_unchecked = len(nl)
+        basis = [b for b in basis if b != "NL_ASSERTION"]
+    else:
+        comps["NL_ASSERTION"] = []
+
+    scores: dict[str, float] = {}
+    for name in basis:
+        checks = comps.get(name, [])
+        if partial:
+            scores[name] = sum(checks) / len(checks) if checks else 1.0
+        else:
+            scores[name] = 1.0 if all(checks) else 0.0
+    info.breakdown = scores
+    if not scores:
+        info.reward = 1.0
+    elif partial:
+        info.reward = sum(scores.values()) / len(scores)
+    else:
+        info.reward = 1.0
+        for v in scores.values():
+            info.reward *= v
+    return info
+
+
+def replay_gold(domain: Domain, task: Task, *, solo: bool = False, **kwargs: Any) -> RewardInfo:
+    """Grade an episode made only of the gold actions (and the task's history): should be 1.0.
+
+    Each required ``communicate_info`` string is said by the agent at the end,
+    as a correct agent would.
+    """
+    msgs = history_messages(task)
+    crit = task.evaluation_criteria
+    for i, a in enumerate(crit.actions or [] if crit else []):
+        role = "user" if a.requestor == "user" else "assistant"
+        msgs.append(Message(role, None, [ToolCall(a.name, dict(a.arguments), id=f"gold_{i}",
+                                                  requestor=a.requestor)]))
+    if crit and crit.communicate_info:
+        msgs.append(Message("assistant", " ".join(crit.communicate_info)))
+    return evaluate(domain, task, msgs, solo=solo, **kwargs)

@@ -1,0 +1,41 @@
+"""The message log of a tool-agent episode (what the evaluator grades)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass
+class ToolCall:
+    """A tool call by the agent (``requestor='assistant'``) or the user (dual control)."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = ""
+    requestor: Literal["assistant", "user"] = "assistant"
+
+
+@dataclass
+class Message:
+    """One turn: text and/or tool calls (assistant, user) or a tool result (tool)."""
+
+    role: Role
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    error: bool = False  # tool role: the call failed
+    call_id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Message:
+        calls = [c if isinstance(c, ToolCall) else ToolCall(name=c["name"], arguments=c.get("arguments") or {},
+                                                          id=c.get("id", ""),
+                                                          requestor=c.get("requestor", "assistant"))
+                 for c in d.get("tool_calls") or []]
+        return cls(role=d["role"], content=d.get("content"), tool_calls=calls, error=bool(d.get("error", False)),
+                   call_id=d.get("call_id") or d.get("id") or "")

@@ -1,0 +1,101 @@
+"""User simulators: the other side of a tool-agent conversation.
+
+``LLMUserSimulator`` prompts any engine (a local HF model or an
+OpenAI-compatible server) with the task's user scenario, with roles flipped:
+the agent's messages are its "user" turns. It ends the conversation by writing
+``###STOP###`` (done), ``###TRANSFER###`` (handed to a human) or
+``###OUT-OF-SCOPE###``, as in τ²-bench. ``ScriptedUser`` replays a function,
+for tests and for deterministic debugging.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from memrl.engines.base import Engine, SamplingParams
+from memrl.envs.messages import Message
+from memrl.envs.tasks import Task
+
+STOP_MARKERS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
+
+USER_SYSTEM = """You are a customer talking to a help-desk agent. Play the person described below.
+
+{scenario}
+
+Rules:
+- Write one short message at a time, as the customer, in plain language.
+- Give information only when it is asked for or needed; never invent information you were not given.
+- Never act as the agent and never call tools.
+- When your request is fully handled (or clearly refused), write ###STOP### as your whole message.
+- If you are transferred to a human agent, write ###TRANSFER###.
+- If the agent cannot help with what you need, write ###OUT-OF-SCOPE###."""
+
+
+class UserSimulator(Protocol):
+    async def reply(self, task: Task, messages: Sequence[Message], *, seed: int | None = None) -> str: ...
+
+
+def ends_conversation(text: str) -> str | None:
+    """The marker in a user message that ends the episode, if any."""
+    return next((m for m in STOP_MARKERS if m in text), None)
+
+
+class ScriptedUser:
+    """A user whose replies come from ``fn(task, messages)`` (sync or async)."""
+
+    def __init__(self, fn: Callable[[Task, Sequence[Message]], Any]) -> None:
+        self.fn = fn
+
+    async def reply(self, task: Task, messages: Sequence[Message], *, seed: int | None = None) -> str:
+        out = self.fn(task, messages)
+        return await out if inspect.isawaitable(out) else out
+
+
+class LLMUserSimulator:
+    """A user played by a language model behind the engine protocol."""
+
+    def __init__(self, engine: Engine, tokenizer: Any, *, max_tokens: int = 256, temperature: float = 1.0,
+                 system_prompt: str | None = None) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.system_prompt = system_prompt or USER_SYSTEM
+
+    @classmethod
+    def from_prompt_file(cls, engine: Engine, tokenizer: Any, path: str | None, **kw: Any) -> LLMUserSimulator:
+        text = Path(path).read_text() if path else None
+        if text is not None and "{scenario}" not in text:
+            raise ValueError(f"{path}: a user prompt must contain the {{scenario}} slot")
+        return cls(engine, tokenizer, system_prompt=text, **kw)
+
+    def chat(self, task: Task, messages: Sequence[Message]) -> list[dict[str, str]]:
+        """The conversation from the user's side (agent text -> 'user', own text -> 'assistant')."""
+        scenario = task.user_scenario.render() if task.user_scenario else task.first_message()
+        chat = [{"role": "system", "content": self.system_prompt.format(scenario=scenario)}]
+        for m in messages:
+            if m.role == "assistant" and m.content:
+                chat.append({"role": "user", "content": m.content})
+            elif m.role == "user" and m.content:
+                chat.append({"role": "assistant", "content": m.content})
+        if len(chat) == 1:
+            chat.append({"role": "user", "content": "Hi! How can I help you today?"})
+        return chat
+
+    async def reply(self, task: Task, messages: Sequence[Message], *, seed: int | None = None) -> str:
+        from memrl.workflows.common import decode, encode_text, stop_token_ids, strip_stop
+
+        chat = self.chat(task, messages)
+        if getattr(self.tokenizer, "chat_template", None):
+            text = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        else:
+            text = "".join(f"<|im_start|>{c['role']}\n{c['content']}<|im_end|>\n" for c in chat)
+            text += "<|im_start|>assistant\n"
+        stops = stop_token_ids(self.tokenizer)
+        params = SamplingParams(max_new_tokens=self.max_tokens, temperature=self.temperature,
+                                stop_token_ids=stops, seed=seed)
+        res = await self.engine.generate(encode_text(self.tokenizer, text), params)
+        return decode(self.tokenizer, strip_stop(res.token_ids, stops)).strip()

@@ -1,0 +1,85 @@
+"""Tools: schema from signatures, validation, and error observations instead of crashes."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from memrl.envs.environment import Environment, db_hash
+from memrl.envs.messages import ToolCall
+from memrl.envs.toolkit import ToolError, Toolkit, tool
+
+
+class Counter(Toolkit):
+    @tool("write")
+    def add(self, key: str, amount: int = 1, mode: Literal["inc", "dec"] = "inc") -> dict:
+        """Add to a counter.
+
+        Args:
+            key: Which counter.
+            amount: How much, such as 2.
+            mode: 'inc' or 'dec'.
+        """
+        if key not in self.db:
+            raise ToolError(f"no counter {key}")
+        self.db[key] += amount if mode == "inc" else -amount
+        return {key: self.db[key]}
+
+    @tool("read")
+    def get(self, key: str) -> int:
+        """Read a counter.
+
+        Args:
+            key: Which counter.
+        """
+        return self.db[key]
+
+    def helper(self) -> None:  # not a tool
+        return None
+
+
+def env() -> Environment:
+    return Environment("counter", "policy", Counter({"a": 1}))
+
+
+def test_schema_comes_from_signature_and_docstring():
+    schema = {s["function"]["name"]: s["function"] for s in Counter({}).schemas()}
+    assert set(schema) == {"add", "get"}
+    add = schema["add"]
+    assert add["description"] == "Add to a counter."
+    params = add["parameters"]
+    assert params["required"] == ["key"]
+    assert params["properties"]["amount"] == {"default": 1, "description": "How much, such as 2.", "type": "integer"}
+    assert params["properties"]["mode"]["enum"] == ["inc", "dec"]
+    assert params["additionalProperties"] is False
+
+
+def test_step_runs_a_valid_call_and_changes_the_db():
+    e = env()
+    obs = e.step(ToolCall("add", {"key": "a", "amount": 2}))
+    assert not obs.error and obs.content == '{"a": 3}'
+    assert e.tools.db == {"a": 3}
+
+
+def test_bad_calls_are_error_observations_not_crashes():
+    e = env()
+    before = db_hash(e.tools.db)
+    cases = [
+        (ToolCall("nope", {}), "unknown tool 'nope'"),
+        (ToolCall("add", {}), "key: Field required"),
+        (ToolCall("add", {"key": "a", "amount": "lots"}), "amount"),
+        (ToolCall("add", {"key": "a", "extra": 1}), "extra: Extra inputs are not permitted"),
+        (ToolCall("add", {"key": "a", "mode": "double"}), "mode"),
+        (ToolCall("add", {"key": "zzz"}), "no counter zzz"),
+        (ToolCall("get", {"key": "zzz"}), "zzz"),  # a KeyError inside the tool
+        (ToolCall("add", ["a"]), "must be a JSON object"),  # type: ignore[arg-type]
+        (ToolCall("helper", {}), "unknown tool 'helper'"),
+    ]
+    for call, text in cases:
+        obs = e.step(call)
+        assert obs.error and obs.content.startswith("Error: ") and text in obs.content, (call, obs.content)
+    assert db_hash(e.tools.db) == before
+
+
+def test_db_hash_ignores_key_order_but_not_values():
+    assert db_hash({"a": 1, "b": [1, 2]}) == db_hash({"b": [1, 2], "a": 1})
+    assert db_hash({"a": 1}) != db_hash({"a": 1.5})
