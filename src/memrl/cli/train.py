@@ -19,14 +19,15 @@ def train_cmd(
     """RL-train an agent (GRPO/DAPO/RLOO/REINFORCE++) with the configured workflow.
 
     Re-running the same command resumes from the latest checkpoint in trainer.output_dir.
+    Scale out with cluster.rollout_replicas=R (Ray engine actors; cluster.address=auto joins a running
+    Ray cluster) and cluster.trainers=W (data-parallel ranks; or launch under torchrun).
     """
-    from memrl.train.trainer import Trainer
+    from memrl.dist.launch import train
 
     cfg = resolve_config(config, overrides, {})
-    trainer = Trainer(cfg)
-    last = trainer.run()
-    typer.echo(f"done: step {trainer.step}, reward {last.get('reward', float('nan')):.3f}; "
-               f"checkpoints in {trainer.run_dir}/checkpoints")
+    step, last = train(cfg)
+    typer.echo(f"done: step {step}, reward {last.get('reward', float('nan')):.3f}; "
+               f"checkpoints in {cfg.trainer.output_dir}/checkpoints")
 
 
 @user_errors

@@ -198,6 +198,21 @@ class TrainerConfig(Section):
     wandb_project: str | None = None
 
 
+class ClusterConfig(Section):
+    """Scale-out: Ray rollout replicas and data-parallel trainer ranks (optional extra: memrl[ray])."""
+
+    address: str | None = Field(None, description="Ray cluster to join: 'auto' or host:port of 'ray start --head'; "
+                                "null starts Ray on this machine when rollout_replicas > 0.")
+    rollout_replicas: int = Field(0, ge=0, description="Engine replicas as Ray actors (0: the in-process engine).")
+    replica_cpus: float = Field(1.0, gt=0, description="CPUs Ray reserves per replica.")
+    replica_gpus: float = Field(0.0, ge=0, description="GPUs per replica (fractions share a GPU).")
+    trainers: int = Field(1, ge=1, description="Data-parallel trainer processes (torch.distributed); "
+                          "under torchrun WORLD_SIZE wins.")
+    backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: NCCL with CUDA, else gloo.")
+    placement: Literal["colocate", "split"] = Field("split", description="colocate: replicas share the trainer's "
+                                                    "devices and sleep (offload) during updates; split: own devices.")
+
+
 class MemRLConfig(Section):
     """The whole configuration, as printed by ``memrl config show``."""
 
@@ -210,3 +225,4 @@ class MemRLConfig(Section):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import random
 import statistics
 import time
@@ -28,6 +29,7 @@ import torch
 import yaml
 
 from memrl.config import ConfigError, MemRLConfig
+from memrl.dist.ddp import DistContext, shard_by_tokens
 from memrl.engines.base import Engine, SamplingParams
 from memrl.rl.advantages import broadcast, combine_step_advantages, episode_advantages
 from memrl.rl.dapo import keep_groups
@@ -42,7 +44,25 @@ from memrl.workflows import get_workflow, load_samples
 
 # Config keys that may change between a run and its resumption.
 RESUMABLE_CHANGES = {("trainer", "total_steps"), ("trainer", "save_every"), ("trainer", "eval_every"),
-                     ("trainer", "keep_checkpoints"), ("trainer", "tensorboard"), ("trainer", "wandb_project")}
+                     ("trainer", "keep_checkpoints"), ("trainer", "tensorboard"), ("trainer", "wandb_project"),
+                     *(("cluster", k) for k in ("address", "rollout_replicas", "replica_cpus", "replica_gpus",
+                                                "trainers", "backend", "placement"))}
+SUMMED = ("pg_loss", "clipfrac", "clipfrac_lower", "ppo_kl", "entropy", "kl", "logprob_mismatch")
+
+
+class _QuietTracker:
+    """Ranks other than 0 log nothing (rank 0 writes metrics and checkpoints)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console(quiet=True)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
 
 
 class NonFiniteLossError(RuntimeError):
@@ -109,13 +129,20 @@ class Trainer:
                  engine: Engine | None = None, tracker_console: Any = None) -> None:
         check_config(cfg)
         self.cfg = cfg
+        self.dist = DistContext.from_env(cfg.cluster.backend)
         self.run_dir = Path(cfg.trainer.output_dir)
-        self._check_run_config()
+        if self.dist.main:
+            self._check_run_config()
+        self.dist.broadcast(None)  # the others wait until rank 0 has checked and written the run's config
         seed_everything(cfg.trainer.seed)
         from memrl.models.resolve import load_tokenizer
 
         self.tokenizer = tokenizer or load_tokenizer(cfg.model.tokenizer or cfg.model.path)
-        self.policy = policy if policy is not None else build_policy(cfg, device=cfg.engine.device)
+        device = cfg.engine.device
+        if self.dist.active and torch.cuda.is_available():
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', self.dist.rank))}"
+        self.policy = policy if policy is not None else build_policy(cfg, device=device)
+        self.dist.sync_params(self.policy)
         self.device = next(self.policy.parameters()).device
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         params = [p for p in self.policy.parameters() if p.requires_grad]
@@ -124,7 +151,11 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_lambda(s, t.warmup_steps, t.total_steps, t.lr_schedule))
         self.reference = Reference(self.policy, needed=cfg.algorithm.kl_coef > 0)
-        self.engine, self.shared_engine = (engine, False) if engine is not None else self._build_engine()
+        self.pool: Any = None
+        if not self.dist.main:
+            self.engine, self.shared_engine = None, True  # only rank 0 generates
+        else:
+            self.engine, self.shared_engine = (engine, False) if engine is not None else self._build_engine()
         self.workflow = get_workflow(cfg.workflow.name)
         self.samples = load_samples(cfg, "train")
         self.eval_samples = load_samples(cfg, "eval")[: cfg.trainer.eval_samples]
@@ -138,8 +169,11 @@ class Trainer:
             self.step = state["step"]
             self.sampler.position = state["data_position"]
             self.nan_streak = state.get("nan_streak", 0)
-        self.tracker = Tracker(self.run_dir, self.step, cfg.trainer.tensorboard, cfg.trainer.wandb_project,
-                               cfg.model_dump(mode="json"), console=tracker_console)
+        self.tracker: Any = Tracker(self.run_dir, self.step, cfg.trainer.tensorboard, cfg.trainer.wandb_project,
+                                    cfg.model_dump(mode="json"), console=tracker_console) \
+            if self.dist.main else _QuietTracker()
+        if self.status_line:
+            self.tracker.console.print(self.status_line)
         self.resumed_from = found[0] if found else None
 
     # -- setup ---------------------------------------------------------------------------------
@@ -156,7 +190,25 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(new, sort_keys=False))
 
+    status_line = ""
+
     def _build_engine(self) -> tuple[Engine, bool]:
+        c = self.cfg.cluster
+        if c.rollout_replicas > 0:
+            from memrl.dist.pool import RayEnginePool
+            from memrl.dist.ray_support import init_ray
+
+            if self.cfg.engine.kind != "hf":
+                raise ConfigError("cluster.rollout_replicas runs HF engines as Ray actors; for vLLM point "
+                                  "engine.kind=openai at a vLLM server or use engine.kind=vllm without replicas")
+            self.status_line = init_ray(c.address)
+            self.pool = RayEnginePool(self.cfg.model.path, c.rollout_replicas, dtype=self.cfg.model.dtype,
+                                      device=self.cfg.engine.device, weights=merged_state_dict(self.policy),
+                                      num_cpus=c.replica_cpus, num_gpus=c.replica_gpus,
+                                      max_batch_size=self.cfg.engine.max_batch_size, seed=self.cfg.trainer.seed,
+                                      retries=self.cfg.engine.retries)
+            self.status_line += f"; {c.rollout_replicas} rollout replica(s), {self.dist.world} trainer rank(s)"
+            return self.pool, False
         if self.cfg.engine.kind == "hf":
             from memrl.engines.hf import HFEngine
 
@@ -274,8 +326,11 @@ class Trainer:
             order = torch.randperm(len(rows), generator=gen).tolist()
             for mini in iter_chunks(order, cfg.trainer.mini_batches):
                 mrows = [rows[i] for i in mini]
-                n_tok = sum(r.num_response for r in mrows) or 1
+                n_tok = sum(r.num_response for r in mrows) or 1  # global counts: each rank's loss is its share
                 n_rows = len(mrows)
+                if self.dist.active:
+                    mine = shard_by_tokens([len(r) for r in mrows], self.dist.world)[self.dist.rank]
+                    mrows = [mrows[i] for i in mine]
                 self.optimizer.zero_grad(set_to_none=True)
                 bad = False
                 for micro in micro_batches(mrows, cfg.trainer.micro_batch_tokens):
@@ -313,7 +368,9 @@ class Trainer:
                                      ("ppo_kl", ppo_kl), ("entropy", ent_mean), ("kl", kl_val)):
                         sums[key] = sums.get(key, 0.0) + float(val.detach()) * w
                     sums["logprob_mismatch"] = sums.get("logprob_mismatch", 0.0) + _mismatch(group, logp, mask)
+                bad = self.dist.sum([float(bad)])[0] > 0  # one rank's NaN skips the step everywhere
                 if not bad:
+                    self.dist.sum_grads(params)
                     gn = torch.nn.utils.clip_grad_norm_(params, cfg.trainer.grad_clip)
                     bad = not torch.isfinite(gn)
                 if bad:
@@ -325,6 +382,9 @@ class Trainer:
         if grad_norms:  # the schedule counts trainer steps that updated the weights
             self.scheduler.step()
         self.policy.eval()
+        if self.dist.active:
+            totals = self.dist.sum([sums.get(k, 0.0) for k in SUMMED] + [weight_total])
+            sums, weight_total = dict(zip(SUMMED, totals[:-1])), totals[-1]
         out = {k: v / max(weight_total, 1.0) for k, v in sums.items()}
         out["grad_norm"] = statistics.fmean(grad_norms) if grad_norms else float("nan")
         out["skipped_updates"] = float(skipped)
@@ -334,27 +394,16 @@ class Trainer:
 
     # -- one step --------------------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
-        t0 = time.perf_counter()
-        trajs, all_trajs, stats = self.rollout()
-        t1 = time.perf_counter()
-        metrics: dict[str, float] = {**stats, "failed_episodes": float(self.failed_episodes)}
-        if all_trajs:
-            metrics["reward"] = statistics.fmean(t.reward for t in all_trajs)
-            for key in EPISODE_METRICS:
-                vals = [t.metrics[key] for t in all_trajs if key in t.metrics]
-                if vals:
-                    metrics[key] = statistics.fmean(vals)
-            gen_tokens = sum(t.num_generated_tokens for t in all_trajs)
-            metrics["tokens_per_s"] = gen_tokens / max(t1 - t0, 1e-9)
-        metrics["time/rollout"] = t1 - t0
-        rows = rows_from_trajectories(trajs)
+        rows, metrics = self.dist.broadcast(self._collect() if self.dist.main else None)
         if not rows:
             self.tracker.console.print("[yellow]no trainable episodes this step (all groups dropped or failed); "
                                        "skipping the update[/yellow]")
             metrics.update({"time/logprob": 0.0, "time/update": 0.0, "time/sync": 0.0, "skipped_updates": 1.0,
                             "data_position": float(self.sampler.position)})
             return metrics
-        self.advantages(trajs, rows)
+        colocated = self.pool is not None and self.cfg.cluster.placement == "colocate"
+        if colocated:
+            self.pool.sleep()
         t2 = time.perf_counter()
         upd = self.update(rows)
         t3 = time.perf_counter()
@@ -371,12 +420,36 @@ class Trainer:
         metrics.update(upd)
         metrics["time/update"] = t3 - t2 - upd["time/logprob"]
         t4 = time.perf_counter()
-        if not self.shared_engine:
+        if colocated:
+            self.pool.wake()
+        if self.dist.main and not self.shared_engine:
             asyncio.run(self.engine.update_weights(merged_state_dict(self.policy)))
         metrics["time/sync"] = time.perf_counter() - t4
+        if self.pool is not None:
+            metrics.update(self.pool.stats())
         metrics["train_rows"] = float(len(rows))
         metrics["data_position"] = float(self.sampler.position)
         return metrics
+
+    def _collect(self) -> tuple[list[Row], dict[str, float]]:
+        """Rank 0: rollout, rewards, advantages -> (rows to train on, metrics so far)."""
+        t0 = time.perf_counter()
+        trajs, all_trajs, stats = self.rollout()
+        t1 = time.perf_counter()
+        metrics: dict[str, float] = {**stats, "failed_episodes": float(self.failed_episodes)}
+        if all_trajs:
+            metrics["reward"] = statistics.fmean(t.reward for t in all_trajs)
+            for key in EPISODE_METRICS:
+                vals = [t.metrics[key] for t in all_trajs if key in t.metrics]
+                if vals:
+                    metrics[key] = statistics.fmean(vals)
+            gen_tokens = sum(t.num_generated_tokens for t in all_trajs)
+            metrics["tokens_per_s"] = gen_tokens / max(t1 - t0, 1e-9)
+        metrics["time/rollout"] = t1 - t0
+        rows = rows_from_trajectories(trajs)
+        if rows:
+            self.advantages(trajs, rows)
+        return rows, metrics
 
     async def _evaluate(self) -> float:
         cfg = self.cfg
@@ -390,6 +463,9 @@ class Trainer:
         self.policy.eval()
         return asyncio.run(self._evaluate())
 
+    def total_steps_done(self, last: dict[str, float]) -> tuple[int, dict[str, float]]:
+        return self.step, last
+
     def save(self) -> Path:
         return checkpoint.save(self.run_dir, self.step, self.policy, self.optimizer, self.scheduler,
                                {"data_position": self.sampler.position, "nan_streak": self.nan_streak},
@@ -401,16 +477,17 @@ class Trainer:
         if self.resumed_from is not None:
             self.tracker.console.print(f"resumed from step {self.resumed_from} ({self.run_dir})")
         try:
-            if t.eval_every and self.step == 0:  # the curve starts from the untrained policy
+            if t.eval_every and self.step == 0 and self.dist.main:  # the curve starts from the untrained policy
                 self.tracker.log(0, {"eval/accuracy": self.evaluate()})
             while self.step < t.total_steps:
                 self.step += 1
                 last = self.train_step()
-                if t.eval_every and self.step % t.eval_every == 0:
+                if t.eval_every and self.step % t.eval_every == 0 and self.dist.main:
                     last["eval/accuracy"] = self.evaluate()
                 self.tracker.log(self.step, last)
-                if self.step % t.save_every == 0 or self.step == t.total_steps:
+                if (self.step % t.save_every == 0 or self.step == t.total_steps) and self.dist.main:
                     self.save()
+                self.dist.broadcast(None)  # ranks move on together (rank 0 may have evaluated or saved)
         finally:
             self.tracker.close()
         return last
