@@ -1,0 +1,111 @@
+"""Data-parallel training over torch.distributed (gloo on CPU, NCCL on GPU).
+
+Rank 0 runs the rollout (locally or through the Ray pool), computes advantages
+and broadcasts the rows; every rank then takes a token-balanced share of each
+mini-batch. Each rank's loss is normalised by the *global* token (or row) count,
+so summing the ranks' gradients gives exactly the single-process gradient of the
+whole mini-batch; that sum is what ``all_reduce`` computes (DDP's average times
+the world size), and clipping and the optimizer step then run identically on
+every rank, keeping the replicas of the weights equal.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world > 1
+
+    @classmethod
+    def from_env(cls, backend: str = "auto") -> DistContext:
+        """Join the process group described by RANK/WORLD_SIZE (torchrun or ``memrl train``'s launcher)."""
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return cls()
+        if not dist.is_initialized():
+            if backend == "auto":
+                backend = "nccl" if torch.cuda.is_available() else "gloo"
+            dist.init_process_group(backend=backend)
+        return cls(dist.get_rank(), dist.get_world_size())
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank (pickled)."""
+        if not self.active:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def sum(self, values: Sequence[float]) -> list[float]:
+        if not self.active:
+            return list(values)
+        t = torch.tensor(list(values), dtype=torch.float64)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def sum_grads(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """Sum gradients over ranks in one flat buffer (ranks with no rows contribute zeros)."""
+        if not self.active:
+            return
+        params = list(params)
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        dist.all_reduce(flat)
+        offset = 0
+        for p in params:
+            n = p.grad.numel()
+            p.grad.copy_(flat[offset: offset + n].view_as(p.grad))
+            offset += n
+
+    def sync_params(self, module: torch.nn.Module) -> None:
+        """Start every rank from rank 0's weights."""
+        if not self.active:
+            return
+        with torch.no_grad():
+            for t in list(module.parameters()) + list(module.buffers()):
+                dist.broadcast(t.data, src=0)
+
+    def close(self) -> None:
+        if self.active and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def shard_by_tokens(lengths: Sequence[int], world: int) -> list[list[int]]:
+    """Split row indices into ``world`` shards of similar token totals (longest first, to the lightest).
+
+    Deterministic, so every rank computes the same split without talking.
+    """
+    shards: list[list[int]] = [[] for _ in range(world)]
+    load = [0] * world
+    for i in sorted(range(len(lengths)), key=lambda k: (-lengths[k], k)):
+        r = min(range(world), key=lambda k: (load[k], k))
+        shards[r].append(i)
+        load[r] += lengths[i]
+    return [sorted(s) for s in shards]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

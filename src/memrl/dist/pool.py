@@ -1,0 +1,144 @@
+"""Rollout replicas as Ray actors behind the ordinary ``Engine`` protocol.
+
+Workflows do not know they talk to a pool: ``generate`` sends each request to the
+replica with the fewest outstanding requests. A replica that dies is replaced by
+a new actor loaded with the latest weights, and the request is sent again; since
+generation is token-in/token-out and stateless, retrying the request resumes the
+episode exactly where it was. Weight sync puts the state dict in the Ray object
+store once and every replica loads it from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memrl.dist.ray_support import require_ray
+from memrl.engines.base import GenerationResult, SamplingParams
+
+
+class _Replica:
+    """One engine in its own process (HF engine; vLLM has its own Ray support)."""
+
+    def __init__(self, model_path: str, dtype: str, device: str | None, weights: Any, max_batch_size: int,
+                 seed: int) -> None:
+        from memrl.engines.hf import HFEngine
+        from memrl.models.resolve import load_model
+
+        self.model = load_model(model_path, dtype=dtype, device=device or "cpu")
+        if weights is not None:
+            self.model.load_state_dict(weights, strict=False)
+        self.model.eval()
+        pad = getattr(self.model.config, "pad_token_id", None)
+        self.engine = HFEngine(self.model, pad_token_id=pad, max_batch_size=max_batch_size, seed=seed)
+        self.device = device or "cpu"
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
+        return await self.engine.generate(prompt_ids, params)
+
+    async def load_weights(self, weights: Mapping[str, Any]) -> int:
+        await self.engine.update_weights(weights)
+        return len(weights)
+
+    def sleep(self) -> None:
+        """Colocated placement: give the accelerator back to the trainer during the update."""
+        if self.device != "cpu":
+            import torch
+
+            self.model.to("cpu")
+            torch.cuda.empty_cache()
+
+    def wake(self) -> None:
+        if self.device != "cpu":
+            self.model.to(self.device)
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+
+class RayEnginePool:
+    """R engine replicas as Ray actors; least-outstanding-requests routing; restart and retry on death."""
+
+    def __init__(self, model_path: str, replicas: int, *, dtype: str = "auto", device: str | None = None,
+                 weights: Mapping[str, Any] | None = None, num_cpus: float = 1, num_gpus: float = 0,
+                 max_batch_size: int = 32, seed: int = 0, retries: int = 3) -> None:
+        ray = require_ray()
+        self._ray = ray
+        self._actor_cls = ray.remote(_Replica)
+        self.model_path, self.dtype, self.device = model_path, dtype, device
+        self.num_cpus, self.num_gpus = num_cpus, num_gpus
+        self.max_batch_size, self.seed, self.retries = max_batch_size, seed, retries
+        self._weights = ray.put({k: v.detach().cpu() for k, v in weights.items()}) if weights else None
+        self.actors = [self._spawn(i) for i in range(replicas)]
+        self.outstanding = [0] * replicas
+        self.served = [0] * replicas
+        self.restarts = 0
+        self.last_sync_s = 0.0
+        ray.get([a.pid.remote() for a in self.actors])  # fail here, not mid-rollout, if a replica cannot start
+
+    def _spawn(self, i: int) -> Any:
+        return self._actor_cls.options(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_concurrency=1000).remote(
+            self.model_path, self.dtype, self.device, self._weights, self.max_batch_size, self.seed + i)
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        exc = self._ray.exceptions
+        return tuple(getattr(exc, n) for n in ("RayActorError", "ActorDiedError", "ActorUnavailableError")
+                     if hasattr(exc, n))
+
+    def _replace(self, i: int, dead: Any) -> None:
+        if self.actors[i] is dead:  # several requests can see the same death: replace it once
+            self.restarts += 1
+            self.actors[i] = self._spawn(i)
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
+        last: BaseException | None = None
+        for _ in range(self.retries + 1):
+            i = min(range(len(self.actors)), key=lambda k: self.outstanding[k])
+            actor = self.actors[i]
+            self.outstanding[i] += 1
+            try:
+                out = await actor.generate.remote(list(prompt_ids), params)
+                self.served[i] += 1
+                return out
+            except self._errors() as err:
+                last = err
+                self._replace(i, actor)
+            finally:
+                self.outstanding[i] -= 1
+        raise RuntimeError(f"rollout replica failed {self.retries + 1} times in a row") from last
+
+    async def update_weights(self, state_dict: Mapping[str, Any]) -> None:
+        """Broadcast through the object store (one copy, every replica reads it); replaces dead replicas."""
+        t0 = time.perf_counter()
+        self._weights = self._ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
+        for _ in range(self.retries + 1):
+            actors = list(self.actors)
+            results = await asyncio.gather(*(a.load_weights.remote(self._weights) for a in actors),
+                                           return_exceptions=True)
+            dead = [i for i, r in enumerate(results) if isinstance(r, self._errors())]
+            other = [r for r in results if isinstance(r, BaseException) and not isinstance(r, self._errors())]
+            if other:
+                raise other[0]
+            for i in dead:  # a replacement starts from the weights just put in the store
+                self._replace(i, actors[i])
+            if not dead:
+                break
+        self.last_sync_s = time.perf_counter() - t0
+
+    def sleep(self) -> None:
+        self._ray.get([a.sleep.remote() for a in self.actors])
+
+    def wake(self) -> None:
+        self._ray.get([a.wake.remote() for a in self.actors])
+
+    def stats(self) -> dict[str, float]:
+        return {"replicas": float(len(self.actors)), "replica_restarts": float(self.restarts),
+                **{f"replica{i}_requests": float(n) for i, n in enumerate(self.served)}}
+
+    async def close(self) -> None:
+        for a in self.actors:
+            self._ray.kill(a)
