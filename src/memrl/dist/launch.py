@@ -38,7 +38,8 @@ def train(cfg: MemRLConfig) -> tuple[int, dict[str, float]]:
 
         trainer = Trainer(cfg)
         try:
-            return trainer.total_steps_done(trainer.run())
+            last = trainer.run()
+            return trainer.step, last
         finally:
             trainer.dist.close()
     import torch.multiprocessing as mp

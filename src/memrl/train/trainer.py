@@ -463,9 +463,6 @@ class Trainer:
         self.policy.eval()
         return asyncio.run(self._evaluate())
 
-    def total_steps_done(self, last: dict[str, float]) -> tuple[int, dict[str, float]]:
-        return self.step, last
-
     def save(self) -> Path:
         return checkpoint.save(self.run_dir, self.step, self.policy, self.optimizer, self.scheduler,
                                {"data_position": self.sampler.position, "nan_streak": self.nan_streak},

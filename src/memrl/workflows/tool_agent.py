@@ -182,7 +182,7 @@ def build_user_simulator(cfg: Any) -> UserSimulator:
                                              temperature=e.user_temperature)
 
 
-_USERS: dict[int, UserSimulator] = {}
+_USERS: dict[str, UserSimulator] = {}  # by env config: train and eval samples share one simulator
 
 
 def task_samples(cfg: Any, split: str | None, user: UserSimulator | None = None) -> list[TaskSample]:
@@ -191,6 +191,9 @@ def task_samples(cfg: Any, split: str | None, user: UserSimulator | None = None)
 
     domain = load_domain(cfg.env.domain, cfg.env.data_dir)
     if not cfg.env.solo and user is None:
-        user = _USERS.get(id(cfg.env)) or _USERS.setdefault(id(cfg.env), build_user_simulator(cfg))
+        key = cfg.env.model_dump_json()
+        if key not in _USERS:
+            _USERS[key] = build_user_simulator(cfg)
+        user = _USERS[key]
     return [TaskSample(domain, t, solo=cfg.env.solo, partial=cfg.env.partial_credit, user=user)
             for t in domain.get_tasks(split)]

@@ -48,6 +48,11 @@ class RetailTools(Toolkit):
         return methods[payment_id]
 
     @staticmethod
+    def _address(address1: str, address2: str, city: str, state: str, country: str, zip: str) -> dict[str, str]:
+        return {"address1": address1, "address2": address2, "city": city, "country": country, "state": state,
+                "zip": zip}
+
+    @staticmethod
     def _is_gift_card(method: dict[str, Any]) -> bool:
         return method.get("source") == "gift_card"
 
@@ -246,8 +251,7 @@ class RetailTools(Toolkit):
         order = self._order(order_id)
         if "pending" not in order["status"]:
             raise ToolError("Non-pending order cannot be modified")
-        order["address"] = {"address1": address1, "address2": address2, "city": city, "country": country,
-                            "state": state, "zip": zip}
+        order["address"] = self._address(address1, address2, city, state, country, zip)
         return order
 
     @tool("write")
@@ -327,8 +331,7 @@ class RetailTools(Toolkit):
             zip: The zip code.
         """
         user = self._user(user_id)
-        user["address"] = {"address1": address1, "address2": address2, "city": city, "country": country,
-                           "state": state, "zip": zip}
+        user["address"] = self._address(address1, address2, city, state, country, zip)
         return user
 
     @tool("write")
