@@ -17,6 +17,29 @@ from pathlib import Path
 import torch
 
 
+def grpo_setup(tmp: Path, device: str, hidden: int, layers: int, steps: int) -> dict:
+    """A random Qwen2-style model (``hidden`` x ``layers``) and a needle task in ``tmp``; returns the raw config."""
+    from memrl.data import write_samples
+    from memrl.demo.needle import make_split, tokenizer_corpus
+    from memrl.models.tiny import build_tiny_model
+
+    cuda = device.startswith("cuda")
+    build_tiny_model(tmp / "model", tokenizer_corpus(), vocab_size=600, hidden_size=hidden, num_layers=layers,
+                     num_heads=hidden // 64, num_kv_heads=max(hidden // 256, 1), intermediate_size=4 * hidden,
+                     max_position_embeddings=8192)
+    write_samples(make_split(1, 64, (20, 40)), tmp / "train.jsonl", fmt="jsonl")
+    return {
+        "model": {"path": str(tmp / "model"), "dtype": "bfloat16" if cuda else "float32"},
+        "data": {"train_file": str(tmp / "train.jsonl")},
+        "workflow": {"chunk_tokens": 128, "memory_tokens": 32, "final_tokens": 16, "reward": "em"},
+        "algorithm": {"n": 8, "entropy_coef": 0.01, "kl_coef": 0.001, "clip_ratio_high": 0.28},
+        "lora": {"enabled": True, "r": 16},
+        "trainer": {"lr": 1e-4, "total_steps": steps, "prompts_per_step": 8, "save_every": 1000,
+                    "output_dir": str(tmp / "run"), "gradient_checkpointing": True, "micro_batch_tokens": 65536},
+        "engine": {"device": device, "max_batch_size": 64},
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--device", default="cuda")
@@ -34,26 +57,10 @@ def main() -> None:
                     "--requests", "64"], check=True)
 
     from memrl.config import MemRLConfig
-    from memrl.data import write_samples
-    from memrl.demo.needle import make_split, tokenizer_corpus
-    from memrl.models.tiny import build_tiny_model
     from memrl.train.trainer import Trainer
 
-    tmp = Path(tempfile.mkdtemp())
-    build_tiny_model(tmp / "model", tokenizer_corpus(), vocab_size=600, hidden_size=args.hidden,
-                     num_layers=args.layers, num_heads=args.hidden // 64, num_kv_heads=max(args.hidden // 256, 1),
-                     intermediate_size=4 * args.hidden, max_position_embeddings=8192)
-    write_samples(make_split(1, 64, (20, 40)), tmp / "train.jsonl", fmt="jsonl")
-    cfg = MemRLConfig.model_validate({
-        "model": {"path": str(tmp / "model"), "dtype": "bfloat16" if cuda else "float32"},
-        "data": {"train_file": str(tmp / "train.jsonl")},
-        "workflow": {"chunk_tokens": 128, "memory_tokens": 32, "final_tokens": 16, "reward": "em"},
-        "algorithm": {"n": 8, "entropy_coef": 0.01, "kl_coef": 0.001, "clip_ratio_high": 0.28},
-        "lora": {"enabled": True, "r": 16},
-        "trainer": {"lr": 1e-4, "total_steps": args.steps, "prompts_per_step": 8, "save_every": 1000,
-                    "output_dir": str(tmp / "run"), "gradient_checkpointing": True, "micro_batch_tokens": 65536},
-        "engine": {"device": args.device, "max_batch_size": 64},
-    })
+    cfg = MemRLConfig.model_validate(grpo_setup(Path(tempfile.mkdtemp()), args.device, args.hidden, args.layers,
+                                                args.steps))
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     trainer = Trainer(cfg)

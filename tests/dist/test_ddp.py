@@ -1,4 +1,4 @@
-"""Data-parallel training (gloo, 2 ranks) equals the single-process run on the same data."""
+"""Data-parallel training (gloo, 2 ranks; DDP-style or FSDP2) equals the single-process run on the same data."""
 
 from __future__ import annotations
 
@@ -36,12 +36,13 @@ def _metrics(run):
 
 
 @pytest.mark.timeout(600)
-def test_two_gloo_ranks_match_one_process(tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_gloo_ranks_match_one_process(tmp_path, strategy):
     load_tokenizer("tiny")  # build the cached tiny model once, before the ranks race for it
     single = config(tmp_path / "single", trainer__total_steps=3, trainer__mini_batches=2)
     Trainer(single, engine=coin_engine(load_tokenizer("tiny"), seed=5)).run()
     ddp = config(tmp_path / "ddp", trainer__total_steps=3, trainer__mini_batches=2, cluster__trainers=2,
-                 cluster__backend="gloo")
+                 cluster__backend="gloo", cluster__strategy=strategy)
     mp.start_processes(rank_main, args=(ddp.model_dump(mode="json"), 2, free_port(), True), nprocs=2,
                        start_method="spawn")
     a, b = _metrics(tmp_path / "single" / "run"), _metrics(tmp_path / "ddp" / "run")

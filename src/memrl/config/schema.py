@@ -208,6 +208,9 @@ class ClusterConfig(Section):
     replica_gpus: float = Field(0.0, ge=0, description="GPUs per replica (fractions share a GPU).")
     trainers: int = Field(1, ge=1, description="Data-parallel trainer processes (torch.distributed); "
                           "under torchrun WORLD_SIZE wins.")
+    strategy: Literal["ddp", "fsdp"] = Field("ddp", description="ddp: every rank holds the whole model and "
+                                             "gradients are all-reduced; fsdp: FSDP2 shards weights, gradients "
+                                             "and optimizer state layer by layer (models that do not fit per rank).")
     backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: NCCL with CUDA, else gloo.")
     placement: Literal["colocate", "split"] = Field("split", description="colocate: replicas share the trainer's "
                                                     "devices and sleep (offload) during updates; split: own devices.")

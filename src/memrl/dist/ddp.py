@@ -34,14 +34,20 @@ class DistContext:
         return self.world > 1
 
     @classmethod
-    def from_env(cls, backend: str = "auto") -> DistContext:
-        """Join the process group described by RANK/WORLD_SIZE (torchrun or ``memrl train``'s launcher)."""
+    def from_env(cls, backend: str = "auto", group_of_one: bool = False) -> DistContext:
+        """Join the process group described by RANK/WORLD_SIZE (torchrun or ``memrl train``'s launcher).
+
+        ``group_of_one``: under torchrun with one process, still create the group
+        (FSDP needs one; a one-GPU run of the sharded path checks it end to end).
+        """
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world <= 1:
+        if world <= 1 and not (group_of_one and "WORLD_SIZE" in os.environ):
             return cls()
         if not dist.is_initialized():
             if backend == "auto":
                 backend = "nccl" if torch.cuda.is_available() else "gloo"
+            if backend == "nccl":  # one GPU per rank; NCCL and FSDP's device mesh use the current device
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             dist.init_process_group(backend=backend)
         return cls(dist.get_rank(), dist.get_world_size())
 
@@ -54,10 +60,17 @@ class DistContext:
         return box[0]
 
     def sum(self, values: Sequence[float]) -> list[float]:
+        return self._reduce(values, dist.ReduceOp.SUM)
+
+    def max(self, values: Sequence[float]) -> list[float]:
+        return self._reduce(values, dist.ReduceOp.MAX)
+
+    def _reduce(self, values: Sequence[float], op: Any) -> list[float]:
         if not self.active:
             return list(values)
-        t = torch.tensor(list(values), dtype=torch.float64)
-        dist.all_reduce(t)
+        nccl = dist.get_backend() == "nccl"  # NCCL reduces device tensors only
+        t = torch.tensor(list(values), dtype=torch.float64, device="cuda" if nccl else "cpu")
+        dist.all_reduce(t, op=op)
         return t.tolist()
 
     def sum_grads(self, params: Iterable[torch.nn.Parameter]) -> None:
@@ -85,7 +98,7 @@ class DistContext:
                 dist.broadcast(t.data, src=0)
 
     def close(self) -> None:
-        if self.active and dist.is_initialized():
+        if dist.is_initialized():
             dist.destroy_process_group()
 
 

@@ -49,12 +49,23 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save(run_dir: Path, step: int, model: Any, optimizer: Any, scheduler: Any, state: dict[str, Any],
-         keep: int = 2) -> Path:
+         keep: int = 2, *, write: bool = True) -> Path:
+    """Checkpoint ``step``. Under FSDP every rank calls this (the gather is collective); only ``write`` ranks write.
+
+    Optimizer state is stored unsharded and keyed by parameter name, so a run
+    can resume with another ``cluster.strategy`` or number of ranks.
+    """
+    from memrl.dist.fsdp import full_optimizer_state, full_state_dict
+
     dest = run_dir / "checkpoints" / f"step_{step:06d}"
+    weights = full_state_dict(model)
+    optim = full_optimizer_state(model, optimizer)
+    if not write:
+        return dest
     with atomic_dir(dest) as tmp:
-        model.save_pretrained(tmp / "model", safe_serialization=True)
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "rng": rng_state()}, tmp / "trainer.pt")
+        model.save_pretrained(tmp / "model", state_dict=weights, safe_serialization=True)
+        torch.save({"optimizer": optim, "scheduler": scheduler.state_dict(), "rng": rng_state()},
+                   tmp / "trainer.pt")
         (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
     for _, old in checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
@@ -84,10 +95,17 @@ def load_weights(model: Any, ckpt: Path) -> None:
                            f"unexpected {unexpected[:3]}")
 
 
-def load(ckpt: Path, model: Any, optimizer: Any, scheduler: Any) -> dict[str, Any]:
-    load_weights(model, ckpt)
+def load_trainer_state(ckpt: Path, model: Any, optimizer: Any, scheduler: Any) -> dict[str, Any]:
+    """Optimizer, scheduler and RNG state (after ``load_weights`` and any sharding); returns state.json."""
+    from memrl.dist.fsdp import load_optimizer_state
+
     blob = torch.load(ckpt / "trainer.pt", weights_only=False)
-    optimizer.load_state_dict(blob["optimizer"])
+    load_optimizer_state(model, optimizer, blob["optimizer"])
     scheduler.load_state_dict(blob["scheduler"])
     set_rng_state(blob["rng"])
     return json.loads((ckpt / "state.json").read_text())
+
+
+def load(ckpt: Path, model: Any, optimizer: Any, scheduler: Any) -> dict[str, Any]:
+    load_weights(model, ckpt)
+    return load_trainer_state(ckpt, model, optimizer, scheduler)

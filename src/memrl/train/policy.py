@@ -70,21 +70,43 @@ class Reference:
             yield self.policy
 
 
-def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:
-    """Plain (base-model) parameter names and values, LoRA folded in; the model is left as it was."""
+def merged_state_dict(model: Any, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Plain (base-model) parameter names and values with LoRA folded in: what an engine loads.
+
+    ``state`` is the model's full state dict when the caller already has it (an
+    FSDP run gathers it collectively); by default it is read from ``model``.
+    The fold is W + scaling * B @ A per adapted layer, peft's own merge, done on
+    the state dict so the live (possibly sharded) model is never modified.
+    """
+    if state is None:
+        state = model.state_dict()
     if not is_peft(model):
-        return {k: v.detach() for k, v in model.state_dict().items()}
-    model.merge_adapter()
-    try:
-        base = model.get_base_model()
-        out = {}
-        for k, v in base.state_dict().items():
-            if "lora_" in k:
-                continue
-            out[k.replace(".base_layer.", ".")] = v.detach().clone()
-        return out
-    finally:
-        model.unmerge_adapter()
+        return {k: v.detach() for k, v in state.items()}
+    from peft.tuners.lora import LoraLayer
+
+    merged: dict[str, torch.Tensor] = {}
+    for name, module in model.named_modules():
+        if not isinstance(module, LoraLayer):
+            continue
+        if any(getattr(module, "use_dora", {}).values()):
+            raise NotImplementedError("merging DoRA adapters into engine weights is not supported")
+        base_key = f"{name}.base_layer.weight"
+        weight = state[base_key].float()
+        for adapter in module.active_adapters:
+            a = state[f"{name}.lora_A.{adapter}.weight"].float()
+            b = state[f"{name}.lora_B.{adapter}.weight"].float()
+            delta = (b @ a) * module.scaling[adapter]
+            weight = weight + (delta.T if getattr(module, "fan_in_fan_out", False) else delta)
+        merged[base_key] = weight.to(state[base_key].dtype)
+    prefix = "base_model.model."
+    out = {}
+    for k, v in state.items():
+        if "lora_" in k:
+            continue
+        v = merged.get(k, v)
+        k = k[len(prefix):] if k.startswith(prefix) else k
+        out[k.replace(".base_layer.", ".")] = v.detach()
+    return out
 
 
 def export_model(model: Any, tokenizer: Any, out: Path) -> Path:

@@ -30,6 +30,7 @@ import yaml
 
 from memrl.config import ConfigError, MemRLConfig
 from memrl.dist.ddp import DistContext, shard_by_tokens
+from memrl.dist.fsdp import grad_norm_value
 from memrl.engines.base import Engine, SamplingParams
 from memrl.rl.advantages import broadcast, combine_step_advantages, episode_advantages
 from memrl.rl.dapo import keep_groups
@@ -46,7 +47,7 @@ from memrl.workflows import get_workflow, load_samples
 RESUMABLE_CHANGES = {("trainer", "total_steps"), ("trainer", "save_every"), ("trainer", "eval_every"),
                      ("trainer", "keep_checkpoints"), ("trainer", "tensorboard"), ("trainer", "wandb_project"),
                      *(("cluster", k) for k in ("address", "rollout_replicas", "replica_cpus", "replica_gpus",
-                                                "trainers", "backend", "placement"))}
+                                                "trainers", "backend", "placement", "strategy"))}
 SUMMED = ("pg_loss", "clipfrac", "clipfrac_lower", "ppo_kl", "entropy", "kl", "logprob_mismatch")
 
 
@@ -129,7 +130,7 @@ class Trainer:
                  engine: Engine | None = None, tracker_console: Any = None) -> None:
         check_config(cfg)
         self.cfg = cfg
-        self.dist = DistContext.from_env(cfg.cluster.backend)
+        self.dist = DistContext.from_env(cfg.cluster.backend, group_of_one=cfg.cluster.strategy == "fsdp")
         self.run_dir = Path(cfg.trainer.output_dir)
         if self.dist.main:
             self._check_run_config()
@@ -145,27 +146,40 @@ class Trainer:
         self.dist.sync_params(self.policy)
         self.device = next(self.policy.parameters()).device
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay)
-        t = cfg.trainer
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_lambda(s, t.warmup_steps, t.total_steps, t.lr_schedule))
-        self.reference = Reference(self.policy, needed=cfg.algorithm.kl_coef > 0)
+        self.reference = Reference(self.policy, needed=cfg.algorithm.kl_coef > 0)  # initial weights, not resumed
+        self.step = 0
+        self.nan_streak = 0
+        self.failed_episodes = 0
+        self.workflow = get_workflow(cfg.workflow.name)
+        self.samples = load_samples(cfg, "train")
+        self.eval_samples = load_samples(cfg, "eval")[: cfg.trainer.eval_samples]
+        self.sampler = ResumableSampler(len(self.samples), cfg.trainer.seed)
+        found = checkpoint.latest(self.run_dir)
+        if found is not None:  # weights first: engines built next start from them
+            checkpoint.load_weights(self.policy, found[1])
+        self.sharded = cfg.cluster.strategy == "fsdp" and torch.distributed.is_initialized()
         self.pool: Any = None
         if not self.dist.main:
             self.engine, self.shared_engine = None, True  # only rank 0 generates
         else:
             self.engine, self.shared_engine = (engine, False) if engine is not None else self._build_engine()
-        self.workflow = get_workflow(cfg.workflow.name)
-        self.samples = load_samples(cfg, "train")
-        self.eval_samples = load_samples(cfg, "eval")[: cfg.trainer.eval_samples]
-        self.sampler = ResumableSampler(len(self.samples), cfg.trainer.seed)
-        self.step = 0
-        self.nan_streak = 0
-        self.failed_episodes = 0
-        found = checkpoint.latest(self.run_dir)
+        # every rank must agree: under FSDP gathering the engine's weights is collective
+        self.sync_engine = bool(self.dist.broadcast(not self.shared_engine))
+        if found is not None and self.sync_engine and self.dist.main and self.pool is None:
+            asyncio.run(self.engine.update_weights(merged_state_dict(self.policy)))  # resume: not the base weights
+        if self.sharded:
+            from memrl.dist.fsdp import shard_model
+
+            shard_model(self.policy)
+            if self.reference.frozen is not None:
+                shard_model(self.reference.frozen)
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay)
+        t = cfg.trainer
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_lambda(s, t.warmup_steps, t.total_steps, t.lr_schedule))
         if found is not None:
-            state = checkpoint.load(found[1], self.policy, self.optimizer, self.scheduler)
+            state = checkpoint.load_trainer_state(found[1], self.policy, self.optimizer, self.scheduler)
             self.step = state["step"]
             self.sampler.position = state["data_position"]
             self.nan_streak = state.get("nan_streak", 0)
@@ -212,8 +226,16 @@ class Trainer:
         if self.cfg.engine.kind == "hf":
             from memrl.engines.hf import HFEngine
 
-            return HFEngine(self.policy, pad_token_id=self.pad_id, max_batch_size=self.cfg.engine.max_batch_size,
-                            seed=self.cfg.trainer.seed), True
+            model, shared = self.policy, True
+            if self.sharded:
+                # a sharded policy cannot generate on rank 0 alone: the engine gets its own full copy
+                from memrl.models.resolve import load_model
+
+                model, shared = load_model(self.cfg.model.path, dtype=self.cfg.model.dtype, device=str(self.device)), False
+                model.load_state_dict(merged_state_dict(self.policy), strict=False)
+                model.eval()
+            return HFEngine(model, pad_token_id=self.pad_id, max_batch_size=self.cfg.engine.max_batch_size,
+                            seed=self.cfg.trainer.seed), shared
         from memrl.engines.factory import build_engine
 
         return build_engine(self.cfg), False
@@ -300,6 +322,8 @@ class Trainer:
             lp, _ = token_logprobs(model, collate(group, self.pad_id, self.device), temp)
             for r, v in zip(group, lp):
                 setattr(r, attr, v[: len(r) - 1].float().cpu())
+        if self.sharded:  # a no-grad forward leaves the root's weights gathered; free them
+            model.reshard()
 
     # -- update ----------------------------------------------------------------------------------
     def update(self, rows: list[Row]) -> dict[str, float]:
@@ -321,7 +345,8 @@ class Trainer:
         grad_norms: list[float] = []
         skipped = 0
         gen = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + self.step)
-        params = [p for p in self.policy.parameters() if p.requires_grad]
+        # the optimizer's own list: FSDP swaps unsharded tensors into the module between forward and backward
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
         for _ in range(a.ppo_epochs):
             order = torch.randperm(len(rows), generator=gen).tolist()
             for mini in iter_chunks(order, cfg.trainer.mini_batches):
@@ -333,8 +358,14 @@ class Trainer:
                     mrows = [mrows[i] for i in mine]
                 self.optimizer.zero_grad(set_to_none=True)
                 bad = False
-                for micro in micro_batches(mrows, cfg.trainer.micro_batch_tokens):
-                    group = [mrows[i] for i in micro]
+                micros = [[mrows[i] for i in m] for m in micro_batches(mrows, cfg.trainer.micro_batch_tokens)]
+                padding = 0
+                if self.sharded:  # sharded forward/backward passes are collective: every rank does as many
+                    padding = int(self.dist.max([float(len(micros))])[0]) - len(micros)
+                    filler = micros[0][:1] if micros else [rows[mini[0]]]
+                    micros += [filler] * padding
+                for j, group in enumerate(micros):
+                    dummy = j >= len(micros) - padding
                     batch = collate(group, self.pad_id, self.device)
                     width = batch.targets.shape[1]
                     logp, ent = token_logprobs(self.policy, batch, temp, with_entropy=True)
@@ -357,11 +388,15 @@ class Trainer:
                         ref = row_tensor(group, "ref_logprobs", width, self.device)
                         kl_val = agg_loss(kl_penalty(logp, ref, a.kl_estimator), mask, mode, norm_length=norm_len)
                         loss = loss + a.kl_coef * kl_val
-                    loss = loss * scale
+                    # FSDP averages gradients over ranks; times world, that is the sum DDP-style ranks take
+                    loss = loss * (0.0 if dummy else scale * (self.dist.world if self.sharded else 1))
                     if not torch.isfinite(loss):
                         bad = True
-                        break
-                    loss.backward()
+                        if not self.sharded:
+                            break
+                    loss.backward()  # (sharded: a non-finite pass still runs its collectives; the step is dropped)
+                    if dummy or bad:
+                        continue
                     w = float(mask.sum())
                     weight_total += w
                     for key, val in (("pg_loss", pg), ("clipfrac", clipfrac), ("clipfrac_lower", lower),
@@ -370,8 +405,9 @@ class Trainer:
                     sums["logprob_mismatch"] = sums.get("logprob_mismatch", 0.0) + _mismatch(group, logp, mask)
                 bad = self.dist.sum([float(bad)])[0] > 0  # one rank's NaN skips the step everywhere
                 if not bad:
-                    self.dist.sum_grads(params)
-                    gn = torch.nn.utils.clip_grad_norm_(params, cfg.trainer.grad_clip)
+                    if not self.sharded:  # FSDP already summed them in backward
+                        self.dist.sum_grads(params)
+                    gn = grad_norm_value(torch.nn.utils.clip_grad_norm_(params, cfg.trainer.grad_clip))
                     bad = not torch.isfinite(gn)
                 if bad:
                     self.optimizer.zero_grad(set_to_none=True)
@@ -422,11 +458,16 @@ class Trainer:
         t4 = time.perf_counter()
         if colocated:
             self.pool.wake()
-        if self.dist.main and not self.shared_engine:
-            asyncio.run(self.engine.update_weights(merged_state_dict(self.policy)))
+        if self.sync_engine:
+            weights = self.engine_weights()
+            if self.dist.main:
+                asyncio.run(self.engine.update_weights(weights))
         metrics["time/sync"] = time.perf_counter() - t4
         if self.pool is not None:
             metrics.update(self.pool.stats())
+        if self.device.type == "cuda":  # peak of this step (rollout, update, sync) on this rank's GPU
+            metrics["gpu_peak_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+            torch.cuda.reset_peak_memory_stats(self.device)
         metrics["train_rows"] = float(len(rows))
         metrics["data_position"] = float(self.sampler.position)
         return metrics
@@ -463,10 +504,20 @@ class Trainer:
         self.policy.eval()
         return asyncio.run(self._evaluate())
 
+    def engine_weights(self) -> dict[str, torch.Tensor] | None:
+        """Merged weights for the engine (rank 0); under FSDP every rank must call this (collective gather)."""
+        if self.sharded:
+            from memrl.dist.fsdp import full_state_dict
+
+            state = full_state_dict(self.policy)
+            return merged_state_dict(self.policy, state) if self.dist.main else None
+        return merged_state_dict(self.policy) if self.dist.main else None
+
     def save(self) -> Path:
+        """Rank 0 writes; under FSDP every rank calls this, since gathering the shards is collective."""
         return checkpoint.save(self.run_dir, self.step, self.policy, self.optimizer, self.scheduler,
                                {"data_position": self.sampler.position, "nan_streak": self.nan_streak},
-                               keep=self.cfg.trainer.keep_checkpoints)
+                               keep=self.cfg.trainer.keep_checkpoints, write=self.dist.main)
 
     def run(self) -> dict[str, float]:
         t = self.cfg.trainer
@@ -482,7 +533,7 @@ class Trainer:
                 if t.eval_every and self.step % t.eval_every == 0 and self.dist.main:
                     last["eval/accuracy"] = self.evaluate()
                 self.tracker.log(self.step, last)
-                if (self.step % t.save_every == 0 or self.step == t.total_steps) and self.dist.main:
+                if (self.step % t.save_every == 0 or self.step == t.total_steps) and (self.dist.main or self.sharded):
                     self.save()
                 self.dist.broadcast(None)  # ranks move on together (rank 0 may have evaluated or saved)
         finally:
