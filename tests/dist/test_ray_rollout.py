@@ -26,8 +26,10 @@ def local_ray():
 
 
 @pytest.mark.timeout(600)
-def test_killing_a_replica_mid_step_does_not_fail_the_run(tmp_path, local_ray):
-    cfg = config(tmp_path, trainer__total_steps=2, cluster__rollout_replicas=2, cluster__replica_cpus=1.0)
+@pytest.mark.parametrize("sync", ["object_store", "collective"])
+def test_killing_a_replica_mid_step_does_not_fail_the_run(tmp_path, local_ray, sync):
+    cfg = config(tmp_path, trainer__total_steps=2, cluster__rollout_replicas=2, cluster__replica_cpus=1.0,
+                 cluster__weight_sync=sync)
     trainer = Trainer(cfg)
     pool = trainer.pool
     assert "ray cluster: 1 node(s), 4 CPU" in trainer.status_line and "2 rollout replica(s)" in trainer.status_line

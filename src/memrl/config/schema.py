@@ -212,6 +212,10 @@ class ClusterConfig(Section):
                                              "gradients are all-reduced; fsdp: FSDP2 shards weights, gradients "
                                              "and optimizer state layer by layer (models that do not fit per rank).")
     backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: NCCL with CUDA, else gloo.")
+    weight_sync: Literal["object_store", "collective"] = Field(
+        "object_store", description="How replicas get new weights: object_store (one CPU copy in Ray's store, "
+        "every replica reads it) or collective (a gloo/NCCL broadcast from the trainer; NCCL when replicas have "
+        "whole GPUs of their own, i.e. placement=split).")
     placement: Literal["colocate", "split"] = Field("split", description="colocate: replicas share the trainer's "
                                                     "devices and sleep (offload) during updates; split: own devices.")
 

@@ -120,5 +120,5 @@ def free_port() -> int:
     import socket
 
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))  # free on every interface: other nodes may connect to it
         return s.getsockname()[1]

@@ -5,7 +5,10 @@ replica with the fewest outstanding requests. A replica that dies is replaced by
 a new actor loaded with the latest weights, and the request is sent again; since
 generation is token-in/token-out and stateless, retrying the request resumes the
 episode exactly where it was. Weight sync puts the state dict in the Ray object
-store once and every replica loads it from there.
+store once and every replica loads it from there, or (``weight_sync="collective"``)
+broadcasts it over a gloo/NCCL group of the trainer and the replicas
+(``memrl.dist.weight_sync``); a replica replaced since the last sync makes the
+pool form the group anew.
 """
 
 from __future__ import annotations
@@ -42,6 +45,23 @@ class _Replica:
         await self.engine.update_weights(weights)
         return len(weights)
 
+    def join_sync(self, host: str, port: int, rank: int, world: int, backend: str) -> None:
+        from memrl.dist.weight_sync import SyncGroup
+
+        self.leave_sync()
+        self.sync = SyncGroup(host, port, rank, world, backend, device=self.device)
+
+    async def receive_weights(self, layout: list[Any], bucket_mb: float) -> int:
+        weights = self.sync.receive(layout, bucket_mb)  # blocks this actor until rank 0 has sent everything
+        await self.engine.update_weights(weights)
+        return len(weights)
+
+    def leave_sync(self) -> None:
+        old = getattr(self, "sync", None)
+        if old is not None:
+            old.close()
+        self.sync = None
+
     def sleep(self) -> None:
         """Colocated placement: give the accelerator back to the trainer during the update."""
         if self.device != "cpu":
@@ -65,8 +85,15 @@ class RayEnginePool:
 
     def __init__(self, model_path: str, replicas: int, *, dtype: str = "auto", device: str | None = None,
                  weights: Mapping[str, Any] | None = None, num_cpus: float = 1, num_gpus: float = 0,
-                 max_batch_size: int = 32, seed: int = 0, retries: int = 3) -> None:
+                 max_batch_size: int = 32, seed: int = 0, retries: int = 3, weight_sync: str = "object_store",
+                 sync_backend: str = "gloo", bucket_mb: float = 256) -> None:
         ray = require_ray()
+        if weight_sync not in ("object_store", "collective"):
+            raise ValueError(f"weight_sync must be object_store or collective, not {weight_sync!r}")
+        self.weight_sync, self.sync_backend, self.bucket_mb = weight_sync, sync_backend, bucket_mb
+        self._group: Any = None
+        self._group_members: list[Any] = []
+        self._latest: Mapping[str, Any] | None = None
         self._ray = ray
         self._actor_cls = ray.remote(_Replica)
         self.model_path, self.dtype, self.device = model_path, dtype, device
@@ -81,6 +108,9 @@ class RayEnginePool:
         ray.get([a.pid.remote() for a in self.actors])  # fail here, not mid-rollout, if a replica cannot start
 
     def _spawn(self, i: int) -> Any:
+        if self._latest is not None:  # collective mode: a replacement starts from the last synced weights
+            self._weights = self._ray.put({k: v.detach().cpu() for k, v in self._latest.items()})
+            self._latest = None
         return self._actor_cls.options(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_concurrency=1000).remote(
             self.model_path, self.dtype, self.device, self._weights, self.max_batch_size, self.seed + i)
 
@@ -112,22 +142,60 @@ class RayEnginePool:
         raise RuntimeError(f"rollout replica failed {self.retries + 1} times in a row") from last
 
     async def update_weights(self, state_dict: Mapping[str, Any]) -> None:
-        """Broadcast through the object store (one copy, every replica reads it); replaces dead replicas."""
+        """Every replica gets ``state_dict``; dead replicas are replaced and the sync retried."""
         t0 = time.perf_counter()
-        self._weights = self._ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
+        collective = self.weight_sync == "collective"
+        if collective:
+            self._latest = state_dict
+            from memrl.dist.weight_sync import layout_of
+
+            layout = layout_of(state_dict)
+        else:
+            self._weights = self._ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
         for _ in range(self.retries + 1):
+            if collective and self._group_members != self.actors:
+                self._open_group()
             actors = list(self.actors)
-            results = await asyncio.gather(*(a.load_weights.remote(self._weights) for a in actors),
-                                           return_exceptions=True)
+            sent: BaseException | None = None
+            if collective:
+                refs = [a.receive_weights.remote(layout, self.bucket_mb) for a in actors]
+                try:
+                    self._group.send(state_dict, self.bucket_mb)
+                except Exception as err:  # a member died mid-broadcast: find it below, re-form the group
+                    sent = err
+            else:
+                refs = [a.load_weights.remote(self._weights) for a in actors]
+            results = await asyncio.gather(*refs, return_exceptions=True)
             dead = [i for i, r in enumerate(results) if isinstance(r, self._errors())]
             other = [r for r in results if isinstance(r, BaseException) and not isinstance(r, self._errors())]
-            if other:
+            if other and not (sent is not None or dead):
                 raise other[0]
-            for i in dead:  # a replacement starts from the weights just put in the store
+            for i in dead:  # a replacement starts from the latest weights
                 self._replace(i, actors[i])
+            if sent is not None or other:
+                self._group_members = []  # re-form the group on the next attempt
+                continue
             if not dead:
                 break
+        else:
+            raise RuntimeError(f"weight sync failed {self.retries + 1} times in a row")
         self.last_sync_s = time.perf_counter() - t0
+
+    def _open_group(self) -> None:
+        """(Re-)form the broadcast group: trainer rank 0, replica i rank i+1."""
+        from memrl.dist.ddp import free_port
+        from memrl.dist.weight_sync import SyncGroup
+
+        if self._group is not None:
+            self._group.close()
+        host = self._ray.util.get_node_ip_address()
+        port = free_port()
+        world = len(self.actors) + 1
+        refs = [a.join_sync.remote(host, port, i + 1, world, self.sync_backend) for i, a in enumerate(self.actors)]
+        device = "cuda" if self.sync_backend == "nccl" else "cpu"
+        self._group = SyncGroup(host, port, 0, world, self.sync_backend, device=device)
+        self._ray.get(refs)
+        self._group_members = list(self.actors)
 
     def sleep(self) -> None:
         self._ray.get([a.sleep.remote() for a in self.actors])
@@ -140,5 +208,7 @@ class RayEnginePool:
                 **{f"replica{i}_requests": float(n) for i, n in enumerate(self.served)}}
 
     async def close(self) -> None:
+        if self._group is not None:
+            self._group.close()
         for a in self.actors:
             self._ray.kill(a)

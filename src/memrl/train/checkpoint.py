@@ -105,7 +105,3 @@ def load_trainer_state(ckpt: Path, model: Any, optimizer: Any, scheduler: Any) -
     set_rng_state(blob["rng"])
     return json.loads((ckpt / "state.json").read_text())
 
-
-def load(ckpt: Path, model: Any, optimizer: Any, scheduler: Any) -> dict[str, Any]:
-    load_weights(model, ckpt)
-    return load_trainer_state(ckpt, model, optimizer, scheduler)

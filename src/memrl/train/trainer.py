@@ -47,7 +47,8 @@ from memrl.workflows import get_workflow, load_samples
 RESUMABLE_CHANGES = {("trainer", "total_steps"), ("trainer", "save_every"), ("trainer", "eval_every"),
                      ("trainer", "keep_checkpoints"), ("trainer", "tensorboard"), ("trainer", "wandb_project"),
                      *(("cluster", k) for k in ("address", "rollout_replicas", "replica_cpus", "replica_gpus",
-                                                "trainers", "backend", "placement", "strategy"))}
+                                                "trainers", "backend", "placement", "strategy",
+                                                "weight_sync"))}
 SUMMED = ("pg_loss", "clipfrac", "clipfrac_lower", "ppo_kl", "entropy", "kl", "logprob_mismatch")
 
 
@@ -109,6 +110,11 @@ def check_config(cfg: MemRLConfig) -> None:
         raise ConfigError("algorithm.step_rewards needs workflow.name=rememr1 (the workflow that scores turns)")
     if cfg.engine.kind == "openai":
         raise ConfigError("engine.kind=openai cannot receive weight updates; train with engine.kind=hf or vllm")
+    c = cfg.cluster
+    if c.weight_sync == "collective" and c.replica_gpus > 0 and (c.placement == "colocate" or c.replica_gpus < 1):
+        raise ConfigError("cluster.weight_sync=collective over NCCL needs each replica on whole GPUs of its own "
+                          "(cluster.placement=split, cluster.replica_gpus >= 1): NCCL puts one rank per GPU. "
+                          "Replicas sharing a GPU sync with cluster.weight_sync=object_store")
 
 
 def _check_env(cfg: MemRLConfig) -> None:
@@ -220,7 +226,9 @@ class Trainer:
                                       device=self.cfg.engine.device, weights=merged_state_dict(self.policy),
                                       num_cpus=c.replica_cpus, num_gpus=c.replica_gpus,
                                       max_batch_size=self.cfg.engine.max_batch_size, seed=self.cfg.trainer.seed,
-                                      retries=self.cfg.engine.retries)
+                                      retries=self.cfg.engine.retries, weight_sync=c.weight_sync,
+                                      sync_backend="nccl" if c.replica_gpus > 0 and self.device.type == "cuda"
+                                      else "gloo")
             self.status_line += f"; {c.rollout_replicas} rollout replica(s), {self.dist.world} trainer rank(s)"
             return self.pool, False
         if self.cfg.engine.kind == "hf":
