@@ -73,3 +73,17 @@ def test_gloo_broadcast_reaches_every_replica_and_a_replacement(tmp_path):
         asyncio.run(pool.close())
     finally:
         ray.shutdown()
+
+
+def test_vllm_replica_without_vllm_says_how_to_get_it():
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("vLLM is installed here")
+    from memrl.dist.pool import _Replica
+
+    with pytest.raises(ImportError, match=r"memrl\[vllm\]"):
+        _Replica("tiny", "auto", None, None, 8, 0, kind="vllm", options={"tensor_parallel_size": 2})

@@ -137,6 +137,10 @@ class EngineConfig(Section):
     served_model: str | None = Field(None, description="openai: model name sent in requests.")
     api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
     max_batch_size: int = Field(32, gt=0, description="hf: requests decoded together.")
+    tensor_parallel_size: int = Field(1, ge=1, description="vllm: GPUs per engine (tensor parallel); with "
+                                      "cluster.rollout_replicas each replica takes this many.")
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="vllm: share of each GPU the engine "
+                                          "may take (weights + KV cache); leave room for training when colocated.")
     concurrency: int = Field(64, gt=0, description="Episodes (and HTTP requests) in flight at once.")
     timeout_s: float = Field(600.0, gt=0)
     retries: int = Field(3, ge=0)
@@ -203,7 +207,8 @@ class ClusterConfig(Section):
 
     address: str | None = Field(None, description="Ray cluster to join: 'auto' or host:port of 'ray start --head'; "
                                 "null starts Ray on this machine when rollout_replicas > 0.")
-    rollout_replicas: int = Field(0, ge=0, description="Engine replicas as Ray actors (0: the in-process engine).")
+    rollout_replicas: int = Field(0, ge=0, description="Engine replicas as Ray actors, each an engine.kind "
+                                  "(hf or vllm) engine (0: the in-process engine).")
     replica_cpus: float = Field(1.0, gt=0, description="CPUs Ray reserves per replica.")
     replica_gpus: float = Field(0.0, ge=0, description="GPUs per replica (fractions share a GPU).")
     trainers: int = Field(1, ge=1, description="Data-parallel trainer processes (torch.distributed); "

@@ -23,25 +23,45 @@ from memrl.engines.base import GenerationResult, SamplingParams
 
 
 class _Replica:
-    """One engine in its own process (HF engine; vLLM has its own Ray support)."""
+    """One engine in its own process: an HF engine, or vLLM (tensor-parallel over the actor's GPUs)."""
 
     def __init__(self, model_path: str, dtype: str, device: str | None, weights: Any, max_batch_size: int,
-                 seed: int) -> None:
+                 seed: int, kind: str = "hf", options: Mapping[str, Any] | None = None) -> None:
+        self.kind = kind
+        self.device = device or "cpu"
+        self._pending: Any = None
+        if kind == "vllm":
+            from memrl.engines.vllm import VLLMEngine
+
+            opts = dict(options or {})
+            if opts.get("tensor_parallel_size", 1) > 1:
+                # the actor already holds its GPUs: vLLM's workers are its own processes, not more Ray actors
+                opts.setdefault("distributed_executor_backend", "mp")
+            self.engine: Any = VLLMEngine.from_pretrained(model_path, dtype=dtype, **opts)
+            self.device = "cuda"
+            self._pending = weights  # loaded on the first call (the engine's methods are async)
+            return
         from memrl.engines.hf import HFEngine
         from memrl.models.resolve import load_model
 
-        self.model = load_model(model_path, dtype=dtype, device=device or "cpu")
+        self.model = load_model(model_path, dtype=dtype, device=self.device)
         if weights is not None:
             self.model.load_state_dict(weights, strict=False)
         self.model.eval()
         pad = getattr(self.model.config, "pad_token_id", None)
         self.engine = HFEngine(self.model, pad_token_id=pad, max_batch_size=max_batch_size, seed=seed)
-        self.device = device or "cpu"
+
+    async def _ready(self) -> None:
+        if self._pending is not None:
+            weights, self._pending = self._pending, None
+            await self.engine.update_weights(weights)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
+        await self._ready()
         return await self.engine.generate(prompt_ids, params)
 
     async def load_weights(self, weights: Mapping[str, Any]) -> int:
+        self._pending = None  # newer than any pending start-up weights
         await self.engine.update_weights(weights)
         return len(weights)
 
@@ -53,6 +73,7 @@ class _Replica:
 
     async def receive_weights(self, layout: list[Any], bucket_mb: float) -> int:
         weights = self.sync.receive(layout, bucket_mb)  # blocks this actor until rank 0 has sent everything
+        self._pending = None
         await self.engine.update_weights(weights)
         return len(weights)
 
@@ -62,16 +83,20 @@ class _Replica:
             old.close()
         self.sync = None
 
-    def sleep(self) -> None:
+    async def sleep(self) -> None:
         """Colocated placement: give the accelerator back to the trainer during the update."""
-        if self.device != "cpu":
+        if self.kind == "vllm":
+            await self.engine.sleep(1)  # weights to host memory, KV cache dropped
+        elif self.device != "cpu":
             import torch
 
             self.model.to("cpu")
             torch.cuda.empty_cache()
 
-    def wake(self) -> None:
-        if self.device != "cpu":
+    async def wake(self) -> None:
+        if self.kind == "vllm":
+            await self.engine.wake_up()
+        elif self.device != "cpu":
             self.model.to(self.device)
 
     def pid(self) -> int:
@@ -86,11 +111,13 @@ class RayEnginePool:
     def __init__(self, model_path: str, replicas: int, *, dtype: str = "auto", device: str | None = None,
                  weights: Mapping[str, Any] | None = None, num_cpus: float = 1, num_gpus: float = 0,
                  max_batch_size: int = 32, seed: int = 0, retries: int = 3, weight_sync: str = "object_store",
-                 sync_backend: str = "gloo", bucket_mb: float = 256) -> None:
+                 sync_backend: str = "gloo", bucket_mb: float = 256, kind: str = "hf",
+                 engine_options: Mapping[str, Any] | None = None) -> None:
         ray = require_ray()
         if weight_sync not in ("object_store", "collective"):
             raise ValueError(f"weight_sync must be object_store or collective, not {weight_sync!r}")
         self.weight_sync, self.sync_backend, self.bucket_mb = weight_sync, sync_backend, bucket_mb
+        self.kind, self.engine_options = kind, dict(engine_options or {})
         self._group: Any = None
         self._group_members: list[Any] = []
         self._latest: Mapping[str, Any] | None = None
@@ -112,7 +139,8 @@ class RayEnginePool:
             self._weights = self._ray.put({k: v.detach().cpu() for k, v in self._latest.items()})
             self._latest = None
         return self._actor_cls.options(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_concurrency=1000).remote(
-            self.model_path, self.dtype, self.device, self._weights, self.max_batch_size, self.seed + i)
+            self.model_path, self.dtype, self.device, self._weights, self.max_batch_size, self.seed + i, self.kind,
+            self.engine_options)
 
     def _errors(self) -> tuple[type[BaseException], ...]:
         exc = self._ray.exceptions

@@ -59,7 +59,8 @@ class VLLMEngine:
     @classmethod
     def from_pretrained(cls, model: str, dtype: str = "auto", tensor_parallel_size: int = 1,
                         gpu_memory_utilization: float = 0.5, max_model_len: int | None = None,
-                        enable_sleep_mode: bool = True) -> VLLMEngine:
+                        enable_sleep_mode: bool = True, **engine_args: Any) -> VLLMEngine:
+        """``engine_args``: any further ``AsyncEngineArgs`` field (e.g. ``distributed_executor_backend``)."""
         require_vllm()
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -68,7 +69,7 @@ class VLLMEngine:
 
         args = AsyncEngineArgs(model=resolve_model_path(model), dtype=dtype, tensor_parallel_size=tensor_parallel_size,
                                gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                               enable_sleep_mode=enable_sleep_mode)
+                               enable_sleep_mode=enable_sleep_mode, **engine_args)
         return cls(AsyncLLM.from_engine_args(args))
 
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:

@@ -218,13 +218,16 @@ class Trainer:
             from memrl.dist.pool import RayEnginePool
             from memrl.dist.ray_support import init_ray
 
-            if self.cfg.engine.kind != "hf":
-                raise ConfigError("cluster.rollout_replicas runs HF engines as Ray actors; for vLLM point "
-                                  "engine.kind=openai at a vLLM server or use engine.kind=vllm without replicas")
             self.status_line = init_ray(c.address)
+            e = self.cfg.engine
+            vllm = e.kind == "vllm"
             self.pool = RayEnginePool(self.cfg.model.path, c.rollout_replicas, dtype=self.cfg.model.dtype,
                                       device=self.cfg.engine.device, weights=merged_state_dict(self.policy),
-                                      num_cpus=c.replica_cpus, num_gpus=c.replica_gpus,
+                                      num_cpus=c.replica_cpus,
+                                      num_gpus=c.replica_gpus or (e.tensor_parallel_size if vllm else 0),
+                                      kind=e.kind, engine_options={
+                                          "tensor_parallel_size": e.tensor_parallel_size,
+                                          "gpu_memory_utilization": e.gpu_memory_utilization} if vllm else None,
                                       max_batch_size=self.cfg.engine.max_batch_size, seed=self.cfg.trainer.seed,
                                       retries=self.cfg.engine.retries, weight_sync=c.weight_sync,
                                       sync_backend="nccl" if c.replica_gpus > 0 and self.device.type == "cuda"
