@@ -68,14 +68,16 @@ def main() -> None:
     print(f"GRPO: {params:.0f}M params ({next(trainer.policy.parameters()).dtype}), LoRA r=16, grad checkpointing, "
           f"{cfg.trainer.prompts_per_step}x{cfg.algorithm.n} episodes/step", flush=True)
     t0 = time.perf_counter()
+    peak = 0.0
     for _ in range(args.steps):
         trainer.step += 1
         m = trainer.train_step()
         print(f"step {trainer.step}: rollout {m['time/rollout']:.2f}s logprob {m['time/logprob']:.2f}s "
               f"update {m['time/update']:.2f}s gen tok/s {m['tokens_per_s']:.0f} rows {m['train_rows']:.0f} "
               f"mismatch {m['logprob_mismatch']:.4f} grad_norm {m['grad_norm']:.3f} kl {m['kl']:.5f}", flush=True)
+        peak = max(peak, m.get("gpu_peak_gib", 0.0))  # the trainer resets the peak every step
     print(f"{args.steps} steps in {time.perf_counter() - t0:.1f}s"
-          + (f"; peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB" if cuda else ""))
+          + (f"; peak GPU memory {peak:.2f} GiB" if cuda else ""))
 
 
 if __name__ == "__main__":

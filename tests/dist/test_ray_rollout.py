@@ -7,6 +7,7 @@ import os
 import signal
 
 import pytest
+import torch
 import torch.multiprocessing as mp
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
@@ -64,13 +65,28 @@ def test_killing_a_replica_mid_step_does_not_fail_the_run(tmp_path, local_ray, s
 
 
 @pytest.mark.timeout(600)
-def test_two_replicas_and_two_gloo_ranks_train(tmp_path):
+def test_two_replicas_and_two_gloo_ranks_match_one_process(tmp_path):
+    """Same seed: replicas sample what the in-process engine samples, and 2 ranks update as 1 process does."""
     load_tokenizer("tiny")
-    cfg = config(tmp_path, trainer__total_steps=2, cluster__rollout_replicas=2, cluster__replica_cpus=0.5,
-                 cluster__trainers=2, cluster__backend="gloo")
+    kw = dict(trainer__total_steps=3, trainer__mini_batches=2, algorithm__entropy_coef=0.05, trainer__lr=1e-2)
+    Trainer(config(tmp_path / "single", **kw)).run()
+    cfg = config(tmp_path / "dist", cluster__rollout_replicas=2, cluster__replica_cpus=0.5, cluster__trainers=2,
+                 cluster__backend="gloo", **kw)
     mp.start_processes(rank_main, args=(cfg.model_dump(mode="json"), 2, free_port(), False), nprocs=2,
                        start_method="spawn")
-    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == [1, 2]
-    assert lines[-1]["replicas"] == 2 and lines[0]["rollout_episodes"] == 8
-    assert all(m["grad_norm"] == m["grad_norm"] for m in lines)  # finite, not NaN
+    a, b = ([json.loads(x) for x in (tmp_path / r / "run" / "metrics.jsonl").read_text().splitlines()]
+            for r in ("single", "dist"))
+    assert [m["step"] for m in b] == [1, 2, 3]
+    assert b[-1]["replicas"] == 2 and b[0]["rollout_episodes"] == 8
+    assert b[-1]["replica0_requests"] > 0 and b[-1]["replica1_requests"] > 0
+    for x, y in zip(a, b):
+        for key in ("reward", "response_tokens", "memory_truncated", "train_rows"):  # the same episodes
+            assert y[key] == x[key], (x["step"], key)
+        for key in ("entropy", "pg_loss", "grad_norm"):
+            assert y[key] == pytest.approx(x[key], rel=1e-4, abs=1e-6), (x["step"], key)
+    from safetensors.torch import load_file
+
+    wa, wb = (load_file(str(next((tmp_path / r / "run/checkpoints/step_000003/model").glob("*.safetensors"))))
+              for r in ("single", "dist"))
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], atol=1e-5, rtol=1e-4)
