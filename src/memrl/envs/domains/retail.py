@@ -63,8 +63,16 @@ class RetailTools(Toolkit):
             if item_ids.count(item_id) > have.count(item_id):
                 raise ToolError(f"{what} {item_id} not found in the order")
 
-    def _price_difference(self, order: dict[str, Any], item_ids: list[str], new_item_ids: list[str],
-                          same_allowed: bool) -> tuple[float, list[dict[str, Any]]]:
+    def _priced_swap(self, order: dict[str, Any], item_ids: list[str], new_item_ids: list[str],
+                     payment_method_id: str, same_allowed: bool,
+                     short_of: str) -> tuple[float, list[dict[str, Any]], dict[str, Any]]:
+        """Checks shared by exchange and modify-items, in tau2's order: the items are in the order, each new
+        item is an available variant of the same product, the payment method exists and, if a gift card,
+        covers the difference (``short_of`` names what it would not pay for).
+
+        Returns (price difference, new variants, payment method).
+        """
+        self._check_items_in_order(order, item_ids, "Item")
         if len(item_ids) != len(new_item_ids):
             raise ToolError("The number of items to be exchanged should match")
         diff = 0.0
@@ -78,7 +86,11 @@ class RetailTools(Toolkit):
                 raise ToolError(f"New item {new_id} not found or available")
             diff += variant["price"] - item["price"]
             variants.append(variant)
-        return round(diff, 2), variants
+        diff = round(diff, 2)
+        method = self._payment(order["user_id"], payment_method_id)
+        if self._is_gift_card(method) and method["balance"] < diff:
+            raise ToolError(f"Insufficient gift card balance to pay for {short_of}")
+        return diff, variants, method
 
     # -- read tools ---------------------------------------------------------------------------
     @tool("read")
@@ -222,11 +234,8 @@ class RetailTools(Toolkit):
         order = self._order(order_id)
         if order["status"] != "delivered":
             raise ToolError("Non-delivered order cannot be exchanged")
-        self._check_items_in_order(order, item_ids, "Item")
-        diff, _ = self._price_difference(order, item_ids, new_item_ids, same_allowed=True)
-        method = self._payment(order["user_id"], payment_method_id)
-        if self._is_gift_card(method) and method["balance"] < diff:
-            raise ToolError("Insufficient gift card balance to pay for the price difference")
+        diff, _, _ = self._priced_swap(order, item_ids, new_item_ids, payment_method_id, same_allowed=True,
+                                       short_of="the price difference")
         order["status"] = "exchange requested"
         order["exchange_items"] = sorted(item_ids)
         order["exchange_new_items"] = sorted(new_item_ids)
@@ -269,11 +278,8 @@ class RetailTools(Toolkit):
         order = self._order(order_id)
         if order["status"] != "pending":
             raise ToolError("Non-pending order cannot be modified")
-        self._check_items_in_order(order, item_ids, "Item")
-        diff, variants = self._price_difference(order, item_ids, new_item_ids, same_allowed=False)
-        method = self._payment(order["user_id"], payment_method_id)
-        if self._is_gift_card(method) and method["balance"] < diff:
-            raise ToolError("Insufficient gift card balance to pay for the new item")
+        diff, variants, method = self._priced_swap(order, item_ids, new_item_ids, payment_method_id,
+                                                   same_allowed=False, short_of="the new item")
         order["payment_history"].append({"transaction_type": "payment" if diff > 0 else "refund",
                                          "amount": abs(diff), "payment_method_id": payment_method_id})
         if self._is_gift_card(method):
