@@ -30,6 +30,7 @@ class _Replica:
         self.kind = kind
         self.device = device or "cpu"
         self._pending: Any = None
+        self.sync: Any = None  # the broadcast group, under weight_sync=collective
         if kind == "vllm":
             from memrl.engines.vllm import VLLMEngine
 
@@ -78,9 +79,8 @@ class _Replica:
         return len(weights)
 
     def leave_sync(self) -> None:
-        old = getattr(self, "sync", None)
-        if old is not None:
-            old.close()
+        if self.sync is not None:
+            self.sync.close()
         self.sync = None
 
     async def sleep(self) -> None:

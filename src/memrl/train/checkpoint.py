@@ -104,4 +104,3 @@ def load_trainer_state(ckpt: Path, model: Any, optimizer: Any, scheduler: Any) -
     scheduler.load_state_dict(blob["scheduler"])
     set_rng_state(blob["rng"])
     return json.loads((ckpt / "state.json").read_text())
-

@@ -168,11 +168,9 @@ class Trainer:
         if not self.dist.main:
             self.engine, self.shared_engine = None, True  # only rank 0 generates
         else:
-            self.engine, self.shared_engine = (engine, False) if engine is not None else self._build_engine()
+            self.engine, self.shared_engine = self._build_engine(engine, resumed=found is not None)
         # every rank must agree: under FSDP gathering the engine's weights is collective
         self.sync_engine = bool(self.dist.broadcast(not self.shared_engine))
-        if found is not None and self.sync_engine and self.dist.main and self.pool is None:
-            asyncio.run(self.engine.update_weights(merged_state_dict(self.policy)))  # resume: not the base weights
         if self.sharded:
             from memrl.dist.fsdp import shard_model
 
@@ -212,9 +210,13 @@ class Trainer:
 
     status_line = ""
 
-    def _build_engine(self) -> tuple[Engine, bool]:
+    def _build_engine(self, given: Engine | None, resumed: bool) -> tuple[Engine, bool]:
+        """(engine, whether it is the policy itself); an engine of its own starts from the policy's weights.
+
+        ``given``: the caller's engine, used as it is apart from that first weight push.
+        """
         c = self.cfg.cluster
-        if c.rollout_replicas > 0:
+        if given is None and c.rollout_replicas > 0:
             from memrl.dist.pool import RayEnginePool
             from memrl.dist.ray_support import init_ray
 
@@ -234,7 +236,7 @@ class Trainer:
                                       else "gloo")
             self.status_line += f"; {c.rollout_replicas} rollout replica(s), {self.dist.world} trainer rank(s)"
             return self.pool, False
-        if self.cfg.engine.kind == "hf":
+        if given is None and self.cfg.engine.kind == "hf":
             from memrl.engines.hf import HFEngine
 
             model, shared = self.policy, True
@@ -242,14 +244,18 @@ class Trainer:
                 # a sharded policy cannot generate on rank 0 alone: the engine gets its own full copy
                 from memrl.models.resolve import load_model
 
-                model, shared = load_model(self.cfg.model.path, dtype=self.cfg.model.dtype, device=str(self.device)), False
+                model = load_model(self.cfg.model.path, dtype=self.cfg.model.dtype, device=str(self.device))
+                shared = False
                 model.load_state_dict(merged_state_dict(self.policy), strict=False)
                 model.eval()
             return HFEngine(model, pad_token_id=self.pad_id, max_batch_size=self.cfg.engine.max_batch_size,
                             seed=self.cfg.trainer.seed), shared
         from memrl.engines.factory import build_engine
 
-        return build_engine(self.cfg), False
+        built = given if given is not None else build_engine(self.cfg)
+        if resumed:  # it holds model.path's weights (or the caller's): the checkpoint's are newer
+            asyncio.run(built.update_weights(merged_state_dict(self.policy)))
+        return built, False
 
     # -- rollout -------------------------------------------------------------------------------
     def _sampling(self) -> SamplingParams:
@@ -517,12 +523,12 @@ class Trainer:
 
     def engine_weights(self) -> dict[str, torch.Tensor] | None:
         """Merged weights for the engine (rank 0); under FSDP every rank must call this (collective gather)."""
-        if self.sharded:
-            from memrl.dist.fsdp import full_state_dict
+        if not (self.sharded or self.dist.main):
+            return None
+        from memrl.dist.fsdp import full_state_dict
 
-            state = full_state_dict(self.policy)
-            return merged_state_dict(self.policy, state) if self.dist.main else None
-        return merged_state_dict(self.policy) if self.dist.main else None
+        state = full_state_dict(self.policy)  # collective when sharded
+        return merged_state_dict(self.policy, state) if self.dist.main else None
 
     def save(self) -> Path:
         """Rank 0 writes; under FSDP every rank calls this, since gathering the shards is collective."""
