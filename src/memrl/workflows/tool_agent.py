@@ -69,13 +69,13 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
         raise ValueError("tool_agent outside solo mode needs a user simulator (env.user_model)")
     fmt = FORMATS[config.tool_format]
     parse = get_parser(config.tool_parser)
+    messages = history_messages(task)
     env = domain.new_env(solo=sample.solo)
-    env.set_state(task.initial_state, history_messages(task))
+    env.set_state(task.initial_state, messages)
     stops = stop_token_ids(tokenizer)
     end_ids = encode_text(tokenizer, fmt.end)
     base = (sampling or SamplingParams()).with_(stop_token_ids=stops)
 
-    messages = history_messages(task)
     opening: list[Message] = []
     if sample.solo:
         opening.append(Message("user", task.first_message()))
