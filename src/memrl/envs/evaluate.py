@@ -21,6 +21,7 @@ for RL on weak models, not a τ²-bench number.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -123,9 +124,7 @@ def evaluate(domain: Domain, task: Task, messages: Sequence[Message], *, ending:
     elif partial:
         info.reward = sum(scores.values()) / len(scores)
     else:
-        info.reward = 1.0
-        for v in scores.values():
-            info.reward *= v
+        info.reward = math.prod(scores.values())
     return info
 
 
