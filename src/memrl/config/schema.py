@@ -7,7 +7,7 @@ a field appears here only when code reads it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -129,6 +129,36 @@ class SamplingConfig(Section):
     seed: int | None = None
 
 
+class VLLMOptions(Section):
+    """In-process vLLM engine options (``engine.kind=vllm``), passed to ``AsyncEngineArgs``.
+
+    Defaults start on a CPU machine as well as on a GPU: eager mode (no graph capture,
+    seconds instead of minutes to start) and no chunked prefill, because vLLM's CPU
+    sampler fails on a seeded request whose prompt is split across scheduler steps.
+    """
+
+    max_model_len: int | None = Field(None, gt=0, description="Context window (default: the model's).")
+    max_num_batched_tokens: int | None = Field(None, gt=0, description="Tokens one scheduler step may hold; "
+                                               "default: at least max_model_len, so a prompt is never split.")
+    max_num_seqs: int | None = Field(None, gt=0, description="Sequences decoded together.")
+    enable_prefix_caching: bool | None = Field(None, description="Reuse keys/values of shared prompt prefixes "
+                                               "(null: vLLM's default).")
+    enforce_eager: bool = Field(True, description="No CUDA-graph / compile warm-up: fast start; set false "
+                                "for the last bit of GPU decode speed.")
+    kv_cache_memory: float | None = Field(None, gt=0, description="KV cache size in GiB (CPU: "
+                                          "VLLM_CPU_KVCACHE_SPACE; GPU: kv_cache_memory_bytes); null: vLLM's "
+                                          "default (GPU: engine.gpu_memory_utilization).")
+    seed: int | None = Field(None, description="Engine seed (default: trainer.seed).")
+    sleep: Literal["auto", "on", "off"] = Field("auto", description="Sleep mode (free accelerator memory during "
+                                                "updates): auto = on where the platform supports it and "
+                                                "cluster.placement=colocate.")
+    lora_sync: Literal["merged", "adapter"] = Field("merged", description="LoRA runs: push merged weights, or "
+                                                    "only the adapter (a few MB) loaded as a vLLM LoRA request.")
+    bucket_mb: int = Field(256, gt=0, description="Weight sync: tensors travel in dtype buckets of this size.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Any further AsyncEngineArgs field, e.g. "
+                                 "{swap_space: 4}; names are checked against the installed vLLM.")
+
+
 class EngineConfig(Section):
     """Inference backend."""
 
@@ -145,6 +175,7 @@ class EngineConfig(Section):
     timeout_s: float = Field(600.0, gt=0)
     retries: int = Field(3, ge=0)
     device: str | None = None
+    vllm: VLLMOptions = Field(default_factory=VLLMOptions)
 
 
 class AlgorithmConfig(Section):
@@ -196,6 +227,8 @@ class TrainerConfig(Section):
     micro_batch_tokens: int = Field(16384, ge=1, description="Token budget of one forward/backward pass.")
     gradient_checkpointing: bool = False
     max_nan_steps: int = Field(3, ge=1, description="Stop after this many non-finite losses in a row.")
+    max_failed_steps: int = Field(3, ge=1, description="Stop (non-zero exit) after this many steps in a row "
+                                  "in which every episode failed or nothing was trainable.")
     eval_every: int = Field(0, ge=0, description="Evaluate on data.eval_file every K steps (0: never).")
     eval_samples: int | None = Field(None, ge=1)
     tensorboard: bool = False

@@ -75,3 +75,11 @@ class Engine(Protocol):
 
 class EngineError(RuntimeError):
     """A backend failed in a way retries did not fix."""
+
+
+class EngineDeadError(EngineError):
+    """The engine itself is gone (its process died or it was shut down): retrying is pointless.
+
+    Workflows let it propagate; ``memrl train`` and ``memrl eval`` stop with a non-zero exit
+    instead of recording every later episode as failed.
+    """
