@@ -185,7 +185,8 @@ class AlgorithmConfig(Section):
     n: int = Field(8, ge=1, description="Episodes per prompt (the GRPO group); MemAgent uses 16.")
     epsilon: float = Field(1e-6, gt=0, description="Added to the group std (grpo).")
     gamma: float = Field(1.0, ge=0, le=1, description="Discount for reinforce_plus_plus.")
-    clip_ratio_low: float = Field(0.2, ge=0)
+    clip_ratio_low: float = Field(0.2, ge=0, lt=1, description="PPO clips the ratio below at 1 - clip_ratio_low, "
+                                  "which must stay positive.")
     clip_ratio_high: float = Field(0.2, ge=0, description="DAPO clip-higher uses 0.28.")
     clip_ratio_c: float = Field(3.0, gt=1, description="Dual-clip bound for negative advantages.")
     loss_agg_mode: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",

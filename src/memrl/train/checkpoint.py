@@ -1,8 +1,18 @@
-"""Atomic checkpoints: weights (or adapter), optimizer, scheduler, RNG states, data position, step.
+"""Atomic, pickle-free checkpoints: weights (or adapter), optimizer, scheduler, RNG states, data position, step.
 
-A checkpoint folder is written under a temporary name and renamed when
-complete, so ``latest()`` never returns a half-written one. Older
-checkpoints beyond ``keep`` are deleted after a new one lands.
+Layout of ``checkpoints/step_NNNNNN/``::
+
+    model/               save_pretrained, safetensors
+    trainer.safetensors  optimizer state tensors and the torch/CUDA RNG states
+    trainer.json         optimizer param groups, scheduler, Python/NumPy RNG states
+    state.json           step, data position, streak counters
+    manifest.json        size and sha256 of every file above, written last
+
+Nothing is unpickled on resume: a checkpoint folder is input that may come from
+elsewhere, and ``torch.load`` of a pickle can run arbitrary code. A folder is
+built under a temporary name and renamed when complete, so ``latest()`` never
+returns a half-written one; the manifest also catches damage done afterwards,
+and ``select`` falls back to the newest intact checkpoint.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ import json
 import random
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +29,15 @@ import numpy as np
 import torch
 
 from memrl.data.atomic import atomic_dir
+from memrl.train.manifest import problem, write_manifest
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+TENSORS, META, STATE = "trainer.safetensors", "trainer.json", "state.json"
+REQUIRED = (TENSORS, META, STATE, "model/")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from (damaged, or in a format that is not loaded)."""
 
 
 def checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -35,17 +53,107 @@ def latest(run_dir: Path) -> tuple[int, Path] | None:
     return found[-1] if found else None
 
 
-def rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+def verify(ckpt: Path) -> str | None:
+    """Why ``ckpt`` cannot be used, or None when its manifest vouches for every file."""
+    return problem(ckpt, REQUIRED)
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if state.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+def select(run_dir: Path, warn: Callable[[str], None]) -> tuple[int, Path] | None:
+    """The newest intact checkpoint; damaged newer ones are renamed aside (``*.damaged``) with a warning.
+
+    None when there is no checkpoint at all (a fresh run); CheckpointError when
+    there are some and none is intact, since silently starting over would
+    overwrite the run's history.
+    """
+    bad: list[tuple[Path, str]] = []
+    for step, path in reversed(checkpoints(run_dir)):
+        why = verify(path)
+        if why is None:
+            for old, reason in bad:
+                aside = _set_aside(old)
+                warn(f"checkpoint {old} is damaged ({reason}); resuming from {path.name} instead "
+                     f"(the damaged one is kept as {aside.name})")
+            return step, path
+        bad.append((path, why))
+    if bad:
+        listed = "; ".join(f"{p} ({why})" for p, why in bad)
+        raise CheckpointError(f"no intact checkpoint to resume from: {listed}. Move them out of "
+                              f"{run_dir / 'checkpoints'} to start the run over, or use another trainer.output_dir")
+    return None
+
+
+def finished(run_dir: Path, total_steps: int) -> int | None:
+    """The step of an intact checkpoint at or past ``total_steps`` (the run has nothing left to do), else None."""
+    newest = latest(run_dir)
+    if newest is None or newest[0] < total_steps or verify(newest[1]) is not None:
+        return None
+    return newest[0]
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename a damaged checkpoint so it is neither resumed from nor in the way of a new save of that step."""
+    aside = path.with_name(path.name + ".damaged")
+    k = 1
+    while aside.exists():
+        k += 1
+        aside = path.with_name(f"{path.name}.damaged{k}")
+    path.rename(aside)
+    return aside
+
+
+# -- RNG states as tensors + JSON ---------------------------------------------------------------
+def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """(tensors, JSON-able values) of the Python, NumPy, torch and CUDA generators."""
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    tensors = {"rng.torch": torch.get_rng_state()}
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    tensors.update({f"rng.cuda.{i}": s for i, s in enumerate(cuda)})
+    return tensors, {"python": [version, list(internal), gauss],
+                     "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)], "cuda": len(cuda)}
+
+
+def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    version, internal, gauss = meta["python"]
+    random.setstate((version, tuple(internal), gauss))
+    name, keys, pos, has_gauss, cached = meta["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(tensors["rng.torch"])
+    if meta.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([tensors[f"rng.cuda.{i}"] for i in range(meta["cuda"])])
+
+
+# -- optimizer state as tensors + JSON ----------------------------------------------------------
+def _split_optimizer(optim: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Name-keyed optimizer state -> (tensors for safetensors, JSON with references to them)."""
+    tensors: dict[str, torch.Tensor] = {}
+    state: dict[str, dict[str, Any]] = {}
+    for name, entry in optim["state"].items():
+        state[str(name)] = {}
+        for key, val in entry.items():
+            if torch.is_tensor(val):
+                ref = f"optimizer.{len(tensors)}"
+                tensors[ref] = val.detach().cpu().contiguous()
+                state[str(name)][key] = {"tensor": ref}
+            else:
+                state[str(name)][key] = {"value": val}
+    return tensors, {"state": state, "param_groups": optim["param_groups"]}
+
+
+def _join_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    state = {name: {key: tensors[v["tensor"]] if "tensor" in v else v["value"] for key, v in entry.items()}
+             for name, entry in meta["state"].items()}
+    # JSON turned tuples (AdamW's betas) into lists; give the optimizer back what it saved
+    groups = [{k: tuple(v) if isinstance(v, list) and k != "params" else v for k, v in g.items()}
+              for g in meta["param_groups"]]
+    return {"state": state, "param_groups": groups}
+
+
+def _json(obj: Any, what: str) -> str:
+    try:
+        return json.dumps(obj, indent=1)
+    except TypeError as err:
+        raise TypeError(f"cannot checkpoint the {what}: {err}") from None
 
 
 def save(run_dir: Path, step: int, model: Any, optimizer: Any, scheduler: Any, state: dict[str, Any],
@@ -55,6 +163,8 @@ def save(run_dir: Path, step: int, model: Any, optimizer: Any, scheduler: Any, s
     Optimizer state is stored unsharded and keyed by parameter name, so a run
     can resume with another ``cluster.strategy`` or number of ranks.
     """
+    from safetensors.torch import save_file
+
     from memrl.dist.fsdp import full_optimizer_state, full_state_dict
 
     dest = run_dir / "checkpoints" / f"step_{step:06d}"
@@ -62,11 +172,17 @@ def save(run_dir: Path, step: int, model: Any, optimizer: Any, scheduler: Any, s
     optim = full_optimizer_state(model, optimizer)
     if not write:
         return dest
+    opt_tensors, opt_meta = _split_optimizer(optim)
+    rng_tensors, rng_meta = rng_state()
+    meta = _json({"optimizer": opt_meta, "scheduler": scheduler.state_dict(), "rng": rng_meta}, "trainer state")
+    if dest.exists():  # a leftover of this step (e.g. from before a fallback): replace it, never keep it
+        _set_aside(dest)
     with atomic_dir(dest) as tmp:
         model.save_pretrained(tmp / "model", state_dict=weights, safe_serialization=True)
-        torch.save({"optimizer": optim, "scheduler": scheduler.state_dict(), "rng": rng_state()},
-                   tmp / "trainer.pt")
-        (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
+        save_file({**opt_tensors, **rng_tensors}, str(tmp / TENSORS))
+        (tmp / META).write_text(meta)
+        (tmp / STATE).write_text(json.dumps({"step": step, **state}, indent=2))
+        write_manifest(tmp)
     for _, old in checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return dest
@@ -74,33 +190,44 @@ def save(run_dir: Path, step: int, model: Any, optimizer: Any, scheduler: Any, s
 
 def load_weights(model: Any, ckpt: Path) -> None:
     """Load saved weights (full model or LoRA adapter) into ``model`` in place."""
+    from safetensors.torch import load_file
+
     from memrl.train.policy import is_peft
 
     folder = ckpt / "model"
     if is_peft(model):
         from peft import set_peft_model_state_dict
-        from safetensors.torch import load_file
 
-        set_peft_model_state_dict(model, load_file(str(folder / "adapter_model.safetensors")))
+        set_peft_model_state_dict(model, _read(folder / "adapter_model.safetensors", load_file))
         return
-    from safetensors.torch import load_file
-
     state = {}
     for f in sorted(folder.glob("*.safetensors")):
-        state.update(load_file(str(f)))
+        state.update(_read(f, load_file))
     missing, unexpected = model.load_state_dict(state, strict=False)
     real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied embeddings are not saved
     if real_missing or unexpected:
-        raise RuntimeError(f"checkpoint {ckpt} does not match the model: missing {real_missing[:3]}, "
-                           f"unexpected {unexpected[:3]}")
+        raise CheckpointError(f"checkpoint {ckpt} does not match the model: missing {real_missing[:3]}, "
+                              f"unexpected {unexpected[:3]}")
+
+
+def _read(path: Path, loader: Callable[[str], Any]) -> Any:
+    """``loader(path)``, with any failure reported as one line naming the file."""
+    try:
+        return loader(str(path))
+    except Exception as err:  # noqa: BLE001 - every reader failure means the same thing here
+        raise CheckpointError(f"cannot read checkpoint file {path}: {type(err).__name__}: {err}") from None
 
 
 def load_trainer_state(ckpt: Path, model: Any, optimizer: Any, scheduler: Any) -> dict[str, Any]:
     """Optimizer, scheduler and RNG state (after ``load_weights`` and any sharding); returns state.json."""
+    from safetensors.torch import load_file
+
     from memrl.dist.fsdp import load_optimizer_state
 
-    blob = torch.load(ckpt / "trainer.pt", weights_only=False)
-    load_optimizer_state(model, optimizer, blob["optimizer"])
-    scheduler.load_state_dict(blob["scheduler"])
-    set_rng_state(blob["rng"])
-    return json.loads((ckpt / "state.json").read_text())
+    tensors = _read(ckpt / TENSORS, load_file)
+    meta = _read(ckpt / META, lambda p: json.loads(Path(p).read_text()))
+    state = _read(ckpt / STATE, lambda p: json.loads(Path(p).read_text()))
+    load_optimizer_state(model, optimizer, _join_optimizer(tensors, meta["optimizer"]))
+    scheduler.load_state_dict(meta["scheduler"])
+    set_rng_state(tensors, meta["rng"])
+    return state

@@ -8,10 +8,16 @@ import yaml
 
 from memrl.config import MemRLConfig
 from memrl.train import checkpoint
+from memrl.train.outdir import check_target
 from memrl.train.policy import build_policy, export_model
 
 
-def export_run(run_dir: Path, out: Path, step: int | None = None) -> Path:
+def export_run(run_dir: Path, out: Path, step: int | None = None, *, force: bool = False) -> Path:
+    """Export checkpoint ``step`` (default: the newest) of ``run_dir`` to ``out``; refuses a damaged checkpoint.
+
+    ``out`` must be new or an empty folder; ``force`` replaces a non-empty one (never a file).
+    """
+    check_target(out, force)  # before loading a model: a wrong --out costs nothing
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a training run (no config.yaml)")
@@ -22,8 +28,11 @@ def export_run(run_dir: Path, out: Path, step: int | None = None) -> Path:
     chosen = max(found) if step is None else step
     if chosen not in found:
         raise ValueError(f"--step {step}: available checkpoints are {sorted(found)}")
+    why = checkpoint.verify(found[chosen])
+    if why is not None:
+        raise checkpoint.CheckpointError(f"checkpoint {found[chosen]} is damaged ({why}); export another --step")
     from memrl.models.resolve import load_tokenizer
 
     policy = build_policy(cfg, device="cpu")
     checkpoint.load_weights(policy, found[chosen])
-    return export_model(policy, load_tokenizer(cfg.model.tokenizer or cfg.model.path), out)
+    return export_model(policy, load_tokenizer(cfg.model.tokenizer or cfg.model.path), out, force=force)

@@ -109,15 +109,19 @@ def merged_state_dict(model: Any, state: dict[str, torch.Tensor] | None = None) 
     return out
 
 
-def export_model(model: Any, tokenizer: Any, out: Path) -> Path:
-    """Write a plain Hugging Face folder (LoRA merged, safetensors) that transformers/vLLM load as-is."""
-    from memrl.data.atomic import atomic_dir
+def export_model(model: Any, tokenizer: Any, out: Path, *, force: bool = False) -> Path:
+    """Write a plain Hugging Face folder (LoRA merged, safetensors) that transformers/vLLM load as-is.
 
+    ``out`` must not be a file, nor a non-empty folder unless ``force`` (then it is replaced whole).
+    """
+    from memrl.train.outdir import check_target, replacing_dir
+
+    check_target(out, force)
     if is_peft(model):
         base = copy.deepcopy(model).merge_and_unload()
     else:
         base = model
-    with atomic_dir(out) as tmp:
+    with replacing_dir(out) as tmp:
         base.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
     return out

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+
+from memrl.data.atomic import atomic_write
 
 CONSOLE_KEYS = [("reward", "reward", "{:.3f}"), ("acc", "eval/accuracy", "{:.1f}"), ("conv", "num_conversations", "{:.1f}"),
                 ("turns", "turns", "{:.1f}"), ("tool-valid", "tool_call_validity", "{:.2f}"),
@@ -40,13 +43,20 @@ class Tracker:
                                      id=run_dir.name)
 
     def _truncate_after(self, step: int) -> None:
-        """Drop lines logged after the checkpoint we resume from (they will be redone)."""
+        """Drop rows the resumed run will log again.
+
+        Resuming from checkpoint ``step`` keeps rows up to and including it
+        (a step is logged before it is saved). Starting from scratch (step 0)
+        keeps nothing: a run killed before its first checkpoint had logged the
+        step-0 eval, which is about to be logged anew.
+        """
         if not self.path.is_file():
             return
-        keep = [ln for ln in self.path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(ln + "\n" for ln in keep))
-        os.replace(tmp, self.path)
+        rows = read_rows(self.path, warn=lambda msg: self.console.print(f"[yellow]warning:[/yellow] {msg}",
+                                                                        highlight=False))
+        keep = [r for r in rows if step > 0 and r["step"] <= step]
+        with atomic_write(self.path) as fh:
+            fh.write("".join(json.dumps(r) + "\n" for r in keep))
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         rec = {"step": step, **{k: float(v) for k, v in metrics.items()}}
@@ -73,11 +83,37 @@ class Tracker:
             self._wandb.finish()
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, float]]:
+def read_rows(path: Path, warn: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Rows of a metrics.jsonl; a torn last line (the process died mid-write) is dropped with a warning.
+
+    Any other bad line is an error naming the file and line: it was not
+    written by a dying process, so silently skipping it would hide damage.
+    """
+    lines = path.read_text(errors="replace").splitlines()
+    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+    rows: list[dict[str, Any]] = []
+    for i, ln in enumerate(lines):
+        if not ln.strip():
+            continue
+        try:
+            row = json.loads(ln)
+            if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+                raise ValueError("not a metrics row (an object with an integer step)")
+        except ValueError as err:
+            if i == last:
+                warn(f"{path}: dropping the torn last line {i + 1} (the run was stopped while writing it)")
+                break
+            raise ValueError(f"{path}, line {i + 1}: {err}") from None
+        rows.append(row)
+    return rows
+
+
+def read_metrics(run_dir: Path, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """All rows of ``run_dir/metrics.jsonl`` (warnings go to stderr unless ``warn`` is given)."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+    return read_rows(path, warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr)))
 
 
 def plot_run(run_dir: Path, out: Path | None = None,

@@ -19,6 +19,7 @@ import math
 import os
 import random
 import statistics
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -26,29 +27,25 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
-from memrl.config import ConfigError, MemRLConfig
+from memrl.config import MemRLConfig
 from memrl.dist.ddp import DistContext, shard_by_tokens
 from memrl.dist.fsdp import grad_norm_value
-from memrl.engines.base import Engine, SamplingParams
+from memrl.engines.base import Engine, EngineDeadError, SamplingParams
 from memrl.rl.advantages import broadcast, combine_step_advantages, episode_advantages
 from memrl.rl.dapo import keep_groups
 from memrl.rl.losses import agg_loss, compute_policy_loss, kl_penalty
 from memrl.train import checkpoint
 from memrl.train.batch import Row, collate, iter_chunks, micro_batches, row_tensor, rows_from_trajectories, token_logprobs
+from memrl.train.guards import IdleStreak, RolloutTally
 from memrl.train.policy import Reference, build_policy, merged_state_dict
+from memrl.train.preflight import RESUMABLE_CHANGES, check_config, check_run_config  # noqa: F401 (re-exported)
 from memrl.train.sampler import ResumableSampler
+from memrl.train.signals import StopRequest, TrainingInterrupted
 from memrl.train.tracking import Tracker
 from memrl.types import Trajectory
 from memrl.workflows import get_workflow, load_samples
 
-# Config keys that may change between a run and its resumption.
-RESUMABLE_CHANGES = {("trainer", "total_steps"), ("trainer", "save_every"), ("trainer", "eval_every"),
-                     ("trainer", "keep_checkpoints"), ("trainer", "tensorboard"), ("trainer", "wandb_project"),
-                     *(("cluster", k) for k in ("address", "rollout_replicas", "replica_cpus", "replica_gpus",
-                                                "trainers", "backend", "placement", "strategy",
-                                                "weight_sync"))}
 SUMMED = ("pg_loss", "clipfrac", "clipfrac_lower", "ppo_kl", "entropy", "kl", "logprob_mismatch")
 
 
@@ -91,46 +88,6 @@ def lr_lambda(step: int, warmup: int, total: int, schedule: str) -> float:
     return 1.0
 
 
-def check_config(cfg: MemRLConfig) -> None:
-    """Fail before any work on values that would only break later."""
-    if cfg.workflow.name == "tool_agent":
-        _check_env(cfg)
-    elif not cfg.data.train_file:
-        raise ConfigError("data.train_file is required for training (a file from memrl data synth or the demo)")
-    elif not Path(cfg.data.train_file).is_file():
-        raise ConfigError(f"data.train_file: file not found: {cfg.data.train_file}")
-    if cfg.trainer.eval_every and not cfg.data.eval_file and cfg.workflow.name != "tool_agent":
-        raise ConfigError("trainer.eval_every > 0 needs data.eval_file")
-    if cfg.data.eval_file and not Path(cfg.data.eval_file).is_file():
-        raise ConfigError(f"data.eval_file: file not found: {cfg.data.eval_file}")
-    if cfg.algorithm.n == 1 and cfg.algorithm.adv_estimator in ("grpo", "dr_grpo", "rloo"):
-        raise ConfigError(f"algorithm.n=1 gives every episode a group of its own: {cfg.algorithm.adv_estimator} "
-                          "needs algorithm.n >= 2")
-    if cfg.algorithm.step_rewards and cfg.workflow.name != "rememr1":
-        raise ConfigError("algorithm.step_rewards needs workflow.name=rememr1 (the workflow that scores turns)")
-    if cfg.engine.kind == "openai":
-        raise ConfigError("engine.kind=openai cannot receive weight updates; train with engine.kind=hf or vllm")
-    c = cfg.cluster
-    if c.weight_sync == "collective" and c.replica_gpus > 0 and (c.placement == "colocate" or c.replica_gpus < 1):
-        raise ConfigError("cluster.weight_sync=collective over NCCL needs each replica on whole GPUs of its own "
-                          "(cluster.placement=split, cluster.replica_gpus >= 1): NCCL puts one rank per GPU. "
-                          "Replicas sharing a GPU sync with cluster.weight_sync=object_store")
-
-
-def _check_env(cfg: MemRLConfig) -> None:
-    from memrl.envs.domain import load_domain
-
-    try:
-        domain = load_domain(cfg.env.domain, cfg.env.data_dir)
-        domain.get_tasks(cfg.env.train_split)
-        if cfg.trainer.eval_every:
-            domain.get_tasks(cfg.env.eval_split)
-    except (ValueError, FileNotFoundError) as err:
-        raise ConfigError(f"env: {err}") from None
-    if not cfg.env.solo and not cfg.env.user_model:
-        raise ConfigError("env.solo=false needs env.user_model (the user simulator)")
-
-
 class Trainer:
     def __init__(self, cfg: MemRLConfig, *, policy: Any = None, tokenizer: Any = None,
                  engine: Engine | None = None, tracker_console: Any = None) -> None:
@@ -138,9 +95,16 @@ class Trainer:
         self.cfg = cfg
         self.dist = DistContext.from_env(cfg.cluster.backend, group_of_one=cfg.cluster.strategy == "fsdp")
         self.run_dir = Path(cfg.trainer.output_dir)
-        if self.dist.main:
-            self._check_run_config()
-        self.dist.broadcast(None)  # the others wait until rank 0 has checked and written the run's config
+        from rich.console import Console
+
+        self.console = tracker_console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+        found = None
+        if self.dist.main:  # before any model loads: a damaged run fails (or falls back) in seconds
+            check_run_config(cfg, self.run_dir)
+            found = checkpoint.select(self.run_dir, warn=lambda msg: self.console.print(f"[yellow]warning:[/yellow] "
+                                                                                        f"{msg}", highlight=False))
+        # the others wait until rank 0 has checked the config and chosen the checkpoint, then use the same one
+        found = self.dist.broadcast(found)
         seed_everything(cfg.trainer.seed)
         from memrl.models.resolve import load_tokenizer
 
@@ -156,11 +120,12 @@ class Trainer:
         self.step = 0
         self.nan_streak = 0
         self.failed_episodes = 0
+        self.idle = IdleStreak(cfg)
+        self.tally = RolloutTally()
         self.workflow = get_workflow(cfg.workflow.name)
         self.samples = load_samples(cfg, "train")
         self.eval_samples = load_samples(cfg, "eval")[: cfg.trainer.eval_samples]
         self.sampler = ResumableSampler(len(self.samples), cfg.trainer.seed)
-        found = checkpoint.latest(self.run_dir)
         if found is not None:  # weights first: engines built next start from them
             checkpoint.load_weights(self.policy, found[1])
         self.sharded = cfg.cluster.strategy == "fsdp" and torch.distributed.is_initialized()
@@ -187,27 +152,15 @@ class Trainer:
             self.step = state["step"]
             self.sampler.position = state["data_position"]
             self.nan_streak = state.get("nan_streak", 0)
+            self.idle.streak = state.get("idle_streak", 0)
         self.tracker: Any = Tracker(self.run_dir, self.step, cfg.trainer.tensorboard, cfg.trainer.wandb_project,
-                                    cfg.model_dump(mode="json"), console=tracker_console) \
+                                    cfg.model_dump(mode="json"), console=self.console) \
             if self.dist.main else _QuietTracker()
         if self.status_line:
             self.tracker.console.print(self.status_line)
         self.resumed_from = found[0] if found else None
 
     # -- setup ---------------------------------------------------------------------------------
-    def _check_run_config(self) -> None:
-        path = self.run_dir / "config.yaml"
-        new = self.cfg.model_dump(mode="json")
-        if path.is_file():
-            old = yaml.safe_load(path.read_text())
-            diff = [f"{sec}.{k}" for sec, vals in new.items() for k, v in vals.items()
-                    if (old.get(sec) or {}).get(k) != v and (sec, k) not in RESUMABLE_CHANGES]
-            if diff:
-                raise ConfigError(f"{self.run_dir} was started with a different config (changed: {', '.join(diff)}); "
-                                  "use another trainer.output_dir to start a new run")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(new, sort_keys=False))
-
     status_line = ""
 
     def _build_engine(self, given: Engine | None, resumed: bool) -> tuple[Engine, bool]:
@@ -270,14 +223,19 @@ class Trainer:
         async def one(idx: int, k: int) -> Trajectory | None:
             seed = (self.cfg.trainer.seed * 1_000_003 + self.step * 10_007 + round_ * 101 + idx * 31 + k) % 2**31
             async with sem:
+                self.tally.attempted += 1
                 try:
                     return await self.workflow(self.samples[idx], self.engine, self.tokenizer, self.cfg.workflow,
                                                sampling=base.with_(seed=seed), sample_id=str(idx),
                                                group_id=f"{self.step}:{round_}:{idx}")
+                except EngineDeadError:
+                    raise  # every later episode would fail too: stop the run
                 except Exception:  # an episode failing must not stop training
                     self.failed_episodes += 1
+                    self.tally.failed += 1
+                    self.tally.last_error = traceback.format_exc(limit=2).strip().splitlines()[-1]
                     self.tracker.console.print(f"[yellow]episode of sample {idx} failed:[/yellow] "
-                                               + traceback.format_exc(limit=2).strip().splitlines()[-1])
+                                               + self.tally.last_error, highlight=False)
                     return None
 
         results = await asyncio.gather(*(one(i, k) for i in indices for k in range(n)))
@@ -447,10 +405,10 @@ class Trainer:
 
     # -- one step --------------------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
-        rows, metrics = self.dist.broadcast(self._collect() if self.dist.main else None)
-        if not rows:
-            self.tracker.console.print("[yellow]no trainable episodes this step (all groups dropped or failed); "
-                                       "skipping the update[/yellow]")
+        rows, metrics, tally = self.dist.broadcast(self._collect() if self.dist.main else None)
+        warning = self.idle.record(bool(rows), tally)  # raises after trainer.max_failed_steps idle steps
+        if warning:
+            self.tracker.console.print(f"[yellow]{warning}; skipping the update[/yellow]", highlight=False)
             metrics.update({"time/logprob": 0.0, "time/update": 0.0, "time/sync": 0.0, "skipped_updates": 1.0,
                             "data_position": float(self.sampler.position)})
             return metrics
@@ -489,8 +447,9 @@ class Trainer:
         metrics["data_position"] = float(self.sampler.position)
         return metrics
 
-    def _collect(self) -> tuple[list[Row], dict[str, float]]:
-        """Rank 0: rollout, rewards, advantages -> (rows to train on, metrics so far)."""
+    def _collect(self) -> tuple[list[Row], dict[str, float], RolloutTally]:
+        """Rank 0: rollout, rewards, advantages -> (rows to train on, metrics so far, what happened to episodes)."""
+        self.tally = RolloutTally()
         t0 = time.perf_counter()
         trajs, all_trajs, stats = self.rollout()
         t1 = time.perf_counter()
@@ -504,10 +463,17 @@ class Trainer:
             gen_tokens = sum(t.num_generated_tokens for t in all_trajs)
             metrics["tokens_per_s"] = gen_tokens / max(t1 - t0, 1e-9)
         metrics["time/rollout"] = t1 - t0
+        self.tally.dropped_groups = int(stats["dropped_groups"])
+        self.tally.prompt_too_long = sum(int(t.metrics.get("prompt_too_long", 0)) for t in all_trajs)
+        metrics["prompt_too_long"] = float(self.tally.prompt_too_long)
+        if self.tally.prompt_too_long:
+            self.tracker.console.print(
+                f"[yellow]{self.tally.prompt_too_long} of {self.tally.attempted} episodes cut before generating: "
+                f"the prompt exceeded workflow.max_total_tokens={self.cfg.workflow.max_total_tokens}[/yellow]")
         rows = rows_from_trajectories(trajs)
         if rows:
             self.advantages(trajs, rows)
-        return rows, metrics
+        return rows, metrics, self.tally
 
     async def _evaluate(self) -> float:
         cfg = self.cfg
@@ -533,29 +499,48 @@ class Trainer:
     def save(self) -> Path:
         """Rank 0 writes; under FSDP every rank calls this, since gathering the shards is collective."""
         return checkpoint.save(self.run_dir, self.step, self.policy, self.optimizer, self.scheduler,
-                               {"data_position": self.sampler.position, "nan_streak": self.nan_streak},
+                               {"data_position": self.sampler.position, "nan_streak": self.nan_streak,
+                                "idle_streak": self.idle.streak},
                                keep=self.cfg.trainer.keep_checkpoints, write=self.dist.main)
 
     def run(self) -> dict[str, float]:
+        """Train to ``trainer.total_steps``; on SIGINT/SIGTERM save the last finished step and raise TrainingInterrupted."""
         t = self.cfg.trainer
         last: dict[str, float] = {}
         if self.resumed_from is not None:
             self.tracker.console.print(f"resumed from step {self.resumed_from} ({self.run_dir})")
+        saved = True  # the step we start from is either a checkpoint or step 0 (nothing to save)
         try:
-            if t.eval_every and self.step == 0 and self.dist.main:  # the curve starts from the untrained policy
-                self.tracker.log(0, {"eval/accuracy": self.evaluate()})
-            while self.step < t.total_steps:
-                self.step += 1
-                last = self.train_step()
-                if t.eval_every and self.step % t.eval_every == 0 and self.dist.main:
-                    last["eval/accuracy"] = self.evaluate()
-                self.tracker.log(self.step, last)
-                if (self.step % t.save_every == 0 or self.step == t.total_steps) and (self.dist.main or self.sharded):
-                    self.save()
-                self.dist.broadcast(None)  # ranks move on together (rank 0 may have evaluated or saved)
+            with StopRequest() as stop:
+                if t.eval_every and self.step == 0 and self.dist.main:  # the curve starts from the untrained policy
+                    self.tracker.log(0, {"eval/accuracy": self.evaluate()})
+                while not self._stopping(stop, saved):
+                    self.step += 1
+                    last = self.train_step()
+                    if t.eval_every and self.step % t.eval_every == 0 and self.dist.main:
+                        last["eval/accuracy"] = self.evaluate()
+                    self.tracker.log(self.step, last)
+                    saved = self.step % t.save_every == 0 or self.step == t.total_steps
+                    if saved and (self.dist.main or self.sharded):
+                        self.save()
+                    self.idle.check()  # every rank holds the same streak: all stop together
         finally:
             self.tracker.close()
         return last
+
+    def _stopping(self, stop: StopRequest, saved: bool) -> bool:
+        """Whether the run is complete; if rank 0 got a signal, checkpoint the last finished step and raise.
+
+        Ranks move on together: the broadcast is also the barrier after rank 0's eval or save.
+        """
+        signum = self.dist.broadcast(stop.signum)
+        if self.step >= self.cfg.trainer.total_steps:
+            return True
+        if signum is None:
+            return False
+        if not saved and self.step > 0 and (self.dist.main or self.sharded):
+            self.save()
+        raise TrainingInterrupted(self.step, signum)
 
 
 def _mismatch(rows: list[Row], logp: torch.Tensor, mask: torch.Tensor) -> float:

@@ -89,7 +89,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
     conv.append(encode_text(tokenizer, prompt), generated=False)
 
     stats = {"turns": 0.0, "tool_calls": 0.0, "invalid_tool_calls": 0.0, "tool_errors": 0.0,
-             "turn_truncated": 0.0, "user_turns": 0.0}
+             "turn_truncated": 0.0, "user_turns": 0.0, "prompt_too_long": 0.0}
     ending = "max_turns"
     if not sample.solo and ends_conversation(opening[-1].content or ""):
         ending = "user_stop"
@@ -97,6 +97,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
         budget = min(config.turn_tokens, config.max_total_tokens - len(conv.token_ids))
         if budget <= 0:
             ending = "max_tokens"
+            stats["prompt_too_long"] = float(turn == 0)  # cut before the agent said anything: nothing to train
             break
         res = await engine.generate(conv.token_ids, turn_seed(base, turn).with_(max_new_tokens=budget))
         conv.append(res.token_ids, generated=True, logprobs=res.logprobs)

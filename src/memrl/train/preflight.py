@@ -1,0 +1,130 @@
+"""Checks that run before a model is loaded, so a bad setting costs seconds, not a model load.
+
+Every problem here is the user's to fix, so each raises ``ConfigError`` with
+one line naming the setting (the CLI prints it and exits 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from memrl.config import ConfigError, MemRLConfig
+from memrl.data.atomic import atomic_write
+
+# Config keys that may change between a run and its resumption.
+RESUMABLE_CHANGES = {("trainer", "total_steps"), ("trainer", "save_every"), ("trainer", "eval_every"),
+                     ("trainer", "keep_checkpoints"), ("trainer", "tensorboard"), ("trainer", "wandb_project"),
+                     ("trainer", "max_nan_steps"), ("trainer", "max_failed_steps"),
+                     *(("cluster", k) for k in ("address", "rollout_replicas", "replica_cpus", "replica_gpus",
+                                                "trainers", "backend", "placement", "strategy",
+                                                "weight_sync"))}
+
+
+def check_config(cfg: MemRLConfig) -> None:
+    """Fail before any work on values that would only break later."""
+    if cfg.workflow.name == "tool_agent":
+        _check_env(cfg)
+    elif not cfg.data.train_file:
+        raise ConfigError("data.train_file is required for training (a file from memrl data synth or the demo)")
+    elif not Path(cfg.data.train_file).is_file():
+        raise ConfigError(f"data.train_file: file not found: {cfg.data.train_file}")
+    if cfg.trainer.eval_every and not cfg.data.eval_file and cfg.workflow.name != "tool_agent":
+        raise ConfigError("trainer.eval_every > 0 needs data.eval_file")
+    if cfg.data.eval_file and not Path(cfg.data.eval_file).is_file():
+        raise ConfigError(f"data.eval_file: file not found: {cfg.data.eval_file}")
+    a, t = cfg.algorithm, cfg.trainer
+    if a.n == 1 and a.adv_estimator in ("grpo", "dr_grpo", "rloo"):
+        raise ConfigError(f"algorithm.n=1 gives every episode a group of its own: {a.adv_estimator} "
+                          "needs algorithm.n >= 2")
+    rows = t.prompts_per_step * a.n  # every episode gives at least one row
+    if t.mini_batches > rows:
+        raise ConfigError(f"trainer.mini_batches={t.mini_batches} is more than the {rows} rows a step is sure to "
+                          f"have (trainer.prompts_per_step={t.prompts_per_step} x algorithm.n={a.n}); "
+                          f"use trainer.mini_batches <= {rows}")
+    if a.step_rewards and cfg.workflow.name != "rememr1":
+        raise ConfigError("algorithm.step_rewards needs workflow.name=rememr1 (the workflow that scores turns)")
+    if cfg.engine.kind == "openai":
+        raise ConfigError("engine.kind=openai cannot receive weight updates; train with engine.kind=hf or vllm")
+    c = cfg.cluster
+    if c.weight_sync == "collective" and c.replica_gpus > 0 and (c.placement == "colocate" or c.replica_gpus < 1):
+        raise ConfigError("cluster.weight_sync=collective over NCCL needs each replica on whole GPUs of its own "
+                          "(cluster.placement=split, cluster.replica_gpus >= 1): NCCL puts one rank per GPU. "
+                          "Replicas sharing a GPU sync with cluster.weight_sync=object_store")
+    _check_tracking(cfg)
+    check_output_dir(Path(t.output_dir))
+
+
+def _check_env(cfg: MemRLConfig) -> None:
+    from memrl.envs.domain import load_domain
+
+    try:
+        domain = load_domain(cfg.env.domain, cfg.env.data_dir)
+        domain.get_tasks(cfg.env.train_split)
+        if cfg.trainer.eval_every:
+            domain.get_tasks(cfg.env.eval_split)
+    except (ValueError, FileNotFoundError) as err:
+        raise ConfigError(f"env: {err}") from None
+    if not cfg.env.solo and not cfg.env.user_model:
+        raise ConfigError("env.solo=false needs env.user_model (the user simulator)")
+
+
+def _check_tracking(cfg: MemRLConfig) -> None:
+    """The optional loggers are imported only when the tracker starts, after the model loaded: look now."""
+    if cfg.trainer.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise ConfigError("trainer.tensorboard=true needs tensorboard: pip install 'memrl[tracking]'")
+    if cfg.trainer.wandb_project and importlib.util.find_spec("wandb") is None:
+        raise ConfigError("trainer.wandb_project needs wandb: pip install 'memrl[tracking]'")
+
+
+def check_output_dir(out: Path) -> None:
+    """``trainer.output_dir`` must be (or be creatable as) a folder we can write to.
+
+    Probed by creating a file rather than with ``os.access``, which says yes to
+    root on a read-only mount and no on some network filesystems that would
+    accept the write.
+    """
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"trainer.output_dir={out} is an existing file, not a folder; "
+                          "choose another trainer.output_dir")
+    probe_in = out
+    while not probe_in.exists():  # the nearest folder that exists must let us create the rest
+        if probe_in.parent == probe_in:
+            break
+        probe_in = probe_in.parent
+    if not probe_in.is_dir():
+        raise ConfigError(f"trainer.output_dir={out}: {probe_in} is a file, so the folder cannot be created")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".memrl-write-test.", dir=probe_in)
+    except OSError as err:
+        raise ConfigError(f"trainer.output_dir={out}: cannot write in {probe_in} ({err.strerror or err}); "
+                          "choose a writable trainer.output_dir") from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+
+
+def check_run_config(cfg: MemRLConfig, run_dir: Path) -> None:
+    """A resumed run must keep its config (apart from RESUMABLE_CHANGES); records the config of a new one."""
+    path = run_dir / "config.yaml"
+    new = cfg.model_dump(mode="json")
+    if path.is_file():
+        try:
+            old = yaml.safe_load(path.read_text())
+        except (yaml.YAMLError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{path} is unreadable ({type(err).__name__}); restore it or use another "
+                              "trainer.output_dir") from None
+        if not isinstance(old, dict):
+            raise ConfigError(f"{path} is not a memrl config; restore it or use another trainer.output_dir")
+        diff = [f"{sec}.{k}" for sec, vals in new.items() for k, v in vals.items()
+                if (old.get(sec) or {}).get(k) != v and (sec, k) not in RESUMABLE_CHANGES]
+        if diff:
+            raise ConfigError(f"{run_dir} was started with a different config (changed: {', '.join(diff)}); "
+                              "use another trainer.output_dir to start a new run")
+    with atomic_write(path) as fh:  # a run killed here must not leave a torn config that blocks resuming
+        fh.write(yaml.safe_dump(new, sort_keys=False))
