@@ -64,6 +64,11 @@ def test_per_request_limits_and_stop_tokens(tiny_model):
 
 
 def test_seeded_sampling_is_reproducible(tiny_model):
+    """Same seed, same prompt: same token ids in any batch; log-probs equal up to float rounding.
+
+    Two rows of one batch are not bit-identical (CPU matrix kernels sum a row differently
+    depending on its position), so log-probs are compared within 1e-5, as the engine documents.
+    """
     model, tok = tiny_model
     eng = HFEngine(model)
     p = prompts(tok)[0]
@@ -72,11 +77,14 @@ def test_seeded_sampling_is_reproducible(tiny_model):
     async def go():
         a, b, c = await asyncio.gather(eng.generate(p, s.with_(seed=1)), eng.generate(p, s.with_(seed=1)),
                                        eng.generate(p, s.with_(seed=2)))
+        alone = await eng.generate(p, s.with_(seed=1))
         await eng.close()
-        return a, b, c
+        return a, b, c, alone
 
-    a, b, c = run(go())
-    assert a.token_ids == b.token_ids and a.logprobs == b.logprobs
+    a, b, c, alone = run(go())
+    assert a.token_ids == b.token_ids == alone.token_ids
+    assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    assert a.logprobs == pytest.approx(alone.logprobs, abs=1e-5)
     assert a.token_ids != c.token_ids  # a random 99K-param model is near uniform: 16 draws differ
 
 
@@ -107,3 +115,59 @@ def test_empty_prompt_rejected(tiny_model):
     eng = HFEngine(tiny_model[0])
     with pytest.raises(ValueError):
         run(eng.generate([], GREEDY))
+
+
+@pytest.mark.parametrize("bad", [[5, 387], [5, -1], [5, 2.0], ["5"]])
+def test_prompt_ids_outside_the_vocabulary_are_rejected(tiny_model, bad):
+    eng = HFEngine(tiny_model[0])
+    assert eng.vocab_size == 387
+    with pytest.raises(ValueError):
+        run(eng.generate(bad, GREEDY))
+
+
+def test_a_failing_request_does_not_fail_its_batch_mates(tiny_model):
+    """A request that raises inside the decode loop fails alone; the rest of its batch is answered."""
+    model, tok = tiny_model
+    eng = HFEngine(model)
+    ps = prompts(tok)
+    nan = SamplingParams(max_new_tokens=4, temperature=1e-45)  # logits / 1e-45 = inf: multinomial raises
+    seeded = SamplingParams(max_new_tokens=6, temperature=1.0, seed=7)
+
+    async def go():
+        alone = [await eng.generate(p, GREEDY) for p in ps] + [await eng.generate(ps[0], seeded)]
+        mixed = await asyncio.gather(*[eng.generate(p, GREEDY) for p in ps], eng.generate(ps[0], seeded),
+                                     eng.generate(ps[1], nan), return_exceptions=True)
+        await eng.close()
+        return alone, mixed
+
+    alone, mixed = run(go())
+    assert max(eng.stats.batch_sizes) == 6  # all six were in one batch before it failed
+    assert isinstance(mixed[-1], RuntimeError)
+    for a, m in zip(alone, mixed[:-1]):
+        assert m.token_ids == a.token_ids  # the seeded one restarts its draws when decoded again
+        assert m.logprobs == pytest.approx(a.logprobs, abs=1e-5)
+
+
+def test_cancelled_request_leaves_the_batch_and_short_ones_are_answered_first(tiny_model):
+    """A long row does not hold back a short batch-mate, and cancelling it stops its decoding."""
+    model, tok = tiny_model
+    eng = HFEngine(model)
+    ps = prompts(tok)
+    endless = SamplingParams(max_new_tokens=100_000, greedy=True)  # fits one batch with the short one
+
+    async def go():
+        long_task = asyncio.ensure_future(eng.generate(ps[0], endless))
+        short = await asyncio.wait_for(eng.generate(ps[1], GREEDY), 300)
+        assert not long_task.done()  # the short request was answered while the long one decodes
+        long_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long_task
+        async with eng._lock:  # held while a batch decodes: free once the cancelled row is dropped
+            pass
+        after = await eng.generate(ps[1], GREEDY)
+        await eng.close()
+        return short, after
+
+    short, after = run(go())
+    assert eng.stats.batch_sizes[0] == 2 and short.token_ids == after.token_ids
+    assert eng.stats.generated_tokens < 50_000

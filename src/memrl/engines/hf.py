@@ -4,16 +4,30 @@ Concurrent ``generate`` calls are gathered into one batch: prompts are left
 padded, prefilled together into a KV cache, then decoded one token per step for
 the whole batch. Each request keeps its own sampling parameters, seed,
 ``max_new_tokens`` and stop tokens; finished rows are dropped from the batch
-(and the cache) so long requests do not drag short ones. The model runs in a
-worker thread, so the event loop keeps scheduling workflow coroutines while a
-batch decodes.
+(and the cache) and answered at once, so long requests neither drag nor delay
+short ones. The model runs in a worker thread, so the event loop keeps
+scheduling workflow coroutines while a batch decodes.
+
+Failure and cancellation are per request. Prompt ids outside the vocabulary are
+rejected by ``generate`` before they reach a batch; if a batched decode still
+raises, its unanswered requests are decoded again one at a time, so only the
+request that causes the error fails. A request whose caller is cancelled (a
+client that disconnected, a server that shuts down) leaves its batch at the
+next decode step instead of decoding to ``max_new_tokens``.
+
+Reproducibility: a request with a ``seed`` draws from its own generator, so it
+gets the same token ids whatever batch it lands in. Its log-probs agree to float
+rounding only (about 1e-6 in float32 on CPU): matrix kernels may sum a row in a
+different order depending on its position and the batch size. In the rare case
+where a sampling threshold falls within that rounding, a token can differ too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +56,18 @@ class EngineStats:
     batch_sizes: list[int] = field(default_factory=list)
 
 
+def _vocab_size(model: Any) -> int | None:
+    """Rows of the input embedding: the exclusive upper bound of a valid token id."""
+    with contextlib.suppress(Exception):
+        return int(model.get_input_embeddings().num_embeddings)
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return int(size) if size else None
+
+
+def _seeded(seed: int | None) -> torch.Generator | None:
+    return torch.Generator().manual_seed(seed) if seed is not None else None
+
+
 class HFEngine:
     """Batching engine over any ``transformers`` causal LM."""
 
@@ -62,6 +88,7 @@ class HFEngine:
             eos = getattr(cfg, "eos_token_id", 0)
             pad = eos[0] if isinstance(eos, (list, tuple)) else (eos or 0)
         self.pad_token_id = int(pad)
+        self.vocab_size = _vocab_size(model)
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self.batch_wait_s = batch_wait_s
@@ -69,6 +96,7 @@ class HFEngine:
         self.weight_version = 0
         self._generator = torch.Generator().manual_seed(seed)
         self._pending: list[_Request] = []
+        self._running: list[_Request] = []
         self._wake: asyncio.Event | None = None
         self._lock: asyncio.Lock | None = None
         self._worker: asyncio.Task[None] | None = None
@@ -85,16 +113,27 @@ class HFEngine:
 
     # -- public API --------------------------------------------------------------
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
-        prompt = [int(t) for t in prompt_ids]
-        if not prompt:
-            raise ValueError("prompt_ids must not be empty")
+        """Complete one prompt. Raises ``ValueError`` for ids the model cannot embed (this request only)."""
+        prompt = self._checked_prompt(prompt_ids)
         self._ensure_worker()
         assert self._wake is not None
-        gen = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
         fut: asyncio.Future[GenerationResult] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(prompt, params, fut, gen))
+        self._pending.append(_Request(prompt, params, fut, _seeded(params.seed)))
         self._wake.set()
         return await fut
+
+    def _checked_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
+        # An id past the embedding is an IndexError inside the model that would fail every batch-mate.
+        try:
+            prompt = [operator.index(t) for t in prompt_ids]
+        except TypeError:
+            raise ValueError("prompt_ids must be integers") from None
+        if not prompt:
+            raise ValueError("prompt_ids must not be empty")
+        bad = [t for t in prompt if t < 0 or (self.vocab_size is not None and t >= self.vocab_size)]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the vocabulary (0..{(self.vocab_size or 1) - 1})")
+        return prompt
 
     async def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Copy new weights in between batches (RL weight sync). Partial dicts are allowed."""
@@ -107,15 +146,16 @@ class HFEngine:
             self.weight_version += 1
 
     async def close(self) -> None:
+        """Cancel queued and running requests; the decode thread stops at its next step."""
+        for req in self._running + self._pending:
+            if not req.future.done():
+                req.future.cancel()
+        self._pending.clear()
         if self._worker is not None:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
             self._worker = None
-        for req in self._pending:
-            if not req.future.done():
-                req.future.cancel()
-        self._pending.clear()
 
     # -- scheduling --------------------------------------------------------------
     def _ensure_worker(self) -> None:
@@ -140,29 +180,60 @@ class HFEngine:
 
     async def _run(self) -> None:
         assert self._wake is not None and self._lock is not None
+        loop = asyncio.get_running_loop()
+
+        def settle(req: _Request, res: GenerationResult) -> None:
+            if not req.future.done():
+                req.future.set_result(res)
+
+        def answer(req: _Request, res: GenerationResult) -> None:  # called from the decode thread
+            loop.call_soon_threadsafe(settle, req, res)
+
         while True:
             if not self._pending:
                 self._wake.clear()
                 await self._wake.wait()
             await asyncio.sleep(self.batch_wait_s)  # let concurrent callers join this batch
-            batch = [r for r in self._take_batch() if not r.future.cancelled()]
+            batch = [r for r in self._take_batch() if not r.future.done()]
             if not batch:
                 continue
             async with self._lock:
+                self._running = batch
                 try:
-                    results = await asyncio.to_thread(self._generate_batch, batch)
-                except Exception as exc:  # fail these requests, keep serving others
-                    for req in batch:
-                        if not req.future.done():
-                            req.future.set_exception(exc)
-                    continue
-            for req, res in zip(batch, results):
+                    await self._decode_isolated(batch, answer)
+                finally:
+                    self._running = []
+
+    async def _decode_isolated(self, batch: list[_Request], answer: Callable[[_Request, GenerationResult], None]) -> None:
+        """Decode ``batch``; if that raises, decode its unanswered requests one by one so only the culprit fails."""
+        try:
+            await asyncio.to_thread(self._generate_batch, batch, answer)
+            return
+        except Exception as exc:
+            if len(batch) == 1:
+                if not batch[0].future.done():
+                    batch[0].future.set_exception(exc)
+                return
+        for req in batch:
+            if req.future.done():  # answered before the failure, or cancelled
+                continue
+            req.generator = _seeded(req.params.seed)  # start the seeded draws again, as a fresh request would
+            try:
+                await asyncio.to_thread(self._generate_batch, [req], answer)
+            except Exception as exc:  # this request itself fails
                 if not req.future.done():
-                    req.future.set_result(res)
+                    req.future.set_exception(exc)
 
     # -- the batched decode loop -------------------------------------------------
     @torch.inference_mode()
-    def _generate_batch(self, reqs: list[_Request]) -> list[GenerationResult]:
+    def _generate_batch(
+        self, reqs: list[_Request], answer: Callable[[_Request, GenerationResult], None] | None = None
+    ) -> list[GenerationResult]:
+        """Decode ``reqs`` together; ``answer(req, result)`` is called as each row finishes.
+
+        A row whose future is done (its caller cancelled it) is dropped at the next step
+        and reported with finish reason ``"abort"``.
+        """
         from transformers import DynamicCache
 
         device = self.device
@@ -180,38 +251,50 @@ class HFEngine:
         out_ids: list[list[int]] = [[] for _ in reqs]
         out_lps: list[list[float]] = [[] for _ in reqs]
         reasons: list[str | None] = [None] * n
+
+        def finish(i: int, reason: str) -> None:
+            reasons[i] = reason
+            if answer is not None:
+                answer(reqs[i], GenerationResult(out_ids[i], out_lps[i], reason,  # type: ignore[arg-type]
+                                                 {"weight_version": self.weight_version}))
+
         for i, r in enumerate(reqs):
-            if r.params.max_new_tokens == 0:
-                reasons[i] = "length"
+            if r.future.done():
+                finish(i, "abort")
+            elif r.params.max_new_tokens == 0:
+                finish(i, "length")
         active = [i for i in range(n) if reasons[i] is None]
         self.stats.requests += n
         self.stats.batches += 1
         self.stats.batch_sizes.append(n)
         self.stats.prompt_tokens += sum(lengths)
-        if not active:
-            return [GenerationResult([], [], "length") for _ in reqs]
 
-        keep = torch.tensor(active, device=device)
-        input_ids, attention, positions = input_ids[keep], attention[keep], positions[keep]
         cache = DynamicCache()
-        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
-        logits = out.logits[:, -1, :]
-        last_pos = positions[:, -1]
+        if active:
+            keep = torch.tensor(active, device=device)
+            input_ids, attention, positions = input_ids[keep], attention[keep], positions[keep]
+            out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                             past_key_values=cache, use_cache=True, logits_to_keep=1)
+            logits = out.logits[:, -1, :]
+            last_pos = positions[:, -1]
         while active:
             step_logits = logits.float().cpu()
             next_tokens = []
             for j, i in enumerate(active):
                 r = reqs[i]
+                if r.future.done():  # cancelled by its caller: stop decoding this row
+                    finish(i, "abort")
+                    next_tokens.append(self.pad_token_id)
+                    continue
                 tok, lp = select_token(step_logits[j], r.params, r.generator or self._generator)
                 out_ids[i].append(tok)
                 out_lps[i].append(lp)
                 next_tokens.append(tok)
                 if tok in r.params.stop_token_ids:
-                    reasons[i] = "stop"
+                    finish(i, "stop")
                 elif len(out_ids[i]) >= r.params.max_new_tokens:
-                    reasons[i] = "length"
-            self.stats.generated_tokens += len(active)
+                    finish(i, "length")
+            self.stats.generated_tokens += sum(1 for i in active if reasons[i] != "abort")
             still = [j for j, i in enumerate(active) if reasons[i] is None]
             if not still:
                 break
