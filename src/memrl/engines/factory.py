@@ -28,7 +28,5 @@ def build_engine(cfg: MemRLConfig, model: Any = None) -> Engine:
     if kind == "vllm":
         from memrl.engines.vllm import VLLMEngine
 
-        return VLLMEngine.from_pretrained(cfg.model.path, dtype=cfg.model.dtype,
-                                          tensor_parallel_size=cfg.engine.tensor_parallel_size,
-                                          gpu_memory_utilization=cfg.engine.gpu_memory_utilization)
+        return VLLMEngine.from_config(cfg)
     raise ValueError(f"unknown engine kind {kind!r}")

@@ -1,32 +1,48 @@
-"""In-process vLLM engine (GPU): ``AsyncLLM`` with token-id prompts, logprobs and weight sync.
+"""In-process vLLM engine: ``AsyncLLM`` with token-id prompts, logprobs and weight sync.
 
-Optional: ``pip install 'memrl[vllm]'``. vLLM batches continuously on its own,
-so this wrapper only translates parameters and results. Weight sync calls
-``load_weights`` on every worker's model through ``collective_rpc`` (as verl's
-hybrid engine does) and resets the prefix cache, whose entries would
-otherwise hold keys/values of the old weights. ``sleep``/``wake_up`` free
-and restore GPU memory around training steps when rollout and training share
-devices.
+Optional: ``pip install 'memrl[vllm]'`` on GPUs, vLLM's CPU build elsewhere.
+
+Three things make it usable for RL rather than for serving only:
+
+* **Its own event loop.** An ``AsyncLLM`` stays bound to the loop that first used it,
+  while the trainer, ``memrl eval`` and ``memrl serve`` each run their own loops (the
+  trainer one per phase). The engine therefore lives on a loop in a thread of its own,
+  and every call, from whatever loop, is forwarded there; cancelling the caller cancels
+  the request inside vLLM.
+* **Weight sync by name and bytes.** New weights travel to the workers as
+  safetensors-serialized dtype buckets through ``collective_rpc`` to methods of
+  :class:`memrl.engines.vllm_worker.MemrlWorkerExtension`, which apply them with
+  vLLM's in-place ``reload_weights``; the prefix cache is reset afterwards (its
+  keys/values belong to the old weights). LoRA runs can instead ship only the adapter
+  (``engine.vllm.lora_sync=adapter``), loaded as a vLLM LoRA request.
+* **A dead engine says so.** vLLM's ``EngineDeadError`` becomes memrl's
+  :class:`~memrl.engines.base.EngineDeadError`, which stops ``memrl train``/``eval``
+  instead of being counted as one more failed episode.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import itertools
-from collections.abc import Mapping, Sequence
-from typing import Any
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
 
-from memrl.engines.base import GenerationResult, SamplingParams
+from memrl.engines.base import EngineDeadError, GenerationResult, SamplingParams
+from memrl.engines.vllm_args import require_vllm
 
+T = TypeVar("T")
 
-def require_vllm() -> Any:
-    try:
-        import vllm
-    except ImportError:
-        raise ImportError(
-            "the vllm engine needs vLLM on a CUDA machine: pip install 'memrl[vllm]' "
-            "(or use --engine hf, or --engine openai against a running vLLM server)"
-        ) from None
-    return vllm
+__all__ = ["VLLMEngine", "require_vllm", "to_vllm_params", "weight_buckets"]
 
 
 def to_vllm_params(params: SamplingParams) -> dict[str, Any]:
@@ -46,40 +62,132 @@ def to_vllm_params(params: SamplingParams) -> dict[str, Any]:
     return kw
 
 
-def _load_weights(worker: Any, weights: list[tuple[str, Any]]) -> None:  # runs inside each vLLM worker
-    worker.model_runner.model.load_weights(weights=weights)
+def weight_buckets(state_dict: Mapping[str, Any], bucket_bytes: int) -> list[dict[str, Any]]:
+    """Split a state dict into CPU buckets of one dtype each, at most ``bucket_bytes`` (one tensor may exceed it).
+
+    Tensors that share storage (tied ``embed_tokens``/``lm_head``) are cloned: safetensors
+    refuses to serialize aliases.
+    """
+    seen: set[int] = set()
+    by_dtype: dict[Any, list[tuple[str, Any]]] = {}
+    for name, t in state_dict.items():
+        t = t.detach().to("cpu").contiguous()
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen:
+            t = t.clone()
+        seen.add(t.untyped_storage().data_ptr())
+        by_dtype.setdefault(t.dtype, []).append((name, t))
+    buckets: list[dict[str, Any]] = []
+    for items in by_dtype.values():
+        current: dict[str, Any] = {}
+        size = 0
+        for name, t in items:
+            nbytes = t.numel() * t.element_size()
+            if current and size + nbytes > bucket_bytes:
+                buckets.append(current)
+                current, size = {}, 0
+            current[name] = t
+            size += nbytes
+        if current:
+            buckets.append(current)
+    return buckets
 
 
 class VLLMEngine:
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        self._ids = itertools.count()
+    """The Engine protocol over one ``AsyncLLM``, callable from any event loop or thread."""
+
+    def __init__(self, engine_args: Mapping[str, Any], *, sleep_enabled: bool = False,
+                 bucket_bytes: int = 256 * 2**20) -> None:
+        require_vllm()
+        self.sleep_enabled = sleep_enabled
+        self.bucket_bytes = bucket_bytes
+        self.lora_enabled = bool(engine_args.get("enable_lora"))
         self.weight_version = 0
+        self.last_sync: dict[str, float] = {}
+        self._ids = itertools.count()
+        self._tag = uuid.uuid4().hex[:8]
+        self._lora: Any = None
+        self._lora_root: Path | None = None
+        self._closed = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="memrl-vllm", daemon=True)
+        self._thread.start()
+        try:
+            self.engine = asyncio.run_coroutine_threadsafe(self._start(dict(engine_args)), self._loop).result()
+        except BaseException:
+            self._stop_loop()
+            raise
+        atexit.register(self.shutdown)
 
     @classmethod
-    def from_pretrained(cls, model: str, dtype: str = "auto", tensor_parallel_size: int = 1,
-                        gpu_memory_utilization: float = 0.5, max_model_len: int | None = None,
-                        enable_sleep_mode: bool = True, **engine_args: Any) -> VLLMEngine:
-        """``engine_args``: any further ``AsyncEngineArgs`` field (e.g. ``distributed_executor_backend``)."""
+    def from_config(cls, cfg: Any, model_path: str | None = None, *, colocated: bool | None = None) -> VLLMEngine:
+        """Build from a :class:`~memrl.config.schema.MemRLConfig` (``engine.vllm`` options)."""
         require_vllm()
+        from memrl.config import ConfigError
+        from memrl.engines.vllm_args import build_engine_args, on_cpu, sleep_available
+        from memrl.models.resolve import resolve_model_path
+
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        o = cfg.engine.vllm
+        colocated = cfg.cluster.placement == "colocate" if colocated is None else colocated
+        available = sleep_available()
+        if o.sleep == "on" and not available:
+            raise ConfigError("engine.vllm.sleep=on, but vLLM has no sleep mode on this platform; use auto or off")
+        sleep = o.sleep == "on" or (o.sleep == "auto" and available and colocated)
+        if o.sleep == "auto" and colocated and not available:
+            print("note: vLLM sleep mode is not available on this platform; the engine keeps its memory "
+                  "during updates", file=sys.stderr)
+        path = resolve_model_path(model_path or cfg.model.path)
+        args = build_engine_args(cfg, path, cpu=on_cpu(), sleep=sleep)
+        return cls(args, sleep_enabled=sleep, bucket_bytes=o.bucket_mb * 2**20)
+
+    @classmethod
+    def from_pretrained(cls, model: str, dtype: str = "auto", **engine_args: Any) -> VLLMEngine:
+        """A model with vLLM-default options plus ``engine_args`` (any ``AsyncEngineArgs`` field)."""
+        from memrl.engines.vllm_args import WORKER_EXTENSION
+        from memrl.models.resolve import resolve_model_path
+
+        args = {"model": resolve_model_path(model), "dtype": dtype, "worker_extension_cls": WORKER_EXTENSION,
+                **engine_args}
+        return cls(args, sleep_enabled=bool(args.get("enable_sleep_mode")))
+
+    # -- the engine's own loop -----------------------------------------------------------------
+    async def _start(self, kw: dict[str, Any]) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        from memrl.models.resolve import resolve_model_path
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
 
-        args = AsyncEngineArgs(model=resolve_model_path(model), dtype=dtype, tensor_parallel_size=tensor_parallel_size,
-                               gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                               enable_sleep_mode=enable_sleep_mode, **engine_args)
-        return cls(AsyncLLM.from_engine_args(args))
+    async def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the engine's loop and wait for it on the caller's loop."""
+        if self._closed:
+            coro.close()
+            raise EngineDeadError("the vLLM engine was shut down")
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._guard(coro), self._loop))
 
+    async def _guard(self, coro: Coroutine[Any, Any, T]) -> T:
+        from vllm.v1.engine.exceptions import EngineDeadError as VLLMDead
+
+        if self.engine.errored:
+            coro.close()
+            raise EngineDeadError(f"the vLLM engine died: {self.engine.dead_error}")
+        try:
+            return await coro
+        except VLLMDead as exc:
+            raise EngineDeadError(f"the vLLM engine died: {exc}") from exc
+
+    # -- generation ----------------------------------------------------------------------------
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
+        return await self._call(self._generate(list(prompt_ids), params))
+
+    async def _generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
         import vllm
-        from vllm.inputs import TokensPrompt
 
         sp = vllm.SamplingParams(**to_vllm_params(params))
         final = None
-        async for out in self.engine.generate(TokensPrompt(prompt_token_ids=list(prompt_ids)), sp,
-                                              request_id=f"memrl-{next(self._ids)}"):
+        async for out in self.engine.generate({"prompt_token_ids": prompt_ids}, sp,
+                                              request_id=f"memrl-{self._tag}-{next(self._ids)}",
+                                              lora_request=self._lora):
             final = out
         if final is None:
             return GenerationResult([], [], "abort")
@@ -89,17 +197,86 @@ class VLLMEngine:
         reason = o.finish_reason if o.finish_reason in ("stop", "length") else "abort"
         return GenerationResult(ids, lps, reason)  # type: ignore[arg-type]
 
+    # -- weight sync ---------------------------------------------------------------------------
     async def update_weights(self, state_dict: Mapping[str, Any]) -> None:
-        weights = [(k, v.detach().to("cpu")) for k, v in state_dict.items()]
-        await self.engine.collective_rpc(_load_weights, args=(weights,))
+        """Replace the served weights (full model, checkpoint names) and drop cached prefixes."""
+        await self._call(self._update_weights(state_dict))
+
+    async def _update_weights(self, state_dict: Mapping[str, Any]) -> None:
+        from safetensors.torch import save
+
+        t0 = time.perf_counter()
+        sent = 0
+        try:
+            for bucket in weight_buckets(state_dict, self.bucket_bytes):
+                payload = save(bucket)
+                await self.engine.collective_rpc("memrl_stage_weights", args=(payload,))
+                sent += len(payload)
+        except BaseException:
+            await self.engine.collective_rpc("memrl_discard_staged")
+            raise
+        await self.engine.collective_rpc("memrl_apply_weights")
         await self.engine.reset_prefix_cache()
         self.weight_version += 1
+        self.last_sync = {"sync_mb": sent / 2**20, "time/sync_engine": time.perf_counter() - t0}
 
+    async def update_adapter(self, tensors: Mapping[str, Any], adapter_config: Mapping[str, Any]) -> None:
+        """Serve base weights + this LoRA adapter (peft names and config), replacing the previous adapter."""
+        if not self.lora_enabled:
+            raise RuntimeError("this vLLM engine was started without LoRA (engine.vllm.lora_sync=adapter)")
+        await self._call(self._update_adapter(tensors, adapter_config))
+
+    async def _update_adapter(self, tensors: Mapping[str, Any], adapter_config: Mapping[str, Any]) -> None:
+        from safetensors.torch import save_file
+        from vllm.lora.request import LoRARequest
+
+        t0 = time.perf_counter()
+        if self._lora_root is None:
+            self._lora_root = Path(tempfile.mkdtemp(prefix="memrl-lora-"))
+        version = self.weight_version + 1
+        folder = self._lora_root / f"v{version}"
+        folder.mkdir()
+        tensors_cpu = {k: v for b in weight_buckets(tensors, 2**62) for k, v in b.items()}
+        save_file(tensors_cpu, str(folder / "adapter_model.safetensors"))
+        (folder / "adapter_config.json").write_text(json.dumps(dict(adapter_config), default=list))
+        request = LoRARequest(lora_name=f"memrl-v{version}", lora_int_id=version, lora_path=str(folder))
+        await self.engine.add_lora(request)
+        old, self._lora = self._lora, request
+        if old is not None:
+            await self.engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+        await self.engine.reset_prefix_cache()
+        self.weight_version = version
+        size = (folder / "adapter_model.safetensors").stat().st_size
+        self.last_sync = {"sync_mb": size / 2**20, "time/sync_engine": time.perf_counter() - t0}
+
+    # -- memory --------------------------------------------------------------------------------
     async def sleep(self, level: int = 1) -> None:
-        await self.engine.sleep(level)
+        """Free accelerator memory (weights/KV cache) while the trainer updates; a no-op without sleep mode."""
+        if self.sleep_enabled:
+            await self._call(self.engine.sleep(level))
 
     async def wake_up(self) -> None:
-        await self.engine.wake_up()
+        if self.sleep_enabled:
+            await self._call(self.engine.wake_up())
 
+    # -- shutdown ------------------------------------------------------------------------------
     async def close(self) -> None:
-        self.engine.shutdown()
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop vLLM's processes and the loop thread (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.engine.shutdown()
+            self.engine = None  # collected now, while the interpreter is intact (its __del__ shuts down again)
+        finally:
+            self._stop_loop()
+            if self._lora_root is not None:
+                shutil.rmtree(self._lora_root, ignore_errors=True)
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)

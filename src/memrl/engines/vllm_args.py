@@ -1,0 +1,121 @@
+"""Turn memrl's ``engine.vllm`` config section into ``AsyncEngineArgs`` keyword arguments.
+
+Kept apart from the engine so the argument rules (CPU-safe defaults, LoRA rank
+rounding, name checks against the installed vLLM) are testable without starting
+one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from pathlib import Path
+from typing import Any
+
+from memrl.config import ConfigError
+from memrl.config.schema import MemRLConfig
+
+WORKER_EXTENSION = "memrl.engines.vllm_worker.MemrlWorkerExtension"
+_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM's LoRA kernels are built for
+
+
+def require_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError:
+        raise ImportError(
+            "the vllm engine needs vLLM: pip install 'memrl[vllm]' on a CUDA machine, or vLLM's CPU build "
+            "(`make test-vllm` shows the recipe); or use --engine hf, or --engine openai against a vLLM server"
+        ) from None
+    return vllm
+
+
+def engine_arg_names() -> set[str]:
+    """Every field ``AsyncEngineArgs`` of the installed vLLM accepts."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    return {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+
+
+def check_extra_args(args: dict[str, Any], valid: set[str]) -> None:
+    """Fail on the first name the installed vLLM does not know, suggesting the nearest one."""
+    for name in args:
+        if name not in valid:
+            close = difflib.get_close_matches(name, sorted(valid), n=1, cutoff=0.5)
+            hint = f"did you mean 'engine.vllm.args.{close[0]}'?" if close else "see vLLM's AsyncEngineArgs"
+            raise ConfigError(f"unknown vLLM engine argument 'engine.vllm.args.{name}': {hint}")
+
+
+def on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def sleep_available() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_sleep_mode_available())
+
+
+def lora_rank(r: int) -> int:
+    """The smallest rank vLLM supports that holds an adapter of rank ``r`` (zero-padded by vLLM)."""
+    for k in _LORA_RANKS:
+        if k >= r:
+            return k
+    raise ConfigError(f"lora.r={r} is larger than vLLM's largest LoRA rank {_LORA_RANKS[-1]}")
+
+
+def model_window(path: str) -> int | None:
+    """``max_position_embeddings`` from a local model folder's config.json, if there is one."""
+    cfg = Path(path) / "config.json"
+    if not cfg.is_file():
+        return None
+    value = json.loads(cfg.read_text(encoding="utf-8")).get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
+
+
+def build_engine_args(cfg: MemRLConfig, model_path: str, *, cpu: bool, sleep: bool) -> dict[str, Any]:
+    """Keyword arguments for ``AsyncEngineArgs``; ``engine.vllm.args`` wins over everything else.
+
+    On a CPU the default is whole-prompt scheduling (no chunked prefill, a step budget of
+    at least the window): vLLM's CPU sampler fails ("CPU Generator does not use offset")
+    when a seeded request's prompt is split across scheduler steps.
+    """
+    o = cfg.engine.vllm
+    kw: dict[str, Any] = {
+        "model": model_path,
+        "tokenizer": cfg.model.tokenizer or model_path,
+        "dtype": cfg.model.dtype,
+        "tensor_parallel_size": cfg.engine.tensor_parallel_size,
+        "seed": o.seed if o.seed is not None else cfg.trainer.seed,
+        "enforce_eager": o.enforce_eager,
+        "worker_extension_cls": WORKER_EXTENSION,
+        "enable_sleep_mode": sleep,
+    }
+    if not cpu:
+        kw["gpu_memory_utilization"] = cfg.engine.gpu_memory_utilization
+    if o.max_model_len is not None:
+        kw["max_model_len"] = o.max_model_len
+    if o.max_num_seqs is not None:
+        kw["max_num_seqs"] = o.max_num_seqs
+    if o.enable_prefix_caching is not None:
+        kw["enable_prefix_caching"] = o.enable_prefix_caching
+    if o.kv_cache_memory is not None:
+        kw["kv_cache_memory_bytes"] = int(o.kv_cache_memory * 2**30)
+    if o.max_num_batched_tokens is not None:
+        kw["max_num_batched_tokens"] = o.max_num_batched_tokens
+    if cpu and "enable_chunked_prefill" not in o.args:
+        kw["enable_chunked_prefill"] = False
+        window = o.max_model_len or model_window(model_path)
+        if o.max_num_batched_tokens is None and window:
+            kw["max_num_batched_tokens"] = max(window, 2048)
+        elif o.max_num_batched_tokens is not None and window and o.max_num_batched_tokens < window:
+            raise ConfigError(f"engine.vllm.max_num_batched_tokens={o.max_num_batched_tokens} is below the "
+                              f"window ({window}); on a CPU prompts must fit one scheduler step (or set "
+                              "engine.vllm.args.enable_chunked_prefill=true and use unseeded sampling)")
+    if cfg.lora.enabled and o.lora_sync == "adapter":
+        kw.update(enable_lora=True, max_loras=1, max_lora_rank=lora_rank(cfg.lora.r))
+    kw.update(o.args)
+    return kw
