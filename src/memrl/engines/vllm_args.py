@@ -116,6 +116,8 @@ def build_engine_args(cfg: MemRLConfig, model_path: str, *, cpu: bool, sleep: bo
                               f"window ({window}); on a CPU prompts must fit one scheduler step (or set "
                               "engine.vllm.args.enable_chunked_prefill=true and use unseeded sampling)")
     if cfg.lora.enabled and o.lora_sync == "adapter":
+        if cfg.cluster.strategy == "fsdp":
+            raise ConfigError("engine.vllm.lora_sync=adapter needs cluster.strategy=ddp (FSDP shards the adapter)")
         kw.update(enable_lora=True, max_loras=1, max_lora_rank=lora_rank(cfg.lora.r))
     kw.update(o.args)
     return kw

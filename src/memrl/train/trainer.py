@@ -37,6 +37,7 @@ from memrl.rl.dapo import keep_groups
 from memrl.rl.losses import agg_loss, compute_policy_loss, kl_penalty
 from memrl.train import checkpoint
 from memrl.train.batch import Row, collate, iter_chunks, micro_batches, row_tensor, rows_from_trajectories, token_logprobs
+from memrl.train.engine_sync import adapter_payload, sync_stats, syncs_adapter
 from memrl.train.guards import IdleStreak, RolloutTally
 from memrl.train.policy import Reference, build_policy, merged_state_dict
 from memrl.train.preflight import RESUMABLE_CHANGES, check_config, check_run_config  # noqa: F401 (re-exported)
@@ -207,7 +208,10 @@ class Trainer:
 
         built = given if given is not None else build_engine(self.cfg)
         if resumed:  # it holds model.path's weights (or the caller's): the checkpoint's are newer
-            asyncio.run(built.update_weights(merged_state_dict(self.policy)))
+            if syncs_adapter(self.cfg, built):
+                asyncio.run(built.update_adapter(*adapter_payload(self.policy)))
+            else:
+                asyncio.run(built.update_weights(merged_state_dict(self.policy)))
         return built, False
 
     # -- rollout -------------------------------------------------------------------------------
@@ -415,6 +419,9 @@ class Trainer:
         colocated = self.pool is not None and self.cfg.cluster.placement == "colocate"
         if colocated:
             self.pool.sleep()
+        engine_sleeps = self.pool is None and self.dist.main and getattr(self.engine, "sleep_enabled", False)
+        if engine_sleeps:  # an in-process vLLM engine gives the accelerator back during the update
+            asyncio.run(self.engine.sleep(1))
         t2 = time.perf_counter()
         upd = self.update(rows)
         t3 = time.perf_counter()
@@ -433,10 +440,17 @@ class Trainer:
         t4 = time.perf_counter()
         if colocated:
             self.pool.wake()
+        if engine_sleeps:
+            asyncio.run(self.engine.wake_up())
         if self.sync_engine:
-            weights = self.engine_weights()
+            if syncs_adapter(self.cfg, self.engine):  # only the adapter travels; the engine keeps the base
+                asyncio.run(self.engine.update_adapter(*adapter_payload(self.policy)))
+            else:
+                weights = self.engine_weights()
+                if self.dist.main:
+                    asyncio.run(self.engine.update_weights(weights))
             if self.dist.main:
-                asyncio.run(self.engine.update_weights(weights))
+                metrics.update(sync_stats(self.engine))
         metrics["time/sync"] = time.perf_counter() - t4
         if self.pool is not None:
             metrics.update(self.pool.stats())
