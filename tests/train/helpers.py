@@ -13,7 +13,7 @@ from memrl.testing import ScriptedEngine
 
 def write_task(path: Path, n: int = 12) -> Path:
     rng = random.Random(0)
-    samples = [LongContextSample(index=i, question=f"Which letter {i}?", answers=["a" if i % 2 else "b"],
+    samples = [LongContextSample(index=i, question=f"Which letter {i}?", answers=["c" if i % 2 else "b"],
                                  context=" ".join(rng.choice(["x", "y", "z"]) for _ in range(40)), num_docs=1)
                for i in range(n)]
     write_samples(samples, path, fmt="jsonl")
@@ -37,13 +37,16 @@ def config(tmp: Path, **over: object) -> MemRLConfig:
 
 
 def coin_engine(tokenizer, p_right: float = 0.5, seed: int = 0) -> ScriptedEngine:
-    """Answers '\\boxed{a}' or '\\boxed{b}' at random: rewards vary inside every group."""
+    """Answers '\\boxed{c}' or '\\boxed{b}' at random: rewards vary inside every group.
+
+    (Not 'a': an article normalises to an empty answer, which data files may not hold as gold.)
+    """
     rng = random.Random(seed)
     enc = lambda t: tokenizer.encode(t, add_special_tokens=False)  # noqa: E731
 
     def reply(prompt: list[int], params: SamplingParams) -> list[int]:
         if params.max_new_tokens == 6:
-            return enc("\\boxed{" + ("a" if rng.random() < p_right else "b") + "}") + [tokenizer.eos_token_id]
+            return enc("\\boxed{" + ("c" if rng.random() < p_right else "b") + "}") + [tokenizer.eos_token_id]
         return enc("ok") + [tokenizer.eos_token_id]
 
     return ScriptedEngine(reply)

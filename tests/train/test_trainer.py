@@ -93,7 +93,7 @@ def test_dynamic_sampling_drops_uniform_groups(tmp_path):
         text = tok.decode(prompt)
         # even-indexed questions: always wrong (uniform group); odd: coin flip
         idx = int(text.split("Which letter ")[1].split("?")[0])
-        ans = "z" if idx % 2 == 0 else rng.choice("ab")
+        ans = "z" if idx % 2 == 0 else rng.choice("cb")
         return enc("\\boxed{" + ans + "}")
 
     cfg = config(tmp_path, algorithm__dynamic_sampling=True, algorithm__max_gen_batches=6, trainer__total_steps=1)
