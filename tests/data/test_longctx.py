@@ -63,7 +63,7 @@ def test_crash_leaves_no_file(tmp_path):
 
 def test_bad_sample_rows(tmp_path):
     p = tmp_path / "bad.jsonl"
-    p.write_text('{"context": "c", "input": "q", "answers": ["a"]}\n{"context": 3, "input": "q"}\n')
+    p.write_text('{"context": "c", "input": "q", "answers": ["x"]}\n{"context": 3, "input": "q"}\n')
     with pytest.raises(DataError, match=r"bad\.jsonl:2:context: expected a string, got int"):
         list(read_samples(p))
     p.write_text('{"context": "c", "input": "q", "answers": []}\n')

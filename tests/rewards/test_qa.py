@@ -64,8 +64,9 @@ def test_exact_match():
     assert exact_match("The Beatles", "beatles") == 1.0
     assert exact_match("Beatles band", "beatles") == 0.0
     assert exact_match(None, "x") == 0.0
-    # Both sides normalise to '' -> equal, as in the official script.
-    assert exact_match("the", "a") == 1.0
+    # Both sides normalise to ''; the official script says equal (1.0), memrl says 0: an empty gold is
+    # a broken label, and scoring it would reward an empty answer (see the empty-gold test below).
+    assert exact_match("the", "a") == 0.0
 
 
 def test_sub_exact_match():
@@ -121,3 +122,16 @@ def test_score_response_uses_last_box():
     assert s.em == 1.0 and s.answered
     s = score_response("I think it is Paris", ["Paris"])  # no box -> no answer, all zero
     assert (s.em, s.sub_em, s.f1, s.answered) == (0.0, 0.0, 0.0, False)
+
+
+@pytest.mark.parametrize("gold", ["", "   ", "The", "a."])
+@pytest.mark.parametrize("prediction", ["Paris", "", "the"])
+def test_a_gold_that_normalises_to_nothing_never_scores(gold, prediction):
+    # "" is a substring of every answer: scoring it would reward anything boxed (a reward hack)
+    assert exact_match(prediction, gold) == 0.0
+    assert sub_exact_match(prediction, gold) == 0.0
+    assert sub_exact_match(prediction, gold, bidirectional=True) == 0.0
+    assert f1_score(prediction, gold) == 0.0
+    scores = score_response(f"\\boxed{{{prediction}}}", [gold])
+    assert (scores.em, scores.sub_em, scores.f1) == (0.0, 0.0, 0.0) and scores.answered
+    assert score_response("\\boxed{Paris}", [gold, "paris"]).em == 1.0  # a real gold beside it still counts

@@ -1,13 +1,25 @@
-"""Atomic file writes: readers never see a half-written file, crashes leave none behind."""
+"""Atomic file writes: readers never see a half-written file, crashes leave none behind.
+
+A write goes to ``.{name}.memrl-{pid}-{random}.tmp`` next to the target and is renamed into
+place when complete. A process killed mid-write (SIGKILL, power loss) cannot remove its temp
+file, and for a synthesized long-context file that can be tens of megabytes; because the name
+says which target and which process it belongs to, the next write of the *same* target removes
+the leftovers of dead processes (never another target's, never a live writer's on this machine).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import re
+import secrets
+import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+_TEMP = re.compile(r"^\.(?P<target>.+)\.memrl-(?P<pid>\d+)-[0-9a-f]{8}\.tmp$")
 
 
 def _umask() -> int:
@@ -16,8 +28,89 @@ def _umask() -> int:
     return mask
 
 
-# mkstemp creates 0600 files; finished outputs get the usual 0666 & ~umask.
+# Temp files are created 0600; finished outputs get the usual 0666 & ~umask.
 _FILE_MODE = 0o666 & ~_umask()
+
+
+def temp_name(target: str) -> str:
+    """A fresh temp name for ``target`` (a file name, not a path) owned by this process."""
+    return f".{target}.memrl-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
+def temp_target(name: str) -> str | None:
+    """The target a temp name belongs to, or ``None`` if ``name`` is not an atomic-write temp."""
+    m = _TEMP.match(name)
+    return m.group("target") if m else None
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True  # another thread of ours may be writing it right now
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists but belongs to someone else
+        return True
+    return True
+
+
+class _StaleTemps:
+    """Leftover temps of dead writers, found by one scan per folder per process.
+
+    Scanning the folder on every write would make writing N files into one folder
+    (eval episodes) cost O(N^2); one scan suffices because a temp can only become
+    stale when its writer dies, and writers that die later are cleaned up next run.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_dir: dict[str, dict[str, list[str]]] = {}
+
+    def take(self, folder: Path, target: str) -> list[Path]:
+        key = os.path.abspath(folder)
+        with self._lock:
+            found = self._by_dir.get(key)
+            if found is None:
+                found = {}
+                with contextlib.suppress(OSError), os.scandir(folder) as entries:
+                    for entry in entries:
+                        m = _TEMP.match(entry.name)
+                        if m and not _pid_alive(int(m.group("pid"))):
+                            found.setdefault(m.group("target"), []).append(entry.name)
+                self._by_dir[key] = found
+            return [folder / name for name in found.pop(target, [])]
+
+
+_stale = _StaleTemps()
+
+
+def remove_stale_temps(path: str | Path) -> list[Path]:
+    """Delete temps left next to ``path`` by dead writers of that same target; returns them."""
+    path = Path(path)
+    removed = _stale.take(path.parent, path.name)
+    for tmp in removed:
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+    return removed
+
+
+def _create_temp(path: Path, directory: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path)
+    while True:
+        tmp = path.parent / temp_name(path.name)
+        try:
+            if directory:
+                tmp.mkdir(mode=0o700)
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            return tmp
+        except FileExistsError:
+            continue
 
 
 @contextlib.contextmanager
@@ -29,11 +122,10 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     removed and the previous target, if any, is left untouched.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = _create_temp(path)
     binary = "b" in mode
     try:
-        with os.fdopen(fd, mode, encoding=None if binary else encoding) as fh:
+        with open(tmp, mode, encoding=None if binary else encoding) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
@@ -49,11 +141,9 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Like :func:`atomic_write` for libraries that want a path (pyarrow, torch.save)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = _create_temp(path)
     try:
-        yield Path(tmp)
+        yield tmp
         os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
@@ -69,11 +159,8 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     Used for caches and checkpoints: a crash mid-write never leaves a folder
     that looks finished. If another process won the race, its folder is kept.
     """
-    import shutil
-
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    tmp = _create_temp(path, directory=True)
     try:
         yield tmp
         try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memrl.data.errors import DataError, type_name
+from memrl.data.errors import DataError, check_golds, type_name
 from memrl.data.records import iter_records
 
 
@@ -64,11 +64,12 @@ def parse_hotpotqa_record(rec: dict[str, Any], file: Path, row: int) -> QAExampl
         answer = rec["answer"]
         if not isinstance(answer, str):
             raise DataError(file, row, "answer", f"expected a string, got {type_name(answer)}")
-        answers = [answer]
+        answers = check_golds([answer], file, row, "answer", indexed=False)
     elif "answers" in rec:
         answers = rec["answers"]
         if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
             raise DataError(file, row, "answers", "expected a non-empty list of strings")
+        check_golds(answers, file, row, "answers", indexed=True)
     else:
         raise DataError(file, row, "answer", "missing field")
 

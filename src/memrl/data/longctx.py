@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from memrl.data.atomic import atomic_path, atomic_write
-from memrl.data.errors import DataError, type_name
+from memrl.data.errors import DataError, check_golds, type_name
 from memrl.data.records import iter_records
 
 Schema = Literal["eval", "train"]
@@ -79,9 +79,9 @@ def sample_header(sample: LongContextSample, schema: Schema) -> dict[str, Any]:
 
 def _answers(value: Any, file: Path, row: int, name: str) -> list[str]:
     if isinstance(value, str):
-        return [value]
+        return check_golds([value], file, row, name, indexed=False)
     if isinstance(value, (list, tuple)) and value and all(isinstance(a, str) for a in value):
-        return list(value)
+        return check_golds(list(value), file, row, name, indexed=True)
     raise DataError(file, row, name, f"expected a non-empty list of strings, got {type_name(value)}")
 
 

@@ -27,11 +27,27 @@ def detect_format(path: str | Path) -> str:
     return "jsonl"
 
 
-def iter_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(row, record)`` pairs with 1-based row numbers; non-objects are errors."""
-    p = Path(path)
+def _check_file(p: Path) -> None:
+    if p.is_dir():
+        raise DataError(p, None, None, "is a folder, expected a file (JSON, JSONL or parquet)")
     if not p.is_file():
-        raise DataError(p, None, None, "file not found")
+        raise DataError(p, None, None, "file not found" if not p.exists() else "not a regular file")
+
+
+def _not_utf8(p: Path, exc: UnicodeDecodeError, row: int | None = None) -> DataError:
+    byte = exc.object[exc.start:exc.start + 1].hex()
+    return DataError(p, row, None, f"not UTF-8 text (byte 0x{byte} at offset {exc.start}"
+                     + (" of this line" if row is not None else "") + "); convert the file to UTF-8")
+
+
+def iter_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(row, record)`` pairs with 1-based row numbers; non-objects are errors.
+
+    Every failure, including text that is not UTF-8, is a :class:`DataError` naming the file
+    (a bare ``UnicodeDecodeError`` does not say which of several inputs was wrong).
+    """
+    p = Path(path)
+    _check_file(p)
     fmt = detect_format(p)
     if fmt == "json":
         try:
@@ -39,6 +55,8 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 data = json.load(fh)
         except json.JSONDecodeError as exc:
             raise DataError(p, None, None, f"not valid JSON: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise _not_utf8(p, exc) from None
         if not isinstance(data, list):
             raise DataError(p, None, None, f"expected a JSON array of records, got {type(data).__name__}")
         for row, rec in enumerate(data, start=1):
@@ -46,8 +64,12 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise DataError(p, row, None, f"expected an object, got {type(rec).__name__}")
             yield row, rec
     elif fmt == "jsonl":
-        with open(p, encoding="utf-8") as fh:
-            for row, line in enumerate(fh, start=1):
+        with open(p, "rb") as fh:  # bytes: a bad byte is reported with its line number
+            for row, raw in enumerate(fh, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise _not_utf8(p, exc, row) from None
                 if not line.strip():
                     continue
                 try:

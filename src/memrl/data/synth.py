@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from memrl.data.budget import check_token_budget
 from memrl.data.errors import DataError
 from memrl.data.hotpotqa import Paragraph, QAExample, read_hotpotqa, read_paragraph_pool
 from memrl.data.longctx import DOC_SEPARATOR, Format, LongContextSample, SampleWriter, document_header
@@ -346,6 +347,11 @@ class SynthPlan:
     def eval_path(self, n: int) -> Path:
         return self.out / f"eval_{n}.{self.fmt}"
 
+    def output_names(self) -> list[str]:
+        """The files :meth:`run` writes in ``out`` (for the folder's manifest)."""
+        train = [train_file_name(self.train_tokens)] if self.train_tokens else []
+        return [self.eval_path(n).name for n in self.docs] + train
+
     def run(self, progress: ProgressFn | None = None) -> list[FileReport]:
         reports = [self.synth.write_eval_file(n, self.eval_path(n), self.fmt, progress) for n in self.docs]
         if self.train_tokens:
@@ -383,4 +389,6 @@ def plan_synthesis(
     )
     for n in docs:
         synth.check_docs(n)
+    if train_tokens:
+        check_token_budget(synth, train_tokens)
     return SynthPlan(synth=synth, docs=docs, train_tokens=train_tokens, out=Path(out), fmt=fmt)

@@ -4,7 +4,11 @@ Normalisation, exact match and token F1 follow the official HotpotQA evaluator
 (itself the SQuAD v1.1 script), including its order of operations
 (lowercase -> strip ASCII punctuation -> drop the articles a/an/the -> collapse
 whitespace) and its yes/no/noanswer special case in F1. These are the numbers
-papers report, so they are reproduced exactly rather than "improved".
+papers report, so they are reproduced exactly rather than "improved", with one
+exception: a gold answer that normalises to the empty string scores 0 for
+every prediction (the official script gives sub-EM 1 to anything, since ``""``
+is a substring of every answer; as an RL reward that is a hack to exploit, and
+real HotpotQA golds are never empty, so reported numbers do not change).
 """
 
 from __future__ import annotations
@@ -58,10 +62,15 @@ def extract_boxed(text: str | None) -> str | None:
 
 
 def exact_match(prediction: str | None, gold: str) -> float:
-    """1.0 when the normalised strings are equal (HotpotQA ``exact_match_score``)."""
+    """1.0 when the normalised strings are equal (HotpotQA ``exact_match_score``).
+
+    A gold that normalises to nothing (``""``, ``"the"``) scores 0: it is a broken label, and
+    matching it would reward an empty answer.
+    """
     if prediction is None:
         return 0.0
-    return float(normalize_answer(prediction) == normalize_answer(gold))
+    ref = normalize_answer(gold)
+    return float(bool(ref) and normalize_answer(prediction) == ref)
 
 
 def sub_exact_match(prediction: str | None, gold: str, bidirectional: bool = False) -> float:
@@ -70,10 +79,15 @@ def sub_exact_match(prediction: str | None, gold: str, bidirectional: bool = Fal
     ``bidirectional=True`` also accepts prediction-inside-gold, as MemAgent's and
     ReMemR1's evaluation scripts do. That variant gives an empty prediction full
     credit, which is why it is not the default.
+
+    A gold that normalises to nothing scores 0: the empty string is contained in every
+    prediction, so scoring it 1 would reward any boxed answer (a reward hack).
     """
     if prediction is None:
         return 0.0
     pred, ref = normalize_answer(prediction), normalize_answer(gold)
+    if not ref:
+        return 0.0
     if ref in pred:
         return 1.0
     return float(bidirectional and pred in ref)

@@ -1,0 +1,121 @@
+"""Output folders memrl owns: a manifest of what it wrote, so "start over" deletes only that.
+
+``memrl eval --restart`` and ``memrl demo --fresh`` used to ``rmtree`` the whole ``--out``
+folder, and ``--out .`` would have deleted the user's working directory. Every command that
+writes into a folder now records the top-level names it writes in ``OUT/.memrl-output``
+(before writing them, so a killed run is still covered). Starting over deletes exactly those
+entries, plus atomic-write leftovers of them, and refuses, changing nothing, if the folder
+holds anything else. The folder itself is never removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from memrl.data.atomic import atomic_write, temp_target
+
+MANIFEST = ".memrl-output"
+
+
+class OutputDirError(ValueError):
+    """An output folder memrl cannot use or must not touch; the message says which and why."""
+
+
+def check_writable_dir(out: Path, flag: str = "--out") -> None:
+    """Fail now, in one line, if ``out`` is not (and cannot become) a folder we can write in.
+
+    Probed by creating a file rather than with ``os.access``, which says yes to root on a
+    read-only mount. Called before models load or inputs are read, so a typo costs nothing.
+    """
+    if out.exists() and not out.is_dir():
+        raise OutputDirError(f"{flag} {out} is a file, not a folder; pass a folder (it is created if missing)")
+    probe_in = out
+    while not probe_in.exists() and probe_in.parent != probe_in:
+        probe_in = probe_in.parent
+    if not probe_in.is_dir():
+        raise OutputDirError(f"{flag} {out}: {probe_in} is a file, so the folder cannot be created")
+    try:
+        fd, name = tempfile.mkstemp(prefix=".memrl-write-test.", dir=probe_in)
+    except OSError as err:
+        raise OutputDirError(f"{flag} {out}: cannot write in {probe_in} ({err.strerror or err}); "
+                             "pass a writable folder") from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+
+
+def _is_plain_name(name: object) -> bool:
+    """Only direct children may be listed: a tampered manifest must not reach outside the folder."""
+    return isinstance(name, str) and name not in ("", ".", "..", MANIFEST) and "/" not in name and "\\" not in name
+
+
+def recorded_entries(out: Path) -> set[str] | None:
+    """Names memrl recorded writing in ``out``; ``None`` when there is no readable manifest."""
+    try:
+        data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    names = data.get("entries") if isinstance(data, dict) else None
+    if not isinstance(names, list):
+        return None
+    return {n for n in names if _is_plain_name(n)}
+
+
+def record_outputs(out: Path, names: Iterable[str]) -> None:
+    """Create ``out`` if needed and add ``names`` (top-level entries about to be written) to its manifest."""
+    names = set(names)
+    bad = [n for n in names if not _is_plain_name(n)]
+    if bad:
+        raise ValueError(f"output names must be plain file names, got {bad[0]!r}")
+    out.mkdir(parents=True, exist_ok=True)
+    known = recorded_entries(out) or set()
+    if names <= known and (out / MANIFEST).is_file():
+        return
+    with atomic_write(out / MANIFEST) as fh:
+        json.dump({"written_by": "memrl", "entries": sorted(known | names)}, fh, indent=1)
+        fh.write("\n")
+
+
+def _ours(name: str, recorded: set[str]) -> bool:
+    if name in recorded or name == MANIFEST:
+        return True
+    target = temp_target(name)  # a killed atomic write of one of our entries (or of the manifest)
+    return target is not None and (target in recorded or target == MANIFEST)
+
+
+def clear_outputs(out: Path, flag: str) -> int:
+    """Delete what memrl wrote in ``out``; refuse if anything else is there. Returns entries removed.
+
+    A missing or empty folder is fine. A folder with entries but no manifest (written by hand,
+    or by a memrl older than the manifest) is refused like any folder with foreign entries.
+    """
+    if not out.exists():
+        return 0
+    if not out.is_dir():
+        raise OutputDirError(f"{flag}: {out} is a file, not a folder; refusing to delete it")
+    names = sorted(os.listdir(out))
+    recorded = recorded_entries(out) or set()
+    foreign = [n for n in names if not _ours(n, recorded)]
+    if foreign:
+        raise OutputDirError(f"{flag}: refusing to delete the contents of {out}: it holds {foreign[0]!r}, "
+                             f"which memrl did not write ({len(foreign)} such entr{'y' if len(foreign) == 1 else 'ies'}); "
+                             "remove them yourself or choose another --out")
+    removed = 0
+    for name in names:
+        if name == MANIFEST:
+            continue
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        removed += 1
+    with contextlib.suppress(FileNotFoundError):
+        (out / MANIFEST).unlink()
+    return removed

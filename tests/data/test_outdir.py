@@ -1,0 +1,94 @@
+"""Output folders: starting over deletes only what memrl wrote; unusable folders fail in one line."""
+
+import json
+import os
+
+import pytest
+
+from memrl.data.atomic import temp_name
+from memrl.data.outdir import MANIFEST, OutputDirError, check_writable_dir, clear_outputs, record_outputs
+
+
+def _memrl_run(out):
+    record_outputs(out, ["results.json", "episodes"])
+    (out / "results.json").write_text("{}")
+    (out / "episodes" / "50").mkdir(parents=True)
+    (out / "episodes" / "50" / "0.json").write_text("{}")
+
+
+def test_clear_removes_only_recorded_entries_and_keeps_the_folder(tmp_path):
+    out = tmp_path / "ev"
+    _memrl_run(out)
+    (out / temp_name("results.json")).write_text("half-written by a killed run")
+    assert clear_outputs(out, "--restart") == 3
+    assert out.is_dir() and os.listdir(out) == []
+
+
+def test_clear_refuses_a_folder_with_user_files_and_changes_nothing(tmp_path):
+    _memrl_run(tmp_path)  # e.g. --out . in a project folder
+    (tmp_path / "notes.txt").write_text("mine")
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(OutputDirError) as err:
+        clear_outputs(tmp_path, "--restart")
+    msg = str(err.value)
+    assert str(tmp_path) in msg and "'notes.txt'" in msg and "\n" not in msg
+    assert sorted(os.listdir(tmp_path)) == before
+    assert (tmp_path / "episodes" / "50" / "0.json").is_file()
+
+
+def test_clear_refuses_an_unmarked_folder_but_accepts_missing_or_empty(tmp_path):
+    assert clear_outputs(tmp_path / "missing", "--fresh") == 0
+    (tmp_path / "empty").mkdir()
+    assert clear_outputs(tmp_path / "empty", "--fresh") == 0
+    old = tmp_path / "old"
+    (old / "rl").mkdir(parents=True)
+    with pytest.raises(OutputDirError, match="'rl'"):
+        clear_outputs(old, "--fresh")
+    assert (old / "rl").is_dir()
+
+
+def test_a_tampered_manifest_cannot_reach_outside_the_folder(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "precious").write_text("x")
+    (out / MANIFEST).write_text(json.dumps({"entries": ["..", "../precious", "/etc"]}))
+    assert clear_outputs(out, "--restart") == 0
+    assert (tmp_path / "precious").is_file()
+    with pytest.raises(ValueError):
+        record_outputs(out, ["../precious"])
+
+
+def test_manifest_accumulates_names(tmp_path):
+    record_outputs(tmp_path, ["a.json"])
+    record_outputs(tmp_path, ["b.json"])
+    assert json.loads((tmp_path / MANIFEST).read_text())["entries"] == ["a.json", "b.json"]
+
+
+def test_writable_dir_checks(tmp_path, monkeypatch):
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    with pytest.raises(OutputDirError, match="is a file, not a folder"):
+        check_writable_dir(f)
+    with pytest.raises(OutputDirError, match="cannot be created"):
+        check_writable_dir(f / "sub")
+    check_writable_dir(tmp_path / "new" / "deeper")  # creatable: fine, and nothing is created
+    assert not (tmp_path / "new").exists()
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("memrl.data.outdir.tempfile.mkstemp", denied)
+    with pytest.raises(OutputDirError, match=r"--out .*: cannot write in .* \(Permission denied\)"):
+        check_writable_dir(tmp_path / "ro")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write into a mode-0555 folder")
+def test_read_only_folder_is_refused(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        with pytest.raises(OutputDirError, match="cannot write"):
+            check_writable_dir(ro)
+    finally:
+        ro.chmod(0o755)

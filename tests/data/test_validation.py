@@ -1,0 +1,78 @@
+"""Inputs that used to pass silently (or fail without naming the file) are refused up front."""
+
+import json
+
+import pytest
+
+from memrl.data import DataError, plan_synthesis, read_hotpotqa, read_paragraph_pool, read_samples
+from memrl.data.longctx import LongContextSample, write_samples
+from tests.data.helpers import make_example, write_examples
+
+
+@pytest.mark.parametrize("value, field", [("", "answer"), ("  ", "answer"), ("The", "answer")])
+def test_empty_gold_answer_is_refused(tmp_path, value, field):
+    rows = [make_example(i) for i in range(3)]
+    rows[1]["answer"] = value
+    src = tmp_path / "q.json"
+    src.write_text(json.dumps(rows))
+    with pytest.raises(DataError) as err:
+        list(read_hotpotqa(src))
+    assert str(err.value).startswith(f"{src}:2:{field}: empty gold answer")
+
+
+def test_empty_string_in_an_answers_list_is_refused(tmp_path):
+    rows = [make_example(0)]
+    del rows[0]["answer"]
+    rows[0]["answers"] = ["Paris", ""]
+    src = tmp_path / "q.jsonl"
+    src.write_text(json.dumps(rows[0]) + "\n")
+    with pytest.raises(DataError, match=r"q\.jsonl:1:answers\[1\]: empty gold answer"):
+        list(read_hotpotqa(src))
+
+
+@pytest.mark.parametrize("schema, field", [("eval", "answers[0]"), ("train", "reward_model.ground_truth[0]")])
+def test_long_context_files_refuse_empty_golds(tmp_path, schema, field):
+    path = tmp_path / f"{schema}.jsonl"
+    write_samples([LongContextSample(0, "Q?", ["x"], "ctx", 1), LongContextSample(1, "Q?", [""], "ctx", 1)],
+                  path, schema=schema)
+    with pytest.raises(DataError) as err:
+        list(read_samples(path))
+    assert str(err.value).startswith(f"{path}:2:{field}: empty gold answer")
+
+
+def test_non_utf8_input_names_the_file_and_row(tmp_path):
+    good = json.dumps(make_example(0)).encode()
+    jsonl = tmp_path / "latin1.jsonl"
+    jsonl.write_bytes(good + b"\n" + good.replace(b"answer 0", b"r\xe9ponse") + b"\n")
+    with pytest.raises(DataError, match=r"latin1\.jsonl:2: not UTF-8 text \(byte 0xe9"):
+        list(read_hotpotqa(jsonl))
+    array = tmp_path / "latin1.json"
+    array.write_bytes(b"[" + good.replace(b"answer 0", b"r\xe9ponse") + b"]")
+    with pytest.raises(DataError, match=r"latin1\.json: not UTF-8 text"):
+        list(read_hotpotqa(array))
+
+
+def test_a_folder_is_not_reported_as_missing(tmp_path):
+    with pytest.raises(DataError) as err:
+        list(read_paragraph_pool(tmp_path))
+    assert str(err.value) == f"{tmp_path}: is a folder, expected a file (JSON, JSONL or parquet)"
+    with pytest.raises(DataError, match="file not found"):
+        list(read_hotpotqa(tmp_path / "missing.json"))
+
+
+def test_train_budget_larger_than_the_pool_fails_before_writing(tmp_path):
+    src = write_examples(tmp_path / "q.json", n=4, n_para=4)  # 16 short paragraphs, a few hundred tokens
+    with pytest.raises(DataError) as err:
+        plan_synthesis(src, tmp_path / "out", [], train_tokens=1024 * 1024)
+    msg = str(err.value)
+    assert msg.startswith(f"{src}:1:context: --train-tokens 1,048,576")
+    assert "the paragraph pool gives at most about" in msg and "--pool" in msg
+    assert not (tmp_path / "out").exists()
+    plan_synthesis(src, tmp_path / "out", [], train_tokens=1024 * 1024, allow_repeats=True)  # repeats can fill it
+
+
+def test_a_budget_the_pool_can_fill_is_accepted_and_filled(tmp_path):
+    src = write_examples(tmp_path / "q.json", n=6, n_para=4)
+    plan = plan_synthesis(src, tmp_path / "out", [], train_tokens=120)
+    (report,) = plan.run()
+    assert report.tokens_max <= 120 and report.tokens_min > 60
