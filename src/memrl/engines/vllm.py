@@ -124,11 +124,13 @@ class VLLMEngine:
         """Build from a :class:`~memrl.config.schema.MemRLConfig` (``engine.vllm`` options)."""
         require_vllm()
         from memrl.config import ConfigError
-        from memrl.engines.vllm_args import build_engine_args, on_cpu, sleep_available
+        from memrl.engines.vllm_args import build_engine_args, check_extra_args, engine_arg_names, on_cpu, \
+            sleep_available
         from memrl.models.resolve import resolve_model_path
 
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         o = cfg.engine.vllm
+        check_extra_args(o.args, engine_arg_names())
         colocated = cfg.cluster.placement == "colocate" if colocated is None else colocated
         available = sleep_available()
         if o.sleep == "on" and not available:
@@ -270,13 +272,26 @@ class VLLMEngine:
             return
         self._closed = True
         try:
-            self.engine.shutdown()
+            if self._thread.is_alive():  # vLLM's own tasks live on that loop: stop them there
+                asyncio.run_coroutine_threadsafe(self._shutdown_on_loop(), self._loop).result(timeout=60)
+            else:
+                self.engine.shutdown()
             self.engine = None  # collected now, while the interpreter is intact (its __del__ shuts down again)
         finally:
             self._stop_loop()
             if self._lora_root is not None:
                 shutil.rmtree(self._lora_root, ignore_errors=True)
 
+    async def _shutdown_on_loop(self) -> None:
+        self.engine.shutdown()
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in others:
+            t.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+
     def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
