@@ -5,14 +5,25 @@ generated token ids (``choices[i].token_ids``, as vLLM's ``return_token_ids``)
 and per-token log-probs; with ``return_tokens_as_token_ids`` the logprob
 ``tokens`` are ``"token_id:N"`` strings, again as vLLM does. A generated stop
 token is included in ids/log-probs and left out of the text.
+
+Every request is checked (types, id ranges, window, ``n``, body size; see
+``limits.py``) before it reaches the engine, so a bad request gets its own 400
+and never shares a batch. While a generation runs, the handler polls for the
+client's disconnect and for server shutdown and cancels the engine requests in
+either case. With an API key, ``/v1/*`` needs ``Authorization: Bearer KEY`` and
+the OpenAPI pages (``/docs``, ``/redoc``, ``/openapi.json``) are off;
+``/health`` is always public and says only ``{"status": "ok"}``.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads these annotations at run time.
 import asyncio
-import os
+import contextlib
+import hmac
+import sys
 import time
 import uuid
-from typing import Any, Optional, Union
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Optional, TextIO, Union
 
 from pydantic import BaseModel, ConfigDict
 
@@ -21,29 +32,36 @@ from memrl.workflows.common import stop_token_ids
 
 try:
     import fastapi
-    from fastapi import Request
+    from fastapi import Depends, Request
+    from fastapi.responses import JSONResponse
 except ImportError:  # pragma: no cover - exercised only without the extra
     raise ImportError("memrl serve needs FastAPI and uvicorn: pip install 'memrl[serve]'") from None
+
+from memrl.serve.errors import APIError, error_response, install_error_handlers
+from memrl.serve.limits import (GREEDY_BELOW, ServeLimits, check_sampling, check_token_ids, check_window,
+                                parse_prompts)
+from memrl.serve.middleware import AccessLog, BodyLimit
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: Optional[str] = None
     max_tokens: Optional[int] = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
+    temperature: Optional[float] = 1.0
+    top_p: Optional[float] = 1.0
+    top_k: Optional[int] = -1
     seed: Optional[int] = None
-    n: int = 1
-    stop_token_ids: Optional[list[int]] = None
+    n: Optional[int] = 1
+    stop_token_ids: Optional[list[Any]] = None
     ignore_eos: bool = False
     logprobs: Any = None
     return_tokens_as_token_ids: bool = False
     return_token_ids: bool = False
+    stream: Optional[bool] = False
 
 
 class CompletionBody(_Body):
-    prompt: Union[str, list[int], list[str], list[list[int]]]
+    prompt: Union[str, list[Any]]
 
 
 class ChatBody(_Body):
@@ -51,22 +69,108 @@ class ChatBody(_Body):
     max_completion_tokens: Optional[int] = None
 
 
-def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optional[str] = None) -> Any:
-    app = fastapi.FastAPI(title="memrl", version="1")
+def _limits_for(engine: Engine, tokenizer: Any) -> ServeLimits:
+    model = getattr(engine, "model", None)
+    if model is not None:
+        return ServeLimits.for_model(model)
+    window = getattr(tokenizer, "model_max_length", None)
+    if not isinstance(window, int) or window > 10**8:
+        raise ValueError("cannot tell the model's window from this engine: pass limits=ServeLimits(...)")
+    return ServeLimits(max_model_len=window)
+
+
+def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optional[str] = None, *,
+               limits: Optional[ServeLimits] = None, access_log: Union[bool, TextIO] = False,
+               poll_s: float = 0.1) -> Any:
+    """The ASGI app. It owns ``engine`` while it runs: shutting the app down closes the engine.
+
+    ``access_log``: ``True`` for one line per request on stderr, or a stream. ``poll_s``: how
+    often a waiting handler checks for a client disconnect or a shutdown.
+    """
+    limits = limits or _limits_for(engine, tokenizer)
     default_stops = stop_token_ids(tokenizer)
+    inflight: set[asyncio.Future[Any]] = set()
 
-    def check_auth(request: Any) -> None:
-        if api_key and request.headers.get("authorization") != f"Bearer {api_key}":
-            raise fastapi.HTTPException(status_code=401, detail="invalid or missing API key")
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        yield
+        app.state.draining = True
+        for task in list(inflight):
+            task.cancel()
+        await engine.close()
 
-    def params(body: _Body, max_tokens: Optional[int]) -> SamplingParams:
-        stops = tuple(body.stop_token_ids or ()) + (() if body.ignore_eos else default_stops)
+    docs = api_key is None  # a browser cannot send the bearer key, so with one the OpenAPI pages are off
+    app = fastapi.FastAPI(title="memrl", version="1", lifespan=lifespan, docs_url="/docs" if docs else None,
+                          redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)
+    app.state.draining = False
+    app.state.limits = limits
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    if access_log:
+        app.add_middleware(AccessLog, stream=None if access_log is True else access_log)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(500, f"internal error ({type(exc).__name__})")
+
+    async def require_key(request: Request) -> None:
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+            raise APIError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
+                           code="invalid_api_key")
+
+    def check_request(body: _Body, max_tokens: Optional[int]) -> SamplingParams:
+        """Model name, unsupported options and value ranges; the engine's sampling parameters."""
+        if body.model is not None and body.model != model_name:
+            raise APIError(404, f"The model `{body.model[:200]}` does not exist; this server has `{model_name}`.",
+                           code="model_not_found", param="model")
+        if body.stream:
+            raise APIError(400, "stream: streaming is not supported; send stream=false", code="unsupported",
+                           param="stream")
+        temperature = 1.0 if body.temperature is None else body.temperature
+        top_p = 1.0 if body.top_p is None else body.top_p
+        top_k = -1 if body.top_k is None else body.top_k
+        n = 1 if body.n is None else body.n
+        max_new = 16 if max_tokens is None else max_tokens
+        check_sampling(max_tokens=max_new, temperature=temperature, top_p=top_p, top_k=top_k, n=n,
+                       seed=body.seed, limits=limits)
+        stops = check_token_ids(body.stop_token_ids or [], "stop_token_ids", limits.vocab_size)
+        stops += [] if body.ignore_eos else list(default_stops)
+        return SamplingParams(max_new_tokens=max_new, temperature=0.0 if temperature < GREEDY_BELOW else temperature,
+                              top_p=top_p, top_k=max(top_k, 0), seed=body.seed,
+                              stop_token_ids=tuple(sorted(set(stops))))
+
+    async def generate_all(request: Request, jobs: Sequence[tuple[list[int], SamplingParams]]) -> list[GenerationResult]:
+        """Run ``jobs`` on the engine; cancel them all if the client leaves or the server stops."""
+        tasks = [asyncio.ensure_future(engine.generate(p, sp)) for p, sp in jobs]
+        inflight.update(tasks)
+        together = asyncio.gather(*tasks)
         try:
-            return SamplingParams(max_new_tokens=max_tokens if max_tokens is not None else 16,
-                                  temperature=body.temperature, top_p=body.top_p, top_k=max(body.top_k, 0),
-                                  seed=body.seed, stop_token_ids=tuple(sorted(set(stops))))
-        except ValueError as exc:
-            raise fastapi.HTTPException(status_code=400, detail=str(exc)) from None
+            while True:
+                done, _ = await asyncio.wait({together}, timeout=poll_s)
+                if done:
+                    break
+                if request.app.state.draining:
+                    raise APIError(503, "the server is shutting down; retry on another server",
+                                   code="shutting_down")
+                if await request.is_disconnected():
+                    raise APIError(499, "client disconnected", code="client_closed_request")
+            if together.cancelled():
+                raise APIError(503, "generation cancelled: the server is shutting down", code="shutting_down")
+            return together.result()
+        except ValueError as exc:  # the engine refused this request's input
+            raise APIError(400, str(exc), code="invalid_value") from None
+        except (APIError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            print(f"memrl serve: generation failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            raise APIError(500, f"generation failed ({type(exc).__name__})", code="generation_failed") from None
+        finally:
+            for task in tasks:
+                task.cancel()
+            inflight.difference_update(tasks)
 
     def text_of(res: GenerationResult) -> str:
         ids = res.token_ids[:-1] if res.finish_reason == "stop" and res.token_ids else res.token_ids
@@ -80,28 +184,26 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
         gen = sum(len(r.token_ids) for r in results)
         return {"prompt_tokens": prompt_tokens, "completion_tokens": gen, "total_tokens": prompt_tokens + gen}
 
-    @app.get("/v1/models")
-    async def models(request: Request) -> dict[str, Any]:
-        check_auth(request)
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "memrl"}]}
-
     @app.get("/health")
     async def health() -> dict[str, str]:
+        """Liveness for load balancers: public even with an API key, and says nothing else."""
         return {"status": "ok"}
 
-    @app.post("/v1/completions")
+    @app.get("/v1/models", dependencies=[Depends(require_key)])
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "memrl",
+                                            "max_model_len": limits.max_model_len}]}
+
+    @app.post("/v1/completions", dependencies=[Depends(require_key)])
     async def completions(body: CompletionBody, request: Request) -> dict[str, Any]:
-        check_auth(request)
-        raw = body.prompt
-        if isinstance(raw, str) or (raw and isinstance(raw[0], int)):
-            raw = [raw]  # type: ignore[list-item]
-        prompts = [tokenizer.encode(p, add_special_tokens=False) if isinstance(p, str) else list(p) for p in raw]
-        if not prompts or any(not p for p in prompts):
-            raise fastapi.HTTPException(status_code=400, detail="prompt must not be empty")
-        sp = params(body, body.max_tokens)
-        jobs = [engine.generate(p, sp if body.n == 1 else sp.with_(seed=None if sp.seed is None else sp.seed + k))
-                for p in prompts for k in range(body.n)]
-        results = await asyncio.gather(*jobs)
+        sp = check_request(body, body.max_tokens)
+        n = body.n or 1
+        prompts = parse_prompts(body.prompt, lambda text: tokenizer.encode(text, add_special_tokens=False), limits)
+        for prompt in prompts:
+            check_window(len(prompt), sp.max_new_tokens, limits)
+        jobs = [(p, sp if n == 1 else sp.with_(seed=None if sp.seed is None else sp.seed + k))
+                for p in prompts for k in range(n)]
+        results = await generate_all(request, jobs)
         choices = []
         for i, res in enumerate(results):
             choice: dict[str, Any] = {"index": i, "text": text_of(res), "finish_reason": res.finish_reason,
@@ -109,43 +211,38 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
             choice["logprobs"] = (logprobs_block(res, body.return_tokens_as_token_ids)
                                   if body.logprobs is not None else None)
             if body.return_token_ids:
-                choice["prompt_token_ids"] = prompts[i // body.n]
+                choice["prompt_token_ids"] = prompts[i // n]
             choices.append(choice)
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": model_name, "choices": choices, "usage": usage(sum(map(len, prompts)) * body.n, results)}
+                "model": model_name, "choices": choices, "usage": usage(sum(map(len, prompts)) * n, results)}
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", dependencies=[Depends(require_key)])
     async def chat(body: ChatBody, request: Request) -> dict[str, Any]:
-        check_auth(request)
+        max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+        sp = check_request(body, max_tokens)
+        if not body.messages:
+            raise APIError(400, "messages: must not be empty", code="invalid_value", param="messages")
         try:
             prompt = tokenizer.apply_chat_template(body.messages, add_generation_prompt=True, tokenize=True)
         except Exception as exc:
-            raise fastapi.HTTPException(status_code=400, detail=f"cannot apply chat template: {exc}") from None
+            raise APIError(400, f"messages: cannot apply the chat template: {str(exc)[:200]}",
+                           code="invalid_value", param="messages") from None
         if isinstance(prompt, dict) or hasattr(prompt, "keys"):
             prompt = prompt["input_ids"]
-        res = await engine.generate(list(prompt), params(body, body.max_completion_tokens or body.max_tokens))
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text_of(res)},
-                                  "finish_reason": res.finish_reason, "token_ids": res.token_ids}
-        if body.logprobs:
-            choice["logprobs"] = {"content": [{"token": tokenizer.decode([t]), "logprob": lp}
-                                              for t, lp in zip(res.token_ids, res.logprobs)]}
+        prompt = check_token_ids(list(prompt), "messages", limits.vocab_size)
+        check_window(len(prompt), sp.max_new_tokens, limits)
+        n = body.n or 1
+        results = await generate_all(request, [(prompt, sp if n == 1 or sp.seed is None else sp.with_(seed=sp.seed + k))
+                                               for k in range(n)])
+        choices = []
+        for i, res in enumerate(results):
+            choice: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": text_of(res)},
+                                      "finish_reason": res.finish_reason, "token_ids": res.token_ids}
+            if body.logprobs:
+                choice["logprobs"] = {"content": [{"token": tokenizer.decode([t]), "logprob": lp}
+                                                  for t, lp in zip(res.token_ids, res.logprobs)]}
+            choices.append(choice)
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": model_name, "choices": [choice], "usage": usage(len(prompt), [res])}
+                "model": model_name, "choices": choices, "usage": usage(len(prompt) * n, results)}
 
     return app
-
-
-def serve(model: str, host: str = "127.0.0.1", port: int = 8000, dtype: str = "auto",
-          served_name: Optional[str] = None, api_key_env: Optional[str] = None, max_batch_size: int = 32) -> None:
-    """Load ``model`` into a batching HF engine and serve it (blocking)."""
-    import uvicorn
-
-    from memrl.engines.hf import HFEngine
-    from memrl.models.resolve import load_model, load_tokenizer
-
-    key = os.environ.get(api_key_env) if api_key_env else None
-    if api_key_env and not key:
-        raise ValueError(f"--api-key-env {api_key_env}: that environment variable is not set")
-    engine = HFEngine(load_model(model, dtype=dtype), max_batch_size=max_batch_size)
-    app = create_app(engine, load_tokenizer(model), served_name or model, api_key=key)
-    uvicorn.run(app, host=host, port=port, log_level="warning")

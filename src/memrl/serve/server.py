@@ -1,0 +1,120 @@
+"""Run the app under uvicorn: flag checks, the listening socket, and shutdown on SIGTERM.
+
+Everything a user can get wrong (port range, a port in use, an unset key
+variable) is checked before the model loads, as a ``ValueError`` that the CLI
+prints as one line. The socket is bound here and handed to uvicorn, so the port
+cannot be taken while the model loads. SIGTERM (or Ctrl-C) marks the app as
+draining: waiting handlers cancel their generations and answer 503 within a
+poll interval, and uvicorn's graceful shutdown is capped at
+``graceful_shutdown_s`` for anything left.
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import socket
+import sys
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from memrl.serve.app import create_app
+from memrl.serve.limits import ServeLimits
+
+
+def check_port(port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise ValueError(f"--port {port}: a TCP port is between 1 and 65535")
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A bound (not yet listening) TCP socket, or a one-line ``ValueError``."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise ValueError(f"--host {host}: cannot resolve it ({exc.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: restarts need no wait
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ValueError(f"port {port} on {host} is already in use (pick another with --port)") from None
+        raise ValueError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a loopback address (unresolvable: no)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, plus: announce the address once listening, and drain the app on SIGTERM."""
+
+    def __init__(self, config: uvicorn.Config, app: Any, url: str) -> None:
+        super().__init__(config)
+        self._app = app
+        self._url = url
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            print(f"listening on {self._url}", file=sys.stderr, flush=True)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._app.state.draining = True  # handlers cancel their generations at their next poll
+        super().handle_exit(sig, frame)
+
+
+def serve(model: str, host: str = "127.0.0.1", port: int = 8000, dtype: str = "auto",
+          served_name: str | None = None, api_key_env: str | None = None, max_batch_size: int = 32, *,
+          max_n: int = 16, max_body_mb: float = 8.0, max_model_len: int | None = None,
+          graceful_shutdown_s: float = 5.0) -> None:
+    """Load ``model`` into a batching HF engine and serve it (blocking)."""
+    check_port(port)
+    if max_n < 1:
+        raise ValueError(f"--max-n {max_n}: must be >= 1")
+    if not max_body_mb > 0:
+        raise ValueError(f"--max-body-mb {max_body_mb}: must be > 0")
+    if max_batch_size < 1:
+        raise ValueError(f"--max-batch-size {max_batch_size}: must be >= 1")
+    if max_model_len is not None and max_model_len < 1:
+        raise ValueError(f"--max-model-len {max_model_len}: must be >= 1")
+    key = os.environ.get(api_key_env) if api_key_env else None
+    if api_key_env and not key:
+        raise ValueError(f"--api-key-env {api_key_env}: that environment variable is not set")
+    sock = bind_socket(host, port)
+    try:
+        if key is None and not is_loopback(host):
+            print(f"warning: serving on {host} without an API key: anyone who can reach this address can use "
+                  "the model (set --api-key-env)", file=sys.stderr, flush=True)
+        from memrl.engines.hf import HFEngine
+        from memrl.models.resolve import load_model, load_tokenizer
+
+        net = load_model(model, dtype=dtype)
+        limits = ServeLimits.for_model(net, max_model_len=max_model_len, max_n=max_n,
+                                       max_body_bytes=int(max_body_mb * 2**20))
+        engine = HFEngine(net, max_batch_size=max_batch_size)
+        app = create_app(engine, load_tokenizer(model), served_name or model, api_key=key, limits=limits,
+                         access_log=True)
+        config = uvicorn.Config(app, log_level="warning", access_log=False,
+                                timeout_graceful_shutdown=max(1, round(graceful_shutdown_s)))
+        _Server(config, app, url_of(sock)).run(sockets=[sock])
+    finally:
+        sock.close()
