@@ -86,4 +86,4 @@ def test_vllm_replica_without_vllm_says_how_to_get_it():
     from memrl.dist.pool import _Replica
 
     with pytest.raises(ImportError, match=r"memrl\[vllm\]"):
-        _Replica("tiny", "auto", None, None, 8, 0, kind="vllm", options={"tensor_parallel_size": 2})
+        _Replica("tiny", "auto", None, None, 8, 0, kind="vllm", options={"config": {"engine": {"kind": "vllm", "tensor_parallel_size": 2}}})

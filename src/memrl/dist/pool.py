@@ -32,14 +32,17 @@ class _Replica:
         self._pending: Any = None
         self.sync: Any = None  # the broadcast group, under weight_sync=collective
         if kind == "vllm":
+            from memrl.config.schema import MemRLConfig
             from memrl.engines.vllm import VLLMEngine
+            from memrl.engines.vllm_args import on_cpu, require_vllm
 
-            opts = dict(options or {})
-            if opts.get("tensor_parallel_size", 1) > 1:
+            require_vllm()
+            cfg = MemRLConfig.model_validate((options or {})["config"])
+            if cfg.engine.tensor_parallel_size > 1:
                 # the actor already holds its GPUs: vLLM's workers are its own processes, not more Ray actors
-                opts.setdefault("distributed_executor_backend", "mp")
-            self.engine: Any = VLLMEngine.from_pretrained(model_path, dtype=dtype, **opts)
-            self.device = "cuda"
+                cfg.engine.vllm.args = {"distributed_executor_backend": "mp", **cfg.engine.vllm.args}
+            self.engine: Any = VLLMEngine.from_config(cfg, model_path)
+            self.device = "cpu" if on_cpu() else "cuda"  # the platform vLLM runs on (its CPU build, or CUDA)
             self._pending = weights  # loaded on the first call (the engine's methods are async)
             return
         from memrl.engines.hf import HFEngine

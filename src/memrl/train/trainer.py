@@ -181,9 +181,8 @@ class Trainer:
                                       device=self.cfg.engine.device, weights=merged_state_dict(self.policy),
                                       num_cpus=c.replica_cpus,
                                       num_gpus=c.replica_gpus or (e.tensor_parallel_size if vllm else 0),
-                                      kind=e.kind, engine_options={
-                                          "tensor_parallel_size": e.tensor_parallel_size,
-                                          "gpu_memory_utilization": e.gpu_memory_utilization} if vllm else None,
+                                      kind=e.kind, engine_options={"config": self.cfg.model_dump(mode="json")}
+                                      if vllm else None,
                                       max_batch_size=self.cfg.engine.max_batch_size, seed=self.cfg.trainer.seed,
                                       retries=self.cfg.engine.retries, weight_sync=c.weight_sync,
                                       sync_backend="nccl" if c.replica_gpus > 0 and self.device.type == "cuda"
