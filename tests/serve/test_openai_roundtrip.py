@@ -23,12 +23,15 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
     port = free_port()
     env = {**os.environ, "MEMRL_TEST_KEY": "sekrit-123"}
-    proc = subprocess.Popen([sys.executable, "-m", "memrl.cli.main", "serve", "--model", "tiny", "--port", str(port),
-                             "--api-key-env", "MEMRL_TEST_KEY"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    # Output goes to a file: the server logs one line per request, and an unread pipe would fill and block it.
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "memrl.cli.main", "serve", "--model", "tiny", "--port",
+                                 str(port), "--api-key-env", "MEMRL_TEST_KEY"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -38,10 +41,11 @@ def server():
         except httpx.TransportError:
             time.sleep(0.3)
         if proc.poll() is not None:
-            pytest.fail(f"server exited: {proc.stdout.read()}")
+            pytest.fail(f"server exited: {log.read_text()}")
     yield url + "/v1"
     proc.terminate()
     proc.wait(timeout=30)
+    assert "sekrit" not in log.read_text()
 
 
 def test_models_and_auth(server):

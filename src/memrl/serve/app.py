@@ -147,6 +147,7 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
         tasks = [asyncio.ensure_future(engine.generate(p, sp)) for p, sp in jobs]
         inflight.update(tasks)
         together = asyncio.gather(*tasks)
+        together.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even when we leave early
         try:
             while True:
                 done, _ = await asyncio.wait({together}, timeout=poll_s)
