@@ -52,6 +52,20 @@ def test_loopback_detection_for_the_no_key_warning():
     assert not is_loopback("0.0.0.0") and not is_loopback("no-such-host.invalid")
 
 
+@pytest.mark.parametrize("with_key", [False, True])
+def test_public_address_without_key_warns_before_loading(monkeypatch, capsys, tmp_path, with_key):
+    """Bound to 127.0.0.1 but told it is public: the warning comes before the (failing) model load."""
+    import memrl.serve.server as server
+
+    monkeypatch.setattr(server, "is_loopback", lambda host: False)
+    monkeypatch.setenv("MEMRL_TEST_KEY", KEY)
+    with pytest.raises(Exception, match="missing-model"):
+        server.serve(str(tmp_path / "missing-model"), port=free_port(),
+                     api_key_env="MEMRL_TEST_KEY" if with_key else None)
+    err = capsys.readouterr().err
+    assert err.startswith("warning: serving on 127.0.0.1 without an API key") != with_key
+
+
 class Server:
     """A ``memrl serve`` subprocess with its output in a file (a full pipe would block its access log)."""
 

@@ -204,7 +204,9 @@ class HFEngine:
                 finally:
                     self._running = []
 
-    async def _decode_isolated(self, batch: list[_Request], answer: Callable[[_Request, GenerationResult], None]) -> None:
+    async def _decode_isolated(
+        self, batch: list[_Request], answer: Callable[[_Request, GenerationResult], None]
+    ) -> None:
         """Decode ``batch``; if that raises, decode its unanswered requests one by one so only the culprit fails."""
         try:
             await asyncio.to_thread(self._generate_batch, batch, answer)

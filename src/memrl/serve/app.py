@@ -142,7 +142,8 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
                               top_p=top_p, top_k=max(top_k, 0), seed=body.seed,
                               stop_token_ids=tuple(sorted(set(stops))))
 
-    async def generate_all(request: Request, jobs: Sequence[tuple[list[int], SamplingParams]]) -> list[GenerationResult]:
+    async def generate_all(request: Request,
+                           jobs: Sequence[tuple[list[int], SamplingParams]]) -> list[GenerationResult]:
         """Run ``jobs`` on the engine; cancel them all if the client leaves or the server stops."""
         tasks = [asyncio.ensure_future(engine.generate(p, sp)) for p, sp in jobs]
         inflight.update(tasks)
