@@ -97,3 +97,28 @@ def test_handlers_are_restored_after_the_run():
     with StopRequest():
         assert signal.getsignal(signal.SIGINT) is not before
     assert signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.slow
+def test_ctrl_c_with_spawned_ranks_saves_and_resumes(tmp_path):
+    """Two spawned ranks: the parent forwards the signal once, the ranks agree on the step and save it."""
+    cfg = write_config(tmp_path, total_steps=50)
+    run = tmp_path / "run"
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(train(cfg, "cluster.trainers=2"), stdout=subprocess.DEVNULL, stderr=fh)
+        deadline = time.time() + 300
+        while not steps(run) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert steps(run), log.read_text()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=300)
+    err = log.read_text()
+    m = re.search(r"interrupted at step (\d+) — re-run the same command to resume", err)
+    assert proc.returncode == 130 and m, err
+    stopped = int(m.group(1))
+    assert (run / "checkpoints" / f"step_{stopped:06d}" / "manifest.json").is_file()
+    r = subprocess.run(train(cfg, "cluster.trainers=2", f"trainer.total_steps={stopped + 1}"),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert steps(run) == list(range(1, stopped + 2))
