@@ -409,7 +409,7 @@ class Trainer:
     # -- one step --------------------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
         rows, metrics, tally = self.dist.broadcast(self._collect() if self.dist.main else None)
-        warning = self.idle.record(bool(rows), tally)  # raises after trainer.max_failed_steps idle steps
+        warning = self.idle.record(bool(rows), tally)  # run() stops after trainer.max_failed_steps idle steps
         if warning:
             self.tracker.console.print(f"[yellow]{warning}; skipping the update[/yellow]", highlight=False)
             metrics.update({"time/logprob": 0.0, "time/update": 0.0, "time/sync": 0.0, "skipped_updates": 1.0,
