@@ -14,6 +14,7 @@ from rich.table import Table
 
 from memrl.cli.errors import user_errors
 from memrl.data.atomic import atomic_write
+from memrl.data.outdir import check_writable_dir, record_outputs
 from memrl.data.synth import FileReport, parse_token_budget, plan_synthesis
 
 app = typer.Typer(help="Prepare data: synthesize long-context QA files from HotpotQA-style questions.",
@@ -84,6 +85,7 @@ def synth(
     if max_samples is not None and max_samples <= 0:
         raise ValueError(f"--max-samples must be positive, got {max_samples}")
     budget = parse_token_budget(train_tokens) if train_tokens else None
+    check_writable_dir(out)  # before reading a large input, not after
     console = Console(stderr=True)
     with console.status(f"reading {input}"):
         plan = plan_synthesis(
@@ -92,6 +94,7 @@ def synth(
             fmt=fmt, max_samples=max_samples,  # type: ignore[arg-type]
         )
     console.print(f"{len(plan.synth.questions)} questions, paragraph pool of {len(plan.synth.pool):,}")
+    record_outputs(plan.out, plan.output_names() + ["token_report.json"])
     columns = (TextColumn("[bold]synth"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
     with Progress(*columns, console=console) as progress:

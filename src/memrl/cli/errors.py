@@ -15,9 +15,31 @@ from memrl.models.resolve import ModelNotFoundError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    ConfigError, DataError, ModelNotFoundError, FileNotFoundError, ValueError,
+# OSErrors a user causes by pointing a flag at the wrong kind of path (a folder for a file, a
+# file for a folder, a read-only place). Other OSErrors (disk full, I/O errors) keep their
+# traceback: they are not a typo, and the trace is what a bug report needs.
+PATH_ERRORS: tuple[type[OSError], ...] = (
+    FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError,
 )
+
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DataError, ModelNotFoundError, ValueError, *PATH_ERRORS)
+
+
+def describe(exc: BaseException) -> str:
+    """The one line printed after ``error:``.
+
+    ``PermissionError(13, 'Permission denied', '/x')`` prints as ``/x: permission denied``
+    rather than ``[Errno 13] ...``; a bare :class:`UnicodeDecodeError` (which does not know its
+    file) at least says what it is; readers wrap it with the file name where they can.
+    """
+    if isinstance(exc, OSError) and exc.strerror:
+        where = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+        what = {IsADirectoryError: "is a folder, expected a file",
+                NotADirectoryError: "is not a folder"}.get(type(exc), exc.strerror[:1].lower() + exc.strerror[1:])
+        return f"{where}: {what}" if where is not None else what
+    if isinstance(exc, UnicodeDecodeError):
+        return f"input is not UTF-8 text ({exc})"
+    return str(exc)
 
 
 def user_errors(fn: F) -> F:
@@ -28,7 +50,7 @@ def user_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {describe(exc)}", file=sys.stderr)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

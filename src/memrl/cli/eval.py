@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sys
 from pathlib import Path
 from typing import Optional
@@ -30,20 +29,25 @@ def eval_cmd(
     engine: Optional[str] = typer.Option(None, "--engine", "-e", help="hf (in-process, default) | openai | vllm."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai engine: server URL ending in /v1."),
     out: Path = typer.Option(Path("runs/eval"), "--out", "-o", help="Results folder; re-running resumes."),
-    max_samples: Optional[int] = typer.Option(None, "--max-samples", help="First K samples of each file."),
+    max_samples: Optional[int] = typer.Option(None, "--max-samples", help="First K samples of each file (K >= 1)."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (default for eval)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Episodes in flight at once."),
-    restart: bool = typer.Option(False, "--restart", help="Delete earlier results in --out first."),
+    restart: bool = typer.Option(False, "--restart", help="Delete earlier results in --out first (only what "
+                                 "memrl wrote there; refuses if the folder holds anything else)."),
 ) -> None:
     """Evaluate a workflow on eval_{N} files; writes results.json, results.md, accuracy.png and transcripts.
 
-    Interrupted runs resume: finished episodes are kept and skipped.
+    Interrupted runs resume: finished episodes are kept and skipped; failed ones are tried again.
     """
+    from memrl.data.outdir import check_writable_dir, clear_outputs, record_outputs
+    from memrl.engines.base import EngineDeadError
     from memrl.engines.factory import build_engine
-    from memrl.eval.report import markdown_table
-    from memrl.eval.runner import check_resume, run_eval
+    from memrl.eval.report import failed_total, markdown_table
+    from memrl.eval.runner import EVAL_OUTPUTS, AllEpisodesFailedError, check_resume, find_eval_file, run_eval
     from memrl.models.resolve import load_tokenizer
 
+    if max_samples is not None and max_samples < 1:
+        raise ValueError(f"--max-samples must be >= 1 (leave it out for all samples), got {max_samples}")
     cfg = resolve_config(config, overrides, {
         "model.path": model, "workflow.name": workflow, "engine.kind": engine, "engine.base_url": base_url,
         "sampling.temperature": temperature, "engine.concurrency": concurrency,
@@ -51,32 +55,51 @@ def eval_cmd(
     sizes = parse_docs(docs)
     if not sizes:
         raise ValueError("--docs: give at least one document count")
-    if restart and out.exists():
-        shutil.rmtree(out)
+    for n in sizes:  # a missing file is reported before the model loads
+        find_eval_file(data, n)
+    check_writable_dir(out)
+    if restart:
+        clear_outputs(out, "--restart")
+    record_outputs(out, EVAL_OUTPUTS)
     check_resume(out, cfg)
     console = Console(stderr=True)
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
-    eng = build_engine(cfg)
-    console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · docs {sizes}")
     columns = (TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console) as progress:
-        task = progress.add_task("eval", total=None)
+    try:
+        tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+        eng = build_engine(cfg)
+        console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · docs {sizes}")
+        with Progress(*columns, console=console) as progress:
+            task = progress.add_task("eval", total=None)
 
-        def started(total: int, done: int) -> None:
-            progress.update(task, total=total, completed=done)
-            if done:
-                console.print(f"resuming: {done} of {total} episodes already done")
+            def started(total: int, done: int) -> None:
+                progress.update(task, total=total, completed=done)
+                if done:
+                    console.print(f"resuming: {done} of {total} episodes already done")
 
-        async def main() -> dict:
-            try:
-                return await run_eval(cfg, eng, tokenizer, data, sizes, out, max_samples=max_samples,
-                                      on_start=started, on_episode=lambda: progress.advance(task))
-            finally:
-                await eng.close()
+            async def main() -> dict:
+                try:
+                    return await run_eval(cfg, eng, tokenizer, data, sizes, out, max_samples=max_samples,
+                                          on_start=started, on_episode=lambda: progress.advance(task))
+                finally:
+                    await eng.close()
 
-        results = asyncio.run(main())
+            results = asyncio.run(main())
+    except KeyboardInterrupt:
+        console.print(f"interrupted — re-run the same command to resume (finished episodes are kept in {out})",
+                      highlight=False, markup=False)
+        raise typer.Exit(130) from None
+    except EngineDeadError as exc:
+        console.print(f"error: the engine is gone ({exc}); stopped. Finished episodes are kept in {out}; "
+                      "re-run the same command to resume", highlight=False, markup=False)
+        raise typer.Exit(1) from None
+    except AllEpisodesFailedError as exc:
+        console.print(f"error: {exc} (transcripts in {out}/transcripts/); fix the cause and re-run the same "
+                      "command to retry", highlight=False, markup=False)
+        raise typer.Exit(1) from None
     typer.echo(markdown_table(results))
     console.print(f"wrote {out}/results.json, results.md, accuracy.png and transcripts/", highlight=False)
-    if any(r["errors"] for r in results["by_docs"].values()):
-        console.print("[yellow]some episodes failed; see their transcripts[/yellow]")
+    failed = failed_total(results)
+    if failed:
+        console.print(f"[yellow]{failed} episode(s) failed and are not counted in the accuracy; see {out}/failures/ "
+                      "and re-run the same command to retry them[/yellow]", highlight=False)
     sys.stdout.flush()

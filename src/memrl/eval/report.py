@@ -13,30 +13,56 @@ from memrl.data.atomic import atomic_path, atomic_write
 METRICS = ("sub_em", "em", "f1")
 
 
-def summarize(episodes: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Per-size means; accuracy in percent; errors count as wrong answers."""
-    def mean(key: str) -> float:
-        return statistics.fmean(e["metrics"].get(key, 0.0) for e in episodes) if episodes else 0.0
+def summarize(episodes: Sequence[dict[str, Any]], failed: int = 0) -> dict[str, Any]:
+    """Per-size means over *finished* episodes; accuracy in percent, ``None`` when none finished.
 
+    Failed episodes (the engine raised: a timeout, an HTTP 401) say nothing about the model, so
+    they are counted in ``failed`` and left out of every mean instead of being scored as wrong.
+    """
+    episodes = [e for e in episodes if not e.get("error")]  # defensive: older memrl saved failures here
+
+    def mean(key: str) -> float | None:
+        return statistics.fmean(e["metrics"].get(key, 0.0) for e in episodes) if episodes else None
+
+    def pct(key: str) -> float | None:
+        m = mean(key)
+        return None if m is None else round(100 * m, 2)
+
+    tokens, convs = mean("context_tokens"), mean("num_conversations")
     return {
-        "samples": len(episodes),
-        **{k: round(100 * mean(k), 2) for k in METRICS},
-        "answered": round(100 * mean("answered"), 2),
-        "context_tokens": round(mean("context_tokens"), 1),
-        "conversations": round(mean("num_conversations"), 2),
-        "errors": sum(1 for e in episodes if e.get("error")),
-        "seconds_per_episode": round(statistics.fmean(e.get("seconds", 0.0) for e in episodes), 3) if episodes else 0,
+        "samples": len(episodes) + failed,
+        "finished": len(episodes),
+        "failed": failed,
+        **{k: pct(k) for k in METRICS},
+        "answered": pct("answered"),
+        "context_tokens": None if tokens is None else round(tokens, 1),
+        "conversations": None if convs is None else round(convs, 2),
+        "seconds_per_episode": round(statistics.fmean(e.get("seconds", 0.0) for e in episodes), 3) if episodes else None,
     }
 
 
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def failed_total(results: dict[str, Any]) -> int:
+    return sum(r.get("failed", 0) for r in results["by_docs"].values())
+
+
 def markdown_table(results: dict[str, Any]) -> str:
+    """One row per document count; ``failed`` sits next to the accuracy it is excluded from."""
     rows = results["by_docs"]
-    head = "| docs | context tokens | samples | sub-EM % | EM % | F1 % | answered % | conversations | errors |"
+    head = "| docs | context tokens | finished | failed | sub-EM % | EM % | F1 % | answered % | conversations |"
     lines = [f"**{results['workflow']}** on `{results['model']}`", "", head, "|" + "---:|" * 9]
     for n in sorted(rows, key=int):
         r = rows[n]
-        lines.append(f"| {n} | {r['context_tokens']:,.0f} | {r['samples']} | {r['sub_em']:.2f} | {r['em']:.2f} | "
-                     f"{r['f1']:.2f} | {r['answered']:.1f} | {r['conversations']:.1f} | {r['errors']} |")
+        lines.append(f"| {n} | {_cell(r['context_tokens'], ',.0f')} | {r['finished']} | {r['failed']} | "
+                     f"{_cell(r['sub_em'], '.2f')} | {_cell(r['em'], '.2f')} | {_cell(r['f1'], '.2f')} | "
+                     f"{_cell(r['answered'], '.1f')} | {_cell(r['conversations'], '.1f')} |")
+    failed = failed_total(results)
+    if failed:
+        lines += ["", f"Accuracy is over finished episodes only: {failed} failed episode(s) are not counted "
+                  "(see failures/; re-running the same command retries them)."]
     return "\n".join(lines) + "\n"
 
 
@@ -48,7 +74,7 @@ def plot_accuracy(results: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     rows = results["by_docs"]
-    docs = sorted(rows, key=int)
+    docs = [n for n in sorted(rows, key=int) if rows[n]["finished"]]  # sizes with no finished episode: no point
     x = [max(rows[n]["context_tokens"], 1.0) for n in docs]
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     for key, style in zip(METRICS, ("o-", "s--", "^:")):

@@ -3,8 +3,12 @@
 Each finished episode is written atomically to ``OUT/episodes/{docs}/{index}.json``
 with its transcript in ``OUT/transcripts/{docs}/{index}.txt``; a re-run skips
 episodes already on disk, so an interrupted eval loses at most the episodes in
-flight. An episode that raises is recorded as an error (scored 0) and the run
-goes on.
+flight. An episode that raises (a timeout, an HTTP 401) says nothing about the
+model, so it is not scored: it is recorded in ``OUT/failures/{docs}/{index}.json``,
+reported as a failure count next to the accuracy, and tried again by the next
+run. An :class:`~memrl.engines.base.EngineDeadError` stops the whole run, and so
+does a run in which every episode failed: more of the same would only fill the
+failure list.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from memrl.config import ConfigError
 from memrl.config.schema import MemRLConfig
 from memrl.data import LongContextSample, read_samples
 from memrl.data.atomic import atomic_write
-from memrl.engines.base import Engine, SamplingParams
+from memrl.engines.base import Engine, EngineDeadError, SamplingParams
 from memrl.eval.report import summarize, write_reports
 from memrl.eval.transcript import render_transcript
 from memrl.types import Trajectory
@@ -51,6 +55,11 @@ def _fingerprint(cfg: MemRLConfig) -> dict[str, Any]:
             "sampling": cfg.sampling.model_dump()}
 
 
+# Every top-level entry ``memrl eval`` writes in --out (recorded so --restart deletes only these).
+EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", "results.json", "results.md",
+                "accuracy.png")
+
+
 def check_resume(out: Path, cfg: MemRLConfig) -> None:
     path = out / "eval_config.yaml"
     fp = _fingerprint(cfg)
@@ -65,13 +74,35 @@ def check_resume(out: Path, cfg: MemRLConfig) -> None:
             yaml.safe_dump(fp, fh, sort_keys=False)
 
 
-def episode_record(traj: Trajectory, n: int, seconds: float, error: str | None = None) -> dict[str, Any]:
+def episode_record(traj: Trajectory, n: int, seconds: float) -> dict[str, Any]:
     return {
         "docs": n, "sample_id": traj.sample_id, "reward": traj.reward, "metrics": traj.metrics,
-        "info": traj.info, "seconds": round(seconds, 3), "error": error,
+        "info": traj.info, "seconds": round(seconds, 3),
         "conversations": [{"prompt_tokens": c.prompt_length, "response_tokens": c.num_generated, **c.meta}
                           for c in traj.conversations],
     }
+
+
+def failure_record(sample: LongContextSample, n: int, seconds: float, error: str) -> dict[str, Any]:
+    return {"docs": n, "sample_id": str(sample.index), "question": sample.question, "error": error,
+            "seconds": round(seconds, 3)}
+
+
+class AllEpisodesFailedError(RuntimeError):
+    """Every episode this run attempted failed: the setup is broken, not the model."""
+
+
+def _is_done(dest: Path) -> bool:
+    """An episode file marks a finished episode; one with an ``error`` is a failure an older memrl saved."""
+    if not dest.is_file():
+        return False
+    try:
+        if not json.loads(dest.read_text(encoding="utf-8")).get("error"):
+            return True
+    except ValueError:  # half-written by a non-atomic writer: redo it
+        pass
+    dest.unlink()
+    return False
 
 
 async def run_eval(
@@ -86,53 +117,87 @@ async def run_eval(
     on_start: Callable[[int, int], None] | None = None,
     on_episode: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Evaluate every (docs, sample) not yet on disk; return the aggregated results."""
+    """Evaluate every (docs, sample) not finished on disk; return the aggregated results.
+
+    Raises :class:`EngineDeadError` (reports written first) when the engine is gone and
+    :class:`AllEpisodesFailedError` when nothing this run attempted finished.
+    """
+    if max_samples is not None and max_samples < 1:
+        raise ValueError(f"max_samples must be >= 1 (or None for all), got {max_samples}")
     workflow = get_workflow(cfg.workflow.name)
     sampling = sampling_params(cfg)
     files = {n: find_eval_file(data_dir, n) for n in docs}
-    todo: list[tuple[int, LongContextSample, Path]] = []
+    todo: list[tuple[int, LongContextSample]] = []
     total = 0
     for n, path in files.items():
         samples = list(read_samples(path))[:max_samples]
         total += len(samples)
-        for s in samples:
-            dest = out / "episodes" / str(n) / f"{s.index}.json"
-            if not dest.is_file():
-                todo.append((n, s, dest))
+        todo += [(n, s) for s in samples if not _is_done(out / "episodes" / str(n) / f"{s.index}.json")]
     if on_start:
         on_start(total, total - len(todo))
     sem = asyncio.Semaphore(cfg.engine.concurrency)
+    errors: list[str] = []
+    dead = asyncio.Event()  # set when the engine is gone: queued episodes must not start
 
-    async def one(n: int, sample: LongContextSample, dest: Path) -> None:
+    async def one(n: int, sample: LongContextSample) -> None:
         async with sem:
+            if dead.is_set():
+                return
             t0 = time.perf_counter()
             try:
                 traj = await workflow(sample, engine, tokenizer, cfg.workflow, sampling=sampling)
                 error = None
+            except EngineDeadError:
+                dead.set()
+                raise
             except Exception as exc:  # one broken episode must not stop the eval
+                error = "".join(traceback.format_exception_only(exc)).strip()
                 traj = Trajectory([], 0.0, str(sample.index), str(sample.index),
-                                  metrics={"em": 0.0, "sub_em": 0.0, "f1": 0.0, "answered": 0.0},
-                                  info={"question": sample.question, "answers": sample.answers,
-                                        "error": "".join(traceback.format_exception_only(exc)).strip()})
-                error = traj.info["error"]
-            record = episode_record(traj, n, time.perf_counter() - t0, error)
-            tpath = out / "transcripts" / str(n) / f"{sample.index}.txt"
-            with atomic_write(tpath) as fh:
+                                  info={"question": sample.question, "answers": sample.answers, "error": error})
+            seconds = time.perf_counter() - t0
+            name = f"{n}/{sample.index}"
+            with atomic_write(out / "transcripts" / f"{name}.txt") as fh:
                 fh.write(render_transcript(traj, tokenizer, f"sample {sample.index} ({n} docs)"))
-            with atomic_write(dest) as fh:  # written last: its presence marks the episode done
-                json.dump(record, fh)
+            failure = out / "failures" / f"{name}.json"
+            if error is None:
+                with atomic_write(out / "episodes" / f"{name}.json") as fh:  # its presence marks the episode done
+                    json.dump(episode_record(traj, n, seconds), fh)
+                failure.unlink(missing_ok=True)
+            else:
+                errors.append(error)
+                with atomic_write(failure) as fh:
+                    json.dump(failure_record(sample, n, seconds, error), fh)
             if on_episode:
                 on_episode()
 
-    await asyncio.gather(*(one(n, s, d) for n, s, d in todo))
-    return aggregate(cfg, out, list(files))
+    tasks = [asyncio.ensure_future(one(n, s)) for n, s in todo]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException as exc:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if isinstance(exc, EngineDeadError):
+            aggregate(cfg, out, list(files))
+        raise
+    results = aggregate(cfg, out, list(files))
+    if todo and len(errors) == len(todo):
+        raise AllEpisodesFailedError(f"all {len(todo)} episodes of this run failed; the first: {errors[0]}")
+    return results
+
+
+def _indices(folder: Path) -> set[str]:
+    return {p.stem for p in folder.glob("*.json")}
 
 
 def aggregate(cfg: MemRLConfig, out: Path, docs: Sequence[int]) -> dict[str, Any]:
+    """Summaries of what is on disk: finished episodes scored, failures (not retried yet) counted."""
     by_docs = {}
     for n in docs:
-        eps = [json.loads(p.read_text()) for p in sorted((out / "episodes" / str(n)).glob("*.json"))]
-        by_docs[str(n)] = summarize(eps)
+        folder = out / "episodes" / str(n)
+        eps = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+        failed = _indices(out / "failures" / str(n)) - _indices(folder)
+        by_docs[str(n)] = summarize(eps, failed=len(failed))
     results = {"model": cfg.model.path, "workflow": cfg.workflow.name, "engine": cfg.engine.kind,
                "by_docs": by_docs, "config": _fingerprint(cfg)}
     write_reports(results, out)

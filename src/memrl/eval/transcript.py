@@ -14,7 +14,8 @@ def render_transcript(traj: Trajectory, tokenizer: Any, title: str) -> str:
         f"# {title}",
         f"question: {info.get('question')}",
         f"gold: {info.get('answers')}",
-        f"answer: {info.get('answer')!r}   reward={traj.reward:g}   "
+        "answer: none: the episode failed and is not scored (re-running the eval retries it)" if "error" in info
+        else f"answer: {info.get('answer')!r}   reward={traj.reward:g}   "
         + "   ".join(f"{k}={m[k]:g}" for k in ("em", "sub_em", "f1") if k in m),
         f"conversations: {traj.num_conversations}",
         "",

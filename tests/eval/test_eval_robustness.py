@@ -1,0 +1,143 @@
+"""``memrl eval`` as a user runs it: bad flags, a server that says 401, Ctrl-C, --restart on a user's folder."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from memrl.engines.base import EngineDeadError
+from tests.eval.helpers import FakeServer, needle_eval_dir, tokenizer_dir
+
+
+def memrl(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "memrl.cli.main", *map(str, args)],
+                          capture_output=True, text=True, timeout=300, **kw)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evalrobust")
+    return needle_eval_dir(root / "data", count=2), tokenizer_dir(root / "tok")
+
+
+def _openai_args(data, tok, url, out):
+    return ["eval", "--model", tok, "--engine", "openai", "--base-url", url, "--data", data, "--docs", "3",
+            "--out", out, "--concurrency", "1", "engine.retries=0"]
+
+
+def _one_line_error(r, code=2):
+    assert r.returncode == code, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    return lines[0]
+
+
+def _in_process(*args):
+    from memrl.cli.main import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("k", ["0", "-1"])
+def test_max_samples_below_one_is_refused(tmp_path, setup, k):
+    data, tok = setup
+    r = _in_process("eval", "--model", tok, "--data", data, "--docs", "3", "--out", tmp_path / "o", "--max-samples", k)
+    assert r.exit_code == 2 and r.output.strip() == f"error: --max-samples must be >= 1 (leave it out for all " \
+                                                    f"samples), got {k}"
+    assert not (tmp_path / "o").exists()
+
+
+def test_out_that_is_a_file_is_refused_before_loading(tmp_path, setup):
+    data, tok = setup
+    f = tmp_path / "results"
+    f.write_text("x")
+    r = _in_process("eval", "--model", tok, "--data", data, "--docs", "3", "--out", f)
+    assert r.exit_code == 2 and r.output.strip().startswith(f"error: --out {f} is a file, not a folder")
+
+
+def test_unauthorized_server_is_a_failure_not_a_result_and_is_retried(tmp_path, setup):
+    data, tok = setup
+    out = tmp_path / "ev"
+    with FakeServer("unauthorized") as server:
+        r = memrl(*_openai_args(data, tok, server.url, out))
+        assert r.returncode == 1, r.stderr
+        assert "all 2 episodes of this run failed" in r.stderr and "HTTP 401" in r.stderr
+        assert "Traceback" not in r.stderr
+        res = json.loads((out / "results.json").read_text())["by_docs"]["3"]
+        assert (res["finished"], res["failed"], res["sub_em"]) == (0, 2, None)
+        assert not list((out / "episodes").glob("*/*.json"))
+
+        server.mode = "ok"  # the key is fixed: the same command retries both episodes
+        r = memrl(*_openai_args(data, tok, server.url, out))
+    assert r.returncode == 0, r.stderr
+    assert "resuming" not in r.stderr
+    res = json.loads((out / "results.json").read_text())["by_docs"]["3"]
+    assert (res["finished"], res["failed"]) == (2, 0)
+
+
+def test_ctrl_c_keeps_finished_episodes_and_says_how_to_resume(tmp_path, setup):
+    data, tok = setup
+    out = tmp_path / "ev"
+    # one chunk per document: 2 requests per episode; the third request (second episode) hangs
+    with FakeServer("ok", hold_after=2) as server:
+        proc = subprocess.Popen([sys.executable, "-m", "memrl.cli.main",
+                                 *map(str, _openai_args(data, tok, server.url, out))],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = out / "episodes" / "3" / "0.json"
+        deadline = time.monotonic() + 240
+        while not (first.is_file() and server.requests > 2) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.communicate()[1]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        assert "interrupted — re-run the same command to resume" in err and "Traceback" not in err
+        assert json.loads(first.read_text())["docs"] == 3
+        assert (out / "transcripts" / "3" / "0.txt").is_file()
+        server.release.set()
+        server.hold_after = None
+        r = memrl(*_openai_args(data, tok, server.url, out))
+    assert r.returncode == 0, r.stderr
+    assert "resuming: 1 of 2 episodes already done" in r.stderr
+
+
+def test_restart_deletes_only_what_eval_wrote(tmp_path, setup):
+    data, tok = setup
+    with FakeServer("ok") as server:
+        args = _openai_args(data, tok, server.url, tmp_path)  # --out . in a project folder
+        (tmp_path / "notes.txt").write_text("mine")
+        assert memrl(*args).returncode == 0
+        line = _one_line_error(memrl(*args, "--restart"))
+        assert str(tmp_path) in line and "'notes.txt'" in line
+        assert (tmp_path / "notes.txt").read_text() == "mine" and (tmp_path / "results.json").is_file()
+
+        (tmp_path / "notes.txt").unlink()
+        r = memrl(*args, "--restart")
+        assert r.returncode == 0, r.stderr
+        assert "resuming" not in r.stderr
+        assert sorted(os.listdir(tmp_path)) == sorted([".memrl-output", "accuracy.png", "episodes",
+                                                       "eval_config.yaml", "results.json", "results.md",
+                                                       "transcripts"])
+
+
+def test_dead_engine_exits_1_with_one_line(tmp_path, setup, monkeypatch):
+    data, tok = setup
+
+    class Dead:
+        async def generate(self, prompt_ids, params):
+            raise EngineDeadError("the server process exited")
+
+        async def close(self):
+            return None
+
+    monkeypatch.setattr("memrl.engines.factory.build_engine", lambda cfg: Dead())
+    r = _in_process("eval", "--model", tok, "--data", data, "--docs", "3", "--out", tmp_path / "o")
+    assert r.exit_code == 1, r.output
+    assert "error: the engine is gone (the server process exited); stopped." in " ".join(r.output.split())
+    assert not list((tmp_path / "o" / "failures").glob("*/*"))
