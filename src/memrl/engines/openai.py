@@ -3,8 +3,8 @@
 Prompts are sent as token ids; generated ids come back either as
 ``choices[i].token_ids`` (vLLM ``return_token_ids``, ``memrl serve``) or as
 ``"token_id:N"`` logprob tokens (``return_tokens_as_token_ids``). One pooled
-HTTP/1.1 connection set is shared by all requests; at most ``concurrency`` are
-in flight. Transport errors, 429 and 5xx are retried with exponential backoff.
+HTTP/1.1 connection set per event loop is shared by that loop's requests; at most
+``concurrency`` are in flight. Transport errors, 429 and 5xx are retried with exponential backoff.
 The API key is read from an environment variable and never printed.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -39,17 +40,30 @@ class OpenAIEngine:
         self.model = model
         self.retries = retries
         self.backoff_s = backoff_s
-        self._sem = asyncio.Semaphore(concurrency)
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(api_key_env) if api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        self._client = httpx.AsyncClient(
+        self._concurrency = concurrency
+        self._client_args: dict[str, Any] = dict(
             base_url=self.base_url,
             headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 30.0)),
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
         )
+        # One client and one semaphore per event loop: pooled connections and asyncio primitives
+        # belong to the loop that made them, and the trainer runs a loop per phase.
+        self._per_loop: weakref.WeakKeyDictionary[Any, tuple[Any, asyncio.Semaphore]] = weakref.WeakKeyDictionary()
+
+    def _session(self) -> tuple[Any, asyncio.Semaphore]:
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        found = self._per_loop.get(loop)
+        if found is None:
+            found = (httpx.AsyncClient(**self._client_args), asyncio.Semaphore(self._concurrency))
+            self._per_loop[loop] = found
+        return found
 
     def __repr__(self) -> str:  # never show headers (the key)
         return f"OpenAIEngine(base_url={self.base_url!r}, model={self.model!r})"
@@ -96,10 +110,11 @@ class OpenAIEngine:
 
         payload = self._payload(prompt_ids, params)
         last: Exception | None = None
-        async with self._sem:
+        client, sem = self._session()
+        async with sem:
             for attempt in range(self.retries + 1):
                 try:
-                    resp = await self._client.post("/completions", json=payload)
+                    resp = await client.post("/completions", json=payload)
                     if resp.status_code in _RETRY_STATUS:
                         last = EngineError(f"HTTP {resp.status_code} from {self.base_url}: {resp.text[:200]}")
                     elif resp.status_code >= 400:
@@ -118,4 +133,7 @@ class OpenAIEngine:
                                   "for training, or restart the server with the exported model")
 
     async def close(self) -> None:
-        await self._client.aclose()
+        """Close this loop's client; clients of loops that have ended went with them."""
+        found = self._per_loop.pop(asyncio.get_running_loop(), None)
+        if found is not None:
+            await found[0].aclose()

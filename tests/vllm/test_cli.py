@@ -1,0 +1,200 @@
+"""memrl's CLI and trainer on vLLM itself: eval transcripts, training with weight sync, a dying engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM not installed: `make test-vllm` runs these with vLLM's CPU build")
+
+import yaml  # noqa: E402
+
+from memrl.config import MemRLConfig, load_config  # noqa: E402
+from memrl.data import LongContextSample, write_samples  # noqa: E402
+from memrl.engines.base import SamplingParams  # noqa: E402
+from memrl.engines.hf import HFEngine  # noqa: E402
+from memrl.train.policy import merged_state_dict  # noqa: E402
+from tests.vllm.conftest import VLLM_OVERRIDES  # noqa: E402
+
+WORDS = ["red", "blue", "green", "key", "door", "the", "is", "of", "secret", "code"]
+MEMAGENT = ["workflow.chunk_tokens=48", "workflow.memory_tokens=8", "workflow.final_tokens=8"]
+
+
+def memrl(*args: object, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memrl.cli.main", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def qa_file(path: Path, count: int, words: int = 60) -> Path:
+    rng = random.Random(count)
+    samples = [LongContextSample(index=i, question=f"What is the code {i}?", answers=[rng.choice(WORDS[:5])],
+                                 context=" ".join(rng.choice(WORDS) for _ in range(words)), num_docs=3)
+               for i in range(count)]
+    write_samples(samples, path, fmt="jsonl")
+    return path
+
+
+def test_eval_transcripts_equal_the_hf_engine(tmp_path):
+    data = tmp_path / "data"
+    qa_file(data / "eval_3.jsonl", 4)
+    outs = {}
+    for kind in ("hf", "vllm"):
+        outs[kind] = tmp_path / kind
+        r = memrl("eval", "--model", "tiny32", "--engine", kind, "--data", data, "--docs", "3", "--out", outs[kind],
+                  "model.dtype=float32", *VLLM_OVERRIDES[3:], *MEMAGENT)
+        assert r.returncode == 0, r.stderr[-3000:]
+    names = sorted(p.relative_to(outs["hf"]) for p in (outs["hf"] / "transcripts").rglob("*.txt"))
+    assert len(names) == 4
+    for name in names:
+        assert (outs["vllm"] / name).read_text() == (outs["hf"] / name).read_text(), name
+
+
+def train_config(tmp_path: Path, steps: int, **extra: object) -> dict:
+    raw = load_config(None, [*VLLM_OVERRIDES, *MEMAGENT]).model_dump(mode="json")
+    raw["data"]["train_file"] = str(qa_file(tmp_path / "train.jsonl", 8))
+    raw["workflow"]["reward"] = "f1"
+    raw["algorithm"].update(n=4, entropy_coef=0.01)  # the entropy bonus moves the weights whatever the rewards
+    raw["trainer"].update(lr=1e-3, total_steps=steps, prompts_per_step=2, save_every=1, keep_checkpoints=steps,
+                          output_dir=str(tmp_path / "run"), seed=5)
+    for dotted, value in extra.items():
+        sec, key = dotted.split("__")
+        raw[sec][key] = value
+    return raw
+
+
+def read_metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_train_cli_three_steps_syncs_weights(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(train_config(tmp_path, 3)))
+    r = memrl("train", path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [m for m in read_metrics(tmp_path / "run") if "reward" in m]
+    assert [m["step"] for m in rows] == [1, 2, 3]
+    for m in rows:
+        assert m["logprob_mismatch"] < 1e-3, m  # float32: the engine samples from the policy's own weights
+        assert m["sync_mb"] > 0
+    from safetensors.torch import load_file
+
+    steps = sorted((tmp_path / "run" / "checkpoints").glob("step_*"))
+    assert len(steps) == 3
+    weights = [load_file(next((s / "model").glob("*.safetensors"))) for s in steps]
+    for a, b in zip(weights, weights[1:]):
+        assert any(not a[k].equal(b[k]) for k in a)
+
+
+def test_trained_policy_and_engine_agree(tmp_path):
+    """After in-process training, the vLLM engine serves exactly the trained (merged LoRA) policy."""
+    from memrl.train.trainer import Trainer
+
+    cfg = MemRLConfig.model_validate(train_config(tmp_path, 2, lora__enabled=True, lora__r=8))
+    trainer = Trainer(cfg)
+    try:
+        prompts = [[5, 6, 7, 8], [30, 31, 32, 33, 34]]
+        sp = SamplingParams(max_new_tokens=10, greedy=True)
+
+        async def greedy(eng):
+            return await asyncio.gather(*(eng.generate(p, sp) for p in prompts))
+
+        before = asyncio.run(greedy(trainer.engine))
+        trainer.run()
+        after = asyncio.run(greedy(trainer.engine))
+        from memrl.models.resolve import load_model
+
+        model = load_model("tiny32", "float32", "cpu")
+        model.load_state_dict(merged_state_dict(trainer.policy))
+        expected = asyncio.run(greedy(HFEngine(model)))
+        assert [r.token_ids for r in after] == [r.token_ids for r in expected]
+        for got, want in zip(after, expected):
+            assert max(abs(a - b) for a, b in zip(got.logprobs, want.logprobs)) < 1e-4
+        assert [r.logprobs for r in after] != [r.logprobs for r in before]
+    finally:
+        asyncio.run(trainer.engine.close())
+
+
+def test_killed_engine_stops_eval_with_an_error(tmp_path):
+    import psutil
+
+    data = tmp_path / "data"
+    qa_file(data / "eval_3.jsonl", 200, words=400)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "memrl.cli.main", "eval", "--model", "tiny32", "--engine", "vllm",
+                             "--data", data, "--docs", "3", "--out", out, "--concurrency", "2", "model.dtype=float32",
+                             *VLLM_OVERRIDES[3:], *MEMAGENT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (out / "episodes").is_dir() and any((out / "episodes").rglob("*.json")):
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        for child in psutil.Process(proc.pid).children(recursive=True):  # vLLM's engine core and worker
+            child.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode not in (0, None), err[-3000:]
+    assert "engine" in err.lower() and "Traceback" not in err, err[-3000:]
+    assert any((out / "episodes").rglob("*.json"))  # finished episodes stay on disk
+
+
+def test_openai_engine_against_a_real_vllm_server(tmp_path):
+    """``--engine openai`` on ``vllm.entrypoints.openai.api_server``: the HF engine's greedy answers."""
+    import socket
+
+    import httpx
+
+    from memrl.engines.openai import OpenAIEngine
+    from memrl.models.resolve import load_model, resolve_model_path
+
+    path = resolve_model_path("tiny32")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path,
+                               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+                               "--max-model-len", "4096", "--enforce-eager", "--served-model-name", "tiny32"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            assert server.poll() is None, server.communicate()[1][-3000:]
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        eng = OpenAIEngine(f"http://127.0.0.1:{port}/v1", model="tiny32")
+        hf = HFEngine(load_model(path, "float32", "cpu"))
+        prompts = [[5, 6, 7, 8, 9], [100, 20, 30], list(range(40, 90))]
+        sp = SamplingParams(max_new_tokens=10, greedy=True)
+
+        async def greedy(e):
+            return await asyncio.gather(*(e.generate(p, sp) for p in prompts))
+
+        got, want = asyncio.run(greedy(eng)), asyncio.run(greedy(hf))
+        asyncio.run(eng.close())
+        for g, w in zip(got, want):
+            assert g.token_ids == w.token_ids
+            assert max(abs(a - b) for a, b in zip(g.logprobs, w.logprobs)) < 1e-3
+    finally:
+        server.terminate()
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
