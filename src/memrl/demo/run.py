@@ -8,16 +8,26 @@
 5. Held-out accuracy again, a reward-curve PNG, and a summary.
 
 Every stage is skipped when its output exists, so an interrupted demo resumes.
+
+The printed numbers are the same on every run on a given machine: everything is
+seeded from ``--seed`` (data, model init, teacher, SFT order, RL sampling), torch
+runs with deterministic algorithms and a fixed thread count (the partitioning of
+a reduction across threads changes its rounding, so a fixed count also keeps
+machines with different core counts closer), and every stage reads its inputs in
+a fixed order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +36,7 @@ from rich.console import Console
 from memrl.config import MemRLConfig
 from memrl.config.schema import WorkflowConfig
 from memrl.data import write_samples
+from memrl.data.atomic import atomic_write
 from memrl.demo.needle import make_split, tokenizer_corpus
 from memrl.demo.teacher import TeacherEngine
 from memrl.engines.base import SamplingParams
@@ -35,16 +46,56 @@ from memrl.workflows.memagent import memagent
 PROMPTS = str(Path(__file__).with_name("prompts.yaml"))
 WORKFLOW = dict(name="memagent", chunk_tokens=12, memory_tokens=4, final_tokens=8, question_tokens=32, reward="em",
                 prompts=PROMPTS)
+# Top-level entries the demo writes in --out: --fresh deletes these and nothing else.
+DEMO_OUTPUTS = ("data", "model_init", "sft_model", "rl", "summary.json")
+DEMO_THREADS = 2  # the README's numbers are measured with 2 threads (make demo's 2-core target)
 
 
-def build_data(out: Path, seed: int) -> dict[str, Path]:
+@dataclass(frozen=True)
+class DemoScale:
+    """How big each stage is. The defaults are the demo; tests shrink them to check the same code fast."""
+
+    short_docs: int = 1024
+    train_docs: int = 256
+    heldout_docs: int = 64
+    sft_lrs: tuple[float, ...] = (3e-3, 3e-3, 1e-3, 1e-3, 5e-4)  # one epoch each on the short docs
+    prompts_per_step: int = 8
+    episodes_per_prompt: int = 8
+    eval_samples: int = 32
+
+
+@contextlib.contextmanager
+def deterministic(seed: int, threads: int = DEMO_THREADS) -> Iterator[None]:
+    """Seed every RNG, fix the thread count and turn on torch's deterministic algorithms; restore after.
+
+    Restoring matters because the demo also runs inside other processes (tests), whose
+    torch settings are theirs.
+    """
+    import numpy as np
+    import torch
+
+    before = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before[0])
+        torch.use_deterministic_algorithms(before[1], warn_only=before[2])
+
+
+def build_data(out: Path, seed: int, scale: DemoScale = DemoScale()) -> dict[str, Path]:
     """Short docs (0-1 filler sentences) for the first warm-start stage, training docs (2-5 sentences,
     ~2-5 chunks) and held-out docs (12-14 sentences, ~11-13 chunks: longer than anything trained on)."""
     paths = {name: out / "data" / f"{name}.jsonl" for name in ("short", "train", "heldout")}
     if not paths["heldout"].is_file():
-        write_samples(make_split(seed + 7, 1024, (0, 1)), paths["short"], fmt="jsonl")
-        write_samples(make_split(seed + 1, 256, (2, 5)), paths["train"], fmt="jsonl")
-        write_samples(make_split(seed + 2, 64, (12, 14)), paths["heldout"], fmt="jsonl")
+        write_samples(make_split(seed + 7, scale.short_docs, (0, 1)), paths["short"], fmt="jsonl")
+        write_samples(make_split(seed + 1, scale.train_docs, (2, 5)), paths["train"], fmt="jsonl")
+        write_samples(make_split(seed + 2, scale.heldout_docs, (12, 14)), paths["heldout"], fmt="jsonl")
     return paths
 
 
@@ -80,7 +131,18 @@ async def accuracy(model: Any, tokenizer: Any, samples: list[Any]) -> float:
     return 100.0 * statistics.fmean(t.reward for t in trajs)
 
 
-def run_demo(out: Path, *, rl_steps: int = 30, seed: int = 0, console: Console | None = None) -> dict[str, float]:
+def run_demo(out: Path, *, rl_steps: int = 30, seed: int = 0, console: Console | None = None,
+             scale: DemoScale = DemoScale(), threads: int = DEMO_THREADS) -> dict[str, float]:
+    """The whole demo in ``out`` (resumes stage by stage); returns the summary it writes."""
+    from memrl.data.outdir import record_outputs
+
+    record_outputs(out, DEMO_OUTPUTS)
+    with deterministic(seed, threads):
+        return _run(out, rl_steps, seed, console or Console(stderr=True, width=None if sys.stderr.isatty() else 160),
+                    scale)
+
+
+def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale) -> dict[str, float]:
     from memrl.data import read_samples
     from memrl.models.resolve import load_model, load_tokenizer
     from memrl.train.policy import export_model
@@ -88,14 +150,13 @@ def run_demo(out: Path, *, rl_steps: int = 30, seed: int = 0, console: Console |
     from memrl.train.tracking import plot_run
     from memrl.train.trainer import Trainer
 
-    console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     t0 = time.perf_counter()
-    paths = build_data(out, seed)
+    paths = build_data(out, seed, scale)
     init = build_model(out, seed)
     tok = load_tokenizer(str(init))
     short, train, held = (list(read_samples(paths[k])) for k in ("short", "train", "heldout"))
     console.print(f"[bold]memrl demo[/bold]: find the secret code in filler text. Tiny model ({init}); "
-                  f"{len(train)} training docs of 2-5 chunks, {len(held)} held-out docs of 11-13 chunks")
+                  f"{len(train)} training docs of 2-5 chunks, {len(held)} held-out docs of 11-13 chunks; seed {seed}")
 
     sft_dir = out / "sft_model"
     if not (sft_dir / "config.json").is_file():
@@ -104,9 +165,11 @@ def run_demo(out: Path, *, rl_steps: int = 30, seed: int = 0, console: Console |
             stage1 = asyncio.run(teacher_trajectories(short, tok, forget_p=0.6, seed=seed))
             stage2 = asyncio.run(teacher_trajectories(train, tok, forget_p=0.6, seed=seed + 1))
             losses: list[float] = []
-            for epoch, lr in enumerate((3e-3, 3e-3, 1e-3, 1e-3, 5e-4)):  # short docs: learn to spot the code
-                losses += sft(model, stage1, epochs=1, lr=lr, batch_rows=32, pad_id=tok.pad_token_id, seed=epoch)
-            losses += sft(model, stage2, epochs=1, lr=5e-4, batch_rows=32, pad_id=tok.pad_token_id, seed=99)
+            for epoch, lr in enumerate(scale.sft_lrs):  # short docs: learn to spot the code
+                losses += sft(model, stage1, epochs=1, lr=lr, batch_rows=32, pad_id=tok.pad_token_id,
+                              seed=seed * 1000 + epoch)
+            losses += sft(model, stage2, epochs=1, lr=5e-4, batch_rows=32, pad_id=tok.pad_token_id,
+                          seed=seed * 1000 + 99)
         console.print(f"warm start: {len(losses)} SFT steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
         export_model(model, tok, sft_dir)
     before = asyncio.run(accuracy(load_model(str(sft_dir), device="cpu"), tok, held))
@@ -117,20 +180,23 @@ def run_demo(out: Path, *, rl_steps: int = 30, seed: int = 0, console: Console |
         "data": {"train_file": str(paths["train"]), "eval_file": str(paths["heldout"])},
         "workflow": WORKFLOW,
         "sampling": {"temperature": 1.0},
-        "algorithm": {"adv_estimator": "grpo", "n": 8, "loss_agg_mode": "token-mean"},
-        "trainer": {"lr": 1e-3, "total_steps": rl_steps, "prompts_per_step": 8, "save_every": 10,
-                    "eval_every": 10, "eval_samples": 32, "seed": seed, "output_dir": str(out / "rl"),
-                    "micro_batch_tokens": 32768},
+        "algorithm": {"adv_estimator": "grpo", "n": scale.episodes_per_prompt, "loss_agg_mode": "token-mean"},
+        "trainer": {"lr": 1e-3, "total_steps": rl_steps, "prompts_per_step": scale.prompts_per_step,
+                    "save_every": 10, "eval_every": 10, "eval_samples": scale.eval_samples, "seed": seed,
+                    "output_dir": str(out / "rl"), "micro_batch_tokens": 32768},
         "engine": {"max_batch_size": 64, "device": "cpu"},
     })
-    console.print(f"MemAgent GRPO: {rl_steps} steps x 8 prompts x 8 episodes (run folder {out / 'rl'})")
+    console.print(f"MemAgent GRPO: {rl_steps} steps x {scale.prompts_per_step} prompts x "
+                  f"{scale.episodes_per_prompt} episodes (run folder {out / 'rl'})")
     trainer = Trainer(cfg, tracker_console=console)
     trainer.run()
     after = asyncio.run(accuracy(trainer.policy, tok, held))
     curve = plot_run(out / "rl", keys=("reward", "eval/accuracy", "response_tokens", "grad_norm"))
     summary = {"heldout_before": before, "heldout_after": after, "lift": after - before,
-               "seconds": round(time.perf_counter() - t0, 1), "rl_steps": rl_steps, "heldout_docs": len(held)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+               "seconds": round(time.perf_counter() - t0, 1), "rl_steps": rl_steps, "heldout_docs": len(held),
+               "seed": seed}
+    with atomic_write(out / "summary.json") as fh:
+        json.dump(summary, fh, indent=2)
     console.print(f"\n[bold]held-out accuracy (docs ~3x longer than training): {before:.1f}% -> {after:.1f}% "
                   f"({after - before:+.1f} points)[/bold] in {summary['seconds']:.0f} s\nreward curve: {curve}")
     return summary

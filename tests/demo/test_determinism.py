@@ -1,0 +1,42 @@
+"""The demo prints the same numbers on every run: two short runs give identical metrics and weights."""
+
+import json
+
+import torch
+from typer.testing import CliRunner
+
+from memrl.demo.run import DemoScale, run_demo
+
+SMALL = DemoScale(short_docs=48, train_docs=16, heldout_docs=6, sft_lrs=(3e-3,), prompts_per_step=2,
+                  episodes_per_prompt=4, eval_samples=6)
+TIMING = ("time/", "tokens_per_s", "seconds")
+
+
+def _metrics(run):
+    rows = [json.loads(line) for line in (run / "rl" / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows]
+
+
+def test_two_short_runs_are_identical(tmp_path):
+    threads = torch.get_num_threads()
+    a = run_demo(tmp_path / "a", rl_steps=2, seed=3, scale=SMALL)
+    b = run_demo(tmp_path / "b", rl_steps=2, seed=3, scale=SMALL)
+    drop = lambda s: {k: v for k, v in s.items() if k != "seconds"}  # noqa: E731
+    assert drop(a) == drop(b)
+    ma, mb = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
+    assert len(ma) == 3 and ma == mb  # the step-0 eval and both GRPO steps, loss and grad norm included
+    wa = (tmp_path / "a" / "sft_model" / "model.safetensors").read_bytes()
+    assert wa == (tmp_path / "b" / "sft_model" / "model.safetensors").read_bytes()
+    assert torch.get_num_threads() == threads and not torch.are_deterministic_algorithms_enabled()  # restored
+    assert (tmp_path / "a" / "data" / "train.jsonl").read_text() != ""
+
+
+def test_fresh_refuses_a_folder_with_user_files(tmp_path):
+    from memrl.cli.main import app
+
+    (tmp_path / "thesis.tex").write_text("mine")
+    (tmp_path / "rl").mkdir()
+    r = CliRunner().invoke(app, ["demo", "--fresh", "--out", str(tmp_path)])
+    assert r.exit_code == 2
+    assert r.output.strip().startswith(f"error: --fresh: refusing to delete the contents of {tmp_path}: it holds")
+    assert (tmp_path / "thesis.tex").read_text() == "mine" and (tmp_path / "rl").is_dir()
