@@ -78,3 +78,17 @@ def test_failed_write_leaves_nothing_and_keeps_the_old_file(tmp_path):
     except RuntimeError:
         pass
     assert target.read_text() == "old" and _temps(tmp_path) == []
+
+
+def test_synth_rerun_removes_the_temp_a_killed_synth_left(tmp_path):
+    """The reported case: an 86 MB ``.eval_N.json.*.tmp`` survived every later successful synth."""
+    from memrl.data import plan_synthesis
+    from tests.data.helpers import write_examples
+
+    src = write_examples(tmp_path / "q.json")
+    out = tmp_path / "out"
+    out.mkdir()
+    killed = out / f".eval_4.json.memrl-{_dead_pid()}-89abcdef.tmp"
+    killed.write_text("[{\"context\": \"half")
+    plan_synthesis(src, out, [4]).run()
+    assert not killed.exists() and (out / "eval_4.json").is_file() and _temps(out) == []

@@ -103,9 +103,9 @@ def clear_outputs(out: Path, flag: str) -> int:
     recorded = recorded_entries(out) or set()
     foreign = [n for n in names if not _ours(n, recorded)]
     if foreign:
+        count = f"{len(foreign)} such entr{'y' if len(foreign) == 1 else 'ies'}"
         raise OutputDirError(f"{flag}: refusing to delete the contents of {out}: it holds {foreign[0]!r}, "
-                             f"which memrl did not write ({len(foreign)} such entr{'y' if len(foreign) == 1 else 'ies'}); "
-                             "remove them yourself or choose another --out")
+                             f"which memrl did not write ({count}); remove them yourself or choose another --out")
     removed = 0
     for name in names:
         if name == MANIFEST:

@@ -37,7 +37,8 @@ def summarize(episodes: Sequence[dict[str, Any]], failed: int = 0) -> dict[str, 
         "answered": pct("answered"),
         "context_tokens": None if tokens is None else round(tokens, 1),
         "conversations": None if convs is None else round(convs, 2),
-        "seconds_per_episode": round(statistics.fmean(e.get("seconds", 0.0) for e in episodes), 3) if episodes else None,
+        "seconds_per_episode": (round(statistics.fmean(e.get("seconds", 0.0) for e in episodes), 3)
+                                if episodes else None),
     }
 
 
