@@ -92,3 +92,22 @@ def test_read_only_folder_is_refused(tmp_path):
             check_writable_dir(ro)
     finally:
         ro.chmod(0o755)
+
+
+def test_a_folder_an_older_memrl_wrote_is_recognised_by_its_signature(tmp_path):
+    legacy = (("data", "model_init", "rl"), "model_init/config.json")
+    old = tmp_path / "old"
+    (old / "model_init").mkdir(parents=True)
+    (old / "model_init" / "config.json").write_text("{}")
+    (old / "rl").mkdir()
+    assert clear_outputs(old, "--fresh", legacy=legacy) == 2 and os.listdir(old) == []
+
+    mine = tmp_path / "mine"  # same names, no signature: not ours
+    (mine / "data").mkdir(parents=True)
+    with pytest.raises(OutputDirError, match="'data'"):
+        clear_outputs(mine, "--fresh", legacy=legacy)
+    (old / "model_init").mkdir()
+    (old / "model_init" / "config.json").write_text("{}")
+    (old / "notes.txt").write_text("x")  # signature, but something else too: refused
+    with pytest.raises(OutputDirError, match="2 such entries"):
+        clear_outputs(old, "--fresh", legacy=legacy)

@@ -24,9 +24,9 @@ def demo(
     and writes the reward curve to OUT/rl/curves.png.
     """
     from memrl.data.outdir import check_writable_dir, clear_outputs
-    from memrl.demo.run import run_demo
+    from memrl.demo.run import LEGACY_DEMO, run_demo
 
     check_writable_dir(out)
     if fresh:
-        clear_outputs(out, "--fresh")
+        clear_outputs(out, "--fresh", legacy=LEGACY_DEMO)
     run_demo(out, rl_steps=steps, seed=seed)

@@ -89,18 +89,27 @@ def _ours(name: str, recorded: set[str]) -> bool:
     return target is not None and (target in recorded or target == MANIFEST)
 
 
-def clear_outputs(out: Path, flag: str) -> int:
+def clear_outputs(out: Path, flag: str, legacy: tuple[Iterable[str], str] | None = None) -> int:
     """Delete what memrl wrote in ``out``; refuse if anything else is there. Returns entries removed.
 
     A missing or empty folder is fine. A folder with entries but no manifest (written by hand,
-    or by a memrl older than the manifest) is refused like any folder with foreign entries.
+    or by a memrl older than the manifest) is refused like any folder with foreign entries,
+    unless ``legacy=(names, signature)`` recognises the layout an older memrl left: no manifest,
+    only those names, and the ``signature`` file (a relative path only that command writes)
+    present. ``make demo`` runs ``--fresh`` on every call, so without this an upgrade would
+    turn it into an error for anyone who ran it before.
     """
     if not out.exists():
         return 0
     if not out.is_dir():
         raise OutputDirError(f"{flag}: {out} is a file, not a folder; refusing to delete it")
     names = sorted(os.listdir(out))
-    recorded = recorded_entries(out) or set()
+    recorded = recorded_entries(out)
+    if recorded is None and legacy is not None:
+        legacy_names, signature = set(legacy[0]), legacy[1]
+        if (out / signature).is_file() and set(names) <= legacy_names:
+            recorded = legacy_names
+    recorded = recorded or set()
     foreign = [n for n in names if not _ours(n, recorded)]
     if foreign:
         count = f"{len(foreign)} such entr{'y' if len(foreign) == 1 else 'ies'}"

@@ -48,6 +48,8 @@ WORKFLOW = dict(name="memagent", chunk_tokens=12, memory_tokens=4, final_tokens=
                 prompts=PROMPTS)
 # Top-level entries the demo writes in --out: --fresh deletes these and nothing else.
 DEMO_OUTPUTS = ("data", "model_init", "sft_model", "rl", "summary.json")
+# What a demo folder written before the manifest existed looks like (see memrl.data.outdir.clear_outputs).
+LEGACY_DEMO = (DEMO_OUTPUTS, "model_init/config.json")
 DEMO_THREADS = 2  # the README's numbers are measured with 2 threads (make demo's 2-core target)
 
 
