@@ -11,10 +11,13 @@ Every stage is skipped when its output exists, so an interrupted demo resumes.
 
 The printed numbers are the same on every run on a given machine: everything is
 seeded from ``--seed`` (data, model init, teacher, SFT order, RL sampling), torch
-runs with deterministic algorithms and a fixed thread count (the partitioning of
-a reduction across threads changes its rounding, so a fixed count also keeps
-machines with different core counts closer), and every stage reads its inputs in
-a fixed order.
+runs with deterministic algorithms and a fixed thread count (how a reduction is
+split across threads can change its rounding; on the 2-core CPU it was measured
+on, 1, 2 and 4 threads gave bit-identical weights, but larger kernels elsewhere
+may not), and every stage reads its inputs in a fixed order. Two full runs under
+very different CPU load printed identical metrics at every step: batching that
+depends on timing does not change the sampled tokens here. Other machines and
+library versions (transformers, tokenizers are not pinned) can print other numbers.
 """
 
 from __future__ import annotations
