@@ -1,29 +1,40 @@
-"""HF-engine generation throughput at 1, 8 and 32 concurrent requests.
+"""Generation throughput of memrl's engines on the same model and prompts: HF vs vLLM in-process vs a vLLM server.
 
-Usage: python bench/engine_throughput.py [--model tiny] [--prompt-tokens 128] [--new-tokens 64]
-"Concurrency 1" sends requests one after another (no batching possible); at
-8 and 32 the engine gathers the concurrent requests into batches. Prints
-generated tokens per second and the speed-up over one-at-a-time.
+Usage:
+    python bench/engine_throughput.py                       # HF engine only, tiny32
+    .venv-vllm/bin/python bench/engine_throughput.py --engines hf,vllm,server
+    .venv-vllm/bin/python bench/engine_throughput.py --model ~/.cache/memrl/smollm2-135m-instruct \
+        --engines hf,vllm,server                            # after `make smol`
+
+"Concurrency 1" sends requests one after another (no batching possible); at 8/32/128 requests are
+in flight together and each engine batches them its own way (HF: padded batches; vLLM: continuous
+batching). ``server`` is ``vllm.entrypoints.openai.api_server`` on 127.0.0.1, driven through memrl's
+OpenAI-compatible client engine. Prints generated tokens per second per engine and concurrency.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
+import os
+import socket
+import subprocess
+import sys
 import time
+from typing import Any
 
 import torch
 
 from memrl.engines.base import SamplingParams
-from memrl.engines.hf import HFEngine
-from memrl.models.resolve import load_model
-from memrl.models.tiny import build_tiny_model
+from memrl.models.resolve import resolve_model_path
+
+CONCURRENCY = (1, 8, 32, 128)
 
 
-async def run(engine: HFEngine, concurrency: int, requests: int, prompt_tokens: int, new_tokens: int) -> float:
+async def measure(engine: Any, concurrency: int, requests: int, prompt_tokens: int, new_tokens: int,
+                  vocab: int) -> float:
     params = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=0)
-    prompts = [[(7 * i + j) % 200 + 10 for j in range(prompt_tokens)] for i in range(requests)]
+    prompts = [[(7 * i + j) % (vocab - 20) + 10 for j in range(prompt_tokens)] for i in range(requests)]
     sem = asyncio.Semaphore(concurrency)
 
     async def one(p: list[int]) -> int:
@@ -35,38 +46,83 @@ async def run(engine: HFEngine, concurrency: int, requests: int, prompt_tokens: 
     return total / (time.perf_counter() - t0)
 
 
+def start_server(path: str, dtype: str, max_len: int) -> tuple[subprocess.Popen, str]:
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"}
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path,
+                             "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--enforce-eager",
+                             "--max-model-len", str(max_len), "--served-model-name", "bench"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise RuntimeError("the vLLM server exited during start-up")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc, f"http://127.0.0.1:{port}/v1"
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    proc.kill()
+    raise RuntimeError("the vLLM server did not start in 10 minutes")
+
+
+def build(kind: str, path: str, dtype: str, max_len: int) -> tuple[Any, Any]:
+    """(engine, cleanup) for one engine kind."""
+    if kind == "hf":
+        from memrl.engines.hf import HFEngine
+        from memrl.models.resolve import load_model
+
+        return HFEngine(load_model(path, dtype=dtype), max_batch_size=128), None
+    if kind == "vllm":
+        from memrl.config import load_config
+        from memrl.engines.vllm import VLLMEngine
+
+        cfg = load_config(None, [f"model.path={path}", f"model.dtype={dtype}", "engine.kind=vllm",
+                                 f"engine.vllm.max_model_len={max_len}", "engine.vllm.kv_cache_memory=2"])
+        eng = VLLMEngine.from_config(cfg)
+        return eng, eng.shutdown
+    if kind == "server":
+        from memrl.engines.openai import OpenAIEngine
+
+        proc, url = start_server(path, dtype, max_len)
+        return OpenAIEngine(url, model="bench", api_key_env=None, concurrency=max(CONCURRENCY)), proc.terminate
+    raise SystemExit(f"unknown engine {kind!r}: use hf, vllm or server")
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--model", default=None, help="model spec; default: a freshly built tiny model (see --hidden)")
-    ap.add_argument("--hidden", type=int, default=256, help="hidden size of the built tiny model")
-    ap.add_argument("--layers", type=int, default=4)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="tiny32", help="model folder or alias (vLLM on CPU needs head size >= 32)")
+    ap.add_argument("--engines", default="hf", help="comma-separated: hf, vllm, server")
+    ap.add_argument("--dtype", default="float32")
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--requests", type=int, default=64)
-    ap.add_argument("--device", default=None)
+    ap.add_argument("--requests", type=int, default=128, help="requests per measurement (concurrency > 1)")
     args = ap.parse_args()
-    torch.manual_seed(0)
-    if args.model is None:
-        tmp = tempfile.mkdtemp()
-        build_tiny_model(tmp, hidden_size=args.hidden, num_layers=args.layers, intermediate_size=4 * args.hidden,
-                         num_heads=max(args.hidden // 64, 1), num_kv_heads=max(args.hidden // 128, 1))
-        spec = tmp
-    else:
-        spec = args.model
-    model = load_model(spec, device=args.device)
-    params_m = sum(p.numel() for p in model.parameters()) / 1e6
-    print(f"model {args.model or 'tiny'} ({params_m:.2f}M params) on {next(model.parameters()).device}, "
-          f"{torch.get_num_threads()} threads; prompt {args.prompt_tokens}, new {args.new_tokens} tokens, "
-          f"{args.requests} requests")
-    engine = HFEngine(model, max_batch_size=32)
-    asyncio.run(run(engine, 4, 8, args.prompt_tokens, 8))  # warm-up
-    base = None
-    print(f"{'concurrency':>11} {'tokens/s':>10} {'speed-up':>9}")
-    for c in (1, 8, 32):
-        n = args.requests if c > 1 else max(8, args.requests // 4)
-        tps = asyncio.run(run(engine, c, n, args.prompt_tokens, args.new_tokens))
-        base = base or tps
-        print(f"{c:>11} {tps:>10.1f} {tps / base:>8.1f}x")
+    path = resolve_model_path(args.model)
+    from transformers import AutoConfig
+
+    vocab = AutoConfig.from_pretrained(path).vocab_size
+    max_len = args.prompt_tokens + args.new_tokens + 64
+    print(f"model {args.model}, {args.dtype}, {torch.get_num_threads()} torch threads, {os.cpu_count()} cores; "
+          f"prompt {args.prompt_tokens} + {args.new_tokens} new tokens")
+    print(f"{'engine':>8} " + " ".join(f"{'c=' + str(c):>9}" for c in CONCURRENCY) + "   (generated tokens/s)")
+    for kind in args.engines.split(","):
+        engine, cleanup = build(kind.strip(), path, args.dtype, max_len)
+        try:
+            asyncio.run(measure(engine, 4, 8, args.prompt_tokens, 8, vocab))  # warm-up
+            cells = []
+            for c in CONCURRENCY:
+                n = args.requests if c > 1 else max(8, args.requests // 16)
+                cells.append(asyncio.run(measure(engine, c, max(n, c), args.prompt_tokens, args.new_tokens, vocab)))
+            print(f"{kind:>8} " + " ".join(f"{v:>9.0f}" for v in cells), flush=True)
+        finally:
+            if cleanup is not None:
+                cleanup()
 
 
 if __name__ == "__main__":

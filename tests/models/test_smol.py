@@ -36,7 +36,7 @@ def test_memagent_eval_on_five_samples(tmp_path, hotpot_file):
                        capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stderr
     res = json.loads((out / "results.json").read_text())["by_docs"]["50"]
-    assert res["samples"] == 5 and res["errors"] == 0
+    assert res["samples"] == 5 and res["failed"] == 0
     assert 0.0 <= res["sub_em"] <= 100.0
     transcripts = sorted((out / "transcripts" / "50").glob("*.txt"))
     assert len(transcripts) == 5

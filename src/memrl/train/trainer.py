@@ -177,10 +177,16 @@ class Trainer:
             self.status_line = init_ray(c.address)
             e = self.cfg.engine
             vllm = e.kind == "vllm"
+            engine_gpus = 0
+            if vllm:
+                from memrl.engines.vllm_args import on_cpu, require_vllm
+
+                require_vllm()
+                engine_gpus = 0 if on_cpu() else e.tensor_parallel_size  # vLLM's CPU build needs no GPU
             self.pool = RayEnginePool(self.cfg.model.path, c.rollout_replicas, dtype=self.cfg.model.dtype,
                                       device=self.cfg.engine.device, weights=merged_state_dict(self.policy),
                                       num_cpus=c.replica_cpus,
-                                      num_gpus=c.replica_gpus or (e.tensor_parallel_size if vllm else 0),
+                                      num_gpus=c.replica_gpus or engine_gpus,
                                       kind=e.kind, engine_options={"config": self.cfg.model_dump(mode="json")}
                                       if vllm else None,
                                       max_batch_size=self.cfg.engine.max_batch_size, seed=self.cfg.trainer.seed,
