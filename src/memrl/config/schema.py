@@ -71,6 +71,12 @@ class WorkflowConfig(Section):
     reward: Literal["em", "sub_em", "f1"] = Field("sub_em", description="Which QA score is the reward.")
     state_reward_alpha: float = Field(0.8, ge=0, le=1, description="rememr1: weight of the outcome advantage "
                                       "against the per-turn state advantage (ReMemR1's alpha).")
+    rememr1_variant: Literal["memrl", "released"] = Field(
+        "memrl", description="rememr1: 'released' reproduces the public ReMemR1 code (subword TF-IDF recall, "
+        "<thinking> prompts, its state reward and the 2x state advantage); 'memrl' is the cleaner version.")
+    recall_pool: Literal["previous", "including_current"] = Field(
+        "previous", description="rememr1: recall searches memories of earlier turns (ReMemR1 training) or "
+        "also the one just written (ReMemR1's eval code).")
 
     max_turns: int = Field(30, gt=0, description="tool_agent: model turns per episode before it is cut (reward 0).")
     turn_tokens: int = Field(512, gt=0, description="tool_agent: max new tokens of one model turn.")
