@@ -68,7 +68,12 @@ class WorkflowConfig(Section):
                                     "is centre-truncated to fit with the question and the answer budget.")
     recall_in_final: bool = Field(True, description="rememr1: show the recalled memory in the final turn.")
     prompts: str | None = Field(None, description="YAML file overriding the prompt templates.")
-    reward: Literal["em", "sub_em", "f1"] = Field("sub_em", description="Which QA score is the reward.")
+    reward: Literal["em", "sub_em", "f1", "memagent_strict"] = Field(
+        "sub_em", description="Which QA score is the reward; memagent_strict: MemAgent's RL reward (last boxed "
+        "answer in the final 300 characters, lowercased, MATH-normalised without spaces, exact match, max over golds).")
+    answer_format: str = Field("boxed", description="How the final answer is read: boxed (last \\boxed{}), "
+                               "answer_is (after the last 'the answer is', MemAgent's eval prompt) or "
+                               "regex:<pattern> (last match; its first group if any).")
     state_reward_alpha: float = Field(0.8, ge=0, le=1, description="rememr1: weight of the outcome advantage "
                                       "against the per-turn state advantage (ReMemR1's alpha).")
     rememr1_variant: Literal["memrl", "released"] = Field(
@@ -85,6 +90,13 @@ class WorkflowConfig(Section):
                                                    "('qwen': user turn with <tool_response>; 'hermes': tool).")
     tool_parser: Literal["hermes", "json"] = Field("hermes", description="tool_agent: how tool calls are read "
                                                    "from model text (<tool_call> JSON blocks, or bare JSON).")
+
+    @field_validator("answer_format")
+    @classmethod
+    def _answer_format(cls, v: str) -> str:
+        from memrl.rewards.published import check_answer_format
+
+        return check_answer_format(v)
 
     @property
     def norm_tokens(self) -> int:
@@ -133,6 +145,17 @@ class SamplingConfig(Section):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = 0
     seed: int | None = None
+
+
+class EvalConfig(Section):
+    """How ``memrl eval`` scores and samples (see :mod:`memrl.rewards.published` for the protocols)."""
+
+    protocol: Literal["memrl", "memagent", "rememr1"] = Field(
+        "memrl", description="memrl: one-way sub-EM, max over golds; memagent / rememr1: the papers' scripts "
+        "(bidirectional sub-EM against the first gold, empty answer 0) with their sampling defaults "
+        "(temperature 0.7, top_p 0.95 unless sampling.* is set).")
+    repeats: int = Field(1, ge=1, description="Samples per question (seeds differ); reports mean accuracy and "
+                         "pass@K per document count (MemAgent's --sampling).")
 
 
 class VLLMOptions(Section):
@@ -238,6 +261,10 @@ class TrainerConfig(Section):
                                   "in which every episode failed or nothing was trainable.")
     eval_every: int = Field(0, ge=0, description="Evaluate on data.eval_file every K steps (0: never).")
     eval_samples: int | None = Field(None, ge=1)
+    eval_n: int = Field(1, ge=1, description="Episodes per eval question; the accuracy is their mean "
+                        "(MemAgent validates with n=4, temperature 1.0, top_p 0.7).")
+    eval_temperature: float = Field(0.0, ge=0, description="In-training eval sampling (0: greedy).")
+    eval_top_p: float = Field(1.0, gt=0, le=1)
     tensorboard: bool = False
     wandb_project: str | None = None
 
@@ -273,6 +300,7 @@ class MemRLConfig(Section):
     workflow: WorkflowConfig = Field(default_factory=WorkflowConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)

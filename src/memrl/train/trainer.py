@@ -495,14 +495,16 @@ class Trainer:
         return rows, metrics, self.tally
 
     async def _evaluate(self) -> float:
-        cfg = self.cfg
-        greedy = SamplingParams(greedy=True)
-        trajs = await asyncio.gather(*(self.workflow(s, self.engine, self.tokenizer, cfg.workflow, sampling=greedy)
-                                       for s in self.eval_samples))
+        tc = self.cfg.trainer  # trainer.eval_n episodes per question, averaged (verl's val_kwargs.n)
+        params = (SamplingParams(greedy=True) if tc.eval_temperature == 0
+                  else SamplingParams(temperature=tc.eval_temperature, top_p=tc.eval_top_p))
+        trajs = await asyncio.gather(*(self.workflow(s, self.engine, self.tokenizer, self.cfg.workflow,
+                                                     sampling=params)
+                                       for s in self.eval_samples for _ in range(tc.eval_n)))
         return 100.0 * statistics.fmean(t.reward for t in trajs)
 
     def evaluate(self) -> float:
-        """Greedy accuracy (%) of the configured reward on ``data.eval_file``."""
+        """Accuracy (%) of the configured reward on ``data.eval_file`` (greedy unless trainer.eval_temperature)."""
         self.policy.eval()
         return asyncio.run(self._evaluate())
 

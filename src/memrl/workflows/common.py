@@ -8,7 +8,8 @@ from typing import Any, TypeVar
 
 from memrl.data.longctx import LongContextSample
 from memrl.engines.base import GenerationResult, SamplingParams
-from memrl.rewards.qa import QAScores, extract_boxed, score_answer
+from memrl.rewards.published import extract_answer, memagent_strict_reward
+from memrl.rewards.qa import QAScores, score_answer
 from memrl.types import Conversation, Trajectory
 
 _STOP_STRINGS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
@@ -46,10 +47,17 @@ def centre_truncate(ids: Sequence[int], limit: int | None) -> list[int]:
     return ids[:head] + ids[len(ids) - (limit - head):]
 
 
-def score_text(text: str, golds: Sequence[str], reward: str) -> tuple[str | None, QAScores, float]:
-    """Extract the boxed answer, score it, and pick the configured reward."""
-    answer = extract_boxed(text)
+def score_text(text: str, golds: Sequence[str], reward: str,
+               answer_format: str = "boxed") -> tuple[str | None, QAScores, float]:
+    """Extract the answer (``workflow.answer_format``), score it, and pick the configured reward.
+
+    ``memagent_strict`` is MemAgent's own training reward, computed on the raw text (it reads
+    only the last boxed answer near the end; see :mod:`memrl.rewards.published`).
+    """
+    answer = extract_answer(text, answer_format)
     scores = score_answer(answer, golds)
+    if reward == "memagent_strict":
+        return answer, scores, memagent_strict_reward(text, golds)
     return answer, scores, float(getattr(scores, reward))
 
 
@@ -82,10 +90,11 @@ def qa_trajectory(
     group_id: str | None,
     metrics: dict[str, float],
     info: dict[str, Any],
+    answer_format: str = "boxed",
 ) -> Trajectory:
-    """Score the final turn's boxed answer and assemble the episode."""
+    """Score the final turn's answer (``answer_format``) and assemble the episode."""
     final_text = decode(tokenizer, strip_stop(final.token_ids, stops))
-    answer, scores, reward = score_text(final_text, sample.answers, reward_key)
+    answer, scores, reward = score_text(final_text, sample.answers, reward_key, answer_format)
     return Trajectory(
         conversations=conversations,
         reward=reward,

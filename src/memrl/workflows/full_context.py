@@ -49,5 +49,5 @@ async def full_context(
         sample, tokenizer, [conv], res, stops, config.reward, sample_id=sample_id, group_id=group_id,
         metrics={"context_tokens": float(len(kept)), "context_tokens_original": float(len(context)),
                  "context_truncated": float(len(kept) < len(context))},
-        info={},
+        info={}, answer_format=config.answer_format,
     )

@@ -108,5 +108,5 @@ async def memagent(
         sample, tokenizer, conversations, res, p.stops, config.reward, sample_id=sample_id, group_id=group_id,
         metrics={"context_tokens": float(len(context)), "context_tokens_original": float(original_len),
                  "memory_truncated": float(memory_truncated), "empty_memory": float(empty_memory)},
-        info={"memory": decode(tokenizer, memory)},
+        info={"memory": decode(tokenizer, memory)}, answer_format=config.answer_format,
     )
