@@ -125,50 +125,83 @@ def test_killed_engine_stops_eval_with_an_error(tmp_path):
     assert any((out / "episodes").rglob("*.json"))  # finished episodes stay on disk
 
 
-def test_openai_engine_against_a_real_vllm_server(tmp_path):
-    """``--engine openai`` on ``vllm.entrypoints.openai.api_server``: the HF engine's greedy answers."""
+def free_port() -> int:
     import socket
 
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(server: subprocess.Popen, port: int) -> None:
     import httpx
 
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        assert server.poll() is None, server.communicate()[1][-3000:]
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise AssertionError("the server did not become healthy in 300 s")
+
+
+def greedy_through_openai_equals_hf(port: int, served: str) -> None:
     from memrl.engines.openai import OpenAIEngine
     from memrl.models.resolve import load_model, resolve_model_path
 
-    path = resolve_model_path("tiny32")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    eng = OpenAIEngine(f"http://127.0.0.1:{port}/v1", model=served)
+    hf = HFEngine(load_model(resolve_model_path("tiny32"), "float32", "cpu"))
+    prompts = [[5, 6, 7, 8, 9], [100, 20, 30], list(range(40, 90))]
+    sp = SamplingParams(max_new_tokens=10, greedy=True)
+
+    async def greedy(e):
+        return await asyncio.gather(*(e.generate(p, sp) for p in prompts))
+
+    got, want = asyncio.run(greedy(eng)), asyncio.run(greedy(hf))
+    asyncio.run(eng.close())
+    for g, w in zip(got, want):
+        assert g.token_ids == w.token_ids
+        assert max(abs(a - b) for a, b in zip(g.logprobs, w.logprobs)) < 1e-3
+
+
+def stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+def test_openai_engine_against_a_real_vllm_server():
+    """``--engine openai`` on ``vllm.entrypoints.openai.api_server``: the HF engine's greedy answers."""
+    from memrl.models.resolve import resolve_model_path
+
+    port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path,
-                               "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-                               "--max-model-len", "4096", "--enforce-eager", "--served-model-name", "tiny32"],
+    server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+                               "--model", resolve_model_path("tiny32"), "--host", "127.0.0.1", "--port", str(port),
+                               "--dtype", "float32", "--max-model-len", "4096", "--enforce-eager",
+                               "--served-model-name", "tiny32"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            assert server.poll() is None, server.communicate()[1][-3000:]
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        eng = OpenAIEngine(f"http://127.0.0.1:{port}/v1", model="tiny32")
-        hf = HFEngine(load_model(path, "float32", "cpu"))
-        prompts = [[5, 6, 7, 8, 9], [100, 20, 30], list(range(40, 90))]
-        sp = SamplingParams(max_new_tokens=10, greedy=True)
-
-        async def greedy(e):
-            return await asyncio.gather(*(e.generate(p, sp) for p in prompts))
-
-        got, want = asyncio.run(greedy(eng)), asyncio.run(greedy(hf))
-        asyncio.run(eng.close())
-        for g, w in zip(got, want):
-            assert g.token_ids == w.token_ids
-            assert max(abs(a - b) for a, b in zip(g.logprobs, w.logprobs)) < 1e-3
+        wait_healthy(server, port)
+        greedy_through_openai_equals_hf(port, "tiny32")
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
+
+
+def test_memrl_serve_with_the_vllm_engine():
+    """``memrl serve --engine vllm``: the same answers through memrl's own server, on vLLM."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "memrl.cli.main", "serve", "--model", "tiny32", "--engine",
+                               "vllm", "--dtype", "float32", "--port", str(port), "--max-model-len", "4096"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+    try:
+        wait_healthy(server, port)
+        greedy_through_openai_equals_hf(port, "tiny32")
+    finally:
+        stop(server)

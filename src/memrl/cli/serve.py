@@ -20,6 +20,8 @@ def serve_cmd(
     max_batch_size: int = typer.Option(32, "--max-batch-size", help="Requests decoded together."),
     max_n: int = typer.Option(16, "--max-n", help="Largest n (completions per prompt) a request may ask for."),
     max_body_mb: float = typer.Option(8.0, "--max-body-mb", help="Largest request body, in MB (413 beyond)."),
+    engine: str = typer.Option("hf", "--engine", "-e", help="hf (batching transformers) | vllm (in-process "
+                               "vLLM: continuous batching)."),
     max_model_len: Optional[int] = typer.Option(
         None, "--max-model-len", help="Cap on prompt + max_tokens (default: the model's max_position_embeddings)."),
 ) -> None:
@@ -30,4 +32,5 @@ def serve_cmd(
     from memrl.serve.server import serve
 
     serve(model, host=host, port=port, dtype=dtype, served_name=served_name, api_key_env=api_key_env,
-          max_batch_size=max_batch_size, max_n=max_n, max_body_mb=max_body_mb, max_model_len=max_model_len)
+          max_batch_size=max_batch_size, max_n=max_n, max_body_mb=max_body_mb, max_model_len=max_model_len,
+          engine=engine)

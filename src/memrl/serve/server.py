@@ -85,9 +85,11 @@ class _Server(uvicorn.Server):
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, dtype: str = "auto",
           served_name: str | None = None, api_key_env: str | None = None, max_batch_size: int = 32, *,
           max_n: int = 16, max_body_mb: float = 8.0, max_model_len: int | None = None,
-          graceful_shutdown_s: float = 5.0) -> None:
-    """Load ``model`` into a batching HF engine and serve it (blocking)."""
+          graceful_shutdown_s: float = 5.0, engine: str = "hf") -> None:
+    """Load ``model`` into a batching HF engine (or in-process vLLM) and serve it (blocking)."""
     check_port(port)
+    if engine not in ("hf", "vllm"):
+        raise ValueError(f"--engine {engine}: use hf or vllm")
     if max_n < 1:
         raise ValueError(f"--max-n {max_n}: must be >= 1")
     if not max_body_mb > 0:
@@ -104,17 +106,38 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, dtype: str = "a
         if key is None and not is_loopback(host):
             print(f"warning: serving on {host} without an API key: anyone who can reach this address can use "
                   "the model (set --api-key-env)", file=sys.stderr, flush=True)
-        from memrl.engines.hf import HFEngine
-        from memrl.models.resolve import load_model, load_tokenizer
+        from memrl.models.resolve import load_tokenizer
 
-        net = load_model(model, dtype=dtype)
+        net, eng = _load(engine, model, dtype, max_batch_size, max_model_len)
         limits = ServeLimits.for_model(net, max_model_len=max_model_len, max_n=max_n,
                                        max_body_bytes=int(max_body_mb * 2**20))
-        engine = HFEngine(net, max_batch_size=max_batch_size)
-        app = create_app(engine, load_tokenizer(model), served_name or model, api_key=key, limits=limits,
+        app = create_app(eng, load_tokenizer(model), served_name or model, api_key=key, limits=limits,
                          access_log=True)
         config = uvicorn.Config(app, log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=max(1, round(graceful_shutdown_s)))
         _Server(config, app, url_of(sock)).run(sockets=[sock])
     finally:
         sock.close()
+
+
+def _load(kind: str, model: str, dtype: str, max_batch_size: int, max_model_len: int | None) -> tuple[Any, Any]:
+    """(object whose ``config`` gives the limits, engine) for ``--engine hf|vllm``."""
+    if kind == "vllm":
+        from types import SimpleNamespace
+
+        from transformers import AutoConfig
+
+        from memrl.config import load_config
+        from memrl.engines.vllm import VLLMEngine
+        from memrl.models.resolve import resolve_model_path
+
+        overrides = [f"model.path={model}", f"model.dtype={dtype}", "engine.kind=vllm"]
+        if max_model_len is not None:
+            overrides.append(f"engine.vllm.max_model_len={max_model_len}")
+        engine = VLLMEngine.from_config(load_config(None, overrides))
+        return SimpleNamespace(config=AutoConfig.from_pretrained(resolve_model_path(model))), engine
+    from memrl.engines.hf import HFEngine
+    from memrl.models.resolve import load_model
+
+    net = load_model(model, dtype=dtype)
+    return net, HFEngine(net, max_batch_size=max_batch_size)
