@@ -1,0 +1,59 @@
+"""RULER's two scores, and which task uses which.
+
+RULER scores a prediction by plain substring containment, case-insensitive, with
+no other normalisation: ``string_match_all`` is the fraction of gold strings found
+in the prediction (every needle value, every variable name, every frequent word
+must be there), ``string_match_part`` is 1 when any one gold is found (QA, where
+the golds are alternative phrasings of one answer). RULER uses ``all`` for the NIAH,
+variable-tracking, CWE and FWE tasks and ``part`` for QA; MemAgent's own RULER
+script applies ``all`` to the answer it extracts from the final response, which
+is what :func:`prediction_text` picks out here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memrl.rewards.qa import extract_boxed
+
+METRICS = ("string_match_all", "string_match_part")
+
+
+def clean_prediction(text: str | None) -> str:
+    """The prediction with control characters dropped and ends stripped (as RULER does before matching)."""
+    if not text:
+        return ""
+    return "".join(ch if ch.isprintable() or ch in " \n\t" else " " for ch in text).strip()
+
+
+def string_match_all(prediction: str | None, golds: Sequence[str]) -> float:
+    """Fraction of ``golds`` contained in ``prediction``, ignoring case; 0 for no golds."""
+    if not golds:
+        return 0.0
+    pred = clean_prediction(prediction).lower()
+    return sum(1.0 for g in golds if g.lower() in pred) / len(golds)
+
+
+def string_match_part(prediction: str | None, golds: Sequence[str]) -> float:
+    """1.0 when any of ``golds`` is contained in ``prediction``, ignoring case."""
+    pred = clean_prediction(prediction).lower()
+    return float(any(g.lower() in pred for g in golds))
+
+
+def score(metric: str, prediction: str | None, golds: Sequence[str]) -> float:
+    """Score by metric name (``string_match_all`` or ``string_match_part``)."""
+    if metric == "string_match_all":
+        return string_match_all(prediction, golds)
+    if metric == "string_match_part":
+        return string_match_part(prediction, golds)
+    raise ValueError(f"unknown RULER metric {metric!r}; expected one of {', '.join(METRICS)}")
+
+
+def prediction_text(final_text: str | None) -> str:
+    """What is scored: the last ``\\boxed{}`` answer when there is one, else the whole final response.
+
+    A model asked for a boxed answer that lists the values in prose instead still gets credit
+    for them, as in MemAgent's script (which falls back to the response when nothing is extracted).
+    """
+    boxed = extract_boxed(final_text)
+    return boxed if boxed is not None else (final_text or "")
