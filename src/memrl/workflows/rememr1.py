@@ -1,19 +1,47 @@
 """ReMemR1: MemAgent plus look-back. Each memory turn may ask to recall an earlier memory.
 
 A memory turn sees (question, current memory, recalled memory, chunk) and
-answers with ``<think>...</think>``, exactly one ``<update>...</update>`` and
+answers with a thinking section, exactly one ``<update>...</update>`` and
 optionally ``<recall>query</recall>``. The memory carried forward is the whole
-response with the recall section cut out (at token boundaries; no
-re-tokenization). The query is matched with TF-IDF against the memories
-written by *earlier* turns (not the one just written, which is already the
-current memory; ReMemR1's training code does the same) and the best one fills
-the recalled slot of the next prompt and of the final prompt.
+response with the recall sections cut out. The query is matched with TF-IDF
+against the memories of *earlier* turns (``workflow.recall_pool=previous``, as
+ReMemR1's training code does) or against those plus the one just written
+(``including_current``, as its eval code does). The recalled-memory slot of the
+next prompt is rewritten every turn: the hit, or the "nothing recalled"
+placeholder when the turn made no query or found nothing. The final prompt shows
+the slot left by the last memory turn (``recall_in_final``).
 
-Each conversation also gets ReMemR1's state reward (stored on
-``Conversation.reward``): a format reward (memory turn: exactly one non-empty
-update; final turn: exactly one ``\\boxed{}``) plus, on memory turns, the gain
-in the fraction of gold-answer words present in the memory, plus the positive
-part of the gain the recalled memory adds.
+Each conversation also gets a per-turn state reward (``Conversation.reward``;
+mixed into the advantage with ``algorithm.step_rewards=true``). Two variants
+(``workflow.rememr1_variant``):
+
+``memrl`` (default; the cleaner reading of the paper)
+    Prompts ask for ``<think>``. Recall: word TF-IDF over every earlier memory, a
+    hit needs a shared word. Memory = sampled tokens with the recall sections cut
+    at token boundaries (no re-tokenization). State reward = format (memory
+    turn: exactly one non-empty update, across lines; final: exactly one
+    ``\\boxed{``) + the gain in gold-answer coverage (SQuAD-normalised words,
+    max over golds) of the whole new memory over the previous one + the positive
+    part of the coverage the recalled memory adds to the new memory.
+
+``released`` (the public ReMemR1 code, bugs included)
+    Prompts ask for ``<thinking>``, ``<update>``, ``<recall>`` and lay the
+    inputs out in ``<problem>``, ``<recalled_memory>``, ``<memory>`` and
+    ``<section>`` blocks. Recall: the first one-line ``<recall>(.+)</recall>``;
+    TF-IDF over the model tokenizer's subword pieces of distinct memory texts,
+    top-1 with no threshold (see :mod:`memrl.workflows.retrieval`). Memory = the
+    decoded response without recall sections, stripped and re-encoded. State
+    reward (:func:`released_state_reward`): format on one-line update sections
+    (final: one non-empty one-line ``\\boxed{...}``); coverage is raw substring
+    matching of each gold's whitespace words, averaged over golds; update term =
+    coverage of the first one-line update minus that of the first one-line
+    ``<memory>...</memory>`` in the prompt, which ReMemR1's own layout (a newline
+    after ``<memory>``) never yields, so the previous memory always counts 0;
+    recall term = max(0, coverage of this turn's recalled text, placeholder
+    included, minus coverage of the whole prompt); final turns get format only.
+    ReMemR1's trainer sums its state reward tiled over two columns before
+    centring, doubling the state advantage; the trainer applies that factor 2
+    for this variant.
 """
 
 from __future__ import annotations
@@ -31,13 +59,14 @@ from memrl.types import Conversation, Trajectory
 from memrl.workflows.common import (
     cached_prompts,
     decode,
+    encode_text,
     qa_trajectory,
     read_inputs,
     stop_token_ids,
     strip_stop,
     turn_seed,
 )
-from memrl.workflows.retrieval import TfidfIndex
+from memrl.workflows.retrieval import SubwordTfidfIndex, TfidfIndex
 from memrl.workflows.templates import TokenTemplate
 
 DEFAULT_PROMPTS = {
@@ -62,10 +91,45 @@ DEFAULT_PROMPTS = {
     "no_recall": "Nothing recalled.",
 }
 
+# The released variant keeps ReMemR1's tag names and block layout (its reward reads the <memory> block);
+# the wording is memrl's.
+RELEASED_PROMPTS = {
+    "memory": (
+        "Below are a question, one section of a long article, your memory of the sections before it, and "
+        "possibly an earlier memory you asked to look at again. Reply in this form:\n"
+        "- your reasoning inside <thinking>...</thinking>;\n"
+        "- a single <update>...</update> holding the new memory: everything useful from the old memory plus "
+        "what this section adds toward the answer;\n"
+        "- only when you have found part of the evidence and need something you saw earlier, a single "
+        "<recall>search query</recall> (for example <recall>where was the director born?</recall>) to look "
+        "through your earlier memories.\n\n"
+        "<problem>\n{question}\n</problem>\n\n"
+        "<recalled_memory>\n{recalled}\n</recalled_memory>\n\n"
+        "<memory>\n{memory}\n</memory>\n\n"
+        "<section>\n{chunk}\n</section>\n\n"
+        "New memory:\n"
+    ),
+    "final": (
+        "Below are a question and the memory you kept while reading a long article. Answer the question "
+        "from the memory and write the answer inside \\boxed{}.\n\n"
+        "<problem>\n{question}\n</problem>\n\n"
+        "<recalled_memory>\n{recalled}\n</recalled_memory>\n\n"
+        "<memory>\n{memory}\n</memory>\n\n"
+        "Answer:\n"
+    ),
+    "no_memory": "Nothing recorded yet.",
+    "no_recall": "Nothing was recalled.",
+}
+
 _UPDATE = re.compile(r"<update>(.*?)</update>", re.S)
 _RECALL = re.compile(r"<recall>(.*?)</recall>", re.S)
 _BOXED = re.compile(r"\\boxed\s*\{")
 _TAG = re.compile(r"</?\w+>")
+# The released code's patterns: '.' stops at a newline, so these match within one line only.
+_R_QUERY = re.compile(r"<recall>(.+)</recall>")
+_R_UPDATE = re.compile(r"<update>(.*?)</update>")
+_R_MEMORY = re.compile(r"<memory>(.*?)</memory>")
+_R_BOXED = re.compile(r"\\boxed{(.+)}")
 
 
 def cut_span(tokenizer: Any, ids: Sequence[int], start: int, end: int) -> list[int]:
@@ -111,13 +175,77 @@ def gold_coverage(text: str, golds: Sequence[str]) -> float:
     return best
 
 
+def released_coverage(text: str, golds: Sequence[str]) -> float:
+    """ReMemR1's coverage: share of each gold's whitespace words found as raw substrings, mean over golds.
+
+    Case-sensitive and unnormalised ("Paris" is in "Parisian", "paris" is not in "Paris"); a gold
+    with no words adds 0 but still counts in the mean.
+    """
+    if not golds:
+        return 0.0
+    total = 0.0
+    for g in golds:
+        ws = g.split()
+        if ws:
+            total += sum(w in text for w in ws) / len(ws)
+    return total / len(golds)
+
+
+def released_state_reward(prompt: str, response: str, recalled: str, golds: Sequence[str], final: bool) -> float:
+    """ReMemR1's per-turn state reward (format + action) on decoded texts, as its trainer computes it.
+
+    ``recalled`` is the text this turn's query retrieved, or the placeholder when it retrieved nothing.
+    """
+    if final:
+        return float(sum(1 for a in _R_BOXED.findall(response) if a.strip()) == 1)
+    updates = _R_UPDATE.findall(response)
+    fmt = float(sum(1 for u in updates if u.strip()) == 1)
+    previous = _R_MEMORY.findall(prompt)
+    update = released_coverage(updates[0] if updates else "", golds) - released_coverage(
+        previous[0] if previous else "", golds)
+    revisit = max(0.0, released_coverage(recalled, golds) - released_coverage(prompt, golds))
+    return fmt + update + revisit
+
+
 class _Prompts:
     def __init__(self, tokenizer: Any, texts: dict[str, str]) -> None:
         self.memory = TokenTemplate(texts["memory"], tokenizer)
         self.final = TokenTemplate(texts["final"], tokenizer)
         self.no_memory = tokenizer.encode(texts["no_memory"], add_special_tokens=False)
         self.no_recall = tokenizer.encode(texts["no_recall"], add_special_tokens=False)
+        self.no_recall_text = texts["no_recall"]
         self.stops = stop_token_ids(tokenizer)
+
+
+class _Pool:
+    """The memories a recall query searches, with the token ids to show for a hit."""
+
+    def __init__(self, tokenizer: Any, released: bool) -> None:
+        self.index: TfidfIndex | SubwordTfidfIndex = SubwordTfidfIndex(tokenizer) if released else TfidfIndex()
+        self.entries: list[tuple[list[int], str]] = []
+
+    def add(self, ids: list[int], text: str) -> None:
+        if self.index.add(text) == len(self.entries):  # the released index keeps one copy of a repeated text
+            self.entries.append((ids, text))
+
+    def find(self, query: str) -> tuple[list[int], str] | None:
+        hit = self.index.top1(query)
+        return None if hit is None else self.entries[hit[0]]
+
+
+def _memory_turn(tokenizer: Any, out: list[int], released: bool) -> tuple[list[int], str, str | None]:
+    """(memory ids carried forward, memory text, recall query or None) of one memory-turn response."""
+    if released:
+        text = decode(tokenizer, out)
+        m = _R_QUERY.search(text)
+        memory_text = _RECALL.sub("", text).strip()
+        return encode_text(tokenizer, memory_text), memory_text, (m.group(1) if m else None)
+    text = tokenizer.decode(out, skip_special_tokens=False)
+    recalls = list(_RECALL.finditer(text))
+    memory = out
+    for m in reversed(recalls):  # cut every recall section, last first so offsets stay valid
+        memory = cut_span(tokenizer, memory, m.start(), m.end())
+    return memory, decode(tokenizer, memory), (recalls[-1].group(1) if recalls else None)
 
 
 async def rememr1(
@@ -132,12 +260,13 @@ async def rememr1(
 ) -> Trajectory:
     """Run one ReMemR1 episode: memory turns with recall, then the final answer."""
     sampling = sampling or SamplingParams(greedy=True)
-    p = cached_prompts(_Prompts, tokenizer, config.prompts, DEFAULT_PROMPTS)
+    released = config.rememr1_variant == "released"
+    p = cached_prompts(_Prompts, tokenizer, config.prompts, RELEASED_PROMPTS if released else DEFAULT_PROMPTS)
     context, original_len, question = read_inputs(sample, tokenizer, config)
+    golds = sample.answers
 
     memory, memory_text, recalled, recalled_text = p.no_memory, "", p.no_recall, ""
-    index = TfidfIndex()
-    stored: list[list[int]] = []
+    pool = _Pool(tokenizer, released)
     conversations: list[Conversation] = []
     counts = {"no_update": 0, "multiple_update": 0, "recalls": 0, "recall_hits": 0, "memory_truncated": 0}
     params = sampling.with_(max_new_tokens=config.memory_tokens, stop_token_ids=p.stops)
@@ -146,47 +275,49 @@ async def rememr1(
         prompt = p.memory.render(question=question, memory=memory, recalled=recalled, chunk=chunk)
         res = await engine.generate(prompt, turn_seed(params, k))
         out = strip_stop(res.token_ids, p.stops)
-        text = tokenizer.decode(out, skip_special_tokens=False)
-        updates = _UPDATE.findall(text)
-        recall_m = list(_RECALL.finditer(text))
+        updates = _UPDATE.findall(tokenizer.decode(out, skip_special_tokens=False))
         counts["memory_truncated"] += res.finish_reason == "length"
         counts["no_update"] += not updates
         counts["multiple_update"] += len(updates) > 1
-        well_formed = len(updates) == 1 and bool(updates[0].strip())
+        new_memory, new_text, query = _memory_turn(tokenizer, out, released)
 
-        new_memory = out
-        for m in reversed(recall_m):  # cut every recall section, last first so offsets stay valid
-            new_memory = cut_span(tokenizer, new_memory, m.start(), m.end())
-        new_text = decode(tokenizer, new_memory)
+        if config.recall_pool == "including_current":
+            pool.add(new_memory, new_text)
+        hit = pool.find(query) if query else None
+        counts["recalls"] += query is not None
+        counts["recall_hits"] += hit is not None
+        # the slot is rewritten every turn: a turn without a (successful) query shows the placeholder
+        recalled, recalled_text = hit if hit is not None else (p.no_recall, "")
+        if config.recall_pool == "previous":
+            pool.add(new_memory, new_text)
 
-        hit_text = ""
-        if recall_m:
-            counts["recalls"] += 1
-            hit = index.top1(recall_m[-1].group(1))
-            if hit is not None:
-                counts["recall_hits"] += 1
-                recalled, recalled_text = stored[hit[0]], decode(tokenizer, stored[hit[0]])
-                hit_text = recalled_text
-        gain = gold_coverage(new_text, sample.answers) - gold_coverage(memory_text, sample.answers)
-        recall_gain = gold_coverage(new_text + " " + hit_text, sample.answers) - gold_coverage(new_text, sample.answers)
+        if released:
+            reward = released_state_reward(decode(tokenizer, prompt), decode(tokenizer, res.token_ids),
+                                           recalled_text if hit is not None else p.no_recall_text, golds, False)
+        else:
+            well_formed = len(updates) == 1 and bool(updates[0].strip())
+            gain = gold_coverage(new_text, golds) - gold_coverage(memory_text, golds)
+            recall_gain = gold_coverage(new_text + " " + recalled_text, golds) - gold_coverage(new_text, golds)
+            reward = float(well_formed) + gain + max(0.0, recall_gain)
         conversations.append(Conversation.from_prompt_response(
-            prompt, res.token_ids, res.logprobs, reward=float(well_formed) + gain + max(0.0, recall_gain),
-            meta={"kind": "memory", "chunk": k, "finish": res.finish_reason, "recall": bool(recall_m)}))
-        index.add(new_text)
-        stored.append(new_memory)
+            prompt, res.token_ids, res.logprobs, reward=reward,
+            meta={"kind": "memory", "chunk": k, "finish": res.finish_reason, "recall": query is not None}))
         memory, memory_text = new_memory, new_text
 
-    slot = recalled if config.recall_in_final else p.no_recall
+    slot, slot_text = (recalled, recalled_text) if config.recall_in_final else (p.no_recall, "")
     prompt = p.final.render(question=question, memory=memory, recalled=slot)
     final_params = sampling.with_(max_new_tokens=config.final_tokens, stop_token_ids=p.stops)
     res = await engine.generate(prompt, turn_seed(final_params, len(conversations)))
     final_text = decode(tokenizer, strip_stop(res.token_ids, p.stops))
+    if released:
+        reward = released_state_reward("", final_text, "", golds, True)
+    else:
+        reward = float(len(_BOXED.findall(final_text)) == 1)
     conversations.append(Conversation.from_prompt_response(
-        prompt, res.token_ids, res.logprobs, reward=float(len(_BOXED.findall(final_text)) == 1),
-        meta={"kind": "final", "finish": res.finish_reason}))
+        prompt, res.token_ids, res.logprobs, reward=reward, meta={"kind": "final", "finish": res.finish_reason}))
     return qa_trajectory(
         sample, tokenizer, conversations, res, p.stops, config.reward, sample_id=sample_id, group_id=group_id,
         metrics={"context_tokens": float(len(context)), "context_tokens_original": float(original_len),
                  **{k: float(v) for k, v in counts.items()}},
-        info={"memory": memory_text, "recalled": recalled_text},
+        info={"memory": memory_text, "recalled": slot_text},
     )
