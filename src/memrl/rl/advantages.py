@@ -156,14 +156,17 @@ def broadcast(episode_values: torch.Tensor, conv_episode: Sequence[int], respons
 
 
 def combine_step_advantages(outcome: torch.Tensor, step_rewards: torch.Tensor, conv_episode: Sequence[int],
-                            group_ids: Sequence[Hashable], steps: Sequence[int], alpha: float) -> torch.Tensor:
-    """ReMemR1's per-turn advantage ``alpha * A_outcome + (1 - alpha) * A_state``.
+                            group_ids: Sequence[Hashable], steps: Sequence[int], alpha: float,
+                            state_scale: float = 1.0) -> torch.Tensor:
+    """ReMemR1's per-turn advantage ``alpha * A_outcome + (1 - alpha) * state_scale * A_state``.
 
     ``outcome`` holds one advantage per episode; ``step_rewards[c]`` is row c's
     state reward, centred within (question group, step index) without std
-    division. Returns one advantage per conversation row.
+    division. Returns one advantage per conversation row. ``state_scale=2``
+    reproduces the released ReMemR1 trainer, which tiles each state reward over
+    two columns and sums them before centring.
     """
     keys = [(group_ids[e], s) for e, s in zip(conv_episode, steps)]
-    state = group_center(step_rewards.float(), keys)
+    state = group_center(step_rewards.float() * state_scale, keys)
     per_row = outcome[torch.as_tensor(list(conv_episode), dtype=torch.long)].float()
     return alpha * per_row + (1 - alpha) * state

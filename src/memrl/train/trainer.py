@@ -291,7 +291,8 @@ class Trainer:
         conv_episode = [r.episode for r in rows]
         if a.step_rewards:
             per_row = combine_step_advantages(ep_adv, torch.tensor([r.step_reward for r in rows]), conv_episode,
-                                              groups, [r.step for r in rows], self.cfg.workflow.state_reward_alpha)
+                                              groups, [r.step for r in rows], self.cfg.workflow.state_reward_alpha,
+                                              2.0 if self.cfg.workflow.rememr1_variant == "released" else 1.0)
             tok = per_row.unsqueeze(-1) * mask
         else:
             tok = broadcast(ep_adv, conv_episode, mask, a.adv_estimator, a.gamma)
