@@ -1,0 +1,236 @@
+"""Evaluate a workflow on the RULER suite (``ruler_{task}_{length}.jsonl`` from ``memrl data ruler``).
+
+Same contract as :func:`memrl.eval.runner.run_eval`, whose helpers it uses: finished
+episodes are written atomically to ``OUT/episodes/{task}_{length}/{index}.json`` (a re-run
+skips them), failures go to ``OUT/failures/`` and are retried next time, transcripts to
+``OUT/transcripts/``; a dead engine stops the run, and so does a run in which every
+episode failed. What differs is the score: RULER's ``string_match_all`` (NIAH, vt,
+cwe, fwe: the fraction of gold strings in the answer) or ``string_match_part`` (QA: any
+gold in the answer), case-insensitive substring tests on the final ``\\boxed{}`` answer
+(the whole final response when there is no box). The report is a task x length table of
+mean scores (percent) with the macro average over tasks per length, as MemAgent's
+RULER table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from memrl.config.schema import MemRLConfig
+from memrl.data import LongContextSample, read_samples
+from memrl.data.atomic import atomic_write
+from memrl.data.ruler import TASKS, parse_file_name
+from memrl.data.ruler_metric import prediction_text, score
+from memrl.engines.base import Engine, EngineDeadError
+from memrl.eval.runner import (
+    AllEpisodesFailedError,
+    _fingerprint,
+    _is_done,
+    check_resume,
+    episode_record,
+    failure_record,
+    sampling_params,
+)
+from memrl.eval.transcript import render_transcript
+from memrl.types import Trajectory
+from memrl.workflows import get_workflow
+
+# Every top-level entry run_ruler_suite writes in ``out`` (for a caller's output manifest).
+RULER_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", "results.json", "results.md")
+
+Key = tuple[str, int]  # (task, length)
+
+
+def find_ruler_files(data_dir: Path, lengths: list[int] | None = None,
+                     tasks: list[str] | None = None) -> dict[Key, Path]:
+    """``(task, length) -> file`` for the suite files in ``data_dir``, filtered; a requested one missing is an error."""
+    if not data_dir.is_dir():
+        raise FileNotFoundError(2, "No such folder", str(data_dir))
+    found: dict[Key, Path] = {}
+    for path in sorted(data_dir.glob("ruler_*.jsonl")):
+        key = parse_file_name(path.name)
+        if key is not None and (tasks is None or key[0] in tasks) and (lengths is None or key[1] in lengths):
+            found[key] = path
+    have = sorted(p.name for p in data_dir.glob("ruler_*.jsonl"))
+    hint = (f"(found: {', '.join(have[:8]) + (' ...' if len(have) > 8 else '') or 'none'}); create them with: "
+            f"memrl data ruler --out {data_dir} --tokenizer MODEL ...")
+    if not found:
+        raise FileNotFoundError(2, f"no ruler_{{task}}_{{length}}.jsonl files to run {hint}", str(data_dir))
+    for task in tasks or []:
+        for length in lengths or []:
+            if (task, length) not in found:
+                raise FileNotFoundError(2, f"missing ruler_{task}_{length}.jsonl {hint}", str(data_dir))
+    return dict(sorted(found.items(), key=lambda kv: (_task_order(kv[0][0]), kv[0][1])))
+
+
+def _task_order(task: str) -> tuple[int, str]:
+    names = list(TASKS)
+    return (names.index(task), task) if task in names else (len(names), task)
+
+
+def _folder(key: Key) -> str:
+    return f"{key[0]}_{key[1]}"
+
+
+def metric_for(sample: LongContextSample, task: str) -> str:
+    """The sample's own metric field, else the task's (files written by hand may lack the field)."""
+    metric = sample.extra.get("metric")
+    return metric if isinstance(metric, str) else task_metric(task)
+
+
+def task_metric(task: str) -> str:
+    """RULER's metric for a task name; unknown (user-made) tasks are scored like NIAH."""
+    return TASKS[task].metric if task in TASKS else "string_match_all"
+
+
+def ruler_record(traj: Trajectory, sample: LongContextSample, key: Key, seconds: float) -> dict[str, Any]:
+    """The runner's episode record plus the RULER score of its final answer."""
+    metric = metric_for(sample, key[0])
+    prediction = prediction_text(traj.info.get("final_text"))
+    return {**episode_record(traj, sample.num_docs, seconds), "task": key[0], "length": key[1],
+            "metric": metric, "prediction": prediction, "ruler_score": score(metric, prediction, sample.answers)}
+
+
+async def run_ruler_suite(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data_dir: Path, out: Path, *,
+                          lengths: list[int] | None, tasks: list[str] | None,
+                          max_samples: int | None) -> dict[str, Any]:
+    """Run every (task, length, sample) not finished on disk; write and return the aggregated results.
+
+    ``lengths``/``tasks`` filter the files found in ``data_dir`` (``None``: all of them).
+    Raises :class:`EngineDeadError` (reports written first) when the engine is gone and
+    :class:`AllEpisodesFailedError` when nothing this run attempted finished.
+    """
+    if max_samples is not None and max_samples < 1:
+        raise ValueError(f"max_samples must be >= 1 (or None for all), got {max_samples}")
+    files = find_ruler_files(data_dir, lengths, tasks)
+    out.mkdir(parents=True, exist_ok=True)
+    check_resume(out, cfg)
+    workflow = get_workflow(cfg.workflow.name)
+    sampling = sampling_params(cfg)
+    todo: list[tuple[Key, LongContextSample]] = []
+    for key, path in files.items():
+        for sample in list(read_samples(path))[:max_samples]:
+            if not _is_done(out / "episodes" / _folder(key) / f"{sample.index}.json"):
+                todo.append((key, sample))
+    sem = asyncio.Semaphore(cfg.engine.concurrency)
+    errors: list[str] = []
+    dead = asyncio.Event()
+
+    async def one(key: Key, sample: LongContextSample) -> None:
+        async with sem:
+            if dead.is_set():
+                return
+            t0 = time.perf_counter()
+            try:
+                traj = await workflow(sample, engine, tokenizer, cfg.workflow, sampling=sampling)
+                error = None
+            except EngineDeadError:
+                dead.set()
+                raise
+            except Exception as exc:  # one broken episode must not stop the suite
+                error = "".join(traceback.format_exception_only(exc)).strip()
+                traj = Trajectory([], 0.0, str(sample.index), str(sample.index),
+                                  info={"question": sample.question, "answers": sample.answers, "error": error})
+            seconds = time.perf_counter() - t0
+            name = f"{_folder(key)}/{sample.index}"
+            with atomic_write(out / "transcripts" / f"{name}.txt") as fh:
+                fh.write(render_transcript(traj, tokenizer, f"{key[0]} at {key[1]} tokens, sample {sample.index}"))
+            failure = out / "failures" / f"{name}.json"
+            if error is None:
+                with atomic_write(out / "episodes" / f"{name}.json") as fh:
+                    json.dump(ruler_record(traj, sample, key, seconds), fh)
+                failure.unlink(missing_ok=True)
+            else:
+                errors.append(error)
+                with atomic_write(failure) as fh:
+                    json.dump({**failure_record(sample, sample.num_docs, seconds, error), "task": key[0],
+                               "length": key[1]}, fh)
+
+    jobs = [asyncio.ensure_future(one(k, s)) for k, s in todo]
+    try:
+        await asyncio.gather(*jobs)
+    except BaseException as exc:
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
+        if isinstance(exc, EngineDeadError):
+            aggregate_ruler(cfg, out, list(files))
+        raise
+    results = aggregate_ruler(cfg, out, list(files))
+    if todo and len(errors) == len(todo):
+        raise AllEpisodesFailedError(f"all {len(todo)} episodes of this run failed; the first: {errors[0]}")
+    return results
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(statistics.fmean(values), 2) if values else None
+
+
+def aggregate_ruler(cfg: MemRLConfig, out: Path, keys: list[Key]) -> dict[str, Any]:
+    """Scores of what is on disk, per task and length, and the average over tasks per length."""
+    by_task: dict[str, dict[str, dict[str, Any]]] = {}
+    for key in keys:
+        folder = out / "episodes" / _folder(key)
+        eps = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+        eps = [e for e in eps if "ruler_score" in e]
+        done = {p.stem for p in folder.glob("*.json")}
+        failed = {p.stem for p in (out / "failures" / _folder(key)).glob("*.json")} - done
+        tokens = [e["metrics"].get("context_tokens_original", e["metrics"].get("context_tokens", 0.0)) for e in eps]
+        by_task.setdefault(key[0], {})[str(key[1])] = {
+            "score": _mean([100 * e["ruler_score"] for e in eps]),
+            "samples": len(eps) + len(failed), "finished": len(eps), "failed": len(failed),
+            "metric": eps[0]["metric"] if eps else task_metric(key[0]),
+            "context_tokens": round(statistics.fmean(tokens), 1) if tokens else None,
+        }
+    lengths = sorted({k[1] for k in keys})
+    average = {}
+    for n in lengths:
+        scores = [row[str(n)]["score"] for row in by_task.values() if row.get(str(n), {}).get("score") is not None]
+        average[str(n)] = _mean(scores)
+    results = {"suite": "ruler", "model": cfg.model.path, "workflow": cfg.workflow.name, "engine": cfg.engine.kind,
+               "lengths": lengths, "tasks": list(by_task), "by_task": by_task, "average": average,
+               "config": _fingerprint(cfg)}
+    with atomic_write(out / "results.json") as fh:
+        json.dump(results, fh, indent=2)
+        fh.write("\n")
+    with atomic_write(out / "results.md") as fh:
+        fh.write(markdown_table(results))
+    return results
+
+
+def _length_label(n: int) -> str:
+    return f"{n // 1024}K" if n % 1024 == 0 else f"{n:,}"
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """Rows = tasks, columns = lengths, cells = RULER score %; a last row averages the tasks."""
+    lengths = results["lengths"]
+    head = "| task | metric | " + " | ".join(_length_label(n) for n in lengths) + " |"
+    lines = [f"**{results['workflow']}** on `{results['model']}`: RULER (score %, "
+             "string_match_all; QA string_match_part)", "", head, "|---|---|" + "---:|" * len(lengths)]
+    failed = 0
+    for task, row in results["by_task"].items():
+        cells = []
+        for n in lengths:
+            r = row.get(str(n))
+            if r is None:
+                cells.append("")
+                continue
+            failed += r["failed"]
+            cell = "-" if r["score"] is None else f"{r['score']:.2f}"
+            cells.append(cell + (f" ({r['failed']} failed)" if r["failed"] else ""))
+        metric = next((r["metric"] for r in row.values()), "")
+        lines.append(f"| {task} | {metric.replace('string_match_', '')} | " + " | ".join(cells) + " |")
+    avg = results["average"]
+    lines.append("| **average** | | " + " | ".join("-" if avg[str(n)] is None else f"**{avg[str(n)]:.2f}**"
+                                                   for n in lengths) + " |")
+    if failed:
+        lines += ["", f"Scores are over finished episodes only: {failed} failed episode(s) are not counted "
+                  "(see failures/; re-running the same command retries them)."]
+    return "\n".join(lines) + "\n"
