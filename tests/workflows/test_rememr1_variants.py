@@ -145,3 +145,25 @@ def test_released_state_reward_by_hand():
     assert released_state_reward("", "so \\boxed{New York}", "", golds, True) == 1.0
     assert released_state_reward("", "\\boxed{a}\n\\boxed{b}", "", golds, True) == 0.0
     assert released_state_reward("", "\\boxed{a} or \\boxed{b}", "", golds, True) == 1.0  # greedy: one match
+
+
+@pytest.mark.parametrize("pool", ["previous", "including_current"])
+def test_released_episode_with_a_model(tiny_model, pool):
+    from memrl.engines.hf import HFEngine
+
+    model, tok = tiny_model
+    text = " ".join(f"w{i}" for i in range(60))
+    sample = LongContextSample(index=0, question="q?", answers=["w5"], context=text, num_docs=1)
+    cfg = WorkflowConfig(name="rememr1", rememr1_variant="released", recall_pool=pool,
+                         chunk_tokens=math.ceil(len(encode_text(tok, text)) / 2), memory_tokens=8, final_tokens=4)
+
+    async def go():
+        eng = HFEngine(model)
+        try:
+            return await rememr1(sample, eng, tok, cfg)
+        finally:
+            await eng.close()
+
+    traj = asyncio.run(go())
+    assert traj.num_conversations == 3
+    assert all(c.num_generated > 0 and math.isfinite(c.reward) for c in traj.conversations)
