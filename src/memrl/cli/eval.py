@@ -24,13 +24,27 @@ def eval_cmd(
                                         "(tiny, smollm2-135m-instruct). With --engine openai: the tokenizer "
                                         "source and default served model name."),
     workflow: Optional[str] = typer.Option(None, "--workflow", "-w", help="memagent | rememr1 | full_context."),
-    data: Path = typer.Option(..., "--data", help="Folder with eval_{N}.json files (from memrl data synth)."),
-    docs: str = typer.Option(..., "--docs", "-d", help="Comma-separated document counts to evaluate."),
+    data: Path = typer.Option(..., "--data", help="Folder with eval_{N}.json files (from memrl data synth); "
+                              "--suite ruler: the RULER data folder."),
+    docs: Optional[str] = typer.Option(None, "--docs", "-d", help="Comma-separated document counts to evaluate "
+                                       "(required for --suite qa); --suite ruler: context lengths (default: all)."),
+    suite: str = typer.Option("qa", "--suite", help="qa (long-context QA files) | ruler (RULER tasks)."),
+    tasks: Optional[str] = typer.Option(None, "--tasks", help="--suite ruler: comma-separated task names "
+                                        "(default: all)."),
     engine: Optional[str] = typer.Option(None, "--engine", "-e", help="hf (in-process, default) | openai | vllm."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai engine: server URL ending in /v1."),
     out: Path = typer.Option(Path("runs/eval"), "--out", "-o", help="Results folder; re-running resumes."),
     max_samples: Optional[int] = typer.Option(None, "--max-samples", help="First K samples of each file (K >= 1)."),
-    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (default for eval)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Overrides sampling.temperature; "
+                                                "unset everywhere: 0 = greedy (protocol memrl) or 0.7 "
+                                                "(protocols memagent, rememr1)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Overrides sampling.top_p (default 1.0; 0.95 "
+                                          "under protocols memagent, rememr1)."),
+    protocol: Optional[str] = typer.Option(None, "--protocol", help="eval.protocol: memrl (one-way sub-EM, default) "
+                                           "| memagent | rememr1 (the papers' scripts: bidirectional sub-EM "
+                                           "against the first gold)."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", help="eval.repeats: K samples per question; "
+                                          "reports mean accuracy and pass@K (MemAgent's --sampling)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Episodes in flight at once."),
     restart: bool = typer.Option(False, "--restart", help="Delete earlier results in --out first (only what "
                                  "memrl wrote there; refuses if the folder holds anything else)."),
@@ -48,10 +62,24 @@ def eval_cmd(
 
     if max_samples is not None and max_samples < 1:
         raise ValueError(f"--max-samples must be >= 1 (leave it out for all samples), got {max_samples}")
-    cfg = resolve_config(config, overrides, {
+    from memrl.eval.runner import with_eval_sampling
+
+    if suite not in ("qa", "ruler"):
+        raise ValueError(f"--suite must be qa or ruler, got {suite!r}")
+    cfg = with_eval_sampling(resolve_config(config, overrides, {
         "model.path": model, "workflow.name": workflow, "engine.kind": engine, "engine.base_url": base_url,
-        "sampling.temperature": temperature, "engine.concurrency": concurrency,
-    })
+        "sampling.temperature": temperature, "sampling.top_p": top_p, "engine.concurrency": concurrency,
+        "eval.protocol": protocol, "eval.repeats": repeats,
+    }))
+    console = Console(stderr=True)
+    if cfg.eval.repeats > 1 and cfg.sampling.temperature == 0:
+        console.print(f"[yellow]warning: eval.repeats={cfg.eval.repeats} with greedy decoding gives the same "
+                      "answer every time; set --temperature[/yellow]", highlight=False)
+    if suite == "ruler":
+        _ruler(cfg, data, docs, tasks, out, max_samples, console)
+        return
+    if not docs:
+        raise ValueError("--docs: give at least one document count (e.g. --docs 50,100)")
     sizes = parse_docs(docs)
     if not sizes:
         raise ValueError("--docs: give at least one document count")
@@ -62,12 +90,14 @@ def eval_cmd(
         clear_outputs(out, "--restart")
     record_outputs(out, EVAL_OUTPUTS)
     check_resume(out, cfg)
-    console = Console(stderr=True)
     columns = (TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     try:
         tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
         eng = build_engine(cfg)
-        console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · docs {sizes}")
+        s = cfg.sampling
+        console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · docs {sizes} · "
+                      f"protocol {cfg.eval.protocol} · temperature {s.temperature} top_p {s.top_p}"
+                      + (f" · {cfg.eval.repeats} repeats" if cfg.eval.repeats > 1 else ""), highlight=False)
         with Progress(*columns, console=console) as progress:
             task = progress.add_task("eval", total=None)
 
@@ -103,3 +133,34 @@ def eval_cmd(
         console.print(f"[yellow]{failed} episode(s) failed and are not counted in the accuracy; see {out}/failures/ "
                       "and re-run the same command to retry them[/yellow]", highlight=False)
     sys.stdout.flush()
+
+
+def _ruler(cfg: object, data: Path, docs: str | None, tasks: str | None, out: Path, max_samples: int | None,
+           console: Console) -> None:
+    """``--suite ruler``: hand over to the RULER suite (``--docs`` are the context lengths)."""
+    try:
+        from memrl.eval.ruler_suite import run_ruler_suite
+    except ImportError as exc:
+        console.print(f"error: --suite ruler is not available in this memrl ({exc})", highlight=False, markup=False)
+        raise typer.Exit(1) from None
+    from memrl.engines.factory import build_engine
+    from memrl.models.resolve import load_tokenizer
+
+    lengths = parse_docs(docs) if docs else None
+    names = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)  # type: ignore[attr-defined]
+    eng = build_engine(cfg)
+
+    async def main() -> dict:
+        try:
+            return await run_ruler_suite(cfg, eng, tokenizer, data, out, lengths=lengths, tasks=names,
+                                         max_samples=max_samples)
+        finally:
+            await eng.close()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        console.print("interrupted", highlight=False, markup=False)
+        raise typer.Exit(130) from None
+    console.print(f"wrote {out}/results.json", highlight=False)

@@ -13,11 +13,28 @@ from memrl.data.atomic import atomic_path, atomic_write
 METRICS = ("sub_em", "em", "f1")
 
 
-def summarize(episodes: Sequence[dict[str, Any]], failed: int = 0) -> dict[str, Any]:
+def pass_at_k(episodes: Sequence[dict[str, Any]], repeats: int, key: str = "sub_em") -> tuple[float | None, int]:
+    """(pass@K in percent, questions counted): a question passes when any of its K answers scores 1.
+
+    Only questions with all K repeats finished count: one with fewer tries would be judged
+    on fewer chances and pull pass@K down.
+    """
+    by_question: dict[str, list[float]] = {}
+    for e in episodes:
+        by_question.setdefault(str(e["sample_id"]), []).append(float(e["metrics"].get(key, 0.0)))
+    complete = [v for v in by_question.values() if len(v) >= repeats]
+    if not complete:
+        return None, 0
+    return round(100 * statistics.fmean(float(max(v) >= 1.0) for v in complete), 2), len(complete)
+
+
+def summarize(episodes: Sequence[dict[str, Any]], failed: int = 0, repeats: int = 1) -> dict[str, Any]:
     """Per-size means over *finished* episodes; accuracy in percent, ``None`` when none finished.
 
     Failed episodes (the engine raised: a timeout, an HTTP 401) say nothing about the model, so
     they are counted in ``failed`` and left out of every mean instead of being scored as wrong.
+    With ``repeats`` K > 1 the means are over all K answers of every question (mean accuracy)
+    and ``pass_at_k`` says how many questions were answered right at least once.
     """
     episodes = [e for e in episodes if not e.get("error")]  # defensive: older memrl saved failures here
 
@@ -29,6 +46,9 @@ def summarize(episodes: Sequence[dict[str, Any]], failed: int = 0) -> dict[str, 
         return None if m is None else round(100 * m, 2)
 
     tokens, convs = mean("context_tokens"), mean("num_conversations")
+    extra: dict[str, Any] = {}
+    if repeats > 1:
+        extra["pass_at_k"], extra["questions"] = pass_at_k(episodes, repeats)
     return {
         "samples": len(episodes) + failed,
         "finished": len(episodes),
@@ -39,6 +59,7 @@ def summarize(episodes: Sequence[dict[str, Any]], failed: int = 0) -> dict[str, 
         "conversations": None if convs is None else round(convs, 2),
         "seconds_per_episode": (round(statistics.fmean(e.get("seconds", 0.0) for e in episodes), 3)
                                 if episodes else None),
+        **extra,
     }
 
 
@@ -53,12 +74,20 @@ def failed_total(results: dict[str, Any]) -> int:
 def markdown_table(results: dict[str, Any]) -> str:
     """One row per document count; ``failed`` sits next to the accuracy it is excluded from."""
     rows = results["by_docs"]
-    head = "| docs | context tokens | finished | failed | sub-EM % | EM % | F1 % | answered % | conversations |"
-    lines = [f"**{results['workflow']}** on `{results['model']}`", "", head, "|" + "---:|" * 9]
+    repeats = int(results.get("repeats", 1))
+    protocol = results.get("protocol", "memrl")
+    k_head = f" pass@{repeats} % |" if repeats > 1 else ""
+    head = ("| docs | context tokens | finished | failed | sub-EM % | EM % | F1 % |" + k_head
+            + " answered % | conversations |")
+    lines = [f"**{results['workflow']}** on `{results['model']}` · protocol `{protocol}`", "",
+             f"Metric: {results.get('metric', 'sub-EM (memrl)')}; answer format `{results.get('answer_format', 'boxed')}`"
+             + (f"; {repeats} samples per question (accuracy = mean over all samples)" if repeats > 1 else "")
+             + ".", "", head, "|" + "---:|" * (10 if repeats > 1 else 9)]
     for n in sorted(rows, key=int):
         r = rows[n]
+        k_cell = f" {_cell(r.get('pass_at_k'), '.2f')} |" if repeats > 1 else ""
         lines.append(f"| {n} | {_cell(r['context_tokens'], ',.0f')} | {r['finished']} | {r['failed']} | "
-                     f"{_cell(r['sub_em'], '.2f')} | {_cell(r['em'], '.2f')} | {_cell(r['f1'], '.2f')} | "
+                     f"{_cell(r['sub_em'], '.2f')} | {_cell(r['em'], '.2f')} | {_cell(r['f1'], '.2f')} |{k_cell} "
                      f"{_cell(r['answered'], '.1f')} | {_cell(r['conversations'], '.1f')} |")
     failed = failed_total(results)
     if failed:
@@ -87,7 +116,7 @@ def plot_accuracy(results: dict[str, Any], path: Path) -> Path:
     ax.set_ylim(-2, 102)
     ax.set_xlabel("context length (tokens, log scale)")
     ax.set_ylabel("accuracy (%)")
-    ax.set_title(f"{results['workflow']} · {Path(str(results['model'])).name}")
+    ax.set_title(f"{results['workflow']} · {Path(str(results['model'])).name} · {results.get('protocol', 'memrl')}")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -9,6 +9,12 @@ reported as a failure count next to the accuracy, and tried again by the next
 run. An :class:`~memrl.engines.base.EngineDeadError` stops the whole run, and so
 does a run in which every episode failed: more of the same would only fill the
 failure list.
+
+With ``eval.repeats=K`` each question is answered K times (repeat r > 0 is stored as
+``{index}@{r}.json``, so raising K later keeps the episodes already run). Scores are
+computed when results are aggregated, from each episode's final text, under
+``eval.protocol`` (see :mod:`memrl.rewards.published`): switching protocol re-scores the
+same episodes without running them again.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from memrl.data.atomic import atomic_write
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
 from memrl.eval.report import summarize, write_reports
 from memrl.eval.transcript import render_transcript
+from memrl.rewards.published import METRIC_LABELS, score_protocol
 from memrl.types import Trajectory
 from memrl.workflows import get_workflow
 
@@ -47,6 +54,41 @@ def find_eval_file(data_dir: Path, n: int) -> Path:
 def sampling_params(cfg: MemRLConfig) -> SamplingParams:
     s = cfg.sampling
     return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=s.seed)
+
+
+# The originals' eval scripts sample every question at temperature 0.7, top_p 0.95.
+PUBLISHED_SAMPLING = {"temperature": 0.7, "top_p": 0.95}
+
+
+def with_eval_sampling(cfg: MemRLConfig) -> MemRLConfig:
+    """``cfg`` with the eval's sampling defaults filled in where the user set nothing.
+
+    ``sampling.temperature`` defaults to 1.0 for training rollouts; an eval that nobody
+    configured is greedy instead (``memrl`` protocol) or samples as the papers' scripts
+    did (``memagent`` / ``rememr1``: 0.7 / 0.95). A value set in the YAML file, by a flag
+    or by an override is kept.
+    """
+    given = cfg.sampling.model_fields_set
+    published = cfg.eval.protocol in ("memagent", "rememr1")
+    update: dict[str, float] = {}
+    if "temperature" not in given:
+        update["temperature"] = PUBLISHED_SAMPLING["temperature"] if published else 0.0
+    if "top_p" not in given and published:
+        update["top_p"] = PUBLISHED_SAMPLING["top_p"]
+    if not update:
+        return cfg
+    return cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update=update)})
+
+
+def repeat_sampling(params: SamplingParams, repeat: int) -> SamplingParams:
+    """Repeat r > 0 of a seeded eval gets its own seed (repeat 0 keeps the configured one)."""
+    if repeat == 0 or params.seed is None:
+        return params
+    return params.with_(seed=params.seed + 7919 * repeat)
+
+
+def episode_name(index: object, repeat: int) -> str:
+    return str(index) if repeat == 0 else f"{index}@{repeat}"
 
 
 def _fingerprint(cfg: MemRLConfig) -> dict[str, Any]:
@@ -127,25 +169,28 @@ async def run_eval(
     workflow = get_workflow(cfg.workflow.name)
     sampling = sampling_params(cfg)
     files = {n: find_eval_file(data_dir, n) for n in docs}
-    todo: list[tuple[int, LongContextSample]] = []
+    todo: list[tuple[int, LongContextSample, int]] = []
     total = 0
+    repeats = cfg.eval.repeats
     for n, path in files.items():
         samples = list(read_samples(path))[:max_samples]
-        total += len(samples)
-        todo += [(n, s) for s in samples if not _is_done(out / "episodes" / str(n) / f"{s.index}.json")]
+        total += len(samples) * repeats
+        todo += [(n, s, r) for s in samples for r in range(repeats)
+                 if not _is_done(out / "episodes" / str(n) / f"{episode_name(s.index, r)}.json")]
     if on_start:
         on_start(total, total - len(todo))
     sem = asyncio.Semaphore(cfg.engine.concurrency)
     errors: list[str] = []
     dead = asyncio.Event()  # set when the engine is gone: queued episodes must not start
 
-    async def one(n: int, sample: LongContextSample) -> None:
+    async def one(n: int, sample: LongContextSample, repeat: int) -> None:
         async with sem:
             if dead.is_set():
                 return
             t0 = time.perf_counter()
             try:
-                traj = await workflow(sample, engine, tokenizer, cfg.workflow, sampling=sampling)
+                traj = await workflow(sample, engine, tokenizer, cfg.workflow,
+                                      sampling=repeat_sampling(sampling, repeat))
                 error = None
             except EngineDeadError:
                 dead.set()
@@ -155,13 +200,14 @@ async def run_eval(
                 traj = Trajectory([], 0.0, str(sample.index), str(sample.index),
                                   info={"question": sample.question, "answers": sample.answers, "error": error})
             seconds = time.perf_counter() - t0
-            name = f"{n}/{sample.index}"
+            name = f"{n}/{episode_name(sample.index, repeat)}"
+            title = f"sample {sample.index} ({n} docs)" + (f", repeat {repeat}" if repeat else "")
             with atomic_write(out / "transcripts" / f"{name}.txt") as fh:
-                fh.write(render_transcript(traj, tokenizer, f"sample {sample.index} ({n} docs)"))
+                fh.write(render_transcript(traj, tokenizer, title))
             failure = out / "failures" / f"{name}.json"
             if error is None:
                 with atomic_write(out / "episodes" / f"{name}.json") as fh:  # its presence marks the episode done
-                    json.dump(episode_record(traj, n, seconds), fh)
+                    json.dump({**episode_record(traj, n, seconds), "repeat": repeat}, fh)
                 failure.unlink(missing_ok=True)
             else:
                 errors.append(error)
@@ -170,7 +216,7 @@ async def run_eval(
             if on_episode:
                 on_episode()
 
-    tasks = [asyncio.ensure_future(one(n, s)) for n, s in todo]
+    tasks = [asyncio.ensure_future(one(n, s, r)) for n, s, r in todo]
     try:
         await asyncio.gather(*tasks)
     except BaseException as exc:
@@ -190,15 +236,36 @@ def _indices(folder: Path) -> set[str]:
     return {p.stem for p in folder.glob("*.json")}
 
 
+def rescore(episode: dict[str, Any], protocol: str, answer_format: str) -> dict[str, Any]:
+    """The episode with em/sub_em/f1/answered under ``protocol``, from its final text.
+
+    ``memrl`` keeps the workflow's own scores. Episodes without a final text (none in QA
+    workflows) keep theirs too.
+    """
+    info = episode.get("info") or {}
+    if protocol == "memrl" or "final_text" not in info or not info.get("answers"):
+        return episode
+    scores = score_protocol(info["final_text"], info["answers"], protocol, answer_format)
+    return {**episode, "metrics": {**episode.get("metrics", {}), **scores}}
+
+
 def aggregate(cfg: MemRLConfig, out: Path, docs: Sequence[int]) -> dict[str, Any]:
-    """Summaries of what is on disk: finished episodes scored, failures (not retried yet) counted."""
+    """Summaries of what is on disk: finished episodes scored, failures (not retried yet) counted.
+
+    Only the repeats asked for now are counted (a folder may hold more from an earlier run).
+    """
+    protocol, fmt, repeats = cfg.eval.protocol, cfg.workflow.answer_format, cfg.eval.repeats
     by_docs = {}
     for n in docs:
         folder = out / "episodes" / str(n)
         eps = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
-        failed = _indices(out / "failures" / str(n)) - _indices(folder)
-        by_docs[str(n)] = summarize(eps, failed=len(failed))
+        eps = [rescore(e, protocol, fmt) for e in eps if e.get("repeat", 0) < repeats]
+        failed = {i for i in _indices(out / "failures" / str(n)) - _indices(folder)
+                  if int(i.rpartition("@")[2] if "@" in i else 0) < repeats}
+        by_docs[str(n)] = summarize(eps, failed=len(failed), repeats=repeats)
     results = {"model": cfg.model.path, "workflow": cfg.workflow.name, "engine": cfg.engine.kind,
+               "protocol": protocol, "metric": METRIC_LABELS[protocol], "answer_format": fmt,
+               "repeats": repeats, "sampling": {"temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p},
                "by_docs": by_docs, "config": _fingerprint(cfg)}
     write_reports(results, out)
     return results
