@@ -35,3 +35,17 @@ def test_trainer_mixes_by_variant(variant, expected):
     # to [1, -1]: 0.8 + 0.2 = 1.0. Both generated tokens of a row carry the row's advantage.
     for r, v in zip(rows, expected):
         assert r.advantages.tolist() == pytest.approx([v, v])
+
+
+def test_a_released_training_step_runs(tmp_path):
+    import json
+
+    from memrl.models.resolve import load_tokenizer
+    from tests.train.helpers import coin_engine, config
+
+    cfg = config(tmp_path, workflow__name="rememr1", workflow__rememr1_variant="released", workflow__memory_tokens=3,
+                 workflow__final_tokens=6, workflow__question_tokens=16, algorithm__step_rewards=True,
+                 algorithm__adv_estimator="dr_grpo", trainer__total_steps=1)
+    Trainer(cfg, engine=coin_engine(load_tokenizer("tiny"))).run()
+    (line,) = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert line["step"] == 1 and line["grad_norm"] > 0
