@@ -51,21 +51,22 @@ def find_ruler_files(data_dir: Path, lengths: list[int] | None = None,
                      tasks: list[str] | None = None) -> dict[Key, Path]:
     """``(task, length) -> file`` for the suite files in ``data_dir``, filtered; a requested one missing is an error."""
     if not data_dir.is_dir():
-        raise FileNotFoundError(2, "No such folder", str(data_dir))
+        raise FileNotFoundError(f"{data_dir}: no such folder (create RULER files with: memrl data ruler --out "
+                                f"{data_dir} ...)")
     found: dict[Key, Path] = {}
     for path in sorted(data_dir.glob("ruler_*.jsonl")):
         key = parse_file_name(path.name)
         if key is not None and (tasks is None or key[0] in tasks) and (lengths is None or key[1] in lengths):
             found[key] = path
     have = sorted(p.name for p in data_dir.glob("ruler_*.jsonl"))
-    hint = (f"(found: {', '.join(have[:8]) + (' ...' if len(have) > 8 else '') or 'none'}); create them with: "
-            f"memrl data ruler --out {data_dir} --tokenizer MODEL ...")
-    if not found:
-        raise FileNotFoundError(2, f"no ruler_{{task}}_{{length}}.jsonl files to run {hint}", str(data_dir))
+    hint = (f"in {data_dir} (found: {', '.join(have[:8]) + (' ...' if len(have) > 8 else '') or 'none'}); "
+            f"create them with: memrl data ruler --out {data_dir} --tokenizer MODEL ...")
     for task in tasks or []:
         for length in lengths or []:
             if (task, length) not in found:
-                raise FileNotFoundError(2, f"missing ruler_{task}_{length}.jsonl {hint}", str(data_dir))
+                raise FileNotFoundError(f"missing ruler_{task}_{length}.jsonl {hint}")
+    if not found:
+        raise FileNotFoundError(f"no ruler_{{task}}_{{length}}.jsonl files to run {hint}")
     return dict(sorted(found.items(), key=lambda kv: (_task_order(kv[0][0]), kv[0][1])))
 
 
