@@ -1,0 +1,41 @@
+"""configs/memagent_*.yaml load and hold MemAgent's published settings."""
+
+from pathlib import Path
+
+from memrl.config.load import load_config
+from memrl.eval.runner import with_eval_sampling
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def test_paper_config():
+    cfg = load_config(CONFIGS / "memagent_paper.yaml")
+    w, a, t = cfg.workflow, cfg.algorithm, cfg.trainer
+    assert (w.name, w.chunk_tokens, w.memory_tokens, w.final_tokens, w.question_tokens, w.max_chunks) == (
+        "memagent", 5000, 1024, 1024, 1024, 8)
+    assert (w.reward, w.answer_format) == ("memagent_strict", "boxed")
+    assert (a.adv_estimator, a.n, a.kl_coef, a.kl_estimator, a.clip_ratio_low, a.clip_ratio_high) == (
+        "dr_grpo", 16, 0.001, "low_var_kl", 0.2, 0.2)
+    assert (t.lr, t.warmup_steps, t.prompts_per_step, t.prompts_per_step // t.mini_batches) == (1e-6, 20, 128, 8)
+    assert (t.eval_n, t.eval_temperature, t.eval_top_p) == (4, 1.0, 0.7)
+    assert cfg.sampling.temperature == 1.0 and cfg.eval.protocol == "memagent"
+    evaluated = with_eval_sampling(cfg)  # memrl eval samples as the paper's eval script
+    assert (evaluated.sampling.temperature, evaluated.sampling.top_p) == (0.7, 0.95)
+
+
+def test_example_config_uses_the_strict_reward():
+    cfg = load_config(CONFIGS / "memagent_grpo.yaml")
+    assert (cfg.workflow.reward, cfg.workflow.max_chunks) == ("memagent_strict", 8)
+
+
+def test_eval_section_defaults_and_checks():
+    cfg = load_config(None)
+    assert (cfg.eval.protocol, cfg.eval.repeats, cfg.workflow.answer_format) == ("memrl", 1, "boxed")
+    for bad in (["eval.protocol=ruler"], ["eval.repeats=0"], ["workflow.answer_format=json"],
+                ["workflow.answer_format=regex:("], ["trainer.eval_n=0"]):
+        try:
+            load_config(None, bad)
+        except Exception as exc:  # ConfigError names the key
+            assert bad[0].split("=")[0] in str(exc)
+        else:
+            raise AssertionError(f"{bad} was accepted")
