@@ -8,7 +8,7 @@ import pytest
 
 from memrl.data.errors import DataError
 from memrl.envs.domain import load_domain
-from memrl.envs.evaluate import communicated, evaluate
+from memrl.envs.evaluate import communicated, evaluate, run_calls
 from memrl.envs.messages import Message, ToolCall
 from memrl.envs.tasks import Action, Task, read_tasks
 
@@ -49,8 +49,8 @@ def test_reward_is_product_of_basis_components_or_mean_with_partial_credit(lib):
     t = task(actions=[{"name": "get_member_details", "arguments": {"member_id": "M001"}},
                       {"name": "search_books", "arguments": {"query": "glass"}}],
              communicate_info=["fine"], reward_basis=["DB", "ACTION", "COMMUNICATE"])
-    one_action = [Message("assistant", None, [ToolCall("get_member_details", {"member_id": "M001"})]),
-                  Message("assistant", "no fine owed")]
+    one_action = run_calls(lib, t, [ToolCall("get_member_details", {"member_id": "M001"})])
+    one_action.append(Message("assistant", "no fine owed"))
     info = evaluate(lib, t, one_action)
     assert info.db_match is True and info.action_checks == [True, False] and info.communicate_checks == [True]
     assert info.breakdown == {"DB": 1.0, "ACTION": 0.0, "COMMUNICATE": 1.0} and info.reward == 0.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memrl.envs.domain import load_domain
-from memrl.envs.evaluate import evaluate, replay_gold
+from memrl.envs.evaluate import evaluate, replay_gold, run_calls
 from memrl.envs.messages import Message, ToolCall
 
 
@@ -28,28 +28,30 @@ def test_every_builtin_task_replays_to_reward_one(lib):
         assert info.reward == 1.0, (task.id, info)
 
 
-def _calls(*calls: ToolCall, text: str = "done") -> list[Message]:
-    return [Message("assistant", None, [c]) for c in calls] + [Message("assistant", text)]
+def _calls(task, *calls: ToolCall, text: str = "done") -> list[Message]:
+    """A well-formed log: each call followed by the observation a live environment returned."""
+    return run_calls(load_domain("library"), task, calls) + [Message("assistant", text)]
 
 
 def test_wrong_and_extra_writes_score_below_one(lib):
     task = next(t for t in lib.tasks if t.id.startswith("return_") and t.id[7].isdigit())
     loan = task.evaluation_criteria.actions[0].arguments["loan_id"]
     other = next(lid for lid, v in lib.new_env().tools.db["loans"].items() if lid != loan and v["status"] == "active")
-    assert evaluate(lib, task, _calls(ToolCall("return_book", {"loan_id": loan}))).reward == 1.0
-    assert evaluate(lib, task, _calls(ToolCall("return_book", {"loan_id": other}))).reward == 0.0
-    extra = _calls(ToolCall("return_book", {"loan_id": loan}), ToolCall("return_book", {"loan_id": other}))
+    assert evaluate(lib, task, _calls(task, ToolCall("return_book", {"loan_id": loan}))).reward == 1.0
+    assert evaluate(lib, task, _calls(task, ToolCall("return_book", {"loan_id": other}))).reward == 0.0
+    extra = _calls(task, ToolCall("return_book", {"loan_id": loan}), ToolCall("return_book", {"loan_id": other}))
     assert evaluate(lib, task, extra).reward == 0.0
     # doing nothing leaves the database unchanged: wrong too
-    assert evaluate(lib, task, _calls()).reward == 0.0
+    assert evaluate(lib, task, _calls(task)).reward == 0.0
     # an episode cut by the turn limit scores 0 even with the right calls
-    assert evaluate(lib, task, _calls(ToolCall("return_book", {"loan_id": loan})), ending="max_turns").reward == 0.0
+    cut = _calls(task, ToolCall("return_book", {"loan_id": loan}))
+    assert evaluate(lib, task, cut, ending="max_turns").reward == 0.0
 
 
 def test_refusal_tasks_reward_making_no_change(lib):
     task = next(t for t in lib.tasks if t.id.startswith("checkout_blocked"))
     member = task.evaluation_criteria.actions[0].arguments["member_id"]
-    assert evaluate(lib, task, _calls(ToolCall("get_member_details", {"member_id": member}))).reward == 1.0
+    assert evaluate(lib, task, _calls(task, ToolCall("get_member_details", {"member_id": member}))).reward == 1.0
     book = next(b for b, v in lib.new_env().tools.db["books"].items() if v["available_copies"] > 0)
     # the tool itself refuses (fines), so the database is unchanged and the episode still passes...
     env = lib.new_env()
@@ -57,7 +59,7 @@ def test_refusal_tasks_reward_making_no_change(lib):
     assert obs.error and "fines" in obs.content
     # ...but paying the fine to get the book changes the database: not what was asked
     fines = env.tools.db["members"][member]["fines"]
-    paid = _calls(ToolCall("pay_fine", {"member_id": member, "amount": fines}),
+    paid = _calls(task, ToolCall("pay_fine", {"member_id": member, "amount": fines}),
                   ToolCall("checkout_book", {"member_id": member, "book_id": book}))
     assert evaluate(lib, task, paid).reward == 0.0
 

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from memrl.envs.domain import load_domain
-from memrl.envs.evaluate import evaluate, history_messages, replay_gold
+from memrl.envs.evaluate import evaluate, replay_gold, run_calls
 from memrl.envs.messages import Message, ToolCall
 
 
@@ -42,14 +42,13 @@ def test_mock_gold_replays_score_one(mock):
     for task in mock.tasks:
         assert (replay_gold(mock, task).reward == 1.0) != (task.id in needs_more), task.id
     t = next(x for x in mock.tasks if x.id == "update_task_with_history_and_env_assertions")
-    msgs = history_messages(t) + [Message("assistant", None, [ToolCall("update_task_status",
-                                                                       {"task_id": "task_2", "status": "completed"})])]
+    msgs = run_calls(mock, t, [ToolCall("update_task_status", {"task_id": "task_2", "status": "completed"})])
     assert evaluate(mock, t, msgs).reward == 1.0
     t = next(x for x in mock.tasks if x.id == "update_task_with_user_tools")
-    msgs = [Message("user", None, [ToolCall("check_notifications", {}, requestor="user")]),
-            Message("assistant", None, [ToolCall("update_task_status", {"task_id": "task_1", "status": "completed"})]),
-            Message("user", None, [ToolCall("dismiss_notification", {"notification_id": "notif_1"},
-                                            requestor="user")])]
+    msgs = run_calls(mock, t, [ToolCall("check_notifications", {}, requestor="user"),
+                               ToolCall("update_task_status", {"task_id": "task_1", "status": "completed"}),
+                               ToolCall("dismiss_notification", {"notification_id": "notif_1"}, requestor="user")])
+    assert msgs[-1].content == "Notification notif_1 dismissed"
     info = evaluate(mock, t, msgs)
     assert info.action_checks == [True] and info.env_assertion_checks == [True]
     # the user's own write is not among the gold actions, so the user-side database differs from the gold
@@ -70,13 +69,12 @@ def test_mock_initial_state_is_applied(mock):
 
 def test_retail_wrong_action_scores_zero(retail):
     task = next(t for t in retail.tasks if any(a.name == "cancel_pending_order" for a in t.evaluation_criteria.actions))
-    gold = [a for a in task.evaluation_criteria.actions]
-    calls = [ToolCall(a.name, dict(a.arguments)) for a in gold]
-    assert evaluate(retail, task, [Message("assistant", None, calls)]).reward == 1.0
+    calls = [ToolCall(a.name, dict(a.arguments)) for a in task.evaluation_criteria.actions]
+    assert evaluate(retail, task, run_calls(retail, task, calls)).reward == 1.0
     wrong = [ToolCall(c.name, {**c.arguments, "reason": "no longer needed" if c.arguments.get("reason")
                                == "ordered by mistake" else "ordered by mistake"})
              if c.name == "cancel_pending_order" else c for c in calls]
-    assert evaluate(retail, task, [Message("assistant", None, wrong)]).reward == 0.0
+    assert evaluate(retail, task, run_calls(retail, task, wrong)).reward == 0.0
     assert evaluate(retail, task, [Message("assistant", "Sorry, I cannot help.")]).reward == 0.0
 
 

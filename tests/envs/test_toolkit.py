@@ -64,7 +64,7 @@ def test_bad_calls_are_error_observations_not_crashes():
     e = env()
     before = db_hash(e.tools.db)
     cases = [
-        (ToolCall("nope", {}), "unknown tool 'nope'"),
+        (ToolCall("nope", {}), "Tool 'nope' not found."),
         (ToolCall("add", {}), "key: Field required"),
         (ToolCall("add", {"key": "a", "amount": "lots"}), "amount"),
         (ToolCall("add", {"key": "a", "extra": 1}), "extra: Extra inputs are not permitted"),
@@ -72,7 +72,7 @@ def test_bad_calls_are_error_observations_not_crashes():
         (ToolCall("add", {"key": "zzz"}), "no counter zzz"),
         (ToolCall("get", {"key": "zzz"}), "zzz"),  # a KeyError inside the tool
         (ToolCall("add", ["a"]), "must be a JSON object"),  # type: ignore[arg-type]
-        (ToolCall("helper", {}), "unknown tool 'helper'"),
+        (ToolCall("helper", {}), "Tool 'helper' not found."),
     ]
     for call, text in cases:
         obs = e.step(call)

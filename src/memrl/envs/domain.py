@@ -40,8 +40,9 @@ def _toolkits(name: str) -> tuple[type[Toolkit], type[Toolkit] | None]:
     raise ValueError(f"memrl has no tools for domain {name!r}; implemented: library (built in), mock, retail")
 
 
-def _read_db(path: Path) -> str:
-    """The database as canonical JSON text (parsed again for every fresh environment)."""
+def _read_db(path: Path, toolkit: type[Toolkit] | None = None) -> str:
+    """The database as JSON text (parsed again for every fresh environment), normalised once by the
+    toolkit to the benchmark's data model."""
     if path.suffix == ".toml":
         if sys.version_info >= (3, 11):
             import tomllib
@@ -56,6 +57,8 @@ def _read_db(path: Path) -> str:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as err:
             raise DataError(path, None, None, f"not valid JSON ({err})") from None
+    if toolkit is not None:
+        data = toolkit.normalize_db(data)
     return json.dumps(data)
 
 
@@ -75,10 +78,13 @@ class Domain:
     solo_policy: str | None = None
     splits: dict[str, list[str]] = field(default_factory=dict)
     folder: Path | None = None
+    tool_options: dict[str, Any] = field(default_factory=dict)
 
     def new_env(self, solo: bool = False) -> Environment:
         """A fresh environment on an untouched copy of the database."""
         tools = self.toolkit(json.loads(self.db_text))
+        for key, value in self.tool_options.items():
+            setattr(tools, key, value)
         user = None
         if self.user_toolkit is not None:
             user = self.user_toolkit(json.loads(self.user_db_text) if self.user_db_text else {})
@@ -108,9 +114,17 @@ def _locate(name: str, data_dir: str | Path) -> Path:
                             f"{root}/data/tau2/domains/{name}/tasks.json)")
 
 
-def load_domain(name: str, data_dir: str | Path | None = None) -> Domain:
-    """Load a domain by name: ``library`` is bundled; τ² domains come from ``data_dir``."""
+def load_domain(name: str, data_dir: str | Path | None = None, *,
+                tool_options: dict[str, Any] | None = None) -> Domain:
+    """Load a domain by name: ``library`` is bundled; τ² domains come from ``data_dir``.
+
+    ``tool_options`` set class-level switches of the agent toolkit on every environment, e.g.
+    ``{"per_item_variant": True}`` for retail (see :mod:`memrl.envs.domains.retail`).
+    """
     toolkit, user_toolkit = _toolkits(name)
+    for key in tool_options or {}:
+        if key.startswith("_") or not hasattr(toolkit, key) or callable(getattr(toolkit, key)):
+            raise ValueError(f"domain {name!r} has no tool option {key!r}")
     if data_dir is None:
         if name not in BUILTIN:
             raise ValueError(f"domain {name!r} is not bundled; set env.data_dir to a τ²-bench clone "
@@ -130,7 +144,8 @@ def load_domain(name: str, data_dir: str | Path | None = None) -> Domain:
     split_file = folder / "split_tasks.json"
     if split_file.is_file():
         splits = json.loads(split_file.read_text())
-    return Domain(name=name, policy=policy_file.read_text(), tasks=read_tasks(tasks_file), db_text=_read_db(db_file),
-                  toolkit=toolkit, user_toolkit=user_toolkit,
-                  user_db_text=_read_db(user_db) if user_db else None,
-                  solo_policy=solo.read_text() if solo else None, splits=splits, folder=folder)
+    return Domain(name=name, policy=policy_file.read_text(), tasks=read_tasks(tasks_file),
+                  db_text=_read_db(db_file, toolkit), toolkit=toolkit, user_toolkit=user_toolkit,
+                  user_db_text=_read_db(user_db, user_toolkit) if user_db else None,
+                  solo_policy=solo.read_text() if solo else None, splits=splits, folder=folder,
+                  tool_options=dict(tool_options or {}))

@@ -1,12 +1,18 @@
 """An environment instance: a database, the tools acting on it, and their observations.
 
 ``step`` never raises for a bad call: unknown tools, malformed arguments and
-tool refusals come back as error observations, because an agent under RL
-produces all of these and must see (and be penalised through) the result.
+tool refusals come back as error observations (``Error: ...``, as τ²-bench
+writes them), because an agent under RL produces all of these and must see
+(and be penalised through) the result.
+
+Every environment owns its data: task initialization data, initialization
+arguments and call arguments are deep-copied before they reach a database, so
+a write in one environment can never show up in another one or in the Task.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Iterable
@@ -17,19 +23,34 @@ from memrl.envs.tasks import EnvAssertion, EnvFunctionCall, InitialState
 from memrl.envs.toolkit import ToolError, Toolkit, to_text
 
 
+class ReplayError(ValueError):
+    """A message log that τ²-bench refuses to replay (a tool call without its result, or a result
+    that the replayed call does not reproduce)."""
+
+
 def db_hash(db: dict[str, Any] | None) -> str:
-    """Hash of a database's canonical JSON (key order does not matter)."""
-    text = json.dumps(db, sort_keys=True, ensure_ascii=False, default=str)
+    """Hash of a database's canonical JSON, computed as τ²-bench hashes its ``model_dump()``."""
+    text = json.dumps(db, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def deep_update(target: dict[str, Any], patch: dict[str, Any]) -> None:
-    """Merge ``patch`` into ``target`` recursively (τ²-bench initialization_data)."""
+    """Merge ``patch`` into ``target`` recursively (τ²-bench initialization_data).
+
+    Values are deep copies: the patch belongs to a Task shared by every environment.
+    """
     for key, value in patch.items():
         if isinstance(value, dict) and isinstance(target.get(key), dict):
             deep_update(target[key], value)
         else:
-            target[key] = value
+            target[key] = copy.deepcopy(value)
+
+
+def _parsed(text: str | None) -> Any:
+    try:
+        return json.loads(text or "")
+    except json.JSONDecodeError:
+        return text
 
 
 class Environment:
@@ -43,6 +64,8 @@ class Environment:
         self.user_tools = user_tools
         self.solo = solo
         self._calls = 0
+        if self._solo_user_tools() and set(tools.tools) & set(user_tools.tools):  # type: ignore[union-attr]
+            raise ValueError(f"solo mode: tool names overlap: {sorted(set(tools.tools) & set(user_tools.tools))}")
 
     # -- acting -------------------------------------------------------------------------------
     def toolkit(self, requestor: str) -> Toolkit:
@@ -52,28 +75,53 @@ class Environment:
             return self.user_tools
         return self.tools
 
+    def _route(self, name: str, requestor: str) -> Toolkit:
+        """The toolkit that answers a call, by τ²-bench's rules: the user may not act in solo mode, and
+        in solo mode the agent reaches the user's tools (device actions) by name."""
+        if requestor == "user":
+            if self.solo:
+                raise ToolError("User tool calls are not allowed in solo mode")
+            if self.user_tools is None:
+                raise ToolError("User tools not available")
+            return self.user_tools
+        if self._solo_user_tools() and name in self.user_tools.tools:  # type: ignore[union-attr]
+            return self.user_tools  # type: ignore[return-value]
+        return self.tools
+
+    def _solo_user_tools(self) -> bool:
+        """Whether the agent works the user's tools itself (solo mode, a toolkit that allows it)."""
+        return self.solo and self.user_tools is not None and self.user_tools.agent_in_solo
+
     def call(self, call: ToolCall) -> Any:
-        """Run a call and return the raw result; raises ToolError/ValueError on refusal."""
-        kit = self.toolkit(call.requestor)
-        fn = kit.tools.get(call.name)
-        if fn is None:
-            raise ToolError(f"unknown tool {call.name!r}; available: {', '.join(sorted(kit.tools))}")
+        """Run a call and return the raw result; raises (any exception) on refusal."""
         if not isinstance(call.arguments, dict):
             raise ToolError(f"arguments of {call.name} must be a JSON object")
-        return fn(call.arguments)
+        return self._route(call.name, call.requestor).call(call.name, copy.deepcopy(call.arguments))
 
     def step(self, call: ToolCall) -> Message:
-        """Run one tool call; the observation is the result, or ``Error: ...`` with ``error=True``."""
+        """Run one tool call; the observation is the result, or ``Error: ...`` with ``error=True``.
+
+        Any exception a tool raises is an error observation, as in τ²-bench (``f"Error: {e}"``).
+        """
         self._calls += 1
         call_id = call.id or f"call_{self._calls}"
         try:
             return Message("tool", to_text(self.call(call)), call_id=call_id)
-        except (ToolError, ValueError, KeyError, TypeError) as err:
+        except Exception as err:  # noqa: BLE001 - the agent sees every failure as text
             return Message("tool", f"Error: {err}", error=True, call_id=call_id)
 
+    def has_tool(self, name: str, requestor: str = "assistant") -> bool:
+        try:
+            return name in self._route(name, requestor).tools
+        except ToolError:
+            return False
+
     def is_write(self, name: str, requestor: str = "assistant") -> bool:
-        kit = self.user_tools if requestor == "user" else self.tools
-        t = kit.tools.get(name) if kit is not None else None
+        """Whether a tool may change a database (τ²-bench's ``mutates_state``: its WRITE tools)."""
+        try:
+            t = self._route(name, requestor).tools.get(name)
+        except ToolError:
+            return False
         return t is not None and t.kind == "write"
 
     # -- state ----------------------------------------------------------------------------------
@@ -83,33 +131,71 @@ class Environment:
         method = getattr(kit, fn.func_name, None)
         if method is None or fn.func_name.startswith("_"):
             raise ToolError(f"{fn.env_type} toolkit of {self.domain} has no function {fn.func_name!r}")
-        return method(**fn.arguments)
+        return method(**copy.deepcopy(fn.arguments))
 
-    def set_state(self, initial: InitialState | None, history: Iterable[Message] = ()) -> None:
-        """Apply a task's initial data and actions, then replay the tool calls of a message log."""
+    def _apply_data(self, data: dict[str, Any]) -> None:
+        """τ²-bench's initialization data: merged into a copy of the database, which is then
+        revalidated. As in τ²-bench, the other side's toolkit is then pointed at the updated
+        database (one shared database afterwards)."""
+        if data.get("agent_data") is not None:
+            db = copy.deepcopy(self.tools.db)
+            deep_update(db, data["agent_data"])
+            self.tools.db = self.tools.normalize_db(db)
+            if self.user_tools is not None and self.user_tools.db is not None:
+                self.user_tools.db = self.tools.db
+        if data.get("user_data") is not None:
+            if self.user_tools is None:
+                raise ToolError(f"task has user_data but domain {self.domain} has no user database")
+            db = copy.deepcopy(self.user_tools.db)
+            deep_update(db, data["user_data"])
+            self.user_tools.db = self.user_tools.normalize_db(db)
+            self.tools.db = self.user_tools.db
+
+    def set_state(self, initial: InitialState | None, history: Iterable[Message] = (), *,
+                  strict: bool = False) -> None:
+        """Apply a task's initial data and actions, then replay the state-changing tool calls of a log.
+
+        Only write tools are replayed (τ²-bench's ``mutates_state``); reads cannot change a database.
+        With ``strict`` the log must be well formed as τ²-bench requires (every tool call followed by
+        its result, no stray results), and each replayed result must equal the logged one; a
+        violation raises :class:`ReplayError`. Without it, calls are replayed and failures ignored
+        (a failed call changed nothing when it was first made).
+        """
         if initial is not None:
-            data = initial.initialization_data or {}
-            if data.get("agent_data"):
-                deep_update(self.tools.db, data["agent_data"])
-            if data.get("user_data"):
-                if self.user_tools is None:
-                    raise ToolError(f"task has user_data but domain {self.domain} has no user database")
-                deep_update(self.user_tools.db, data["user_data"])
+            self._apply_data(initial.initialization_data or {})
             for fn in initial.initialization_actions or []:
                 self.run_function(fn)
-        for msg in history:
+        msgs = list(history)  # (memrl's solo log opens with the ticket as a user message: allowed)
+        i = 0
+        while i < len(msgs):
+            msg = msgs[i]
+            i += 1
+            if msg.role == "tool":
+                if strict:
+                    raise ReplayError("Tool message not expected. Tool messages should always follow a tool call.")
+                continue
             for call in msg.tool_calls if msg.role in ("assistant", "user") else ():
-                try:
-                    self.call(call)
-                except (ToolError, ValueError, KeyError, TypeError):
-                    pass  # a failed call changed nothing, as when it was first made
+                result = msgs[i] if i < len(msgs) and msgs[i].role == "tool" else None
+                if result is not None:
+                    i += 1
+                if strict:
+                    if result is None:
+                        raise ReplayError(f"Tool message expected after the call to {call.name}")
+                    if call.id and result.call_id and call.id != result.call_id:
+                        raise ReplayError(f"Tool call id mismatch. Got {call.id} and {result.call_id}")
+                if not self.has_tool(call.name, call.requestor) or not self.is_write(call.name, call.requestor):
+                    continue
+                obs = self.step(call)
+                if strict and _parsed(obs.content) != _parsed(result.content):  # type: ignore[union-attr]
+                    raise ReplayError(f"Replayed call to {call.name} returned {obs.content!r}, "
+                                      f"the log says {result.content!r}")  # type: ignore[union-attr]
 
     def run_assertion(self, assertion: EnvAssertion) -> bool:
         try:
-            value = bool(self.run_function(assertion))
-        except (ToolError, ValueError, KeyError, TypeError):
+            value = self.run_function(assertion)
+        except Exception:  # noqa: BLE001 - a failing assertion function is a failed check
             return False
-        return value == assertion.assert_value
+        return isinstance(value, bool) and value == assertion.assert_value
 
     def db_hash(self) -> str:
         return db_hash(self.tools.db)
@@ -118,4 +204,8 @@ class Environment:
         return db_hash(self.user_tools.db if self.user_tools is not None else None)
 
     def tool_schemas(self) -> list[dict[str, Any]]:
-        return self.tools.schemas()
+        """What the agent sees: its tools, plus the user's device tools in solo mode."""
+        schemas = self.tools.schemas()
+        if self._solo_user_tools():
+            schemas += self.user_tools.schemas()  # type: ignore[union-attr]
+        return schemas

@@ -1,17 +1,23 @@
 """Grade a tool-agent episode the way τ²-bench does.
 
-- Premature endings (turn or token limit, crash) score 0: only an agent stop,
-  a user stop or a transfer is graded.
-- DB: the episode's tool calls are replayed on a fresh environment (after the
-  task's initial state) and its database hashes (agent and user side) are
-  compared with those of a fresh environment on which the gold actions were
-  replayed.
+- Premature endings (turn or token limit, crash) score 0: only an agent stop or
+  a user stop is graded. memrl's ``transfer`` ending (the agent called
+  ``transfer_to_human_agents``) counts as a user stop: in τ²-bench the user
+  simulator answers a transfer by ending the conversation.
+- DB: the episode's state-changing (write) tool calls are replayed on a fresh
+  environment (after the task's initial state) and its database hashes (agent
+  and user side) are compared with those of a fresh environment on which the
+  gold actions were replayed. As in τ²-bench the log must be well formed: every
+  tool call followed by its result, and each replayed write returning what the
+  log says it returned; a log that is not scores 0 (τ²-bench refuses it).
 - ENV_ASSERTION: each assertion function must return its ``assert_value``.
 - ACTION: every gold action must appear among the calls (see ``Action.matches``).
 - COMMUNICATE: every required string must occur, case-insensitively, in an
   agent text message with commas removed.
-- NL_ASSERTION: needs an LLM judge; without one the component is left out of the
-  product and counted in ``nl_unchecked``.
+- NL_ASSERTION: judged by an LLM (:mod:`memrl.envs.nl_judge`) whenever the task
+  has assertions; a task whose basis names NL_ASSERTION without any scores 1 on it.
+  Without a judge the component is left out of the product, counted in
+  ``nl_unchecked`` and said in ``note``: such rewards are higher than τ²-bench's.
 
 The task reward is the product of the components named in ``reward_basis``
 (all or nothing). With ``partial=True`` each component scores the fraction of
@@ -26,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memrl.envs.environment import ReplayError
 from memrl.envs.messages import Message, ToolCall
 from memrl.envs.tasks import Task
 
@@ -33,7 +40,7 @@ if TYPE_CHECKING:
     from memrl.envs.domain import Domain
 
 NLJudge = Callable[[Sequence[str], Sequence[Message]], Sequence[bool]]
-GRADED_ENDINGS = ("agent_stop", "user_stop", "transfer")
+GRADED_ENDINGS = ("agent_stop", "user_stop", "transfer")  # τ²: all but max steps / too many errors
 
 
 @dataclass
@@ -82,7 +89,10 @@ def evaluate(domain: Domain, task: Task, messages: Sequence[Message], *, ending:
         comps["ENV_ASSERTION"] = []
     else:
         predicted = domain.new_env(solo=solo)
-        predicted.set_state(task.initial_state, messages)
+        try:
+            predicted.set_state(task.initial_state, messages, strict=True)
+        except ReplayError as err:
+            return RewardInfo(0.0, note=f"message log cannot be replayed: {err}")
         gold = domain.new_env()
         gold.set_state(task.initial_state, history_messages(task))
         for action in crit.actions or []:
@@ -107,6 +117,8 @@ def evaluate(domain: Domain, task: Task, messages: Sequence[Message], *, ending:
     elif nl:
         if "NL_ASSERTION" in basis:
             info.nl_unchecked = len(nl)
+            info.note = (f"{len(nl)} NL assertion(s) not judged (no env.nl_judge_model): "
+                         "left out of the reward, which is higher than tau2-bench's")
         basis = [b for b in basis if b != "NL_ASSERTION"]
     else:
         comps["NL_ASSERTION"] = []
@@ -128,18 +140,29 @@ def evaluate(domain: Domain, task: Task, messages: Sequence[Message], *, ending:
     return info
 
 
+def run_calls(domain: Domain, task: Task, calls: Sequence[ToolCall], *, solo: bool = False) -> list[Message]:
+    """The message log of an episode that makes ``calls`` one by one after the task's history: each
+    call in its own message, followed by the observation a live environment returned."""
+    msgs = history_messages(task)
+    env = domain.new_env(solo=solo)
+    env.set_state(task.initial_state, msgs)
+    for i, call in enumerate(calls):
+        call = ToolCall(call.name, call.arguments, id=call.id or f"call_{i}", requestor=call.requestor)
+        msgs.append(Message("user" if call.requestor == "user" else "assistant", None, [call]))
+        msgs.append(env.step(call))
+    return msgs
+
+
 def replay_gold(domain: Domain, task: Task, *, solo: bool = False, **kwargs: Any) -> RewardInfo:
     """Grade an episode made only of the gold actions (and the task's history): should be 1.0.
 
     Each required ``communicate_info`` string is said by the agent at the end,
     as a correct agent would.
     """
-    msgs = history_messages(task)
     crit = task.evaluation_criteria
-    for i, a in enumerate(crit.actions or [] if crit else []):
-        role = "user" if a.requestor == "user" else "assistant"
-        msgs.append(Message(role, None, [ToolCall(a.name, dict(a.arguments), id=f"gold_{i}",
-                                                  requestor=a.requestor)]))
+    calls = [ToolCall(a.name, dict(a.arguments), id=f"gold_{i}", requestor=a.requestor)
+             for i, a in enumerate(crit.actions or [] if crit else [])]
+    msgs = run_calls(domain, task, calls, solo=solo)
     if crit and crit.communicate_info:
         msgs.append(Message("assistant", " ".join(crit.communicate_info)))
     return evaluate(domain, task, msgs, solo=solo, **kwargs)

@@ -89,7 +89,12 @@ class Tool:
         return {"type": "function", "function": {"name": self.name, "description": self.description,
                                                  "parameters": params}}
 
-    def __call__(self, arguments: dict[str, Any]) -> Any:
+    def __call__(self, arguments: dict[str, Any], strict: bool = True) -> Any:
+        """Run the tool. ``strict`` validates (and coerces) the arguments with pydantic first;
+        otherwise they go to the method as Python keyword arguments, as τ²-bench calls its tools:
+        no type checks, and a missing or extra argument is Python's own ``TypeError``."""
+        if not strict:
+            return self.fn(**arguments)
         try:
             args = self.args_model.model_validate(arguments)
         except ValidationError as err:
@@ -100,7 +105,15 @@ class Tool:
 
 
 class Toolkit:
-    """Base class of a domain's tools; ``self.db`` is the mutable database (plain dicts)."""
+    """Base class of a domain's tools; ``self.db`` is the mutable database (plain dicts).
+
+    ``strict_args``: validate arguments against the signature before the call (memrl's own
+    domains). τ²-bench domains set it False so that a call behaves as in τ²-bench, which
+    passes the agent's arguments to the Python method unchecked.
+    """
+
+    strict_args: bool = True
+    agent_in_solo: bool = True  # a user toolkit: in solo mode the agent calls these tools itself (τ²-bench)
 
     def __init__(self, db: dict[str, Any]) -> None:
         self.db = db
@@ -110,12 +123,37 @@ class Toolkit:
             if callable(attr) and hasattr(attr, "__memrl_tool__"):
                 self.tools[name] = Tool.from_method(getattr(self, name))
 
+    @classmethod
+    def normalize_db(cls, db: dict[str, Any]) -> dict[str, Any]:
+        """The database as the benchmark's data model holds it (field order, defaults, floats).
+
+        τ²-bench loads each database into pydantic models, so unset optional fields exist
+        (as null) and declared floats are floats; a domain overrides this to match, which
+        makes observations and database hashes the same as τ²-bench's. Default: unchanged.
+        """
+        return db
+
     def schemas(self) -> list[dict[str, Any]]:
         return [t.schema() for t in self.tools.values()]
 
+    def call(self, name: str, arguments: dict[str, Any]) -> Any:
+        """Run tool ``name``; unknown names fail with τ²-bench's wording."""
+        fn = self.tools.get(name)
+        if fn is None:
+            raise ToolError(f"Tool '{name}' not found.")
+        return fn(arguments, strict=self.strict_args)
+
 
 def to_text(value: Any) -> str:
-    """A tool result as the text the agent reads (JSON for structures, as τ²-bench shows them)."""
+    """A tool result as the text the agent reads: the string τ²-bench would put in the tool message.
+
+    τ²-bench passes strings through, writes a bare number or boolean with ``str`` (``True``,
+    ``5.0``) and dumps anything else with ``json.dumps`` defaults: ``", "``/``": "`` separators,
+    non-ASCII escaped, unset fields as ``null``. memrl's dicts stand for τ²'s pydantic models, whose
+    numbers stay numbers in the dump.
+    """
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (bool, int, float)):
+        return str(value)
+    return json.dumps(value, default=str)

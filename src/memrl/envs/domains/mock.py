@@ -1,22 +1,35 @@
 """τ²-bench's ``mock`` domain: a tiny task manager (agent side) and notifications (user side).
 
-Written from the benchmark's documented behaviour; the data is the user's own
-copy of τ²-bench (``mock/db.json``, ``user_db.json``, ``tasks.json``).
+The agent tools behave as τ²-bench's (same outputs, errors and unchecked
+arguments: ``update_task_status`` stores any status string, as τ² does). τ²-bench's
+mock environment has no user tools; the notifications toolkit is memrl's, so
+that the task ``update_task_with_user_tools`` (which τ²-bench cannot run) has
+something to act on. The data is the user's own copy of τ²-bench
+(``mock/db.json``, ``user_db.json``, ``tasks.json``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from memrl.envs.toolkit import ToolError, Toolkit, tool
+from memrl.envs.toolkit import Toolkit, tool
 
 
 class MockTools(Toolkit):
     """Tasks owned by users; a task is 'pending' or 'completed'."""
 
+    strict_args = False
+
+    @classmethod
+    def normalize_db(cls, db: dict[str, Any]) -> dict[str, Any]:
+        """τ²'s MockDB dump: task and user fields in model order, a missing description null."""
+        return {"tasks": {k: {f: t.get(f) for f in ("task_id", "title", "description", "status")}
+                          for k, t in db["tasks"].items()},
+                "users": {k: {f: u.get(f) for f in ("user_id", "name", "tasks")} for k, u in db["users"].items()}}
+
     def _task(self, task_id: str) -> dict[str, Any]:
         if task_id not in self.db["tasks"]:
-            raise ToolError(f"Task {task_id} not found")
+            raise ValueError(f"Task {task_id} not found")
         return self.db["tasks"][task_id]
 
     @tool("write")
@@ -29,11 +42,11 @@ class MockTools(Toolkit):
             description: An optional description.
         """
         if user_id not in self.db["users"]:
-            raise ToolError(f"User {user_id} not found")
+            raise ValueError(f"User {user_id} not found")
         task_id = f"task_{len(self.db['tasks']) + 1}"
         task = {"task_id": task_id, "title": title, "description": description, "status": "pending"}
         self.db["tasks"][task_id] = task
-        self.db["users"][user_id].setdefault("tasks", []).append(task_id)
+        self.db["users"][user_id]["tasks"].append(task_id)
         return task
 
     @tool("read")
@@ -64,11 +77,20 @@ class MockTools(Toolkit):
 
     def assert_task_status(self, task_id: str, expected_status: str) -> bool:
         """Assertion used by tasks: the task exists and has the expected status."""
-        return self.db["tasks"].get(task_id, {}).get("status") == expected_status
+        return self._task(task_id)["status"] == expected_status
+
+    def assert_number_of_tasks(self, user_id: str, expected_number: int) -> bool:
+        """Assertion used by tasks: the user has this many tasks."""
+        if user_id not in self.db["users"]:
+            raise ValueError(f"User {user_id} not found")
+        return len(self.db["users"][user_id]["tasks"]) == expected_number
 
 
 class MockUserTools(Toolkit):
-    """The user's device: notifications that the user can read."""
+    """The user's device: notifications that the user can read (memrl's; τ²'s mock has no user tools)."""
+
+    strict_args = False
+    agent_in_solo = False  # τ²-bench's solo agent on mock has only the task-manager tools
 
     def add_notification(self, notification_id: str, message: str, task_id: str | None = None) -> dict[str, Any]:
         """Initialization action: a new unread notification."""
@@ -82,7 +104,7 @@ class MockUserTools(Toolkit):
         return list(self.db.get("notifications", {}).values())
 
     @tool("write")
-    def dismiss_notification(self, notification_id: str) -> dict[str, Any]:
+    def dismiss_notification(self, notification_id: str) -> str:
         """Dismiss a notification (marks it read).
 
         Args:
@@ -90,9 +112,9 @@ class MockUserTools(Toolkit):
         """
         note = self.db.get("notifications", {}).get(notification_id)
         if note is None:
-            raise ToolError(f"Notification {notification_id} not found")
+            raise ValueError(f"Notification {notification_id} not found")
         note["status"] = "read"
-        return note
+        return f"Notification {notification_id} dismissed"
 
     def assert_notification_status(self, notification_id: str, expected_status: str) -> bool:
         return self.db.get("notifications", {}).get(notification_id, {}).get("status") == expected_status

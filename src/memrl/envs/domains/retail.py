@@ -1,96 +1,134 @@
 """τ²-bench's ``retail`` domain: users, orders and products of an online store.
 
-Written from the benchmark's documented tool behaviour (descriptions, checks and
-refund rules). The database is the user's copy of ``retail/db.json``. One known
-divergence: when ``modify_pending_order_items`` swaps several items, each item
-takes the price and options of *its own* new variant (as the tool's description
-says); replaying τ²-bench's own gold actions is unaffected because the gold and
-the agent's database are both built by these tools.
+Written from τ²-bench's tool behaviour for the same observations, databases and
+error texts: the database follows τ²'s data model (unset optional order fields
+null, prices and amounts floats), arguments reach the methods unchecked and every
+refusal has τ²'s wording.
+
+``modify_pending_order_items`` follows τ²-bench, which gives *every* swapped item
+the price and options of the *last* new variant in the call and records the
+payment difference unrounded. Set ``per_item_variant`` (``load_domain(...,
+tool_options={"per_item_variant": True})``) to price each item by its own variant,
+as the tool's description promises; databases then differ from τ²'s whenever a
+call swaps items of different prices.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any
 
-from memrl.envs.toolkit import ToolError, Toolkit, tool
+from memrl.envs.toolkit import Toolkit, tool
 
-Reason = Literal["no longer needed", "ordered by mistake"]
+_ADDRESS = ("address1", "address2", "city", "country", "state", "zip")
+_ORDER = ("order_id", "user_id", "address", "items", "status", "fulfillments", "payment_history")
+_ORDER_OPTIONAL = ("cancel_reason", "exchange_items", "exchange_new_items", "exchange_payment_method_id",
+                   "exchange_price_difference", "return_items", "return_payment_method_id")
+_PAYMENT_FIELDS = {"credit_card": ("source", "id", "brand", "last_four"), "gift_card": ("source", "id", "balance"),
+                   "paypal": ("source", "id")}
+
+
+def _pick(d: dict[str, Any], keys: tuple[str, ...], floats: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``d`` with exactly ``keys`` in that order (missing ones null), ``floats`` as floats (pydantic's dump)."""
+    out = {k: d.get(k) for k in keys}
+    for k in floats:
+        if isinstance(out[k], int) and not isinstance(out[k], bool):
+            out[k] = float(out[k])
+    return out
 
 
 class RetailTools(Toolkit):
+    strict_args = False
+    per_item_variant = False  # τ²-bench prices every swapped item by the last new variant
+
+    @classmethod
+    def normalize_db(cls, db: dict[str, Any]) -> dict[str, Any]:
+        """τ²'s RetailDB after validation and ``model_dump``: model field order, null optionals, floats."""
+        products = {pid: {**_pick(p, ("name", "product_id")),
+                          "variants": {vid: _pick(v, ("item_id", "options", "available", "price"), ("price",))
+                                       for vid, v in p["variants"].items()}}
+                    for pid, p in db["products"].items()}
+        users = {}
+        for uid, u in db["users"].items():
+            methods = {mid: _pick(m, _PAYMENT_FIELDS.get(m.get("source"), ("source", "id")), ("balance",)
+                                  if m.get("source") == "gift_card" else ())
+                       for mid, m in u["payment_methods"].items()}
+            users[uid] = {"user_id": u["user_id"], "name": _pick(u["name"], ("first_name", "last_name")),
+                          "address": _pick(u["address"], _ADDRESS), "email": u["email"],
+                          "payment_methods": methods, "orders": u["orders"]}
+        orders = {}
+        for oid, o in db["orders"].items():
+            order = _pick(o, _ORDER + _ORDER_OPTIONAL, ("exchange_price_difference",))
+            order["address"] = _pick(o["address"], _ADDRESS)
+            order["items"] = [_pick(it, ("name", "product_id", "item_id", "price", "options"), ("price",))
+                              for it in o["items"]]
+            order["fulfillments"] = [_pick(f, ("tracking_id", "item_ids")) for f in o["fulfillments"]]
+            order["payment_history"] = [_pick(p, ("transaction_type", "amount", "payment_method_id"), ("amount",))
+                                        for p in o["payment_history"]]
+            orders[oid] = order
+        return {"products": products, "users": users, "orders": orders}
+
     # -- lookups ------------------------------------------------------------------------------
     def _order(self, order_id: str) -> dict[str, Any]:
         if order_id not in self.db["orders"]:
-            raise ToolError("Order not found")
+            raise ValueError("Order not found")
         return self.db["orders"][order_id]
 
     def _user(self, user_id: str) -> dict[str, Any]:
         if user_id not in self.db["users"]:
-            raise ToolError("User not found")
+            raise ValueError("User not found")
         return self.db["users"][user_id]
 
     def _product(self, product_id: str) -> dict[str, Any]:
         if product_id not in self.db["products"]:
-            raise ToolError("Product not found")
+            raise ValueError("Product not found")
         return self.db["products"][product_id]
 
     def _variant(self, product_id: str, item_id: str) -> dict[str, Any]:
-        variants = self._product(product_id)["variants"]
-        if item_id not in variants:
-            raise ToolError("Variant not found")
+        if item_id not in (variants := self._product(product_id)["variants"]):
+            raise ValueError("Variant not found")
         return variants[item_id]
 
     def _payment(self, user_id: str, payment_id: str) -> dict[str, Any]:
-        methods = self._user(user_id)["payment_methods"]
-        if payment_id not in methods:
-            raise ToolError("Payment method not found")
+        if payment_id not in (methods := self._user(user_id)["payment_methods"]):
+            raise ValueError("Payment method not found")
         return methods[payment_id]
 
     @staticmethod
     def _address(address1: str, address2: str, city: str, state: str, country: str, zip: str) -> dict[str, str]:
-        return {"address1": address1, "address2": address2, "city": city, "country": country, "state": state,
-                "zip": zip}
+        return _pick(locals(), _ADDRESS)  # τ²'s UserAddress field order
 
     @staticmethod
     def _is_gift_card(method: dict[str, Any]) -> bool:
-        return method.get("source") == "gift_card"
+        return method.get("source") == "gift_card"  # τ²: isinstance(method, GiftCard)
 
     @staticmethod
-    def _check_items_in_order(order: dict[str, Any], item_ids: list[str], what: str) -> None:
+    def _check_counts(order: dict[str, Any], item_ids: list[str], message: str) -> None:
+        """Each item id occurs in the order at least as often as in ``item_ids`` (τ²'s per-tool message)."""
         have = [it["item_id"] for it in order["items"]]
         for item_id in item_ids:
             if item_ids.count(item_id) > have.count(item_id):
-                raise ToolError(f"{what} {item_id} not found in the order")
+                raise ValueError(message.format(item_id=item_id))
 
-    def _priced_swap(self, order: dict[str, Any], item_ids: list[str], new_item_ids: list[str],
-                     payment_method_id: str, same_allowed: bool,
-                     short_of: str) -> tuple[float, list[dict[str, Any]], dict[str, Any]]:
-        """Checks shared by exchange and modify-items, in tau2's order: the items are in the order, each new
-        item is an available variant of the same product, the payment method exists and, if a gift card,
-        covers the difference (``short_of`` names what it would not pay for).
-
-        Returns (price difference, new variants, payment method).
-        """
-        self._check_items_in_order(order, item_ids, "Item")
+    def _swap_price(self, order: dict[str, Any], item_ids: list[str], new_item_ids: list[str], same_allowed: bool,
+                    count_message: str) -> tuple[float, list[dict[str, Any]]]:
+        """The checks shared by exchange and modify-items, in τ²'s order, and the (unrounded) price
+        difference with the new variants."""
+        self._check_counts(order, item_ids, count_message)
         if len(item_ids) != len(new_item_ids):
-            raise ToolError("The number of items to be exchanged should match")
-        diff = 0.0
+            raise ValueError("The number of items to be exchanged should match" + ("." if same_allowed else ""))
+        diff: float = 0
         variants = []
         for item_id, new_id in zip(item_ids, new_item_ids):
             if not same_allowed and item_id == new_id:
-                raise ToolError("The new item id should be different from the old item id")
+                raise ValueError("The new item id should be different from the old item id")
             item = next(it for it in order["items"] if it["item_id"] == item_id)
             variant = self._variant(item["product_id"], new_id)
-            if not variant.get("available", False):
-                raise ToolError(f"New item {new_id} not found or available")
+            if not variant["available"]:
+                raise ValueError(f"New item {new_id} not found or available")
             diff += variant["price"] - item["price"]
             variants.append(variant)
-        diff = round(diff, 2)
-        method = self._payment(order["user_id"], payment_method_id)
-        if self._is_gift_card(method) and method["balance"] < diff:
-            raise ToolError(f"Insufficient gift card balance to pay for {short_of}")
-        return diff, variants, method
+        return diff, variants
 
     # -- read tools ---------------------------------------------------------------------------
     @tool("read")
@@ -100,11 +138,10 @@ class RetailTools(Toolkit):
         Args:
             email: The email of the user, such as 'something@example.com'.
         """
-        want = email.strip().lower()
         for uid, user in self.db["users"].items():
-            if user["email"].lower() == want:
+            if user["email"].lower() == email.lower():  # no trimming: τ²-bench refuses ' a@b.com '
                 return uid
-        raise ToolError("User not found")
+        raise ValueError("User not found")
 
     @tool("read")
     def find_user_id_by_name_zip(self, first_name: str, last_name: str, zip: str) -> str:
@@ -117,11 +154,10 @@ class RetailTools(Toolkit):
         """
         for uid, user in self.db["users"].items():
             name = user["name"]
-            if (name["first_name"].lower() == first_name.strip().lower()
-                    and name["last_name"].lower() == last_name.strip().lower()
-                    and user["address"]["zip"] == zip.strip()):
+            if (name["first_name"].lower() == first_name.lower() and name["last_name"].lower() == last_name.lower()
+                    and user["address"]["zip"] == zip):
                 return uid
-        raise ToolError("User not found")
+        raise ValueError("User not found")
 
     @tool("read")
     def get_order_details(self, order_id: str) -> dict[str, Any]:
@@ -151,7 +187,7 @@ class RetailTools(Toolkit):
         for product in self.db["products"].values():
             if item_id in product["variants"]:
                 return product["variants"][item_id]
-        raise ToolError("Item not found")
+        raise ValueError("Item not found")
 
     @tool("read")
     def get_user_details(self, user_id: str) -> dict[str, Any]:
@@ -174,13 +210,10 @@ class RetailTools(Toolkit):
         Args:
             expression: Numbers, + - * /, parentheses and spaces, such as '2 + 2'.
         """
-        if not expression.strip() or any(ch not in "0123456789+-*/(). " for ch in expression):
-            raise ToolError("Invalid characters in expression")
-        try:
-            value = eval(expression, {"__builtins__": {}}, {})  # noqa: S307 - characters checked above
-        except (SyntaxError, ZeroDivisionError, TypeError) as err:
-            raise ToolError(f"Invalid expression: {err}") from None
-        return str(round(float(value), 2))
+        if any(ch not in "0123456789+-*/(). " for ch in expression):
+            raise ValueError("Invalid characters in expression")
+        # Python's own errors (syntax, division by zero) are the observation, as in τ²-bench.
+        return str(round(float(eval(expression, {"__builtins__": None}, {})), 2))  # noqa: S307 - checked above
 
     @tool("generic")
     def transfer_to_human_agents(self, summary: str) -> str:
@@ -204,9 +237,9 @@ class RetailTools(Toolkit):
         """
         order = self._order(order_id)
         if order["status"] != "pending":
-            raise ToolError("Non-pending order cannot be cancelled")
+            raise ValueError("Non-pending order cannot be cancelled")
         if reason not in ("no longer needed", "ordered by mistake"):
-            raise ToolError("Invalid reason")
+            raise ValueError("Invalid reason")
         refunds = []
         for pay in order["payment_history"]:
             refunds.append({"transaction_type": "refund", "amount": pay["amount"],
@@ -233,9 +266,13 @@ class RetailTools(Toolkit):
         """
         order = self._order(order_id)
         if order["status"] != "delivered":
-            raise ToolError("Non-delivered order cannot be exchanged")
-        diff, _, _ = self._priced_swap(order, item_ids, new_item_ids, payment_method_id, same_allowed=True,
-                                       short_of="the price difference")
+            raise ValueError("Non-delivered order cannot be exchanged")
+        diff, _ = self._swap_price(order, item_ids, new_item_ids, same_allowed=True,
+                                   count_message="Number of {item_id} not found.")
+        diff = round(diff, 2)
+        method = self._payment(order["user_id"], payment_method_id)
+        if self._is_gift_card(method) and method["balance"] < diff:
+            raise ValueError("Insufficient gift card balance to pay for the price difference")
         order["status"] = "exchange requested"
         order["exchange_items"] = sorted(item_ids)
         order["exchange_new_items"] = sorted(new_item_ids)
@@ -259,7 +296,7 @@ class RetailTools(Toolkit):
         """
         order = self._order(order_id)
         if "pending" not in order["status"]:
-            raise ToolError("Non-pending order cannot be modified")
+            raise ValueError("Non-pending order cannot be modified")
         order["address"] = self._address(address1, address2, city, state, country, zip)
         return order
 
@@ -277,18 +314,22 @@ class RetailTools(Toolkit):
         """
         order = self._order(order_id)
         if order["status"] != "pending":
-            raise ToolError("Non-pending order cannot be modified")
-        diff, variants, method = self._priced_swap(order, item_ids, new_item_ids, payment_method_id,
-                                                   same_allowed=False, short_of="the new item")
+            raise ValueError("Non-pending order cannot be modified")
+        diff, variants = self._swap_price(order, item_ids, new_item_ids, same_allowed=False,
+                                          count_message="{item_id} not found")
+        method = self._payment(order["user_id"], payment_method_id)
+        if self._is_gift_card(method) and method["balance"] < diff:
+            raise ValueError("Insufficient gift card balance to pay for the new item")
         order["payment_history"].append({"transaction_type": "payment" if diff > 0 else "refund",
-                                         "amount": abs(diff), "payment_method_id": payment_method_id})
+                                         "amount": float(abs(diff)), "payment_method_id": payment_method_id})
         if self._is_gift_card(method):
             method["balance"] = round(method["balance"] - diff, 2)
-        for item_id, new_id, variant in zip(item_ids, new_item_ids, variants):
+        for item_id, new_id, own in zip(item_ids, new_item_ids, variants):
+            variant = own if self.per_item_variant else variants[-1]
             item = next(it for it in order["items"] if it["item_id"] == item_id)
             item["item_id"] = new_id
             item["price"] = variant["price"]
-            item["options"] = variant["options"]
+            item["options"] = dict(variant["options"])
         order["status"] = "pending (item modified)"
         return order
 
@@ -302,17 +343,17 @@ class RetailTools(Toolkit):
         """
         order = self._order(order_id)
         if "pending" not in order["status"]:
-            raise ToolError("Non-pending order cannot be modified")
+            raise ValueError("Non-pending order cannot be modified")
         method = self._payment(order["user_id"], payment_method_id)
         history = order["payment_history"]
         if len(history) != 1 or history[0]["transaction_type"] != "payment":
-            raise ToolError("There should be exactly one payment for a pending order")
+            raise ValueError("There should be exactly one payment for a pending order")
         old_id = history[0]["payment_method_id"]
         if old_id == payment_method_id:
-            raise ToolError("The new payment method should be different from the current one")
+            raise ValueError("The new payment method should be different from the current one")
         amount = history[0]["amount"]
         if self._is_gift_card(method) and method["balance"] < amount:
-            raise ToolError("Insufficient gift card balance to pay for the order")
+            raise ValueError("Insufficient gift card balance to pay for the order")
         history.append({"transaction_type": "payment", "amount": amount, "payment_method_id": payment_method_id})
         history.append({"transaction_type": "refund", "amount": amount, "payment_method_id": old_id})
         if self._is_gift_card(method):
@@ -336,8 +377,7 @@ class RetailTools(Toolkit):
             country: The country.
             zip: The zip code.
         """
-        user = self._user(user_id)
-        user["address"] = self._address(address1, address2, city, state, country, zip)
+        (user := self._user(user_id))["address"] = self._address(address1, address2, city, state, country, zip)
         return user
 
     @tool("write")
@@ -353,11 +393,11 @@ class RetailTools(Toolkit):
         """
         order = self._order(order_id)
         if order["status"] != "delivered":
-            raise ToolError("Non-delivered order cannot be returned")
-        method = self._payment(order["user_id"], payment_method_id)
+            raise ValueError("Non-delivered order cannot be returned")
+        method = self._payment(self._user(order["user_id"])["user_id"], payment_method_id)
         if not self._is_gift_card(method) and payment_method_id != order["payment_history"][0]["payment_method_id"]:
-            raise ToolError("Payment method should be the original payment method")
-        self._check_items_in_order(order, item_ids, "Item")
+            raise ValueError("Payment method should be the original payment method")
+        self._check_counts(order, item_ids, "Some item not found")
         order["status"] = "return requested"
         order["return_items"] = sorted(item_ids)
         order["return_payment_method_id"] = payment_method_id
