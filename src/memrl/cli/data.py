@@ -106,3 +106,4 @@ def synth(
     Console(width=None if sys.stdout.isatty() else 120).print(report_table(reports))
     console.print(f"wrote {len(reports)} files and token_report.json to {plan.out}")
 __import__("memrl.cli.data_ruler", fromlist=["register"]).register(app)  # memrl data ruler
+__import__("memrl.cli.data_filter", fromlist=["register"]).register(app)  # memrl data filter
