@@ -8,7 +8,7 @@ with a space), its status bar, speed model and payment flow.
 from __future__ import annotations
 
 import json
-import tomllib
+import sys
 from typing import Any
 
 import pytest
@@ -16,6 +16,11 @@ import pytest
 from memrl.envs.domains.telecom import TelecomTools, TelecomUserTools, compose_policy
 from memrl.envs.environment import Environment
 from memrl.envs.messages import ToolCall
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - as memrl.envs.domain reads TOML on 3.10
+    import tomli as tomllib
 
 
 @pytest.fixture
