@@ -224,3 +224,31 @@ def test_cli_qa_1_without_squad_is_a_one_line_error(tmp_path):
     res = CliRunner().invoke(app, ["data", "ruler", "--tokenizer", "tiny", "--lengths", "1k", "--tasks", "qa_1",
                                    "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "qa_1 needs --squad" in res.output
+
+
+def test_essay_file_haystack_reads_the_users_prose_in_order(counter, tmp_path):
+    from memrl.data.ruler_text import EssaySource, load_essay_sentences
+
+    prose = tmp_path / "essays.txt"
+    prose.write_text(" ".join(f"Sentence number {i} of the essay." for i in range(50)))
+    sentences = load_essay_sentences(prose)
+    assert len(sentences) == 50 and sentences[3] == "Sentence number 3 of the essay."
+    sources = RulerSources(essay=EssaySource(sentences))
+    (s,) = generate("niah_single_2", 1024, counter, samples=1, seed=0, sources=sources)
+    numbers = [int(n) for n in re.findall(r"Sentence number (\d+)", s.context)]
+    assert numbers == [(numbers[0] + i) % 50 for i in range(len(numbers))]  # consecutive, wrapping around
+    assert len(NEEDLE.findall(s.context)) == 1
+    (tmp_path / "short.txt").write_text("Too short.")
+    with pytest.raises(ValueError, match="only 1 sentences"):
+        load_essay_sentences(tmp_path / "short.txt")
+
+
+def test_later_samples_start_from_the_previous_size(counter):
+    from memrl.data.ruler import make_filler
+
+    filler = make_filler("niah_single_1", 4096, counter, RulerSources(), seed=0)
+    filler.sample(0)
+    first = filler.probes
+    for i in range(1, 4):
+        filler.sample(i)
+    assert (filler.probes - first) <= 2 * 3  # the repeated haystack has the same size every time

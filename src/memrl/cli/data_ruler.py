@@ -49,8 +49,7 @@ def ruler(
 ) -> None:
     """Write RULER-style samples as DIR/ruler_{task}_{length}.jsonl (memrl's eval layout) + ruler_report.json.
 
-    Each sample's context + question + the task's answer room fit the target length in the
-    given tokenizer's tokens. Score them with RULER's metrics via the RULER eval suite.
+    Each sample's context, question and the task's answer room fit the target length in the given tokenizer's tokens.
     """
     from memrl.data.ruler import MEMAGENT_TASKS, file_name, parse_lengths, parse_tasks, write_task_file
     from memrl.data.ruler_base import RulerSources

@@ -12,18 +12,20 @@ is what :func:`prediction_text` picks out here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from memrl.rewards.qa import extract_boxed
 
 METRICS = ("string_match_all", "string_match_part")
+_CONTROL = re.compile(r"[\x00-\x1f]")
 
 
 def clean_prediction(text: str | None) -> str:
-    """The prediction with control characters dropped and ends stripped (as RULER does before matching)."""
+    """The prediction with ASCII control characters turned into newlines and ends stripped (RULER's clean-up)."""
     if not text:
         return ""
-    return "".join(ch if ch.isprintable() or ch in " \n\t" else " " for ch in text).strip()
+    return _CONTROL.sub("\n", text.strip()).strip()
 
 
 def string_match_all(prediction: str | None, golds: Sequence[str]) -> float:
