@@ -1,0 +1,74 @@
+"""``memrl data filter`` with a scripted engine: which questions go, what is written, the report."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from memrl.cli.main import app
+from memrl.data import LongContextSample, read_samples, write_samples
+from memrl.models.resolve import load_tokenizer
+from memrl.testing.scripted import ScriptedEngine
+from memrl.workflows.common import decode, encode_text
+
+# Closed-book replies by question: q0 answered right, q1 wrong, q2 right only as a substring, q3 no box.
+REPLIES = {"q0": "\\boxed{Paris}", "q1": "\\boxed{Rome}", "q2": "it is \\boxed{Paris France}", "q3": "Paris"}
+GOLDS = {"q0": ["Paris"], "q1": ["Paris"], "q2": ["France"], "q3": ["Paris"]}
+
+
+def _samples():
+    return [LongContextSample(index=i, question=q, answers=GOLDS[q], context="Document 1:\nsecret", num_docs=1,
+                              extra={"data_source": "hotpotqa"})
+            for i, q in enumerate(REPLIES)]
+
+
+def _engine(tok):
+    def reply(prompt, params):
+        text = decode(tok, prompt)
+        question = next(q for q in REPLIES if q in text)
+        assert "secret" not in text  # the document is never shown
+        return encode_text(tok, REPLIES[question])
+    return ScriptedEngine(reply)
+
+
+@pytest.mark.parametrize("metric, dropped", [("sub_em", [0, 2]), ("em", [0])])
+def test_filter_drops_questions_answered_without_the_document(tmp_path, monkeypatch, metric, dropped):
+    tok = load_tokenizer("tiny")
+    monkeypatch.setattr("memrl.engines.factory.build_engine", lambda cfg: _engine(tok))
+    src, out = tmp_path / "train.parquet", tmp_path / "filtered.parquet"
+    write_samples(_samples(), src, schema="train")
+    r = CliRunner().invoke(app, ["data", "filter", "--input", str(src), "--model", "tiny", "--out", str(out),
+                                 "--metric", metric])
+    assert r.exit_code == 0, r.output
+    kept = list(read_samples(out))
+    assert [s.index for s in kept] == [i for i in range(4) if i not in dropped]
+    assert all(s.context == "Document 1:\nsecret" for s in kept)  # samples written unchanged
+    import pyarrow.parquet as pq
+    assert "prompt" in pq.read_table(out).column_names  # the input's verl layout is kept
+    report = json.loads((tmp_path / "filtered.parquet.filter.json").read_text())
+    assert (report["total"], report["kept"], report["dropped"]) == (4, 4 - len(dropped), len(dropped))
+    assert [d["index"] for d in report["dropped_questions"]] == dropped
+    assert f"kept {4 - len(dropped)} of 4 questions; dropped {len(dropped)}" in r.output
+
+
+def test_filter_keeps_the_eval_layout(tmp_path, monkeypatch):
+    tok = load_tokenizer("tiny")
+    monkeypatch.setattr("memrl.engines.factory.build_engine", lambda cfg: _engine(tok))
+    src, out = tmp_path / "eval_1.json", tmp_path / "out" / "eval_1.json"
+    write_samples(_samples(), src)
+    r = CliRunner().invoke(app, ["data", "filter", "-i", str(src), "-m", "tiny", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(out.read_text())
+    assert [row["index"] for row in rows] == [1, 3] and "input" in rows[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--metric", "bleu"], "--metric"),
+    (["--tries", "0"], "--tries"),
+])
+def test_filter_bad_options_are_one_line_errors(tmp_path, args, message):
+    src = tmp_path / "eval_1.json"
+    write_samples(_samples(), src)
+    r = CliRunner().invoke(app, ["data", "filter", "-i", str(src), "-m", "tiny", "-o", str(tmp_path / "o.json"),
+                                 *args])
+    assert r.exit_code == 2 and message in r.output
