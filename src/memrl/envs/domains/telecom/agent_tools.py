@@ -23,6 +23,11 @@ if TYPE_CHECKING:
     from memrl.envs.domains.telecom.device import TelecomUserTools
 
 
+# id prefix -> (table, key field, label in "not found" errors), as get_details_by_id dispatches
+_TABLES_BY_PREFIX = {"L": ("lines", "line_id", "Line"), "D": ("devices", "device_id", "Device"),
+                     "B": ("bills", "bill_id", "Bill"), "P": ("plans", "plan_id", "Plan")}
+
+
 def _digits(phone_number: str) -> str:
     """Digits of a phone number: '555-123-2002', '5551232002' and '555 123 2002' are one number."""
     return "".join(ch for ch in phone_number if ch.isdigit())
@@ -57,10 +62,7 @@ class TelecomTools(Toolkit):
         raise ToolError(f"{label} with ID {value} not found")
 
     def _customer(self, customer_id: str) -> dict[str, Any]:
-        for c in self.db["customers"]:
-            if c["customer_id"] == customer_id:
-                return c
-        raise ToolError(f"Customer with ID {customer_id} not found")
+        return self._find("customers", "customer_id", customer_id, "Customer")
 
     def _line(self, line_id: str) -> dict[str, Any]:
         return self._find("lines", "line_id", line_id, "Line")
@@ -166,13 +168,13 @@ class TelecomTools(Toolkit):
         Args:
             id: The id to look up, such as 'L1002'.
         """
-        tables = {"L": ("lines", "line_id", "Line"), "D": ("devices", "device_id", "Device"),
-                  "B": ("bills", "bill_id", "Bill"), "P": ("plans", "plan_id", "Plan")}
         if id.startswith("C"):
             return m.render(m.Record(self._customer(id)))
-        if id[:1] in tables:
-            return m.render(m.Record(self._find(*tables[id[:1]][:2], id, tables[id[:1]][2])))
-        raise ToolError(f"Unknown ID format or type: {id}")
+        table = _TABLES_BY_PREFIX.get(id[:1])
+        if table is None:
+            raise ToolError(f"Unknown ID format or type: {id}")
+        name, key, label = table
+        return m.render(m.Record(self._find(name, key, id, label)))
 
     # -- lines ------------------------------------------------------------------------------------------
     @tool("write")
