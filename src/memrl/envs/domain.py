@@ -22,6 +22,7 @@ from memrl.envs.tasks import Task, read_tasks
 from memrl.envs.toolkit import Toolkit
 
 BUILTIN = ("library",)
+OTHER_TASK_FILES = ("tasks_small.json", "tasks_full.json")
 
 
 def _toolkits(name: str) -> tuple[type[Toolkit], type[Toolkit] | None]:
@@ -37,7 +38,12 @@ def _toolkits(name: str) -> tuple[type[Toolkit], type[Toolkit] | None]:
         from memrl.envs.domains.library import LibraryTools
 
         return LibraryTools, None
-    raise ValueError(f"memrl has no tools for domain {name!r}; implemented: library (built in), mock, retail")
+    if name == "telecom":
+        from memrl.envs.domains.telecom import TelecomTools, TelecomUserTools
+
+        return TelecomTools, TelecomUserTools
+    raise ValueError(f"memrl has no tools for domain {name!r}; implemented: library (built in), mock, retail, "
+                     "telecom")
 
 
 def _read_db(path: Path, toolkit: type[Toolkit] | None = None) -> str:
@@ -79,6 +85,7 @@ class Domain:
     splits: dict[str, list[str]] = field(default_factory=dict)
     folder: Path | None = None
     tool_options: dict[str, Any] = field(default_factory=dict)
+    _extra: dict[str, dict[str, Task]] = field(default_factory=dict, repr=False)
 
     def new_env(self, solo: bool = False) -> Environment:
         """A fresh environment on an untouched copy of the database."""
@@ -91,6 +98,19 @@ class Domain:
         policy = self.solo_policy if solo and self.solo_policy else self.policy
         return Environment(self.name, policy, tools, user, solo=solo)
 
+    def _other_tasks(self) -> dict[str, Task]:
+        """Tasks of the domain's other task files (``tasks_small.json``, ``tasks_full.json``), read
+        when a split names ids that ``tasks.json`` lacks (telecom's ``small`` and ``full``)."""
+        found: dict[str, Task] = {}
+        for fname in OTHER_TASK_FILES:
+            path = self.folder / fname if self.folder is not None else None
+            if path is None or not path.is_file():
+                continue
+            if fname not in self._extra:
+                self._extra[fname] = {t.id: t for t in read_tasks(path)}
+            found.update(self._extra[fname])
+        return found
+
     def get_tasks(self, split: str | None = None) -> list[Task]:
         """Tasks of a split (``train``, ``test``, ``base``...), or all when ``split`` is None."""
         if split is None:
@@ -99,9 +119,13 @@ class Domain:
             raise ValueError(f"domain {self.name} has no split {split!r}; splits: "
                              f"{', '.join(sorted(self.splits)) or 'none (use split=null)'}")
         by_id = {t.id: t for t in self.tasks}
+        if any(i not in by_id for i in self.splits[split]):
+            by_id = {**self._other_tasks(), **by_id}
         missing = [i for i in self.splits[split] if i not in by_id]
         if missing:
-            raise ValueError(f"split {split!r} of {self.name} names unknown tasks: {missing[:5]}")
+            absent = [f for f in OTHER_TASK_FILES if self.folder is None or not (self.folder / f).is_file()]
+            hint = f" (split {split!r} may need {' or '.join(absent)} in {self.folder})" if absent else ""
+            raise ValueError(f"split {split!r} of {self.name} names unknown tasks: {missing[:5]}{hint}")
         return [by_id[i] for i in self.splits[split]]
 
 
@@ -144,8 +168,11 @@ def load_domain(name: str, data_dir: str | Path | None = None, *,
     split_file = folder / "split_tasks.json"
     if split_file.is_file():
         splits = json.loads(split_file.read_text())
-    return Domain(name=name, policy=policy_file.read_text(), tasks=read_tasks(tasks_file),
+    compose = getattr(toolkit, "compose_policy", None)  # a policy built from several files (telecom)
+    policy = compose(folder, solo=False) if compose else policy_file.read_text()
+    solo_policy = compose(folder, solo=True) if compose else (solo.read_text() if solo else None)
+    return Domain(name=name, policy=policy, tasks=read_tasks(tasks_file),
                   db_text=_read_db(db_file, toolkit), toolkit=toolkit, user_toolkit=user_toolkit,
                   user_db_text=_read_db(user_db, user_toolkit) if user_db else None,
-                  solo_policy=solo.read_text() if solo else None, splits=splits, folder=folder,
+                  solo_policy=solo_policy, splits=splits, folder=folder,
                   tool_options=dict(tool_options or {}))

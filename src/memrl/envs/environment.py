@@ -64,6 +64,7 @@ class Environment:
         self.user_tools = user_tools
         self.solo = solo
         self._calls = 0
+        self.sync()
         if self._solo_user_tools() and set(tools.tools) & set(user_tools.tools):  # type: ignore[union-attr]
             raise ValueError(f"solo mode: tool names overlap: {sorted(set(tools.tools) & set(user_tools.tools))}")
 
@@ -92,11 +93,20 @@ class Environment:
         """Whether the agent works the user's tools itself (solo mode, a toolkit that allows it)."""
         return self.solo and self.user_tools is not None and self.user_tools.agent_in_solo
 
+    def sync(self) -> None:
+        """τ²-bench's ``sync_tools``, run after every successful call, initialization action and
+        assertion: an agent toolkit with ``sync_user_state`` pushes its state into the user's world."""
+        hook = getattr(self.tools, "sync_user_state", None)
+        if hook is not None and self.user_tools is not None:
+            hook(self.user_tools)
+
     def call(self, call: ToolCall) -> Any:
         """Run a call and return the raw result; raises (any exception) on refusal."""
         if not isinstance(call.arguments, dict):
             raise ToolError(f"arguments of {call.name} must be a JSON object")
-        return self._route(call.name, call.requestor).call(call.name, copy.deepcopy(call.arguments))
+        result = self._route(call.name, call.requestor).call(call.name, copy.deepcopy(call.arguments))
+        self.sync()
+        return result
 
     def step(self, call: ToolCall) -> Message:
         """Run one tool call; the observation is the result, or ``Error: ...`` with ``error=True``.
@@ -131,7 +141,9 @@ class Environment:
         method = getattr(kit, fn.func_name, None)
         if method is None or fn.func_name.startswith("_"):
             raise ToolError(f"{fn.env_type} toolkit of {self.domain} has no function {fn.func_name!r}")
-        return method(**copy.deepcopy(fn.arguments))
+        result = method(**copy.deepcopy(fn.arguments))
+        self.sync()
+        return result
 
     def _apply_data(self, data: dict[str, Any]) -> None:
         """τ²-bench's initialization data: merged into a copy of the database, which is then
@@ -189,6 +201,7 @@ class Environment:
                 if strict and _parsed(obs.content) != _parsed(result.content):  # type: ignore[union-attr]
                     raise ReplayError(f"Replayed call to {call.name} returned {obs.content!r}, "
                                       f"the log says {result.content!r}")  # type: ignore[union-attr]
+        self.sync()
 
     def run_assertion(self, assertion: EnvAssertion) -> bool:
         try:
