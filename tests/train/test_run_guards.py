@@ -43,7 +43,7 @@ def invoke(*args: str):
 # -- up-front checks ------------------------------------------------------------------------------
 def test_output_dir_that_is_a_file_fails_before_work(tmp_path):
     (tmp_path / "run").write_text("not a folder")
-    with pytest.raises(ConfigError, match="trainer.output_dir=.* is an existing file"):
+    with pytest.raises(ConfigError, match="trainer.output_dir=.* is a file, not a folder"):
         Trainer(config(tmp_path))
 
 

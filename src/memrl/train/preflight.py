@@ -6,10 +6,7 @@ one line naming the setting (the CLI prints it and exits 2).
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import os
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -83,30 +80,13 @@ def _check_tracking(cfg: MemRLConfig) -> None:
 
 
 def check_output_dir(out: Path) -> None:
-    """``trainer.output_dir`` must be (or be creatable as) a folder we can write to.
+    """``trainer.output_dir`` must be (or be creatable as) a folder we can write to (probed with a file)."""
+    from memrl.data.outdir import OutputDirError, check_writable_dir
 
-    Probed by creating a file rather than with ``os.access``, which says yes to
-    root on a read-only mount and no on some network filesystems that would
-    accept the write.
-    """
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"trainer.output_dir={out} is an existing file, not a folder; "
-                          "choose another trainer.output_dir")
-    probe_in = out
-    while not probe_in.exists():  # the nearest folder that exists must let us create the rest
-        if probe_in.parent == probe_in:
-            break
-        probe_in = probe_in.parent
-    if not probe_in.is_dir():
-        raise ConfigError(f"trainer.output_dir={out}: {probe_in} is a file, so the folder cannot be created")
     try:
-        fd, name = tempfile.mkstemp(prefix=".memrl-write-test.", dir=probe_in)
-    except OSError as err:
-        raise ConfigError(f"trainer.output_dir={out}: cannot write in {probe_in} ({err.strerror or err}); "
-                          "choose a writable trainer.output_dir") from None
-    os.close(fd)
-    with contextlib.suppress(OSError):
-        os.unlink(name)
+        check_writable_dir(out, flag="trainer.output_dir=")
+    except OutputDirError as err:
+        raise ConfigError(f"{str(err).replace('= ', '=', 1)}; choose another trainer.output_dir") from None
 
 
 def check_run_config(cfg: MemRLConfig, run_dir: Path) -> None:
