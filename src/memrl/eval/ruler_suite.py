@@ -6,10 +6,10 @@ skips them), failures go to ``OUT/failures/`` and are retried next time, transcr
 ``OUT/transcripts/``; a dead engine stops the run, and so does a run in which every
 episode failed. What differs is the score: RULER's ``string_match_all`` (NIAH, vt,
 cwe, fwe: the fraction of gold strings in the answer) or ``string_match_part`` (QA: any
-gold in the answer), case-insensitive substring tests on the final ``\\boxed{}`` answer
-(the whole final response when there is no box). The report is a task x length table of
-mean scores (percent) with the macro average over tasks per length, as MemAgent's
-RULER table.
+gold in the answer), case-insensitive substring tests on the answer the workflow extracted
+(``\\boxed{}`` by default; the whole final response when nothing was extracted). The
+report is a task x length table of mean scores (percent) with the macro average over
+tasks per length, as MemAgent's RULER table.
 """
 
 from __future__ import annotations
@@ -90,10 +90,22 @@ def task_metric(task: str) -> str:
     return TASKS[task].metric if task in TASKS else "string_match_all"
 
 
+def scored_prediction(info: dict[str, Any]) -> str:
+    """The answer the workflow extracted (under ``workflow.answer_format``), else the final response.
+
+    Falling back to the whole response when nothing was extracted follows MemAgent's RULER
+    script: a model that lists the values without the requested box still gets credit.
+    """
+    answer = info.get("answer")
+    if isinstance(answer, str) and answer.strip():
+        return answer
+    return prediction_text(info.get("final_text"))
+
+
 def ruler_record(traj: Trajectory, sample: LongContextSample, key: Key, seconds: float) -> dict[str, Any]:
     """The runner's episode record plus the RULER score of its final answer."""
     metric = metric_for(sample, key[0])
-    prediction = prediction_text(traj.info.get("final_text"))
+    prediction = scored_prediction(traj.info)
     return {**episode_record(traj, sample.num_docs, seconds), "task": key[0], "length": key[1],
             "metric": metric, "prediction": prediction, "ruler_score": score(metric, prediction, sample.answers)}
 
