@@ -76,7 +76,7 @@ def eval_cmd(
         console.print(f"[yellow]warning: eval.repeats={cfg.eval.repeats} with greedy decoding gives the same "
                       "answer every time; set --temperature[/yellow]", highlight=False)
     if suite == "ruler":
-        _ruler(cfg, data, docs, tasks, out, max_samples, console)
+        _ruler(cfg, data, docs, tasks, out, max_samples, restart, console)
         return
     if not docs:
         raise ValueError("--docs: give at least one document count (e.g. --docs 50,100)")
@@ -136,31 +136,44 @@ def eval_cmd(
 
 
 def _ruler(cfg: object, data: Path, docs: str | None, tasks: str | None, out: Path, max_samples: int | None,
-           console: Console) -> None:
-    """``--suite ruler``: hand over to the RULER suite (``--docs`` are the context lengths)."""
+           restart: bool, console: Console) -> None:
+    """``--suite ruler``: the RULER task suite (``--docs`` are context lengths in tokens)."""
     try:
-        from memrl.eval.ruler_suite import run_ruler_suite
+        from memrl.eval.ruler_suite import RULER_OUTPUTS, markdown_table, run_ruler_suite
     except ImportError as exc:
         console.print(f"error: --suite ruler is not available in this memrl ({exc})", highlight=False, markup=False)
         raise typer.Exit(1) from None
+    from memrl.data.outdir import check_writable_dir, clear_outputs, record_outputs
+    from memrl.engines.base import EngineDeadError
     from memrl.engines.factory import build_engine
+    from memrl.eval.runner import AllEpisodesFailedError
     from memrl.models.resolve import load_tokenizer
 
     lengths = parse_docs(docs) if docs else None
     names = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
+    check_writable_dir(out)
+    if restart:
+        clear_outputs(out, "--restart")
+    record_outputs(out, RULER_OUTPUTS)
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)  # type: ignore[attr-defined]
-    eng = build_engine(cfg)
+    eng = build_engine(cfg)  # type: ignore[arg-type]
 
     async def main() -> dict:
         try:
-            return await run_ruler_suite(cfg, eng, tokenizer, data, out, lengths=lengths, tasks=names,
+            return await run_ruler_suite(cfg, eng, tokenizer, data, out, lengths=lengths, tasks=names,  # type: ignore[arg-type]
                                          max_samples=max_samples)
         finally:
             await eng.close()
 
     try:
-        asyncio.run(main())
+        results = asyncio.run(main())
     except KeyboardInterrupt:
-        console.print("interrupted", highlight=False, markup=False)
+        console.print(f"interrupted — re-run the same command to resume (finished episodes are kept in {out})",
+                      highlight=False, markup=False)
         raise typer.Exit(130) from None
-    console.print(f"wrote {out}/results.json", highlight=False)
+    except (EngineDeadError, AllEpisodesFailedError) as exc:
+        console.print(f"error: {exc}; finished episodes are kept in {out}, re-run the same command to resume",
+                      highlight=False, markup=False)
+        raise typer.Exit(1) from None
+    typer.echo(markdown_table(results))
+    console.print(f"wrote {out}/results.json, results.md and transcripts/", highlight=False)
