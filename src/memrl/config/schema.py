@@ -136,6 +136,15 @@ class EnvConfig(Section):
     user_temperature: float = Field(1.0, ge=0)
     user_prompt: str | None = Field(None, description="Text file with the user simulator's system prompt "
                                     "(must contain {scenario}).")
+    nl_judge_model: str | None = Field(None, description="LLM judge of tau2-bench NL assertions: model path/alias "
+                                       "(hf) or its tokenizer (openai). Unset: assertions are not judged, "
+                                       "left out of the reward and counted as nl_unchecked.")
+    nl_judge_engine: Literal["hf", "openai"] = "hf"
+    nl_judge_base_url: str | None = Field(None, description="openai judge: server root (key from user_api_key_env).")
+    nl_judge_served_model: str | None = None
+    nl_judge_max_tokens: int = Field(1024, gt=0)
+    tool_options: dict[str, Any] = Field(default_factory=dict, description="Switches of the domain's tools, e.g. "
+                                         "{per_item_variant: true} for retail (tau2-bench's default is false).")
 
 
 class SamplingConfig(Section):
