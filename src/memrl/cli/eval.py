@@ -95,8 +95,8 @@ def eval_cmd(
         tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
         eng = build_engine(cfg)
         s = cfg.sampling
-        console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · docs {sizes} · "
-                      f"protocol {cfg.eval.protocol} · temperature {s.temperature} top_p {s.top_p}"
+        console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · "
+                      f"docs {sizes} · protocol {cfg.eval.protocol} · temperature {s.temperature} top_p {s.top_p}"
                       + (f" · {cfg.eval.repeats} repeats" if cfg.eval.repeats > 1 else ""), highlight=False)
         with Progress(*columns, console=console) as progress:
             task = progress.add_task("eval", total=None)
@@ -160,8 +160,8 @@ def _ruler(cfg: object, data: Path, docs: str | None, tasks: str | None, out: Pa
 
     async def main() -> dict:
         try:
-            return await run_ruler_suite(cfg, eng, tokenizer, data, out, lengths=lengths, tasks=names,  # type: ignore[arg-type]
-                                         max_samples=max_samples)
+            return await run_ruler_suite(cfg, eng, tokenizer, data, out,  # type: ignore[arg-type]
+                                         lengths=lengths, tasks=names, max_samples=max_samples)
         finally:
             await eng.close()
 

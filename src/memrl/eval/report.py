@@ -80,7 +80,8 @@ def markdown_table(results: dict[str, Any]) -> str:
     head = ("| docs | context tokens | finished | failed | sub-EM % | EM % | F1 % |" + k_head
             + " answered % | conversations |")
     lines = [f"**{results['workflow']}** on `{results['model']}` · protocol `{protocol}`", "",
-             f"Metric: {results.get('metric', 'sub-EM (memrl)')}; answer format `{results.get('answer_format', 'boxed')}`"
+             f"Metric: {results.get('metric', 'sub-EM (memrl)')}; "
+             f"answer format `{results.get('answer_format', 'boxed')}`"
              + (f"; {repeats} samples per question (accuracy = mean over all samples)" if repeats > 1 else "")
              + ".", "", head, "|" + "---:|" * (10 if repeats > 1 else 9)]
     for n in sorted(rows, key=int):

@@ -1,0 +1,64 @@
+"""workflow.answer_format and workflow.reward=memagent_strict inside real workflows, and trainer.eval_n."""
+
+import asyncio
+import types
+
+import pytest
+
+from memrl.config import MemRLConfig, WorkflowConfig
+from memrl.data import LongContextSample
+from memrl.testing import ScriptedEngine
+from memrl.train.trainer import Trainer
+from memrl.types import Trajectory
+from memrl.workflows.common import encode_text
+from memrl.workflows.full_context import full_context
+from memrl.workflows.memagent import memagent
+
+
+def _sample(answers=("New York",)):
+    return LongContextSample(index=3, question="Which city?", answers=list(answers), context="some text", num_docs=1)
+
+
+def _run(workflow, tok, final_text, **cfg):
+    eng = ScriptedEngine(lambda prompt, params: encode_text(tok, final_text) + [tok.eos_token_id])
+    return asyncio.run(workflow(_sample(), eng, tok, WorkflowConfig(chunk_tokens=50, **cfg)))
+
+
+@pytest.mark.parametrize("workflow", [memagent, full_context])
+def test_answer_format_decides_what_is_scored(tiny_model, workflow):
+    _, tok = tiny_model
+    text = "Therefore, the answer is New York. \\boxed{Boston}"
+    boxed = _run(workflow, tok, text, reward="em")
+    assert (boxed.info["answer"], boxed.reward) == ("Boston", 0.0)
+    answer_is = _run(workflow, tok, "Therefore, the answer is New York.", reward="em", answer_format="answer_is")
+    assert (answer_is.info["answer"], answer_is.reward) == ("New York", 1.0)
+    regex = _run(workflow, tok, "FINAL: New York", reward="em", answer_format="regex:FINAL: (.+)")
+    assert (regex.info["answer"], regex.reward) == ("New York", 1.0)
+
+
+def test_memagent_strict_is_the_reward_and_stricter_than_sub_em(tiny_model):
+    _, tok = tiny_model
+    loose = _run(memagent, tok, "so \\boxed{New York City}", reward="memagent_strict")
+    assert loose.metrics["sub_em"] == 1.0 and loose.reward == 0.0  # containment is not a strict match
+    exact = _run(memagent, tok, "so \\boxed{new  york}", reward="memagent_strict")
+    assert exact.reward == 1.0  # lowercased, spaces removed on both sides
+
+
+def test_trainer_eval_n_averages_n_sampled_episodes():
+    seen = []
+
+    async def wf(sample, engine, tok, wcfg, *, sampling):
+        seen.append(sampling)
+        reward = 1.0 if len(seen) % 4 == 1 else 0.0  # one right answer in every four
+        return Trajectory([], reward, str(sample.index), str(sample.index))
+
+    cfg = MemRLConfig.model_validate({"trainer": {"eval_n": 4, "eval_temperature": 1.0, "eval_top_p": 0.7}})
+    fake = types.SimpleNamespace(cfg=cfg, workflow=wf, engine=None, tokenizer=None,
+                                 eval_samples=[_sample(), _sample()])
+    assert asyncio.run(Trainer._evaluate(fake)) == 25.0  # 2 of 8 episodes
+    assert len(seen) == 8 and all((p.temperature, p.top_p, p.is_greedy) == (1.0, 0.7, False) for p in seen)
+
+    seen.clear()
+    fake.cfg = MemRLConfig()  # default: one greedy episode per question
+    asyncio.run(Trainer._evaluate(fake))
+    assert len(seen) == 2 and all(p.is_greedy for p in seen)
