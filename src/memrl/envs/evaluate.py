@@ -51,6 +51,8 @@ class RewardInfo:
     action_checks: list[bool] = field(default_factory=list)
     communicate_checks: list[bool] = field(default_factory=list)
     env_assertion_checks: list[bool] = field(default_factory=list)
+    nl_checks: list[bool] = field(default_factory=list)
+    nl_justifications: list[str] = field(default_factory=list)
     nl_unchecked: int = 0
     note: str = ""
 
@@ -113,7 +115,8 @@ def evaluate(domain: Domain, task: Task, messages: Sequence[Message], *, ending:
     comps["COMMUNICATE"] = info.communicate_checks
     nl = list(crit.nl_assertions or [])
     if nl and nl_judge is not None:
-        comps["NL_ASSERTION"] = [bool(x) for x in nl_judge(nl, messages)]
+        info.nl_checks = [bool(x) for x in nl_judge(nl, messages)]
+        comps["NL_ASSERTION"] = info.nl_checks
     elif nl:
         if "NL_ASSERTION" in basis:
             info.nl_unchecked = len(nl)
@@ -137,6 +140,21 @@ def evaluate(domain: Domain, task: Task, messages: Sequence[Message], *, ending:
         info.reward = sum(scores.values()) / len(scores)
     else:
         info.reward = math.prod(scores.values())
+    return info
+
+
+async def evaluate_async(domain: Domain, task: Task, messages: Sequence[Message], *, ending: str = "agent_stop",
+                         nl_judge: Any = None, **kwargs: Any) -> RewardInfo:
+    """:func:`evaluate` with an engine-backed judge (:class:`memrl.envs.nl_judge.LLMNLJudge`, or any
+    object with ``async check(assertions, messages)``). The judge runs only where it counts: a graded
+    ending, and a task whose reward basis names NL_ASSERTION and that has assertions."""
+    crit = task.evaluation_criteria
+    nl = list(crit.nl_assertions or []) if crit is not None else []
+    if nl_judge is None or not nl or "NL_ASSERTION" not in crit.reward_basis or ending not in GRADED_ENDINGS:
+        return evaluate(domain, task, messages, ending=ending, **kwargs)
+    checks = await nl_judge.check(nl, messages)
+    info = evaluate(domain, task, messages, ending=ending, nl_judge=lambda _a, _m: [c.met for c in checks], **kwargs)
+    info.nl_justifications = [c.justification for c in checks]
     return info
 
 

@@ -1,0 +1,154 @@
+"""An LLM judge for τ²-bench's NL assertions, on any memrl engine (token ids in, token ids out).
+
+τ²-bench grades ``nl_assertions`` with an LLM whenever a task's ``reward_basis``
+names NL_ASSERTION (112 of the 114 retail tasks do), so a score computed without
+a judge is higher than τ²-bench's. This module follows τ²'s judging contract, in
+memrl's own words: the system prompt asks for each expected outcome to be graded
+on its own; the user prompt gives the conversation (one ``role: content`` line
+per message) and the list of expected outcomes; the answer is a JSON object
+``{"results": [{"expectedOutcome", "reasoning", "metExpectation"}, ...]}`` and
+the component passes only if every outcome is met.
+
+Where τ²-bench would pass by accident, this judge fails: an answer that is not
+JSON, or that grades fewer outcomes than were asked, leaves the ungraded ones
+unmet (τ²'s ``all()`` over a short list would pass them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memrl.engines.base import Engine, SamplingParams
+from memrl.envs.messages import Message
+
+JUDGE_SYSTEM = """You grade a customer-service conversation against a list of expected outcomes.
+
+- The conversation, between an agent and a customer, was recorded while a test case ran.
+- Decide for each expected outcome, separately from the others, whether the agent's behaviour in the
+  conversation satisfies it.
+
+Answer with one JSON object and nothing else, with one entry per expected outcome, in the given order:
+{
+    "results": [
+        {
+            "expectedOutcome": "<the expected outcome, repeated from the input>",
+            "reasoning": "<a short justification>",
+            "metExpectation": <true or false>
+        }
+    ]
+}"""
+
+JUDGE_USER = """conversation:
+{conversation}
+
+expectedOutcomes:
+{outcomes}"""
+
+
+@dataclass
+class NLCheck:
+    """One graded assertion (τ²'s ``NLAssertionCheck``)."""
+
+    assertion: str
+    met: bool
+    justification: str = ""
+
+
+def render_conversation(messages: Sequence[Message]) -> str:
+    """The conversation as the judge reads it: ``role: content``, one message per line (as τ²-bench)."""
+    return "\n".join(f"{m.role}: {m.content}" for m in messages)
+
+
+def judge_chat(assertions: Sequence[str], messages: Sequence[Message]) -> list[dict[str, str]]:
+    """The chat sent to the judge model."""
+    user = JUDGE_USER.format(conversation=render_conversation(messages), outcomes=list(assertions))
+    return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
+
+
+def parse_verdicts(text: str, assertions: Sequence[str]) -> list[NLCheck]:
+    """Verdicts from the judge's answer, one per assertion in order; anything unreadable is unmet."""
+    data: Any = None
+    for candidate in [text] + re.findall(r"\{.*\}", text, flags=re.DOTALL):
+        try:
+            data = json.loads(candidate)
+            break
+        except json.JSONDecodeError:
+            continue
+    results = data.get("results") if isinstance(data, dict) else None
+    results = [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []
+    checks = []
+    for i, assertion in enumerate(assertions):
+        r = results[i] if i < len(results) else {}
+        met = r.get("metExpectation")
+        met = met.strip().lower() == "true" if isinstance(met, str) else met is True
+        why = str(r.get("reasoning", "")) if r else "not graded by the judge"
+        checks.append(NLCheck(assertion, met, why))
+    return checks
+
+
+class LLMNLJudge:
+    """Grades NL assertions with a model behind the Engine protocol (greedy by default).
+
+    ``await judge.check(assertions, messages)`` gives the per-assertion verdicts; the grader
+    (:func:`memrl.envs.evaluate.evaluate_async`) takes the judge itself.
+    """
+
+    def __init__(self, engine: Engine, tokenizer: Any, *, max_tokens: int = 1024, temperature: float = 0.0,
+                 seed: int | None = 0) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.seed = seed
+
+    def prompt_ids(self, assertions: Sequence[str], messages: Sequence[Message]) -> list[int]:
+        from memrl.workflows.common import encode_text
+
+        chat = judge_chat(assertions, messages)
+        if getattr(self.tokenizer, "chat_template", None):
+            text = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        else:
+            text = "".join(f"<|im_start|>{c['role']}\n{c['content']}<|im_end|>\n" for c in chat)
+            text += "<|im_start|>assistant\n"
+        return encode_text(self.tokenizer, text)
+
+    async def check(self, assertions: Sequence[str], messages: Sequence[Message]) -> list[NLCheck]:
+        from memrl.workflows.common import decode, stop_token_ids, strip_stop
+
+        if not assertions:
+            return []
+        stops = stop_token_ids(self.tokenizer)
+        params = SamplingParams(max_new_tokens=self.max_tokens, temperature=self.temperature,
+                                stop_token_ids=stops, seed=self.seed)
+        res = await self.engine.generate(self.prompt_ids(assertions, messages), params)
+        return parse_verdicts(decode(self.tokenizer, strip_stop(res.token_ids, stops)), assertions)
+
+
+def build_nl_judge(cfg: Any) -> LLMNLJudge | None:
+    """The judge of ``cfg.env`` (``env.nl_judge_model``...), or None when none is configured."""
+    from memrl.models.resolve import load_tokenizer
+
+    e = cfg.env
+    if not getattr(e, "nl_judge_model", None):
+        return None
+    tokenizer = load_tokenizer(e.nl_judge_model)
+    if e.nl_judge_engine == "openai":
+        from memrl.engines.openai import OpenAIEngine
+
+        if not e.nl_judge_base_url:
+            raise ValueError("env.nl_judge_engine=openai needs env.nl_judge_base_url")
+        engine: Any = OpenAIEngine(e.nl_judge_base_url, e.nl_judge_served_model or e.nl_judge_model,
+                                   api_key_env=e.user_api_key_env, concurrency=cfg.engine.concurrency,
+                                   timeout_s=cfg.engine.timeout_s, retries=cfg.engine.retries)
+    else:
+        from memrl.engines.hf import HFEngine
+        from memrl.models.resolve import load_model
+
+        model = load_model(e.nl_judge_model, device=cfg.engine.device)
+        engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id or 0,
+                          max_batch_size=cfg.engine.max_batch_size, seed=cfg.trainer.seed)
+    return LLMNLJudge(engine, tokenizer, max_tokens=e.nl_judge_max_tokens)
