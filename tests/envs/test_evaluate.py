@@ -85,3 +85,18 @@ def test_unknown_domain_and_missing_data_dir_are_clear(tmp_path):
         load_domain("retail")
     with pytest.raises(FileNotFoundError, match="no 'retail' domain under"):
         load_domain("retail", tmp_path)
+
+
+def test_split_ids_are_found_in_the_other_task_files(tmp_path):
+    folder = tmp_path / "mock"
+    folder.mkdir()
+    (folder / "db.json").write_text(json.dumps({"tasks": {}, "users": {}}))
+    (folder / "policy.md").write_text("p")
+    (folder / "tasks.json").write_text(json.dumps([{"id": "a"}]))
+    (folder / "tasks_small.json").write_text(json.dumps([{"id": "s1"}, {"id": "s2"}]))
+    (folder / "split_tasks.json").write_text(json.dumps({"small": ["s2", "s1"], "full": ["f1"], "base": ["a"]}))
+    dom = load_domain("mock", tmp_path)
+    assert [t.id for t in dom.get_tasks("base")] == ["a"] and [t.id for t in dom.tasks] == ["a"]
+    assert [t.id for t in dom.get_tasks("small")] == ["s2", "s1"]
+    with pytest.raises(ValueError, match="may need tasks_full.json"):
+        dom.get_tasks("full")

@@ -83,3 +83,37 @@ def test_bad_calls_are_error_observations_not_crashes():
 def test_db_hash_ignores_key_order_but_not_values():
     assert db_hash({"a": 1, "b": [1, 2]}) == db_hash({"b": [1, 2], "a": 1})
     assert db_hash({"a": 1}) != db_hash({"a": 1.5})
+
+
+class Device(Toolkit):
+    @tool("write")
+    def toggle(self) -> str:
+        """Toggle the device."""
+        self.db["on"] = not self.db["on"]
+        return "ok"
+
+
+class Line(Counter):
+    def sync_user_state(self, user: Toolkit) -> None:
+        user.db["signal"] = self.db["a"]
+
+
+def test_solo_mode_routes_device_tools_to_the_agent_and_refuses_user_calls():
+    solo = Environment("d", "p", Counter({"a": 1}), Device({"on": False}), solo=True)
+    assert {s["function"]["name"] for s in solo.tool_schemas()} == {"add", "get", "toggle"}
+    assert solo.step(ToolCall("toggle", {})).content == "ok" and solo.user_tools.db["on"] is True
+    refused = solo.step(ToolCall("toggle", {}, requestor="user"))
+    assert refused.error and refused.content == "Error: User tool calls are not allowed in solo mode"
+    duo = Environment("d", "p", Counter({"a": 1}), Device({"on": False}))
+    assert {s["function"]["name"] for s in duo.tool_schemas()} == {"add", "get"}
+    assert duo.step(ToolCall("toggle", {})).content == "Error: Tool 'toggle' not found."
+    assert not duo.step(ToolCall("toggle", {}, requestor="user")).error
+
+
+def test_sync_runs_after_successful_calls_only():
+    e = Environment("d", "p", Line({"a": 1}), Device({"on": False}))
+    assert e.user_tools.db["signal"] == 1  # at construction, as tau2-bench
+    e.step(ToolCall("add", {"key": "a", "amount": 4}))
+    assert e.user_tools.db["signal"] == 5
+    e.user_tools.db["signal"] = -1
+    assert e.step(ToolCall("add", {"key": "zzz"})).error and e.user_tools.db["signal"] == -1
