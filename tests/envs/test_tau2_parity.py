@@ -222,3 +222,50 @@ def test_unjudged_nl_assertions_are_said_in_the_note(retail):
     assert info.nl_unchecked == len(task.evaluation_criteria.nl_assertions) and "not judged" in info.note
     judged = replay_gold(retail, task, nl_judge=lambda asserts, msgs: [False] * len(asserts))
     assert judged.reward == 0.0 and judged.nl_unchecked == 0
+
+
+# -- side by side with τ²'s data model -----------------------------------------------------------
+RETURNS = {"get_order_details": "Order", "cancel_pending_order": "Order", "exchange_delivered_order_items": "Order",
+           "modify_pending_order_address": "Order", "modify_pending_order_items": "Order",
+           "modify_pending_order_payment": "Order", "return_delivered_order_items": "Order",
+           "get_user_details": "User", "modify_user_address": "User", "get_product_details": "Product",
+           "get_item_details": "Variant"}
+
+
+def test_observations_and_databases_match_tau2_models_side_by_side(tau2_dir, retail):
+    """Gold replays of tasks covering every retail tool: each model-valued observation equals the dump
+    of τ²'s pydantic model, and the final database hashes as τ²'s ``RetailDB.model_dump()``."""
+    from tests.envs import tau2_models as m
+
+    raw = json.loads((tau2_dir / "retail" / "db.json").read_text())
+    assert json.dumps(m.RetailDB.model_validate(raw).model_dump()) == retail.db_text
+    seen: set[str] = set()
+    picked = []
+    for task in retail.tasks:
+        names = {a.name for a in task.evaluation_criteria.actions or []}
+        if names - seen or len(picked) < 6:
+            picked.append(task)
+            seen |= names
+    assert set(RETURNS) <= seen
+    compared = 0
+    for task in picked:
+        calls = [ToolCall(a.name, dict(a.arguments)) for a in task.evaluation_criteria.actions or []]
+        log = run_calls(retail, task, calls)
+        for call, obs in zip(calls, [x for x in log if x.role == "tool"]):
+            if obs.error or call.name not in RETURNS:
+                continue
+            model = getattr(m, RETURNS[call.name])
+            assert obs.content == json.dumps(model.model_validate(json.loads(obs.content)).model_dump()), call
+            compared += 1
+        env = retail.new_env()
+        env.set_state(task.initial_state, log)
+        dumped = m.RetailDB.model_validate(env.tools.db).model_dump()
+        assert db_hash(dumped) == env.db_hash(), task.id
+    assert compared >= 40
+
+
+def test_mock_database_is_tau2s_dump(tau2_dir, mock):
+    from tests.envs import tau2_models as m
+
+    raw = json.loads((tau2_dir / "mock" / "db.json").read_text())
+    assert json.dumps(m.MockDB.model_validate(raw).model_dump()) == mock.db_text
