@@ -135,12 +135,12 @@ def build_nl_judge(cfg: Any) -> LLMNLJudge | None:
     e = cfg.env
     if not getattr(e, "nl_judge_model", None):
         return None
+    if e.nl_judge_engine == "openai" and not e.nl_judge_base_url:
+        raise ValueError("env.nl_judge_engine=openai needs env.nl_judge_base_url")
     tokenizer = load_tokenizer(e.nl_judge_model)
     if e.nl_judge_engine == "openai":
         from memrl.engines.openai import OpenAIEngine
 
-        if not e.nl_judge_base_url:
-            raise ValueError("env.nl_judge_engine=openai needs env.nl_judge_base_url")
         engine: Any = OpenAIEngine(e.nl_judge_base_url, e.nl_judge_served_model or e.nl_judge_model,
                                    api_key_env=e.user_api_key_env, concurrency=cfg.engine.concurrency,
                                    timeout_s=cfg.engine.timeout_s, retries=cfg.engine.retries)
