@@ -122,13 +122,13 @@ class VLLMEngine:
     @classmethod
     def from_config(cls, cfg: Any, model_path: str | None = None, *, colocated: bool | None = None) -> VLLMEngine:
         """Build from a :class:`~memrl.config.schema.MemRLConfig` (``engine.vllm`` options)."""
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # read when vLLM is first imported
         require_vllm()
         from memrl.config import ConfigError
         from memrl.engines.vllm_args import build_engine_args, check_extra_args, engine_arg_names, on_cpu, \
             sleep_available
         from memrl.models.resolve import resolve_model_path
 
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         o = cfg.engine.vllm
         check_extra_args(o.args, engine_arg_names())
         colocated = cfg.cluster.placement == "colocate" if colocated is None else colocated
