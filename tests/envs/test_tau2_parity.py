@@ -18,7 +18,7 @@ from memrl.envs.domain import load_domain
 from memrl.envs.environment import db_hash
 from memrl.envs.evaluate import evaluate, history_messages, replay_gold, run_calls
 from memrl.envs.messages import Message, ToolCall
-from memrl.envs.toolkit import to_text
+from memrl.envs.toolkit import Raw, to_text
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +153,7 @@ def test_to_text_follows_tau2():
     assert to_text({"name": "Zoë", "n": 1.0, "x": None}) == '{"name": "Zo\\u00eb", "n": 1.0, "x": null}'
     assert to_text(True) == "True" and to_text(2.5) == "2.5" and to_text("as is") == "as is"
     assert to_text(None) == "null"
+    assert to_text(Raw({"n": 1.5, "ok": True, "xs": [1, None]})) == '{"n": "1.5", "ok": "True", "xs": ["1", null]}'
 
 
 # -- modify_pending_order_items -------------------------------------------------------------------

@@ -144,6 +144,24 @@ class Toolkit:
         return fn(arguments, strict=self.strict_args)
 
 
+@dataclass
+class Raw:
+    """A tool result that τ²-bench returns as a plain dict/list (not a pydantic model): its
+    ``to_json_str`` then writes every nested number and boolean as a string (``{"a": "1.5"}``)."""
+
+    value: Any
+
+
+def _stringify(value: Any) -> Any:
+    if isinstance(value, (bool, int, float)):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _stringify(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_stringify(v) for v in value]
+    return value
+
+
 def to_text(value: Any) -> str:
     """A tool result as the text the agent reads: the string τ²-bench would put in the tool message.
 
@@ -152,6 +170,8 @@ def to_text(value: Any) -> str:
     non-ASCII escaped, unset fields as ``null``. memrl's dicts stand for τ²'s pydantic models, whose
     numbers stay numbers in the dump.
     """
+    if isinstance(value, Raw):
+        value = _stringify(value.value)
     if isinstance(value, str):
         return value
     if isinstance(value, (bool, int, float)):
