@@ -93,12 +93,23 @@ def collate(rows: Sequence[Row], pad_id: int, device: torch.device) -> Collated:
 
 
 def token_logprobs(model: torch.nn.Module, batch: Collated, temperature: float = 1.0,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                   with_entropy: bool = False, response_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs ``[B, L-1]`` of each next token (and its entropy) under ``model``.
 
     Logits are divided by the rollout temperature, as verl does, so they match
     the distribution the engine sampled from. Computed in float32.
+
+    ``response_only``: only the loss-mask positions are computed (0 elsewhere),
+    through the decoder and a chunked LM head (``memrl.train.logits``); loss and
+    gradients of any masked objective are unchanged. Models that cannot be split
+    fall back to the whole-model path.
     """
+    if response_only:
+        from memrl.train.logits import response_logprobs
+
+        got = response_logprobs(model, batch, temperature, with_entropy)
+        if got is not None:
+            return got
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
     logits = out.logits[:, :-1, :].float()
     if temperature != 1.0:

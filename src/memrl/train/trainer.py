@@ -304,7 +304,8 @@ class Trainer:
         temp = self.cfg.sampling.temperature or 1.0
         for mb in micro_batches(rows, self.cfg.trainer.micro_batch_tokens):
             group = [rows[i] for i in mb]
-            lp, _ = token_logprobs(model, collate(group, self.pad_id, self.device), temp)
+            lp, _ = token_logprobs(model, collate(group, self.pad_id, self.device), temp,
+                                   response_only=not self.sharded)
             for r, v in zip(group, lp):
                 setattr(r, attr, v[: len(r) - 1].float().cpu())
         if self.sharded:  # a no-grad forward leaves the root's weights gathered; free them
@@ -353,7 +354,9 @@ class Trainer:
                     dummy = j >= len(micros) - padding
                     batch = collate(group, self.pad_id, self.device)
                     width = batch.targets.shape[1]
-                    logp, ent = token_logprobs(self.policy, batch, temp, with_entropy=True)
+                    # generated positions only; a sharded (FSDP) policy runs whole: its root hooks gather weights
+                    logp, ent = token_logprobs(self.policy, batch, temp, with_entropy=True,
+                                               response_only=not self.sharded)
                     if a.entropy_coef == 0:
                         ent = ent.detach()
                     mask = batch.loss_mask
