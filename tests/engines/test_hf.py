@@ -171,3 +171,27 @@ def test_cancelled_request_leaves_the_batch_and_short_ones_are_answered_first(ti
     short, after = run(go())
     assert eng.stats.batch_sizes[0] == 2 and short.token_ids == after.token_ids
     assert eng.stats.generated_tokens < 50_000
+
+
+def test_mixed_sampling_parameters_in_one_batch_match_each_request_alone(tiny_model):
+    """Batch-wide sampling keeps each row's temperature/top-k/top-p and seed: same ids as decoded alone."""
+    model, tok = tiny_model
+    eng = HFEngine(model)
+    ps = prompts(tok)
+    kinds = [SamplingParams(max_new_tokens=10, temperature=0.7, top_k=5, seed=1),
+             SamplingParams(max_new_tokens=7, temperature=1.2, top_p=0.8, seed=2),
+             SamplingParams(max_new_tokens=12, greedy=True),
+             SamplingParams(max_new_tokens=9, temperature=1.0, top_k=20, top_p=0.9, seed=3)]
+
+    async def go():
+        together = await asyncio.gather(*(eng.generate(p, s) for p, s in zip(ps, kinds)))
+        alone = [await eng.generate(p, s) for p, s in zip(ps, kinds)]
+        await eng.close()
+        return together, alone
+
+    together, alone = run(go())
+    assert max(eng.stats.batch_sizes) == 4
+    for t, a, s in zip(together, alone, kinds):
+        assert t.token_ids == a.token_ids
+        assert len(t.token_ids) == s.max_new_tokens or t.finish_reason == "stop"
+        assert t.logprobs == pytest.approx(a.logprobs, abs=1e-5)

@@ -47,7 +47,8 @@ def _model(lora: bool):
     torch.manual_seed(0)
     model = load_model("tiny", device="cpu", dtype="float32")
     if lora:
-        model = add_lora(model, LoraConfig(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]))
+        lora_cfg = LoraConfig(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
+        model = add_lora(model, lora_cfg)
         for name, p in model.named_parameters():  # B starts at zero: make the adapter do something
             if "lora_B" in name:
                 torch.nn.init.normal_(p, std=0.05)

@@ -5,8 +5,11 @@ padded, prefilled together into a KV cache, then decoded one token per step for
 the whole batch. Each request keeps its own sampling parameters, seed,
 ``max_new_tokens`` and stop tokens; finished rows are dropped from the batch
 (and the cache) and answered at once, so long requests neither drag nor delay
-short ones. The model runs in a worker thread, so the event loop keeps
-scheduling workflow coroutines while a batch decodes.
+short ones. Tokens are chosen for the whole batch at once, on the model's
+device (``engines.sampling.select_tokens``): one softmax and one inverse-CDF
+draw per step, not a Python loop of per-row sampling. The model runs in a
+worker thread, so the event loop keeps scheduling workflow coroutines while a
+batch decodes.
 
 Failure and cancellation are per request. Prompt ids outside the vocabulary are
 rejected by ``generate`` before they reach a batch; if a batched decode still
@@ -34,7 +37,7 @@ from typing import Any
 import torch
 
 from memrl.engines.base import GenerationResult, SamplingParams
-from memrl.engines.sampling import select_token
+from memrl.engines.sampling import select_tokens
 
 
 @dataclass
@@ -280,22 +283,26 @@ class HFEngine:
             logits = out.logits[:, -1, :]
             last_pos = positions[:, -1]
         while active:
-            step_logits = logits.float().cpu()
-            next_tokens = []
+            next_tokens = [self.pad_token_id] * len(active)
+            live = []
             for j, i in enumerate(active):
-                r = reqs[i]
-                if r.future.done():  # cancelled by its caller: stop decoding this row
+                if reqs[i].future.done():  # cancelled by its caller: stop decoding this row
                     finish(i, "abort")
-                    next_tokens.append(self.pad_token_id)
-                    continue
-                tok, lp = select_token(step_logits[j], r.params, r.generator or self._generator)
-                out_ids[i].append(tok)
-                out_lps[i].append(lp)
-                next_tokens.append(tok)
-                if tok in r.params.stop_token_ids:
-                    finish(i, "stop")
-                elif len(out_ids[i]) >= r.params.max_new_tokens:
-                    finish(i, "length")
+                else:
+                    live.append(j)
+            if live:  # one batched draw for every live row, each under its own parameters and generator
+                rows = logits if len(live) == len(active) else logits[torch.tensor(live, device=device)]
+                toks, lps = select_tokens(rows, [reqs[active[j]].params for j in live],
+                                          [reqs[active[j]].generator or self._generator for j in live])
+                for j, tok, lp in zip(live, toks, lps):
+                    i, r = active[j], reqs[active[j]]
+                    out_ids[i].append(tok)
+                    out_lps[i].append(lp)
+                    next_tokens[j] = tok
+                    if tok in r.params.stop_token_ids:
+                        finish(i, "stop")
+                    elif len(out_ids[i]) >= r.params.max_new_tokens:
+                        finish(i, "length")
             self.stats.generated_tokens += sum(1 for i in active if reasons[i] != "abort")
             still = [j for j, i in enumerate(active) if reasons[i] is None]
             if not still:

@@ -1,42 +1,104 @@
-"""Token selection from logits: temperature, top-k, top-p, greedy; log-probs.
+"""Token selection from logits for a whole decode batch: temperature, top-k, top-p, greedy; log-probs.
+
+Each row keeps its own sampling parameters and random generator, yet the work
+is batch-wide: one softmax, one sort (only when some row filters), one
+inverse-CDF draw. A row's randomness is a single uniform number drawn from its
+own generator per token, so a seeded request gets the same tokens whatever
+batch it lands in (its probabilities agree to float rounding across batches).
 
 Log-probs are those of the temperature-scaled distribution *before* top-k/top-p
 filtering, the quantity the trainer recomputes (verl divides logits by the
-rollout temperature), so engine and trainer log-probs are comparable.
+rollout temperature), so engine and trainer log-probs are comparable. They
+come from the same log-softmax the sampling distribution is built from.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
 from memrl.engines.base import SamplingParams
 
 
-def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask (to -inf) tokens outside top-k and outside the top-p nucleus. ``logits``: [V]."""
-    if top_k > 0 and top_k < logits.numel():
-        kth = torch.topk(logits, top_k).values[-1]
+def filter_logits_batch(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Mask (to -inf) tokens outside each row's top-k and top-p nucleus. ``logits``: [B, V].
+
+    ``top_k``: [B] (0 or >= V: off); ``top_p``: [B] (1.0: off). A token is
+    dropped from the nucleus when the mass before it already reaches top_p, so
+    at least one token stays.
+    """
+    vocab = logits.shape[-1]
+    use_k = (top_k > 0) & (top_k < vocab)
+    use_p = top_p < 1.0
+    if not bool(use_k.any()) and not bool(use_p.any()):
+        return logits
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    if bool(use_k.any()):
+        kth = sorted_logits.gather(-1, (top_k.clamp(1, vocab) - 1).unsqueeze(-1))
+        kth = torch.where(use_k.unsqueeze(-1), kth, torch.full_like(kth, float("-inf")))
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True)
+        sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
+    if bool(use_p.any()):
         probs = torch.softmax(sorted_logits, dim=-1)
-        # drop a token when the mass before it already reaches top_p (keeps at least one)
-        drop_sorted = (torch.cumsum(probs, dim=-1) - probs) >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
+        drop_sorted = ((torch.cumsum(probs, dim=-1) - probs) >= top_p.unsqueeze(-1)) & use_p.unsqueeze(-1)
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
 
 
-def select_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> tuple[int, float]:
-    """Pick the next token for one sequence; returns ``(token_id, logprob)``."""
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """One row ``[V]`` of :func:`filter_logits_batch`."""
+    k = torch.tensor([top_k], device=logits.device)
+    p = torch.tensor([top_p], dtype=torch.float32, device=logits.device)
+    return filter_logits_batch(logits.unsqueeze(0), k, p).squeeze(0)
+
+
+def _inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Per row, the token where the cumulative probability first exceeds ``u * total`` (float64 sums).
+
+    Zero-probability tokens are never chosen: a rounding overshoot past the
+    last cumulative value is clamped to the row's last token with mass.
+    """
+    cdf = probs.double().cumsum(-1)
+    target = uniforms.to(cdf.device, torch.float64).unsqueeze(-1) * cdf[:, -1:]
+    pos = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    vocab = probs.shape[-1]
+    last = vocab - 1 - torch.argmax(torch.flip(probs > 0, dims=[-1]).to(torch.int8), dim=-1)
+    return torch.minimum(pos, last)
+
+
+def select_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
+                  generators: Sequence[torch.Generator | None]) -> tuple[list[int], list[float]]:
+    """Next token and its log-prob for each row of ``logits`` [B, V], each under its own parameters.
+
+    Greedy rows take the argmax (log-prob at temperature 1). Sampled rows draw
+    one uniform from their generator (``None``: the global one) and pick by
+    inverse CDF in one batched operation. Raises ``RuntimeError`` if a sampled
+    row's distribution is not finite (e.g. a temperature so small the logits
+    overflow), as ``torch.multinomial`` would.
+    """
     logits = logits.float()
-    if params.is_greedy:
-        logp = torch.log_softmax(logits, dim=-1)
-        tok = int(torch.argmax(logits))
-        return tok, float(logp[tok])
-    scaled = logits / params.temperature
+    device = logits.device
+    temps = torch.tensor([1.0 if p.is_greedy else p.temperature for p in params], device=device)
+    scaled = logits / temps.unsqueeze(-1)
     logp = torch.log_softmax(scaled, dim=-1)
-    filtered = filter_logits(scaled, params.top_k, params.top_p)
-    probs = torch.softmax(filtered, dim=-1)
-    tok = int(torch.multinomial(probs, 1, generator=generator))
-    return tok, float(logp[tok])
+    tokens = torch.argmax(logits, dim=-1)
+    sampled = [i for i, p in enumerate(params) if not p.is_greedy]
+    if sampled:
+        rows = torch.tensor(sampled, device=device)
+        top_k = torch.tensor([params[i].top_k for i in sampled], device=device)
+        top_p = torch.tensor([params[i].top_p for i in sampled], dtype=torch.float32, device=device)
+        probs = torch.softmax(filter_logits_batch(scaled[rows], top_k, top_p), dim=-1)
+        if not bool(torch.isfinite(probs).all()) or bool((probs.sum(-1) <= 0).any()):
+            raise RuntimeError("probability tensor contains inf, nan or no mass (temperature too small?)")
+        uniforms = torch.cat([torch.rand(1, generator=generators[i], dtype=torch.float64) for i in sampled])
+        tokens = tokens.index_copy(0, rows, _inverse_cdf(probs, uniforms))
+    chosen = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return tokens.tolist(), chosen.tolist()
+
+
+def select_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> tuple[int, float]:
+    """Pick the next token for one sequence ``[V]``; returns ``(token_id, logprob)``."""
+    toks, lps = select_tokens(logits.unsqueeze(0), [params], [generator])
+    return toks[0], lps[0]
