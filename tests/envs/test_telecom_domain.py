@@ -98,3 +98,35 @@ def test_solo_mode_agent_works_the_device(telecom):
     refused = env.step(ToolCall("toggle_data", {}, requestor="user"))
     assert refused.error and "not allowed in solo mode" in refused.content
     assert evaluate(telecom, task, _episode(telecom, task, _gold_calls(task), solo=True), solo=True).reward == 0.0
+
+
+def test_full_split_names_the_missing_file(telecom):
+    with pytest.raises(ValueError, match="tasks_full.json"):
+        telecom.get_tasks("full")
+
+
+def test_solo_episode_through_the_tool_agent_workflow(telecom):
+    """A scripted agent that makes a small task's gold calls itself (phone included) and then answers:
+    the workflow runs the calls on the solo environment and grades the episode 1.0."""
+    import asyncio
+
+    from memrl.config.schema import MemRLConfig
+    from memrl.models.tiny import build_hf_tokenizer
+    from memrl.testing.scripted import ScriptedEngine
+    from memrl.workflows.common import encode_text
+    from memrl.workflows.tool_agent import TaskSample, tool_agent
+    from memrl.workflows.tool_calls import render_call
+
+    tok = build_hf_tokenizer(["tool_call name arguments customer_id line_id refuel_data toggle_data"], vocab_size=400)
+    task = next(t for t in telecom.get_tasks("small") if len(t.evaluation_criteria.actions or []) >= 3)
+    texts = [render_call(c) for c in _gold_calls(task, solo=True)] + ["The issue is fixed."]
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    engine = ScriptedEngine(lambda prompt, params: encode_text(tok, texts[min(len(engine.calls) - 1,
+                                                                               len(texts) - 1)]) + [end])
+    cfg = MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "max_total_tokens": 400_000,
+                                                   "turn_tokens": 2048}})
+    traj = asyncio.run(tool_agent(TaskSample(telecom, task, solo=True), engine, tok, cfg.workflow))
+    assert traj.info["ending"] == "agent_stop" and traj.metrics["tool_errors"] == 0
+    assert traj.metrics["tool_calls"] == len(texts) - 1 and traj.reward == 1.0
+    first_prompt = tok.decode(engine.calls[0][0])
+    assert task.ticket in first_prompt and '"name": "run_speed_test"' in first_prompt
