@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from memrl.envs.environment import Environment, db_hash
-from memrl.envs.messages import ToolCall
+from memrl.envs.messages import Message, ToolCall
 from memrl.envs.toolkit import ToolError, Toolkit, tool
 
 
@@ -107,7 +107,9 @@ def test_solo_mode_routes_device_tools_to_the_agent_and_refuses_user_calls():
     duo = Environment("d", "p", Counter({"a": 1}), Device({"on": False}))
     assert {s["function"]["name"] for s in duo.tool_schemas()} == {"add", "get"}
     assert duo.step(ToolCall("toggle", {})).content == "Error: Tool 'toggle' not found."
-    assert not duo.step(ToolCall("toggle", {}, requestor="user")).error
+    by_user = duo.step(ToolCall("toggle", {}, requestor="user"))
+    assert not by_user.error and by_user.requestor == "user"
+    assert Message.from_dict(by_user.to_dict()) == by_user
 
 
 def test_sync_runs_after_successful_calls_only():

@@ -116,9 +116,9 @@ class Environment:
         self._calls += 1
         call_id = call.id or f"call_{self._calls}"
         try:
-            return Message("tool", to_text(self.call(call)), call_id=call_id)
+            return Message("tool", to_text(self.call(call)), call_id=call_id, requestor=call.requestor)
         except Exception as err:  # noqa: BLE001 - the agent sees every failure as text
-            return Message("tool", f"Error: {err}", error=True, call_id=call_id)
+            return Message("tool", f"Error: {err}", error=True, call_id=call_id, requestor=call.requestor)
 
     def has_tool(self, name: str, requestor: str = "assistant") -> bool:
         try:

@@ -27,6 +27,7 @@ class Message:
     tool_calls: list[ToolCall] = field(default_factory=list)
     error: bool = False  # tool role: the call failed
     call_id: str = ""
+    requestor: Literal["assistant", "user"] = "assistant"  # tool role: who made the call (τ² ToolMessage)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -38,4 +39,4 @@ class Message:
                                                           requestor=c.get("requestor", "assistant"))
                  for c in d.get("tool_calls") or []]
         return cls(role=d["role"], content=d.get("content"), tool_calls=calls, error=bool(d.get("error", False)),
-                   call_id=d.get("call_id") or d.get("id") or "")
+                   call_id=d.get("call_id") or d.get("id") or "", requestor=d.get("requestor") or "assistant")
