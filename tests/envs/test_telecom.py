@@ -56,6 +56,8 @@ def test_lookups_render_records_as_tau2(kits):
     line = json.loads(agent.get_details_by_id("L1003"))
     assert line["status"] == "Suspended" and line["suspension_start_date"] == "2025-02-01"
     assert json.loads(agent.get_details_by_id("D1009"))["activation_date"] == "2024-12-10 15:45:00"
+    # stored as τ²'s model_dump shows a datetime, so database hashes are computed on the same text
+    assert agent.db["customers"][0]["created_at"] == "2025-01-15 10:30:00"
     bills = json.loads(agent.get_bills_for_customer("C1001", limit=2))
     assert [b["bill_id"] for b in bills] == ["B1003", "B1002"]
 

@@ -32,9 +32,10 @@ ADDRESS = (("street", ...), ("city", ...), ("state", ...), ("zip_code", ...))
 PAYMENT_METHOD = (("method_type", ...), ("account_number_last_4", ...), ("expiration_date", ...))
 CUSTOMER = (("customer_id", ...), ("full_name", ...), ("date_of_birth", ...), ("email", ...),
             ("phone_number", ...), ("address", ...), ("account_status", "Pending Verification"),
-            ("payment_methods", []), ("line_ids", []), ("bill_ids", []), ("created_at", "2025-01-01T00:00:00"),
+            ("payment_methods", []), ("line_ids", []), ("bill_ids", []), ("created_at", "2025-01-01"),
             ("last_extension_date", None), ("goodwill_credit_used_this_year", 0.0))
-# Fields τ²-bench types as datetimes: its JSON shows them as ``str(datetime)`` (a space, not 'T').
+# Fields τ²-bench types as datetimes: its JSON and its database hash show them as ``str(datetime)``
+# (a space, not 'T'), so they are stored that way. (An unset ``created_at`` is τ²'s default *date*.)
 DATETIME_FIELDS = ("activation_date", "last_esim_transfer_date", "created_at")
 
 LINE_ACTIVE, LINE_SUSPENDED, LINE_PENDING = "Active", "Suspended", "Pending Activation"
@@ -79,7 +80,8 @@ def _record(rec: dict[str, Any], layout: tuple[tuple[str, Any], ...], kind: str)
     out: dict[str, Any] = {}
     for name, default in layout:
         if name in rec:
-            out[name] = rec[name]
+            value = rec[name]
+            out[name] = value.replace("T", " ") if name in DATETIME_FIELDS and isinstance(value, str) else value
         elif default is ...:
             raise ValueError(f"telecom {kind} record lacks {name!r}: {rec}")
         else:
@@ -129,16 +131,6 @@ def normalize_user_db(db: dict[str, Any]) -> None:
             app["permissions"].setdefault(perm, False)
 
 
-def _shown(value: Any) -> Any:
-    """A record as τ²-bench's ``model_dump`` + ``json.dumps(default=str)`` would show it."""
-    if isinstance(value, dict):
-        return {k: (v.replace("T", " ") if k in DATETIME_FIELDS and isinstance(v, str) else _shown(v))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [_shown(v) for v in value]
-    return value
-
-
 def render(value: Any) -> str:
     """The observation text τ²-bench produces for a tool result.
 
@@ -151,7 +143,7 @@ def render(value: Any) -> str:
 
 def _render(value: Any) -> Any:
     if isinstance(value, Record):
-        return _shown(value.data)
+        return value.data
     if isinstance(value, bool | int | float):
         return str(value)
     if isinstance(value, list):
