@@ -91,3 +91,11 @@ def test_overflowing_distribution_raises_like_multinomial():
     logits = torch.tensor([[0.0, 1.0, 2.0], [0.0, 1.0, 2.0]])
     with pytest.raises(RuntimeError):
         select_tokens(logits, [SamplingParams(greedy=True), SamplingParams(temperature=1e-45)], [None, None])
+
+
+def test_a_draw_at_the_top_of_the_cdf_lands_on_the_last_token_with_mass():
+    from memrl.engines.sampling import _inverse_cdf
+
+    probs = torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.2, 0.3, 0.5, 0.0]])
+    assert _inverse_cdf(probs, torch.tensor([1.0, 1.0, 0.9999], dtype=torch.float64)).tolist() == [1, 1, 2]
+    assert _inverse_cdf(probs, torch.tensor([0.0, 0.0, 0.0], dtype=torch.float64)).tolist() == [0, 1, 0]

@@ -62,10 +62,13 @@ def _inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """
     cdf = probs.double().cumsum(-1)
     target = uniforms.to(cdf.device, torch.float64).unsqueeze(-1) * cdf[:, -1:]
-    pos = torch.searchsorted(cdf, target, right=True).squeeze(-1)
     vocab = probs.shape[-1]
-    last = vocab - 1 - torch.argmax(torch.flip(probs > 0, dims=[-1]).to(torch.int8), dim=-1)
-    return torch.minimum(pos, last)
+    pos = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=vocab - 1)
+    empty = probs.gather(-1, pos.unsqueeze(-1)).squeeze(-1) <= 0
+    if bool(empty.any()):  # rare: only past the last token with mass
+        last = vocab - 1 - torch.argmax(torch.flip(probs > 0, dims=[-1]).to(torch.int8), dim=-1)
+        pos = torch.where(empty, last, pos)
+    return pos
 
 
 def select_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
