@@ -56,8 +56,11 @@ def start_server(path: str, dtype: str, max_len: int) -> tuple[subprocess.Popen,
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path,
                              "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--enforce-eager",
-                             "--max-model-len", str(max_len), "--served-model-name", "bench"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+                             "--max-model-len", str(max_len), "--served-model-name", "bench",
+                             # as memrl's in-process default on a CPU: vLLM's CPU sampler fails on seeded
+                             # requests whose prompts are split across scheduler steps
+                             "--no-enable-chunked-prefill", "--max-num-batched-tokens", str(max(max_len, 2048))],
+                            stdout=subprocess.DEVNULL, stderr=open(os.environ.get("BENCH_SERVER_LOG", os.devnull), "w"), env=env)
     for _ in range(600):
         if proc.poll() is not None:
             raise RuntimeError("the vLLM server exited during start-up")
