@@ -43,9 +43,11 @@ def _objective(model, batch, temperature: float, fast: bool, chunk: int | None, 
     return loss, {"entropy": ent_mean.detach(), "kl": kl.detach(), "clipfrac": clipfrac, "ppo_kl": ppo_kl}
 
 
-def _model(lora: bool):
+def _model(lora: bool, checkpointing: bool = False):
     torch.manual_seed(0)
     model = load_model("tiny", device="cpu", dtype="float32")
+    if checkpointing:  # as build_policy does for trainer.gradient_checkpointing
+        getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
     if lora:
         lora_cfg = LoraConfig(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"])
         model = add_lora(model, lora_cfg)
@@ -55,11 +57,11 @@ def _model(lora: bool):
     return model.train()
 
 
-@pytest.mark.parametrize("lora", [False, True])
-@pytest.mark.parametrize("chunk", [None, 64])  # None: one chunk; 64 logits: a checkpointed chunk per token or two
+@pytest.mark.parametrize("lora,checkpointing", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("chunk", [None, 64])  # None: one chunk; 64 logits: a checkpointed chunk per token
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_response_only_matches_whole_model(lora, chunk, temperature):
-    model = _model(lora)
+def test_response_only_matches_whole_model(lora, checkpointing, chunk, temperature):
+    model = _model(lora, checkpointing)
     vocab = model.get_input_embeddings().num_embeddings
     batch = collate(_rows(vocab), pad_id=0, device=torch.device("cpu"))
     g = torch.Generator().manual_seed(1)
