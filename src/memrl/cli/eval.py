@@ -24,8 +24,9 @@ def eval_cmd(
                                         "(tiny, smollm2-135m-instruct). With --engine openai: the tokenizer "
                                         "source and default served model name."),
     workflow: Optional[str] = typer.Option(None, "--workflow", "-w", help="memagent | rememr1 | full_context."),
-    data: Path = typer.Option(..., "--data", help="Folder with eval_{N}.json files (from memrl data synth); "
-                              "--suite ruler: the RULER data folder."),
+    data: Path = typer.Option(..., "--data", help="Folder with eval_{N}.json files (from memrl data synth) or "
+                              "ReMemR1's eval_{dataset}_{N}.json; also a prefix (DIR/eval_hotpotqa) or a pattern "
+                              "with {n} (min-distance files); --suite ruler: the RULER data folder."),
     docs: Optional[str] = typer.Option(None, "--docs", "-d", help="Comma-separated document counts to evaluate "
                                        "(required for --suite qa); --suite ruler: context lengths (default: all)."),
     suite: str = typer.Option("qa", "--suite", help="qa (long-context QA files) | ruler (RULER tasks)."),

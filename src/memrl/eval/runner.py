@@ -34,6 +34,7 @@ from memrl.config.schema import MemRLConfig
 from memrl.data import LongContextSample, read_samples
 from memrl.data.atomic import atomic_write
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
+from memrl.eval.files import match_eval_file
 from memrl.eval.report import summarize, write_reports
 from memrl.eval.transcript import render_transcript
 from memrl.rewards.published import METRIC_LABELS, score_protocol
@@ -42,10 +43,10 @@ from memrl.workflows import get_workflow
 
 
 def find_eval_file(data_dir: Path, n: int) -> Path:
-    for ext in ("json", "jsonl", "parquet"):
-        p = data_dir / f"eval_{n}.{ext}"
-        if p.is_file():
-            return p
+    """``eval_{n}.*`` in a folder, or ReMemR1's ``eval_{dataset}_{n}`` files (see :mod:`memrl.eval.files`)."""
+    found_file = match_eval_file(data_dir, n)
+    if found_file is not None:
+        return found_file
     found = sorted(p.name for p in data_dir.glob("eval_*.*")) if data_dir.is_dir() else []
     raise FileNotFoundError(f"no eval_{n}.json/.jsonl/.parquet in {data_dir} (found: {', '.join(found) or 'none'}); "
                             f"create it with: memrl data synth --docs {n} --out {data_dir} ...")

@@ -319,5 +319,5 @@ async def rememr1(
         sample, tokenizer, conversations, res, p.stops, config.reward, sample_id=sample_id, group_id=group_id,
         metrics={"context_tokens": float(len(context)), "context_tokens_original": float(original_len),
                  **{k: float(v) for k, v in counts.items()}},
-        info={"memory": memory_text, "recalled": slot_text},
+        info={"memory": memory_text, "recalled": slot_text}, answer_format=config.answer_format,
     )
