@@ -23,8 +23,9 @@ def eval_cmd(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder, hub id or alias "
                                         "(tiny, smollm2-135m-instruct). With --engine openai: the tokenizer "
                                         "source and default served model name."),
-    workflow: Optional[str] = typer.Option(None, "--workflow", "-w", help="memagent | rememr1 | full_context."),
-    data: Path = typer.Option(..., "--data", help="Folder with eval_{N}.json files (from memrl data synth) or "
+    workflow: Optional[str] = typer.Option(None, "--workflow", "-w", help="memagent | rememr1 | full_context | "
+                                           "tool_agent (tasks of --domain/--split, --trials each, pass^k)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Folder with eval_{N}.json files (from memrl data synth) or "
                               "ReMemR1's eval_{dataset}_{N}.json; also a prefix (DIR/eval_hotpotqa) or a pattern "
                               "with {n} (min-distance files); --suite ruler: the RULER data folder."),
     docs: Optional[str] = typer.Option(None, "--docs", "-d", help="Comma-separated document counts to evaluate "
@@ -46,6 +47,12 @@ def eval_cmd(
                                            "against the first gold)."),
     repeats: Optional[int] = typer.Option(None, "--repeats", help="eval.repeats: K samples per question; "
                                           "reports mean accuracy and pass@K (MemAgent's --sampling)."),
+    domain: Optional[str] = typer.Option(None, "--domain", help="tool_agent: env.domain (library, mock, retail, "
+                                         "telecom)."),
+    split: Optional[str] = typer.Option(None, "--split", help="tool_agent: env.eval_split (e.g. test, small, base)."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="tool_agent: env.data_dir (a tau2-bench clone "
+                                           "or its domains folder)."),
+    trials: int = typer.Option(1, "--trials", help="tool_agent: episodes per task; reports pass^1..pass^K."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Episodes in flight at once."),
     restart: bool = typer.Option(False, "--restart", help="Delete earlier results in --out first (only what "
                                  "memrl wrote there; refuses if the folder holds anything else)."),
@@ -70,12 +77,20 @@ def eval_cmd(
     cfg = with_eval_sampling(resolve_config(config, overrides, {
         "model.path": model, "workflow.name": workflow, "engine.kind": engine, "engine.base_url": base_url,
         "sampling.temperature": temperature, "sampling.top_p": top_p, "engine.concurrency": concurrency,
-        "eval.protocol": protocol, "eval.repeats": repeats,
+        "eval.protocol": protocol, "eval.repeats": repeats, "env.domain": domain, "env.eval_split": split,
+        "env.data_dir": data_dir,
     }))
     console = Console(stderr=True)
     if cfg.eval.repeats > 1 and cfg.sampling.temperature == 0:
         console.print(f"[yellow]warning: eval.repeats={cfg.eval.repeats} with greedy decoding gives the same "
                       "answer every time; set --temperature[/yellow]", highlight=False)
+    if cfg.workflow.name == "tool_agent":
+        from memrl.cli.eval_tools import eval_tools
+
+        eval_tools(cfg, out, trials, restart, console)
+        return
+    if data is None:
+        raise ValueError("--data: give the folder of eval files (memrl data synth --out, or memrl data ruler --out)")
     if suite == "ruler":
         _ruler(cfg, data, docs, tasks, out, max_samples, restart, console)
         return

@@ -94,8 +94,11 @@ def episode_name(index: object, repeat: int) -> str:
 
 def _fingerprint(cfg: MemRLConfig) -> dict[str, Any]:
     """The settings that change answers: results from different ones must not mix."""
-    return {"model": cfg.model.model_dump(), "workflow": cfg.workflow.model_dump(),
-            "sampling": cfg.sampling.model_dump()}
+    fp = {"model": cfg.model.model_dump(), "workflow": cfg.workflow.model_dump(),
+          "sampling": cfg.sampling.model_dump()}
+    if cfg.workflow.name == "tool_agent":  # the domain, split and grading decide the scores too
+        fp["env"] = cfg.env.model_dump()
+    return fp
 
 
 # Every top-level entry ``memrl eval`` writes in --out (recorded so --restart deletes only these).

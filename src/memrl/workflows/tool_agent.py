@@ -151,6 +151,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
                       group_id=group_id if group_id is not None else task.id, metrics=metrics,
                       info={"task_id": task.id, "ending": ending, "messages": [m.to_dict() for m in messages],
                             "reward_breakdown": grade.breakdown, "note": grade.note,
+                            "nl_unchecked": grade.nl_unchecked,
                             "final_text": decode(tokenizer, conv.generated_ids())[-2000:]})
 
 

@@ -1,0 +1,175 @@
+"""``memrl eval --workflow tool_agent``: K trials of every task of a split, pass^k, readable transcripts.
+
+Each (task, trial) is one episode of the ``tool_agent`` workflow with its own seed. Finished
+trials are saved under ``episodes/`` and skipped by the next run; a trial that failed (an HTTP
+error, a crash) is written to ``failures/``, not scored, and tried again next time. pass^k is
+computed over tasks whose K trials all finished, as τ²-bench does (see :mod:`memrl.eval.passk`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import statistics
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from memrl.config.schema import MemRLConfig
+from memrl.data.atomic import atomic_write
+from memrl.engines.base import Engine, EngineDeadError
+from memrl.eval.passk import is_success, pass_hat_ks
+from memrl.eval.runner import AllEpisodesFailedError, sampling_params
+from memrl.workflows import get_workflow, load_samples
+
+TOOL_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", "results.json", "results.md")
+
+
+def task_folder(task_id: str) -> str:
+    """A file-system-safe folder name for a task id (τ² telecom ids hold brackets, pipes and spaces)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", task_id).strip("_")[:60] or "task"
+    if safe == task_id:
+        return safe
+    return f"{safe}-{hashlib.sha1(task_id.encode()).hexdigest()[:8]}"
+
+
+def render_conversation(record: dict[str, Any]) -> str:
+    """An episode as the conversation it was: user, agent, tool calls and their results."""
+    info = record.get("info") or {}
+    breakdown = info.get("reward_breakdown") or {}
+    parts = ", ".join(f"{k} {v:g}" for k, v in breakdown.items() if isinstance(v, (int, float)))
+    lines = [f"# task {record['task_id']} · trial {record['trial']}",
+             f"reward: {record['reward']:g}" + (f" ({parts})" if parts else "")
+             + f" · ending {info.get('ending')} · turns {record.get('metrics', {}).get('turns', 0):g}"]
+    if info.get("note"):
+        lines.append(f"note: {info['note']}")
+    lines.append("")
+    for m in info.get("messages") or []:
+        role = m.get("role")
+        who = "agent" if role == "assistant" else role
+        if m.get("content"):
+            lines.append(f"[{who}] {m['content']}")
+        for call in m.get("tool_calls") or []:
+            args = json.dumps(call.get("arguments") or {}, ensure_ascii=False, sort_keys=True)
+            lines.append(f"[{who} -> tool] {call.get('name')}({args})")
+        if role == "tool" and m.get("error"):
+            lines[-1] += "   (error)"
+    return "\n".join(lines) + "\n"
+
+
+def _save(path: Path, payload: dict[str, Any]) -> None:
+    with atomic_write(path) as fh:
+        json.dump(payload, fh, indent=1, default=str)
+
+
+async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: Path, trials: int, *,
+                        on_start: Callable[[int, int], None] | None = None,
+                        on_episode: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Run ``trials`` episodes of every task of ``env.eval_split``; write and return the results."""
+    if trials < 1:
+        raise ValueError(f"--trials must be >= 1, got {trials}")
+    samples = load_samples(cfg, "eval")
+    if not samples:
+        raise ValueError(f"no tasks in split {cfg.env.eval_split!r} of domain {cfg.env.domain!r}")
+    workflow = get_workflow("tool_agent")
+    base = sampling_params(cfg)
+    todo = []
+    for sample in samples:
+        task_id = sample.task.id
+        for t in range(trials):
+            dest = out / "episodes" / task_folder(task_id) / f"{t}.json"
+            if not dest.is_file():
+                todo.append((sample, task_id, t, dest))
+    if on_start:
+        on_start(len(samples) * trials, len(samples) * trials - len(todo))
+    sem = asyncio.Semaphore(cfg.engine.concurrency)
+    failed = 0
+
+    async def one(sample: Any, task_id: str, t: int, dest: Path) -> None:
+        nonlocal failed
+        seed = (base.seed if base.seed is not None else cfg.trainer.seed) + 7919 * t
+        folder = task_folder(task_id)
+        async with sem:
+            t0 = time.perf_counter()
+            try:
+                traj = await workflow(sample, engine, tokenizer, cfg.workflow, sampling=base.with_(seed=seed),
+                                      sample_id=task_id, group_id=task_id)
+            except EngineDeadError:
+                raise
+            except Exception as exc:  # recorded, not scored, retried by the next run
+                failed += 1
+                error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                _save(out / "failures" / folder / f"{t}.json",
+                      {"task_id": task_id, "trial": t, "error": error, "seconds": time.perf_counter() - t0})
+                return
+        record = {"task_id": task_id, "trial": t, "reward": traj.reward, "success": is_success(traj.reward),
+                  "metrics": traj.metrics, "info": traj.info, "seconds": round(time.perf_counter() - t0, 3)}
+        _save(dest, record)
+        (out / "failures" / folder / f"{t}.json").unlink(missing_ok=True)
+        transcript = out / "transcripts" / folder / f"{t}.txt"
+        with atomic_write(transcript) as fh:
+            fh.write(render_conversation(record))
+        if on_episode:
+            on_episode()
+
+    await asyncio.gather(*(one(*job) for job in todo))
+    if todo and failed == len(todo):
+        raise AllEpisodesFailedError(f"all {failed} trials failed (see {out}/failures/)")
+    results = aggregate_tool_eval(cfg, out, [s.task.id for s in samples], trials)
+    _save(out / "results.json", results)
+    with atomic_write(out / "results.md") as fh:
+        fh.write(tool_results_markdown(results))
+    return results
+
+
+def aggregate_tool_eval(cfg: MemRLConfig, out: Path, task_ids: list[str], trials: int) -> dict[str, Any]:
+    """Per-task outcomes and pass^1..K over the tasks whose K trials all finished."""
+    per_task: dict[str, Any] = {}
+    outcomes: dict[str, list[bool]] = {}
+    rewards: list[float] = []
+    failed = 0
+    for task_id in task_ids:
+        folder = task_folder(task_id)
+        recs = []
+        for t in range(trials):
+            path = out / "episodes" / folder / f"{t}.json"
+            if path.is_file():
+                recs.append(json.loads(path.read_text(encoding="utf-8")))
+            elif (out / "failures" / folder / f"{t}.json").is_file():
+                failed += 1
+        rs = [float(r["reward"]) for r in recs]
+        rewards += rs
+        per_task[task_id] = {"trials": len(recs), "successes": sum(map(is_success, rs)), "rewards": rs,
+                             "nl_unchecked": sum(int((r.get("info") or {}).get("nl_unchecked", 0)) for r in recs)}
+        if len(recs) == trials:
+            outcomes[task_id] = [is_success(r) for r in rs]
+    return {
+        "domain": cfg.env.domain, "split": cfg.env.eval_split, "model": cfg.model.path, "trials": trials,
+        "solo": cfg.env.solo, "tasks": len(task_ids), "complete_tasks": len(outcomes), "failed_trials": failed,
+        "avg_reward": statistics.fmean(rewards) if rewards else None,
+        "pass_hat_k": {str(k): v for k, v in pass_hat_ks(outcomes).items()},
+        "nl_assertions_unchecked": sum(t["nl_unchecked"] for t in per_task.values()),
+        "per_task": per_task,
+    }
+
+
+def tool_results_markdown(results: dict[str, Any]) -> str:
+    ks = results["pass_hat_k"]
+    head = (f"**tool_agent** on `{results['model']}` · domain `{results['domain']}` split `{results['split']}` · "
+            f"{results['trials']} trial(s) per task · {'solo' if results['solo'] else 'with user simulator'}\n\n")
+    avg = results["avg_reward"]
+    lines = [head, "| tasks | complete | failed trials | avg reward | " + " | ".join(f"pass^{k}" for k in ks) + " |",
+             "|---:|---:|---:|---:|" + "---:|" * len(ks),
+             f"| {results['tasks']} | {results['complete_tasks']} | {results['failed_trials']} | "
+             f"{'-' if avg is None else f'{avg:.3f}'} | " + " | ".join(f"{v:.3f}" for v in ks.values()) + " |", ""]
+    if results["nl_assertions_unchecked"]:
+        lines.append(f"{results['nl_assertions_unchecked']} natural-language assertion(s) were not judged "
+                     "(no judge configured): rewards are higher than τ²-bench would give.\n")
+    lines += ["| task | trials | successes | rewards |", "|---|---:|---:|---|"]
+    for task_id, t in results["per_task"].items():
+        lines.append(f"| {task_id} | {t['trials']} | {t['successes']} | {' '.join(f'{r:g}' for r in t['rewards'])} |")
+    return "\n".join(lines) + "\n"

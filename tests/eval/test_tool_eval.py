@@ -1,0 +1,80 @@
+"""``memrl eval --workflow tool_agent``: K trials per task, pass^k, resumable, readable transcripts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+from memrl.config.schema import MemRLConfig
+from memrl.eval.runner import check_resume
+from memrl.eval.tool_eval import aggregate_tool_eval, run_tool_eval, task_folder
+from memrl.models.tiny import build_hf_tokenizer
+from memrl.testing.scripted import ScriptedEngine
+from memrl.workflows.common import encode_text
+from memrl.workflows import load_samples
+
+
+def cfg() -> MemRLConfig:
+    return MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "max_turns": 2},
+                                       "env": {"domain": "library", "eval_split": "test"},
+                                       "sampling": {"temperature": 1.0}})
+
+
+def test_trials_pass_hat_k_resume_and_transcripts(tmp_path):
+    tok = build_hf_tokenizer(["Nothing to change here."], vocab_size=400)
+    calls = []
+
+    def reply(prompt, params):  # never calls a tool: only tasks where changing nothing is right succeed
+        calls.append(params.seed)
+        return encode_text(tok, "Nothing to change here.") + [tok.convert_tokens_to_ids("<|im_end|>")]
+
+    c = cfg()
+    out = tmp_path / "out"
+    check_resume(out, c)
+    res = asyncio.run(run_tool_eval(c, ScriptedEngine(reply), tok, out, 3))
+    tasks = load_samples(c, "eval")
+    assert res["tasks"] == len(tasks) == res["complete_tasks"] and res["trials"] == 3
+    assert len(calls) == 3 * len(tasks) and len(set(calls)) == 3  # one seed per trial
+    per_task = res["per_task"]
+    solved = [t for t, v in per_task.items() if v["successes"] == 3]
+    assert 0 < len(solved) < len(tasks) and all(v["successes"] in (0, 3) for v in per_task.values())
+    # outcomes are the same in every trial, so every pass^k equals the share of solved tasks
+    assert res["pass_hat_k"] == {str(k): len(solved) / len(tasks) for k in (1, 2, 3)}
+    text = (out / "transcripts" / task_folder(solved[0]) / "0.txt").read_text()
+    assert text.startswith(f"# task {solved[0]} · trial 0") and "[agent] Nothing to change here." in text
+    assert "| pass^1 | pass^2 | pass^3 |" in (out / "results.md").read_text()
+    # a second run finds every trial done and runs nothing
+    asyncio.run(run_tool_eval(c, ScriptedEngine(reply), tok, out, 3))
+    assert len(calls) == 3 * len(tasks)
+
+
+def test_failed_trials_are_not_scored_and_pass_hat_k_needs_all_trials(tmp_path):
+    c = cfg()
+    out = tmp_path / "out"
+    ids = ["t1", "t/2"]
+    outcomes = {"t1": [1.0, 0.0, 1.0], "t/2": [1.0, 1.0]}
+    for task, rewards in outcomes.items():
+        for t, r in enumerate(rewards):
+            path = out / "episodes" / task_folder(task) / f"{t}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"task_id": task, "trial": t, "reward": r, "info": {"nl_unchecked": 1}}))
+    (out / "failures" / task_folder("t/2")).mkdir(parents=True)
+    (out / "failures" / task_folder("t/2") / "2.json").write_text("{}")
+    res = aggregate_tool_eval(c, out, ids, 3)
+    assert res["complete_tasks"] == 1 and res["failed_trials"] == 1
+    assert res["pass_hat_k"] == {"1": 2 / 3, "2": 1 / 3, "3": 0.0}  # t1 only: C(2,k)/C(3,k)
+    assert res["avg_reward"] == 4 / 5 and res["nl_assertions_unchecked"] == 5
+    assert task_folder("t/2") != "t_2" and task_folder("t1") == "t1"
+
+
+def test_cli_runs_tool_eval_with_the_tiny_model(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "memrl.cli.main", "eval", "--model", "tiny", "--workflow", "tool_agent",
+                        "--domain", "library", "--split", "test", "--trials", "2", "--temperature", "1",
+                        "--out", tmp_path / "o", "workflow.max_turns=1", "workflow.turn_tokens=8"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "| pass^1 | pass^2 |" in r.stdout
+    results = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert results["trials"] == 2 and results["domain"] == "library" and results["split"] == "test"
