@@ -47,7 +47,9 @@ def train_cmd(
         _fail(f"error: step {step} finished but none of its episodes completed "
               f"({last.get('failed_episodes', 0):.0f} failed episodes so far, see the warnings above); "
               f"checkpoints in {where}", 1)
-    typer.echo(f"done: step {step}, reward {last['reward']:.3f}; checkpoints in {where}")
+    rollouts = Path(cfg.trainer.output_dir) / "rollouts"
+    typer.echo(f"done: step {step}, reward {last['reward']:.3f}; checkpoints in {where}, metrics in "
+               f"{cfg.trainer.output_dir}/metrics.jsonl" + (f", rollouts in {rollouts}" if rollouts.is_dir() else ""))
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -58,7 +60,8 @@ def _fail(message: str, code: int) -> NoReturn:
 
 @user_errors
 def sft_cmd(
-    trajectories: Path = typer.Option(..., "--trajectories", help="JSONL of trajectories (Trajectory.to_dict)."),
+    trajectories: Path = typer.Option(..., "--trajectories", help="JSONL of trajectories (Trajectory.to_dict), "
+                                      "or a training run / its rollouts/ folder."),
     model: str = typer.Option(..., "--model", "-m", help="Model to fine-tune (folder, hub id or alias)."),
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the fine-tuned HF model."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it is a non-empty folder."),

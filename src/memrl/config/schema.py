@@ -276,6 +276,9 @@ class TrainerConfig(Section):
     eval_top_p: float = Field(1.0, gt=0, le=1)
     tensorboard: bool = False
     wandb_project: str | None = None
+    rollouts_every: int = Field(1, ge=0, description="Write sampled episodes to RUN/rollouts/ every K steps "
+                                "(0: never); memrl sft reads them.")
+    rollouts_per_step: int = Field(4, ge=1, description="Episodes written per such step: best, worst, random.")
 
 
 class ClusterConfig(Section):

@@ -18,6 +18,7 @@ from memrl.data.atomic import atomic_write
 RESUMABLE_CHANGES = {("trainer", "total_steps"), ("trainer", "save_every"), ("trainer", "eval_every"),
                      ("trainer", "keep_checkpoints"), ("trainer", "tensorboard"), ("trainer", "wandb_project"),
                      ("trainer", "max_nan_steps"), ("trainer", "max_failed_steps"),
+                     ("trainer", "rollouts_every"), ("trainer", "rollouts_per_step"),
                      *(("cluster", k) for k in ("address", "rollout_replicas", "replica_cpus", "replica_gpus",
                                                 "trainers", "backend", "placement", "strategy",
                                                 "weight_sync"))}

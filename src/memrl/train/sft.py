@@ -20,9 +20,19 @@ from memrl.types import Trajectory
 
 
 def read_trajectories(path: str | Path) -> list[Trajectory]:
-    """JSONL of ``Trajectory.to_dict()`` records."""
+    """JSONL of ``Trajectory.to_dict()`` records (rollout records too), or a folder of such files.
+
+    A folder is a run's ``rollouts/`` (or the run itself), read in name order.
+    """
     from memrl.data.errors import DataError
 
+    path = Path(path)
+    if path.is_dir():
+        folder = path / "rollouts" if (path / "rollouts").is_dir() else path
+        files = sorted(folder.glob("*.jsonl"))
+        if not files:
+            raise FileNotFoundError(f"{path}: no *.jsonl rollout files (a run writes them to RUN/rollouts/)")
+        return [t for f in files for t in read_trajectories(f)]
     out = []
     with open(path, encoding="utf-8") as fh:
         for row, line in enumerate(fh, start=1):

@@ -41,6 +41,7 @@ from memrl.train.engine_sync import adapter_payload, sync_stats, syncs_adapter
 from memrl.train.guards import IdleStreak, RolloutTally
 from memrl.train.policy import Reference, build_policy, merged_state_dict
 from memrl.train.preflight import RESUMABLE_CHANGES, check_config, check_run_config  # noqa: F401 (re-exported)
+from memrl.train.rollouts import save_step_rollouts
 from memrl.train.sampler import ResumableSampler
 from memrl.train.signals import StopRequest, TrainingInterrupted
 from memrl.train.tracking import Tracker
@@ -361,6 +362,9 @@ class Trainer:
                         ent = ent.detach()
                     mask = batch.loss_mask
                     old = logp.detach() if on_policy else row_tensor(group, "old_logprobs", width, self.device)
+                    if on_policy and not dummy:  # the trainer's log-probs, kept for the rollout records
+                        for i, r in enumerate(group):
+                            r.old_logprobs = old[i, : len(r) - 1].cpu()
                     adv = row_tensor(group, "advantages", width, self.device)
                     mode = a.loss_agg_mode
                     scale = (float(mask.sum()) / n_tok) if mode == "token-mean" else len(group) / n_rows
@@ -446,6 +450,10 @@ class Trainer:
             self.nan_streak = 0
         metrics.update(upd)
         metrics["time/update"] = t3 - t2 - upd["time/logprob"]
+        tc = self.cfg.trainer
+        if self.dist.main and tc.rollouts_every and self.step % tc.rollouts_every == 0:
+            save_step_rollouts(self.run_dir, self.step, self.step_trajectories, rows, self.tokenizer,
+                               tc.rollouts_per_step, tc.seed)
         t4 = time.perf_counter()
         if colocated:
             self.pool.wake()
@@ -496,6 +504,7 @@ class Trainer:
         rows = rows_from_trajectories(trajs)
         if rows:
             self.advantages(trajs, rows)
+        self.step_trajectories = trajs  # rows[i].episode indexes these (for the rollout records)
         return rows, metrics, self.tally
 
     async def _evaluate(self) -> float:

@@ -1,0 +1,93 @@
+"""Rollouts on disk: the episodes a step trained on, as structured records a person (or ``memrl sft``) can read.
+
+Every ``trainer.rollouts_every`` steps the trainer writes ``RUN/rollouts/step_NNNNNN.jsonl`` with
+``trainer.rollouts_per_step`` episodes of that step: the best, the worst, then random ones. A record
+is ``Trajectory.to_dict()`` (so :meth:`memrl.types.Trajectory.from_dict` and ``memrl sft`` read it
+back) plus, for people and viewers:
+
+* ``format``, ``step``, ``policy_version`` (the update count of the weights that sampled it), ``pick``;
+* per conversation: ``text.prompt`` / ``text.response`` (decoded, special tokens shown), the
+  ``advantage`` its generated tokens were trained with, and ``trainer_logprobs`` aligned with
+  ``token_ids`` (0.0 on prompt tokens) where the trainer computed them, beside the engine's
+  sampling ``logprobs``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from memrl.data.atomic import atomic_write
+from memrl.types import Trajectory
+
+ROLLOUT_FORMAT = 1
+
+
+def pick_episodes(rewards: Sequence[float], n: int, seed: int) -> list[tuple[int, str]]:
+    """(index, why) of up to ``n`` episodes: the best, the worst, then a seeded random sample of the rest."""
+    if n <= 0 or not rewards:
+        return []
+    order = sorted(range(len(rewards)), key=lambda i: (rewards[i], i))
+    picked: list[tuple[int, str]] = [(order[-1], "best")]
+    if n > 1 and len(order) > 1:
+        picked.append((order[0], "worst"))
+    rest = [i for i in range(len(rewards)) if i not in {p for p, _ in picked}]
+    random.Random(seed).shuffle(rest)
+    picked += [(i, "random") for i in rest[: max(n - len(picked), 0)]]
+    return picked
+
+
+def rollout_record(traj: Trajectory, tokenizer: Any, *, step: int, version: int, pick: str,
+                   advantages: Sequence[float | None] | None = None,
+                   trainer_logprobs: Sequence[list[float] | None] | None = None) -> dict[str, Any]:
+    """One episode as a rollout record (see the module docstring)."""
+    record = traj.to_dict()
+    record.update(format=ROLLOUT_FORMAT, step=step, policy_version=version, pick=pick)
+    for k, (conv, out) in enumerate(zip(traj.conversations, record["conversations"])):
+        split = conv.prompt_length
+        out["text"] = {"prompt": tokenizer.decode(conv.token_ids[:split], skip_special_tokens=False),
+                       "response": tokenizer.decode(conv.token_ids[split:], skip_special_tokens=False)}
+        if advantages is not None and advantages[k] is not None:
+            out["advantage"] = advantages[k]
+        if trainer_logprobs is not None and trainer_logprobs[k] is not None:
+            out["trainer_logprobs"] = trainer_logprobs[k]
+    return record
+
+
+def row_views(rows: Sequence[Any], n_conversations: Sequence[int]) -> tuple[list[list[float | None]],
+                                                                          list[list[list[float] | None]]]:
+    """Per episode and conversation: the advantage and the trainer's log-probs (aligned to token ids).
+
+    Rows exist only for conversations with generated tokens; ``row.old_logprobs[i]`` scores token
+    ``i + 1``, so the aligned list starts with 0.0 for the first token and is 0.0 on prompt tokens.
+    """
+    adv: list[list[float | None]] = [[None] * n for n in n_conversations]
+    lps: list[list[list[float] | None]] = [[None] * n for n in n_conversations]
+    for r in rows:
+        if r.advantages is not None:
+            first = next((i for i, m in enumerate(r.loss_mask[1:]) if m), None)
+            if first is not None:
+                adv[r.episode][r.step] = float(r.advantages[first])
+        if r.old_logprobs is not None:
+            values = r.old_logprobs.detach().float().cpu().tolist()[: len(r) - 1]
+            lps[r.episode][r.step] = [0.0] + [v if m else 0.0 for v, m in zip(values, r.loss_mask[1:])]
+    return adv, lps
+
+
+def save_step_rollouts(run_dir: Path, step: int, trajs: Sequence[Trajectory], rows: Sequence[Any],
+                       tokenizer: Any, n: int, seed: int) -> Path | None:
+    """Write ``n`` of this step's episodes to ``run_dir/rollouts/step_NNNNNN.jsonl``; returns the path."""
+    picks = pick_episodes([t.reward for t in trajs], n, seed * 1_000_003 + step)
+    if not picks:
+        return None
+    adv, lps = row_views(rows, [t.num_conversations for t in trajs])
+    path = Path(run_dir) / "rollouts" / f"step_{step:06d}.jsonl"
+    with atomic_write(path) as fh:
+        for i, why in picks:
+            rec = rollout_record(trajs[i], tokenizer, step=step, version=step - 1, pick=why,
+                                 advantages=adv[i], trainer_logprobs=lps[i])
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return path
