@@ -14,6 +14,7 @@ from rich.table import Table
 
 from memrl.cli.errors import user_errors
 from memrl.data.atomic import atomic_write
+from memrl.data.distance import ORDERS
 from memrl.data.outdir import check_writable_dir, record_outputs
 from memrl.data.synth import FileReport, parse_token_budget, plan_synthesis
 
@@ -52,8 +53,8 @@ def report_table(reports: list[FileReport]) -> Table:
 @app.command("synth")
 @user_errors
 def synth(
-    input: Path = typer.Option(..., "--input", "-i", help="HotpotQA-schema questions (official JSON or JSONL; "
-                               "2WikiMultihopQA uses the same schema)."),
+    input: Path = typer.Option(..., "--input", "-i", help="HotpotQA or 2WikiMultihopQA questions (official JSON or "
+                               "JSONL, or the column layout of the Hugging Face / FlashRAG copies)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (created if missing)."),
     docs: str = typer.Option("", "--docs", "-d", help="Comma-separated document counts, one eval file each "
                              "(RULER-HQA uses 50,100,200,400,800,1600,3200,6400)."),
@@ -74,14 +75,27 @@ def synth(
                             "or parquet. The training file is always verl-style parquet."),
     max_samples: Optional[int] = typer.Option(None, "--max-samples", help="Use only the first K questions "
                                               "(all paragraphs still feed the distractor pool)."),
+    dataset: str = typer.Option("hotpotqa", "--dataset", help="hotpotqa or 2wiki (2WikiMultihopQA): the name "
+                                "used by --rememr1-names."),
+    min_distance: Optional[int] = typer.Option(None, "--min-distance", help="ReMemR1's distance variant: evidence "
+                                               "documents at least D positions apart (in reverse supporting-fact "
+                                               "order unless --evidence-order says otherwise)."),
+    evidence_order: Optional[str] = typer.Option(None, "--evidence-order", help="Order of the evidence documents: "
+                                                 "reverse (ReMemR1's variants; default with --min-distance), "
+                                                 "forward or any (default without)."),
+    rememr1_names: bool = typer.Option(False, "--rememr1-names", help="Name eval files as ReMemR1 does: "
+                                       "eval_{dataset}_{N}.json, eval_{dataset}_{N}_min_distance_{D}.json."),
 ) -> None:
     """Synthesize long-context QA: gold + distractor paragraphs as N numbered documents per question.
 
-    Writes DIR/eval_{N}.json for each N (MemAgent/RULER-HQA eval layout), optionally
+    Writes DIR/eval_{N}.json for each N (MemAgent/RULER-HQA eval layout; ReMemR1's names with
+    --rememr1-names), optionally
     DIR/train_{K}k.parquet (verl RL layout), and DIR/token_report.json.
     """
     if fmt not in ("json", "jsonl", "parquet"):
         raise ValueError(f"--format must be json, jsonl or parquet, got {fmt!r}")
+    if evidence_order is not None and evidence_order not in ORDERS:
+        raise ValueError(f"--evidence-order must be one of {', '.join(ORDERS)}, got {evidence_order!r}")
     if max_samples is not None and max_samples <= 0:
         raise ValueError(f"--max-samples must be positive, got {max_samples}")
     budget = parse_token_budget(train_tokens) if train_tokens else None
@@ -91,7 +105,8 @@ def synth(
         plan = plan_synthesis(
             input, out, parse_docs(docs), train_tokens=budget, pool_files=pool, tokenizer=tokenizer,
             seed=seed, allow_repeats=allow_repeats, include_question_distractors=question_distractors,
-            fmt=fmt, max_samples=max_samples,  # type: ignore[arg-type]
+            fmt=fmt, max_samples=max_samples, dataset=dataset, min_distance=min_distance,  # type: ignore[arg-type]
+            evidence_order=evidence_order, rememr1_names=rememr1_names,  # type: ignore[arg-type]
         )
     console.print(f"{len(plan.synth.questions)} questions, paragraph pool of {len(plan.synth.pool):,}")
     record_outputs(plan.out, plan.output_names() + ["token_report.json"])

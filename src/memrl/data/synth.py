@@ -22,51 +22,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from memrl.data.budget import check_token_budget
+from memrl.data.distance import EvidenceOrder, check_min_distance, evidence_fields, place_evidence
 from memrl.data.errors import DataError
-from memrl.data.hotpotqa import Paragraph, QAExample, read_hotpotqa, read_paragraph_pool
+from memrl.data.hotpotqa import read_paragraph_pool
 from memrl.data.longctx import DOC_SEPARATOR, Format, LongContextSample, SampleWriter, document_header
+from memrl.data.names import eval_file_name, parse_token_budget, train_file_name
+from memrl.data.questions import ParagraphPool, Question, load_questions
 from memrl.data.tokens import TokenCounter, load_token_counter
+from memrl.data.twowiki import dataset_name
 
-
-class ParagraphPool:
-    """All distinct paragraphs, each with a stable integer id and a cached token count."""
-
-    def __init__(self) -> None:
-        self.paragraphs: list[Paragraph] = []
-        self._ids: dict[Paragraph, int] = {}
-        self._tokens: dict[int, int] = {}
-
-    def add(self, p: Paragraph) -> int:
-        pid = self._ids.get(p)
-        if pid is None:
-            pid = len(self.paragraphs)
-            self._ids[p] = pid
-            self.paragraphs.append(p)
-        return pid
-
-    def __len__(self) -> int:
-        return len(self.paragraphs)
-
-    def tokens(self, pid: int, counter: TokenCounter) -> int:
-        n = self._tokens.get(pid)
-        if n is None:
-            n = counter.count(self.paragraphs[pid].render())
-            self._tokens[pid] = n
-        return n
-
-
-@dataclass
-class Question:
-    """A source example resolved against the pool."""
-
-    row: int
-    example: QAExample
-    gold: list[int]
-    own_distractors: list[int]
-
-    @property
-    def own(self) -> set[int]:
-        return set(self.gold) | set(self.own_distractors)
+__all__ = ["FileReport", "ParagraphPool", "Question", "SynthPlan", "Synthesizer", "load_questions",
+           "parse_token_budget", "plan_synthesis", "train_file_name"]
 
 
 @dataclass
@@ -116,6 +82,8 @@ class Synthesizer:
         seed: int = 42,
         allow_repeats: bool = False,
         include_question_distractors: bool = True,
+        min_distance: int | None = None,
+        evidence_order: EvidenceOrder = "any",
     ) -> None:
         if not questions:
             raise ValueError(f"{source}: no questions to synthesize from")
@@ -126,6 +94,7 @@ class Synthesizer:
         self.seed = seed
         self.allow_repeats = allow_repeats
         self.include_question_distractors = include_question_distractors
+        self.min_distance, self.evidence_order = min_distance, evidence_order
         self._header_tokens: dict[int, int] = {}
         self._sep_tokens = counter.count(DOC_SEPARATOR)
 
@@ -136,6 +105,8 @@ class Synthesizer:
             if n < len(q.gold):
                 raise DataError(self.source, q.row, "supporting_facts",
                                 f"--docs {n} is fewer than this question's {len(q.gold)} gold paragraphs")
+            if self.min_distance:
+                check_min_distance(n, len(q.gold), self.min_distance)
             if self.allow_repeats:
                 continue
             available = len(self.pool) - len(q.own) + len(q.gold)
@@ -176,6 +147,8 @@ class Synthesizer:
             rng.shuffle(rest)
             docs += rest + rng.choices(rest or docs, k=need - len(rest))
         rng.shuffle(docs)
+        if self.min_distance or self.evidence_order != "any":  # ReMemR1's distance variants
+            docs = place_evidence(rng, docs, q.evidence, self.min_distance or 1, self.evidence_order)
         return docs
 
     def choose_docs_by_tokens(self, q: Question, budget: int) -> list[int]:
@@ -224,6 +197,7 @@ class Synthesizer:
         gold = set(q.gold)
         ex = q.example
         extra = {k: v for k, v in (("type", ex.type), ("level", ex.level)) if v is not None}
+        extra.update(evidence_fields(docs, q.evidence))
         return LongContextSample(
             index=index,
             question=ex.question,
@@ -290,45 +264,6 @@ class Synthesizer:
                            lambda q: self.choose_docs_by_tokens(q, budget), budget, progress)
 
 
-def load_questions(input_path: str | Path, pool: ParagraphPool,
-                   max_samples: int | None = None) -> list[Question]:
-    """Read source questions and register all their paragraphs in ``pool``.
-
-    Every paragraph of the file enters the pool (also of questions past
-    ``max_samples``) so distractors come from the whole file.
-    """
-    questions: list[Question] = []
-    for row, ex in enumerate(read_hotpotqa(input_path), start=1):
-        gold_titles = set(ex.gold_titles)
-        gold, own = [], []
-        for p in ex.paragraphs:
-            pid = pool.add(p)
-            (gold if p.title in gold_titles else own).append(pid)
-        if max_samples is None or len(questions) < max_samples:
-            questions.append(Question(row=row, example=ex, gold=gold, own_distractors=own))
-    return questions
-
-
-def train_file_name(budget: int) -> str:
-    for unit in (1024, 1000):
-        if budget % unit == 0:
-            return f"train_{budget // unit}k.parquet"
-    return f"train_{budget}tok.parquet"
-
-
-def parse_token_budget(text: str) -> int:
-    """``32k`` -> 32768, ``28000`` -> 28000, ``1m`` -> 1048576."""
-    t = text.strip().lower()
-    mult = {"k": 1024, "m": 1024 * 1024}.get(t[-1:], 1)
-    try:
-        value = int(t[:-1] if mult > 1 else t) * mult
-    except ValueError:
-        raise ValueError(f"token budget {text!r} must be an integer, optionally with k or m (e.g. 32k)") from None
-    if value <= 0:
-        raise ValueError(f"token budget must be positive, got {text!r}")
-    return value
-
-
 @dataclass
 class SynthPlan:
     """Everything ``memrl data synth`` needs, validated before any file is written."""
@@ -338,6 +273,7 @@ class SynthPlan:
     train_tokens: int | None
     out: Path
     fmt: Format
+    name_as: str | None = None  # a dataset name: ReMemR1's eval_{dataset}_{N}[_min_distance_{D}] file names
 
     @property
     def total_samples(self) -> int:
@@ -345,7 +281,7 @@ class SynthPlan:
         return files * len(self.synth.questions)
 
     def eval_path(self, n: int) -> Path:
-        return self.out / f"eval_{n}.{self.fmt}"
+        return self.out / eval_file_name(n, self.fmt, dataset=self.name_as, min_distance=self.synth.min_distance)
 
     def output_names(self) -> list[str]:
         """The files :meth:`run` writes in ``out`` (for the folder's manifest)."""
@@ -373,11 +309,24 @@ def plan_synthesis(
     include_question_distractors: bool = True,
     fmt: Format = "json",
     max_samples: int | None = None,
+    dataset: str = "hotpotqa",
+    min_distance: int | None = None,
+    evidence_order: EvidenceOrder | None = None,
+    rememr1_names: bool = False,
 ) -> SynthPlan:
-    """Load and validate everything; raises :class:`DataError` before any output exists."""
+    """Load and validate everything; raises :class:`DataError` before any output exists.
+
+    ``min_distance``/``evidence_order`` lay out the evidence of eval samples as ReMemR1's distance
+    variants (order defaults to ``reverse`` with a distance, as ReMemR1's, else ``any``).
+    """
     docs = sorted(set(int(n) for n in docs))
     if not docs and not train_tokens:
         raise ValueError("nothing to do: give document counts (--docs 50,100) and/or --train-tokens")
+    name = dataset_name(dataset)
+    if min_distance is not None and min_distance < 1:
+        raise ValueError(f"--min-distance must be at least 1, got {min_distance}")
+    if (min_distance or evidence_order) and train_tokens:
+        raise ValueError("--min-distance/--evidence-order lay out eval files; leave out --train-tokens")
     pool = ParagraphPool()
     questions = load_questions(input_path, pool, max_samples)
     for extra in pool_files:
@@ -386,9 +335,11 @@ def plan_synthesis(
     synth = Synthesizer(
         questions, pool, load_token_counter(tokenizer), source=str(input_path), seed=seed,
         allow_repeats=allow_repeats, include_question_distractors=include_question_distractors,
+        min_distance=min_distance, evidence_order=evidence_order or ("reverse" if min_distance else "any"),
     )
     for n in docs:
         synth.check_docs(n)
     if train_tokens:
         check_token_budget(synth, train_tokens)
-    return SynthPlan(synth=synth, docs=docs, train_tokens=train_tokens, out=Path(out), fmt=fmt)
+    return SynthPlan(synth=synth, docs=docs, train_tokens=train_tokens, out=Path(out), fmt=fmt,
+                     name_as=name if rememr1_names else None)
