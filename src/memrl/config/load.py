@@ -132,7 +132,8 @@ def _format_validation_error(exc: ValidationError, source: str) -> ConfigError:
         loc = ".".join(str(p) for p in err["loc"])
         got = err.get("input")
         shown = "" if isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"{loc}: {err['msg']}{shown}")
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        lines.append(f"{loc}: {msg}{shown}")
     return ConfigError(f"invalid config{source}: " + "; ".join(lines))
 
 

@@ -57,7 +57,8 @@ class DataConfig(Section):
 class WorkflowConfig(Section):
     """Which agent loop runs an episode, and its budgets (MemAgent paper defaults)."""
 
-    name: Literal["memagent", "rememr1", "full_context", "tool_agent"] = "memagent"
+    name: str = Field("memagent", description="memagent | rememr1 | full_context | tool_agent, or your own "
+                      "async workflow as 'package.module:function'.")
     chunk_tokens: int = Field(5000, gt=0, description="Context tokens shown per memory turn.")
     memory_tokens: int = Field(1024, gt=0, description="Max new tokens of a memory turn (= memory size).")
     final_tokens: int = Field(1024, gt=0, description="Max new tokens of the final answer turn.")
@@ -68,9 +69,10 @@ class WorkflowConfig(Section):
                                     "is centre-truncated to fit with the question and the answer budget.")
     recall_in_final: bool = Field(True, description="rememr1: show the recalled memory in the final turn.")
     prompts: str | None = Field(None, description="YAML file overriding the prompt templates.")
-    reward: Literal["em", "sub_em", "f1", "memagent_strict"] = Field(
-        "sub_em", description="Which QA score is the reward; memagent_strict: MemAgent's RL reward (last boxed "
-        "answer in the final 300 characters, lowercased, MATH-normalised without spaces, exact match, max over golds).")
+    reward: str = Field(
+        "sub_em", description="em | sub_em | f1 | memagent_strict (MemAgent's RL reward: last boxed answer in the "
+        "final 300 characters, lowercased, MATH-normalised without spaces, exact match, max over golds), or your "
+        "own function (text, golds, answer) -> float as 'package.module:function'.")
     answer_format: str = Field("boxed", description="How the final answer is read: boxed (last \\boxed{}), "
                                "answer_is (after the last 'the answer is', MemAgent's eval prompt) or "
                                "regex:<pattern> (last match; its first group if any).")
@@ -90,6 +92,20 @@ class WorkflowConfig(Section):
                                                    "('qwen': user turn with <tool_response>; 'hermes': tool).")
     tool_parser: Literal["hermes", "json"] = Field("hermes", description="tool_agent: how tool calls are read "
                                                    "from model text (<tool_call> JSON blocks, or bare JSON).")
+
+    @field_validator("name")
+    @classmethod
+    def _workflow(cls, v: str) -> str:
+        from memrl.plugins import WORKFLOWS
+
+        return WORKFLOWS.validate(v)
+
+    @field_validator("reward")
+    @classmethod
+    def _reward(cls, v: str) -> str:
+        from memrl.plugins import REWARDS
+
+        return REWARDS.validate(v)
 
     @field_validator("answer_format")
     @classmethod

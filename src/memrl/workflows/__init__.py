@@ -8,28 +8,14 @@ from typing import Any
 from memrl.types import Trajectory
 
 Workflow = Callable[..., Awaitable[Trajectory]]
-NAMES = ("memagent", "rememr1", "full_context", "tool_agent")
+NAMES = ("memagent", "rememr1", "full_context", "tool_agent")  # the built-ins (memrl.plugins.WORKFLOWS)
 
 
 def get_workflow(name: str) -> Workflow:
-    """The workflow function registered under ``name``."""
-    if name == "memagent":
-        from memrl.workflows.memagent import memagent
+    """The workflow registered under ``name``, or the plug-in at import path ``package.module:function``."""
+    from memrl.plugins import WORKFLOWS
 
-        return memagent
-    if name == "rememr1":
-        from memrl.workflows.rememr1 import rememr1
-
-        return rememr1
-    if name == "full_context":
-        from memrl.workflows.full_context import full_context
-
-        return full_context
-    if name == "tool_agent":
-        from memrl.workflows.tool_agent import tool_agent
-
-        return tool_agent
-    raise ValueError(f"unknown workflow {name!r}; choose {', '.join(NAMES)}")
+    return WORKFLOWS.get(name)
 
 
 def load_samples(cfg: Any, split: str) -> list[Any]:

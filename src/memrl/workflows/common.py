@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from memrl.data.longctx import LongContextSample
 from memrl.engines.base import GenerationResult, SamplingParams
-from memrl.rewards.published import extract_answer, memagent_strict_reward
+from memrl.rewards.published import extract_answer
 from memrl.rewards.qa import QAScores, score_answer
 from memrl.types import Conversation, Trajectory
 
@@ -51,14 +51,13 @@ def score_text(text: str, golds: Sequence[str], reward: str,
                answer_format: str = "boxed") -> tuple[str | None, QAScores, float]:
     """Extract the answer (``workflow.answer_format``), score it, and pick the configured reward.
 
-    ``memagent_strict`` is MemAgent's own training reward, computed on the raw text (it reads
-    only the last boxed answer near the end; see :mod:`memrl.rewards.published`).
+    The reward is a built-in (``em``, ``sub_em``, ``f1``, ``memagent_strict``: MemAgent's own
+    training reward on the raw text) or a plug-in by import path; see :mod:`memrl.plugins`.
     """
+    from memrl.plugins import reward_value
+
     answer = extract_answer(text, answer_format)
-    scores = score_answer(answer, golds)
-    if reward == "memagent_strict":
-        return answer, scores, memagent_strict_reward(text, golds)
-    return answer, scores, float(getattr(scores, reward))
+    return answer, score_answer(answer, golds), reward_value(reward, text, golds, answer)
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:

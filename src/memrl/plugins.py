@@ -1,0 +1,97 @@
+"""One registry per kind of plug-in: memrl's own workflows and rewards, and yours by import path.
+
+A config names a built-in (``workflow.name=memagent``) or any object importable as
+``package.module:attribute`` (``workflow.name=my_pkg.agents:my_workflow``), the way slime takes a
+generate function and verl a reward function by path. Names are checked when the config is
+validated, so a typo or a missing module fails in one line before any model loads. Built-ins
+are registered here by path too and imported only when used.
+
+Protocols:
+
+* **workflow**: ``async def wf(sample, engine, tokenizer, config, *, sampling, sample_id=None,
+  group_id=None) -> memrl.types.Trajectory`` (``config`` is the ``workflow`` config section);
+* **reward**: ``def reward(text: str, golds: Sequence[str], answer: str | None) -> float``: the final
+  response's text, the gold answers and the answer extracted by ``workflow.answer_format``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def load_object(spec: str, what: str) -> Any:
+    """The object named ``package.module:attr`` (dots allowed after the colon), or a one-line ValueError."""
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"{what} {spec!r} is neither built in nor an import path 'package.module:name'")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise ValueError(f"{what} {spec!r}: cannot import {module} ({exc}); is it installed or on PYTHONPATH?") \
+            from None
+    try:
+        return functools.reduce(getattr, attr.split("."), mod)
+    except AttributeError:
+        raise ValueError(f"{what} {spec!r}: module {module} has no attribute {attr}") from None
+
+
+class Registry:
+    """Names of built-ins (import paths, loaded lazily) and the rule a plug-in of this kind must follow."""
+
+    def __init__(self, kind: str, check: Callable[[Any], str | None]) -> None:
+        self.kind = kind
+        self._check = check
+        self._builtins: dict[str, str] = {}
+
+    def register(self, name: str, target: str) -> None:
+        self._builtins[name] = target
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._builtins)
+
+    def validate(self, name: str) -> str:
+        """``name`` if it is a built-in or a loadable plug-in (imported now to find out), else ValueError."""
+        if name not in self._builtins:
+            if ":" not in name:
+                raise ValueError(f"unknown {self.kind} {name!r}: choose {', '.join(self._builtins)} "
+                                 "or give an import path 'package.module:name'")
+            self.get(name)
+        return name
+
+    def get(self, name: str) -> Any:
+        obj = load_object(self._builtins.get(name, name), self.kind)
+        problem = self._check(obj)
+        if problem:
+            raise ValueError(f"{self.kind} {name!r}: {problem}")
+        return obj
+
+
+def _is_workflow(obj: Any) -> str | None:
+    if not inspect.iscoroutinefunction(obj) and not inspect.iscoroutinefunction(getattr(obj, "__call__", None)):
+        return "a workflow must be an async function (sample, engine, tokenizer, config, *, sampling, ...)"
+    return None
+
+
+def _is_reward(obj: Any) -> str | None:
+    if not callable(obj):
+        return "a reward must be a function (text, golds, answer) -> float"
+    return None
+
+
+WORKFLOWS = Registry("workflow", _is_workflow)
+for _name in ("memagent", "rememr1", "full_context", "tool_agent"):
+    WORKFLOWS.register(_name, f"memrl.workflows.{_name}:{_name}")
+
+REWARDS = Registry("reward", _is_reward)
+for _name in ("em", "sub_em", "f1", "memagent_strict"):
+    REWARDS.register(_name, f"memrl.rewards.builtin:{_name}")
+
+
+def reward_value(name: str, text: str, golds: Sequence[str], answer: str | None) -> float:
+    """The configured reward of one final response."""
+    return float(REWARDS.get(name)(text, golds, answer))
