@@ -6,17 +6,23 @@ the agent's messages are its "user" turns. It ends the conversation by writing
 ``###STOP###`` (done), ``###TRANSFER###`` (handed to a human) or
 ``###OUT-OF-SCOPE###``, as in τ²-bench. ``ScriptedUser`` replays a function,
 for tests and for deterministic debugging.
+
+Dual control (τ²-bench's telecom): the user also has tools (their phone).
+``LLMUserSimulator.act`` lets the simulator call them, as the user, until it
+writes text; the calls and their results join the graded log, while the agent
+is shown only the user's text.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from memrl.engines.base import Engine, SamplingParams
-from memrl.envs.messages import Message
+from memrl.envs.messages import Message, ToolCall
 from memrl.envs.tasks import Task
 
 STOP_MARKERS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
@@ -32,6 +38,18 @@ Rules:
 - When your request is fully handled (or clearly refused), write ###STOP### as your whole message.
 - If you are transferred to a human agent, write ###TRANSFER###.
 - If the agent cannot help with what you need, write ###OUT-OF-SCOPE###."""
+
+
+USER_TOOLS = """
+
+You also have your own device, and tools to use it (listed below). When the agent asks you to check or
+change something on it, make the tool call rather than guessing, then tell the agent in plain words what
+you saw. Never invent what a tool shows. To call a tool, write exactly:
+<tool_call>
+{{"name": "<tool name>", "arguments": {{<arguments as JSON>}}}}
+</tool_call>
+Your tools:
+{tools}"""
 
 
 class UserSimulator(Protocol):
@@ -72,23 +90,61 @@ class LLMUserSimulator:
             raise ValueError(f"{path}: a user prompt must contain the {{scenario}} slot")
         return cls(engine, tokenizer, system_prompt=text, **kw)
 
-    def chat(self, task: Task, messages: Sequence[Message]) -> list[dict[str, str]]:
-        """The conversation from the user's side (agent text -> 'user', own text -> 'assistant')."""
+    def chat(self, task: Task, messages: Sequence[Message],
+             tools: Sequence[dict[str, Any]] = ()) -> list[dict[str, str]]:
+        """The conversation from the user's side (agent text -> 'user', own text -> 'assistant').
+
+        With ``tools`` (dual control) the prompt lists them, the user's own calls are its
+        'assistant' turns and their results come back as 'user' turns; the agent's calls stay hidden.
+        """
+        from memrl.workflows.tool_calls import render_call
+
         scenario = task.user_scenario.render() if task.user_scenario else task.first_message()
-        chat = [{"role": "system", "content": self.system_prompt.format(scenario=scenario)}]
+        system = self.system_prompt.format(scenario=scenario)
+        if tools:
+            system += USER_TOOLS.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
+        chat = [{"role": "system", "content": system}]
         for m in messages:
             if m.role == "assistant" and m.content:
                 chat.append({"role": "user", "content": m.content})
-            elif m.role == "user" and m.content:
-                chat.append({"role": "assistant", "content": m.content})
+            elif m.role == "user" and (m.content or m.tool_calls):
+                text = "\n".join([m.content or ""] + [render_call(c) for c in m.tool_calls]).strip()
+                chat.append({"role": "assistant", "content": text})
+            elif m.role == "tool" and m.requestor == "user":
+                chat.append({"role": "user", "content": f"<tool_response>\n{m.content}\n</tool_response>"})
         if len(chat) == 1:
             chat.append({"role": "user", "content": "Hi! How can I help you today?"})
         return chat
 
     async def reply(self, task: Task, messages: Sequence[Message], *, seed: int | None = None) -> str:
+        return await self._generate(self.chat(task, messages), seed)
+
+    async def act(self, task: Task, messages: Sequence[Message], env: Any, *, seed: int | None = None,
+                  max_rounds: int = 10) -> list[Message]:
+        """The user's next turn with their own tools (``env.user_tools``): tool calls, each run on ``env``
+        as the user, until a text reply (the last message returned). After ``max_rounds`` rounds of
+        calls the user gives up (``###STOP###``), so a looping simulator cannot stall the episode."""
+        from memrl.workflows.tool_calls import parse_hermes
+
+        tools = env.user_tools.schemas() if env.user_tools is not None else []
+        new: list[Message] = []
+        for r in range(max_rounds):
+            text = await self._generate(self.chat(task, [*messages, *new], tools),
+                                        None if seed is None else seed + r)
+            turn = parse_hermes(text) if tools else None
+            if turn is None or not turn.calls:  # text (an unparseable call stays text: the agent reads it)
+                new.append(Message("user", text))
+                return new
+            calls = [ToolCall(c.name, c.arguments, id=f"user_call_{len(messages) + len(new)}_{k}", requestor="user")
+                     for k, c in enumerate(turn.calls)]
+            new.append(Message("user", turn.content or None, calls))
+            new += [env.step(c) for c in calls]
+        new.append(Message("user", "###STOP###"))
+        return new
+
+    async def _generate(self, chat: list[dict[str, str]], seed: int | None) -> str:
         from memrl.workflows.common import decode, encode_text, stop_token_ids, strip_stop
 
-        chat = self.chat(task, messages)
         if getattr(self.tokenizer, "chat_template", None):
             text = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         else:
