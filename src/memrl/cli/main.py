@@ -11,6 +11,7 @@ from memrl.cli import demo as demo_cli
 from memrl.cli import eval as eval_cli
 from memrl.cli import serve as serve_cli
 from memrl.cli import train as train_cli
+from memrl.cli import view as view_cli
 
 app = typer.Typer(
     name="memrl",
@@ -29,6 +30,7 @@ app.command("train")(train_cli.train_cmd)
 app.command("sft")(train_cli.sft_cmd)
 app.command("export")(train_cli.export_cmd)
 app.command("plot")(train_cli.plot_cmd)
+app.command("view")(view_cli.view_cmd)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,34 @@
+"""``memrl view DIR``: browse a training run's rollouts and curves, or an eval folder's episodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from memrl.cli.errors import user_errors
+
+
+@user_errors
+def view_cmd(
+    path: Path = typer.Argument(..., help="A training run (metrics.jsonl, rollouts/) or an eval --out folder."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write one self-contained HTML file instead of serving."),
+    port: int = typer.Option(0, "--port", help="Port on 127.0.0.1 (default: a free one)."),
+    tokenizer: Optional[str] = typer.Option(
+        None, "--tokenizer", help="Tokenizer for per-token views (default: the run's model.tokenizer or model.path)."),
+) -> None:
+    """Episodes (conversations, generated tokens, log-probs, rewards, tool calls) and training curves in a browser."""
+    from memrl.data.atomic import atomic_write
+    from memrl.view.loader import load_payload
+    from memrl.view.page import render_page
+    from memrl.view.server import serve
+
+    if out is None:
+        load_payload(path, tokenizer)  # fail here, with a clear message, rather than in the browser
+        serve(path, port, tokenizer, announce=lambda url: typer.echo(f"memrl view: {url}  (Ctrl-C stops)"))
+        return
+    payload = load_payload(path, tokenizer)
+    with atomic_write(out) as fh:
+        fh.write(render_page(payload))
+    typer.echo(f"wrote {out} ({len(payload['episodes'])} episodes)")

@@ -1,0 +1,259 @@
+"""Read a training run or an eval folder into one JSON-able payload for ``memrl view``.
+
+A run (``RUN/metrics.jsonl`` + ``RUN/rollouts/step_*.jsonl``) gives curves and per-token
+episodes; an eval folder (``episodes/**.json``, ``transcripts/**.txt``, ``results.json``) gives
+episodes as their records hold them: tool-agent records carry ``info.messages``, long-context
+records carry per-conversation token counts and a transcript with each conversation's text.
+
+The browser has no tokenizer, so the response tokens are decoded here, one string per token,
+with the run's tokenizer. When it cannot be loaded (offline, deleted folder) the page falls back
+to the decoded ``text`` fields the records carry and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memrl.train.tracking import read_metrics
+
+Warn = Callable[[str], None]
+# Record fields shown as the episode's summary when present (short, human-facing).
+INFO_KEYS = ("question", "answers", "answer", "final_text", "ending", "note", "error", "task_id", "memory")
+_TOKENIZERS: dict[str, Any] = {}
+
+
+def _warn_stderr(msg: str) -> None:
+    print(f"warning: {msg}", file=sys.stderr)
+
+
+def is_run(path: Path) -> bool:
+    return (path / "metrics.jsonl").is_file() or (path / "rollouts").is_dir()
+
+
+def is_eval(path: Path) -> bool:
+    return (path / "episodes").is_dir()
+
+
+def run_tokenizer_spec(run_dir: Path) -> str | None:
+    """``model.tokenizer`` (else ``model.path``) of the run's saved config."""
+    cfg = run_dir / "config.yaml"
+    if not cfg.is_file():
+        return None
+    model = (yaml.safe_load(cfg.read_text()) or {}).get("model") or {}
+    spec = model.get("tokenizer") or model.get("path")
+    return str(spec) if spec else None
+
+
+def get_tokenizer(spec: str | None, warn: Warn) -> Any | None:
+    """The tokenizer for ``spec``, loaded once per process (the server reloads pages often)."""
+    if not spec:
+        return None
+    if spec not in _TOKENIZERS:
+        try:
+            from memrl.models.resolve import load_tokenizer
+
+            _TOKENIZERS[spec] = load_tokenizer(spec)
+        except Exception as exc:  # any failure means the text fallback, never a broken page
+            warn(f"tokenizer {spec!r} not loaded ({exc}); showing responses as decoded text, not per token")
+            _TOKENIZERS[spec] = None
+    return _TOKENIZERS[spec]
+
+
+def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """One string per token whose concatenation reads as the decoded text.
+
+    A token that ends inside a multi-byte character decodes to U+FFFD on its own; its bytes are
+    carried to the next token so the text shows the character once. Each token is decoded with a
+    few tokens of left context, as incremental detokenizers do, so leading-space rules hold.
+    """
+    out: list[str] = []
+    start = 0  # first token of the pending group (tokens not emitted yet)
+    for i in range(len(ids)):
+        ctx = ids[max(0, start - 4):start]
+        prev = tokenizer.decode(ctx, skip_special_tokens=False)
+        text = tokenizer.decode([*ctx, *ids[start:i + 1]], skip_special_tokens=False)
+        if text.endswith("\ufffd") and i - start < 4 and i + 1 < len(ids):
+            out.append("")
+            continue
+        piece = text[len(prev):] if text.startswith(prev) else tokenizer.decode(ids[start:i + 1],
+                                                                                skip_special_tokens=False)
+        out.append(piece)
+        start = i + 1
+    return out
+
+
+def _round(values: Sequence[float] | None) -> list[float] | None:
+    return None if values is None else [round(float(v), 4) for v in values]
+
+
+def conversation_spans(conv: dict[str, Any], tokenizer: Any | None) -> list[dict[str, Any]]:
+    """The conversation as ordered spans: ``prompt``, then ``gen`` (policy tokens) and ``ctx`` runs.
+
+    ``gen`` spans hold per-token strings and the engine's and trainer's log-probs when the
+    tokenizer is known; otherwise the record's decoded ``text`` is shown as prompt + response.
+    """
+    ids, mask = conv.get("token_ids") or [], conv.get("loss_mask") or []
+    text = conv.get("text") or {}
+    if tokenizer is None:
+        spans = [{"kind": "prompt", "text": text.get("prompt", "")}]
+        if text.get("response"):
+            spans.append({"kind": "gen", "text": text["response"]})
+        return spans
+    split = next((i for i, m in enumerate(mask) if m), len(mask))
+    spans = [{"kind": "prompt", "text": tokenizer.decode(ids[:split], skip_special_tokens=False)}]
+    lps, tlps = conv.get("logprobs"), conv.get("trainer_logprobs")
+    i = split
+    while i < len(ids):
+        j = i
+        while j < len(ids) and mask[j] == mask[i]:
+            j += 1
+        if mask[i]:
+            spans.append({"kind": "gen", "tokens": token_strings(tokenizer, ids[i:j]),
+                          "lp": _round(lps[i:j] if lps else None), "tlp": _round(tlps[i:j] if tlps else None)})
+        else:
+            spans.append({"kind": "ctx", "text": tokenizer.decode(ids[i:j], skip_special_tokens=False)})
+        i = j
+    return spans
+
+
+def _conv_stats(conv: dict[str, Any]) -> dict[str, Any]:
+    mask = conv.get("loss_mask") or []
+    gen = [k for k, m in enumerate(mask) if m]
+    lps, tlps = conv.get("logprobs") or [], conv.get("trainer_logprobs") or []
+    stats: dict[str, Any] = {"tokens": len(mask), "generated": len(gen)}
+    if gen and lps:
+        stats["mean_logprob"] = round(sum(lps[k] for k in gen) / len(gen), 4)
+    if gen and lps and tlps:
+        stats["max_mismatch"] = round(max(abs(lps[k] - tlps[k]) for k in gen), 4)
+    return stats
+
+
+def _summary(record: dict[str, Any]) -> dict[str, Any]:
+    info = record.get("info") or {}
+    return {k: info[k] for k in INFO_KEYS if k in info and info[k] not in (None, "", [])}
+
+
+def run_episode(record: dict[str, Any], ep_id: str, tokenizer: Any | None) -> dict[str, Any]:
+    """A rollout record (see :mod:`memrl.train.rollouts`) as the page shows it."""
+    info = record.get("info") or {}
+    convs = []
+    for k, c in enumerate(record.get("conversations") or []):
+        convs.append({"index": k, "reward": c.get("reward"), "meta": c.get("meta") or {},
+                      "advantage": c.get("advantage"), **_conv_stats(c),
+                      "spans": conversation_spans(c, tokenizer)})
+    advs = [c["advantage"] for c in convs if c.get("advantage") is not None]
+    return {"id": ep_id, "step": record.get("step"), "pick": record.get("pick"),
+            "policy_version": record.get("policy_version"), "sample_id": str(record.get("sample_id", "")),
+            "group_id": str(record.get("group_id", "")), "reward": record.get("reward"),
+            "advantage": advs[0] if advs else None, "length": sum(c["generated"] for c in convs),
+            "metrics": record.get("metrics") or {}, "breakdown": info.get("reward_breakdown") or {},
+            "summary": _summary(record), "messages": info.get("messages") or [], "conversations": convs}
+
+
+_CONV_HEAD = re.compile(r"^## conversation (\d+)/(\d+) ?\(?(.*?)\)?$", re.M)
+
+
+def transcript_conversations(text: str) -> list[dict[str, str]]:
+    """Prompt and response text of each conversation of a long-context eval transcript."""
+    heads = list(_CONV_HEAD.finditer(text))
+    out = []
+    for h, nxt in zip(heads, [*heads[1:], None]):
+        body = text[h.end():nxt.start() if nxt else len(text)]
+        prompt, _, response = body.partition("\n### response (")
+        prompt = re.sub(r"^\n?### prompt \(\d+ tokens\)\n", "", prompt)
+        response = re.sub(r"^\d+ tokens\)\n", "", response)
+        out.append({"prompt": prompt, "response": response.rstrip("\n")})
+    return out
+
+
+def eval_episode(record: dict[str, Any], ep_id: str, transcript: str | None) -> dict[str, Any]:
+    """An eval record (long-context or tool agent) as the page shows it."""
+    info = record.get("info") or {}
+    texts = transcript_conversations(transcript) if transcript else []
+    convs = []
+    for k, c in enumerate(record.get("conversations") or []):
+        meta = {key: v for key, v in c.items() if key not in ("prompt_tokens", "response_tokens")}
+        t = texts[k] if k < len(texts) else {}
+        spans = [{"kind": "prompt", "text": t.get("prompt", "")}]
+        if t.get("response"):
+            spans.append({"kind": "gen", "text": t["response"]})
+        convs.append({"index": k, "meta": meta, "tokens": c.get("prompt_tokens", 0) + c.get("response_tokens", 0),
+                      "generated": c.get("response_tokens", 0), "spans": spans})
+    metrics = record.get("metrics") or {}
+    length = sum(c["generated"] for c in convs) if convs else int(metrics.get("response_tokens", 0))
+    sample = record.get("task_id", record.get("sample_id", ""))
+    step = record.get("docs")
+    return {"id": ep_id, "step": step, "pick": None, "sample_id": str(sample), "group_id": str(sample),
+            "reward": record.get("reward"), "advantage": None, "length": length, "metrics": metrics,
+            "breakdown": info.get("reward_breakdown") or {}, "summary": _summary(record),
+            "messages": info.get("messages") or [], "conversations": convs,
+            "trial": record.get("trial", record.get("repeat")),
+            "transcript": transcript if not texts and not info.get("messages") else None}
+
+
+def _read_jsonl(path: Path, warn: Warn) -> list[dict[str, Any]]:
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            warn(f"{path}, line {n}: not JSON (skipped)")
+    return rows
+
+
+def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_stderr) -> dict[str, Any]:
+    spec = tokenizer or run_tokenizer_spec(run_dir)
+    tok = get_tokenizer(spec, warn)
+    metrics = read_metrics(run_dir, warn) if (run_dir / "metrics.jsonl").is_file() else []
+    episodes = []
+    for path in sorted((run_dir / "rollouts").glob("step_*.jsonl")):
+        for i, rec in enumerate(_read_jsonl(path, warn)):
+            episodes.append(run_episode(rec, f"{rec.get('step', path.stem)}-{i}", tok))
+    return {"kind": "run", "title": run_dir.resolve().name, "source": str(run_dir), "tokenizer": spec,
+            "per_token": tok is not None, "metrics": metrics, "results": None, "episodes": episodes}
+
+
+def load_eval(out: Path, warn: Warn = _warn_stderr) -> dict[str, Any]:
+    episodes = []
+    for path in sorted((out / "episodes").rglob("*.json"), key=lambda p: _natural(p.relative_to(out).as_posix())):
+        rel = path.relative_to(out / "episodes").with_suffix("")
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            warn(f"{path}: not JSON (skipped)")
+            continue
+        tpath = out / "transcripts" / rel.with_suffix(".txt")
+        transcript = tpath.read_text(encoding="utf-8", errors="replace") if tpath.is_file() else None
+        episodes.append(eval_episode(rec, rel.as_posix(), transcript))
+    results = None
+    if (out / "results.json").is_file():
+        results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+        results.pop("per_task", None)  # the episodes show it; keep the page small
+    return {"kind": "eval", "title": out.resolve().name, "source": str(out), "tokenizer": None,
+            "per_token": False, "metrics": [], "results": results, "episodes": episodes}
+
+
+def _natural(s: str) -> list[Any]:
+    """Sort key where ``10`` follows ``9`` (episode files are named by index)."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
+
+
+def load_payload(path: Path, tokenizer: str | None = None, warn: Warn = _warn_stderr) -> dict[str, Any]:
+    """A run or an eval folder as the page's payload; anything else is a clear error."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} is not a folder")
+    if is_eval(path):
+        return load_eval(path, warn)
+    if is_run(path):
+        return load_run(path, tokenizer, warn)
+    raise ValueError(f"{path} is neither a training run (metrics.jsonl, rollouts/) nor an eval folder (episodes/)")

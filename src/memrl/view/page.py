@@ -1,0 +1,55 @@
+"""One self-contained HTML page: the payload as JSON in a data tag, the viewer's CSS and JS inlined.
+
+Episode text is never written into the HTML: it travels inside the JSON and the script builds
+DOM nodes with ``textContent``. Every ``<`` of the JSON is written as ``\\u003c`` so no text (a
+``</script>`` in a model's answer, say) can end the data tag early; ``JSON.parse`` reads it back.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from importlib import resources
+from typing import Any
+
+DATA_ID = "memrl-data"
+
+
+def static_text(name: str) -> str:
+    """A file of ``memrl/view/static`` (shipped as package data)."""
+    return resources.files("memrl.view").joinpath("static", name).read_text(encoding="utf-8")
+
+
+def embed_json(payload: Any) -> str:
+    """JSON that is safe inside ``<script type="application/json">``."""
+    text = json.dumps(payload, ensure_ascii=False, allow_nan=False, default=str)
+    return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def _clean(value: Any) -> Any:
+    """NaN and infinities (a diverged run logs them) as null: JSON has no spelling for them."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def render_page(payload: dict[str, Any]) -> str:
+    """The whole page as a string; it needs no network and no other file."""
+    css, js = static_text("view.css"), static_text("view.js")
+    for name, text, tag in (("view.css", css, "</style"), ("view.js", js, "</script")):
+        if tag in text.lower():  # a guard for whoever edits the assets
+            raise ValueError(f"{name} must not contain {tag}")
+    title = html.escape(f"memrl view · {payload.get('title', '')}")
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        f"<title>{title}</title>\n<style>\n{css}\n</style>\n</head>\n<body>\n"
+        "<noscript>This page needs JavaScript to show the run.</noscript>\n"
+        "<div id=\"app\"></div>\n"
+        f"<script type=\"application/json\" id=\"{DATA_ID}\">{embed_json(_clean(payload))}</script>\n"
+        f"<script>\n{js}\n</script>\n</body>\n</html>\n"
+    )
