@@ -31,8 +31,9 @@ import yaml
 
 from memrl.config import ConfigError
 from memrl.config.schema import MemRLConfig
-from memrl.data import LongContextSample, read_samples
+from memrl.data import LongContextSample
 from memrl.data.atomic import atomic_write
+from memrl.data.stream import read_samples_lazily
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
 from memrl.eval.files import match_eval_file
 from memrl.eval.report import summarize, write_reports
@@ -177,7 +178,7 @@ async def run_eval(
     total = 0
     repeats = cfg.eval.repeats
     for n, path in files.items():
-        samples = list(read_samples(path))[:max_samples]
+        samples = list(read_samples_lazily(path))[:max_samples]  # contexts stay on disk until an episode reads them
         total += len(samples) * repeats
         todo += [(n, s, r) for s in samples for r in range(repeats)
                  if not _is_done(out / "episodes" / str(n) / f"{episode_name(s.index, r)}.json")]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from memrl.data.longctx import LongContextSample
@@ -119,6 +119,105 @@ def read_inputs(sample: LongContextSample, tokenizer: Any, config: Any) -> tuple
     if config.max_chunks is not None:
         context = centre_truncate(context, config.max_chunks * config.chunk_tokens)
     return context, original_len, encode_text(tokenizer, sample.question)[: config.question_tokens]
+
+
+# Streaming a context from disk: text is encoded in pieces of about PIECE_CHARS characters, cut where
+# encoding both sides apart gives the same ids as encoding them together (checked on CUT_WINDOW chars).
+PIECE_CHARS = 1 << 20
+CUT_WINDOW = 256
+_CUT_POINTS = (("\n\nDocument ", 2), ("\n", 1), (" ", 0))  # (text, cut offset in it): document starts first
+
+
+def _safe_cut(tokenizer: Any, text: str, lo: int, hi: int) -> int | None:
+    """The last cut in ``text[lo:hi]`` at which a piece boundary changes no token, else None.
+
+    Byte-level BPE (GPT-2, Qwen, Llama 3) never merges across the start of a line after a blank
+    line, so the first candidate (just before ``Document k:``) nearly always passes; a tokenizer that
+    prefixes every encoded text with a space (SentencePiece's dummy prefix) fails every check and
+    the text is then encoded whole, as before.
+    """
+    end = min(hi, len(text) - CUT_WINDOW)
+    for sep, offset in _CUT_POINTS:
+        i = text.rfind(sep, lo, end)
+        for _ in range(4):
+            if i < lo:
+                break
+            cut = i + offset
+            left, right = text[max(0, cut - CUT_WINDOW):cut], text[cut:cut + CUT_WINDOW]
+            if left and encode_text(tokenizer, left) + encode_text(tokenizer, right) == encode_text(tokenizer,
+                                                                                                   left + right):
+                return cut
+            i = text.rfind(sep, lo, i)
+    return None
+
+
+def encode_pieces(tokenizer: Any, pieces: Iterable[str], piece_chars: int | None = None) -> Iterator[list[int]]:
+    """Token ids of the concatenated ``pieces``, in runs, without holding the whole text or its encoding."""
+    piece_chars = piece_chars or PIECE_CHARS
+    buf = ""
+    for piece in pieces:
+        buf += piece
+        while len(buf) >= piece_chars + CUT_WINDOW:
+            cut = _safe_cut(tokenizer, buf, piece_chars // 2, piece_chars)
+            if cut is None:  # rare: no safe cut near the target size, take any; none at all: read on
+                cut = _safe_cut(tokenizer, buf, 1, len(buf))
+                if cut is None:
+                    break
+            yield encode_text(tokenizer, buf[:cut])
+            buf = buf[cut:]
+    if buf:
+        yield encode_text(tokenizer, buf)
+
+
+class ContextChunks:
+    """The context's token ids in runs of ``chunk_tokens``, after ``max_chunks`` centre truncation.
+
+    A sample read lazily from disk (one with ``context_pieces``, see :mod:`memrl.data.stream`) is
+    encoded piece by piece while the chunks are consumed, so a 3.5M-token context is never one string
+    nor one list of ids; with ``max_chunks`` only the kept head and a bounded tail are held. Other
+    samples are encoded whole, as :func:`read_inputs` does. ``original`` and ``kept`` (token counts)
+    are final once iteration ends.
+    """
+
+    def __init__(self, sample: LongContextSample, tokenizer: Any, config: Any) -> None:
+        self.sample, self.tokenizer, self.config = sample, tokenizer, config
+        self.original = self.kept = 0
+
+    def _runs(self) -> Iterator[list[int]]:
+        pieces = getattr(self.sample, "context_pieces", None)
+        if pieces is None:
+            yield encode_text(self.tokenizer, self.sample.context)
+        else:
+            yield from encode_pieces(self.tokenizer, pieces())
+
+    def __iter__(self) -> Iterator[list[int]]:
+        size, max_chunks = self.config.chunk_tokens, self.config.max_chunks
+        if max_chunks is not None:  # everything must be seen before knowing what the centre cut drops
+            limit = max_chunks * size
+            head: list[int] = []
+            tail: deque[int] = deque(maxlen=limit - limit // 2)
+            for run in self._runs():
+                self.original += len(run)
+                room = limit // 2 - len(head)
+                head += run[:max(room, 0)]
+                tail.extend(run[max(room, 0):])
+            ids = head + list(tail)
+            self.kept = len(ids)
+            for k in range(0, len(ids), size):
+                yield ids[k:k + size]
+            return
+        pending: list[int] = []
+        for run in self._runs():
+            self.original += len(run)
+            pending += run
+            k = 0
+            while len(pending) - k >= size:
+                yield pending[k:k + size]
+                k += size
+            del pending[:k]
+        if pending:
+            yield pending
+        self.kept = self.original
 
 
 P = TypeVar("P")

@@ -19,10 +19,11 @@ from memrl.data.longctx import LongContextSample
 from memrl.engines.base import Engine, SamplingParams
 from memrl.types import Conversation, Trajectory
 from memrl.workflows.common import (
+    ContextChunks,
     cached_prompts,
     decode,
+    encode_text,
     qa_trajectory,
-    read_inputs,
     stop_token_ids,
     strip_stop,
     turn_seed,
@@ -83,14 +84,15 @@ async def memagent(
     """Run one MemAgent episode and score its boxed answer."""
     sampling = sampling or SamplingParams(greedy=True)
     p = prompts_for(tokenizer, config)
-    context, original_len, question = read_inputs(sample, tokenizer, config)
+    # chunk by chunk: a sample read lazily from disk is encoded as it is read (flat memory at millions of tokens)
+    chunks = ContextChunks(sample, tokenizer, config)
+    question = encode_text(tokenizer, sample.question)[: config.question_tokens]
 
     memory = p.no_memory
     conversations: list[Conversation] = []
     memory_truncated = empty_memory = 0
     mem_params = sampling.with_(max_new_tokens=config.memory_tokens, stop_token_ids=p.stops)
-    for k in range(chunk_count(len(context), config)):
-        chunk = context[k * config.chunk_tokens: (k + 1) * config.chunk_tokens]
+    for k, chunk in enumerate(chunks):
         prompt = p.memory.render(question=question, memory=memory, chunk=chunk)
         res = await engine.generate(prompt, turn_seed(mem_params, k))
         conversations.append(Conversation.from_prompt_response(
@@ -106,7 +108,7 @@ async def memagent(
         prompt, res.token_ids, res.logprobs, meta={"kind": "final", "finish": res.finish_reason}))
     return qa_trajectory(
         sample, tokenizer, conversations, res, p.stops, config.reward, sample_id=sample_id, group_id=group_id,
-        metrics={"context_tokens": float(len(context)), "context_tokens_original": float(original_len),
+        metrics={"context_tokens": float(chunks.kept), "context_tokens_original": float(chunks.original),
                  "memory_truncated": float(memory_truncated), "empty_memory": float(empty_memory)},
         info={"memory": decode(tokenizer, memory)}, answer_format=config.answer_format,
     )

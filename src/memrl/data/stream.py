@@ -1,0 +1,183 @@
+"""Read eval samples one at a time and stream each context from disk in pieces.
+
+An eval file of 128 samples at 25,600 documents (~3.5M tokens each) is ~1.8 GB of JSON:
+``json.load`` would hold all of it, and each context as one Python string besides. Here a
+scan of the file (in fixed-size blocks, C-speed regexes) finds every record's byte span and
+the span of its top-level ``"context"`` string; only the small rest of each record is parsed
+up front. A :class:`LazySample` keeps those offsets and yields its context in decoded pieces
+straight from the file (:meth:`LazySample.context_pieces`), so the workflow can encode it piece
+by piece; ``sample.context`` still returns the whole string for code that needs it.
+
+JSON arrays (any formatting, e.g. ``indent=4`` as ReMemR1 writes them) and JSONL are scanned;
+parquet rows are read whole (a parquet row cannot be read partially).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from memrl.data.errors import DataError
+from memrl.data.longctx import LongContextSample, parse_sample, read_samples
+from memrl.data.records import _check_file, detect_format
+
+BLOCK = 1 << 20  # bytes read per step while scanning, and per context piece
+_STRUCT = re.compile(rb'["{}\[\]:,]')
+_STRING_BODY = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.S)
+# A piece may end after one of these bytes: ASCII, not a backslash, not 'u' or a hex digit, so
+# never inside an escape (\n, \", \uXXXX, surrogate pairs) nor inside a UTF-8 sequence.
+_SAFE_END = frozenset(range(128)) - set(b"\\u0123456789abcdefABCDEF")
+
+
+@dataclass
+class RecordSpan:
+    """Byte offsets of one record and of its top-level context string's content (quotes excluded)."""
+
+    row: int
+    start: int
+    end: int
+    context: tuple[int, int] | None
+
+
+def scan_records(path: Path, block: int | None = None) -> Iterator[RecordSpan]:
+    """Spans of the top-level objects of a JSON array or JSONL file, reading ``block`` bytes at a time.
+
+    Only structure is looked at (brackets, strings, colons and commas at the record's own level);
+    the records themselves are parsed later, one at a time.
+    """
+    block = block or BLOCK
+    started = in_string = after_colon = False
+    depth, row, base, pos = 0, 0, 0, 0
+    buf, key = b"", b""
+    str_start = rec_start = 0
+    last_key: bytes | None = None
+    ctx: tuple[int, int] | None = None
+    with open(path, "rb") as fh:
+        while True:
+            if pos >= len(buf):
+                more = fh.read(block)
+                if not more:
+                    break
+                base, buf, pos = base + len(buf), more, 0
+                continue
+            if in_string:
+                end = _STRING_BODY.match(buf, pos).end()  # type: ignore[union-attr]
+                if len(key) < 40:  # short strings (keys) are kept whole
+                    key += buf[pos:end]
+                if end >= len(buf) or buf[end] != ord('"'):  # ran into the block's end (maybe mid-escape)
+                    more = fh.read(block)
+                    if not more:
+                        raise DataError(path, row + 1, None, "not valid JSON: unterminated string")
+                    base, buf, pos = base + end, buf[end:] + more, 0
+                    continue
+                in_string, pos = False, end + 1
+                if depth == 1:
+                    if after_colon and last_key == b"context" and ctx is None:
+                        ctx = (str_start, base + end)
+                    elif not after_colon:
+                        last_key = key
+                continue
+            m = _STRUCT.search(buf, pos)
+            if m is None:
+                pos = len(buf)
+                continue
+            c, pos = buf[m.start()], m.end()
+            if not started:  # a leading '[' is the array around the records, not part of one
+                started = True
+                if c == ord("["):
+                    continue
+            if c == ord('"'):
+                in_string, key, str_start = True, b"", base + pos
+            elif c in b"{[":
+                depth += 1
+                if c == ord("{") and depth == 1:
+                    rec_start, ctx, last_key, after_colon = base + m.start(), None, None, False
+            elif c in b"}]":
+                if c == ord("}") and depth == 1:
+                    row += 1
+                    yield RecordSpan(row, rec_start, base + pos, ctx)
+                depth = max(depth - 1, 0)
+            elif depth == 1:
+                after_colon = c == ord(":")
+
+
+def _read(fh: Any, start: int, end: int) -> bytes:
+    fh.seek(start)
+    return fh.read(end - start)
+
+
+class LazySample(LongContextSample):
+    """A sample whose context stays on disk until it is read, in pieces or whole."""
+
+    def __init__(self, head: LongContextSample, path: Path, span: tuple[int, int]) -> None:
+        self._path, self._span = path, span
+        values = {f.name: getattr(head, f.name) for f in fields(LongContextSample) if f.name != "context"}
+        super().__init__(context="", **values)
+
+    @property  # type: ignore[override]
+    def context(self) -> str:
+        return "".join(self.context_pieces())
+
+    @context.setter
+    def context(self, value: str) -> None:
+        if value:
+            raise AttributeError("the context of a sample read from disk cannot be replaced")
+
+    def context_pieces(self, block: int | None = None) -> Iterator[str]:
+        """The context, decoded, in pieces of about ``block`` bytes (never splitting an escape or a character)."""
+        block = block or BLOCK
+        start, end = self._span
+        with open(self._path, "rb") as fh:
+            fh.seek(start)
+            carry = b""
+            left = end - start
+            while left > 0 or carry:
+                raw = carry + fh.read(min(block, left))
+                left = end - fh.tell() if left > 0 else 0
+                cut = len(raw)
+                if left > 0:
+                    cut = next((i + 1 for i in range(len(raw) - 1, -1, -1) if raw[i] in _SAFE_END), 0)
+                raw, carry = raw[:cut], raw[cut:]
+                if raw:
+                    yield json.loads(b'"' + raw + b'"')
+                if left <= 0 and carry and not raw:
+                    raise ValueError(f"{self._path}: cannot decode the context at byte {end - len(carry)}")
+
+    def __repr__(self) -> str:
+        return f"LazySample(index={self.index}, id={self.id!r}, num_docs={self.num_docs}, file={str(self._path)!r})"
+
+
+def read_samples_lazily(path: str | Path) -> Iterator[LongContextSample]:
+    """Samples of an eval/train file, each holding its context on disk (parquet: read whole)."""
+    p = Path(path)
+    _check_file(p)
+    if detect_format(p) == "parquet":
+        yield from read_samples(p)
+        return
+    with open(p, "rb") as fh:
+        for span in scan_records(p):
+            if span.context is None:  # no top-level context string: read the record whole (and validate it)
+                yield parse_sample(_loads(_read(fh, span.start, span.end), p, span.row), p, span.row)
+                continue
+            cs, ce = span.context
+            head_bytes = _read(fh, span.start, cs) + _read(fh, ce, span.end)  # the context as ""
+            rec = _loads(head_bytes, p, span.row)
+            head = parse_sample(rec, p, span.row)
+            sample = LazySample(head, p, (cs, ce))
+            if "num_docs" not in rec and "num_docs" not in (rec.get("extra_info") or {}):
+                sample.num_docs = sample.context.count("Document ")
+            yield sample
+
+
+def _loads(raw: bytes, path: Path, row: int) -> dict[str, Any]:
+    try:
+        rec = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(path, row, None, f"not valid JSON: {exc}") from None
+    if not isinstance(rec, dict):
+        raise DataError(path, row, None, f"expected an object, got {type(rec).__name__}")
+    return rec

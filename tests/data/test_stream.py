@@ -1,0 +1,114 @@
+"""Eval samples read lazily, contexts streamed from disk and encoded chunk-wise: same results as reading whole."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from itertools import chain
+
+import pytest
+
+from memrl.config import WorkflowConfig
+from memrl.data import LongContextSample, read_samples, write_samples
+from memrl.data.stream import LazySample, read_samples_lazily, scan_records
+from memrl.testing import ScriptedEngine
+from memrl.workflows import common
+from memrl.workflows.common import encode_pieces, encode_text
+from memrl.workflows.memagent import memagent
+
+TRICKY = 'Tést \\ "quoted" \u2603 😀 tab\tend.'
+
+
+def context(docs: int, seed: int = 0) -> str:
+    body = [f"Document {k + 1}:\nTitle {k}\nParagraph {k} says {TRICKY} word{(k * 7 + seed) % 13}."
+            for k in range(docs)]
+    return "\n\n".join(body)
+
+
+def samples(n: int = 4) -> list[LongContextSample]:
+    return [LongContextSample(index=i, question=f"What is {TRICKY} {i}?", answers=["Paris"], context=context(20 * i + 3, i),
+                              num_docs=20 * i + 3, id=f"q{i}", gold_docs=[1, 2], extra={"type": "bridge"})
+            for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from memrl.models.resolve import load_tokenizer
+
+    return load_tokenizer("tiny")
+
+
+@pytest.fixture
+def files(tmp_path):
+    rows = samples()
+    write_samples(rows, tmp_path / "a.json")
+    write_samples(rows, tmp_path / "a.jsonl")
+    # ReMemR1's layout: indent=4, ASCII escapes, context key not first, a nested "context" before it
+    recs = [{"input": s.question, "meta": {"context": "not this one"}, "context": s.context, "answers": s.answers,
+             "num_docs": s.num_docs, "index": s.index} for s in rows]
+    (tmp_path / "b.json").write_text(json.dumps(recs, indent=4, ensure_ascii=True))
+    return rows, [tmp_path / "a.json", tmp_path / "a.jsonl", tmp_path / "b.json"]
+
+
+@pytest.mark.parametrize("block", [5, 64, 1 << 20])
+def test_lazy_samples_equal_eager_ones(files, block, monkeypatch):
+    rows, paths = files
+    monkeypatch.setattr("memrl.data.stream.BLOCK", block)
+    for path in paths:
+        lazy, eager = list(read_samples_lazily(path)), list(read_samples(path))
+        assert all(isinstance(s, LazySample) for s in lazy)
+        for a, b, src in zip(lazy, eager, rows, strict=True):
+            assert (a.index, a.question, a.answers, a.num_docs, a.extra) == (b.index, b.question, b.answers,
+                                                                             b.num_docs, b.extra)
+            assert a.context == b.context == src.context
+            assert "".join(a.context_pieces(7)) == src.context  # pieces never split an escape or a character
+
+
+def test_scan_finds_the_top_level_context(files):
+    _, paths = files
+    raw = paths[2].read_bytes()
+    for span in scan_records(paths[2], block=3):
+        start, end = span.context
+        assert json.loads(raw[span.start:span.end])["context"] == json.loads(raw[start - 1:end + 1])
+
+
+def test_chunkwise_encoding_equals_whole_encoding(tok):
+    text = context(60)
+    pieces = [text[i:i + 97] for i in range(0, len(text), 97)]
+    runs = list(encode_pieces(tok, pieces, piece_chars=300))
+    assert len(runs) > 5  # the text really was cut, between documents
+    assert list(chain.from_iterable(runs)) == encode_text(tok, text)
+    runs = list(encode_pieces(tok, [text], piece_chars=300))  # one big piece is cut too
+    assert len(runs) > 5 and list(chain.from_iterable(runs)) == encode_text(tok, text)
+
+
+class PrefixTokenizer:
+    """Encodes every text with a leading marker, as SentencePiece's dummy prefix does: no cut is safe."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [0] + [ord(c) for c in text]
+
+
+def test_a_tokenizer_unsafe_to_cut_is_encoded_whole():
+    tok = PrefixTokenizer()
+    text = context(40)
+    runs = list(encode_pieces(tok, [text[i:i + 50] for i in range(0, len(text), 50)], piece_chars=300))
+    assert runs == [tok.encode(text)]
+
+
+@pytest.mark.parametrize("max_chunks", [None, 3])
+def test_memagent_episode_from_disk_equals_in_memory(tok, files, max_chunks, monkeypatch):
+    monkeypatch.setattr(common, "PIECE_CHARS", 400)
+    rows, paths = files
+    eos = tok.eos_token_id
+
+    def reply(prompt, params):
+        return [prompt[-1] % 200 + 3, len(prompt) % 200 + 3, eos]
+
+    cfg = WorkflowConfig(chunk_tokens=64, memory_tokens=4, final_tokens=4, max_chunks=max_chunks)
+    for lazy, eager in zip(read_samples_lazily(paths[0]), rows, strict=True):
+        a, b = ScriptedEngine(reply), ScriptedEngine(reply)
+        ta = asyncio.run(memagent(lazy, a, tok, cfg))
+        tb = asyncio.run(memagent(eager, b, tok, cfg))
+        assert [c[0] for c in a.calls] == [c[0] for c in b.calls]
+        assert ta.metrics == tb.metrics and ta.info == tb.info
