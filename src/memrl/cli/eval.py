@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from memrl.cli.common import resolve_config
+from memrl.cli.common import quiet_hub_progress, resolve_config
 from memrl.cli.data import parse_docs
 from memrl.cli.errors import user_errors
 
@@ -80,6 +80,7 @@ def eval_cmd(
         "eval.protocol": protocol, "eval.repeats": repeats, "env.domain": domain, "env.eval_split": split,
         "env.data_dir": data_dir,
     }))
+    quiet_hub_progress()
     console = Console(stderr=True)
     if cfg.eval.repeats > 1 and cfg.sampling.temperature == 0:
         console.print(f"[yellow]warning: eval.repeats={cfg.eval.repeats} with greedy decoding gives the same "

@@ -8,7 +8,7 @@ from typing import NoReturn, Optional
 
 import typer
 
-from memrl.cli.common import resolve_config
+from memrl.cli.common import quiet_hub_progress, resolve_config
 from memrl.cli.errors import user_errors
 
 
@@ -30,6 +30,7 @@ def train_cmd(
     from memrl.train.trainer import NonFiniteLossError
 
     cfg = resolve_config(config, overrides, {})
+    quiet_hub_progress()
     where = f"{cfg.trainer.output_dir}/checkpoints"
     try:
         step, last = train(cfg)

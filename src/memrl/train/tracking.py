@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from memrl.data.atomic import atomic_write
 
@@ -23,9 +24,18 @@ CONSOLE_KEYS = [("reward", "reward", "{:.3f}"), ("acc", "eval/accuracy", "{:.1f}
 
 class Tracker:
     def __init__(self, run_dir: Path, resume_step: int, tensorboard: bool = False, wandb_project: str | None = None,
-                 config: dict[str, Any] | None = None, console: Console | None = None) -> None:
+                 config: dict[str, Any] | None = None, console: Console | None = None,
+                 total_steps: int | None = None) -> None:
         self.path = run_dir / "metrics.jsonl"
         self.console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+        self.total_steps = total_steps
+        self._progress: Progress | None = None
+        if total_steps and self.console.is_terminal:  # a live bar only where someone watches; logs get lines
+            self._progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                                      TextColumn("{task.fields[latest]}"), console=self.console, transient=True)
+            self._bar = self._progress.add_task("train", total=total_steps, completed=resume_step, latest="")
+            self._progress.start()
         self._truncate_after(resume_step)
         self._tb = self._wandb = None
         if tensorboard:
@@ -64,11 +74,15 @@ class Tracker:
             fh.write(json.dumps(rec) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        parts = [f"[bold]step {step}[/bold]"]
+        of = f"/{self.total_steps}" if self.total_steps else ""
+        parts = [f"[bold]step {step}{of}[/bold]"]
         for label, key, fmt in CONSOLE_KEYS:
             if key in metrics:
                 parts.append(f"{label} {fmt.format(metrics[key])}")
         self.console.print("  ".join(parts), highlight=False)
+        if self._progress is not None:
+            latest = "  ".join(p for p in parts[1:3])
+            self._progress.update(self._bar, completed=step, latest=latest)
         if self._tb is not None:
             for k, v in metrics.items():
                 self._tb.add_scalar(k, v, step)
@@ -77,6 +91,9 @@ class Tracker:
             self._wandb.log(metrics, step=step)
 
     def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
         if self._tb is not None:
             self._tb.close()
         if self._wandb is not None:

@@ -156,7 +156,8 @@ class Trainer:
             self.nan_streak = state.get("nan_streak", 0)
             self.idle.streak = state.get("idle_streak", 0)
         self.tracker: Any = Tracker(self.run_dir, self.step, cfg.trainer.tensorboard, cfg.trainer.wandb_project,
-                                    cfg.model_dump(mode="json"), console=self.console) \
+                                    cfg.model_dump(mode="json"), console=self.console,
+                                    total_steps=cfg.trainer.total_steps) \
             if self.dist.main else _QuietTracker()
         if self.status_line:
             self.tracker.console.print(self.status_line)
