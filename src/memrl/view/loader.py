@@ -27,6 +27,13 @@ Warn = Callable[[str], None]
 # Record fields shown as the episode's summary when present (short, human-facing).
 INFO_KEYS = ("question", "answers", "answer", "final_text", "ending", "note", "error", "task_id", "memory")
 _TOKENIZERS: dict[str, Any] = {}
+# Training-curve panels: (title, metrics.jsonl keys drawn in it). Panels with no data are left out.
+CURVE_PANELS: list[tuple[str, list[str]]] = [
+    ("reward", ["reward"]), ("eval accuracy", ["eval/accuracy"]), ("response tokens", ["response_tokens"]),
+    ("KL", ["kl"]), ("entropy", ["entropy"]), ("grad norm", ["grad_norm"]),
+    ("engine vs trainer log-prob", ["logprob_mismatch"]),
+    ("time per step (s)", ["time/rollout", "time/logprob", "time/update", "time/sync"]),
+]
 
 
 def _warn_stderr(msg: str) -> None:
@@ -219,7 +226,8 @@ def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_std
         for i, rec in enumerate(_read_jsonl(path, warn)):
             episodes.append(run_episode(rec, f"{rec.get('step', path.stem)}-{i}", tok))
     return {"kind": "run", "title": run_dir.resolve().name, "source": str(run_dir), "tokenizer": spec,
-            "per_token": tok is not None, "metrics": metrics, "results": None, "episodes": episodes}
+            "per_token": tok is not None, "metrics": metrics, "panels": CURVE_PANELS, "results": None,
+            "episodes": episodes}
 
 
 def load_eval(out: Path, warn: Warn = _warn_stderr) -> dict[str, Any]:
@@ -239,7 +247,7 @@ def load_eval(out: Path, warn: Warn = _warn_stderr) -> dict[str, Any]:
         results = json.loads((out / "results.json").read_text(encoding="utf-8"))
         results.pop("per_task", None)  # the episodes show it; keep the page small
     return {"kind": "eval", "title": out.resolve().name, "source": str(out), "tokenizer": None,
-            "per_token": False, "metrics": [], "results": results, "episodes": episodes}
+            "per_token": False, "metrics": [], "panels": [], "results": results, "episodes": episodes}
 
 
 def _natural(s: str) -> list[Any]:

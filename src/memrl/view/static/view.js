@@ -5,12 +5,7 @@
   const DATA = JSON.parse(document.getElementById("memrl-data").textContent);
   const SVG = "http://www.w3.org/2000/svg";
   const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777"];
-  const PANELS = [
-    ["reward", ["reward"]], ["eval accuracy", ["eval/accuracy"]], ["response tokens", ["response_tokens"]],
-    ["KL", ["kl"]], ["entropy", ["entropy"]], ["grad norm", ["grad_norm"]],
-    ["engine vs trainer log-prob", ["logprob_mismatch"]],
-    ["time per step (s)", ["time/rollout", "time/logprob", "time/update", "time/sync"]],
-  ];
+  const PANELS = DATA.panels || [];  // [title, [metric keys]] from memrl.view.loader.CURVE_PANELS
   const state = { heat: "logprob", current: null };
 
   function el(tag, cls, ...kids) {

@@ -1,0 +1,73 @@
+"""The page in a real headless Chromium: what its script builds, read back from the dumped DOM.
+
+Skipped where Chromium is not installed (``apt-get install -y chromium``).
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+from memrl.view.loader import CURVE_PANELS, load_payload
+from memrl.view.page import render_page
+from tests.view.conftest import TOOL_MESSAGES, Dom, browser
+from tests.view.test_page import EVIL, evil_payload
+
+
+def write_page(payload: dict, path) -> object:
+    path.write_text(render_page(payload), encoding="utf-8")
+    return path
+
+
+def test_run_page_lists_every_episode_and_shows_one_with_its_conversations(run_dir, tmp_path):
+    payload = load_payload(run_dir)
+    page = write_page(payload, tmp_path / "run.html")
+    records = [json.loads(line) for f in sorted((run_dir / "rollouts").glob("*.jsonl"))
+               for line in f.read_text().splitlines()]
+    target = payload["episodes"][4]
+    dom = Dom(browser(page, "--dump-dom", fragment=f"#episode={target['id']}"))
+    assert [a["data-id"] for a in dom.having("ep-row", "a")] == [e["id"] for e in payload["episodes"]]
+    shown = dom.having("episode", "section")
+    assert [s["data-id"] for s in shown] == [target["id"]]
+    assert len(dom.having("conv")) == len(records[4]["conversations"]) == len(target["conversations"])
+    assert len(dom.having("active")) == 1 and dom.having("active")[0]["data-id"] == target["id"]
+    # one token element per generated token, each with its log-probs on hover
+    toks = dom.having("tok")
+    assert len(toks) == sum(sum(c["loss_mask"]) for c in records[4]["conversations"])
+    assert all("engine log-prob" in t["title"] and "trainer" in t["title"] for t in toks)
+    assert all("background-color" in t.get("style", "") for t in toks)  # the heat map is on by default
+    # the curves: one path per plotted metric
+    rows = payload["metrics"]
+    plotted = [k for _, keys in CURVE_PANELS for k in keys if any(k in r for r in rows)]
+    assert sorted(p["data-key"] for p in dom.having("series", "path")) == sorted(plotted)
+    assert len(plotted) >= 6
+
+
+def test_tool_eval_page_shows_messages_and_tool_calls(tool_eval_dir, tmp_path):
+    payload = load_payload(tool_eval_dir)
+    page = write_page(payload, tmp_path / "tools.html")
+    target = next(e for e in payload["episodes"] if e["sample_id"] == "zz tools|1")
+    dom = Dom(browser(page, "--dump-dom", fragment="#episode=" + quote(target["id"], safe="")))
+    assert len(dom.having("ep-row", "a")) == len(payload["episodes"]) == 17
+    assert len(dom.having("msg")) == len(TOOL_MESSAGES)
+    assert len(dom.having("tool-call")) == 2 and len(dom.having("error", "div")) == 1
+    text = "".join(dom.text)
+    assert "get_member_details" in text and "borrow_book" in text and "ACTION" in text
+    assert not dom.having("series", "path")  # an eval folder has no curves
+
+
+def test_hostile_episode_text_is_shown_as_text(tmp_path):
+    page = write_page(evil_payload(), tmp_path / "evil.html")
+    out = browser(page, "--dump-dom", fragment="#episode=e1")
+    dom = Dom(out)
+    assert not [t for t, _ in dom.tags if t == "img"]
+    assert sum(1 for t, _ in dom.tags if t == "script") == 2  # the page's own two, nothing injected
+    # shown as text in the title, heading, prompt, token, breakdown, summary, message and tool call
+    assert "".join(dom.text).count(EVIL) >= 10 and dom.having("conv")
+
+
+def test_screenshot(run_dir, tmp_path):
+    page = write_page(load_payload(run_dir), tmp_path / "run.html")
+    shot = tmp_path / "run.png"
+    browser(page, f"--screenshot={shot}", "--window-size=1280,2000", fragment="#episode=2-0")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000

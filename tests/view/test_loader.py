@@ -1,0 +1,107 @@
+"""The payload ``memrl view`` builds from a training run and from eval folders."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memrl.models.resolve import load_tokenizer
+from memrl.eval.transcript import render_transcript
+from memrl.train.tracking import read_metrics
+from memrl.types import Conversation, Trajectory
+from memrl.view.loader import load_payload, token_strings, transcript_conversations
+from tests.view.conftest import TOOL_MESSAGES
+
+
+def _records(run_dir):
+    return [json.loads(line) for f in sorted((run_dir / "rollouts").glob("step_*.jsonl"))
+            for line in f.read_text().splitlines()]
+
+
+def test_run_payload_holds_every_rollout_per_token(run_dir):
+    payload = load_payload(run_dir)
+    records = _records(run_dir)
+    assert payload["kind"] == "run" and payload["per_token"] and payload["tokenizer"] == "tiny"
+    assert payload["metrics"] == read_metrics(run_dir) and len(payload["metrics"]) == 2
+    assert len(payload["episodes"]) == len(records) == 6
+    assert len({e["id"] for e in payload["episodes"]}) == 6
+    for ep, rec in zip(payload["episodes"], records):
+        assert (ep["step"], ep["pick"], ep["reward"], ep["sample_id"]) == (rec["step"], rec["pick"], rec["reward"],
+                                                                           rec["sample_id"])
+        assert len(ep["conversations"]) == len(rec["conversations"]) > 1
+        assert ep["advantage"] == rec["conversations"][0]["advantage"]
+        assert ep["length"] == sum(sum(c["loss_mask"]) for c in rec["conversations"])
+        for conv, rc in zip(ep["conversations"], rec["conversations"]):
+            prompt, *rest = conv["spans"]
+            assert prompt == {"kind": "prompt", "text": rc["text"]["prompt"]}
+            assert [s["kind"] for s in rest] == ["gen"]  # memagent: the response is all generated
+            gen = rest[0]
+            assert "".join(gen["tokens"]) == rc["text"]["response"]
+            mask = rc["loss_mask"]
+            assert gen["lp"] == [round(v, 4) for v, m in zip(rc["logprobs"], mask) if m]
+            assert gen["tlp"] == [round(v, 4) for v, m in zip(rc["trainer_logprobs"], mask) if m]
+            gaps = [abs(a - b) for a, b, m in zip(rc["logprobs"], rc["trainer_logprobs"], mask) if m]
+            assert conv["max_mismatch"] == pytest.approx(max(gaps), abs=1e-4)
+
+
+def test_without_the_tokenizer_the_text_fields_are_shown(run_dir):
+    warnings = []
+    payload = load_payload(run_dir, tokenizer="/no/such/tokenizer", warn=warnings.append)
+    assert not payload["per_token"] and any("not loaded" in w for w in warnings)
+    rec = _records(run_dir)[0]
+    spans = payload["episodes"][0]["conversations"][0]["spans"]
+    assert spans == [{"kind": "prompt", "text": rec["conversations"][0]["text"]["prompt"]},
+                     {"kind": "gen", "text": rec["conversations"][0]["text"]["response"]}]
+
+
+def test_token_strings_read_as_the_text_and_keep_multibyte_characters_whole():
+    tok = load_tokenizer("tiny")
+    text = "naïve 日本語 — ok\n  two"
+    ids = tok.encode(text, add_special_tokens=False)
+    pieces = token_strings(tok, ids)
+    assert len(pieces) == len(ids) and "".join(pieces) == text
+    assert "\ufffd" not in "".join(pieces) and "日" in pieces
+
+
+def test_tool_eval_folder_gives_messages_breakdown_and_results(tool_eval_dir):
+    payload = load_payload(tool_eval_dir)
+    files = sorted((tool_eval_dir / "episodes").rglob("*.json"))
+    assert payload["kind"] == "eval" and len(payload["episodes"]) == len(files) == 17
+    assert payload["results"]["trials"] == 2 and "per_task" not in payload["results"]
+    tools = next(e for e in payload["episodes"] if e["sample_id"] == "zz tools|1")
+    assert tools["messages"] == TOOL_MESSAGES and tools["breakdown"] == {"DB": 1.0, "ACTION": 0.5}
+    assert tools["reward"] == 0.5 and tools["length"] == 40 and tools["conversations"] == []
+    plain = payload["episodes"][0]
+    assert plain["messages"][-1]["content"] == "Nothing to change here." and plain["transcript"] is None
+    assert plain["trial"] == 0 and "DB" in plain["breakdown"]
+
+
+def test_long_context_eval_records_get_their_conversations_from_the_transcript(tmp_path):
+    tok = load_tokenizer("tiny")
+    convs = [Conversation.from_prompt_response(tok.encode(p), tok.encode(r), meta={"kind": k})
+             for p, r, k in [("read chunk one\n\nok", "mem one", "memory"), ("question?", "\\boxed{b}", "final")]]
+    traj = Trajectory(convs, 1.0, "3", "3", info={"question": "q?", "answers": ["b"], "answer": "b"})
+    (tmp_path / "episodes" / "50").mkdir(parents=True)
+    (tmp_path / "transcripts" / "50").mkdir(parents=True)
+    record = {"docs": 50, "sample_id": "3", "reward": 1.0, "metrics": {"em": 1.0}, "info": traj.info,
+              "conversations": [{"prompt_tokens": c.prompt_length, "response_tokens": c.num_generated, **c.meta}
+                                for c in convs], "repeat": 0}
+    (tmp_path / "episodes" / "50" / "3.json").write_text(json.dumps(record))
+    text = render_transcript(traj, tok, "sample 3 (50 docs)")
+    (tmp_path / "transcripts" / "50" / "3.txt").write_text(text)
+    parts = transcript_conversations(text)
+    assert [p["response"] for p in parts] == ["mem one", "\\boxed{b}"]
+    assert parts[0]["prompt"] == "read chunk one\n\nok"
+    ep = load_payload(tmp_path)["episodes"][0]
+    assert ep["id"] == "50/3" and ep["step"] == 50 and ep["length"] == convs[0].num_generated + convs[1].num_generated
+    assert [c["meta"] for c in ep["conversations"]] == [{"kind": "memory"}, {"kind": "final"}]
+    assert ep["conversations"][1]["spans"][1] == {"kind": "gen", "text": "\\boxed{b}"}
+    assert ep["summary"] == {"question": "q?", "answers": ["b"], "answer": "b"}
+
+
+def test_a_folder_that_is_neither_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="neither a training run"):
+        load_payload(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        load_payload(tmp_path / "missing")

@@ -1,0 +1,82 @@
+"""The HTML page, the local server and the CLI: data stays data, whatever the episodes say."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import urllib.error
+import urllib.request
+
+from typer.testing import CliRunner
+
+from memrl.cli.main import app
+from memrl.view.page import DATA_ID, embed_json, render_page
+from memrl.view.server import make_server
+
+EVIL = "</script><img src=x onerror=alert(1)><!-- <script>alert(2)</script>"
+
+
+def evil_payload() -> dict:
+    """An eval-shaped payload whose every text field tries to break out of the data tag."""
+    conv = {"index": 0, "meta": {"kind": EVIL}, "tokens": 3, "generated": 2,
+            "spans": [{"kind": "prompt", "text": EVIL}, {"kind": "gen", "tokens": [EVIL, "</SCRIPT>"],
+                                                          "lp": [-0.1, -2.0], "tlp": [-0.2, -1.0]}]}
+    episode = {"id": "e1", "step": 1, "pick": "best", "sample_id": EVIL, "group_id": "g", "reward": 1.0,
+               "advantage": 0.5, "length": 2, "metrics": {"em": 1.0}, "breakdown": {EVIL: 1.0},
+               "summary": {"answer": EVIL}, "conversations": [conv],
+               "messages": [{"role": "assistant", "content": EVIL,
+                             "tool_calls": [{"name": EVIL, "arguments": {"q": EVIL}}]}]}
+    return {"kind": "run", "title": EVIL, "source": "/x", "tokenizer": "tiny", "per_token": True,
+            "metrics": [{"step": 1, "reward": float("nan")}], "panels": [["reward", ["reward"]]],
+            "results": None, "episodes": [episode]}
+
+
+def data_of(page: str) -> dict:
+    m = re.search(rf'<script type="application/json" id="{DATA_ID}">(.*?)</script>', page, re.S)
+    assert m is not None
+    return json.loads(m.group(1))
+
+
+def test_episode_text_cannot_leave_the_data_tag():
+    payload = evil_payload()
+    page = render_page(payload)
+    assert "<img" not in page and "alert(1)" in page  # present, but only as JSON text
+    assert page.count("</script>") == 2 and page.lower().count("<script") == 2  # the data tag and the viewer
+    back = data_of(page)
+    assert back["episodes"][0]["conversations"][0]["spans"][1]["tokens"] == [EVIL, "</SCRIPT>"]
+    assert back["title"] == EVIL and back["metrics"][0]["reward"] is None  # NaN is not JSON
+    assert "<title>memrl view · &lt;/script&gt;" in page
+    assert json.loads(embed_json({"a": "\u2028<"})) == {"a": "\u2028<"}
+
+
+def test_server_serves_the_page_on_localhost(run_dir):
+    server = make_server(run_dir, 0)
+    host, port = server.server_address[:2]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert host == "127.0.0.1"
+        with urllib.request.urlopen(f"http://{host}:{port}/", timeout=30) as r:
+            page = r.read().decode()
+            assert r.status == 200 and r.headers["Content-Type"].startswith("text/html")
+        assert len(data_of(page)["episodes"]) == 6
+        try:
+            urllib.request.urlopen(f"http://{host}:{port}/other", timeout=30)
+            raise AssertionError("expected 404")
+        except urllib.error.HTTPError as err:
+            assert err.code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_cli_writes_one_self_contained_file(run_dir, tmp_path):
+    out = tmp_path / "view.html"
+    r = CliRunner().invoke(app, ["view", str(run_dir), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert f"wrote {out} (6 episodes)" in r.output
+    page = out.read_text()
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)  # nothing fetched from elsewhere
+    assert len(data_of(page)["episodes"]) == 6
+    bad = CliRunner().invoke(app, ["view", str(tmp_path / "nothing"), "--out", str(out)])
+    assert bad.exit_code == 2
