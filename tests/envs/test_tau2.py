@@ -109,3 +109,12 @@ def test_retail_calculate_and_lookup(retail):
     found = env.step(ToolCall("find_user_id_by_name_zip", {"first_name": n["first_name"], "last_name": n["last_name"],
                                                            "zip": user["address"]["zip"]}))
     assert found.content == user["user_id"]
+
+
+def test_telecom_workflow_is_telecom_with_the_workflow_guide(tau2_dir):
+    flow = load_domain("telecom-workflow", tau2_dir)
+    plain = load_domain("telecom", tau2_dir)
+    assert flow.name == "telecom-workflow" and flow.db_text == plain.db_text and flow.policy != plain.policy
+    assert (tau2_dir / "telecom" / "tech_support_workflow.md").read_text().strip()[:200] in flow.policy
+    assert (tau2_dir / "telecom" / "tech_support_workflow_solo.md").read_text().strip()[:200] in flow.solo_policy
+    assert [t.id for t in flow.tasks] == [t.id for t in plain.tasks]

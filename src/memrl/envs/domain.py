@@ -23,6 +23,8 @@ from memrl.envs.toolkit import Toolkit
 
 BUILTIN = ("library",)
 OTHER_TASK_FILES = ("tasks_small.json", "tasks_full.json")
+# τ²-bench domains that reuse another domain's files and tools with other policy-building options
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"telecom-workflow": ("telecom", {"workflow": True})}
 
 
 def _toolkits(name: str) -> tuple[type[Toolkit], type[Toolkit] | None]:
@@ -145,7 +147,8 @@ def load_domain(name: str, data_dir: str | Path | None = None, *,
     ``tool_options`` set class-level switches of the agent toolkit on every environment, e.g.
     ``{"per_item_variant": True}`` for retail (see :mod:`memrl.envs.domains.retail`).
     """
-    toolkit, user_toolkit = _toolkits(name)
+    base, policy_options = VARIANTS.get(name, (name, {}))
+    toolkit, user_toolkit = _toolkits(base)
     for key in tool_options or {}:
         if key.startswith("_") or not hasattr(toolkit, key) or callable(getattr(toolkit, key)):
             raise ValueError(f"domain {name!r} has no tool option {key!r}")
@@ -155,7 +158,7 @@ def load_domain(name: str, data_dir: str | Path | None = None, *,
                              "(or its data/tau2/domains folder)")
         folder = Path(str(resources.files("memrl.envs.domains") / name))
     else:
-        folder = _locate(name, data_dir)
+        folder = _locate(base, data_dir)
     tasks_file = _first(folder, ("tasks.json", "tasks_small.json"))
     db_file = _first(folder, ("db.json", "db.toml"))
     policy_file = _first(folder, ("policy.md", "main_policy.md"))
@@ -169,8 +172,8 @@ def load_domain(name: str, data_dir: str | Path | None = None, *,
     if split_file.is_file():
         splits = json.loads(split_file.read_text())
     compose = getattr(toolkit, "compose_policy", None)  # a policy built from several files (telecom)
-    policy = compose(folder, solo=False) if compose else policy_file.read_text()
-    solo_policy = compose(folder, solo=True) if compose else (solo.read_text() if solo else None)
+    policy = compose(folder, solo=False, **policy_options) if compose else policy_file.read_text()
+    solo_policy = compose(folder, solo=True, **policy_options) if compose else (solo.read_text() if solo else None)
     return Domain(name=name, policy=policy, tasks=read_tasks(tasks_file),
                   db_text=_read_db(db_file, toolkit), toolkit=toolkit, user_toolkit=user_toolkit,
                   user_db_text=_read_db(user_db, user_toolkit) if user_db else None,
