@@ -134,7 +134,8 @@ class WorkflowConfig(Section):
 class EnvConfig(Section):
     """Tool-agent environment: the domain, its tasks and the user simulator (workflow.name=tool_agent)."""
 
-    domain: str = Field("library", description="'library' (built in), or a tau2-bench domain: mock, retail.")
+    domain: str = Field("library", description="'library' (built in), or a tau2-bench domain: mock, retail, telecom, "
+                        "telecom-workflow.")
     data_dir: str | None = Field(None, description="tau2-bench clone or its data/tau2/domains folder "
                                  "(not needed for 'library').")
     train_split: str | None = Field("train", description="Task split trained on (null: all tasks).")
