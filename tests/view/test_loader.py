@@ -10,7 +10,7 @@ from memrl.models.resolve import load_tokenizer
 from memrl.eval.transcript import render_transcript
 from memrl.train.tracking import read_metrics
 from memrl.types import Conversation, Trajectory
-from memrl.view.loader import load_payload, token_strings, transcript_conversations
+from memrl.view.loader import conversation_spans, load_payload, token_strings, transcript_conversations
 from tests.view.conftest import TOOL_MESSAGES
 
 
@@ -105,3 +105,18 @@ def test_a_folder_that_is_neither_is_refused(tmp_path):
         load_payload(tmp_path)
     with pytest.raises(FileNotFoundError):
         load_payload(tmp_path / "missing")
+
+
+def test_multi_turn_conversations_split_into_generated_and_context_spans():
+    tok = load_tokenizer("tiny")
+    enc = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
+    conv = Conversation()
+    conv.append(enc("system and user"), generated=False)
+    conv.append(enc("call tool"), generated=True, logprobs=[-0.5] * len(enc("call tool")))
+    conv.append(enc("tool result"), generated=False)
+    conv.append(enc("done"), generated=True, logprobs=[-1.0] * len(enc("done")))
+    spans = conversation_spans({**conv.to_dict(), "trainer_logprobs": [v - 0.25 for v in conv.logprobs]}, tok)
+    assert [s["kind"] for s in spans] == ["prompt", "gen", "ctx", "gen"]
+    assert spans[0]["text"] == "system and user" and spans[2]["text"] == "tool result"
+    assert "".join(spans[1]["tokens"]) == "call tool" and "".join(spans[3]["tokens"]) == "done"
+    assert spans[3]["lp"] == [-1.0] * len(enc("done")) and spans[3]["tlp"] == [-1.25] * len(enc("done"))

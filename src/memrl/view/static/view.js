@@ -32,10 +32,10 @@
   }
   function tick(v, range) {
     // enough digits to tell the ticks apart, none more
-    const digits = Math.min(6, Math.max(0, Math.ceil(-Math.log10(range / 3)) + 1));
+    const digits = Math.max(0, Math.ceil(-Math.log10(range / 3)) + 1);
     const a = Math.abs(v);
-    if (a >= 1e5 || (digits > 4 && a >= 1e-12)) return v.toExponential(1);
-    return v.toFixed(digits);
+    if (a >= 1e5 || (a !== 0 && a < 1e-3 && range < 1e-3)) return v.toExponential(2);
+    return v.toFixed(Math.min(digits, 6));
   }
   function num(input) {
     const v = parseFloat(input.value);
@@ -288,6 +288,12 @@
     if (n) {
       out.appendChild(el("div", "conv-bar", el("h3", null, "Conversations"),
         DATA.per_token && DATA.kind === "run" ? toggle : null));
+      if (DATA.per_token && DATA.kind === "run") {
+        out.appendChild(el("div", "heat-note muted", state.heat === "logprob"
+          ? "Shade: how unlikely the engine found each sampled token (1 − p). Hover a token for its numbers."
+          : state.heat === "mismatch" ? "Shade: |engine − trainer| log-prob of each token (full at 1 nat or more). Hover for numbers."
+            : "Hover a token for its engine and trainer log-probs."));
+      }
       e.conversations.forEach((c) => out.appendChild(conversation(c, n)));
     }
     if (e.transcript) out.appendChild(el("div", null, el("h3", null, "Transcript"), el("pre", "transcript", e.transcript)));
@@ -322,17 +328,28 @@
         : " · tokenizer not loaded: responses shown as text"));
     }
     const head = el("header", null, el("div", "title", ...bits), sub);
+    const shown = {};
     if (DATA.results) {
-      const r = DATA.results, shown = {};
-      for (const [k, v] of Object.entries(r)) if (typeof v !== "object" || k === "pass_hat_k") shown[k] = v;
-      if (r.by_docs) {
-        for (const [docs, s] of Object.entries(r.by_docs)) {
-          for (const [k, v] of Object.entries(s)) if (typeof v === "number") shown[`${docs} docs · ${k}`] = v;
-        }
+      const r = DATA.results;
+      for (const [k, v] of Object.entries(r)) if (v !== null && typeof v !== "object") shown[k.replace(/_/g, " ")] = v;
+      for (const [k, v] of Object.entries(r.pass_hat_k || {})) shown["pass^" + k] = v;
+      for (const [docs, s] of Object.entries(r.by_docs || {})) {
+        for (const [k, v] of Object.entries(s)) if (typeof v === "number") shown[`${docs} docs · ${k}`] = v;
       }
-      const d = el("details", "results card", el("summary", null, "results.json"), kv(shown));
-      d.open = true;
-      head.appendChild(d);
+    } else if (DATA.kind === "run") {
+      const rows = DATA.metrics || [], last = rows.length ? rows[rows.length - 1] : {};
+      shown["steps logged"] = rows.length;
+      shown["saved episodes"] = DATA.episodes.length;
+      for (const k of ["reward", "eval/accuracy", "response_tokens", "num_conversations"]) {
+        const hit = [...rows].reverse().find((r) => typeof r[k] === "number");
+        if (hit) shown[`${k} (step ${hit.step})`] = hit[k];
+      }
+      if (last.step !== undefined) shown["last step"] = last.step;
+    }
+    if (Object.keys(shown).length) {
+      const box = el("div", "stats");
+      for (const [k, v] of Object.entries(shown)) box.appendChild(el("div", "stat", el("div", "v", fmt(v)), el("div", "k", k)));
+      head.appendChild(box);
     }
     return head;
   }
@@ -344,6 +361,8 @@
   list = listPane();
   detail = el("section", "card episode");
   app.appendChild(el("main", "split", list.node, detail));
+  const heat = /(?:^#|&)heat=(logprob|mismatch|none)/.exec(location.hash);  // e.g. #episode=ID&heat=mismatch
+  if (heat) state.heat = heat[1];
   window.addEventListener("hashchange", () => show(fromHash()));
   show(fromHash() || (DATA.episodes.length ? DATA.episodes[0].id : null));
 })();
