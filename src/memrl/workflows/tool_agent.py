@@ -19,7 +19,7 @@ from typing import Any
 
 from memrl.engines.base import Engine, SamplingParams
 from memrl.envs.domain import Domain
-from memrl.envs.evaluate import evaluate, history_messages
+from memrl.envs.evaluate import evaluate_async, history_messages
 from memrl.envs.messages import Message
 from memrl.envs.tasks import Task
 from memrl.envs.user_sim import UserSimulator, ends_conversation
@@ -41,6 +41,7 @@ class TaskSample:
     solo: bool = True
     partial: bool = False
     user: UserSimulator | None = None
+    nl_judge: Any = None  # memrl.envs.nl_judge.LLMNLJudge (env.nl_judge_model), None: assertions not judged
 
     @property
     def index(self) -> str:
@@ -50,6 +51,8 @@ class TaskSample:
 def _render_history(fmt: Any, msgs: list[Message]) -> str:
     out = []
     for m in msgs:
+        if m.role == "tool" and m.requestor == "user" or m.role == "user" and (m.tool_calls or not m.content):
+            continue  # the user's own device calls and their results are not the agent's to see
         if m.role == "tool":
             out.append(fmt.tool_results([m.content or ""]))
         elif m.role == "assistant":
@@ -58,6 +61,16 @@ def _render_history(fmt: Any, msgs: list[Message]) -> str:
         elif m.role == "user":
             out.append(fmt.turn("user", m.content or ""))
     return "".join(out)
+
+
+async def _user_turn(sample: TaskSample, env: Any, messages: list[Message], seed: int | None) -> list[Message]:
+    """The user's next turn. In a dual-control domain (the user has tools, e.g. telecom's phone) a simulator
+    that can act (``act``) calls them first; those calls and results join the graded log, and the agent
+    is shown only the final text (the last message)."""
+    user = sample.user
+    if env.user_tools is not None and env.user_tools.tools and hasattr(user, "act"):
+        return await user.act(sample.task, messages, env, seed=seed)  # type: ignore[union-attr]
+    return [Message("user", await user.reply(sample.task, messages, seed=seed))]  # type: ignore[union-attr]
 
 
 async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config: Any, *,
@@ -81,15 +94,15 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
         opening.append(Message("user", task.first_message()))
     elif not messages:
         opening.append(Message("assistant", AGENT_GREETING))
-        first = await sample.user.reply(task, opening, seed=base.seed)  # type: ignore[union-attr]
-        opening.append(Message("user", first))
+        opening += await _user_turn(sample, env, opening, base.seed)
     messages += opening
     prompt = fmt.system(env.policy, env.tool_schemas()) + _render_history(fmt, messages) + fmt.assistant_start
     conv = Conversation()
     conv.append(encode_text(tokenizer, prompt), generated=False)
 
     stats = {"turns": 0.0, "tool_calls": 0.0, "invalid_tool_calls": 0.0, "tool_errors": 0.0,
-             "turn_truncated": 0.0, "user_turns": 0.0, "prompt_too_long": 0.0}
+             "turn_truncated": 0.0, "user_turns": 0.0, "user_tool_calls": 0.0,
+             "prompt_too_long": 0.0}
     ending = "max_turns"
     if not sample.solo and ends_conversation(opening[-1].content or ""):
         ending = "user_stop"
@@ -129,8 +142,10 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
         if AGENT_STOP in text or sample.solo:
             ending = "agent_stop"
             break
-        reply = await sample.user.reply(task, messages, seed=turn_seed(base, 10_000 + turn).seed)  # type: ignore[union-attr]
-        messages.append(Message("user", reply))
+        user_msgs = await _user_turn(sample, env, messages, turn_seed(base, 10_000 + turn).seed)
+        messages += user_msgs
+        stats["user_tool_calls"] += sum(len(m.tool_calls) for m in user_msgs)
+        reply = user_msgs[-1].content or ""
         stats["user_turns"] += 1
         marker = ends_conversation(reply)
         if marker is not None:
@@ -138,13 +153,14 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
             break
         conv.append(encode_text(tokenizer, "\n" + fmt.turn("user", reply) + fmt.assistant_start), generated=False)
 
-    grade = evaluate(domain, task, messages, ending=ending, solo=sample.solo, partial=sample.partial)
+    grade = await evaluate_async(domain, task, messages, ending=ending, solo=sample.solo, partial=sample.partial,
+                                 nl_judge=sample.nl_judge)
     attempted = stats["tool_calls"]
     valid = attempted - stats["invalid_tool_calls"] - stats["tool_errors"]
     metrics = {**stats, "num_conversations": 1.0, "response_tokens": float(conv.num_generated),
                "tool_call_validity": valid / attempted if attempted else 0.0,
                "made_tool_call": float(attempted > 0),
-               "db_match": float(bool(grade.db_match)),
+               "db_match": float(bool(grade.db_match)), "nl_unchecked": float(grade.nl_unchecked),
                "completed": float(ending in ("agent_stop", "user_stop", "transfer"))}
     return Trajectory(conversations=[conv], reward=grade.reward,
                       sample_id=sample_id if sample_id is not None else task.id,
@@ -185,17 +201,22 @@ def build_user_simulator(cfg: Any) -> UserSimulator:
 
 
 _USERS: dict[str, UserSimulator] = {}  # by env config: train and eval samples share one simulator
+_JUDGES: dict[str, Any] = {}  # likewise one NL-assertion judge
 
 
 def task_samples(cfg: Any, split: str | None, user: UserSimulator | None = None) -> list[TaskSample]:
     """The tasks of ``split`` bound to their domain (and one shared user simulator outside solo mode)."""
     from memrl.envs.domain import load_domain
 
-    domain = load_domain(cfg.env.domain, cfg.env.data_dir)
+    from memrl.envs.nl_judge import build_nl_judge
+
+    domain = load_domain(cfg.env.domain, cfg.env.data_dir, tool_options=cfg.env.tool_options)
+    key = cfg.env.model_dump_json()
     if not cfg.env.solo and user is None:
-        key = cfg.env.model_dump_json()
         if key not in _USERS:
             _USERS[key] = build_user_simulator(cfg)
         user = _USERS[key]
-    return [TaskSample(domain, t, solo=cfg.env.solo, partial=cfg.env.partial_credit, user=user)
-            for t in domain.get_tasks(split)]
+    if key not in _JUDGES:
+        _JUDGES[key] = build_nl_judge(cfg)
+    return [TaskSample(domain, t, solo=cfg.env.solo, partial=cfg.env.partial_credit, user=user,
+                       nl_judge=_JUDGES[key]) for t in domain.get_tasks(split)]
