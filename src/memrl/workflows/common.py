@@ -123,7 +123,9 @@ def read_inputs(sample: LongContextSample, tokenizer: Any, config: Any) -> tuple
 
 # Streaming a context from disk: text is encoded in pieces of about PIECE_CHARS characters, cut where
 # encoding both sides apart gives the same ids as encoding them together (checked on CUT_WINDOW chars).
-PIECE_CHARS = 1 << 20
+# Small pieces: the Rust tokenizer's working memory is ~100 bytes per input character (1M-character
+# pieces peaked 390 MiB above the baseline, 16K ones 14 MiB, and were faster).
+PIECE_CHARS = 1 << 14
 CUT_WINDOW = 256
 _CUT_POINTS = (("\n\nDocument ", 2), ("\n", 1), (" ", 0))  # (text, cut offset in it): document starts first
 
