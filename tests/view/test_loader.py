@@ -10,7 +10,8 @@ from memrl.models.resolve import load_tokenizer
 from memrl.eval.transcript import render_transcript
 from memrl.train.tracking import read_metrics
 from memrl.types import Conversation, Trajectory
-from memrl.view.loader import conversation_spans, load_payload, token_strings, transcript_conversations
+from memrl.view.loader import (conversation_spans, load_payload, parse_steps, rollout_files, token_strings,
+                               transcript_conversations)
 from tests.view.conftest import TOOL_MESSAGES
 
 
@@ -120,3 +121,19 @@ def test_multi_turn_conversations_split_into_generated_and_context_spans():
     assert spans[0]["text"] == "system and user" and spans[2]["text"] == "tool result"
     assert "".join(spans[1]["tokens"]) == "call tool" and "".join(spans[3]["tokens"]) == "done"
     assert spans[3]["lp"] == [-1.0] * len(enc("done")) and spans[3]["tlp"] == [-1.25] * len(enc("done"))
+
+
+def test_steps_and_last_pick_rollout_files(run_dir, tmp_path):
+    keep = parse_steps("1, 10-20,100-")
+    assert [n for n in (0, 1, 2, 10, 20, 21, 99, 100, 10**6) if keep(n)] == [1, 10, 20, 100, 10**6]
+    for bad in ("x", "5-2", "1-2-3", ""):
+        with pytest.raises(ValueError, match="--steps"):
+            parse_steps(bad)
+    assert [p.name for p in rollout_files(run_dir, "2")[0]] == ["step_000002.jsonl"]
+    assert rollout_files(run_dir, last=1)[0] == rollout_files(run_dir, "2-")[0]
+    assert rollout_files(run_dir)[1] == [1, 2]
+    payload = load_payload(run_dir, steps="1")
+    assert {e["step"] for e in payload["episodes"]} == {1} and (payload["shown_steps"], payload["saved_steps"]) == (1, 2)
+    (tmp_path / "episodes").mkdir()
+    with pytest.raises(ValueError, match="eval folder"):
+        load_payload(tmp_path, last=2)

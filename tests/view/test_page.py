@@ -74,9 +74,13 @@ def test_cli_writes_one_self_contained_file(run_dir, tmp_path):
     out = tmp_path / "view.html"
     r = CliRunner().invoke(app, ["view", str(run_dir), "--out", str(out)])
     assert r.exit_code == 0, r.output
-    assert f"wrote {out} (6 episodes)" in r.output
+    assert f"wrote {out} (6 episodes, " in r.output
     page = out.read_text()
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)  # nothing fetched from elsewhere
     assert len(data_of(page)["episodes"]) == 6
     bad = CliRunner().invoke(app, ["view", str(tmp_path / "nothing"), "--out", str(out)])
     assert bad.exit_code == 2
+    r = CliRunner().invoke(app, ["view", str(run_dir), "--out", str(out), "--last", "1"])
+    assert r.exit_code == 0 and {e["step"] for e in data_of(out.read_text())["episodes"]} == {2}
+    bad = CliRunner().invoke(app, ["view", str(run_dir), "--out", str(out), "--steps", "3-1"])
+    assert bad.exit_code == 2 and "ends before it starts" in bad.output

@@ -17,6 +17,9 @@ def view_cmd(
     port: int = typer.Option(0, "--port", help="Port on 127.0.0.1 (default: a free one)."),
     tokenizer: Optional[str] = typer.Option(
         None, "--tokenizer", help="Tokenizer for per-token views (default: the run's model.tokenizer or model.path)."),
+    steps: Optional[str] = typer.Option(None, "--steps", help="A run's rollout steps to show: 5, 10-20, 100- or a "
+                                        "comma list (default: all)."),
+    last: Optional[int] = typer.Option(None, "--last", help="Only the last N saved rollout steps of a run."),
 ) -> None:
     """Episodes (conversations, generated tokens, log-probs, rewards, tool calls) and training curves in a browser."""
     from memrl.data.atomic import atomic_write
@@ -25,10 +28,15 @@ def view_cmd(
     from memrl.view.server import serve
 
     if out is None:
-        load_payload(path, tokenizer)  # fail here, with a clear message, rather than in the browser
-        serve(path, port, tokenizer, announce=lambda url: typer.echo(f"memrl view: {url}  (Ctrl-C stops)"))
+        load_payload(path, tokenizer, steps=steps, last=last)  # fail here, clearly, rather than in the browser
+        serve(path, port, tokenizer, steps=steps, last=last,
+              announce=lambda url: typer.echo(f"memrl view: {url}  (refresh for new steps; Ctrl-C stops)"))
         return
-    payload = load_payload(path, tokenizer)
+    payload = load_payload(path, tokenizer, steps=steps, last=last)
+    page = render_page(payload)
     with atomic_write(out) as fh:
-        fh.write(render_page(payload))
-    typer.echo(f"wrote {out} ({len(payload['episodes'])} episodes)")
+        fh.write(page)
+    size = len(page.encode("utf-8")) / 1e6
+    typer.echo(f"wrote {out} ({len(payload['episodes'])} episodes, {size:.1f} MB)")
+    if size > 50:
+        typer.echo("the page is large: pick steps with --steps A-B or --last N", err=True)

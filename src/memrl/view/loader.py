@@ -217,17 +217,54 @@ def _read_jsonl(path: Path, warn: Warn) -> list[dict[str, Any]]:
     return rows
 
 
-def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_stderr) -> dict[str, Any]:
+def parse_steps(spec: str) -> Callable[[int], bool]:
+    """``"5"``, ``"10-20"``, ``"100-"`` or a comma list of them, as a test on a step number."""
+    ranges: list[tuple[int, float]] = []
+    for part in (p.strip() for p in spec.split(",")):
+        m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d*))?", part)
+        if not m:
+            raise ValueError(f"--steps: {part!r} is not a step, A-B or A- (e.g. --steps 1,10-20,100-)")
+        lo = int(m.group(1))
+        hi: float = lo if m.group(2) is None else (int(m.group(2)) if m.group(2) else float("inf"))
+        if hi < lo:
+            raise ValueError(f"--steps: {part!r} ends before it starts")
+        ranges.append((lo, hi))
+    return lambda step: any(lo <= step <= hi for lo, hi in ranges)
+
+
+def rollout_files(run_dir: Path, steps: str | None = None, last: int | None = None) -> tuple[list[Path], list[int]]:
+    """The rollout files to show (``--steps``, then the ``--last`` N of them) and every saved step.
+
+    A long run saves a file per step: a page of all of them can be hundreds of MB, so a person
+    picks the steps to look at.
+    """
+    found = []
+    for path in (run_dir / "rollouts").glob("step_*.jsonl"):
+        m = re.fullmatch(r"step_(\d+)\.jsonl", path.name)
+        if m:
+            found.append((int(m.group(1)), path))
+    found.sort()
+    chosen = [(n, p) for n, p in found if steps is None or parse_steps(steps)(n)]
+    if last is not None:
+        if last < 1:
+            raise ValueError(f"--last must be >= 1, got {last}")
+        chosen = chosen[-last:]
+    return [p for _, p in chosen], [n for n, _ in found]
+
+
+def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_stderr, *,
+             steps: str | None = None, last: int | None = None) -> dict[str, Any]:
     spec = tokenizer or run_tokenizer_spec(run_dir)
     tok = get_tokenizer(spec, warn)
     metrics = read_metrics(run_dir, warn) if (run_dir / "metrics.jsonl").is_file() else []
+    files, saved = rollout_files(run_dir, steps, last)
     episodes = []
-    for path in sorted((run_dir / "rollouts").glob("step_*.jsonl")):
+    for path in files:
         for i, rec in enumerate(_read_jsonl(path, warn)):
             episodes.append(run_episode(rec, f"{rec.get('step', path.stem)}-{i}", tok))
     return {"kind": "run", "title": run_dir.resolve().name, "source": str(run_dir), "tokenizer": spec,
             "per_token": tok is not None, "metrics": metrics, "panels": CURVE_PANELS, "results": None,
-            "episodes": episodes}
+            "saved_steps": len(saved), "shown_steps": len(files), "episodes": episodes}
 
 
 def load_eval(out: Path, warn: Warn = _warn_stderr) -> dict[str, Any]:
@@ -255,13 +292,20 @@ def _natural(s: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
 
 
-def load_payload(path: Path, tokenizer: str | None = None, warn: Warn = _warn_stderr) -> dict[str, Any]:
-    """A run or an eval folder as the page's payload; anything else is a clear error."""
+def load_payload(path: Path, tokenizer: str | None = None, warn: Warn = _warn_stderr, *,
+                 steps: str | None = None, last: int | None = None) -> dict[str, Any]:
+    """A run or an eval folder as the page's payload; anything else is a clear error.
+
+    ``steps`` / ``last`` pick a run's rollout steps (see :func:`rollout_files`); an eval folder
+    has no steps, so they are refused there rather than ignored.
+    """
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a folder")
     if is_eval(path):
+        if steps is not None or last is not None:
+            raise ValueError("--steps and --last pick a training run's rollout steps; this is an eval folder")
         return load_eval(path, warn)
     if is_run(path):
-        return load_run(path, tokenizer, warn)
+        return load_run(path, tokenizer, warn, steps=steps, last=last)
     raise ValueError(f"{path} is neither a training run (metrics.jsonl, rollouts/) nor an eval folder (episodes/)")

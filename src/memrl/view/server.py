@@ -17,14 +17,15 @@ from memrl.view.loader import load_payload
 from memrl.view.page import render_page
 
 
-def make_handler(path: Path, tokenizer: str | None) -> type[BaseHTTPRequestHandler]:
+def make_handler(path: Path, tokenizer: str | None, steps: str | None = None,
+                 last: int | None = None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             if self.path.split("?")[0] not in ("/", "/index.html"):
                 self._send(404, "text/plain; charset=utf-8", b"not found\n")
                 return
             try:
-                body = render_page(load_payload(path, tokenizer)).encode("utf-8")
+                body = render_page(load_payload(path, tokenizer, steps=steps, last=last)).encode("utf-8")
             except Exception:  # show why in the browser and keep serving
                 self._send(500, "text/plain; charset=utf-8", traceback.format_exc().encode("utf-8"))
                 return
@@ -44,18 +45,18 @@ def make_handler(path: Path, tokenizer: str | None) -> type[BaseHTTPRequestHandl
     return Handler
 
 
-def make_server(path: Path, port: int = 0, tokenizer: str | None = None,
-                host: str = "127.0.0.1") -> ThreadingHTTPServer:
+def make_server(path: Path, port: int = 0, tokenizer: str | None = None, host: str = "127.0.0.1", *,
+                steps: str | None = None, last: int | None = None) -> ThreadingHTTPServer:
     """A bound server (port 0 picks a free one: read it from ``server.server_address``)."""
-    server = ThreadingHTTPServer((host, port), make_handler(Path(path), tokenizer))
+    server = ThreadingHTTPServer((host, port), make_handler(Path(path), tokenizer, steps, last))
     server.daemon_threads = True
     return server
 
 
-def serve(path: Path, port: int = 0, tokenizer: str | None = None,
-          announce: Callable[[str], None] = lambda url: print(url, flush=True)) -> None:
+def serve(path: Path, port: int = 0, tokenizer: str | None = None, *, steps: str | None = None,
+          last: int | None = None, announce: Callable[[str], None] = lambda url: print(url, flush=True)) -> None:
     """Serve until interrupted."""
-    server = make_server(path, port, tokenizer)
+    server = make_server(path, port, tokenizer, steps=steps, last=last)
     host, bound = server.server_address[:2]
     announce(f"http://{host}:{bound}/")
     try:

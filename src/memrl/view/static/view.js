@@ -339,7 +339,8 @@
     } else if (DATA.kind === "run") {
       const rows = DATA.metrics || [], last = rows.length ? rows[rows.length - 1] : {};
       shown["steps logged"] = rows.length;
-      shown["saved episodes"] = DATA.episodes.length;
+      shown["episodes shown"] = DATA.episodes.length;
+      if (DATA.saved_steps !== undefined) shown["rollout steps shown"] = `${DATA.shown_steps} of ${DATA.saved_steps}`;
       for (const k of ["reward", "eval/accuracy", "response_tokens", "num_conversations"]) {
         const hit = [...rows].reverse().find((r) => typeof r[k] === "number");
         if (hit) shown[`${k} (step ${hit.step})`] = hit[k];
