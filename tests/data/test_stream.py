@@ -9,7 +9,7 @@ from itertools import chain
 import pytest
 
 from memrl.config import WorkflowConfig
-from memrl.data import LongContextSample, read_samples, write_samples
+from memrl.data import DataError, LongContextSample, read_samples, write_samples
 from memrl.data.stream import LazySample, read_samples_lazily, scan_records
 from memrl.testing import ScriptedEngine
 from memrl.workflows import common
@@ -70,6 +70,15 @@ def test_scan_finds_the_top_level_context(files):
     for span in scan_records(paths[2], block=3):
         start, end = span.context
         assert json.loads(raw[span.start:span.end])["context"] == json.loads(raw[start - 1:end + 1])
+
+
+def test_a_cut_off_file_is_an_error_not_fewer_samples(files, tmp_path):
+    _, paths = files
+    raw = paths[0].read_bytes()
+    bad = tmp_path / "cut.json"
+    bad.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(DataError, match="not valid JSON"):
+        list(read_samples_lazily(bad))
 
 
 def test_chunkwise_encoding_equals_whole_encoding(tok):

@@ -61,6 +61,8 @@ def scan_records(path: Path, block: int | None = None) -> Iterator[RecordSpan]:
             if pos >= len(buf):
                 more = fh.read(block)
                 if not more:
+                    if depth:
+                        raise DataError(path, row + 1, None, "not valid JSON: the file ends inside this record")
                     break
                 base, buf, pos = base + len(buf), more, 0
                 continue
