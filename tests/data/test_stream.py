@@ -26,8 +26,9 @@ def context(docs: int, seed: int = 0) -> str:
 
 
 def samples(n: int = 4) -> list[LongContextSample]:
-    return [LongContextSample(index=i, question=f"What is {TRICKY} {i}?", answers=["Paris"], context=context(20 * i + 3, i),
-                              num_docs=20 * i + 3, id=f"q{i}", gold_docs=[1, 2], extra={"type": "bridge"})
+    return [LongContextSample(index=i, question=f"What is {TRICKY} {i}?", answers=["Paris"],
+                              context=context(20 * i + 3, i), num_docs=20 * i + 3, id=f"q{i}", gold_docs=[1, 2],
+                              extra={"type": "bridge"})
             for i in range(n)]
 
 
