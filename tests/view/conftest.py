@@ -6,6 +6,7 @@ import asyncio
 import json
 import shutil
 import subprocess
+import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -91,11 +92,13 @@ def chromium() -> str:
     return path
 
 
-def browser(html_file: Path, *args: str, fragment: str = "") -> str:
-    """Run headless Chromium on a file (after its scripts ran); returns stdout (the DOM with --dump-dom)."""
-    cmd = [chromium(), "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run", "--hide-scrollbars",
-           f"--user-data-dir={html_file.parent / '.chromium'}", "--virtual-time-budget=5000", *args,
-           html_file.resolve().as_uri() + fragment]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+def browser(html_file: Path | None, *args: str, fragment: str = "", url: str | None = None) -> str:
+    """Run headless Chromium on a file or URL after its scripts ran; returns stdout (the DOM with --dump-dom)."""
+    exe = chromium()
+    with tempfile.TemporaryDirectory() as profile:
+        cmd = [exe, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run", "--hide-scrollbars",
+               f"--user-data-dir={profile}", "--virtual-time-budget=5000", *args,
+               url or html_file.resolve().as_uri() + fragment]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout

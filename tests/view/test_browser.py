@@ -11,7 +11,7 @@ from urllib.parse import quote
 from memrl.view.loader import CURVE_PANELS, load_payload
 from memrl.view.page import render_page
 from tests.view.conftest import TOOL_MESSAGES, Dom, browser
-from tests.view.test_page import EVIL, evil_payload
+from tests.view.test_page import EVIL, evil_payload, serving
 
 
 def write_page(payload: dict, path) -> object:
@@ -71,3 +71,13 @@ def test_screenshot(run_dir, tmp_path):
     shot = tmp_path / "run.png"
     browser(page, f"--screenshot={shot}", "--window-size=1280,2000", fragment="#episode=2-0")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_served_page_fetches_the_opened_episode(run_dir):
+    payload = load_payload(run_dir)
+    target = payload["episodes"][2]
+    with serving(run_dir) as base:
+        dom = Dom(browser(None, "--dump-dom", url=f"{base}/#episode={target['id']}"))
+    assert len(dom.having("ep-row", "a")) == len(payload["episodes"])
+    assert [s["data-id"] for s in dom.having("episode", "section")] == [target["id"]]
+    assert len(dom.having("conv")) == len(target["conversations"]) and dom.having("tok")

@@ -7,10 +7,13 @@ import re
 import threading
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
+from urllib.parse import quote
 
 from typer.testing import CliRunner
 
 from memrl.cli.main import app
+from memrl.view.loader import load_payload
 from memrl.view.page import DATA_ID, embed_json, render_page
 from memrl.view.server import make_server
 
@@ -50,24 +53,51 @@ def test_episode_text_cannot_leave_the_data_tag():
     assert json.loads(embed_json({"a": "\u2028<"})) == {"a": "\u2028<"}
 
 
-def test_server_serves_the_page_on_localhost(run_dir):
-    server = make_server(run_dir, 0)
+@contextmanager
+def serving(folder):
+    """A view server on a free port in a thread; yields its base URL."""
+    server = make_server(folder, 0)
     host, port = server.server_address[:2]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        assert host == "127.0.0.1"
-        with urllib.request.urlopen(f"http://{host}:{port}/", timeout=30) as r:
-            page = r.read().decode()
-            assert r.status == 200 and r.headers["Content-Type"].startswith("text/html")
-        assert len(data_of(page)["episodes"]) == 6
-        try:
-            urllib.request.urlopen(f"http://{host}:{port}/other", timeout=30)
-            raise AssertionError("expected 404")
-        except urllib.error.HTTPError as err:
-            assert err.code == 404
+        yield f"http://{host}:{port}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_server_sends_the_list_then_each_episode_on_demand(run_dir):
+    full = load_payload(run_dir)["episodes"]
+    with serving(run_dir) as base:
+        assert base.startswith("http://127.0.0.1:")
+        code, page = get(base + "/")
+        listed = data_of(page)["episodes"]
+        assert code == 200 and [e["id"] for e in listed] == [e["id"] for e in full]
+        assert all(e["lazy"] and "conversations" not in e for e in listed)
+        assert all(e["reward"] == f["reward"] and e["length"] == f["length"] for e, f in zip(listed, full))
+        code, body = get(f"{base}/episode?id={quote(full[4]['id'])}")
+        assert code == 200 and json.loads(body) == full[4]
+        assert get(f"{base}/episode?id=9-0")[0] == 404 and get(f"{base}/episode?id=1-99")[0] == 404
+        assert get(base + "/other")[0] == 404
+
+
+def test_server_ids_stay_inside_the_eval_folder(tool_eval_dir):
+    (tool_eval_dir / "secret.json").write_text("{}")
+    full = {e["id"]: e for e in load_payload(tool_eval_dir)["episodes"]}
+    with serving(tool_eval_dir) as base:
+        ep_id = next(i for i in full if i.startswith("zz_tools"))
+        code, body = get(f"{base}/episode?id={quote(ep_id)}")
+        assert code == 200 and json.loads(body) == full[ep_id]
+        for bad in ("../secret", "../../../etc/passwd", "/etc/passwd"):
+            assert get(f"{base}/episode?id={quote(bad, safe='')}")[0] == 404
 
 
 def test_cli_writes_one_self_contained_file(run_dir, tmp_path):

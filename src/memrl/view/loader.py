@@ -27,6 +27,8 @@ Warn = Callable[[str], None]
 # Record fields shown as the episode's summary when present (short, human-facing).
 INFO_KEYS = ("question", "answers", "answer", "final_text", "ending", "note", "error", "task_id", "memory")
 _TOKENIZERS: dict[str, Any] = {}
+# What a served page fetches when an episode is opened (the list needs none of it).
+DETAIL_KEYS = ("conversations", "messages", "transcript")
 # Training-curve panels: (title, metrics.jsonl keys drawn in it). Panels with no data are left out.
 CURVE_PANELS: list[tuple[str, list[str]]] = [
     ("reward", ["reward"]), ("eval accuracy", ["eval/accuracy"]), ("response tokens", ["response_tokens"]),
@@ -252,8 +254,13 @@ def rollout_files(run_dir: Path, steps: str | None = None, last: int | None = No
     return [p for _, p in chosen], [n for n, _ in found]
 
 
+def summary_only(episode: dict[str, Any]) -> dict[str, Any]:
+    """The list's view of an episode: the server sends the rest when it is opened (``lazy``)."""
+    return {**{k: v for k, v in episode.items() if k not in DETAIL_KEYS}, "lazy": True}
+
+
 def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_stderr, *,
-             steps: str | None = None, last: int | None = None) -> dict[str, Any]:
+             steps: str | None = None, last: int | None = None, lazy: bool = False) -> dict[str, Any]:
     spec = tokenizer or run_tokenizer_spec(run_dir)
     tok = get_tokenizer(spec, warn)
     metrics = read_metrics(run_dir, warn) if (run_dir / "metrics.jsonl").is_file() else []
@@ -261,13 +268,14 @@ def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_std
     episodes = []
     for path in files:
         for i, rec in enumerate(_read_jsonl(path, warn)):
-            episodes.append(run_episode(rec, f"{rec.get('step', path.stem)}-{i}", tok))
+            ep_id = f"{int(path.stem.split('_')[1])}-{i}"
+            episodes.append(summary_only(run_episode(rec, ep_id, None)) if lazy else run_episode(rec, ep_id, tok))
     return {"kind": "run", "title": run_dir.resolve().name, "source": str(run_dir), "tokenizer": spec,
             "per_token": tok is not None, "metrics": metrics, "panels": CURVE_PANELS, "results": None,
             "saved_steps": len(saved), "shown_steps": len(files), "episodes": episodes}
 
 
-def load_eval(out: Path, warn: Warn = _warn_stderr) -> dict[str, Any]:
+def load_eval(out: Path, warn: Warn = _warn_stderr, *, lazy: bool = False) -> dict[str, Any]:
     episodes = []
     for path in sorted((out / "episodes").rglob("*.json"), key=lambda p: _natural(p.relative_to(out).as_posix())):
         rel = path.relative_to(out / "episodes").with_suffix("")
@@ -278,7 +286,8 @@ def load_eval(out: Path, warn: Warn = _warn_stderr) -> dict[str, Any]:
             continue
         tpath = out / "transcripts" / rel.with_suffix(".txt")
         transcript = tpath.read_text(encoding="utf-8", errors="replace") if tpath.is_file() else None
-        episodes.append(eval_episode(rec, rel.as_posix(), transcript))
+        ep = eval_episode(rec, rel.as_posix(), transcript)
+        episodes.append(summary_only(ep) if lazy else ep)
     results = None
     if (out / "results.json").is_file():
         results = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -292,12 +301,37 @@ def _natural(s: str) -> list[Any]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
 
 
+def load_episode(path: Path, ep_id: str, tokenizer: str | None = None,
+                 warn: Warn = _warn_stderr) -> dict[str, Any] | None:
+    """One whole episode by the id the payload gave it, or None; ids never reach outside the folder."""
+    path = Path(path)
+    if is_eval(path):
+        root = (path / "episodes").resolve()
+        file = (root / f"{ep_id}.json").resolve()
+        if not file.is_relative_to(root) or not file.is_file():
+            return None
+        rel = file.relative_to(root).with_suffix("")
+        tpath = path / "transcripts" / rel.with_suffix(".txt")
+        transcript = tpath.read_text(encoding="utf-8", errors="replace") if tpath.is_file() else None
+        return eval_episode(json.loads(file.read_text(encoding="utf-8")), rel.as_posix(), transcript)
+    m = re.fullmatch(r"(\d+)-(\d+)", ep_id)
+    file = path / "rollouts" / f"step_{int(m.group(1)):06d}.jsonl" if m else None
+    if file is None or not file.is_file():
+        return None
+    records = _read_jsonl(file, warn)
+    if int(m.group(2)) >= len(records):
+        return None
+    tok = get_tokenizer(tokenizer or run_tokenizer_spec(path), warn)
+    return run_episode(records[int(m.group(2))], ep_id, tok)
+
+
 def load_payload(path: Path, tokenizer: str | None = None, warn: Warn = _warn_stderr, *,
-                 steps: str | None = None, last: int | None = None) -> dict[str, Any]:
+                 steps: str | None = None, last: int | None = None, lazy: bool = False) -> dict[str, Any]:
     """A run or an eval folder as the page's payload; anything else is a clear error.
 
     ``steps`` / ``last`` pick a run's rollout steps (see :func:`rollout_files`); an eval folder
-    has no steps, so they are refused there rather than ignored.
+    has no steps, so they are refused there rather than ignored. ``lazy`` leaves out what
+    :func:`load_episode` gives when an episode is opened (the server's page).
     """
     path = Path(path)
     if not path.is_dir():
@@ -305,7 +339,7 @@ def load_payload(path: Path, tokenizer: str | None = None, warn: Warn = _warn_st
     if is_eval(path):
         if steps is not None or last is not None:
             raise ValueError("--steps and --last pick a training run's rollout steps; this is an eval folder")
-        return load_eval(path, warn)
+        return load_eval(path, warn, lazy=lazy)
     if is_run(path):
-        return load_run(path, tokenizer, warn, steps=steps, last=last)
+        return load_run(path, tokenizer, warn, steps=steps, last=last, lazy=lazy)
     raise ValueError(f"{path} is neither a training run (metrics.jsonl, rollouts/) nor an eval folder (episodes/)")

@@ -1,19 +1,23 @@
 """``memrl view DIR`` without ``--out``: the page served on a local port, rebuilt on every load.
 
 Rebuilding per request means a browser refresh shows the steps a running trainer has written
-since; the tokenizer is loaded once (see :func:`memrl.view.loader.get_tokenizer`). The server
-binds to 127.0.0.1 only: the page holds prompts and model outputs.
+since. The page holds the episode list only; an opened episode is fetched from ``/episode?id=``
+and decoded then, so a long run's page loads fast (the tokenizer is loaded once, see
+:func:`memrl.view.loader.get_tokenizer`). The server binds to 127.0.0.1 only: the page holds
+prompts and model outputs.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 import traceback
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
-from memrl.view.loader import load_payload
+from memrl.view.loader import load_episode, load_payload
 from memrl.view.page import render_page
 
 
@@ -21,15 +25,23 @@ def make_handler(path: Path, tokenizer: str | None, steps: str | None = None,
                  last: int | None = None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            if self.path.split("?")[0] not in ("/", "/index.html"):
-                self._send(404, "text/plain; charset=utf-8", b"not found\n")
-                return
+            url = urlsplit(self.path)
             try:
-                body = render_page(load_payload(path, tokenizer, steps=steps, last=last)).encode("utf-8")
+                if url.path in ("/", "/index.html"):
+                    page = render_page(load_payload(path, tokenizer, steps=steps, last=last, lazy=True))
+                    self._send(200, "text/html; charset=utf-8", page.encode("utf-8"))
+                elif url.path == "/episode":
+                    ep_id = (parse_qs(url.query).get("id") or [""])[0]
+                    episode = load_episode(path, ep_id, tokenizer)
+                    if episode is None:
+                        self._send(404, "text/plain; charset=utf-8", f"no episode {ep_id!r}\n".encode())
+                    else:
+                        self._send(200, "application/json", json.dumps(episode, allow_nan=False,
+                                                                       default=str).encode("utf-8"))
+                else:
+                    self._send(404, "text/plain; charset=utf-8", b"not found\n")
             except Exception:  # show why in the browser and keep serving
                 self._send(500, "text/plain; charset=utf-8", traceback.format_exc().encode("utf-8"))
-                return
-            self._send(200, "text/html; charset=utf-8", body)
 
         def _send(self, code: int, ctype: str, body: bytes) -> None:
             self.send_response(code)

@@ -306,13 +306,31 @@
 
   function show(id) {
     const e = byId.get(id);
+    if (e && e.lazy) {  // served page: fetch the whole episode once
+      fetch("episode?id=" + encodeURIComponent(id))
+        .then((r) => (r.ok ? r.json() : r.text().then((t) => Promise.reject(new Error(t)))))
+        .then((full) => { byId.set(id, full); if (state.current === id) show(id); })
+        .catch((err) => { if (state.current === id) replaceDetail(el("section", "card episode empty", "could not load episode " + id + ": " + err.message)); });
+      state.current = id;
+      replaceDetail(el("section", "card episode empty", "loading episode " + id + "…"));
+      markActive(id);
+      return;
+    }
     const node = e ? episodeView(e) : el("section", "card episode empty",
       DATA.episodes.length ? (id ? `no episode ${id}` : "Pick an episode from the list.")
         : (DATA.kind === "run" ? "This run saved no rollouts (trainer.rollouts_every)." : "No episodes in this folder."));
+    replaceDetail(node);
+    markActive(id);
+    state.current = id;
+  }
+
+  function replaceDetail(node) {
     detail.replaceWith(node);
     detail = node;
+  }
+
+  function markActive(id) {
     for (const [ep, a] of list.rows) a.classList.toggle("active", ep.id === id);
-    state.current = id;
   }
 
   function fromHash() {
