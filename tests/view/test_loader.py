@@ -133,7 +133,8 @@ def test_steps_and_last_pick_rollout_files(run_dir, tmp_path):
     assert rollout_files(run_dir, last=1)[0] == rollout_files(run_dir, "2-")[0]
     assert rollout_files(run_dir)[1] == [1, 2]
     payload = load_payload(run_dir, steps="1")
-    assert {e["step"] for e in payload["episodes"]} == {1} and (payload["shown_steps"], payload["saved_steps"]) == (1, 2)
+    assert {e["step"] for e in payload["episodes"]} == {1}
+    assert (payload["shown_steps"], payload["saved_steps"]) == (1, 2)
     (tmp_path / "episodes").mkdir()
     with pytest.raises(ValueError, match="eval folder"):
         load_payload(tmp_path, last=2)

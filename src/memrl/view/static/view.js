@@ -47,7 +47,7 @@
     const series = keys.map((k) => ({ key: k, pts: rows.filter((r) => typeof r[k] === "number").map((r) => [r.step, r[k]]) }))
       .filter((s) => s.pts.length > 0);
     if (!series.length) return null;
-    const W = 320, H = 170, L = 48, R = 10, T = 10, B = 24;
+    const W = 320, H = 170, L = 54, R = 10, T = 10, B = 24;
     const all = series.flatMap((s) => s.pts);
     let x0 = Math.min(...all.map((p) => p[0])), x1 = Math.max(...all.map((p) => p[0]));
     let y0 = Math.min(...all.map((p) => p[1])), y1 = Math.max(...all.map((p) => p[1]));
