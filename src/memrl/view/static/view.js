@@ -168,7 +168,7 @@
         a.parentNode.hidden = !keep;
         shown += keep ? 1 : 0;
       }
-      count.textContent = `${shown} of ${rows.length} episodes`;
+      count.textContent = `${shown} of ${rows.length} episodes · j / k to step through`;
     }
     update();
     return { node: el("aside", "card list-pane", el("h2", null, "Episodes"), f.form, count, list), rows };
@@ -383,5 +383,14 @@
   const heat = /(?:^#|&)heat=(logprob|mismatch|none)/.exec(location.hash);  // e.g. #episode=ID&heat=mismatch
   if (heat) state.heat = heat[1];
   window.addEventListener("hashchange", () => show(fromHash()));
+  document.addEventListener("keydown", (ev) => {  // j / k (or arrows) step through the listed episodes
+    if (/^(INPUT|SELECT|TEXTAREA)$/.test(ev.target.tagName) || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+    const step = { j: 1, ArrowDown: 1, k: -1, ArrowUp: -1 }[ev.key];
+    const shown = list.rows.filter(([, a]) => !a.parentNode.hidden).map(([e]) => e.id);
+    if (!step || !shown.length) return;
+    ev.preventDefault();
+    const i = shown.indexOf(state.current);
+    location.hash = "episode=" + encodeURIComponent(shown[Math.max(0, Math.min(shown.length - 1, i + step))]);
+  });
   show(fromHash() || (DATA.episodes.length ? DATA.episodes[0].id : null));
 })();
