@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from memrl.cli.common import quiet_hub_progress, resolve_config
 from memrl.cli.data import parse_docs
+from memrl.cli.eval_common import prepare_out, run_with_progress
 from memrl.cli.errors import user_errors
 
 
@@ -61,11 +60,9 @@ def eval_cmd(
 
     Interrupted runs resume: finished episodes are kept and skipped; failed ones are tried again.
     """
-    from memrl.data.outdir import check_writable_dir, clear_outputs, record_outputs
-    from memrl.engines.base import EngineDeadError
     from memrl.engines.factory import build_engine
     from memrl.eval.report import failed_total, markdown_table
-    from memrl.eval.runner import EVAL_OUTPUTS, AllEpisodesFailedError, check_resume, find_eval_file, run_eval
+    from memrl.eval.runner import EVAL_OUTPUTS, find_eval_file, run_eval
     from memrl.models.resolve import load_tokenizer
 
     if max_samples is not None and max_samples < 1:
@@ -102,47 +99,15 @@ def eval_cmd(
         raise ValueError("--docs: give at least one document count")
     for n in sizes:  # a missing file is reported before the model loads
         find_eval_file(data, n)
-    check_writable_dir(out)
-    if restart:
-        clear_outputs(out, "--restart")
-    record_outputs(out, EVAL_OUTPUTS)
-    check_resume(out, cfg)
-    columns = (TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
-    try:
-        tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
-        eng = build_engine(cfg)
-        s = cfg.sampling
-        console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · "
-                      f"docs {sizes} · protocol {cfg.eval.protocol} · temperature {s.temperature} top_p {s.top_p}"
-                      + (f" · {cfg.eval.repeats} repeats" if cfg.eval.repeats > 1 else ""), highlight=False)
-        with Progress(*columns, console=console) as progress:
-            task = progress.add_task("eval", total=None)
-
-            def started(total: int, done: int) -> None:
-                progress.update(task, total=total, completed=done)
-                if done:
-                    console.print(f"resuming: {done} of {total} episodes already done")
-
-            async def main() -> dict:
-                try:
-                    return await run_eval(cfg, eng, tokenizer, data, sizes, out, max_samples=max_samples,
-                                          on_start=started, on_episode=lambda: progress.advance(task))
-                finally:
-                    await eng.close()
-
-            results = asyncio.run(main())
-    except KeyboardInterrupt:
-        console.print(f"interrupted — re-run the same command to resume (finished episodes are kept in {out})",
-                      highlight=False, markup=False)
-        raise typer.Exit(130) from None
-    except EngineDeadError as exc:
-        console.print(f"error: the engine is gone ({exc}); stopped. Finished episodes are kept in {out}; "
-                      "re-run the same command to resume", highlight=False, markup=False)
-        raise typer.Exit(1) from None
-    except AllEpisodesFailedError as exc:
-        console.print(f"error: {exc} (transcripts in {out}/transcripts/); fix the cause and re-run the same "
-                      "command to retry", highlight=False, markup=False)
-        raise typer.Exit(1) from None
+    prepare_out(out, restart, EVAL_OUTPUTS, cfg)
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+    eng = build_engine(cfg)
+    s = cfg.sampling
+    console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · "
+                  f"docs {sizes} · protocol {cfg.eval.protocol} · temperature {s.temperature} top_p {s.top_p}"
+                  + (f" · {cfg.eval.repeats} repeats" if cfg.eval.repeats > 1 else ""), highlight=False)
+    results = run_with_progress(console, out, eng, lambda started, advance: run_eval(
+        cfg, eng, tokenizer, data, sizes, out, max_samples=max_samples, on_start=started, on_episode=advance))
     typer.echo(markdown_table(results))
     console.print(f"wrote {out}/results.json, results.md, accuracy.png and transcripts/", highlight=False)
     failed = failed_total(results)
@@ -160,37 +125,15 @@ def _ruler(cfg: object, data: Path, docs: str | None, tasks: str | None, out: Pa
     except ImportError as exc:
         console.print(f"error: --suite ruler is not available in this memrl ({exc})", highlight=False, markup=False)
         raise typer.Exit(1) from None
-    from memrl.data.outdir import check_writable_dir, clear_outputs, record_outputs
-    from memrl.engines.base import EngineDeadError
     from memrl.engines.factory import build_engine
-    from memrl.eval.runner import AllEpisodesFailedError
     from memrl.models.resolve import load_tokenizer
 
     lengths = parse_docs(docs) if docs else None
     names = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
-    check_writable_dir(out)
-    if restart:
-        clear_outputs(out, "--restart")
-    record_outputs(out, RULER_OUTPUTS)
+    prepare_out(out, restart, RULER_OUTPUTS)
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)  # type: ignore[attr-defined]
     eng = build_engine(cfg)  # type: ignore[arg-type]
-
-    async def main() -> dict:
-        try:
-            return await run_ruler_suite(cfg, eng, tokenizer, data, out,  # type: ignore[arg-type]
-                                         lengths=lengths, tasks=names, max_samples=max_samples)
-        finally:
-            await eng.close()
-
-    try:
-        results = asyncio.run(main())
-    except KeyboardInterrupt:
-        console.print(f"interrupted — re-run the same command to resume (finished episodes are kept in {out})",
-                      highlight=False, markup=False)
-        raise typer.Exit(130) from None
-    except (EngineDeadError, AllEpisodesFailedError) as exc:
-        console.print(f"error: {exc}; finished episodes are kept in {out}, re-run the same command to resume",
-                      highlight=False, markup=False)
-        raise typer.Exit(1) from None
+    results = run_with_progress(console, out, eng, lambda started, advance: run_ruler_suite(
+        cfg, eng, tokenizer, data, out, lengths=lengths, tasks=names, max_samples=max_samples))  # type: ignore[arg-type]
     typer.echo(markdown_table(results))
     console.print(f"wrote {out}/results.json, results.md and transcripts/", highlight=False)

@@ -1,0 +1,70 @@
+"""What every ``memrl eval`` suite shares: the output folder, the progress bar, and how a run ends.
+
+QA files, RULER and tool-agent tasks differ in what an episode is; they do not differ in how
+results are kept (resumable, ``--restart`` deletes only memrl's files), in the progress shown,
+or in what Ctrl-C, a dead engine or an all-failed run print and exit with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+Started = Callable[[int, int], None]
+Advance = Callable[[], None]
+
+
+def prepare_out(out: Path, restart: bool, outputs: Iterable[str], cfg: Any = None) -> None:
+    """A writable ``out``, cleared of memrl's own files with ``--restart``, bound to ``cfg``'s settings."""
+    from memrl.data.outdir import check_writable_dir, clear_outputs, record_outputs
+    from memrl.eval.runner import check_resume
+
+    check_writable_dir(out)
+    if restart:
+        clear_outputs(out, "--restart")
+    record_outputs(out, outputs)
+    if cfg is not None:
+        check_resume(out, cfg)
+
+
+def run_with_progress(console: Console, out: Path, engine: Any,
+                      run: Callable[[Started, Advance], Awaitable[dict[str, Any]]], noun: str = "episodes") -> dict:
+    """Run ``run(started, advance)`` under a progress bar; close the engine; turn endings into exit codes."""
+    from memrl.engines.base import EngineDeadError
+    from memrl.eval.runner import AllEpisodesFailedError
+
+    columns = (TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    try:
+        with Progress(*columns, console=console) as progress:
+            bar = progress.add_task("eval", total=None)
+
+            def started(total: int, done: int) -> None:
+                progress.update(bar, total=total, completed=done)
+                if done:
+                    console.print(f"resuming: {done} of {total} {noun} already done")
+
+            async def main() -> dict[str, Any]:
+                try:
+                    return await run(started, lambda: progress.advance(bar))
+                finally:
+                    await engine.close()
+
+            return asyncio.run(main())
+    except KeyboardInterrupt:
+        console.print(f"interrupted — re-run the same command to resume (finished {noun} are kept in {out})",
+                      highlight=False, markup=False)
+        raise typer.Exit(130) from None
+    except EngineDeadError as exc:
+        console.print(f"error: the engine is gone ({exc}); stopped. Finished {noun} are kept in {out}; "
+                      "re-run the same command to resume", highlight=False, markup=False)
+        raise typer.Exit(1) from None
+    except AllEpisodesFailedError as exc:
+        console.print(f"error: {exc} (see {out}); fix the cause and re-run the same command to retry",
+                      highlight=False, markup=False)
+        raise typer.Exit(1) from None
