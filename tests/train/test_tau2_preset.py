@@ -21,9 +21,21 @@ def test_preset_maps_the_seed_settings():
     assert cfg.model.path == "Qwen/Qwen2.5-3B-Instruct" and cfg.engine.kind == "vllm"
 
 
+def telecom_tiny_model(folder: Path, tau2_dir: Path) -> Path:
+    """A tiny random model whose tokenizer was trained on telecom's texts: the ~37K-character solo prompt
+    becomes a few thousand tokens instead of ~15K, so a CPU trains on it in seconds and a few GiB."""
+    from memrl.models.tiny import build_tiny_model
+
+    corpus = [p.read_text(encoding="utf-8") for p in sorted((tau2_dir / "telecom").glob("*.md"))]
+    corpus.append((tau2_dir / "telecom" / "tasks.json").read_text(encoding="utf-8")[:200_000])
+    return build_tiny_model(folder, corpus=corpus, vocab_size=4096, max_position_embeddings=32768)
+
+
 @pytest.mark.timeout(900)
 def test_preset_trains_two_steps_on_cpu(tmp_path, tau2_dir):
-    cfg = load_config(PRESET, [f"env.data_dir={tau2_dir}", "model.path=tiny", "model.dtype=float32", "engine.kind=hf",
+    model = telecom_tiny_model(tmp_path / "model", tau2_dir)
+    cfg = load_config(PRESET, [f"env.data_dir={tau2_dir}", f"model.path={model}", "model.dtype=float32",
+                               "engine.kind=hf",
                                "cluster.rollout_replicas=0", "cluster.trainers=1", "trainer.total_steps=2",
                                "trainer.prompts_per_step=1", "trainer.mini_batches=1", "algorithm.n=2",
                                "trainer.eval_every=0", "workflow.max_turns=1", "workflow.turn_tokens=8",
