@@ -30,3 +30,27 @@ def build_engine(cfg: MemRLConfig, model: Any = None) -> Engine:
 
         return VLLMEngine.from_config(cfg)
     raise ValueError(f"unknown engine kind {kind!r}")
+
+
+def build_side_engine(cfg: MemRLConfig, model: str, kind: str, base_url: str | None,
+                      served_model: str | None, api_key_env: str) -> tuple[Engine, Any]:
+    """(engine, tokenizer) of a helper model beside the policy: the user simulator or the NL judge.
+
+    ``kind`` ``hf`` loads ``model`` in-process; ``openai`` talks to ``base_url`` (``model`` then names
+    the tokenizer and, unless ``served_model`` is given, the served model). Concurrency, timeouts,
+    retries, device and batch size follow the ``engine`` section.
+    """
+    from memrl.models.resolve import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(model)
+    if kind == "openai":
+        from memrl.engines.openai import OpenAIEngine
+
+        return OpenAIEngine(base_url or "", served_model or model, api_key_env=api_key_env,
+                            concurrency=cfg.engine.concurrency, timeout_s=cfg.engine.timeout_s,
+                            retries=cfg.engine.retries), tokenizer
+    from memrl.engines.hf import HFEngine
+
+    net = load_model(model, device=cfg.engine.device)
+    return HFEngine(net, pad_token_id=tokenizer.pad_token_id or 0, max_batch_size=cfg.engine.max_batch_size,
+                    seed=cfg.trainer.seed), tokenizer

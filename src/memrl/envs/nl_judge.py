@@ -130,25 +130,13 @@ class LLMNLJudge:
 
 def build_nl_judge(cfg: Any) -> LLMNLJudge | None:
     """The judge of ``cfg.env`` (``env.nl_judge_model``...), or None when none is configured."""
-    from memrl.models.resolve import load_tokenizer
+    from memrl.engines.factory import build_side_engine
 
     e = cfg.env
     if not getattr(e, "nl_judge_model", None):
         return None
     if e.nl_judge_engine == "openai" and not e.nl_judge_base_url:
         raise ValueError("env.nl_judge_engine=openai needs env.nl_judge_base_url")
-    tokenizer = load_tokenizer(e.nl_judge_model)
-    if e.nl_judge_engine == "openai":
-        from memrl.engines.openai import OpenAIEngine
-
-        engine: Any = OpenAIEngine(e.nl_judge_base_url, e.nl_judge_served_model or e.nl_judge_model,
-                                   api_key_env=e.user_api_key_env, concurrency=cfg.engine.concurrency,
-                                   timeout_s=cfg.engine.timeout_s, retries=cfg.engine.retries)
-    else:
-        from memrl.engines.hf import HFEngine
-        from memrl.models.resolve import load_model
-
-        model = load_model(e.nl_judge_model, device=cfg.engine.device)
-        engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id or 0,
-                          max_batch_size=cfg.engine.max_batch_size, seed=cfg.trainer.seed)
+    engine, tokenizer = build_side_engine(cfg, e.nl_judge_model, e.nl_judge_engine, e.nl_judge_base_url,
+                                          e.nl_judge_served_model, e.user_api_key_env)
     return LLMNLJudge(engine, tokenizer, max_tokens=e.nl_judge_max_tokens)

@@ -174,28 +174,16 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
 def build_user_simulator(cfg: Any) -> UserSimulator:
     """The user simulator of ``cfg.env``: a local HF model or an OpenAI-compatible server."""
     from memrl.envs.user_sim import LLMUserSimulator
-    from memrl.models.resolve import load_tokenizer
+    from memrl.engines.factory import build_side_engine
 
     e = cfg.env
     if e.user_model is None:
         raise ValueError("env.solo=false needs env.user_model (the simulator's model, or its tokenizer for "
                          "env.user_engine=openai)")
-    tokenizer = load_tokenizer(e.user_model)
-    if e.user_engine == "openai":
-        from memrl.engines.openai import OpenAIEngine
-
-        if not e.user_base_url:
-            raise ValueError("env.user_engine=openai needs env.user_base_url")
-        engine: Any = OpenAIEngine(e.user_base_url, e.user_served_model or e.user_model,
-                                   api_key_env=e.user_api_key_env, concurrency=cfg.engine.concurrency,
-                                   timeout_s=cfg.engine.timeout_s, retries=cfg.engine.retries)
-    else:
-        from memrl.engines.hf import HFEngine
-        from memrl.models.resolve import load_model
-
-        model = load_model(e.user_model, device=cfg.engine.device)
-        engine = HFEngine(model, pad_token_id=tokenizer.pad_token_id or 0,
-                          max_batch_size=cfg.engine.max_batch_size, seed=cfg.trainer.seed)
+    if e.user_engine == "openai" and not e.user_base_url:
+        raise ValueError("env.user_engine=openai needs env.user_base_url")
+    engine, tokenizer = build_side_engine(cfg, e.user_model, e.user_engine, e.user_base_url, e.user_served_model,
+                                          e.user_api_key_env)
     return LLMUserSimulator.from_prompt_file(engine, tokenizer, e.user_prompt, max_tokens=e.user_max_tokens,
                                              temperature=e.user_temperature)
 
