@@ -35,6 +35,7 @@ from memrl.eval.runner import (
     check_resume,
     episode_record,
     failure_record,
+    gather_cancelling,
     sampling_params,
 )
 from memrl.eval.transcript import render_transcript
@@ -165,15 +166,10 @@ async def run_ruler_suite(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data
                     json.dump({**failure_record(sample, sample.num_docs, seconds, error), "task": key[0],
                                "length": key[1]}, fh)
 
-    jobs = [asyncio.ensure_future(one(k, s)) for k, s in todo]
     try:
-        await asyncio.gather(*jobs)
-    except BaseException as exc:
-        for job in jobs:
-            job.cancel()
-        await asyncio.gather(*jobs, return_exceptions=True)
-        if isinstance(exc, EngineDeadError):
-            aggregate_ruler(cfg, out, list(files))
+        await gather_cancelling(one(k, s) for k, s in todo)
+    except EngineDeadError:
+        aggregate_ruler(cfg, out, list(files))  # what finished stays reported
         raise
     results = aggregate_ruler(cfg, out, list(files))
     if todo and len(errors) == len(todo):

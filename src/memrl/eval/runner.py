@@ -23,7 +23,7 @@ import asyncio
 import json
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -221,20 +221,27 @@ async def run_eval(
             if on_episode:
                 on_episode()
 
-    tasks = [asyncio.ensure_future(one(n, s, r)) for n, s, r in todo]
     try:
-        await asyncio.gather(*tasks)
-    except BaseException as exc:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        if isinstance(exc, EngineDeadError):
-            aggregate(cfg, out, list(files))
+        await gather_cancelling(one(n, s, r) for n, s, r in todo)
+    except EngineDeadError:
+        aggregate(cfg, out, list(files))  # what finished stays reported
         raise
     results = aggregate(cfg, out, list(files))
     if todo and len(errors) == len(todo):
         raise AllEpisodesFailedError(f"all {len(todo)} episodes of this run failed; the first: {errors[0]}")
     return results
+
+
+async def gather_cancelling(coros: Iterable[Awaitable[Any]]) -> None:
+    """Run the episodes together; the first exception (a dead engine, Ctrl-C) cancels the others and propagates."""
+    jobs = [asyncio.ensure_future(c) for c in coros]
+    try:
+        await asyncio.gather(*jobs)
+    except BaseException:
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
+        raise
 
 
 def _indices(folder: Path) -> set[str]:

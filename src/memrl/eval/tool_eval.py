@@ -23,7 +23,7 @@ from memrl.config.schema import MemRLConfig
 from memrl.data.atomic import atomic_write
 from memrl.engines.base import Engine, EngineDeadError
 from memrl.eval.passk import is_success, pass_hat_ks
-from memrl.eval.runner import AllEpisodesFailedError, sampling_params
+from memrl.eval.runner import AllEpisodesFailedError, gather_cancelling, sampling_params
 from memrl.workflows import get_workflow, load_samples
 
 TOOL_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", "results.json", "results.md")
@@ -116,7 +116,7 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
         if on_episode:
             on_episode()
 
-    await asyncio.gather(*(one(*job) for job in todo))
+    await gather_cancelling(one(*job) for job in todo)  # a dead engine stops every trial at once
     if todo and failed == len(todo):
         raise AllEpisodesFailedError(f"all {failed} trials failed (see {out}/failures/)")
     results = aggregate_tool_eval(cfg, out, [s.task.id for s in samples], trials)
