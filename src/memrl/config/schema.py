@@ -253,6 +253,22 @@ class AlgorithmConfig(Section):
     dynamic_sampling: bool = Field(False, description="DAPO: drop groups whose rewards are all equal, refill.")
     max_gen_batches: int = Field(4, ge=1, description="Dynamic sampling: rollout rounds per step before giving up.")
     step_rewards: bool = Field(False, description="ReMemR1: mix per-turn state advantages (workflow.state_reward_alpha).")
+    off_policy: Literal["none", "decoupled", "tis"] = Field(
+        "none", description="Policy-loss correction for samples the engine drew under other weights: none (PPO "
+        "against the trainer's recomputed log-probs), decoupled (AReaL: clip against those, times the behaviour "
+        "weight exp(recomputed - engine)), tis (verl: times min(exp(recomputed - engine), tis_cap)).")
+    behav_imp_weight_cap: float | None = Field(None, gt=1, description="decoupled: tokens whose behaviour weight "
+                                               "exceeds this are left out of the loss (AReaL; null: no cap).")
+    tis_cap: float = Field(2.0, gt=0, description="tis: truncation C of the importance weight (verl's default 2).")
+    tis_level: Literal["token", "sequence"] = Field("token", description="tis: one weight per token, or per "
+                                                    "sequence from the summed log-ratio.")
+
+    @model_validator(mode="after")
+    def _off_policy_options(self) -> "AlgorithmConfig":
+        """A cap set without the decoupled loss would silently do nothing (AReaL requires the pair too)."""
+        if self.behav_imp_weight_cap is not None and self.off_policy != "decoupled":
+            raise ValueError(f"behav_imp_weight_cap needs off_policy=decoupled (off_policy is {self.off_policy!r})")
+        return self
 
 
 class LoraConfig(Section):
