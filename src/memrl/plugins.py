@@ -1,4 +1,4 @@
-"""One registry per kind of plug-in: memrl's own workflows and rewards, and yours by import path.
+"""One registry per kind of plug-in: memrl's own workflows, rewards and domains, and yours by import path.
 
 A config names a built-in (``workflow.name=memagent``) or any object importable as
 ``package.module:attribute`` (``workflow.name=my_pkg.agents:my_workflow``), the way slime takes a
@@ -11,7 +11,11 @@ Protocols:
 * **workflow**: ``async def wf(sample, engine, tokenizer, config, *, sampling, sample_id=None,
   group_id=None) -> memrl.types.Trajectory`` (``config`` is the ``workflow`` config section);
 * **reward**: ``def reward(text: str, golds: Sequence[str], answer: str | None) -> float``: the final
-  response's text, the gold answers and the answer extracted by ``workflow.answer_format``.
+  response's text, the gold answers and the answer extracted by ``workflow.answer_format``;
+* **domain** (``env.domain``): a factory ``f(data_dir=..., tool_options=...)`` returning an object with
+  ``new_env(solo=False) -> Environment`` and ``get_tasks(split=None) -> list[Task]``, most simply a
+  :class:`memrl.envs.domain.ToolDomain` (a Toolkit class and a folder of τ²-layout files); a class
+  with that constructor and those methods is one too (see :mod:`memrl.envs.domain`).
 """
 
 from __future__ import annotations
@@ -90,6 +94,33 @@ for _name in ("memagent", "rememr1", "full_context", "tool_agent"):
 REWARDS = Registry("reward", _is_reward)
 for _name in ("em", "sub_em", "f1", "memagent_strict"):
     REWARDS.register(_name, f"memrl.rewards.builtin:{_name}")
+
+
+def _is_domain(obj: Any) -> str | None:
+    from memrl.envs.domain import DOMAIN_METHODS, ToolDomain
+
+    if isinstance(obj, ToolDomain):
+        try:
+            obj.tool_classes()  # the toolkits' import paths, checked now rather than at the first episode
+        except ValueError as exc:
+            return str(exc)
+        return None
+    if inspect.isclass(obj):
+        missing = [m for m in DOMAIN_METHODS if not callable(getattr(obj, m, None))]
+        if missing:
+            return f"a domain class needs methods new_env(solo) and get_tasks(split); {obj.__name__} lacks " \
+                   + " and ".join(missing)
+        return None
+    if not callable(obj):
+        return "a domain must be a factory (data_dir, tool_options) -> object with new_env and get_tasks, " \
+               "e.g. a memrl.envs.domain.ToolDomain"
+    return None
+
+
+DOMAINS = Registry("domain", _is_domain)
+for _name, _attr in (("library", "LIBRARY"), ("mock", "MOCK"), ("retail", "RETAIL"), ("telecom", "TELECOM"),
+                     ("telecom-workflow", "TELECOM_WORKFLOW")):
+    DOMAINS.register(_name, f"memrl.envs.domain:{_attr}")
 
 
 def reward_value(name: str, text: str, golds: Sequence[str], answer: str | None) -> float:

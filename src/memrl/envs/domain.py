@@ -1,10 +1,20 @@
-"""Domains: policy, database, tools and tasks, loaded from τ²-bench's file layout.
+"""Domains: policy, database, tools and tasks; memrl's own and yours, loaded through one registry.
 
-A domain folder holds ``tasks.json`` (or ``tasks_small.json``), ``db.json`` or
-``db.toml`` (plus optional ``user_db.*``), ``policy.md`` (or ``main_policy.md``),
-an optional solo-mode policy and ``split_tasks.json``. The folder can be given
-as the domain folder itself, its parent (``.../domains``) or a τ²-bench clone.
-The tools are memrl code (``memrl.envs.domains``), registered by domain name.
+``env.domain`` names a built-in (``library``, ``mock``, ``retail``, ``telecom``,
+``telecom-workflow``) or a plug-in ``package.module:name`` (see :data:`memrl.plugins.DOMAINS`).
+Either way the name resolves to a **domain factory**, called as
+``factory(data_dir=env.data_dir, tool_options=env.tool_options)``, that returns a **domain**:
+
+* ``new_env(solo: bool = False) -> memrl.envs.Environment``: a fresh environment (tools on an
+  untouched copy of the database, the policy the agent is shown) for one episode;
+* ``get_tasks(split: str | None = None) -> list[memrl.envs.Task]``: the tasks of a split, or all.
+
+A domain whose tools are a :class:`~memrl.envs.toolkit.Toolkit` and whose files follow τ²-bench's
+layout needs no code beyond a :class:`ToolDomain`, which is how the built-ins are declared. The
+folder holds ``tasks.json`` (or ``tasks_small.json``), ``db.json`` or ``db.toml`` (plus optional
+``user_db.*``), ``policy.md`` (or ``main_policy.md``), an optional solo-mode policy and
+``split_tasks.json``; τ² domains are found under ``env.data_dir`` (the domain folder's parent, a
+``data/tau2/domains`` folder or a τ²-bench clone).
 """
 
 from __future__ import annotations
@@ -14,38 +24,24 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from memrl.data.errors import DataError
 from memrl.envs.environment import Environment
 from memrl.envs.tasks import Task, read_tasks
 from memrl.envs.toolkit import Toolkit
 
-BUILTIN = ("library",)
 OTHER_TASK_FILES = ("tasks_small.json", "tasks_full.json")
-# τ²-bench domains that reuse another domain's files and tools with other policy-building options
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"telecom-workflow": ("telecom", {"workflow": True})}
+DOMAIN_METHODS = ("new_env", "get_tasks")
 
 
-def _toolkits(name: str) -> tuple[type[Toolkit], type[Toolkit] | None]:
-    if name == "mock":
-        from memrl.envs.domains.mock import MockTools, MockUserTools
+@runtime_checkable
+class DomainLike(Protocol):
+    """What the tool-agent workflow, the grader and the eval use of a domain."""
 
-        return MockTools, MockUserTools
-    if name == "retail":
-        from memrl.envs.domains.retail import RetailTools
+    def new_env(self, solo: bool = False) -> Environment: ...
 
-        return RetailTools, None
-    if name == "library":
-        from memrl.envs.domains.library import LibraryTools
-
-        return LibraryTools, None
-    if name == "telecom":
-        from memrl.envs.domains.telecom import TelecomTools, TelecomUserTools
-
-        return TelecomTools, TelecomUserTools
-    raise ValueError(f"memrl has no tools for domain {name!r}; implemented: library (built in), mock, retail, "
-                     "telecom")
+    def get_tasks(self, split: str | None = None) -> list[Task]: ...
 
 
 def _read_db(path: Path, toolkit: type[Toolkit] | None = None) -> str:
@@ -76,6 +72,8 @@ def _first(folder: Path, names: tuple[str, ...]) -> Path | None:
 
 @dataclass
 class Domain:
+    """A domain read from files: what a :class:`ToolDomain` builds, and the shape most domains take."""
+
     name: str
     policy: str
     tasks: list[Task]
@@ -140,42 +138,108 @@ def _locate(name: str, data_dir: str | Path) -> Path:
                             f"{root}/data/tau2/domains/{name}/tasks.json)")
 
 
-def load_domain(name: str, data_dir: str | Path | None = None, *,
-                tool_options: dict[str, Any] | None = None) -> Domain:
-    """Load a domain by name: ``library`` is bundled; τ² domains come from ``data_dir``.
+def _toolkit_class(spec: str | type[Toolkit] | None, what: str) -> type[Toolkit] | None:
+    """A toolkit given as a class or an import path, checked to be a :class:`Toolkit` subclass."""
+    if spec is None or isinstance(spec, type) and issubclass(spec, Toolkit):
+        return spec
+    if isinstance(spec, str):
+        from memrl.plugins import load_object
 
-    ``tool_options`` set class-level switches of the agent toolkit on every environment, e.g.
-    ``{"per_item_variant": True}`` for retail (see :mod:`memrl.envs.domains.retail`).
+        obj = load_object(spec, what)
+        if isinstance(obj, type) and issubclass(obj, Toolkit):
+            return obj
+    raise ValueError(f"{what} {spec!r} is not a memrl.envs.Toolkit subclass")
+
+
+@dataclass(frozen=True)
+class ToolDomain:
+    """A domain declared as its tools and a folder of τ²-layout files; calling it loads a :class:`Domain`.
+
+    ``toolkit`` / ``user_toolkit`` are classes or import paths (imported only when the domain
+    loads). ``folder`` holds files that ship with the code; without one the files are looked up
+    under ``env.data_dir`` by ``files`` (default: ``name``), as τ²-bench's domains are. A given
+    ``env.data_dir`` wins over ``folder``. ``policy_options`` go to the toolkit's
+    ``compose_policy(folder, solo, **options)`` when it builds its policy from several files.
     """
-    base, policy_options = VARIANTS.get(name, (name, {}))
-    toolkit, user_toolkit = _toolkits(base)
-    for key in tool_options or {}:
-        if key.startswith("_") or not hasattr(toolkit, key) or callable(getattr(toolkit, key)):
-            raise ValueError(f"domain {name!r} has no tool option {key!r}")
-    if data_dir is None:
-        if name not in BUILTIN:
-            raise ValueError(f"domain {name!r} is not bundled; set env.data_dir to a τ²-bench clone "
+
+    name: str
+    toolkit: str | type[Toolkit]
+    user_toolkit: str | type[Toolkit] | None = None
+    folder: str | Path | None = None
+    files: str | None = None
+    policy_options: dict[str, Any] = field(default_factory=dict)
+
+    def tool_classes(self) -> tuple[type[Toolkit], type[Toolkit] | None]:
+        tools = _toolkit_class(self.toolkit, f"domain {self.name!r}: toolkit")
+        assert tools is not None
+        return tools, _toolkit_class(self.user_toolkit, f"domain {self.name!r}: user_toolkit")
+
+    def __call__(self, data_dir: str | Path | None = None, tool_options: dict[str, Any] | None = None) -> Domain:
+        toolkit, user_toolkit = self.tool_classes()
+        for key in tool_options or {}:
+            if key.startswith("_") or not hasattr(toolkit, key) or callable(getattr(toolkit, key)):
+                raise ValueError(f"domain {self.name!r} has no tool option {key!r}")
+        if data_dir is not None:
+            folder = _locate(self.files or self.name, data_dir)
+        elif self.folder is not None:
+            folder = Path(self.folder)
+        else:
+            raise ValueError(f"domain {self.name!r} is not bundled; set env.data_dir to a τ²-bench clone "
                              "(or its data/tau2/domains folder)")
-        folder = Path(str(resources.files("memrl.envs.domains") / name))
-    else:
-        folder = _locate(base, data_dir)
+        return _from_folder(self, folder, toolkit, user_toolkit, dict(tool_options or {}))
+
+
+def _from_folder(spec: ToolDomain, folder: Path, toolkit: type[Toolkit], user_toolkit: type[Toolkit] | None,
+                 tool_options: dict[str, Any]) -> Domain:
+    """The domain's files read into a :class:`Domain` (databases normalised by their toolkits)."""
     tasks_file = _first(folder, ("tasks.json", "tasks_small.json"))
     db_file = _first(folder, ("db.json", "db.toml"))
     policy_file = _first(folder, ("policy.md", "main_policy.md"))
     if tasks_file is None or db_file is None or policy_file is None:
+        found = ", ".join(sorted(p.name for p in folder.iterdir())) if folder.is_dir() else "no such folder"
         raise FileNotFoundError(f"{folder}: a domain needs tasks.json, db.json|db.toml and policy.md "
-                                f"(found: {', '.join(sorted(p.name for p in folder.iterdir()))})")
+                                f"(found: {found})")
     user_db = _first(folder, ("user_db.json", "user_db.toml"))
     solo = _first(folder, ("policy_solo.md", "main_policy_solo.md"))
-    splits: dict[str, Any] = {}
     split_file = folder / "split_tasks.json"
-    if split_file.is_file():
-        splits = json.loads(split_file.read_text())
+    splits: dict[str, Any] = json.loads(split_file.read_text()) if split_file.is_file() else {}
     compose = getattr(toolkit, "compose_policy", None)  # a policy built from several files (telecom)
-    policy = compose(folder, solo=False, **policy_options) if compose else policy_file.read_text()
-    solo_policy = compose(folder, solo=True, **policy_options) if compose else (solo.read_text() if solo else None)
-    return Domain(name=name, policy=policy, tasks=read_tasks(tasks_file),
+    opts = spec.policy_options
+    policy = compose(folder, solo=False, **opts) if compose else policy_file.read_text()
+    solo_policy = compose(folder, solo=True, **opts) if compose else (solo.read_text() if solo else None)
+    return Domain(name=spec.name, policy=policy, tasks=read_tasks(tasks_file),
                   db_text=_read_db(db_file, toolkit), toolkit=toolkit, user_toolkit=user_toolkit,
                   user_db_text=_read_db(user_db, user_toolkit) if user_db else None,
-                  solo_policy=solo_policy, splits=splits, folder=folder,
-                  tool_options=dict(tool_options or {}))
+                  solo_policy=solo_policy, splits=splits, folder=folder, tool_options=tool_options)
+
+
+# The built-in domains, registered by name in :data:`memrl.plugins.DOMAINS` (as yours can be by path).
+_TOOLS = "memrl.envs.domains"
+LIBRARY = ToolDomain("library", f"{_TOOLS}.library:LibraryTools",
+                     folder=Path(str(resources.files(_TOOLS) / "library")))
+MOCK = ToolDomain("mock", f"{_TOOLS}.mock:MockTools", f"{_TOOLS}.mock:MockUserTools")
+RETAIL = ToolDomain("retail", f"{_TOOLS}.retail:RetailTools")
+TELECOM = ToolDomain("telecom", f"{_TOOLS}.telecom:TelecomTools", f"{_TOOLS}.telecom:TelecomUserTools")
+# τ²-bench's telecom-workflow: telecom's files and tools, the step-by-step workflow in the policy
+TELECOM_WORKFLOW = ToolDomain("telecom-workflow", TELECOM.toolkit, TELECOM.user_toolkit, files="telecom",
+                              policy_options={"workflow": True})
+
+
+def load_domain(name: str, data_dir: str | Path | None = None, *,
+                tool_options: dict[str, Any] | None = None) -> Domain | DomainLike:
+    """The domain ``env.domain`` names, built by its factory (see the module docstring).
+
+    ``tool_options`` set class-level switches of a :class:`ToolDomain`'s agent toolkit on every
+    environment, e.g. ``{"per_item_variant": True}`` for retail (see :mod:`memrl.envs.domains.retail`).
+    """
+    from memrl.plugins import DOMAINS
+
+    if name not in DOMAINS.names and ":" not in name:
+        raise ValueError(f"memrl has no tools for domain {name!r}; choose {', '.join(DOMAINS.names)} "
+                         "or give an import path 'package.module:factory'")
+    domain = DOMAINS.get(name)(data_dir=data_dir, tool_options=dict(tool_options or {}))
+    missing = [m for m in DOMAIN_METHODS if not callable(getattr(domain, m, None))]
+    if missing:
+        raise ValueError(f"domain {name!r} built a {type(domain).__name__} without {' and '.join(missing)} "
+                         "(a domain provides new_env(solo) and get_tasks(split))")
+    return domain
