@@ -134,8 +134,8 @@ class WorkflowConfig(Section):
 class EnvConfig(Section):
     """Tool-agent environment: the domain, its tasks and the user simulator (workflow.name=tool_agent)."""
 
-    domain: str = Field("library", description="'library' (built in), or a tau2-bench domain: mock, retail, telecom, "
-                        "telecom-workflow.")
+    domain: str = Field("library", description="'library' (built in), a tau2-bench domain (mock, retail, telecom, "
+                        "telecom-workflow), or your own as 'package.module:factory' (see memrl.envs.domain).")
     data_dir: str | None = Field(None, description="tau2-bench clone or its data/tau2/domains folder "
                                  "(not needed for 'library').")
     train_split: str | None = Field("train", description="Task split trained on (null: all tasks).")
@@ -162,6 +162,13 @@ class EnvConfig(Section):
     nl_judge_max_tokens: int = Field(1024, gt=0)
     tool_options: dict[str, Any] = Field(default_factory=dict, description="Switches of the domain's tools, e.g. "
                                          "{per_item_variant: true} for retail (tau2-bench's default is false).")
+
+    @field_validator("domain")
+    @classmethod
+    def _domain(cls, v: str) -> str:
+        from memrl.plugins import DOMAINS
+
+        return DOMAINS.validate(v)
 
 
 class SamplingConfig(Section):
