@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from memrl.workflows.tool_calls import FORMATS, get_parser, parse_hermes, parse_json
+from memrl.envs.messages import Message, ToolCall
+from memrl.workflows.tool_calls import (FORMATS, get_parser, openai_messages, parse_hermes, parse_json,
+                                        read_openai_call)
 
 
 def test_hermes_reads_several_calls_and_keeps_text():
@@ -39,3 +41,40 @@ def test_json_parser():
 def test_formats_put_tool_results_in_the_right_role():
     assert FORMATS["qwen"].tool_results(["r"]) == "<|im_start|>user\n<tool_response>\nr\n</tool_response><|im_end|>\n"
     assert FORMATS["hermes"].tool_results(["r"]).startswith("<|im_start|>tool\n")
+
+
+def test_openai_style_calls_in_text():
+    wrapped = '{"type": "function", "function": {"name": "a", "arguments": "{\\"x\\": 1}"}}'
+    turn = parse_hermes(f"<tool_call>{wrapped}</tool_call>")
+    assert [(c.name, c.arguments) for c in turn.calls] == [("a", {"x": 1})] and turn.errors == []
+    assert [(c.name, c.arguments) for c in parse_json(f"[{wrapped}]").calls] == [("a", {"x": 1})]
+    assert parse_json('{"type": "function", "function": {"name": "b", "arguments": ""}}').calls[0].arguments == {}
+    bad = parse_hermes('<tool_call>{"type": "function", "function": {"name": "a", "arguments": "{x"}}</tool_call>')
+    assert bad.calls == [] and "could not parse tool call" in bad.errors[0]
+
+
+def test_read_openai_call():
+    call_id, call, err = read_openai_call(
+        {"id": "c9", "type": "function", "function": {"name": "a", "arguments": '{"x": [1]}'}}, "fallback")
+    assert (call_id, call, err) == ("c9", ToolCall("a", {"x": [1]}, id="c9"), None)
+    call_id, call, err = read_openai_call({"type": "function", "function": {"name": "a", "arguments": "{"}}, "f1")
+    assert call_id == "f1" and call is None and err.startswith("could not parse the arguments of tool call 'a'")
+    _, call, err = read_openai_call({"id": "c", "function": {"name": "a", "arguments": "[1]"}}, "f")
+    assert call is None and '"arguments" must be a JSON object' in err
+    _, call, err = read_openai_call({"id": "c", "function": {"arguments": "{}"}}, "f")
+    assert call is None and 'string "name"' in err
+
+
+def test_openai_messages_pair_ids_and_hide_the_users_device_calls():
+    log = [Message("assistant", "Hi"), Message("user", "Help"),
+           Message("assistant", None, [ToolCall("a", {"x": 1}), ToolCall("b", {}, id="given")]),
+           Message("tool", "ra", call_id="call_1"), Message("tool", "rb", call_id="given"),
+           Message("user", None, [ToolCall("toggle", {}, requestor="user")]),
+           Message("tool", "on", requestor="user"), Message("user", "Done")]
+    chat = openai_messages("POLICY", log)
+    assert [m["role"] for m in chat] == ["system", "assistant", "user", "assistant", "tool", "tool", "user"]
+    assert chat[0] == {"role": "system", "content": "POLICY"}
+    calls = chat[3]["tool_calls"]
+    assert calls[0]["function"] == {"name": "a", "arguments": '{"x": 1}'} and calls[1]["id"] == "given"
+    assert [m["tool_call_id"] for m in chat[4:6]] == [c["id"] for c in calls]
+    assert chat[3]["content"] is None and chat[-1] == {"role": "user", "content": "Done"}

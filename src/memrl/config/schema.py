@@ -92,6 +92,10 @@ class WorkflowConfig(Section):
                                                    "('qwen': user turn with <tool_response>; 'hermes': tool).")
     tool_parser: Literal["hermes", "json"] = Field("hermes", description="tool_agent: how tool calls are read "
                                                    "from model text (<tool_call> JSON blocks, or bare JSON).")
+    tool_protocol: Literal["tokens", "openai_chat"] = Field(
+        "tokens", description="tool_agent: 'tokens' (token ids in and out, tool_format/tool_parser; what training "
+        "needs) or 'openai_chat' (OpenAI chat messages and tool_calls over /v1/chat/completions, engine.kind=openai; "
+        "eval and serving only, the server's template and tool parser decide the prompt).")
 
     @field_validator("name")
     @classmethod

@@ -1,5 +1,8 @@
 """Client engine for OpenAI-compatible ``/v1/completions`` servers (vLLM, SGLang, ``memrl serve``).
 
+``chat`` talks ``/v1/chat/completions`` with tool calling instead (``openai_chat``): no token ids,
+for evaluating a tool agent against any OpenAI-compatible server.
+
 Prompts are sent as token ids; generated ids come back either as
 ``choices[i].token_ids`` (vLLM ``return_token_ids``, ``memrl serve``) or as
 ``"token_id:N"`` logprob tokens (``return_tokens_as_token_ids``). One pooled
@@ -18,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memrl.engines.base import EngineError, GenerationResult, SamplingParams
+from memrl.engines.openai_chat import ChatReply, chat_payload, parse_chat_reply
 
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
@@ -106,22 +110,31 @@ class OpenAIEngine:
         return GenerationResult(ids, logprobs, reason if reason in ("stop", "length") else "abort")
 
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
+        return self._parse((await self.post("/completions", self._payload(prompt_ids, params)))["choices"][0])
+
+    async def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
+                   params: SamplingParams) -> ChatReply:
+        """One ``/chat/completions`` turn with OpenAI tool calling (see ``memrl.engines.openai_chat``)."""
+        body = await self.post("/chat/completions", chat_payload(self.model, messages, tools, params))
+        return parse_chat_reply(body)
+
+    async def post(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """POST ``payload`` to ``base_url + path``; retries transport errors, 429 and 5xx with backoff."""
         import httpx
 
-        payload = self._payload(prompt_ids, params)
         last: Exception | None = None
         client, sem = self._session()
         async with sem:
             for attempt in range(self.retries + 1):
                 try:
-                    resp = await client.post("/completions", json=payload)
+                    resp = await client.post(path, json=payload)
                     if resp.status_code in _RETRY_STATUS:
                         last = EngineError(f"HTTP {resp.status_code} from {self.base_url}: {resp.text[:200]}")
                     elif resp.status_code >= 400:
-                        raise EngineError(f"HTTP {resp.status_code} from {self.base_url}/completions: "
+                        raise EngineError(f"HTTP {resp.status_code} from {self.base_url}{path}: "
                                           f"{resp.text[:500]}")
                     else:
-                        return self._parse(resp.json()["choices"][0])
+                        return resp.json()
                 except (httpx.TransportError, httpx.TimeoutException) as exc:
                     last = exc
                 if attempt < self.retries:

@@ -61,6 +61,9 @@ def check_config(cfg: MemRLConfig) -> None:
 def _check_env(cfg: MemRLConfig) -> None:
     from memrl.envs.domain import load_domain
 
+    if cfg.workflow.tool_protocol == "openai_chat":
+        raise ConfigError("workflow.tool_protocol=openai_chat returns no token ids to train on; train with "
+                          "workflow.tool_protocol=tokens (openai_chat is for memrl eval against a chat server)")
     try:
         domain = load_domain(cfg.env.domain, cfg.env.data_dir)
         domain.get_tasks(cfg.env.train_split)

@@ -7,6 +7,11 @@ its length limit) is encoded as its own segment and appended with loss 0.
 Earlier turns are never re-tokenized, so the trainer scores exactly the tokens
 the engine produced.
 
+With ``workflow.tool_protocol=openai_chat`` the same episode runs against any
+OpenAI-compatible chat server instead: the context is OpenAI chat messages, the
+tools go in ``tools=`` and calls come back as ``message.tool_calls``. The message
+log and its grading are the same; no token ids come back, so that mode cannot train.
+
 An episode ends when the agent writes text in solo mode or ``###STOP###``, when
 the user simulator stops, transfers or leaves, on a transfer tool call, or at
 the turn/token limits (graded 0, as τ²-bench grades premature endings).
@@ -14,6 +19,7 @@ the turn/token limits (graded 0, as τ²-bench grades premature endings).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +31,8 @@ from memrl.envs.tasks import Task
 from memrl.envs.user_sim import UserSimulator, ends_conversation
 from memrl.types import Conversation, Trajectory
 from memrl.workflows.common import decode, encode_text, stop_token_ids, strip_stop, turn_seed
-from memrl.workflows.tool_calls import FORMATS, get_parser, render_call
+from memrl.workflows.tool_calls import (FORMATS, ParsedTurn, get_parser, openai_messages, read_openai_call,
+                                        render_call)
 
 AGENT_GREETING = "Hi! How can I help you today?"
 AGENT_STOP = "###STOP###"
@@ -73,6 +80,134 @@ async def _user_turn(sample: TaskSample, env: Any, messages: list[Message], seed
     return [Message("user", await user.reply(sample.task, messages, seed=seed))]  # type: ignore[union-attr]
 
 
+class _TokenSide:
+    """Token mode: the agent's context is one growing token sequence (what the trainer scores).
+
+    The prompt is encoded once; each model turn is appended as sampled (loss 1); tool results,
+    user turns and the end token of a cut turn are encoded as loss-0 segments.
+    """
+
+    def __init__(self, engine: Engine, tokenizer: Any, config: Any) -> None:
+        self.engine, self.tokenizer, self.config = engine, tokenizer, config
+        self.fmt = FORMATS[config.tool_format]
+        self.parse = get_parser(config.tool_parser)
+        self.stops = stop_token_ids(tokenizer)
+        self.end_ids = encode_text(tokenizer, self.fmt.end)
+        self.conv = Conversation()
+
+    def start(self, policy: str, tools: list[dict[str, Any]], messages: list[Message]) -> None:
+        fmt = self.fmt
+        prompt = fmt.system(policy, tools) + _render_history(fmt, messages) + fmt.assistant_start
+        self.conv.append(encode_text(self.tokenizer, prompt), generated=False)
+
+    def budget(self) -> int:
+        return min(self.config.turn_tokens, self.config.max_total_tokens - len(self.conv.token_ids))
+
+    async def respond(self, params: SamplingParams) -> tuple[ParsedTurn, bool]:
+        """The model's next turn, parsed; and whether it hit the turn's token limit."""
+        res = await self.engine.generate(self.conv.token_ids, params)
+        self.conv.append(res.token_ids, generated=True, logprobs=res.logprobs)
+        truncated = False
+        if not res.token_ids or res.token_ids[-1] not in self.stops:
+            truncated = res.finish_reason == "length"
+            self.conv.append(self.end_ids, generated=False)  # close the turn so the next segment is well formed
+        return self.parse(decode(self.tokenizer, strip_stop(res.token_ids, self.stops))), truncated
+
+    def tool_results(self, results: list[str], errors: list[str]) -> None:
+        body = self.fmt.tool_results(results + [f"Error: {err}" for err in errors])
+        self._add("\n" + body + self.fmt.assistant_start)
+
+    def user_turn(self, text: str) -> None:
+        self._add("\n" + self.fmt.turn("user", text) + self.fmt.assistant_start)
+
+    def _add(self, text: str) -> None:
+        self.conv.append(encode_text(self.tokenizer, text), generated=False)
+
+    @property
+    def response_tokens(self) -> int:
+        return self.conv.num_generated
+
+    def final_text(self) -> str:
+        return decode(self.tokenizer, self.conv.generated_ids())
+
+
+class _ChatSide:
+    """Chat mode (``workflow.tool_protocol=openai_chat``): the agent's context is a list of OpenAI chat
+    messages sent to ``/v1/chat/completions`` with the tools; the server's chat template and tool
+    parser turn them into a prompt and the reply into ``tool_calls``. No token ids: eval and serving only.
+
+    ``max_total_tokens`` is checked against the server's ``usage`` (prompt + completion of the last
+    turn) when it reports one.
+    """
+
+    stops: tuple[int, ...] = ()
+
+    def __init__(self, engine: Engine, config: Any) -> None:
+        if not callable(getattr(engine, "chat", None)):
+            raise ValueError("workflow.tool_protocol=openai_chat needs an engine that speaks /v1/chat/completions "
+                             f"(engine.kind=openai), got {type(engine).__name__}")
+        self.engine, self.config = engine, config
+        self.conv = Conversation()  # stays empty: nothing to train on
+        self.chat: list[dict[str, Any]] = []
+        self.tools: list[dict[str, Any]] = []
+        self.context_tokens = 0
+        self.response_tokens = 0
+        self._texts: list[str] = []
+        self._pending: list[tuple[str, bool]] = []  # (tool_call_id, parsed) of the last turn's calls, in order
+        self._made = 0
+
+    def start(self, policy: str, tools: list[dict[str, Any]], messages: list[Message]) -> None:
+        self.chat, self.tools = openai_messages(policy, messages), tools
+
+    def budget(self) -> int:
+        return min(self.config.turn_tokens, self.config.max_total_tokens - self.context_tokens)
+
+    async def respond(self, params: SamplingParams) -> tuple[ParsedTurn, bool]:
+        reply = await self.engine.chat(self.chat, self.tools, params)  # type: ignore[attr-defined]
+        self.context_tokens = (reply.prompt_tokens or 0) + (reply.completion_tokens or 0)
+        self.response_tokens += reply.completion_tokens or 0
+        self._texts.append(reply.content or "")
+        parsed = ParsedTurn((reply.content or "").strip())
+        echoed, self._pending = [], []
+        for raw in reply.tool_calls:
+            self._made += 1
+            call_id, call, err = read_openai_call(raw, f"call_{self._made}")
+            if call is not None:
+                parsed.calls.append(call)
+            else:
+                parsed.errors.append(err or "invalid tool call")
+            self._pending.append((call_id, call is not None))
+            echoed.append(_echo_call(raw, call_id))
+        entry: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if echoed:
+            entry["tool_calls"] = echoed
+        self.chat.append(entry)
+        return parsed, reply.finish_reason == "length"
+
+    def tool_results(self, results: list[str], errors: list[str]) -> None:
+        """Answer every call of the last turn, in its order, by ``tool_call_id`` (the API requires all)."""
+        ok, bad = iter(results), iter(errors)
+        for call_id, parsed in self._pending:
+            content = next(ok) if parsed else f"Error: {next(bad)}"
+            self.chat.append({"role": "tool", "tool_call_id": call_id, "content": content})
+
+    def user_turn(self, text: str) -> None:
+        self.chat.append({"role": "user", "content": text})
+
+    def final_text(self) -> str:
+        return "\n".join(t for t in self._texts if t)
+
+
+def _echo_call(raw: Any, call_id: str) -> dict[str, Any]:
+    """A server's tool call as it goes back in the assistant message: its id, name and arguments text as sent."""
+    fn = raw.get("function") if isinstance(raw, dict) else None
+    fn = fn if isinstance(fn, dict) else {}
+    args = fn.get("arguments", "")
+    return {"id": call_id, "type": "function",
+            "function": {"name": str(fn.get("name") or ""),
+                         "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}}
+
+
 async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config: Any, *,
                      sampling: SamplingParams | None = None, sample_id: str | None = None,
                      group_id: str | None = None) -> Trajectory:
@@ -80,14 +215,12 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
     task, domain = sample.task, sample.domain
     if not sample.solo and sample.user is None:
         raise ValueError("tool_agent outside solo mode needs a user simulator (env.user_model)")
-    fmt = FORMATS[config.tool_format]
-    parse = get_parser(config.tool_parser)
+    chat = getattr(config, "tool_protocol", "tokens") == "openai_chat"
+    side: _TokenSide | _ChatSide = _ChatSide(engine, config) if chat else _TokenSide(engine, tokenizer, config)
     messages = history_messages(task)
     env = domain.new_env(solo=sample.solo)
     env.set_state(task.initial_state, messages)
-    stops = stop_token_ids(tokenizer)
-    end_ids = encode_text(tokenizer, fmt.end)
-    base = (sampling or SamplingParams()).with_(stop_token_ids=stops)
+    base = (sampling or SamplingParams()).with_(stop_token_ids=side.stops)
 
     opening: list[Message] = []
     if sample.solo:
@@ -96,9 +229,8 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
         opening.append(Message("assistant", AGENT_GREETING))
         opening += await _user_turn(sample, env, opening, base.seed)
     messages += opening
-    prompt = fmt.system(env.policy, env.tool_schemas()) + _render_history(fmt, messages) + fmt.assistant_start
-    conv = Conversation()
-    conv.append(encode_text(tokenizer, prompt), generated=False)
+    side.start(env.policy, env.tool_schemas(), messages)
+    conv = side.conv
 
     stats = {"turns": 0.0, "tool_calls": 0.0, "invalid_tool_calls": 0.0, "tool_errors": 0.0,
              "turn_truncated": 0.0, "user_turns": 0.0, "user_tool_calls": 0.0,
@@ -107,19 +239,14 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
     if not sample.solo and ends_conversation(opening[-1].content or ""):
         ending = "user_stop"
     for turn in range(config.max_turns if ending == "max_turns" else 0):
-        budget = min(config.turn_tokens, config.max_total_tokens - len(conv.token_ids))
+        budget = side.budget()
         if budget <= 0:
             ending = "max_tokens"
             stats["prompt_too_long"] = float(turn == 0)  # cut before the agent said anything: nothing to train
             break
-        res = await engine.generate(conv.token_ids, turn_seed(base, turn).with_(max_new_tokens=budget))
-        conv.append(res.token_ids, generated=True, logprobs=res.logprobs)
+        parsed, truncated = await side.respond(turn_seed(base, turn).with_(max_new_tokens=budget))
         stats["turns"] += 1
-        if not res.token_ids or res.token_ids[-1] not in stops:
-            stats["turn_truncated"] += float(res.finish_reason == "length")
-            conv.append(end_ids, generated=False)  # close the turn so the next segment is well formed
-        text = decode(tokenizer, strip_stop(res.token_ids, stops))
-        parsed = parse(text)
+        stats["turn_truncated"] += float(truncated)
         msg = Message("assistant", parsed.content or None, parsed.calls)
         messages.append(msg)
         stats["tool_calls"] += len(parsed.calls) + len(parsed.errors)
@@ -131,15 +258,12 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
                 messages.append(obs)
                 stats["tool_errors"] += float(obs.error)
                 results.append(obs.content or "")
-            for err in parsed.errors:  # shown to the model, not part of the graded log
-                results.append(f"Error: {err}")
             if any(c.name == TRANSFER_TOOL for c in parsed.calls):
                 ending = "transfer"
                 break
-            conv.append(encode_text(tokenizer, "\n" + fmt.tool_results(results) + fmt.assistant_start),
-                        generated=False)
+            side.tool_results(results, parsed.errors)  # errors are shown to the model, not part of the graded log
             continue
-        if AGENT_STOP in text or sample.solo:
+        if AGENT_STOP in parsed.content or sample.solo:
             ending = "agent_stop"
             break
         user_msgs = await _user_turn(sample, env, messages, turn_seed(base, 10_000 + turn).seed)
@@ -151,13 +275,13 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
         if marker is not None:
             ending = "transfer" if marker == "###TRANSFER###" else "user_stop"
             break
-        conv.append(encode_text(tokenizer, "\n" + fmt.turn("user", reply) + fmt.assistant_start), generated=False)
+        side.user_turn(reply)
 
     grade = await evaluate_async(domain, task, messages, ending=ending, solo=sample.solo, partial=sample.partial,
                                  nl_judge=sample.nl_judge)
     attempted = stats["tool_calls"]
     valid = attempted - stats["invalid_tool_calls"] - stats["tool_errors"]
-    metrics = {**stats, "num_conversations": 1.0, "response_tokens": float(conv.num_generated),
+    metrics = {**stats, "num_conversations": 1.0, "response_tokens": float(side.response_tokens),
                "tool_call_validity": valid / attempted if attempted else 0.0,
                "made_tool_call": float(attempted > 0),
                "db_match": float(bool(grade.db_match)), "nl_unchecked": float(grade.nl_unchecked),
@@ -168,7 +292,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
                       info={"task_id": task.id, "ending": ending, "messages": [m.to_dict() for m in messages],
                             "reward_breakdown": grade.breakdown, "note": grade.note,
                             "nl_unchecked": grade.nl_unchecked,
-                            "final_text": decode(tokenizer, conv.generated_ids())[-2000:]})
+                            "final_text": side.final_text()[-2000:]})
 
 
 def build_user_simulator(cfg: Any) -> UserSimulator:

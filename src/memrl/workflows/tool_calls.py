@@ -3,9 +3,14 @@
 Parsers turn one assistant message into (text for the user, tool calls, parse
 errors). ``hermes`` reads ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
 blocks (Qwen 2.5/3, Hermes, SmolLM); ``json`` reads a message that is only a JSON
-object (or list of them) with ``name`` and ``arguments``. A block that does not
-parse is an *invalid* call: it is reported back to the model as an error and
-counted in the tool-call validity metric.
+object (or list of them) with ``name`` and ``arguments``. Both also read the
+OpenAI form ``{"type": "function", "function": {"name": ..., "arguments": "<json>"}}``,
+whose arguments are a JSON string. A block that does not parse is an *invalid*
+call: it is reported back to the model as an error and counted in the tool-call
+validity metric.
+
+``openai_messages`` and ``read_openai_call`` are the same conversation and calls as
+OpenAI chat messages, for ``workflow.tool_protocol=openai_chat``.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memrl.envs.messages import ToolCall
+from memrl.envs.messages import Message, ToolCall
 
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
 
@@ -29,11 +34,13 @@ class ParsedTurn:
 
 
 def _to_call(obj: Any) -> ToolCall:
+    if isinstance(obj, dict) and isinstance(obj.get("function"), dict) and "name" not in obj:
+        obj = obj["function"]  # OpenAI's wrapper {"type": "function", "function": {name, arguments}}
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         raise ValueError('a tool call must be a JSON object with a string "name"')
     args = obj.get("arguments", obj.get("parameters", {}))
-    if isinstance(args, str):  # OpenAI-style arguments given as a JSON string
-        args = json.loads(args)
+    if isinstance(args, str):  # OpenAI-style arguments given as a JSON string ("" for none)
+        args = json.loads(args) if args.strip() else {}
     if not isinstance(args, dict):
         raise ValueError('"arguments" must be a JSON object')
     return ToolCall(obj["name"], args)
@@ -112,3 +119,53 @@ class ChatFormat:
 
 
 FORMATS = {"qwen": ChatFormat("user"), "hermes": ChatFormat("tool")}
+
+
+def openai_call(call: ToolCall, call_id: str) -> dict[str, Any]:
+    """An agent's tool call as an OpenAI ``tool_calls`` entry (arguments as a JSON string, as the API sends them)."""
+    return {"id": call_id, "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+
+
+def read_openai_call(raw: Any, fallback_id: str) -> tuple[str, ToolCall | None, str | None]:
+    """(id, call, error) of one ``message.tool_calls`` entry from a server.
+
+    Arguments arrive as a JSON string that the model wrote; when it is not a JSON object the
+    call is invalid, and ``error`` is what the model is told in the tool message answering it.
+    """
+    call_id = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) and raw["id"] else fallback_id
+    try:
+        call = _to_call(raw)
+    except json.JSONDecodeError as err:
+        name = raw.get("function", {}).get("name") if isinstance(raw, dict) else None
+        return call_id, None, f"could not parse the arguments of tool call {name!r}: {err}"
+    except (ValueError, AttributeError) as err:
+        return call_id, None, f"could not parse tool call {json.dumps(raw)[:80]!r}: {err}"
+    return call_id, ToolCall(call.name, call.arguments, id=call_id), None
+
+
+def openai_messages(policy: str, msgs: Sequence[Message]) -> list[dict[str, Any]]:
+    """The agent's view of a message log as OpenAI chat messages, behind a system message holding the policy.
+
+    Shows what ``ChatFormat`` shows in token mode: the user's own device calls and their results are
+    left out. Calls without ids (a task's scripted history) get ``call_N``; a tool message answers
+    the oldest unanswered call, so ids pair up as the API requires.
+    """
+    out: list[dict[str, Any]] = [{"role": "system", "content": policy}]
+    unanswered: list[str] = []
+    for m in msgs:
+        if m.role == "tool" and m.requestor == "user" or m.role == "user" and (m.tool_calls or not m.content):
+            continue
+        if m.role == "assistant":
+            ids = [c.id or f"call_{len(out)}_{i}" for i, c in enumerate(m.tool_calls)]
+            entry: dict[str, Any] = {"role": "assistant", "content": m.content}
+            if m.tool_calls:
+                entry["tool_calls"] = [openai_call(c, i) for c, i in zip(m.tool_calls, ids)]
+            unanswered = ids
+            out.append(entry)
+        elif m.role == "tool":
+            call_id = unanswered.pop(0) if unanswered else m.call_id
+            out.append({"role": "tool", "tool_call_id": call_id, "content": m.content or ""})
+        elif m.role in ("user", "system"):
+            out.append({"role": m.role, "content": m.content or ""})
+    return out

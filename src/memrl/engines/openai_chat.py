@@ -1,0 +1,76 @@
+"""The ``/v1/chat/completions`` side of the OpenAI-compatible client: messages and tools in, a message out.
+
+The token engines keep an agent's context as token ids so that the trainer scores exactly what was
+sampled. A server that only speaks chat (OpenAI itself, or vLLM/SGLang where the model's own chat
+template and tool parser should decide the prompt) gets the conversation as OpenAI chat messages
+and the tools as ``{"type": "function", "function": {...}}`` schemas, and answers with
+``message.content`` and ``message.tool_calls``. No token ids come back, so this path evaluates and
+serves; it cannot train. ``OpenAIEngine.chat`` sends these payloads through the same pooled client,
+API-key header, timeouts and retries as its ``/completions`` requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from memrl.engines.base import EngineError, SamplingParams
+
+
+@dataclass
+class ChatReply:
+    """One assistant message from a chat server.
+
+    ``tool_calls`` are the raw ``message.tool_calls`` entries: their ``arguments`` are the JSON
+    text the model wrote and may not parse, which the caller reports back to the model.
+    ``prompt_tokens``/``completion_tokens`` come from ``usage`` when the server sends it.
+    """
+
+    content: str | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str = "stop"
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+def chat_payload(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
+                 params: SamplingParams) -> dict[str, Any]:
+    """The request body; greedy decoding is sent as temperature 0 and top_p 1 as for ``/completions``."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [dict(m) for m in messages],
+        "max_tokens": params.max_new_tokens,
+        "temperature": 0.0 if params.is_greedy else params.temperature,
+        "top_p": 1.0 if params.is_greedy else params.top_p,
+    }
+    if tools:  # an empty list is refused by some servers: leave the field out instead
+        body["tools"] = [dict(t) for t in tools]
+    if params.top_k > 0 and not params.is_greedy:
+        body["top_k"] = params.top_k  # a vLLM/SGLang extension that OpenAI refuses: sent only when set
+    if params.seed is not None:
+        body["seed"] = params.seed
+    return body
+
+
+def parse_chat_reply(body: Mapping[str, Any]) -> ChatReply:
+    """Read ``choices[0].message`` and ``usage``; a body without them is an ``EngineError`` naming the field."""
+    choices = body.get("choices") if isinstance(body, Mapping) else None
+    if not choices or not isinstance(choices[0], Mapping):
+        raise EngineError(f"chat completion without choices[0]: {str(body)[:200]}")
+    message = choices[0].get("message")
+    if not isinstance(message, Mapping):
+        raise EngineError(f"chat completion without choices[0].message: {str(choices[0])[:200]}")
+    content = message.get("content")
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise EngineError(f"choices[0].message.tool_calls is not a list: {str(calls)[:200]}")
+    usage = body.get("usage") or {}
+    return ChatReply(content=content if isinstance(content, str) else None, tool_calls=list(calls),
+                     finish_reason=str(choices[0].get("finish_reason") or "stop"),
+                     prompt_tokens=_count(usage.get("prompt_tokens")),
+                     completion_tokens=_count(usage.get("completion_tokens")))
+
+
+def _count(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
