@@ -172,3 +172,36 @@ def test_chat_mode_needs_a_chat_engine_and_cannot_train(tmp_path):
                                       "trainer": {"output_dir": str(tmp_path / "run")}})
     with pytest.raises(ConfigError, match="workflow.tool_protocol=openai_chat .*workflow.tool_protocol=tokens"):
         check_config(bad)
+
+
+def test_eval_of_a_split_over_a_chat_server(tmp_path, tok):
+    """memrl eval's tool-agent runner with engine.kind=openai: a server that plays each task's gold actions."""
+    from memrl.engines.factory import build_engine
+    from memrl.eval.tool_eval import run_tool_eval
+    from memrl.workflows import load_samples
+
+    def play_gold(body: dict[str, Any]) -> dict[str, Any]:
+        task = tasks[body["messages"][1]["content"]]
+        done = sum(m["role"] == "assistant" for m in body["messages"])
+        acts = task.evaluation_criteria.actions
+        if done < len(acts):
+            return completion({"content": None, "tool_calls": [openai_call(f"c{done}", acts[done].name,
+                                                                           acts[done].arguments)]})
+        return completion({"content": " ".join(["Done."] + (task.evaluation_criteria.communicate_info or []))})
+
+    with FakeChatServer(play_gold) as srv:
+        c = MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "tool_protocol": "openai_chat"},
+                                        "env": {"domain": "library", "eval_split": "test"},
+                                        "engine": {"kind": "openai", "base_url": srv.url, "retries": 0}})
+        tasks = {s.task.first_message(): s.task for s in load_samples(c, "eval")}
+        eng = build_engine(c)
+
+        async def go() -> dict[str, Any]:
+            try:
+                return await run_tool_eval(c, eng, tok, tmp_path / "out", 1)
+            finally:
+                await eng.close()
+
+        res = asyncio.run(go())
+    assert res["tasks"] == len(tasks) == 8 and res["pass_hat_k"] == {"1": 1.0}
+    assert all(r["_path"] == "/v1/chat/completions" for r in srv.requests)

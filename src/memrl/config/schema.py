@@ -88,8 +88,10 @@ class WorkflowConfig(Section):
     max_turns: int = Field(30, gt=0, description="tool_agent: model turns per episode before it is cut (reward 0).")
     turn_tokens: int = Field(512, gt=0, description="tool_agent: max new tokens of one model turn.")
     max_total_tokens: int = Field(8192, gt=0, description="tool_agent: context limit of the whole episode.")
-    tool_format: Literal["qwen", "hermes"] = Field("qwen", description="tool_agent: ChatML role of tool results "
-                                                   "('qwen': user turn with <tool_response>; 'hermes': tool).")
+    tool_format: Literal["qwen", "hermes", "template"] = Field(
+        "qwen", description="tool_agent: ChatML role of tool results ('qwen': user turn with <tool_response>; "
+        "'hermes': tool), or 'template': the tokenizer's own chat template with tools= (the prompt an "
+        "OpenAI-compatible server builds for the same messages).")
     tool_parser: Literal["hermes", "json"] = Field("hermes", description="tool_agent: how tool calls are read "
                                                    "from model text (<tool_call> JSON blocks, or bare JSON).")
     tool_protocol: Literal["tokens", "openai_chat"] = Field(

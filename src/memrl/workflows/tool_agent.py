@@ -31,8 +31,8 @@ from memrl.envs.tasks import Task
 from memrl.envs.user_sim import UserSimulator, ends_conversation
 from memrl.types import Conversation, Trajectory
 from memrl.workflows.common import decode, encode_text, stop_token_ids, strip_stop, turn_seed
-from memrl.workflows.tool_calls import (FORMATS, ParsedTurn, get_parser, openai_messages, read_openai_call,
-                                        render_call)
+from memrl.workflows.tool_calls import (FORMATS, ParsedTurn, TemplateFormat, get_parser, openai_messages,
+                                        read_openai_call)
 
 AGENT_GREETING = "Hi! How can I help you today?"
 AGENT_STOP = "###STOP###"
@@ -55,21 +55,6 @@ class TaskSample:
         return self.task.id
 
 
-def _render_history(fmt: Any, msgs: list[Message]) -> str:
-    out = []
-    for m in msgs:
-        if m.role == "tool" and m.requestor == "user" or m.role == "user" and (m.tool_calls or not m.content):
-            continue  # the user's own device calls and their results are not the agent's to see
-        if m.role == "tool":
-            out.append(fmt.tool_results([m.content or ""]))
-        elif m.role == "assistant":
-            text = "\n".join([m.content or ""] + [render_call(c) for c in m.tool_calls]).strip()
-            out.append(fmt.turn("assistant", text))
-        elif m.role == "user":
-            out.append(fmt.turn("user", m.content or ""))
-    return "".join(out)
-
-
 async def _user_turn(sample: TaskSample, env: Any, messages: list[Message], seed: int | None) -> list[Message]:
     """The user's next turn. In a dual-control domain (the user has tools, e.g. telecom's phone) a simulator
     that can act (``act``) calls them first; those calls and results join the graded log, and the agent
@@ -89,16 +74,15 @@ class _TokenSide:
 
     def __init__(self, engine: Engine, tokenizer: Any, config: Any) -> None:
         self.engine, self.tokenizer, self.config = engine, tokenizer, config
-        self.fmt = FORMATS[config.tool_format]
+        self.fmt = TemplateFormat(tokenizer) if config.tool_format == "template" else FORMATS[config.tool_format]
         self.parse = get_parser(config.tool_parser)
         self.stops = stop_token_ids(tokenizer)
-        self.end_ids = encode_text(tokenizer, self.fmt.end)
         self.conv = Conversation()
+        self.end_ids: list[int] = []
 
     def start(self, policy: str, tools: list[dict[str, Any]], messages: list[Message]) -> None:
-        fmt = self.fmt
-        prompt = fmt.system(policy, tools) + _render_history(fmt, messages) + fmt.assistant_start
-        self.conv.append(encode_text(self.tokenizer, prompt), generated=False)
+        self.conv.append(encode_text(self.tokenizer, self.fmt.prompt(policy, tools, messages)), generated=False)
+        self.end_ids = encode_text(self.tokenizer, self.fmt.end)  # a template's end token is known once rendered
 
     def budget(self) -> int:
         return min(self.config.turn_tokens, self.config.max_total_tokens - len(self.conv.token_ids))
@@ -114,11 +98,10 @@ class _TokenSide:
         return self.parse(decode(self.tokenizer, strip_stop(res.token_ids, self.stops))), truncated
 
     def tool_results(self, results: list[str], errors: list[str]) -> None:
-        body = self.fmt.tool_results(results + [f"Error: {err}" for err in errors])
-        self._add("\n" + body + self.fmt.assistant_start)
+        self._add(self.fmt.after_tool_results(results + [f"Error: {err}" for err in errors]))
 
     def user_turn(self, text: str) -> None:
-        self._add("\n" + self.fmt.turn("user", text) + self.fmt.assistant_start)
+        self._add(self.fmt.after_user(text))
 
     def _add(self, text: str) -> None:
         self.conv.append(encode_text(self.tokenizer, text), generated=False)

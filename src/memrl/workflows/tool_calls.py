@@ -117,14 +117,107 @@ class ChatFormat:
         body = "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in results)
         return self.turn(self.tool_role, body)
 
+    def history(self, msgs: Sequence[Message]) -> str:
+        """Earlier turns of a log as the agent sees them (calls written in the hermes form)."""
+        out = []
+        for m in msgs:
+            if hidden_from_agent(m):
+                continue
+            if m.role == "tool":
+                out.append(self.tool_results([m.content or ""]))
+            elif m.role == "assistant":
+                text = "\n".join([m.content or ""] + [render_call(c) for c in m.tool_calls]).strip()
+                out.append(self.turn("assistant", text))
+            elif m.role == "user":
+                out.append(self.turn("user", m.content or ""))
+        return "".join(out)
+
+    def prompt(self, policy: str, tools: Sequence[dict[str, Any]], msgs: Sequence[Message]) -> str:
+        """The episode's first prompt, ending where the agent's first turn starts."""
+        return self.system(policy, tools) + self.history(msgs) + self.assistant_start
+
+    def after_tool_results(self, results: Sequence[str]) -> str:
+        """What follows a closed agent turn: the results, then the start of the agent's next turn."""
+        return "\n" + self.tool_results(results) + self.assistant_start
+
+    def after_user(self, text: str) -> str:
+        return "\n" + self.turn("user", text) + self.assistant_start
+
 
 FORMATS = {"qwen": ChatFormat("user"), "hermes": ChatFormat("tool")}
 
 
-def openai_call(call: ToolCall, call_id: str) -> dict[str, Any]:
-    """An agent's tool call as an OpenAI ``tool_calls`` entry (arguments as a JSON string, as the API sends them)."""
-    return {"id": call_id, "type": "function",
-            "function": {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}}
+class TemplateFormat:
+    """The tokenizer's own chat template with ``tools=`` (``workflow.tool_format=template``).
+
+    This is the prompt an OpenAI-compatible server (vLLM, SGLang) builds from the same messages
+    and tools, so a model trained in token mode sees what it will see when served. Later segments
+    stay token-in/token-out: each is the difference between rendering a fixed two-message
+    conversation with and without the new messages, behind the separator the template puts after
+    an agent turn's end token. A template whose earlier turns change when more follow cannot be
+    cut this way and is refused when the episode starts.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("workflow.tool_format=template needs a tokenizer with a chat template; "
+                             "use workflow.tool_format=qwen or hermes")
+        self.tokenizer = tokenizer
+        self.end = ""
+        self._base: list[dict[str, Any]] = []
+        self._tools: list[dict[str, Any]] = []
+        self._tail = ""
+
+    def _render(self, messages: list[dict[str, Any]], generation: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tools=self._tools or None, tokenize=False,
+                                                  add_generation_prompt=generation)
+
+    def prompt(self, policy: str, tools: Sequence[dict[str, Any]], msgs: Sequence[Message]) -> str:
+        self._tools = [dict(t) for t in tools]
+        self._base = [{"role": "system", "content": policy}, {"role": "user", "content": "?"}]
+        closed = self._render(self._base + [{"role": "assistant", "content": "!"}], False)
+        after = closed[closed.rindex("!") + 1:]  # the end of an agent turn and what separates it from the next
+        ends = sorted((t for t in self._stop_strings() if after.startswith(t)), key=len)
+        if not ends:
+            raise ValueError("workflow.tool_format=template: the chat template closes an assistant turn with "
+                             f"{after[:40]!r}, which starts with no stop token of this tokenizer")
+        self.end, self._tail = ends[-1], after[len(ends[-1]):]
+        return self._render(agent_chat(policy, msgs, json_arguments=False), True)
+
+    def _stop_strings(self) -> list[str]:
+        from memrl.workflows.common import stop_token_ids
+
+        return [self.tokenizer.convert_ids_to_tokens(i) for i in stop_token_ids(self.tokenizer)]
+
+    def _after(self, new: list[dict[str, Any]]) -> str:
+        before = self._render(self._base, False)
+        full = self._render(self._base + new, True)
+        if not full.startswith(before):
+            raise ValueError("workflow.tool_format=template: this chat template renders earlier turns differently "
+                             "once more follow, so turns cannot be appended as tokens; use workflow.tool_format="
+                             "qwen or hermes")
+        return self._tail + full[len(before):]
+
+    def after_tool_results(self, results: Sequence[str]) -> str:
+        return self._after([{"role": "tool", "tool_call_id": f"call_{i}", "content": r} for i, r in enumerate(results)])
+
+    def after_user(self, text: str) -> str:
+        return self._after([{"role": "user", "content": text}])
+
+
+def hidden_from_agent(m: Message) -> bool:
+    """The user's own device calls and their results (dual control) are not the agent's to see."""
+    return m.role == "tool" and m.requestor == "user" or m.role == "user" and (bool(m.tool_calls) or not m.content)
+
+
+def openai_call(call: ToolCall, call_id: str, json_arguments: bool = True) -> dict[str, Any]:
+    """An agent's tool call as an OpenAI ``tool_calls`` entry.
+
+    The API carries arguments as a JSON string; Hugging Face chat templates expect the object
+    (``json_arguments=False``), which is also what vLLM hands its template.
+    """
+    args = json.dumps(call.arguments, ensure_ascii=False) if json_arguments else dict(call.arguments)
+    return {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": args}}
 
 
 def read_openai_call(raw: Any, fallback_id: str) -> tuple[str, ToolCall | None, str | None]:
@@ -145,7 +238,12 @@ def read_openai_call(raw: Any, fallback_id: str) -> tuple[str, ToolCall | None, 
 
 
 def openai_messages(policy: str, msgs: Sequence[Message]) -> list[dict[str, Any]]:
-    """The agent's view of a message log as OpenAI chat messages, behind a system message holding the policy.
+    """The agent's view of a message log as OpenAI chat messages, behind a system message holding the policy."""
+    return agent_chat(policy, msgs, json_arguments=True)
+
+
+def agent_chat(policy: str, msgs: Sequence[Message], json_arguments: bool) -> list[dict[str, Any]]:
+    """``openai_messages``, with arguments as JSON text (the API) or as objects (chat templates).
 
     Shows what ``ChatFormat`` shows in token mode: the user's own device calls and their results are
     left out. Calls without ids (a task's scripted history) get ``call_N``; a tool message answers
@@ -154,13 +252,13 @@ def openai_messages(policy: str, msgs: Sequence[Message]) -> list[dict[str, Any]
     out: list[dict[str, Any]] = [{"role": "system", "content": policy}]
     unanswered: list[str] = []
     for m in msgs:
-        if m.role == "tool" and m.requestor == "user" or m.role == "user" and (m.tool_calls or not m.content):
+        if hidden_from_agent(m):
             continue
         if m.role == "assistant":
             ids = [c.id or f"call_{len(out)}_{i}" for i, c in enumerate(m.tool_calls)]
             entry: dict[str, Any] = {"role": "assistant", "content": m.content}
             if m.tool_calls:
-                entry["tool_calls"] = [openai_call(c, i) for c, i in zip(m.tool_calls, ids)]
+                entry["tool_calls"] = [openai_call(c, i, json_arguments) for c, i in zip(m.tool_calls, ids)]
             unanswered = ids
             out.append(entry)
         elif m.role == "tool":
