@@ -27,6 +27,7 @@ from memrl.engines.base import Engine, SamplingParams
 from memrl.envs.domain import Domain
 from memrl.envs.evaluate import evaluate_async, history_messages
 from memrl.envs.messages import Message
+from memrl.envs.progress import episode_reward, progress_reward
 from memrl.envs.tasks import Task
 from memrl.envs.user_sim import UserSimulator, ends_conversation
 from memrl.types import Conversation, Trajectory
@@ -47,6 +48,7 @@ class TaskSample:
     task: Task
     solo: bool = True
     partial: bool = False
+    reward: str = "tau2"  # env.reward: tau2, or progress (memrl.envs.progress; not a tau2-bench number)
     user: UserSimulator | None = None
     nl_judge: Any = None  # memrl.envs.nl_judge.LLMNLJudge (env.nl_judge_model), None: assertions not judged
 
@@ -262,14 +264,16 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
 
     grade = await evaluate_async(domain, task, messages, ending=ending, solo=sample.solo, partial=sample.partial,
                                  nl_judge=sample.nl_judge)
+    reward = episode_reward(sample.reward, grade)  # the tau2-bench reward stays in metrics["tau2_reward"]
     attempted = stats["tool_calls"]
     valid = attempted - stats["invalid_tool_calls"] - stats["tool_errors"]
     metrics = {**stats, "num_conversations": 1.0, "response_tokens": float(side.response_tokens),
                "tool_call_validity": valid / attempted if attempted else 0.0,
                "made_tool_call": float(attempted > 0),
                "db_match": float(bool(grade.db_match)), "nl_unchecked": float(grade.nl_unchecked),
-               "completed": float(ending in ("agent_stop", "user_stop", "transfer"))}
-    return Trajectory(conversations=[conv], reward=grade.reward,
+               "completed": float(ending in ("agent_stop", "user_stop", "transfer")),
+               "tau2_reward": grade.reward, "progress": progress_reward(grade)}
+    return Trajectory(conversations=[conv], reward=reward,
                       sample_id=sample_id if sample_id is not None else task.id,
                       group_id=group_id if group_id is not None else task.id, metrics=metrics,
                       info={"task_id": task.id, "ending": ending, "messages": [m.to_dict() for m in messages],
@@ -313,5 +317,5 @@ def task_samples(cfg: Any, split: str | None, user: UserSimulator | None = None)
         user = _USERS[key]
     if key not in _JUDGES:
         _JUDGES[key] = build_nl_judge(cfg)
-    return [TaskSample(domain, t, solo=cfg.env.solo, partial=cfg.env.partial_credit, user=user,
+    return [TaskSample(domain, t, solo=cfg.env.solo, partial=cfg.env.partial_credit, reward=cfg.env.reward, user=user,
                        nl_judge=_JUDGES[key]) for t in domain.get_tasks(split)]
