@@ -128,14 +128,15 @@ def test_models_with_logit_transforms_take_the_whole_model_path():
 def test_trainer_update_gradients_and_metrics_equal_whole_model_path(tmp_path, monkeypatch, lora):
     """Old and reference log-prob passes, KL, entropy bonus, two PPO epochs: same gradients and metrics."""
     import memrl.train.trainer as T
+    import memrl.train.update as U
     from memrl.models.resolve import load_tokenizer
     from memrl.train.batch import rows_from_trajectories
     from tests.train.helpers import coin_engine, config
 
-    real = T.token_logprobs
+    real = U.token_logprobs
     outcomes = []
     for fast in (True, False):
-        monkeypatch.setattr(T, "token_logprobs", lambda *a, **k: real(*a, **{**k, "response_only": fast}))
+        monkeypatch.setattr(U, "token_logprobs", lambda *a, **k: real(*a, **{**k, "response_only": fast}))
         over = {"algorithm__kl_coef": 0.1, "algorithm__entropy_coef": 0.01, "algorithm__ppo_epochs": 2,
                 "lora__enabled": lora, "lora__r": 4}
         cfg = config(tmp_path / f"{fast}", **over)

@@ -49,10 +49,10 @@ def test_micro_batching_gives_the_same_gradient(tmp_path):
 
 
 def test_nan_loss_skips_then_stops(tmp_path, monkeypatch):
-    import memrl.train.trainer as T
+    import memrl.train.update as U
 
-    real = T.compute_policy_loss
-    monkeypatch.setattr(T, "compute_policy_loss",
+    real = U.compute_policy_loss
+    monkeypatch.setattr(U, "compute_policy_loss",
                         lambda *a, **k: (real(*a, **k)[0] * float("nan"),) + tuple(real(*a, **k)[1:]))
     cfg = config(tmp_path, trainer__total_steps=5, trainer__max_nan_steps=2)
     trainer = Trainer(cfg, engine=coin_engine(load_tokenizer("tiny")))

@@ -329,6 +329,18 @@ class TrainerConfig(Section):
     rollouts_every: int = Field(1, ge=0, description="Write sampled episodes to RUN/rollouts/ every K steps "
                                 "(0: never); memrl sft reads them.")
     rollouts_per_step: int = Field(4, ge=1, description="Episodes written per such step: best, worst, random.")
+    mode: Literal["sync", "async"] = Field("sync", description="sync: generate, then update, then sync weights. "
+                                           "async: episodes generate continuously while the policy updates "
+                                           "(AReaL-style), bounded by trainer.max_staleness.")
+    max_staleness: int = Field(1, ge=0, description="async: an episode is trained on only if the policy moved at "
+                               "most this many updates since its oldest token was generated (0: on-policy "
+                               "batches, equal to sync).")
+    partial_rollouts: Literal["finish", "interrupt"] = Field(
+        "interrupt", description="async, at a weight update: 'finish' lets each in-flight model turn end under the "
+        "old weights; 'interrupt' pauses generation every trainer.partial_chunk_tokens tokens so the new weights "
+        "continue it from the tokens so far. Either way every token records its policy version.")
+    partial_chunk_tokens: int = Field(32, ge=1, description="async with partial_rollouts=interrupt: tokens "
+                                      "generated between points where a weight update may take over.")
 
 
 class ClusterConfig(Section):

@@ -1,0 +1,134 @@
+"""Generating a step's episodes: ``algorithm.n`` per prompt, concurrently, with DAPO's dynamic sampling.
+
+An episode that raises is counted and skipped (one bad sample must not stop
+training); a dead engine stops the run, since every later episode would fail
+too. Each episode is seeded from (run seed, step, round, sample, repeat), so a
+resumed run samples what the uninterrupted run would have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from memrl.config import MemRLConfig
+from memrl.engines.base import Engine, EngineDeadError, SamplingParams
+from memrl.rl.dapo import keep_groups
+from memrl.train.guards import RolloutTally
+from memrl.train.sampler import ResumableSampler
+from memrl.types import Trajectory
+
+EPISODE_METRICS = ("em", "sub_em", "f1", "num_conversations", "response_tokens", "answered", "memory_truncated",
+                   "final_truncated", "turns", "tool_calls", "tool_call_validity", "invalid_tool_calls",
+                   "tool_errors", "made_tool_call", "db_match", "completed", "user_turns")
+
+
+def episode_seed(seed: int, step: int, round_: int, idx: int, k: int) -> int:
+    """The sampling seed of repeat ``k`` of sample ``idx`` in generation round ``round_`` of ``step``."""
+    return (seed * 1_000_003 + step * 10_007 + round_ * 101 + idx * 31 + k) % 2**31
+
+
+def sampling_params(cfg: MemRLConfig) -> SamplingParams:
+    s = cfg.sampling
+    return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k)
+
+
+class RolloutRunner:
+    """Runs episodes of the training samples on an engine and keeps count of what failed."""
+
+    def __init__(self, cfg: MemRLConfig, workflow: Any, samples: list[Any], sampler: ResumableSampler,
+                 tokenizer: Any, warn: Callable[[str], None]) -> None:
+        self.cfg = cfg
+        self.workflow = workflow
+        self.samples = samples
+        self.sampler = sampler
+        self.tokenizer = tokenizer
+        self.warn = warn
+        self.engine: Engine | None = None
+        self.tally = RolloutTally()
+        self.failed_episodes = 0
+
+    async def episode(self, idx: int, k: int, *, step: int, round_: int, engine: Engine | None = None,
+                      group_id: str | None = None) -> Trajectory | None:
+        """Repeat ``k`` of sample ``idx``; None when the episode raised (counted and reported)."""
+        seed = episode_seed(self.cfg.trainer.seed, step, round_, idx, k)
+        self.tally.attempted += 1
+        try:
+            return await self.workflow(self.samples[idx], engine or self.engine, self.tokenizer, self.cfg.workflow,
+                                       sampling=sampling_params(self.cfg).with_(seed=seed), sample_id=str(idx),
+                                       group_id=group_id or f"{step}:{round_}:{idx}")
+        except EngineDeadError:
+            raise  # every later episode would fail too: stop the run
+        except Exception:  # an episode failing must not stop training
+            self.failed_episodes += 1
+            self.tally.failed += 1
+            self.tally.last_error = traceback.format_exc(limit=2).strip().splitlines()[-1]
+            self.warn(f"[yellow]episode of sample {idx} failed:[/yellow] " + self.tally.last_error)
+            return None
+
+    async def episodes(self, indices: list[int], step: int, round_: int) -> list[Trajectory]:
+        sem = asyncio.Semaphore(self.cfg.engine.concurrency)
+
+        async def one(idx: int, k: int) -> Trajectory | None:
+            async with sem:
+                return await self.episode(idx, k, step=step, round_=round_)
+
+        n = self.cfg.algorithm.n
+        results = await asyncio.gather(*(one(i, k) for i in indices for k in range(n)))
+        return [t for t in results if t is not None]
+
+    def rollout(self, step: int) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
+        """(episodes to train on, every episode generated, stats).
+
+        With dynamic sampling the first list holds only groups whose rewards vary.
+        """
+        cfg = self.cfg
+        want = cfg.trainer.prompts_per_step
+        kept: list[Trajectory] = []
+        stats = {"dropped_groups": 0.0, "gen_rounds": 0.0}
+        all_trajs: list[Trajectory] = []
+        for round_ in range(cfg.algorithm.max_gen_batches if cfg.algorithm.dynamic_sampling else 1):
+            have = len({t.group_id for t in kept})
+            indices = self.sampler.take(want - have)
+            trajs = asyncio.run(self.episodes(indices, step, round_))
+            all_trajs += trajs
+            stats["gen_rounds"] += 1
+            if cfg.algorithm.dynamic_sampling:
+                keep = keep_groups([t.reward for t in trajs], [t.group_id for t in trajs])
+                stats["dropped_groups"] += len({t.group_id for t, k in zip(trajs, keep) if not k})
+                kept += [t for t, k in zip(trajs, keep) if k]
+                if len({t.group_id for t in kept}) >= want:
+                    break
+            else:
+                kept = trajs
+        stats["rollout_episodes"] = float(len(all_trajs))
+        return kept, all_trajs, stats
+
+
+def rollout_metrics(all_trajs: list[Trajectory], seconds: float) -> dict[str, float]:
+    """Mean reward and episode metrics of everything generated, and generation throughput."""
+    metrics: dict[str, float] = {}
+    if all_trajs:
+        metrics["reward"] = statistics.fmean(t.reward for t in all_trajs)
+        for key in EPISODE_METRICS:
+            vals = [t.metrics[key] for t in all_trajs if key in t.metrics]
+            if vals:
+                metrics[key] = statistics.fmean(vals)
+        gen_tokens = sum(t.num_generated_tokens for t in all_trajs)
+        metrics["tokens_per_s"] = gen_tokens / max(seconds, 1e-9)
+    return metrics
+
+
+async def evaluate_samples(cfg: MemRLConfig, workflow: Any, samples: list[Any], engine: Engine,
+                           tokenizer: Any) -> float:
+    """Accuracy (%) of the configured reward, ``trainer.eval_n`` episodes per question (verl's val_kwargs.n)."""
+    tc = cfg.trainer
+    params = (SamplingParams(greedy=True) if tc.eval_temperature == 0
+              else SamplingParams(temperature=tc.eval_temperature, top_p=tc.eval_top_p))
+    trajs = await asyncio.gather(*(workflow(s, engine, tokenizer, cfg.workflow, sampling=params)
+                                   for s in samples for _ in range(tc.eval_n)))
+    return 100.0 * statistics.fmean(t.reward for t in trajs)
+

@@ -1,0 +1,34 @@
+"""Advantages of a step: one value per episode within its group, given to every generated token of every
+conversation of that episode (or, with ReMemR1's step rewards, mixed with each conversation's own reward).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from memrl.config import MemRLConfig
+from memrl.rl.advantages import broadcast, combine_step_advantages, episode_advantages
+from memrl.train.batch import Row
+from memrl.types import Trajectory
+
+
+def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]) -> None:
+    """Set ``row.advantages`` (one value per target position) for every row of ``trajs``."""
+    a = cfg.algorithm
+    scores = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
+    groups = [t.group_id for t in trajs]
+    ep_adv = episode_advantages(scores, groups, a.adv_estimator, a.epsilon)
+    width = max(len(r) for r in rows) - 1
+    mask = torch.zeros((len(rows), width))
+    for i, r in enumerate(rows):
+        mask[i, : len(r) - 1] = torch.tensor(r.loss_mask[1:], dtype=torch.float32)
+    conv_episode = [r.episode for r in rows]
+    if a.step_rewards:
+        per_row = combine_step_advantages(ep_adv, torch.tensor([r.step_reward for r in rows]), conv_episode,
+                                          groups, [r.step for r in rows], cfg.workflow.state_reward_alpha,
+                                          2.0 if cfg.workflow.rememr1_variant == "released" else 1.0)
+        tok = per_row.unsqueeze(-1) * mask
+    else:
+        tok = broadcast(ep_adv, conv_episode, mask, a.adv_estimator, a.gamma)
+    for i, r in enumerate(rows):
+        r.advantages = tok[i, : len(r) - 1].clone()

@@ -1,0 +1,116 @@
+"""What a run builds before its first step: seeds, the optimizer and its schedule, the rollout engine.
+
+Kept apart from the loop so the loop reads as the algorithm. The rollout engine is
+one of three things: the policy module itself (the in-process HF engine, weight
+sync free), a pool of Ray replicas, or an engine of its own (vLLM, an
+OpenAI-compatible server, the caller's) that receives the policy's weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from memrl.config import MemRLConfig
+from memrl.engines.base import Engine
+from memrl.train.engine_sync import adapter_payload, syncs_adapter
+from memrl.train.policy import merged_state_dict
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def lr_lambda(step: int, warmup: int, total: int, schedule: str) -> float:
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "cosine" and total > warmup:
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return 0.5 * (1 + math.cos(math.pi * progress))
+    return 1.0
+
+
+def build_optimizer(cfg: MemRLConfig, policy: Any) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW over the trainable parameters and the configured warmup/cosine schedule."""
+    params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.trainer.lr, weight_decay=cfg.trainer.weight_decay)
+    t = cfg.trainer
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_lambda(s, t.warmup_steps, t.total_steps, t.lr_schedule))
+    return optimizer, scheduler
+
+
+@dataclass
+class RolloutEngine:
+    """The engine episodes run on, and how the trainer must treat it."""
+
+    engine: Engine
+    shared: bool  # the engine generates with the policy module itself: nothing to sync
+    pool: Any = None  # a RayEnginePool (it is also ``engine``)
+    status_line: str = ""
+
+
+def build_engine(cfg: MemRLConfig, policy: Any, given: Engine | None, *, resumed: bool, device: torch.device,
+                 pad_id: int, sharded: bool, trainer_ranks: int, own_copy: bool = False) -> RolloutEngine:
+    """The rollout engine; an engine of its own starts from the policy's weights.
+
+    ``given``: the caller's engine, used as it is apart from that first weight push.
+    ``own_copy``: the in-process HF engine gets a model of its own instead of the policy module
+    (asynchronous training generates while the policy updates).
+    """
+    c = cfg.cluster
+    if given is None and c.rollout_replicas > 0:
+        from memrl.dist.pool import RayEnginePool
+        from memrl.dist.ray_support import init_ray
+
+        status = init_ray(c.address)
+        e = cfg.engine
+        vllm = e.kind == "vllm"
+        engine_gpus = 0
+        if vllm:
+            from memrl.engines.vllm_args import on_cpu, require_vllm
+
+            require_vllm()
+            engine_gpus = 0 if on_cpu() else e.tensor_parallel_size  # vLLM's CPU build needs no GPU
+        pool = RayEnginePool(cfg.model.path, c.rollout_replicas, dtype=cfg.model.dtype,
+                             device=cfg.engine.device, weights=merged_state_dict(policy),
+                             num_cpus=c.replica_cpus,
+                             num_gpus=c.replica_gpus or engine_gpus,
+                             kind=e.kind, engine_options={"config": cfg.model_dump(mode="json")} if vllm else None,
+                             max_batch_size=cfg.engine.max_batch_size, seed=cfg.trainer.seed,
+                             retries=cfg.engine.retries, weight_sync=c.weight_sync,
+                             sync_backend="nccl" if c.replica_gpus > 0 and device.type == "cuda" else "gloo")
+        status += f"; {c.rollout_replicas} rollout replica(s), {trainer_ranks} trainer rank(s)"
+        return RolloutEngine(pool, False, pool, status)
+    if given is None and cfg.engine.kind == "hf":
+        from memrl.engines.hf import HFEngine
+
+        model, shared = policy, True
+        if sharded or own_copy:
+            # a sharded policy cannot generate on rank 0 alone, and an asynchronous run updates the policy while
+            # episodes generate: the engine gets its own full copy
+            from memrl.models.resolve import load_model
+
+            model = load_model(cfg.model.path, dtype=cfg.model.dtype, device=str(device))
+            shared = False
+            model.load_state_dict(merged_state_dict(policy), strict=False)
+            model.eval()
+        return RolloutEngine(HFEngine(model, pad_token_id=pad_id, max_batch_size=cfg.engine.max_batch_size,
+                                      seed=cfg.trainer.seed), shared)
+    from memrl.engines.factory import build_engine as build_configured
+
+    built = given if given is not None else build_configured(cfg)
+    if resumed:  # it holds model.path's weights (or the caller's): the checkpoint's are newer
+        if syncs_adapter(cfg, built):
+            asyncio.run(built.update_adapter(*adapter_payload(policy)))
+        else:
+            asyncio.run(built.update_weights(merged_state_dict(policy)))
+    return RolloutEngine(built, False)

@@ -1,0 +1,60 @@
+"""A run's state across restarts: which checkpoint to resume, and what a checkpoint holds besides weights.
+
+Weights, optimizer and scheduler live in the checkpoint files (``memrl.train.checkpoint``);
+``state.json`` adds the step, the data order's position and the streak counters, so a
+resumed run continues exactly where the saved one stood.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from memrl.config import MemRLConfig
+from memrl.train import checkpoint
+from memrl.train.preflight import check_run_config
+
+
+@dataclass
+class RunState:
+    """The counters a checkpoint restores (saved with its optimizer and scheduler)."""
+
+    step: int = 0
+    data_position: int = 0
+    nan_streak: int = 0
+    idle_streak: int = 0
+    # asynchronous training: samples drawn from the data order but not trained on yet (regenerated on resume)
+    pending: list[int] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        del out["step"]  # checkpoint.save writes the step itself
+        if not self.pending:
+            del out["pending"]
+        return out
+
+    @classmethod
+    def from_json(cls, state: dict[str, Any]) -> RunState:
+        return cls(step=state["step"], data_position=state["data_position"],
+                   nan_streak=state.get("nan_streak", 0), idle_streak=state.get("idle_streak", 0),
+                   pending=list(state.get("pending", [])))
+
+
+def choose_checkpoint(cfg: MemRLConfig, run_dir: Path, warn: Callable[[str], None]) -> tuple[int, Path] | None:
+    """Rank 0, before any model loads: check the run's config against the saved one (a damaged or
+    incompatible run fails in seconds) and pick the newest intact checkpoint (None: a fresh run)."""
+    check_run_config(cfg, run_dir)
+    return checkpoint.select(run_dir, warn=warn)
+
+
+def restore(ckpt: Path, policy: Any, optimizer: Any, scheduler: Any) -> RunState:
+    """Optimizer, scheduler and RNG state (after the weights were loaded and any sharding) and the counters."""
+    return RunState.from_json(checkpoint.load_trainer_state(ckpt, policy, optimizer, scheduler))
+
+
+def save(cfg: MemRLConfig, run_dir: Path, state: RunState, policy: Any, optimizer: Any, scheduler: Any, *,
+         write: bool) -> Path:
+    """Checkpoint ``state.step``; rank 0 writes; under FSDP every rank calls this (the gather is collective)."""
+    return checkpoint.save(run_dir, state.step, policy, optimizer, scheduler, state.to_json(),
+                           keep=cfg.trainer.keep_checkpoints, write=write)
