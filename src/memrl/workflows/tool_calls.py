@@ -9,8 +9,10 @@ whose arguments are a JSON string. A block that does not parse is an *invalid*
 call: it is reported back to the model as an error and counted in the tool-call
 validity metric.
 
-``openai_messages`` and ``read_openai_call`` are the same conversation and calls as
-OpenAI chat messages, for ``workflow.tool_protocol=openai_chat``.
+Prompts: ``ChatFormat`` writes ChatML itself (``qwen``, ``hermes``); ``TemplateFormat``
+uses the tokenizer's own chat template with ``tools=`` (``template``). ``openai_messages``
+and ``read_openai_call`` are the same conversation and calls as OpenAI chat messages, for
+``workflow.tool_protocol=openai_chat``.
 """
 
 from __future__ import annotations
@@ -230,7 +232,8 @@ def read_openai_call(raw: Any, fallback_id: str) -> tuple[str, ToolCall | None, 
     try:
         call = _to_call(raw)
     except json.JSONDecodeError as err:
-        name = raw.get("function", {}).get("name") if isinstance(raw, dict) else None
+        fn = raw.get("function") if isinstance(raw.get("function"), dict) else raw
+        name = fn.get("name")
         return call_id, None, f"could not parse the arguments of tool call {name!r}: {err}"
     except (ValueError, AttributeError) as err:
         return call_id, None, f"could not parse tool call {json.dumps(raw)[:80]!r}: {err}"
