@@ -12,7 +12,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
+
+from memrl.packed import PackedInts, SparseFloats
+
+# How each per-token field is stored (see memrl.packed: ~5 bytes a prompt token instead of ~40).
+_PACK = {
+    "token_ids": lambda v: v if isinstance(v, PackedInts) and v.typecode == "i" else PackedInts("i", v),
+    "loss_mask": lambda v: v if isinstance(v, PackedInts) and v.typecode == "b" else PackedInts("b", _mask(v)),
+    "logprobs": lambda v: v if isinstance(v, SparseFloats) else SparseFloats(v),
+}
+
+
+def _mask(values: Sequence[int]) -> list[int]:
+    """The mask as ints, refusing anything but 0/1 before it reaches a 1-byte array."""
+    bad = next((m for m in values if m not in (0, 1)), None)
+    if bad is not None:
+        raise ValueError(f"loss_mask values must be 0 or 1, got {bad!r}")
+    return [int(m) for m in values]
 
 
 @dataclass
@@ -23,13 +41,22 @@ class Conversation:
     trained on; prompts, tool results and user turns carry 0. ``logprobs[i]`` is
     the sampling log-probability of token ``i`` when it was generated, else 0.0.
     ``reward`` is an optional per-conversation (step) reward, as ReMemR1 uses.
+
+    The three per-token fields accept any sequence and are stored packed
+    (:mod:`memrl.packed`); they read like lists (``==``, slices, ``+`` give lists).
     """
 
-    token_ids: list[int] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
+    token_ids: Sequence[int] = field(default_factory=list)
+    loss_mask: Sequence[int] = field(default_factory=list)
+    logprobs: Sequence[float] = field(default_factory=list)
     reward: float | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Packing on every assignment (the constructor's too) keeps a long episode compact
+        # even when a caller hands in or assigns plain lists.
+        pack = _PACK.get(name)
+        object.__setattr__(self, name, pack(value) if pack else value)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -62,9 +89,12 @@ class Conversation:
             lps = [float(x) for x in logprobs]
             if len(lps) != len(ids):
                 raise ValueError(f"got {len(ids)} token ids but {len(lps)} logprobs")
-        self.token_ids.extend(ids)
-        self.loss_mask.extend([1 if generated else 0] * len(ids))
-        self.logprobs.extend(lps if generated else [0.0] * len(ids))
+        self.token_ids.extend(ids)  # type: ignore[attr-defined]
+        self.loss_mask.extend([1 if generated else 0] * len(ids))  # type: ignore[attr-defined]
+        if generated:
+            self.logprobs.extend(lps)  # type: ignore[attr-defined]
+        else:
+            self.logprobs.extend_zeros(len(ids))  # type: ignore[attr-defined]
 
     def validate(self) -> None:
         n = len(self.token_ids)
@@ -73,8 +103,8 @@ class Conversation:
                 f"conversation lengths differ: token_ids={n}, loss_mask={len(self.loss_mask)}, "
                 f"logprobs={len(self.logprobs)}"
             )
-        bad = next((m for m in self.loss_mask if m not in (0, 1)), None)
-        if bad is not None:
+        if self.loss_mask.count(0) + self.loss_mask.count(1) != n:
+            bad = next(m for m in self.loss_mask if m not in (0, 1))
             raise ValueError(f"loss_mask values must be 0 or 1, got {bad!r}")
 
     @property
@@ -83,24 +113,29 @@ class Conversation:
 
     @property
     def num_generated(self) -> int:
-        return sum(self.loss_mask)
+        return self.loss_mask.count(1)
 
     @property
     def prompt_length(self) -> int:
         """Tokens before the first generated token (the whole sequence if none)."""
-        for i, m in enumerate(self.loss_mask):
-            if m:
-                return i
-        return len(self.loss_mask)
+        try:
+            return self.loss_mask.index(1)
+        except ValueError:
+            return len(self.loss_mask)
 
     def generated_ids(self) -> list[int]:
-        return [t for t, m in zip(self.token_ids, self.loss_mask) if m]
+        return list(compress(self.token_ids, self.loss_mask))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the per-token fields take in memory (what grows with a long context)."""
+        return sum(f.nbytes for f in (self.token_ids, self.loss_mask, self.logprobs))  # type: ignore[attr-defined]
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "token_ids": list(self.token_ids),
-            "loss_mask": list(self.loss_mask),
-            "logprobs": list(self.logprobs),
+            "token_ids": self.token_ids.tolist(),  # type: ignore[attr-defined]
+            "loss_mask": self.loss_mask.tolist(),  # type: ignore[attr-defined]
+            "logprobs": self.logprobs.tolist(),  # type: ignore[attr-defined]
             "reward": self.reward,
             "meta": dict(self.meta),
         }
@@ -108,9 +143,9 @@ class Conversation:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Conversation:
         return cls(
-            token_ids=list(d["token_ids"]),
-            loss_mask=list(d["loss_mask"]),
-            logprobs=list(d["logprobs"]),
+            token_ids=d["token_ids"],
+            loss_mask=d["loss_mask"],
+            logprobs=d["logprobs"],
             reward=d.get("reward"),
             meta=dict(d.get("meta") or {}),
         )

@@ -110,8 +110,9 @@ def filter_cmd(
 ) -> None:
     """Drop questions the model answers correctly without the document (MemAgent's training-data filter)."""
     from memrl.cli.common import resolve_config
-    from memrl.data import read_samples, write_samples
+    from memrl.data import SampleWriter
     from memrl.data.atomic import atomic_write
+    from memrl.data.stream import LazySample, read_samples_lazily
     from memrl.engines.factory import build_engine
     from memrl.models.resolve import load_tokenizer
 
@@ -126,7 +127,7 @@ def filter_cmd(
     if out.suffix not in (".json", ".jsonl", ".parquet"):
         raise ValueError(f"--out must end in .json, .jsonl or .parquet, got {out.name}")
     console = Console(stderr=True)
-    samples = list(read_samples(input))
+    samples = list(read_samples_lazily(input))  # questions and answers only: contexts stay on disk
     schema = _schema(input)
     cfg = resolve_config(None, None, {"model.path": model, "engine.kind": engine, "engine.base_url": base_url,
                                       "engine.concurrency": concurrency})
@@ -158,7 +159,9 @@ def filter_cmd(
                                    "answers": list(sample.answers), "closed_book_answer": hit})
     report.kept = len(kept)
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_samples(kept, out, schema=schema, fmt=out.suffix[1:])  # type: ignore[arg-type]
+    with SampleWriter(out, schema, out.suffix[1:]) as writer:  # type: ignore[arg-type]
+        for sample in kept:  # each context copied from the input piece by piece
+            writer.write(sample, sample.context_pieces() if isinstance(sample, LazySample) else None)
     report_path = out.with_name(out.name + ".filter.json")
     with atomic_write(report_path) as fh:
         json.dump(report.to_dict(), fh, indent=2)

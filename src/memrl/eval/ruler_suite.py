@@ -19,14 +19,16 @@ import json
 import statistics
 import time
 import traceback
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from memrl.config.schema import MemRLConfig
-from memrl.data import LongContextSample, read_samples
+from memrl.data import LongContextSample
 from memrl.data.atomic import atomic_write
 from memrl.data.ruler import TASKS, parse_file_name
 from memrl.data.ruler_metric import prediction_text, score
+from memrl.data.stream import read_samples_lazily
 from memrl.engines.base import Engine, EngineDeadError
 from memrl.eval.runner import (
     AllEpisodesFailedError,
@@ -129,7 +131,7 @@ async def run_ruler_suite(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data
     sampling = sampling_params(cfg)
     todo: list[tuple[Key, LongContextSample]] = []
     for key, path in files.items():
-        for sample in list(read_samples(path))[:max_samples]:
+        for sample in islice(read_samples_lazily(path), max_samples):  # contexts stay on disk until run
             if not _is_done(out / "episodes" / _folder(key) / f"{sample.index}.json"):
                 todo.append((key, sample))
     sem = asyncio.Semaphore(cfg.engine.concurrency)
