@@ -97,7 +97,11 @@ class WeightSync:
             weights = self.gather()
             if self.main:
                 asyncio.run(self.push_weights(weights))
-                metrics.update(sync_stats(self.engine))
+        return {**metrics, **self.engine_stats()}
+
+    def engine_stats(self) -> dict[str, float]:
+        """The last sync's size and time (where the engine reports them) and the replica pool's counters."""
+        metrics = sync_stats(self.engine) if self.push and self.main else {}
         if self.pool is not None:
             metrics.update(self.pool.stats())
         return metrics

@@ -54,6 +54,8 @@ def check_config(cfg: MemRLConfig) -> None:
         raise ConfigError("cluster.weight_sync=collective over NCCL needs each replica on whole GPUs of its own "
                           "(cluster.placement=split, cluster.replica_gpus >= 1): NCCL puts one rank per GPU. "
                           "Replicas sharing a GPU sync with cluster.weight_sync=object_store")
+    if t.mode == "async":
+        _check_async(cfg)
     _check_tracking(cfg)
     check_output_dir(Path(t.output_dir))
 
@@ -112,3 +114,15 @@ def check_run_config(cfg: MemRLConfig, run_dir: Path) -> None:
                               "use another trainer.output_dir to start a new run")
     with atomic_write(path) as fh:  # a run killed here must not leave a torn config that blocks resuming
         fh.write(yaml.safe_dump(new, sort_keys=False))
+
+
+def _check_async(cfg: MemRLConfig) -> None:
+    """What asynchronous training cannot do yet: generation runs during every update."""
+    c = cfg.cluster
+    if c.trainers > 1:
+        raise ConfigError("trainer.mode=async runs one trainer process; use cluster.trainers=1 (or trainer.mode=sync)")
+    if c.rollout_replicas and c.placement == "colocate":
+        raise ConfigError("trainer.mode=async generates while the policy updates, so replicas cannot give the "
+                          "accelerator back during updates: use cluster.placement=split")
+    if cfg.engine.kind == "vllm" and cfg.engine.vllm.sleep == "on":
+        raise ConfigError("trainer.mode=async keeps vLLM generating during updates: use engine.vllm.sleep=off or auto")

@@ -50,6 +50,12 @@ class RolloutRunner:
         self.engine: Engine | None = None
         self.tally = RolloutTally()
         self.failed_episodes = 0
+        self.pending: list[int] = []  # drawn by an earlier (asynchronous) run and not trained on: first in line
+
+    def draw(self, k: int) -> list[int]:
+        """The next ``k`` sample indices: pending ones first, then the data order."""
+        head, self.pending = self.pending[:k], self.pending[k:]
+        return head + (self.sampler.take(k - len(head)) if k > len(head) else [])
 
     async def episode(self, idx: int, k: int, *, step: int, round_: int, engine: Engine | None = None,
                       group_id: str | None = None) -> Trajectory | None:
@@ -92,7 +98,7 @@ class RolloutRunner:
         all_trajs: list[Trajectory] = []
         for round_ in range(cfg.algorithm.max_gen_batches if cfg.algorithm.dynamic_sampling else 1):
             have = len({t.group_id for t in kept})
-            indices = self.sampler.take(want - have)
+            indices = self.draw(want - have)
             trajs = asyncio.run(self.episodes(indices, step, round_))
             all_trajs += trajs
             stats["gen_rounds"] += 1

@@ -27,6 +27,7 @@ from memrl.config import MemRLConfig
 from memrl.dist.ddp import DistContext
 from memrl.engines.base import Engine
 from memrl.train import checkpoint, state
+from memrl.train.async_rollout import AsyncRollout
 from memrl.train.batch import Row, rows_from_trajectories
 from memrl.train.engine_sync import WeightSync, engine_weights
 from memrl.train.guards import IdleStreak, RolloutTally
@@ -125,6 +126,8 @@ class Trainer:
             self.state = state.restore(found[1], self.policy, self.optimizer, self.scheduler)
             self.sampler.position = self.state.data_position
             self.idle.streak = self.state.idle_streak
+            self.runner.pending = list(self.state.pending)  # an asynchronous run's samples not trained on yet
+        self.producer: AsyncRollout | None = None  # trainer.mode=async: started by the first step
         self.updater = PolicyUpdate(cfg, self.policy, self.optimizer, self.scheduler, self.reference, self.dist,
                                     sharded=self.sharded, pad_id=self.pad_id, device=self.device)
         self.weight_sync = WeightSync(cfg, self.engine, self.pool, self.policy, push=self.sync_engine,
@@ -179,8 +182,11 @@ class Trainer:
             self.tracker.console.print(f"[yellow]{warning}; skipping the update[/yellow]", highlight=False)
             metrics.update({"time/logprob": 0.0, "time/update": 0.0, "time/sync": 0.0, "skipped_updates": 1.0,
                             "data_position": float(self.sampler.position)})
+            if self.producer is not None:  # the version moves on even so: the producer's bound opens
+                self.producer.publish(self.step, _nothing)
             return metrics
-        self.weight_sync.before_update()
+        if self.producer is None:
+            self.weight_sync.before_update()
         t2 = time.perf_counter()
         upd = self.update(rows)
         t3 = time.perf_counter()
@@ -192,7 +198,13 @@ class Trainer:
             save_step_rollouts(self.run_dir, self.step, self.step_trajectories, rows, self.tokenizer,
                                tc.rollouts_per_step, tc.seed)
         t4 = time.perf_counter()
-        metrics.update(self.weight_sync.after_update())
+        if self.producer is None:
+            metrics.update(self.weight_sync.after_update())
+        else:  # generation goes on; it pauses only while the weights are pushed
+            weights = self.weight_sync.gather()
+            metrics["async/sync_hold_s"] = self.producer.publish(
+                self.step, lambda: self.weight_sync.push_weights(weights))
+            metrics.update(self.weight_sync.engine_stats())
         metrics["time/sync"] = time.perf_counter() - t4
         if self.device.type == "cuda":  # peak of this step (rollout, update, sync) on this rank's GPU
             metrics["gpu_peak_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
@@ -218,7 +230,14 @@ class Trainer:
         """Rank 0: rollout, rewards, advantages -> (rows to train on, metrics so far, what happened to episodes)."""
         self.runner.tally = RolloutTally()
         t0 = time.perf_counter()
-        trajs, all_trajs, stats = self.rollout()
+        if self.cfg.trainer.mode == "async":
+            if self.producer is None:
+                self.producer = AsyncRollout(self.cfg, self.runner, self.engine, version=self.step - 1,
+                                             pending=self.runner.pending)
+                self.runner.pending = []
+            trajs, all_trajs, stats = self.producer.take()
+        else:
+            trajs, all_trajs, stats = self.rollout()
         t1 = time.perf_counter()
         metrics: dict[str, float] = {**stats, "failed_episodes": float(self.failed_episodes)}
         metrics.update(rollout_metrics(all_trajs, t1 - t0))
@@ -242,8 +261,8 @@ class Trainer:
     def evaluate(self) -> float:
         """Accuracy (%) of the configured reward on ``data.eval_file`` (greedy unless trainer.eval_temperature)."""
         self.policy.eval()
-        return asyncio.run(evaluate_samples(self.cfg, self.workflow, self.eval_samples, self.engine,
-                                            self.tokenizer))
+        run = asyncio.run if self.producer is None else self.producer.run  # the engine lives on the producer's loop
+        return run(evaluate_samples(self.cfg, self.workflow, self.eval_samples, self.engine, self.tokenizer))
 
     def engine_weights(self) -> dict[str, torch.Tensor] | None:
         """Merged weights for the engine (rank 0); under FSDP every rank must call this (collective gather)."""
@@ -252,6 +271,9 @@ class Trainer:
     def save(self) -> Path:
         """Rank 0 writes; under FSDP every rank calls this, since gathering the shards is collective."""
         self.state.data_position = self.sampler.position
+        self.state.pending = list(self.runner.pending)
+        if self.producer is not None:
+            self.state.data_position, self.state.pending = self.producer.snapshot()
         self.state.idle_streak = self.idle.streak
         return state.save(self.cfg, self.run_dir, self.state, self.policy, self.optimizer, self.scheduler,
                           write=self.dist.main)
@@ -279,6 +301,9 @@ class Trainer:
                         self.save()
                     self.idle.check()  # every rank holds the same streak: all stop together
         finally:
+            if self.producer is not None:
+                self.producer.close()
+                self.producer = None
             self.tracker.close()
         return last
 
@@ -295,3 +320,7 @@ class Trainer:
         if not saved and self.step > 0 and (self.dist.main or self.sharded):
             self.save()
         raise TrainingInterrupted(self.step, signum)
+
+
+async def _nothing() -> None:
+    return None
