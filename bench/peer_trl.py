@@ -84,7 +84,8 @@ def build(out: Path, vocab: int, prompts: int, prompt_tokens: int) -> tuple[Path
 
 
 # -- memrl (child) ----------------------------------------------------------------------------------
-def run_memrl(a: argparse.Namespace) -> list[dict[str, float]]:
+def memrl_trainer(a: argparse.Namespace) -> Any:
+    """memrl's Trainer in the bench's setting, its workflow replaced by TRL's single-turn completion."""
     from memrl.config import MemRLConfig
     from memrl.engines.base import SamplingParams
     from memrl.train.trainer import Trainer
@@ -118,6 +119,13 @@ def run_memrl(a: argparse.Namespace) -> list[dict[str, float]]:
                           metrics={"response_tokens": float(len(res.token_ids))})
 
     trainer.workflow = single_turn
+    if hasattr(trainer, "runner"):  # the rollout runner keeps its own reference to the workflow
+        trainer.runner.workflow = single_turn
+    return trainer
+
+
+def run_memrl(a: argparse.Namespace) -> list[dict[str, float]]:
+    trainer = memrl_trainer(a)
     steps = []
     for _ in range(a.steps + 1):
         trainer.step += 1

@@ -195,3 +195,24 @@ def test_mixed_sampling_parameters_in_one_batch_match_each_request_alone(tiny_mo
         assert t.token_ids == a.token_ids
         assert len(t.token_ids) == s.max_new_tokens or t.finish_reason == "stop"
         assert t.logprobs == pytest.approx(a.logprobs, abs=1e-5)
+
+
+def test_reserved_kv_layer_equals_concatenation_past_its_reserve_and_after_dropping_rows():
+    from transformers.cache_utils import DynamicLayer
+
+    from memrl.engines.hf import _kv_layer_class
+
+    g = torch.Generator().manual_seed(0)
+    reserved, plain = _kv_layer_class()(3), DynamicLayer()  # 3 positions reserved: the 2nd update grows it
+    rows = 3
+    for length in (2, 1, 4, 1):
+        if length == 4:  # drop the middle row between updates, as the engine does for a finished request
+            keep = torch.tensor([0, 2])
+            reserved.batch_select_indices(keep)
+            plain.batch_select_indices(keep)
+            rows = 2
+        k, v = torch.randn(rows, 2, length, 4, generator=g), torch.randn(rows, 2, length, 4, generator=g)
+        got, want = reserved.update(k, v), plain.update(k, v)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert reserved.get_seq_length() == plain.get_seq_length()
+    assert reserved.get_seq_length() == 8

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import operator
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +71,72 @@ def _vocab_size(model: Any) -> int | None:
 
 def _seeded(seed: int | None) -> torch.Generator | None:
     return torch.Generator().manual_seed(seed) if seed is not None else None
+
+
+def _kv_layer_class() -> type:
+    """A KV-cache layer that writes new keys/values into room reserved up front instead of concatenating.
+
+    transformers' ``DynamicLayer`` concatenates every decode step, copying the
+    whole cache of every layer once per generated token. This layer reserves
+    ``capacity`` positions (prompt width + longest ``max_new_tokens``) at the
+    first update and hands attention a view of the filled part. Past the
+    reserve it doubles. Dropping finished rows copies the kept rows once, as before.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    class ReservedLayer(DynamicLayer):
+        def __init__(self, capacity: int) -> None:
+            super().__init__()
+            self.capacity = capacity
+            self.filled = 0
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
+                self._k = key_states.new_empty(*key_states.shape[:2], self.capacity, key_states.shape[3])
+                self._v = value_states.new_empty(*value_states.shape[:2], self.capacity, value_states.shape[3])
+            end = self.filled + key_states.shape[-2]
+            if end > self._k.shape[-2]:  # past the reserve: double it
+                grow = max(end, 2 * self._k.shape[-2]) - self._k.shape[-2]
+                self._k = torch.cat([self._k, self._k.new_empty(*self._k.shape[:2], grow, self._k.shape[3])], -2)
+                self._v = torch.cat([self._v, self._v.new_empty(*self._v.shape[:2], grow, self._v.shape[3])], -2)
+            self._k[:, :, self.filled:end] = key_states
+            self._v[:, :, self.filled:end] = value_states
+            self.filled = end
+            self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self.is_initialized:
+                self._k, self._v = self._k[indices], self._v[indices]
+                self.keys, self.values = self._k[:, :, :self.filled], self._v[:, :, :self.filled]
+
+    return ReservedLayer
+
+
+def _reserved_cache(capacity: int) -> Any:
+    """A ``DynamicCache`` whose layers reserve ``capacity`` positions (see :func:`_kv_layer_class`)."""
+    from transformers import DynamicCache
+
+    layer = _kv_layer_class()
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = lambda: layer(capacity)
+    return cache
+
+
+def _release_freed_memory() -> None:
+    """Give the heap memory a finished batch freed back to the OS (glibc only; elsewhere nothing).
+
+    The decode runs in a worker thread, so glibc serves its tensors from another
+    arena than the trainer's thread. Memory freed there stays mapped and the
+    update's activations come on top of it: peak RSS becomes the sum of both
+    phases instead of the larger one. ``malloc_trim`` returns the free pages.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 class HFEngine:
@@ -230,7 +298,6 @@ class HFEngine:
                     req.future.set_exception(exc)
 
     # -- the batched decode loop -------------------------------------------------
-    @torch.inference_mode()
     def _generate_batch(
         self, reqs: list[_Request], answer: Callable[[_Request, GenerationResult], None] | None = None
     ) -> list[GenerationResult]:
@@ -239,8 +306,15 @@ class HFEngine:
         A row whose future is done (its caller cancelled it) is dropped at the next step
         and reported with finish reason ``"abort"``.
         """
-        from transformers import DynamicCache
+        try:
+            return self._decode(reqs, answer)
+        finally:
+            _release_freed_memory()
 
+    @torch.inference_mode()
+    def _decode(
+        self, reqs: list[_Request], answer: Callable[[_Request, GenerationResult], None] | None
+    ) -> list[GenerationResult]:
         device = self.device
         n = len(reqs)
         lengths = [len(r.prompt) for r in reqs]
@@ -274,7 +348,7 @@ class HFEngine:
         self.stats.batch_sizes.append(n)
         self.stats.prompt_tokens += sum(lengths)
 
-        cache = DynamicCache()
+        cache = _reserved_cache(width + max((reqs[i].params.max_new_tokens for i in active), default=0))
         if active:
             keep = torch.tensor(active, device=device)
             input_ids, attention, positions = input_ids[keep], attention[keep], positions[keep]

@@ -76,6 +76,18 @@ class Collated:
     attention_mask: torch.Tensor  # [B, L]
     targets: torch.Tensor  # [B, L-1] token t+1 predicted at position t
     loss_mask: torch.Tensor  # [B, L-1] float
+    right_padded: bool = True  # every row's padding comes after its last token
+
+    def forward_mask(self) -> torch.Tensor | None:
+        """The padding mask to give a causal LM, or None when the causal mask alone gives the same values.
+
+        With right padding, a real token never attends to a pad (pads come after
+        it), so the padding mask changes only the outputs at pad positions, which
+        no loss reads. Without it transformers builds no 4-D mask and sdpa takes
+        its causal kernel, with grouped KV heads as they are (no repeated copy).
+        Positions are 0..L-1 either way.
+        """
+        return None if self.right_padded else self.attention_mask
 
 
 def collate(rows: Sequence[Row], pad_id: int, device: torch.device) -> Collated:
@@ -110,7 +122,7 @@ def token_logprobs(model: torch.nn.Module, batch: Collated, temperature: float =
         got = response_logprobs(model, batch, temperature, with_entropy)
         if got is not None:
             return got
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    out = model(input_ids=batch.input_ids, attention_mask=batch.forward_mask(), use_cache=False)
     logits = out.logits[:, :-1, :].float()
     if temperature != 1.0:
         logits = logits / temperature

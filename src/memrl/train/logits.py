@@ -104,7 +104,7 @@ def response_logprobs(model: Any, batch: Any, temperature: float = 1.0, with_ent
     if parts is None:
         return None
     decoder, head = parts
-    hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+    hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.forward_mask(), use_cache=False)
     hidden = hidden[0] if isinstance(hidden, tuple) else hidden.last_hidden_state
     where = batch.loss_mask > 0
     picked = hidden[:, :-1][where]
