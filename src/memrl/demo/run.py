@@ -50,7 +50,7 @@ PROMPTS = str(Path(__file__).with_name("prompts.yaml"))
 WORKFLOW = dict(name="memagent", chunk_tokens=12, memory_tokens=4, final_tokens=8, question_tokens=32, reward="em",
                 prompts=PROMPTS)
 # Top-level entries the demo writes in --out: --fresh deletes these and nothing else.
-DEMO_OUTPUTS = ("data", "model_init", "sft_model", "rl", "summary.json")
+DEMO_OUTPUTS = ("data", "model_init", "sft_model", "rl", "rl_async", "summary.json", "summary_async.json")
 # What a demo folder written before the manifest existed looks like (see memrl.data.outdir.clear_outputs).
 LEGACY_DEMO = (DEMO_OUTPUTS, "model_init/config.json")
 DEMO_THREADS = 2  # the README's numbers are measured with 2 threads (make demo's 2-core target)
@@ -137,25 +137,31 @@ async def accuracy(model: Any, tokenizer: Any, samples: list[Any]) -> float:
 
 
 def run_demo(out: Path, *, rl_steps: int = 30, seed: int = 0, console: Console | None = None,
-             scale: DemoScale = DemoScale(), threads: int = DEMO_THREADS) -> dict[str, float]:
-    """The whole demo in ``out`` (resumes stage by stage); returns the summary it writes."""
+             scale: DemoScale = DemoScale(), threads: int = DEMO_THREADS, asynchronous: bool = False,
+             max_staleness: int = 1) -> dict[str, float]:
+    """The whole demo in ``out`` (resumes stage by stage); returns the summary it writes.
+
+    ``asynchronous``: the RL stage runs with ``trainer.mode=async`` (η = ``max_staleness``) in
+    ``out/rl_async``, after the same data, model and warm start. Its numbers can differ a little
+    from run to run: which episodes finish first, and so which are trained at each step, depends on timing.
+    """
     from memrl.data.outdir import record_outputs
 
     record_outputs(out, DEMO_OUTPUTS)
     with deterministic(seed, threads):
         return _run(out, rl_steps, seed, console or Console(stderr=True, width=None if sys.stderr.isatty() else 160),
-                    scale)
+                    scale, max_staleness if asynchronous else None)
 
 
-def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale) -> dict[str, float]:
+def warm_start(out: Path, seed: int, console: Console, scale: DemoScale = DemoScale()
+               ) -> tuple[Path, Any, dict[str, Path], list[Any]]:
+    """Stages 1-2 (data, tiny model, SFT on the sloppy teacher): (warm-started model folder, tokenizer,
+    data files, held-out samples). Each output is reused when it exists."""
     from memrl.data import read_samples
     from memrl.models.resolve import load_model, load_tokenizer
     from memrl.train.policy import export_model
     from memrl.train.sft import sft
-    from memrl.train.tracking import plot_run
-    from memrl.train.trainer import Trainer
 
-    t0 = time.perf_counter()
     paths = build_data(out, seed, scale)
     init = build_model(out, seed)
     tok = load_tokenizer(str(init))
@@ -177,10 +183,13 @@ def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale
                           seed=seed * 1000 + 99)
         console.print(f"warm start: {len(losses)} SFT steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
         export_model(model, tok, sft_dir)
-    before = asyncio.run(accuracy(load_model(str(sft_dir), device="cpu"), tok, held))
-    console.print(f"held-out accuracy after the warm start: [bold]{before:.1f}%[/bold]")
+    return sft_dir, tok, paths, held
 
-    cfg = MemRLConfig.model_validate({
+
+def rl_config(out: Path, sft_dir: Path, paths: dict[str, Path], rl_steps: int, seed: int, scale: DemoScale,
+              staleness: int | None) -> MemRLConfig:
+    """The GRPO stage's config (``staleness``: None for synchronous training, else η of asynchronous)."""
+    return MemRLConfig.model_validate({
         "model": {"path": str(sft_dir)},
         "data": {"train_file": str(paths["train"]), "eval_file": str(paths["heldout"])},
         "workflow": WORKFLOW,
@@ -188,19 +197,38 @@ def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale
         "algorithm": {"adv_estimator": "grpo", "n": scale.episodes_per_prompt, "loss_agg_mode": "token-mean"},
         "trainer": {"lr": 1e-3, "total_steps": rl_steps, "prompts_per_step": scale.prompts_per_step,
                     "save_every": 10, "eval_every": 10, "eval_samples": scale.eval_samples, "seed": seed,
-                    "output_dir": str(out / "rl"), "micro_batch_tokens": 32768},
+                    "output_dir": str(out / ("rl" if staleness is None else "rl_async")),
+                    "micro_batch_tokens": 32768,
+                    **({} if staleness is None else {"mode": "async", "max_staleness": staleness})},
         "engine": {"max_batch_size": 64, "device": "cpu"},
     })
+
+
+def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale,
+         staleness: int | None) -> dict[str, float]:
+    from memrl.models.resolve import load_model
+    from memrl.train.tracking import plot_run
+    from memrl.train.trainer import Trainer
+
+    t0 = time.perf_counter()
+    sft_dir, tok, paths, held = warm_start(out, seed, console, scale)
+    before = asyncio.run(accuracy(load_model(str(sft_dir), device="cpu"), tok, held))
+    console.print(f"held-out accuracy after the warm start: [bold]{before:.1f}%[/bold]")
+
+    cfg = rl_config(out, sft_dir, paths, rl_steps, seed, scale, staleness)
+    rl_dir = Path(cfg.trainer.output_dir)
+    mode = "" if staleness is None else f", asynchronous with max staleness {staleness}"
     console.print(f"MemAgent GRPO: {rl_steps} steps x {scale.prompts_per_step} prompts x "
-                  f"{scale.episodes_per_prompt} episodes (run folder {out / 'rl'})")
+                  f"{scale.episodes_per_prompt} episodes{mode} (run folder {rl_dir})")
     trainer = Trainer(cfg, tracker_console=console)
     trainer.run()
     after = asyncio.run(accuracy(trainer.policy, tok, held))
-    curve = plot_run(out / "rl", keys=("reward", "eval/accuracy", "response_tokens", "grad_norm"))
+    curve = plot_run(rl_dir, keys=("reward", "eval/accuracy", "response_tokens", "grad_norm"))
     summary = {"heldout_before": before, "heldout_after": after, "lift": after - before,
                "seconds": round(time.perf_counter() - t0, 1), "rl_steps": rl_steps, "heldout_docs": len(held),
-               "seed": seed}
-    with atomic_write(out / "summary.json") as fh:
+               "seed": seed, "mode": "sync" if staleness is None else "async",
+               **({} if staleness is None else {"max_staleness": staleness})}
+    with atomic_write(out / ("summary.json" if staleness is None else "summary_async.json")) as fh:
         json.dump(summary, fh, indent=2)
     console.print(f"\n[bold]held-out accuracy (docs ~3x longer than training): {before:.1f}% -> {after:.1f}% "
                   f"({after - before:+.1f} points)[/bold] in {summary['seconds']:.0f} s\nreward curve: {curve}")

@@ -210,6 +210,7 @@ class Trainer:
             metrics["gpu_peak_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
             torch.cuda.reset_peak_memory_stats(self.device)
         metrics["train_rows"] = float(len(rows))
+        metrics["train_tokens"] = float(sum(r.num_response for r in rows))
         metrics["data_position"] = float(self.sampler.position)
         return metrics
 
