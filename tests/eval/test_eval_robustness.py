@@ -123,7 +123,7 @@ def test_restart_deletes_only_what_eval_wrote(tmp_path, setup):
         assert "resuming" not in r.stderr
         assert sorted(os.listdir(tmp_path)) == sorted([".memrl-output", "accuracy.png", "episodes",
                                                        "eval_config.yaml", "results.json", "results.md",
-                                                       "transcripts"])
+                                                       "rollouts", "transcripts"])
 
 
 def test_dead_engine_exits_1_with_one_line(tmp_path, setup, monkeypatch):

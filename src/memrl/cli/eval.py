@@ -53,10 +53,13 @@ def eval_cmd(
                                            "or its domains folder)."),
     trials: int = typer.Option(1, "--trials", help="tool_agent: episodes per task; reports pass^1..pass^K."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Episodes in flight at once."),
+    rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts", help="Also save each episode's tokens and "
+                                  "log-probs as a rollout record in OUT/rollouts/ (what memrl sft/rft and memrl view "
+                                  "read); --no-rollouts for long contexts where they are large."),
     restart: bool = typer.Option(False, "--restart", help="Delete earlier results in --out first (only what "
                                  "memrl wrote there; refuses if the folder holds anything else)."),
 ) -> None:
-    """Evaluate a workflow on eval_{N} files; writes results.json, results.md, accuracy.png and transcripts.
+    """Evaluate a workflow on eval_{N} files; writes results.json, results.md, accuracy.png, transcripts and rollouts.
 
     Interrupted runs resume: finished episodes are kept and skipped; failed ones are tried again.
     """
@@ -85,7 +88,7 @@ def eval_cmd(
     if cfg.workflow.name == "tool_agent":
         from memrl.cli.eval_tools import eval_tools
 
-        eval_tools(cfg, out, trials, restart, console)
+        eval_tools(cfg, out, trials, restart, console, rollouts=rollouts)
         return
     if data is None:
         raise ValueError("--data: give the folder of eval files (memrl data synth --out, or memrl data ruler --out)")
@@ -107,9 +110,11 @@ def eval_cmd(
                   f"docs {sizes} · protocol {cfg.eval.protocol} · temperature {s.temperature} top_p {s.top_p}"
                   + (f" · {cfg.eval.repeats} repeats" if cfg.eval.repeats > 1 else ""), highlight=False)
     results = run_with_progress(console, out, eng, lambda started, advance: run_eval(
-        cfg, eng, tokenizer, data, sizes, out, max_samples=max_samples, on_start=started, on_episode=advance))
+        cfg, eng, tokenizer, data, sizes, out, max_samples=max_samples, on_start=started, on_episode=advance,
+        rollouts=rollouts))
     typer.echo(markdown_table(results))
-    console.print(f"wrote {out}/results.json, results.md, accuracy.png and transcripts/", highlight=False)
+    console.print(f"wrote {out}/results.json, results.md, accuracy.png, transcripts/"
+                  + (" and rollouts/ (memrl view / memrl rft read them)" if rollouts else ""), highlight=False)
     failed = failed_total(results)
     if failed:
         console.print(f"[yellow]{failed} episode(s) failed and are not counted in the accuracy; see {out}/failures/ "

@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 
 
-def eval_tools(cfg: Any, out: Path, trials: int, restart: bool, console: Console) -> None:
+def eval_tools(cfg: Any, out: Path, trials: int, restart: bool, console: Console, *, rollouts: bool = True) -> None:
+    """Run the tool-agent eval under a progress bar and print pass^k (``rollouts``: also write rollout records)."""
     from memrl.cli.eval_common import prepare_out, run_with_progress
     from memrl.engines.factory import build_engine
     from memrl.eval.tool_eval import TOOL_EVAL_OUTPUTS, run_tool_eval, tool_results_markdown
@@ -30,10 +31,10 @@ def eval_tools(cfg: Any, out: Path, trials: int, restart: bool, console: Console
                   f"{cfg.env.domain} split {cfg.env.eval_split} ({count} tasks) · {trials} trial(s) · "
                   f"temperature {cfg.sampling.temperature}", highlight=False)
     results = run_with_progress(console, out, eng, lambda started, advance: run_tool_eval(
-        cfg, eng, tokenizer, out, trials, on_start=started, on_episode=advance), noun="trials")
+        cfg, eng, tokenizer, out, trials, on_start=started, on_episode=advance, rollouts=rollouts), noun="trials")
     typer.echo(tool_results_markdown(results))
-    console.print(f"wrote {out}/results.json, results.md and transcripts/ (one conversation per trial)",
-                  highlight=False)
+    console.print(f"wrote {out}/results.json, results.md, transcripts/ (one conversation per trial)"
+                  + (" and rollouts/ (memrl view / memrl rft read them)" if rollouts else ""), highlight=False)
     if results["failed_trials"]:
         console.print(f"[yellow]{results['failed_trials']} trial(s) failed and are not scored; see {out}/failures/ "
                       "and re-run the same command to retry them[/yellow]", highlight=False)

@@ -1,7 +1,8 @@
 """Run a workflow over eval files of several sizes, resumably.
 
 Each finished episode is written atomically to ``OUT/episodes/{docs}/{index}.json``
-with its transcript in ``OUT/transcripts/{docs}/{index}.txt``; a re-run skips
+with its transcript in ``OUT/transcripts/{docs}/{index}.txt`` and its tokens as a rollout
+record in ``OUT/rollouts/{docs}/{index}.jsonl`` (see :mod:`memrl.eval.records`); a re-run skips
 episodes already on disk, so an interrupted eval loses at most the episodes in
 flight. An episode that raises (a timeout, an HTTP 401) says nothing about the
 model, so it is not scored: it is recorded in ``OUT/failures/{docs}/{index}.json``,
@@ -36,6 +37,7 @@ from memrl.data.atomic import atomic_write
 from memrl.data.stream import read_samples_lazily
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
 from memrl.eval.files import match_eval_file
+from memrl.eval.records import ROLLOUTS, save_eval_rollout
 from memrl.eval.report import summarize, write_reports
 from memrl.eval.transcript import render_transcript
 from memrl.rewards.published import METRIC_LABELS, score_protocol
@@ -103,7 +105,7 @@ def _fingerprint(cfg: MemRLConfig) -> dict[str, Any]:
 
 
 # Every top-level entry ``memrl eval`` writes in --out (recorded so --restart deletes only these).
-EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", "results.json", "results.md",
+EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", ROLLOUTS, "results.json", "results.md",
                 "accuracy.png")
 
 
@@ -163,8 +165,12 @@ async def run_eval(
     max_samples: int | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_episode: Callable[[], None] | None = None,
+    rollouts: bool = True,
 ) -> dict[str, Any]:
     """Evaluate every (docs, sample) not finished on disk; return the aggregated results.
+
+    ``rollouts=False`` skips the rollout records (token ids of every conversation: large for
+    long contexts) and keeps the summaries and transcripts.
 
     Raises :class:`EngineDeadError` (reports written first) when the engine is gone and
     :class:`AllEpisodesFailedError` when nothing this run attempted finished.
@@ -211,6 +217,8 @@ async def run_eval(
                 fh.write(render_transcript(traj, tokenizer, title))
             failure = out / "failures" / f"{name}.json"
             if error is None:
+                if rollouts:  # before the episode file, which marks the episode done
+                    save_eval_rollout(out, name, traj, tokenizer, {"docs": n, "repeat": repeat})
                 with atomic_write(out / "episodes" / f"{name}.json") as fh:  # its presence marks the episode done
                     json.dump({**episode_record(traj, n, seconds), "repeat": repeat}, fh)
                 failure.unlink(missing_ok=True)

@@ -1,7 +1,9 @@
 """``memrl eval --workflow tool_agent``: K trials of every task of a split, pass^k, readable transcripts.
 
 Each (task, trial) is one episode of the ``tool_agent`` workflow with its own seed. Finished
-trials are saved under ``episodes/`` and skipped by the next run; a trial that failed (an HTTP
+trials are saved under ``episodes/`` (summary), ``transcripts/`` (the conversation, readable) and
+``rollouts/`` (tokens and log-probs, the record training writes: see :mod:`memrl.eval.records`),
+and skipped by the next run; a trial that failed (an HTTP
 error, a crash) is written to ``failures/``, not scored, and tried again next time. pass^k is
 computed over tasks whose K trials all finished, as τ²-bench does (see :mod:`memrl.eval.passk`).
 """
@@ -23,10 +25,12 @@ from memrl.config.schema import MemRLConfig
 from memrl.data.atomic import atomic_write
 from memrl.engines.base import Engine, EngineDeadError
 from memrl.eval.passk import is_success, pass_hat_ks
+from memrl.eval.records import ROLLOUTS, save_eval_rollout
 from memrl.eval.runner import AllEpisodesFailedError, gather_cancelling, sampling_params
 from memrl.workflows import get_workflow, load_samples
 
-TOOL_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", "results.json", "results.md")
+TOOL_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", ROLLOUTS, "results.json",
+                     "results.md")
 
 
 def task_folder(task_id: str) -> str:
@@ -68,8 +72,11 @@ def _save(path: Path, payload: dict[str, Any]) -> None:
 
 async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: Path, trials: int, *,
                         on_start: Callable[[int, int], None] | None = None,
-                        on_episode: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Run ``trials`` episodes of every task of ``env.eval_split``; write and return the results."""
+                        on_episode: Callable[[], None] | None = None, rollouts: bool = True) -> dict[str, Any]:
+    """Run ``trials`` episodes of every task of ``env.eval_split``; write and return the results.
+
+    ``rollouts=False`` leaves out the rollout records (summaries and transcripts are kept).
+    """
     if trials < 1:
         raise ValueError(f"--trials must be >= 1, got {trials}")
     samples = load_samples(cfg, "eval")
@@ -108,6 +115,8 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
                 return
         record = {"task_id": task_id, "trial": t, "reward": traj.reward, "success": is_success(traj.reward),
                   "metrics": traj.metrics, "info": traj.info, "seconds": round(time.perf_counter() - t0, 3)}
+        if rollouts:  # before the episode file, which marks the trial done
+            save_eval_rollout(out, f"{folder}/{t}", traj, tokenizer, {"task_id": task_id, "trial": t})
         _save(dest, record)
         (out / "failures" / folder / f"{t}.json").unlink(missing_ok=True)
         transcript = out / "transcripts" / folder / f"{t}.txt"

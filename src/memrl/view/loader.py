@@ -4,6 +4,8 @@ A run (``RUN/metrics.jsonl`` + ``RUN/rollouts/step_*.jsonl``) gives curves and p
 episodes; an eval folder (``episodes/**.json``, ``transcripts/**.txt``, ``results.json``) gives
 episodes as their records hold them: tool-agent records carry ``info.messages``, long-context
 records carry per-conversation token counts and a transcript with each conversation's text.
+Where the eval also wrote rollout records (``rollouts/**.jsonl``, :mod:`memrl.eval.records`), each
+episode's conversations come from them, per token with the engine's log-probs, as a run's do.
 
 The browser has no tokenizer, so the response tokens are decoded here, one string per token,
 with the run's tokenizer. When it cannot be loaded (offline, deleted folder) the page falls back
@@ -52,7 +54,10 @@ def is_eval(path: Path) -> bool:
 
 def run_tokenizer_spec(run_dir: Path) -> str | None:
     """``model.tokenizer`` (else ``model.path``) of the run's saved config."""
-    cfg = run_dir / "config.yaml"
+    return _spec_of(run_dir / "config.yaml")
+
+
+def _spec_of(cfg: Path) -> str | None:
     if not cfg.is_file():
         return None
     model = (yaml.safe_load(cfg.read_text()) or {}).get("model") or {}
@@ -207,6 +212,22 @@ def eval_episode(record: dict[str, Any], ep_id: str, transcript: str | None) -> 
             "transcript": transcript if not texts and not info.get("messages") else None}
 
 
+def eval_tokenizer_spec(out: Path) -> str | None:
+    """The same for an eval folder, from the settings it was written with (``eval_config.yaml``)."""
+    return _spec_of(out / "eval_config.yaml")
+
+
+def with_rollout(ep: dict[str, Any], out: Path, tokenizer: Any | None) -> dict[str, Any]:
+    """``ep`` with its conversations read from the eval's rollout record, when there is one."""
+    from memrl.eval.records import read_record
+
+    record = read_record(out, ep["id"])
+    if record is None or not record.get("conversations"):
+        return ep
+    convs = run_episode(record, ep["id"], tokenizer)["conversations"]
+    return {**ep, "conversations": convs, "length": sum(c["generated"] for c in convs), "transcript": None}
+
+
 def _read_jsonl(path: Path, warn: Warn) -> list[dict[str, Any]]:
     rows = []
     for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
@@ -275,7 +296,11 @@ def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_std
             "saved_steps": len(saved), "shown_steps": len(files), "episodes": episodes}
 
 
-def load_eval(out: Path, warn: Warn = _warn_stderr, *, lazy: bool = False) -> dict[str, Any]:
+def load_eval(out: Path, warn: Warn = _warn_stderr, *, lazy: bool = False,
+              tokenizer: str | None = None) -> dict[str, Any]:
+    has_rollouts = (out / "rollouts").is_dir()
+    spec = (tokenizer or eval_tokenizer_spec(out)) if has_rollouts else None
+    tok = get_tokenizer(spec, warn) if has_rollouts else None
     episodes = []
     for path in sorted((out / "episodes").rglob("*.json"), key=lambda p: _natural(p.relative_to(out).as_posix())):
         rel = path.relative_to(out / "episodes").with_suffix("")
@@ -287,13 +312,13 @@ def load_eval(out: Path, warn: Warn = _warn_stderr, *, lazy: bool = False) -> di
         tpath = out / "transcripts" / rel.with_suffix(".txt")
         transcript = tpath.read_text(encoding="utf-8", errors="replace") if tpath.is_file() else None
         ep = eval_episode(rec, rel.as_posix(), transcript)
-        episodes.append(summary_only(ep) if lazy else ep)
+        episodes.append(summary_only(ep) if lazy else with_rollout(ep, out, tok) if has_rollouts else ep)
     results = None
     if (out / "results.json").is_file():
         results = json.loads((out / "results.json").read_text(encoding="utf-8"))
         results.pop("per_task", None)  # the episodes show it; keep the page small
-    return {"kind": "eval", "title": out.resolve().name, "source": str(out), "tokenizer": None,
-            "per_token": False, "metrics": [], "panels": [], "results": results, "episodes": episodes}
+    return {"kind": "eval", "title": out.resolve().name, "source": str(out), "tokenizer": spec,
+            "per_token": tok is not None, "metrics": [], "panels": [], "results": results, "episodes": episodes}
 
 
 def _natural(s: str) -> list[Any]:
@@ -313,7 +338,10 @@ def load_episode(path: Path, ep_id: str, tokenizer: str | None = None,
         rel = file.relative_to(root).with_suffix("")
         tpath = path / "transcripts" / rel.with_suffix(".txt")
         transcript = tpath.read_text(encoding="utf-8", errors="replace") if tpath.is_file() else None
-        return eval_episode(json.loads(file.read_text(encoding="utf-8")), rel.as_posix(), transcript)
+        ep = eval_episode(json.loads(file.read_text(encoding="utf-8")), rel.as_posix(), transcript)
+        if not (path / "rollouts").is_dir():
+            return ep
+        return with_rollout(ep, path, get_tokenizer(tokenizer or eval_tokenizer_spec(path), warn))
     m = re.fullmatch(r"(\d+)-(\d+)", ep_id)
     file = path / "rollouts" / f"step_{int(m.group(1)):06d}.jsonl" if m else None
     if file is None or not file.is_file():
@@ -339,7 +367,7 @@ def load_payload(path: Path, tokenizer: str | None = None, warn: Warn = _warn_st
     if is_eval(path):
         if steps is not None or last is not None:
             raise ValueError("--steps and --last pick a training run's rollout steps; this is an eval folder")
-        return load_eval(path, warn, lazy=lazy)
+        return load_eval(path, warn, lazy=lazy, tokenizer=tokenizer)
     if is_run(path):
         return load_run(path, tokenizer, warn, steps=steps, last=last, lazy=lazy)
     raise ValueError(f"{path} is neither a training run (metrics.jsonl, rollouts/) nor an eval folder (episodes/)")

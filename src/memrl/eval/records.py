@@ -1,0 +1,89 @@
+"""Eval episodes as rollout records: the structure training writes, so one reader serves both.
+
+``memrl eval`` keeps, next to its summaries (``episodes/``) and human-readable ``transcripts/``,
+each finished episode as a rollout record in ``OUT/rollouts/<episode>.jsonl`` (the episode's path
+under ``episodes/``, one JSON line). A record is what :func:`memrl.train.rollouts.rollout_record`
+builds (``Trajectory.to_dict()``: token ids, loss mask and sampling log-probs per conversation,
+reward, metrics, info; plus decoded ``text`` per conversation), with no advantage or trainer
+log-probs (nothing was trained), ``step`` / ``policy_version`` null, ``pick`` = ``"eval"`` and an
+``eval`` object saying which episode it is (``docs`` and ``repeat``, or ``task_id`` and ``trial``).
+
+:func:`read_rollouts` reads a training run, a run's ``rollouts/`` folder, an eval folder or one
+``.jsonl`` file back into :class:`~memrl.types.Trajectory` objects, for ``memrl sft`` / ``memrl rft``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from memrl.data.atomic import atomic_write
+from memrl.train.rollouts import rollout_record
+from memrl.types import Trajectory
+
+ROLLOUTS = "rollouts"
+
+
+def eval_record(traj: Trajectory, tokenizer: Any, where: dict[str, Any]) -> dict[str, Any]:
+    """One eval episode as a rollout record; ``where`` names it (e.g. ``{"docs": 50, "repeat": 0}``)."""
+    record = rollout_record(traj, tokenizer, step=0, version=0, pick="eval")
+    record.update(step=None, policy_version=None, eval=dict(where))
+    return record
+
+
+def save_eval_rollout(out: Path, name: str, traj: Trajectory, tokenizer: Any, where: dict[str, Any]) -> Path:
+    """Write the record of episode ``name`` (its path under ``episodes/`` without ``.json``)."""
+    path = Path(out) / ROLLOUTS / f"{name}.jsonl"
+    with atomic_write(path) as fh:
+        fh.write(json.dumps(eval_record(traj, tokenizer, where), ensure_ascii=False, default=str) + "\n")
+    return path
+
+
+def _natural(path: Path) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path.as_posix())]
+
+
+def rollout_paths(path: str | Path) -> list[Path]:
+    """The ``.jsonl`` rollout files under ``path``: a run or eval folder, a ``rollouts/`` folder, or a file."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    folder = path / ROLLOUTS if (path / ROLLOUTS).is_dir() else path
+    files = sorted(folder.rglob("*.jsonl"), key=lambda p: _natural(p.relative_to(folder)))
+    if not files:
+        raise FileNotFoundError(f"{path}: no *.jsonl rollout files (training writes RUN/rollouts/, "
+                                "memrl eval writes OUT/rollouts/)")
+    return files
+
+
+def read_rollouts(path: str | Path) -> list[Trajectory]:
+    """Every episode the rollout files under ``path`` hold (see :func:`rollout_paths`)."""
+    from memrl.data.errors import DataError
+
+    out: list[Trajectory] = []
+    for file in rollout_paths(path):
+        with open(file, encoding="utf-8") as fh:
+            for row, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    out.append(Trajectory.from_dict(json.loads(line)))
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise DataError(file, row, None, f"not a trajectory record: {exc}") from None
+    return out
+
+
+def read_record(out: Path, name: str) -> dict[str, Any] | None:
+    """The rollout record of eval episode ``name``, or None (an eval from before memrl wrote them)."""
+    path = Path(out) / ROLLOUTS / f"{name}.jsonl"
+    if not path.is_file():
+        return None
+    line = path.read_text(encoding="utf-8").split("\n", 1)[0]
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
