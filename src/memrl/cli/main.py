@@ -10,6 +10,7 @@ from memrl.cli import data as data_cli
 from memrl.cli import demo as demo_cli
 from memrl.cli import eval as eval_cli
 from memrl.cli import serve as serve_cli
+from memrl.cli import sft as sft_cli
 from memrl.cli import train as train_cli
 from memrl.cli import view as view_cli
 
@@ -27,7 +28,8 @@ app.command("demo")(demo_cli.demo)
 app.command("eval")(eval_cli.eval_cmd)
 app.command("serve")(serve_cli.serve_cmd)
 app.command("train")(train_cli.train_cmd)
-app.command("sft")(train_cli.sft_cmd)
+app.command("sft")(sft_cli.sft_cmd)
+app.command("rft")(sft_cli.rft_cmd)
 app.command("export")(train_cli.export_cmd)
 app.command("plot")(train_cli.plot_cmd)
 app.command("view")(view_cli.view_cmd)

@@ -1,4 +1,4 @@
-"""``memrl train``, ``memrl sft``, ``memrl export``, ``memrl plot``."""
+"""``memrl train``, ``memrl export``, ``memrl plot`` (``memrl sft`` / ``rft``: :mod:`memrl.cli.sft`)."""
 
 from __future__ import annotations
 
@@ -57,40 +57,6 @@ def _fail(message: str, code: int) -> NoReturn:
     """One line on stderr and a non-zero exit: the run ended for a reason that is not a bad setting."""
     print(message, file=sys.stderr)
     raise typer.Exit(code)
-
-
-@user_errors
-def sft_cmd(
-    trajectories: Path = typer.Option(..., "--trajectories", help="JSONL of trajectories (Trajectory.to_dict), "
-                                      "or a training run / its rollouts/ folder."),
-    model: str = typer.Option(..., "--model", "-m", help="Model to fine-tune (folder, hub id or alias)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Where to write the fine-tuned HF model."),
-    force: bool = typer.Option(False, "--force", help="Replace --out if it is a non-empty folder."),
-    epochs: int = typer.Option(1, "--epochs"),
-    lr: float = typer.Option(1e-5, "--lr"),
-    batch_rows: int = typer.Option(32, "--batch-rows", help="Conversations per optimizer step."),
-    min_reward: Optional[float] = typer.Option(None, "--min-reward", help="Keep only trajectories with reward >= this "
-                                               "(rejection-sampling fine-tuning)."),
-) -> None:
-    """Supervised fine-tuning on trajectories; loss only on model-generated tokens."""
-    from memrl.models.resolve import load_model, load_tokenizer
-    from memrl.train.policy import export_model
-    from memrl.train.outdir import check_target
-    from memrl.train.sft import read_trajectories, sft
-
-    check_target(out, force)  # before training, not after
-    trajs = read_trajectories(trajectories)
-    if min_reward is not None:
-        trajs = [t for t in trajs if t.reward >= min_reward]
-    if not trajs:
-        raise ValueError(f"{trajectories}: no trajectories left to train on")
-    tok = load_tokenizer(model)
-    policy = load_model(model)
-    losses = sft(policy, trajs, epochs=epochs, lr=lr, batch_rows=batch_rows,
-                 pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
-                 on_step=lambda s, v: typer.echo(f"sft step {s}: loss {v:.4f}") if s % 10 == 0 else None)
-    export_model(policy, tok, out, force=force)
-    typer.echo(f"{len(trajs)} trajectories, {len(losses)} steps, final loss {losses[-1]:.4f}; model in {out}")
 
 
 @user_errors

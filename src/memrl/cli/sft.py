@@ -1,0 +1,117 @@
+"""``memrl sft`` and ``memrl rft``: supervised fine-tuning on the tokens a model generated.
+
+``sft`` trains on trajectories from anywhere (a JSONL of ``Trajectory.to_dict()`` records, a
+training run, an eval folder). ``rft`` is rejection-sampling fine-tuning, the middle stage of
+the SFT → RFT → GRPO recipe public τ² results use: keep the episodes of a run's or an eval's
+rollouts that reached ``--min-reward`` and train on their generated tokens only, with the loss
+masks as sampled (prompts, tool results and user turns are context, never targets).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from memrl.cli.errors import user_errors
+
+
+def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: int, lr: float,
+              batch_rows: int, source: str) -> tuple[int, float]:
+    """Load ``model``, train it on ``trajs`` and export it to ``out``; (optimizer steps, final loss)."""
+    from memrl.cli.common import quiet_hub_progress
+    from memrl.models.resolve import load_model, load_tokenizer
+    from memrl.train.policy import export_model
+    from memrl.train.sft import sft
+
+    quiet_hub_progress()
+    tok = load_tokenizer(model)
+    policy = load_model(model)
+    vocab = policy.get_input_embeddings().num_embeddings
+    top = max((max(c.token_ids.tolist()) for t in trajs for c in t.conversations if len(c.token_ids)), default=-1)
+    if top >= vocab:
+        raise ValueError(f"{source}: token id {top} is outside the vocabulary of {model} ({vocab} ids); the "
+                         "rollouts were sampled with another tokenizer (give the model that sampled them: --model)")
+    losses = sft(policy, trajs, epochs=epochs, lr=lr, batch_rows=batch_rows,
+                 pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
+                 on_step=lambda s, v: typer.echo(f"sft step {s}: loss {v:.4f}") if s % 10 == 0 else None)
+    export_model(policy, tok, out, force=force)
+    return len(losses), losses[-1]
+
+
+@user_errors
+def sft_cmd(
+    trajectories: Path = typer.Option(..., "--trajectories", help="JSONL of trajectories (Trajectory.to_dict), "
+                                      "a training run or its rollouts/ folder, or an eval folder (memrl eval --out)."),
+    model: str = typer.Option(..., "--model", "-m", help="Model to fine-tune (folder, hub id or alias)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the fine-tuned HF model."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it is a non-empty folder."),
+    epochs: int = typer.Option(1, "--epochs"),
+    lr: float = typer.Option(1e-5, "--lr"),
+    batch_rows: int = typer.Option(32, "--batch-rows", help="Conversations per optimizer step."),
+    min_reward: Optional[float] = typer.Option(None, "--min-reward", help="Keep only trajectories with reward >= this "
+                                               "(rejection-sampling fine-tuning; see also memrl rft)."),
+) -> None:
+    """Supervised fine-tuning on trajectories; loss only on model-generated tokens."""
+    from memrl.eval.records import read_rollouts
+    from memrl.train.outdir import check_target
+
+    check_target(out, force)  # before training, not after
+    trajs = read_rollouts(trajectories)
+    if min_reward is not None:
+        trajs = [t for t in trajs if t.reward >= min_reward]
+    if not trajs:
+        raise ValueError(f"{trajectories}: no trajectories left to train on")
+    steps, loss = _finetune(trajs, model, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
+                            source=str(trajectories))
+    typer.echo(f"{len(trajs)} trajectories, {steps} steps, final loss {loss:.4f}; model in {out}")
+
+
+def recorded_model(folder: Path) -> str | None:
+    """The model that sampled a run's or an eval's rollouts, from its saved settings."""
+    import yaml
+
+    for name in ("config.yaml", "eval_config.yaml"):
+        path = folder / name
+        if path.is_file():
+            spec = ((yaml.safe_load(path.read_text()) or {}).get("model") or {}).get("path")
+            if spec:
+                return str(spec)
+    return None
+
+
+@user_errors
+def rft_cmd(
+    rollouts: Path = typer.Argument(..., help="A training run, an eval folder (memrl eval --out), a rollouts/ "
+                                    "folder or one rollouts .jsonl file."),
+    min_reward: float = typer.Option(1.0, "--min-reward", help="Keep episodes with reward >= this (1.0: τ² "
+                                     "success)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write the fine-tuned HF model."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model to fine-tune (default: the model "
+                                        "recorded in the folder's config.yaml / eval_config.yaml)."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it is a non-empty folder."),
+    epochs: int = typer.Option(1, "--epochs"),
+    lr: float = typer.Option(1e-5, "--lr"),
+    batch_rows: int = typer.Option(32, "--batch-rows", help="Conversations per optimizer step."),
+) -> None:
+    """Rejection-sampling fine-tuning: SFT on the generated tokens of the episodes that reached --min-reward."""
+    from memrl.eval.records import read_rollouts
+    from memrl.train.outdir import check_target
+
+    check_target(out, force)
+    base = model or (recorded_model(rollouts) if rollouts.is_dir() else None)
+    if base is None:
+        raise ValueError(f"--model: {rollouts} records no model (no config.yaml or eval_config.yaml); name one")
+    every = read_rollouts(rollouts)
+    kept = [t for t in every if t.reward >= min_reward]
+    tokens = sum(c.num_generated for t in kept for c in t.conversations)
+    typer.echo(f"rft: kept {len(kept)} of {len(every)} episodes with reward >= {min_reward:g} "
+               f"({tokens} generated tokens to train on); model {base}")
+    if not kept or tokens == 0:
+        best = max((t.reward for t in every), default=None)
+        raise ValueError(f"--min-reward {min_reward:g}: no episode of {rollouts} qualifies with generated tokens "
+                         f"(best reward {best if best is None else f'{best:g}'}); lower it or sample more")
+    steps, loss = _finetune(kept, base, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
+                            source=str(rollouts))
+    typer.echo(f"rft: {len(kept)} episodes, {steps} steps, final loss {loss:.4f}; model in {out}")
