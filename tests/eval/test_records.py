@@ -55,6 +55,11 @@ def test_qa_eval_writes_one_rollout_record_per_episode(tmp_path):
     assert gen and all(s["tokens"] and s["lp"] == [-0.5] * len(s["tokens"]) for s in gen)
     assert "".join(gen[0]["tokens"]).startswith("\\boxed{none}") and ep["transcript"] is None
 
+    bare = tmp_path / "bare"  # --no-rollouts: summaries and transcripts only
+    check_resume(bare, cfg)
+    asyncio.run(run_eval(cfg, ScriptedEngine(lambda prompt, params: answer), tok, data, [3], bare, rollouts=False))
+    assert (bare / "transcripts" / "3" / "0.txt").is_file() and not (bare / "rollouts").exists()
+
 
 def test_tool_eval_rollouts_feed_rft_and_the_weights_change(tmp_path):
     tok = load_tokenizer("tiny")
