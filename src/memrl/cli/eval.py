@@ -47,7 +47,7 @@ def eval_cmd(
     repeats: Optional[int] = typer.Option(None, "--repeats", help="eval.repeats: K samples per question; "
                                           "reports mean accuracy and pass@K (MemAgent's --sampling)."),
     domain: Optional[str] = typer.Option(None, "--domain", help="tool_agent: env.domain (library, mock, retail, "
-                                         "telecom)."),
+                                         "telecom, telecom-workflow, or package.module:factory)."),
     split: Optional[str] = typer.Option(None, "--split", help="tool_agent: env.eval_split (e.g. test, small, base)."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="tool_agent: env.data_dir (a tau2-bench clone "
                                            "or its domains folder)."),
