@@ -134,3 +134,9 @@ def test_example_domain_trains_from_outside_the_source_tree(tmp_path):
     assert [m["step"] for m in rows if "reward" in m] == [1, 2]
     record = json.loads((tmp_path / "run" / "rollouts" / "step_000001.jsonl").read_text().splitlines()[0])
     assert "smart-home help desk" in record["conversations"][0]["text"]["prompt"].lower()
+    # the run's rollouts feed memrl rft (the model recorded in the run's config.yaml, tiny)
+    r = subprocess.run([sys.executable, "-m", "memrl.cli.main", "rft", tmp_path / "run", "--min-reward", "0",
+                        "--out", tmp_path / "rft"], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    saved = sum(len(f.read_text().splitlines()) for f in (tmp_path / "run" / "rollouts").glob("*.jsonl"))
+    assert f"kept {saved} of {saved} episodes" in r.stdout and (tmp_path / "rft" / "config.json").is_file()

@@ -60,6 +60,18 @@ def test_qa_eval_writes_one_rollout_record_per_episode(tmp_path):
     asyncio.run(run_eval(cfg, ScriptedEngine(lambda prompt, params: answer), tok, data, [3], bare, rollouts=False))
     assert (bare / "transcripts" / "3" / "0.txt").is_file() and not (bare / "rollouts").exists()
 
+    # the page in a browser (skipped without Chromium): one token element per generated token
+    from memrl.view.page import render_page
+    from tests.view.conftest import Dom, browser
+
+    page = tmp_path / "eval.html"
+    page.write_text(render_page(load_payload(out, tokenizer=str(tok_dir))), encoding="utf-8")
+    dom = Dom(browser(page, "--dump-dom", fragment="#episode=3%2F0"))
+    assert len(dom.having("conv")) == len(records["3/0"]["conversations"])
+    toks = dom.having("tok")
+    assert len(toks) == sum(sum(c["loss_mask"]) for c in records["3/0"]["conversations"])
+    assert all("engine log-prob -0.5" in t["title"] for t in toks)
+
 
 def test_tool_eval_rollouts_feed_rft_and_the_weights_change(tmp_path):
     tok = load_tokenizer("tiny")
