@@ -140,7 +140,7 @@ def _locate(name: str, data_dir: str | Path) -> Path:
 
 def _toolkit_class(spec: str | type[Toolkit] | None, what: str) -> type[Toolkit] | None:
     """A toolkit given as a class or an import path, checked to be a :class:`Toolkit` subclass."""
-    if spec is None or isinstance(spec, type) and issubclass(spec, Toolkit):
+    if spec is None or (isinstance(spec, type) and issubclass(spec, Toolkit)):
         return spec
     if isinstance(spec, str):
         from memrl.plugins import load_object
