@@ -216,3 +216,37 @@ def test_reserved_kv_layer_equals_concatenation_past_its_reserve_and_after_dropp
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
         assert reserved.get_seq_length() == plain.get_seq_length()
     assert reserved.get_seq_length() == 8
+
+
+def test_a_prompt_sent_several_times_is_prefilled_once_and_each_copy_samples_on_its_own(tiny_model):
+    """GRPO's n samples of one prompt: one prefill row, the cache repeated; ids as each request alone."""
+    model, tok = tiny_model
+    eng = HFEngine(model)
+    ps = prompts(tok)
+    reqs = [(ps[1], SamplingParams(max_new_tokens=8, temperature=1.0, seed=s)) for s in (1, 2, 3)]
+    reqs += [(ps[3], SamplingParams(max_new_tokens=6, greedy=True))] * 2 + [(ps[0], GREEDY)]
+    prefill_rows = []
+    real_forward = model.forward
+
+    def counting(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] > 1:  # the prefill (decode steps feed one token)
+            prefill_rows.append(kwargs["input_ids"].shape[0])
+        return real_forward(*args, **kwargs)
+
+    async def go():
+        model.forward = counting
+        try:
+            together = await asyncio.gather(*(eng.generate(p, s) for p, s in reqs))
+        finally:
+            del model.forward
+        alone = [await eng.generate(p, s) for p, s in reqs]
+        await eng.close()
+        return together, alone
+
+    together, alone = run(go())
+    assert eng.stats.batch_sizes[0] == 6 and prefill_rows == [3]  # 3 distinct prompts
+    for t, a in zip(together, alone):
+        assert t.token_ids == a.token_ids
+        assert t.logprobs == pytest.approx(a.logprobs, abs=1e-5)
+    assert together[3].token_ids == together[4].token_ids  # greedy copies agree
+    assert len({tuple(t.token_ids) for t in together[:3]}) > 1  # seeded copies do not

@@ -73,3 +73,80 @@ def test_micro_batches_stay_under_the_budget_and_cover_every_row():
     assert sorted(i for g in groups for i in g) == list(range(len(rows)))
     for g in groups:
         assert len(g) * max(len(rows[i]) for i in g) <= 40
+
+
+def _group_rows(vocab: int) -> list[Row]:
+    """Two prompts with three and two completions of different lengths (one with a tool gap), plus a lone row."""
+    g = torch.Generator().manual_seed(11)
+    rows = []
+    for prompt_len, answers in ((10, (5, 9, 2)), (6, (7, 4)), (8, (3,))):
+        prompt = torch.randint(0, vocab, (prompt_len,), generator=g).tolist()
+        for n in answers:
+            answer = torch.randint(0, vocab, (n,), generator=g).tolist()
+            mask = [0] * prompt_len + [1] * n
+            if n > 6:
+                mask[prompt_len + 3] = 0  # a tool observation inside the answer
+            rows.append(Row(prompt + answer, mask, [0.0] * (prompt_len + n), episode=len(rows), step=0))
+    return rows
+
+
+def test_rows_without_a_shared_prompt_are_not_packed():
+    batch = collate(_rows(50), pad_id=0, device=torch.device("cpu"))
+    assert batch.pack is None
+
+
+def test_shared_prompts_run_once():
+    rows = _group_rows(50)
+    pack = collate(rows, pad_id=0, device=torch.device("cpu")).pack
+    assert pack is not None and pack.input_ids.shape[0] == 3  # one packed sequence per distinct prompt
+    assert pack.tokens == (10 + 5 + 9 + 2) + (6 + 7 + 4) + (8 + 3)
+    assert pack.position_ids[0, :13].tolist() == list(range(10)) + [10, 11, 12]  # prompt, then answer 1
+    assert pack.position_ids[0, 15:17].tolist() == [10, 11]  # answer 2 restarts after the prompt
+    allowed = pack.allowed[0, 0]
+    assert bool(allowed[15, :10].all()) and not bool(allowed[15, 10:15].any())  # answer 2 sees the prompt only
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("lora", [False, True])
+def test_packed_shared_prompts_give_the_padded_loss_and_gradients(attn, lora):
+    from memrl.config.schema import LoraConfig
+    from memrl.train.policy import add_lora
+
+    torch.manual_seed(0)
+    model = load_model("tiny", device="cpu", dtype="float32")
+    model.config._attn_implementation = attn
+    if lora:
+        model = add_lora(model, LoraConfig(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]))
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.05)
+    model.train()
+    batch = collate(_group_rows(model.get_input_embeddings().num_embeddings), pad_id=0, device=torch.device("cpu"))
+    assert batch.pack is not None
+    loss0, g0 = _loss_and_grads(model, dataclasses.replace(batch, pack=None), response_only=True)
+    loss1, g1 = _loss_and_grads(model, batch, response_only=True)
+    torch.testing.assert_close(loss1, loss0, atol=1e-5, rtol=1e-5)
+    assert g0.keys() == g1.keys() and g0
+    for name in g0:
+        torch.testing.assert_close(g1[name], g0[name], atol=1e-5, rtol=1e-5)
+    with torch.no_grad():  # the values themselves, at every loss position, and 0 elsewhere
+        packed, _ = token_logprobs(model, batch, 0.8, response_only=True)
+        padded, _ = token_logprobs(model, batch, 0.8)
+    mask = batch.loss_mask > 0
+    torch.testing.assert_close(packed[mask], padded[mask], atol=1e-5, rtol=1e-5)
+    assert torch.all(packed[~mask] == 0)
+
+
+def test_micro_batches_keep_rows_of_one_prompt_together():
+    rows = _group_rows(50)  # rows 0-2 share a prompt, 3-4 another, 5 is alone
+    shuffled = [rows[i] for i in (3, 0, 5, 1, 4, 2)]
+    groups = micro_batches(shuffled, token_budget=3 * 19)
+    prompt = [_pkey(shuffled[i]) for g in groups for i in g]
+    assert prompt == sorted(prompt, key=prompt.index)  # each prompt's rows are contiguous
+    assert sorted(i for g in groups for i in g) == list(range(6))
+    for g in groups:
+        assert len(g) * max(len(shuffled[i]) for i in g) <= 3 * 19
+
+
+def _pkey(row: Row) -> tuple[int, ...]:
+    return tuple(row.token_ids[: row.loss_mask.index(1)])

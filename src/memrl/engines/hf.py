@@ -129,9 +129,11 @@ def _release_freed_memory() -> None:
     """Give the heap memory a finished batch freed back to the OS (glibc only; elsewhere nothing).
 
     The decode runs in a worker thread, so glibc serves its tensors from another
-    arena than the trainer's thread. Memory freed there stays mapped and the
-    update's activations come on top of it: peak RSS becomes the sum of both
-    phases instead of the larger one. ``malloc_trim`` returns the free pages.
+    arena than the trainer's thread. Memory freed in one arena stays mapped and
+    is not reused by the other, so the update's activations came on top of the
+    decode's freed cache and the decode's on top of the update's: peak RSS was
+    the sum of both phases instead of the larger one. ``malloc_trim`` (every
+    arena) runs before and after each batch and returns the free pages.
     """
     if not sys.platform.startswith("linux"):
         return
@@ -306,6 +308,7 @@ class HFEngine:
         A row whose future is done (its caller cancelled it) is dropped at the next step
         and reported with finish reason ``"abort"``.
         """
+        _release_freed_memory()  # what the trainer freed (an update's activations) is not held during the decode
         try:
             return self._decode(reqs, answer)
         finally:
@@ -352,9 +355,17 @@ class HFEngine:
         if active:
             keep = torch.tensor(active, device=device)
             input_ids, attention, positions = input_ids[keep], attention[keep], positions[keep]
-            out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                             past_key_values=cache, use_cache=True, logits_to_keep=1)
+            # a prompt sent several times (GRPO's n samples of it) is prefilled once, then its cache row repeated
+            first: dict[tuple[int, ...], int] = {}  # prompt -> its unique slot
+            copy_of = [first.setdefault(tuple(reqs[i].prompt), len(first)) for i in active]
+            unique = torch.tensor([copy_of.index(u) for u in range(len(first))], device=device)
+            out = self.model(input_ids=input_ids[unique], attention_mask=attention[unique],
+                             position_ids=positions[unique], past_key_values=cache, use_cache=True, logits_to_keep=1)
             logits = out.logits[:, -1, :]
+            if len(first) < len(active):
+                spread = torch.tensor(copy_of, device=device)
+                cache.batch_select_indices(spread)
+                logits = logits[spread]
             last_pos = positions[:, -1]
         while active:
             next_tokens = [self.pad_token_id] * len(active)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from memrl.rl.functional import entropy_from_logits
+from memrl.train.packing import SharedPrefixPack, shared_prefix_pack
 from memrl.types import Trajectory
 
 
@@ -54,20 +55,38 @@ def rows_from_trajectories(trajectories: Sequence[Trajectory]) -> list[Row]:
 def micro_batches(rows: Sequence[Row], token_budget: int) -> list[list[int]]:
     """Indices of ``rows`` grouped so that ``len(group) * max_len <= token_budget``.
 
-    A row longer than the budget gets a micro-batch of its own.
+    Rows that share a prompt are kept next to each other (groups ordered by
+    their longest row, rows within a group by length), so a micro-batch holds
+    whole groups where the budget allows and their prompt is computed once
+    (``memrl.train.packing``); padding stays limited to length differences
+    between neighbours. A row longer than the budget gets a micro-batch of its own.
     """
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+    prompt_of: dict[tuple[int, ...], int] = {}
+    group = [prompt_of.setdefault(_prompt_key(r), len(prompt_of)) for r in rows]
+    longest_of = [0] * len(prompt_of)
+    for i, r in enumerate(rows):
+        longest_of[group[i]] = max(longest_of[group[i]], len(r))
+    order = sorted(range(len(rows)), key=lambda i: (longest_of[group[i]], group[i], len(rows[i])))
     groups: list[list[int]] = []
     current: list[int] = []
+    longest = 0
     for i in order:
-        longest = len(rows[i])  # ascending order: the newest row is the longest
-        if current and (len(current) + 1) * longest > token_budget:
+        longest_if = max(longest, len(rows[i]))
+        if current and (len(current) + 1) * longest_if > token_budget:
             groups.append(current)
-            current = []
+            current, longest_if = [], len(rows[i])
         current.append(i)
+        longest = longest_if
     if current:
         groups.append(current)
     return groups
+
+
+def _prompt_key(row: Row) -> tuple[int, ...]:
+    """The tokens before the row's first generated one."""
+    mask = row.loss_mask
+    p = next((i for i, m in enumerate(mask) if m), len(mask))
+    return tuple(row.token_ids[:p])
 
 
 @dataclass
@@ -77,6 +96,7 @@ class Collated:
     targets: torch.Tensor  # [B, L-1] token t+1 predicted at position t
     loss_mask: torch.Tensor  # [B, L-1] float
     right_padded: bool = True  # every row's padding comes after its last token
+    pack: SharedPrefixPack | None = None  # rows sharing a prompt, packed (``memrl.train.packing``)
 
     def forward_mask(self) -> torch.Tensor | None:
         """The padding mask to give a causal LM, or None when the causal mask alone gives the same values.
@@ -101,7 +121,8 @@ def collate(rows: Sequence[Row], pad_id: int, device: torch.device) -> Collated:
         att[i, :n] = 1
         mask[i, :n] = torch.tensor(r.loss_mask, dtype=torch.float32)
     ids, att, mask = ids.to(device), att.to(device), mask.to(device)
-    return Collated(ids, att, ids[:, 1:], mask[:, 1:])
+    pack = shared_prefix_pack([r.token_ids for r in rows], [r.loss_mask for r in rows], device)
+    return Collated(ids, att, ids[:, 1:], mask[:, 1:], pack=pack)
 
 
 def token_logprobs(model: torch.nn.Module, batch: Collated, temperature: float = 1.0,

@@ -104,10 +104,19 @@ def response_logprobs(model: Any, batch: Any, temperature: float = 1.0, with_ent
     if parts is None:
         return None
     decoder, head = parts
-    hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.forward_mask(), use_cache=False)
-    hidden = hidden[0] if isinstance(hidden, tuple) else hidden.last_hidden_state
     where = batch.loss_mask > 0
-    picked = hidden[:, :-1][where]
+    pack = getattr(batch, "pack", None)
+    attn = getattr(getattr(decoder, "config", None), "_attn_implementation", None)
+    if pack is not None and attn in ("sdpa", "eager"):  # rows sharing a prompt: the prompt runs once
+        dtype = next(head.parameters()).dtype
+        hidden = decoder(input_ids=pack.input_ids, attention_mask=pack.attention_mask(attn, dtype),
+                         position_ids=pack.position_ids, use_cache=False)
+        hidden = hidden[0] if isinstance(hidden, tuple) else hidden.last_hidden_state
+        picked = hidden.reshape(-1, hidden.shape[-1])[pack.source]
+    else:
+        hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.forward_mask(), use_cache=False)
+        hidden = hidden[0] if isinstance(hidden, tuple) else hidden.last_hidden_state
+        picked = hidden[:, :-1][where]
     lp, en = head_logprobs(head, picked, batch.targets[where], temperature, with_entropy, chunk_elements)
     logp = torch.zeros(batch.targets.shape, dtype=torch.float32, device=lp.device).masked_scatter(where, lp)
     ent = torch.zeros_like(logp).masked_scatter(where, en) if with_entropy else None
