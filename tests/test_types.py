@@ -82,7 +82,8 @@ def test_packed_fields_read_like_lists():
     assert [type(v) for v in (c.token_ids[0], c.loss_mask[0], c.logprobs[50])] == [int, int, float]
     assert all(type(t) is int for t in c.token_ids) and all(type(v) is float for v in c.logprobs)
     assert c.token_ids + [1] == ids + [1] and [1] + c.loss_mask == [1] + mask
-    assert repr(c.token_ids) == repr(ids) and 8 in c.token_ids and 99 not in c.token_ids
+    assert repr(Conversation.from_prompt_response([1, 2], [3]).logprobs) == "[0.0, 0.0, 0.0]"
+    assert 8 in c.token_ids and 99 not in c.token_ids
     assert c.prompt_length == 50 and c.num_generated == 3 and c.generated_ids() == [7, 8, 9]
     assert torch.tensor(c.token_ids).tolist() == ids
     assert torch.tensor(c.logprobs, dtype=torch.float32).equal(torch.tensor(lps, dtype=torch.float32))
@@ -140,3 +141,26 @@ def test_a_long_episode_costs_a_few_bytes_per_token():
     assert held / tokens <= 6.0  # 4-byte ids + 1-byte mask + 8 bytes per generated log-prob
     assert sum(c.nbytes for c in convs) <= held
     assert as_lists / held >= 4
+
+
+def test_sparse_floats_slices_match_the_list():
+    values = [0.0] * 40 + [-0.5, -0.25] + [0.0] * 3 + [-1.0] * 5 + [0.0] * 30 + [-2.0]
+    s = SparseFloats(values)
+    cuts = [None, -100, -41, -1, 0, 1, 39, 40, 41, 45, 50, 80, 81, 200]
+    for a in cuts:
+        for b in cuts:
+            for step in (None, 1, 3, -1):
+                assert s[a:b:step] == values[a:b:step], (a, b, step)
+
+
+def test_a_long_sequence_prints_short():
+    ids = PackedInts("i", range(100_000))
+    text = repr(ids)
+    assert len(text) < 600 and text.startswith("[0, 1, 2,") and text.endswith("99998, 99999]")
+    assert "99936 more" in text and repr(PackedInts("i", [1, 2])) == "[1, 2]"
+    # asyncio.run prints the finished task (result included) when it restores SIGINT handling:
+    # an episode's repr must stay small however long its conversations are
+    async def episode() -> Trajectory:
+        return Trajectory(_episode_convs(turns=8, chunk=4096), 1.0, "s", "g")
+
+    assert len(repr(asyncio.run(episode()))) < 20_000

@@ -22,6 +22,7 @@ from itertools import chain, repeat
 from typing import Any, overload
 
 MIN_GAP = 16  # zero runs shorter than this, found when building from values, are stored as numbers
+REPR_ITEMS = 64  # longer sequences show this many values in their repr
 
 
 class _ListLike(Sequence):  # type: ignore[type-arg]
@@ -46,7 +47,16 @@ class _ListLike(Sequence):  # type: ignore[type-arg]
         return list(other) + self.tolist()
 
     def __repr__(self) -> str:
-        return repr(self.tolist())
+        # Short ones print as a list; a long one prints its ends and its length. A full repr of an
+        # episode's millions of tokens is never useful, and asyncio.run builds the repr of the
+        # returned Trajectory (through repr(task) when restoring the SIGINT handler), which cost
+        # a 3.5M-token episode hundreds of MiB for a string it then cuts to 30 characters.
+        n = len(self)
+        if n <= REPR_ITEMS:
+            return repr(self.tolist())
+        half = REPR_ITEMS // 2
+        head, tail = repr(self[:half])[:-1], repr(self[n - half:])[1:]
+        return f"{head}, ... {n - 2 * half} more ..., {tail}"
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickles (Ray, multiprocessing) as the values
         return (type(self)._from_pickle, (self.tolist(), *self._pickle_args()))
@@ -207,7 +217,7 @@ class SparseFloats(_ListLike):
     def __getitem__(self, i: slice) -> list[float]: ...
     def __getitem__(self, i: int | slice) -> float | list[float]:
         if isinstance(i, slice):
-            return self.tolist()[i]
+            return self._slice(i)
         n = i + self._len if i < 0 else i
         if not 0 <= n < self._len:
             raise IndexError("index out of range")
@@ -216,3 +226,21 @@ class SparseFloats(_ListLike):
             return self._runs[k][n - self._starts[k]]
         return 0.0
 
+    def _slice(self, i: slice) -> list[float]:
+        start, stop, step = i.indices(self._len)
+        if step != 1:
+            return self.tolist()[i]
+        out: list[float] = []
+        pos = start
+        for s, run in zip(self._starts, self._runs):  # only the runs the slice overlaps are read
+            if s >= stop:
+                break
+            if s + len(run) <= pos:
+                continue
+            out.extend(repeat(0.0, max(s - pos, 0)))
+            pos = max(pos, s)
+            end = min(s + len(run), stop)
+            out.extend(run[pos - s:end - s].tolist())
+            pos = end
+        out.extend(repeat(0.0, max(stop - pos, 0)))
+        return out
