@@ -206,18 +206,19 @@ class AsyncRollout:
         kept: list[Trajectory] = []
         staleness: Counter[int] = Counter()
         stale = 0
-        for g in taken:
-            for t in g.episodes:
-                lag = version - min((v for n, v in t.info.get("policy_versions", []) if n), default=version)
+        for g in taken:  # a group is kept or dropped whole: GRPO compares its episodes with each other
+            lags = [version - min((v for n, v in t.info.get("policy_versions", []) if n), default=version)
+                    for t in g.episodes]
+            for t, lag in zip(g.episodes, lags):
                 t.metrics["staleness"] = float(lag)
-                if lag > self.eta:
-                    stale += 1
-                    continue
-                staleness[lag] += 1
-                kept.append(t)
+            if max(lags) > self.eta:
+                stale += len(g.episodes)
+                continue
+            staleness.update(lags)
+            kept += g.episodes
         stats = {"dropped_groups": float(dropped), "gen_rounds": 1.0, "rollout_episodes": float(len(finished)),
                  "async/buffer_groups": float(depth), "async/dropped_stale": float(stale),
-                 "async/producer_idle": min(1.0, idle / span), "async/trainer_wait_s": time.perf_counter() - t0,
+                 "async/producer_idle": min(1.0, idle / span), "async/span_s": span, "async/trainer_wait_s": time.perf_counter() - t0,
                  "async/staleness_mean": (sum(k * c for k, c in staleness.items()) / max(1, sum(staleness.values())))}
         for lag in range(self.eta + 1):
             stats[f"async/staleness_{lag}"] = float(staleness.get(lag, 0))

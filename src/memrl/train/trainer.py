@@ -241,7 +241,8 @@ class Trainer:
             trajs, all_trajs, stats = self.rollout()
         t1 = time.perf_counter()
         metrics: dict[str, float] = {**stats, "failed_episodes": float(self.failed_episodes)}
-        metrics.update(rollout_metrics(all_trajs, t1 - t0))
+        # async: the episodes were generated over the whole span since the last step, not while waiting
+        metrics.update(rollout_metrics(all_trajs, stats.get("async/span_s", t1 - t0)))
         metrics["time/rollout"] = t1 - t0
         self.tally.dropped_groups = int(stats["dropped_groups"])
         self._count_too_long(all_trajs, metrics)
