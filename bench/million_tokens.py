@@ -14,7 +14,8 @@ For each N, every phase runs in its own subprocess so its peak resident memory i
 * eager (with ``--eager``): what reading used to cost, the file loaded whole and sample 0 encoded whole.
 
 The episode's Trajectory keeps every memory turn's prompt ids (training needs them), so its size grows
-with the context; the "kept ids" column shows how many.
+with the context: "kept ids" says how many, "kept MiB" what they take (packed: ~5 bytes a token);
+"RSS after" is the process once the episode has returned (the Trajectory still held).
 """
 
 from __future__ import annotations
@@ -109,6 +110,8 @@ def phase(name: str, args: argparse.Namespace, n: int, path: Path) -> dict[str, 
             out["tokens"] = traj.metrics["context_tokens"]
             out["chunks"] = traj.num_conversations - 1
             out["kept_ids"] = sum(len(c.token_ids) for c in traj.conversations)
+            out["kept_mib"] = sum(c.nbytes for c in traj.conversations) / 2**20
+            out["rss_after"] = rss_mib()
         else:  # eager: the whole file loaded, the context encoded whole
             from memrl.data import read_samples
             from memrl.workflows.common import encode_text
@@ -140,7 +143,7 @@ def main() -> None:
     print(f"tiny tokenizer, chunk {args.chunk}, memory {args.memory}, final {args.final}, greedy scripted engine; "
           f"{args.samples} questions per file, wiki pool with repeats; peak RSS per phase (own subprocess)")
     print(f"{'docs':>6} {'phase':>8} {'MB file':>8} {'tokens':>10} {'chunks':>7} {'seconds':>8} "
-          f"{'RSS before':>11} {'peak MiB':>9} {'kept ids':>10}")
+          f"{'RSS before':>11} {'peak MiB':>9} {'RSS after':>10} {'kept ids':>11} {'kept MiB':>9}")
     for n in (int(x) for x in args.docs.split(",")):
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"eval_{n}.json"
@@ -157,7 +160,8 @@ def main() -> None:
                 tokens = r.get("tokens", r.get("approx_tokens", 0))
                 label = f"{tokens:>10,.0f}" + ("~" if name == "synth" else "")
                 print(f"{n:>6} {name:>8} {mb:>8.1f} {label:>10} {r.get('chunks', 0):>7.0f} {r['seconds']:>8.2f} "
-                      f"{r['rss_before']:>11.0f} {r['peak']:>9.0f} {r.get('kept_ids', 0):>10,.0f}", flush=True)
+                      f"{r['rss_before']:>11.0f} {r['peak']:>9.0f} {r.get('rss_after', 0):>10.0f} "
+                      f"{r.get('kept_ids', 0):>11,.0f} {r.get('kept_mib', 0):>9.1f}", flush=True)
 
 
 if __name__ == "__main__":
