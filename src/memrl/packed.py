@@ -58,11 +58,6 @@ class _ListLike(Sequence):  # type: ignore[type-arg]
         head, tail = repr(self[:half])[:-1], repr(self[n - half:])[1:]
         return f"{head}, ... {n - 2 * half} more ..., {tail}"
 
-    def __reduce__(self) -> tuple[Any, ...]:  # pickles (Ray, multiprocessing) as the values
-        return (type(self)._from_pickle, (self.tolist(), *self._pickle_args()))
-
-    def _pickle_args(self) -> tuple[Any, ...]:
-        return ()
 
 
 class PackedInts(_ListLike):
@@ -74,12 +69,8 @@ class PackedInts(_ListLike):
         self._a = array(typecode)
         self.extend(values)
 
-    @classmethod
-    def _from_pickle(cls, values: list[int], typecode: str) -> PackedInts:
-        return cls(typecode, values)
-
-    def _pickle_args(self) -> tuple[Any, ...]:
-        return (self._a.typecode,)
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles (Ray, multiprocessing) as the packed array
+        return (PackedInts, (self._a.typecode, self._a))
 
     def extend(self, values: Iterable[int]) -> None:
         if isinstance(values, PackedInts):
@@ -166,9 +157,8 @@ class SparseFloats(_ListLike):
             i = j
         self.extend(vals[pending:])
 
-    @classmethod
-    def _from_pickle(cls, values: list[float]) -> SparseFloats:
-        return cls(values)
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles as its runs, not as a list of floats
+        return (_restore_sparse, (self._len, self._starts, self._runs))
 
     def extend_zeros(self, n: int) -> None:
         self._len += n
@@ -244,3 +234,9 @@ class SparseFloats(_ListLike):
             pos = end
         out.extend(repeat(0.0, max(stop - pos, 0)))
         return out
+
+
+def _restore_sparse(length: int, starts: list[int], runs: list[array]) -> SparseFloats:
+    out = SparseFloats()
+    out._len, out._starts, out._runs = length, list(starts), list(runs)
+    return out

@@ -122,3 +122,18 @@ def test_memagent_episode_from_disk_equals_in_memory(tok, files, max_chunks, mon
         tb = asyncio.run(memagent(eager, b, tok, cfg))
         assert [c[0] for c in a.calls] == [c[0] for c in b.calls]
         assert ta.metrics == tb.metrics and ta.info == tb.info
+
+
+def test_documents_are_counted_as_the_context_streams(tmp_path, monkeypatch):
+    from memrl.data.stream import count_in_pieces
+
+    text = context(40)
+    for size in (1, 3, 8, 9, 10, 100):
+        pieces = [text[i:i + size] for i in range(0, len(text), size)]
+        assert count_in_pieces(pieces, "Document ") == text.count("Document ") == 40
+    # a record without num_docs: counted from its streamed context, in blocks that split the word
+    monkeypatch.setattr("memrl.data.stream.BLOCK", 5)
+    path = tmp_path / "no_num_docs.jsonl"
+    path.write_text(json.dumps({"context": text, "input": "q?", "answers": ["Paris"], "index": 0}) + "\n")
+    (sample,) = read_samples_lazily(path)
+    assert isinstance(sample, LazySample) and sample.num_docs == 40 == next(iter(read_samples(path))).num_docs

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -171,8 +171,22 @@ def read_samples_lazily(path: str | Path) -> Iterator[LongContextSample]:
             head = parse_sample(rec, p, span.row)
             sample = LazySample(head, p, (cs, ce))
             if "num_docs" not in rec and "num_docs" not in (rec.get("extra_info") or {}):
-                sample.num_docs = sample.context.count("Document ")
+                sample.num_docs = count_in_pieces(sample.context_pieces(), "Document ")
             yield sample
+
+
+def count_in_pieces(pieces: Iterable[str], needle: str) -> int:
+    """``"".join(pieces).count(needle)`` without joining: a long context is counted as it streams.
+
+    For a needle that cannot overlap itself (no prefix of it is also its suffix), as ``"Document "``.
+    """
+    count, tail = 0, ""
+    for piece in pieces:
+        text = tail + piece
+        count += text.count(needle)
+        # the last len(needle)-1 characters cannot hold a whole match, so none is counted twice
+        tail = text[-(len(needle) - 1):] if len(needle) > 1 else ""
+    return count
 
 
 def _loads(raw: bytes, path: Path, row: int) -> dict[str, Any]:
