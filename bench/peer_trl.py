@@ -13,12 +13,16 @@ tied, to show where the logits' memory goes) and one prompt set are built once.
 Both trainers then run the same step: 8 prompts x 8 completions, 64 new tokens
 at temperature 1 (stop at EOS), the same reward function on the decoded text,
 no KL term, one PPO epoch over one mini-batch in 4 micro-batches, float32 on
-the CPU, the same learning rate and grad-norm clip.
+the CPU, the same learning rate and grad-norm clip, gradient checkpointing off
+on both sides (``--checkpointing``: on on both; TRL's GRPOConfig turns it on
+by default, which trades its update time for memory).
 
 Each framework runs in a subprocess of its own (so its peak RSS is its own),
 interleaved memrl/TRL/memrl/TRL over ``--rounds`` rounds; the first step of
 each subprocess is a warm-up and is not counted. Printed: median s/step, the
-rollout/update split, generated tokens/s, peak RSS, and TRL/memrl ratios.
+rollout/update split, generated tokens/s, peak RSS, and TRL/memrl ratios. CPU s/step
+(the process's CPU time, every thread) is steadier than wall time when other
+jobs share the machine.
 On a shared machine the numbers are indicative only.
 """
 
@@ -101,7 +105,8 @@ def memrl_trainer(a: argparse.Namespace) -> Any:
         "sampling": {"temperature": 1.0},
         "trainer": {"lr": a.lr, "total_steps": a.steps + 1, "prompts_per_step": a.prompts_per_step,
                     "mini_batches": 1, "micro_batch_tokens": rows_per_micro * row_tokens, "grad_clip": 1.0,
-                    "save_every": 10_000, "output_dir": str(a.workdir / "memrl_run"), "seed": 0},
+                    "save_every": 10_000, "output_dir": str(a.workdir / "memrl_run"), "seed": 0,
+                    "gradient_checkpointing": a.checkpointing},
         "engine": {"kind": "hf", "device": "cpu", "max_batch_size": a.prompts_per_step * a.group},
     })
     trainer = Trainer(cfg)
@@ -129,11 +134,11 @@ def run_memrl(a: argparse.Namespace) -> list[dict[str, float]]:
     steps = []
     for _ in range(a.steps + 1):
         trainer.step += 1
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         m = trainer.train_step()
-        total = time.perf_counter() - t0
+        total, cpu = time.perf_counter() - t0, time.process_time() - c0
         gen = m["tokens_per_s"] * m["time/rollout"]
-        steps.append({"step_s": total, "rollout_s": m["time/rollout"],
+        steps.append({"step_s": total, "cpu_s": cpu, "rollout_s": m["time/rollout"],
                       "update_s": m["time/logprob"] + m["time/update"], "gen_tokens": gen,
                       "tokens_per_s": m["tokens_per_s"], "reward": m.get("reward", 0.0)})
     trainer.tracker.close()
@@ -163,7 +168,8 @@ def run_trl(a: argparse.Namespace) -> list[dict[str, float]]:
               "max_grad_norm": 1.0, "lr_scheduler_type": "constant", "warmup_steps": 0, "warmup_ratio": 0.0,
               "max_steps": a.steps + 1, "logging_steps": 1, "save_strategy": "no", "report_to": "none",
               "use_cpu": True, "bf16": False, "fp16": False, "seed": 0, "loss_type": "dapo",
-              "dataloader_num_workers": 0, "log_completions": False, "disable_tqdm": True}
+              "dataloader_num_workers": 0, "log_completions": False, "disable_tqdm": True,
+              "gradient_checkpointing": a.checkpointing}  # TRL's GRPOConfig turns it on unless told
     names = {f.name for f in dataclasses.fields(GRPOConfig)}
     args = GRPOConfig(**{k: v for k, v in wanted.items() if k in names})
 
@@ -187,12 +193,13 @@ def run_trl(a: argparse.Namespace) -> list[dict[str, float]]:
 
     class Clock(TrainerCallback):
         def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
-            record.update(t0=time.perf_counter(), rollout_s=0.0, gen_tokens=0.0)
+            record.update(t0=time.perf_counter(), c0=time.process_time(), rollout_s=0.0, gen_tokens=0.0)
 
         def on_step_end(self, *args: Any, **kwargs: Any) -> None:
             total = time.perf_counter() - record["t0"]
             roll = record["rollout_s"]
-            steps.append({"step_s": total, "rollout_s": roll, "update_s": total - roll,
+            steps.append({"step_s": total, "cpu_s": time.process_time() - record["c0"], "rollout_s": roll,
+                          "update_s": total - roll,
                           "gen_tokens": record["gen_tokens"], "tokens_per_s": record["gen_tokens"] / max(roll, 1e-9)})
 
     trainer.add_callback(Clock())
@@ -208,7 +215,8 @@ def child(a: argparse.Namespace) -> None:
 
 def summarise(name: str, runs: list[dict[str, Any]]) -> dict[str, float]:
     steps = [s for r in runs for s in r["steps"][1:]]  # the first step of every subprocess is a warm-up
-    med = {k: statistics.median(s[k] for s in steps) for k in ("step_s", "rollout_s", "update_s", "tokens_per_s")}
+    med = {k: statistics.median(s[k] for s in steps) for k in ("step_s", "cpu_s", "rollout_s", "update_s",
+                                                                 "tokens_per_s")}
     med["peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
     med["steps"] = float(len(steps))
     return med
@@ -225,6 +233,8 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--micro-batches", type=int, default=4)
     p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--checkpointing", action="store_true",
+                   help="gradient checkpointing on both sides (default: off on both; TRL's own default is on)")
     p.add_argument("--only", choices=("memrl", "trl"), default=None, help="run one side only")
     p.add_argument("--child", choices=("memrl", "trl"), help=argparse.SUPPRESS)
     p.add_argument("--model", type=Path, help=argparse.SUPPRESS)
@@ -252,20 +262,24 @@ def main() -> None:
                        "--prompts-per-step", str(a.prompts_per_step), "--group", str(a.group),
                        "--prompt-tokens", str(a.prompt_tokens), "--new-tokens", str(a.new_tokens),
                        "--micro-batches", str(a.micro_batches), "--lr", str(a.lr)]
+                cmd += ["--checkpointing"] if a.checkpointing else []
                 t0 = time.perf_counter()
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode != 0:
                     sys.exit(f"{side} round {r} failed:\n{proc.stderr[-4000:]}")
                 runs[side].append(json.loads(result.read_text()))
-                print(f"round {r + 1}/{a.rounds} {side}: {time.perf_counter() - t0:.1f} s", flush=True)
+                walls = " ".join(f"{s['step_s']:.2f}" for s in runs[side][-1]["steps"][1:])
+                print(f"round {r + 1}/{a.rounds} {side}: {time.perf_counter() - t0:.1f} s; timed steps {walls} s",
+                      flush=True)
         import torch
 
         print(f"\nmodel: Qwen2 hidden {cfg['hidden_size']} x {cfg['num_hidden_layers']} layers, vocab "
               f"{cfg['vocab_size']}; {a.prompts_per_step} prompts x {a.group} completions, {a.prompt_tokens}-token "
               f"prompts, {a.new_tokens} new tokens, {a.micro_batches} micro-batches, float32, torch "
-              f"{torch.__version__}, {torch.get_num_threads()} threads")
+              f"{torch.__version__}, {torch.get_num_threads()} threads, gradient checkpointing "
+              f"{'on' if a.checkpointing else 'off'} on both sides")
         summary = {side: summarise(side, rs) for side, rs in runs.items()}
-        keys = (("step_s", "s/step"), ("rollout_s", "rollout s"), ("update_s", "update s"),
+        keys = (("step_s", "s/step"), ("cpu_s", "CPU s/step"), ("rollout_s", "rollout s"), ("update_s", "update s"),
                 ("tokens_per_s", "gen tokens/s"), ("peak_rss_mib", "peak RSS MiB"))
         print(f"{'':16}" + "".join(f"{s:>12}" for s in sides) + ("   TRL/memrl" if len(sides) == 2 else ""))
         for key, label in keys:

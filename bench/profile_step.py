@@ -74,7 +74,8 @@ def main() -> None:
         work = Path(tmp)
         model_dir, data = peer_trl.build(work, a.vocab, 64, 200)
         ns = argparse.Namespace(model=model_dir, data=data, workdir=work, steps=a.steps, prompts_per_step=8, group=8,
-                                prompt_tokens=200, new_tokens=64, micro_batches=4, lr=1e-5)
+                                prompt_tokens=200, new_tokens=64, micro_batches=4, lr=1e-5,
+                                checkpointing=False)
         report("model built and saved")
         trainer = peer_trl.memrl_trainer(ns)
         report("trainer built")
