@@ -109,6 +109,9 @@ def test_assigning_lists_packs_them_and_checks_them():
     c.token_ids, c.loss_mask, c.logprobs = [1, 2], [0, 1], [0.0, -0.5]
     assert isinstance(c.token_ids, PackedInts) and isinstance(c.logprobs, SparseFloats)
     assert c.generated_ids() == [2] and c.logprobs == [0.0, -0.5]
+    c.loss_mask = c.token_ids[:0] + [1, 1]
+    c.token_ids = c.loss_mask  # another packed type: converted, not shared
+    assert c.token_ids == [1, 1] and c.token_ids is not c.loss_mask and c.generated_ids() == [1, 1]
     with pytest.raises(ValueError, match="loss_mask values must be 0 or 1, got 300"):
         Conversation(token_ids=[1], loss_mask=[300], logprobs=[0.0])
     with pytest.raises(OverflowError):

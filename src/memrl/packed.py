@@ -74,8 +74,10 @@ class PackedInts(_ListLike):
 
     def extend(self, values: Iterable[int]) -> None:
         if isinstance(values, PackedInts):
-            self._a.extend(values._a)
-        elif isinstance(values, (list, tuple, array)):
+            values = values._a
+        if isinstance(values, array) and values.typecode == self._a.typecode:
+            self._a.extend(values)
+        elif isinstance(values, (list, tuple)):
             self._a.extend(values)
         else:
             self._a.extend(int(v) for v in values)
