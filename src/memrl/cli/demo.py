@@ -11,22 +11,45 @@ from memrl.cli.errors import user_errors
 
 @user_errors
 def demo(
-    out: Path = typer.Option(Path("runs/demo"), "--out", help="Output folder; an interrupted demo resumes."),
+    task: str = typer.Option("needle", "--task", help="needle: MemAgent on a long-context needle task; tools: a "
+                             "tool agent on the built-in library help desk (tau2-bench rules)."),
+    out: Path = typer.Option(None, "--out", help="Output folder; an interrupted demo resumes "
+                             "(default runs/demo, or runs/demo_tools for --task tools)."),
     steps: int = typer.Option(30, "--steps", min=1, help="GRPO steps."),
+    reward: str = typer.Option("tau2", "--reward", help="--task tools: train on tau2 (tau2-bench's reward) or "
+                               "progress (fraction of checks passed; not a tau2-bench number). Held-out success "
+                               "is always tau2-bench's."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seeds data, model init, warm start and RL; the same seed "
                              "prints the same numbers on every run on a given machine."),
     fresh: bool = typer.Option(False, "--fresh", help="Delete the demo's earlier outputs in --out first (only what "
                                "the demo wrote; refuses if the folder holds anything else)."),
 ) -> None:
-    """Tiny model, SFT warm start, then MemAgent GRPO on a long-context needle task; CPU, no download.
+    """Tiny model, SFT warm start, then GRPO on a CPU, no download.
 
-    Prints held-out accuracy (documents ~3x longer than any training document) before and after RL
-    and writes the reward curve to OUT/rl/curves.png.
+    --task needle (default): MemAgent on a long-context needle task; prints held-out accuracy (documents
+    ~3x longer than any training document) before and after RL. --task tools: a tool agent on library
+    help-desk tickets; prints held-out test-ticket success (tau2-bench reward), tool-call validity and
+    turns per episode before and after RL. Both write the reward curve to OUT/rl/curves.png.
     """
     from memrl.data.outdir import check_writable_dir, clear_outputs
+
+    if task not in ("needle", "tools"):
+        raise typer.BadParameter(f"--task must be needle or tools, not {task!r}", param_hint="--task")
+    if reward not in ("tau2", "progress"):
+        raise typer.BadParameter(f"--reward must be tau2 or progress, not {reward!r}", param_hint="--reward")
+    if task == "needle" and reward != "tau2":
+        raise typer.BadParameter("--reward applies to --task tools only", param_hint="--reward")
+    out = out or Path("runs/demo" if task == "needle" else "runs/demo_tools")
+    check_writable_dir(out)
+    if task == "tools":
+        from memrl.demo.tools_run import run_tools_demo
+
+        if fresh:
+            clear_outputs(out, "--fresh")
+        run_tools_demo(out, rl_steps=steps, seed=seed, reward=reward)
+        return
     from memrl.demo.run import LEGACY_DEMO, run_demo
 
-    check_writable_dir(out)
     if fresh:
         clear_outputs(out, "--fresh", legacy=LEGACY_DEMO)
     run_demo(out, rl_steps=steps, seed=seed)
