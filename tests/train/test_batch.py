@@ -150,3 +150,15 @@ def test_micro_batches_keep_rows_of_one_prompt_together():
 
 def _pkey(row: Row) -> tuple[int, ...]:
     return tuple(row.token_ids[: row.loss_mask.index(1)])
+
+
+def test_packing_is_skipped_when_its_mask_would_be_too_large():
+    from memrl.train.packing import shared_prefix_pack
+
+    rows = _group_rows(50)
+    ids, masks = [r.token_ids for r in rows], [r.loss_mask for r in rows]
+    pack = shared_prefix_pack(ids, masks, torch.device("cpu"))
+    assert pack is not None
+    groups, width = pack.input_ids.shape
+    assert shared_prefix_pack(ids, masks, torch.device("cpu"), max_mask_elements=groups * width * width) is not None
+    assert shared_prefix_pack(ids, masks, torch.device("cpu"), max_mask_elements=groups * width * width - 1) is None

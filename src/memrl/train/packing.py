@@ -25,6 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
+#: largest block mask (groups x packed length^2) worth building; past it the padded batch runs instead
+#: (attention kernels take a dense mask: its size and the attention work grow with the square of the packed length)
+MAX_MASK_ELEMENTS = 1 << 26
+
 
 @dataclass
 class SharedPrefixPack:
@@ -52,8 +56,9 @@ def _prompt_length(mask: Sequence[int]) -> int:
 
 
 def shared_prefix_pack(token_ids: Sequence[Sequence[int]], loss_masks: Sequence[Sequence[int]],
-                       device: torch.device) -> SharedPrefixPack | None:
-    """The packed layout of rows (token ids and loss masks), or None when no two rows share a prompt.
+                       device: torch.device, max_mask_elements: int = MAX_MASK_ELEMENTS) -> SharedPrefixPack | None:
+    """The packed layout of rows (token ids and loss masks), or None when no two rows share a prompt
+    or the block mask would hold more than ``max_mask_elements``.
 
     ``source`` lists, row by row and position by position, the packed place of
     the hidden state at position t of a row for every t whose next token is
@@ -82,6 +87,8 @@ def shared_prefix_pack(token_ids: Sequence[Sequence[int]], loss_masks: Sequence[
         layouts.append((ids, pos, owner))
     width = max(len(lay[0]) for lay in layouts)
     n_groups = len(layouts)
+    if n_groups * width * width > max_mask_elements:
+        return None
     input_ids = torch.zeros((n_groups, width), dtype=torch.long)
     position_ids = torch.zeros((n_groups, width), dtype=torch.long)
     owners = torch.full((n_groups, width), -2, dtype=torch.long)  # -2: padding
