@@ -28,7 +28,7 @@ from pathlib import Path
 from rich.console import Console
 
 
-def run_one(work: Path, steps: int, staleness: int | None, replicas: int, seed: int) -> dict:
+def run_one(work: Path, steps: int, staleness: int | None, replicas: int, seed: int, off_policy: str) -> dict:
     from memrl.demo.run import DemoScale, rl_config, warm_start
     from memrl.train.trainer import Trainer
 
@@ -39,6 +39,8 @@ def run_one(work: Path, steps: int, staleness: int | None, replicas: int, seed: 
     cfg = rl_config(work / "bench", sft_dir, paths, steps, seed, scale, staleness)
     raw = cfg.model_dump(mode="json")
     raw["trainer"].update(output_dir=str(work / "bench" / name), eval_every=0, save_every=10_000, rollouts_every=0)
+    if staleness is not None:
+        raw["algorithm"]["off_policy"] = off_policy
     if replicas:
         raw["cluster"] = {"rollout_replicas": replicas, "replica_cpus": 1}
     from memrl.config import MemRLConfig
@@ -77,15 +79,17 @@ def main() -> None:
     p.add_argument("--staleness", type=int, nargs="+", default=[1, 2])
     p.add_argument("--replicas", type=int, nargs="+", default=[0, 2], help="0: the in-process engine")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--off-policy", default="decoupled", choices=["none", "decoupled", "tis"],
+                   help="algorithm.off_policy of the asynchronous runs")
     args = p.parse_args()
     results = []
     for replicas in args.replicas:
         for eta in [None, *args.staleness]:
-            res = run_one(args.work, args.steps, eta, replicas, args.seed)
+            res = run_one(args.work, args.steps, eta, replicas, args.seed, args.off_policy)
             results.append(res)
             print(json.dumps(res), file=sys.stderr, flush=True)
     print(f"\n{args.steps} steps x 8 prompts x 8 MemAgent episodes each; trained tokens = generated tokens of "
-          "the episodes trained on\n")
+          f"the episodes trained on; async runs with algorithm.off_policy={args.off_policy}\n")
     print("| run | engine | wall s | trained tok/s | vs sync | waiting for rollouts s | update s | sync s | "
           "staleness 0/1/2 (episodes) | producer idle |")
     print("|---|---|---|---|---|---|---|---|---|---|")
