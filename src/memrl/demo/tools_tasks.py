@@ -83,9 +83,21 @@ def _renewable(loan: dict[str, Any], db: dict[str, Any]) -> bool:
             and not db["books"][loan["book_id"]]["holds"])
 
 
-def plans(db: dict[str, Any]) -> list[TaskPlan]:
-    """Every ticket the database allows, in a fixed order (kind, then ids, then phrasing)."""
+# The demo's cast: six members who may borrow (three owe small fines, five hold a renewable loan) and
+# the first five books on the shelf. A tiny model learns to copy one of a handful of ids within a
+# warm start of a few minutes; test tickets are other combinations and phrasings of the same ids.
+DEMO_MEMBERS = ("M002", "M003", "M006", "M007", "M011", "M014")
+DEMO_BOOKS = 5
+
+
+def plans(db: dict[str, Any], members_only: tuple[str, ...] | None = None,
+          books_only: int | None = None) -> list[TaskPlan]:
+    """Every ticket the database allows (for ``members_only`` and the first ``books_only`` available
+    books, when given), in a fixed order (kind, then ids, then phrasing)."""
     rules, members, books, loans = db["rules"], db["members"], db["books"], db["loans"]
+    if members_only is not None:
+        members = {k: v for k, v in members.items() if k in members_only}
+        loans = {k: v for k, v in loans.items() if v["member_id"] in members_only}
     out: list[TaskPlan] = []
 
     def add(kind: str, key: str, calls: list[tuple[str, dict[str, Any]]], say: list[str] | None = None,
@@ -102,7 +114,7 @@ def plans(db: dict[str, Any]) -> list[TaskPlan]:
             add("renew", ln["loan_id"], [("renew_loan", {"loan_id": ln["loan_id"]})],
                 m=ln["member_id"], l=ln["loan_id"])
     lenders = [m for m in members.values() if _can_borrow(m, rules)]
-    shelf = [b for b in books.values() if b["available_copies"] > 0]
+    shelf = [b for b in books.values() if b["available_copies"] > 0][:books_only]
     for m in lenders:
         for b in shelf:
             args = {"member_id": m["member_id"], "book_id": b["book_id"]}
@@ -118,7 +130,7 @@ def plans(db: dict[str, Any]) -> list[TaskPlan]:
                 m=m["member_id"], title=b["title"], author=b["author"])
     for ln in active:
         m = members[ln["member_id"]]
-        if sum(loans[x]["title"] == ln["title"] for x in m["loans"]) != 1:
+        if sum(db["loans"][x]["title"] == ln["title"] for x in m["loans"]) != 1:
             continue  # the title must name one loan of the member
         add("email", ln["loan_id"], [("find_member_by_email", {"email": m["email"]}),
                                      ("get_member_details", {"member_id": m["member_id"]}),
@@ -148,13 +160,14 @@ def split(all_plans: list[TaskPlan], seed: int, test_per_kind: int,
     return train, test
 
 
-def write_domain(folder: Path, seed: int, test_per_kind: int = 8,
-                 train_per_kind: int = 24) -> tuple[list[TaskPlan], list[TaskPlan]]:
+def write_domain(folder: Path, seed: int, test_per_kind: int = 8, train_per_kind: int = 24,
+                 members_only: tuple[str, ...] | None = DEMO_MEMBERS,
+                 books_only: int | None = DEMO_BOOKS) -> tuple[list[TaskPlan], list[TaskPlan]]:
     """Write ``folder/library`` (the bundled database and policy, generated tasks and a train/test split)
     for ``env.data_dir=folder``; returns the (train, test) plans."""
     src = library_files()
     db = json.loads((src / "db.json").read_text())
-    train, test = split(plans(db), seed, test_per_kind, train_per_kind)
+    train, test = split(plans(db, members_only, books_only), seed, test_per_kind, train_per_kind)
     dest = folder / "library"
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("db.json", "policy.md"):
