@@ -1,14 +1,13 @@
 """workflow.answer_format and workflow.reward=memagent_strict inside real workflows, and trainer.eval_n."""
 
 import asyncio
-import types
 
 import pytest
 
 from memrl.config import MemRLConfig, WorkflowConfig
 from memrl.data import LongContextSample
 from memrl.testing import ScriptedEngine
-from memrl.train.trainer import Trainer
+from memrl.train.rollout import evaluate_samples
 from memrl.types import Trajectory
 from memrl.workflows.common import encode_text
 from memrl.workflows.full_context import full_context
@@ -53,12 +52,10 @@ def test_trainer_eval_n_averages_n_sampled_episodes():
         return Trajectory([], reward, str(sample.index), str(sample.index))
 
     cfg = MemRLConfig.model_validate({"trainer": {"eval_n": 4, "eval_temperature": 1.0, "eval_top_p": 0.7}})
-    fake = types.SimpleNamespace(cfg=cfg, workflow=wf, engine=None, tokenizer=None,
-                                 eval_samples=[_sample(), _sample()])
-    assert asyncio.run(Trainer._evaluate(fake)) == 25.0  # 2 of 8 episodes
+    samples = [_sample(), _sample()]
+    assert asyncio.run(evaluate_samples(cfg, wf, samples, None, None)) == 25.0  # 2 of 8 episodes
     assert len(seen) == 8 and all((p.temperature, p.top_p, p.is_greedy) == (1.0, 0.7, False) for p in seen)
 
     seen.clear()
-    fake.cfg = MemRLConfig()  # default: one greedy episode per question
-    asyncio.run(Trainer._evaluate(fake))
+    asyncio.run(evaluate_samples(MemRLConfig(), wf, samples, None, None))  # default: one greedy episode each
     assert len(seen) == 2 and all(p.is_greedy for p in seen)
