@@ -40,3 +40,17 @@ def test_fresh_refuses_a_folder_with_user_files(tmp_path):
     assert r.exit_code == 2
     assert r.output.strip().startswith(f"error: --fresh: refusing to delete the contents of {tmp_path}: it holds")
     assert (tmp_path / "thesis.tex").read_text() == "mine" and (tmp_path / "rl").is_dir()
+
+
+def test_async_demo_reuses_the_warm_start_and_trains_asynchronously(tmp_path):
+    run_demo(tmp_path, rl_steps=2, seed=3, scale=SMALL)
+    sft = (tmp_path / "sft_model" / "model.safetensors").read_bytes()
+    summary = run_demo(tmp_path, rl_steps=2, seed=3, scale=SMALL, asynchronous=True, max_staleness=1)
+    assert (tmp_path / "sft_model" / "model.safetensors").read_bytes() == sft  # the same warm start, reused
+    assert summary["mode"] == "async" and summary["max_staleness"] == 1
+    assert json.loads((tmp_path / "summary_async.json").read_text()) == summary
+    assert json.loads((tmp_path / "summary.json").read_text())["mode"] == "sync"  # the sync run is kept
+    rows = [json.loads(x) for x in (tmp_path / "rl_async" / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if "train_rows" in r]
+    assert len(trained) == 2 and all(r["train_rows"] > 0 and "async/staleness_1" in r for r in trained)
+    assert (tmp_path / "rl_async" / "curves.png").is_file()

@@ -21,6 +21,11 @@ def demo(
                                "is always tau2-bench's."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seeds data, model init, warm start and RL; the same seed "
                              "prints the same numbers on every run on a given machine."),
+    asynchronous: bool = typer.Option(False, "--async", help="--task needle: run the GRPO stage with "
+                                      "trainer.mode=async (rollouts continue during updates) into OUT/rl_async; "
+                                      "its numbers can vary a little between runs (timing decides which "
+                                      "episodes finish first)."),
+    max_staleness: int = typer.Option(1, "--max-staleness", min=0, help="With --async: trainer.max_staleness."),
     fresh: bool = typer.Option(False, "--fresh", help="Delete the demo's earlier outputs in --out first (only what "
                                "the demo wrote; refuses if the folder holds anything else)."),
 ) -> None:
@@ -37,6 +42,8 @@ def demo(
         raise typer.BadParameter(f"--task must be needle or tools, not {task!r}", param_hint="--task")
     if reward not in ("tau2", "progress"):
         raise typer.BadParameter(f"--reward must be tau2 or progress, not {reward!r}", param_hint="--reward")
+    if asynchronous and task != "needle":
+        raise typer.BadParameter("--async applies to --task needle only", param_hint="--async")
     if task == "needle" and reward != "tau2":
         raise typer.BadParameter("--reward applies to --task tools only", param_hint="--reward")
     out = out or Path("runs/demo" if task == "needle" else "runs/demo_tools")
@@ -52,4 +59,4 @@ def demo(
 
     if fresh:
         clear_outputs(out, "--fresh", legacy=LEGACY_DEMO)
-    run_demo(out, rl_steps=steps, seed=seed)
+    run_demo(out, rl_steps=steps, seed=seed, asynchronous=asynchronous, max_staleness=max_staleness)
