@@ -62,19 +62,9 @@ def rollout_paths(path: str | Path) -> list[Path]:
 
 def read_rollouts(path: str | Path) -> list[Trajectory]:
     """Every episode the rollout files under ``path`` hold (see :func:`rollout_paths`)."""
-    from memrl.data.errors import DataError
+    from memrl.train.sft import read_trajectories
 
-    out: list[Trajectory] = []
-    for file in rollout_paths(path):
-        with open(file, encoding="utf-8") as fh:
-            for row, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    out.append(Trajectory.from_dict(json.loads(line)))
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise DataError(file, row, None, f"not a trajectory record: {exc}") from None
-    return out
+    return [t for file in rollout_paths(path) for t in read_trajectories(file)]
 
 
 def read_record(out: Path, name: str) -> dict[str, Any] | None:
