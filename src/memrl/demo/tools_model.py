@@ -58,21 +58,11 @@ def build_model(out: Path, corpus: Iterable[str], db: dict[str, Any], seed: int,
     Llama, not Qwen2 as elsewhere in memrl's tiny models: ``AutoTokenizer`` (transformers 5) loads a
     qwen2 folder's tokenizer as ``Qwen2Tokenizer``, which replaces the pre-tokenizer with Qwen's own,
     and this tokenizer's cut-outs would be lost; for llama it keeps ``tokenizer.json`` as written."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from memrl.models.tiny import save_random_model
 
     tok = build_tokenizer(corpus, db, vocab_size)
     s = MODEL_SHAPE
-    config = LlamaConfig(vocab_size=len(tok), hidden_size=s["hidden_size"], intermediate_size=s["intermediate_size"],
-                         num_hidden_layers=s["num_layers"], num_attention_heads=s["num_heads"],
-                         num_key_value_heads=s["num_kv_heads"], max_position_embeddings=4096,
-                         rope_theta=10_000.0, tie_word_embeddings=True, bos_token_id=None,
-                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return save_random_model(out, tok, architecture="llama", hidden_size=s["hidden_size"],
+                             num_layers=s["num_layers"], num_heads=s["num_heads"], num_kv_heads=s["num_kv_heads"],
+                             intermediate_size=s["intermediate_size"], max_position_embeddings=4096,
+                             rope_theta=10_000.0, seed=seed)

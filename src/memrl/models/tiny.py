@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 
@@ -84,12 +85,24 @@ def build_tiny_model(
     downloaded model, so every code path (engines, trainer, export) is
     exercised for real. Initialisation is deterministic in ``seed``.
     """
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    out = Path(out_dir)
     tok = build_hf_tokenizer(corpus, vocab_size)
-    config = Qwen2Config(
+    return save_random_model(out_dir, tok, hidden_size=hidden_size, num_layers=num_layers, num_heads=num_heads,
+                             num_kv_heads=num_kv_heads, intermediate_size=intermediate_size,
+                             max_position_embeddings=max_position_embeddings, seed=seed)
+
+
+def save_random_model(out_dir: str | Path, tok: Any, *, architecture: str = "qwen2", hidden_size: int,
+                      num_layers: int, num_heads: int, num_kv_heads: int, intermediate_size: int,
+                      max_position_embeddings: int, rope_theta: float = 1_000_000.0, seed: int = 0) -> Path:
+    """Save a randomly initialised ``architecture`` (qwen2 or llama) model sized for ``tok`` and the
+    tokenizer itself as an HF folder (deterministic in ``seed``; tied embeddings, no BOS)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    config_cls, model_cls = {"qwen2": (Qwen2Config, Qwen2ForCausalLM),
+                             "llama": (LlamaConfig, LlamaForCausalLM)}[architecture]
+    out = Path(out_dir)
+    config = config_cls(
         vocab_size=len(tok),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -97,14 +110,14 @@ def build_tiny_model(
         num_attention_heads=num_heads,
         num_key_value_heads=num_kv_heads,
         max_position_embeddings=max_position_embeddings,
-        rope_theta=1_000_000.0,
+        rope_theta=rope_theta,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
+    model = model_cls(config)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
     out.mkdir(parents=True, exist_ok=True)
