@@ -15,7 +15,7 @@ def demo(
                              "tool agent on the built-in library help desk (tau2-bench rules)."),
     out: Path = typer.Option(None, "--out", help="Output folder; an interrupted demo resumes "
                              "(default runs/demo, or runs/demo_tools for --task tools)."),
-    steps: int = typer.Option(30, "--steps", min=1, help="GRPO steps."),
+    steps: int = typer.Option(None, "--steps", min=1, help="GRPO steps (default 30 for needle, 60 for tools)."),
     reward: str = typer.Option("tau2", "--reward", help="--task tools: train on tau2 (tau2-bench's reward) or "
                                "progress (fraction of checks passed; not a tau2-bench number). Held-out success "
                                "is always tau2-bench's."),
@@ -53,10 +53,10 @@ def demo(
 
         if fresh:
             clear_outputs(out, "--fresh")
-        run_tools_demo(out, rl_steps=steps, seed=seed, reward=reward)
+        run_tools_demo(out, rl_steps=steps or 60, seed=seed, reward=reward)
         return
     from memrl.demo.run import LEGACY_DEMO, run_demo
 
     if fresh:
         clear_outputs(out, "--fresh", legacy=LEGACY_DEMO)
-    run_demo(out, rl_steps=steps, seed=seed, asynchronous=asynchronous, max_staleness=max_staleness)
+    run_demo(out, rl_steps=steps or 30, seed=seed, asynchronous=asynchronous, max_staleness=max_staleness)
