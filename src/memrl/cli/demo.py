@@ -48,15 +48,16 @@ def demo(
         raise typer.BadParameter("--reward applies to --task tools only", param_hint="--reward")
     out = out or Path("runs/demo" if task == "needle" else "runs/demo_tools")
     check_writable_dir(out)
+    steps_given = {} if steps is None else {"rl_steps": steps}  # else each demo's own default
     if task == "tools":
         from memrl.demo.tools_run import run_tools_demo
 
         if fresh:
             clear_outputs(out, "--fresh")
-        run_tools_demo(out, rl_steps=steps or 60, seed=seed, reward=reward)
+        run_tools_demo(out, seed=seed, reward=reward, **steps_given)
         return
     from memrl.demo.run import LEGACY_DEMO, run_demo
 
     if fresh:
         clear_outputs(out, "--fresh", legacy=LEGACY_DEMO)
-    run_demo(out, rl_steps=steps or 30, seed=seed, asynchronous=asynchronous, max_staleness=max_staleness)
+    run_demo(out, seed=seed, asynchronous=asynchronous, max_staleness=max_staleness, **steps_given)
