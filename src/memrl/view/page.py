@@ -26,14 +26,15 @@ def embed_json(payload: Any) -> str:
     return text.replace("<", "\\u003c").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-def _clean(value: Any) -> Any:
-    """NaN and infinities (a diverged run logs them) as null: JSON has no spelling for them."""
+def json_safe(value: Any) -> Any:
+    """NaN and infinities (a diverged run logs them, a reward plug-in may return them) as null:
+    JSON has no spelling for them, and the viewer shows null as "–"."""
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -50,6 +51,6 @@ def render_page(payload: dict[str, Any]) -> str:
         f"<title>{title}</title>\n<style>\n{css}\n</style>\n</head>\n<body>\n"
         "<noscript>This page needs JavaScript to show the run.</noscript>\n"
         "<div id=\"app\"></div>\n"
-        f"<script type=\"application/json\" id=\"{DATA_ID}\">{embed_json(_clean(payload))}</script>\n"
+        f"<script type=\"application/json\" id=\"{DATA_ID}\">{embed_json(json_safe(payload))}</script>\n"
         f"<script>\n{js}\n</script>\n</body>\n</html>\n"
     )
