@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
 from memrl.cli.common import quiet_hub_progress, resolve_config
 from memrl.cli.data import parse_docs
-from memrl.cli.eval_common import prepare_out, run_with_progress
+from memrl.cli.eval_common import out_lock, prepare_out, run_with_progress
 from memrl.cli.errors import user_errors
 
 
@@ -63,11 +63,6 @@ def eval_cmd(
 
     Interrupted runs resume: finished episodes are kept and skipped; failed ones are tried again.
     """
-    from memrl.engines.factory import build_engine
-    from memrl.eval.report import failed_total, markdown_table
-    from memrl.eval.runner import EVAL_OUTPUTS, find_eval_file, run_eval
-    from memrl.models.resolve import load_tokenizer
-
     if max_samples is not None and max_samples < 1:
         raise ValueError(f"--max-samples must be >= 1 (leave it out for all samples), got {max_samples}")
     from memrl.eval.runner import with_eval_sampling
@@ -85,16 +80,29 @@ def eval_cmd(
     if cfg.eval.repeats > 1 and cfg.sampling.temperature == 0:
         console.print(f"[yellow]warning: eval.repeats={cfg.eval.repeats} with greedy decoding gives the same "
                       "answer every time; set --temperature[/yellow]", highlight=False)
-    if cfg.workflow.name == "tool_agent":
-        from memrl.cli.eval_tools import eval_tools
+    with out_lock(out, console):
+        if cfg.workflow.name == "tool_agent":
+            from memrl.cli.eval_tools import eval_tools
 
-        eval_tools(cfg, out, trials, restart, console, rollouts=rollouts)
-        return
-    if data is None:
-        raise ValueError("--data: give the folder of eval files (memrl data synth --out, or memrl data ruler --out)")
-    if suite == "ruler":
-        _ruler(cfg, data, docs, tasks, out, max_samples, restart, console)
-        return
+            eval_tools(cfg, out, trials, restart, console, rollouts=rollouts)
+            return
+        if data is None:
+            raise ValueError("--data: give the folder of eval files (memrl data synth --out, or memrl data ruler "
+                             "--out)")
+        if suite == "ruler":
+            _ruler(cfg, data, docs, tasks, out, max_samples, restart, console)
+            return
+        _qa(cfg, data, docs, out, max_samples, restart, console, rollouts)
+
+
+def _qa(cfg: Any, data: Path, docs: str | None, out: Path, max_samples: int | None, restart: bool,
+        console: Console, rollouts: bool) -> None:
+    """``--suite qa``: eval_{N} files of long-context questions (``--docs`` are document counts)."""
+    from memrl.engines.factory import build_engine
+    from memrl.eval.report import failed_total, markdown_table
+    from memrl.eval.runner import EVAL_OUTPUTS, find_eval_file, run_eval
+    from memrl.models.resolve import load_tokenizer
+
     if not docs:
         raise ValueError("--docs: give at least one document count (e.g. --docs 50,100)")
     sizes = parse_docs(docs)

@@ -8,6 +8,7 @@ or in what Ctrl-C, a dead engine or an all-failed run print and exit with.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,16 @@ def prepare_out(out: Path, restart: bool, outputs: Iterable[str], cfg: Any = Non
     record_outputs(out, outputs)
     if cfg is not None:
         check_resume(out, cfg)
+
+
+def out_lock(out: Path, console: Console) -> contextlib.AbstractContextManager[Any]:
+    """Hold ``--out`` for this eval: a second ``memrl eval`` on the same folder refuses in one line."""
+    from memrl.data.outdir import check_writable_dir
+    from memrl.data.runlock import hold_folder
+
+    check_writable_dir(out)
+    return hold_folder(out, "memrl eval", "--out",
+                       lambda msg: console.print(f"notice: {msg}", highlight=False, markup=False))
 
 
 def run_with_progress(console: Console, out: Path, engine: Any,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import Any, NoReturn, Optional
 
 import typer
 
@@ -33,7 +35,8 @@ def train_cmd(
     quiet_hub_progress()
     where = f"{cfg.trainer.output_dir}/checkpoints"
     try:
-        step, last = train(cfg)
+        with _run_lock(cfg):
+            step, last = train(cfg)
     except RunFinished as done:
         typer.echo(str(done))
         return
@@ -51,6 +54,19 @@ def train_cmd(
     rollouts = Path(cfg.trainer.output_dir) / "rollouts"
     typer.echo(f"done: step {step}, reward {last['reward']:.3f}; checkpoints in {where}, metrics in "
                f"{cfg.trainer.output_dir}/metrics.jsonl" + (f", rollouts in {rollouts}" if rollouts.is_dir() else ""))
+
+
+def _run_lock(cfg: Any) -> contextlib.AbstractContextManager[Any]:
+    """One ``memrl train`` per trainer.output_dir (under torchrun, rank 0 holds it for every rank)."""
+    from memrl.data.runlock import hold_folder
+    from memrl.train.preflight import check_output_dir
+
+    if os.environ.get("RANK", "0") != "0":
+        return contextlib.nullcontext()
+    out = Path(cfg.trainer.output_dir)
+    check_output_dir(out)  # an unwritable folder says so, rather than failing on the lock file
+    return hold_folder(out, "memrl train", "trainer.output_dir",
+                       lambda msg: print(f"notice: {msg}", file=sys.stderr))
 
 
 def _fail(message: str, code: int) -> NoReturn:

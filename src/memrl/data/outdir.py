@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from memrl.data.atomic import atomic_write, temp_target
+from memrl.data.runlock import LOCK_NAME
 
 MANIFEST = ".memrl-output"
 
@@ -52,7 +53,8 @@ def check_writable_dir(out: Path, flag: str = "--out") -> None:
 
 def _is_plain_name(name: object) -> bool:
     """Only direct children may be listed: a tampered manifest must not reach outside the folder."""
-    return isinstance(name, str) and name not in ("", ".", "..", MANIFEST) and "/" not in name and "\\" not in name
+    return (isinstance(name, str) and name not in ("", ".", "..", MANIFEST, LOCK_NAME)
+            and "/" not in name and "\\" not in name)
 
 
 def recorded_entries(out: Path) -> set[str] | None:
@@ -83,7 +85,7 @@ def record_outputs(out: Path, names: Iterable[str]) -> None:
 
 
 def _ours(name: str, recorded: set[str]) -> bool:
-    if name in recorded or name == MANIFEST:
+    if name in recorded or name in (MANIFEST, LOCK_NAME):
         return True
     target = temp_target(name)  # a killed atomic write of one of our entries (or of the manifest)
     return target is not None and (target in recorded or target == MANIFEST)
@@ -117,7 +119,7 @@ def clear_outputs(out: Path, flag: str, legacy: tuple[Iterable[str], str] | None
                              f"which memrl did not write ({count}); remove them yourself or choose another --out")
     removed = 0
     for name in names:
-        if name == MANIFEST:
+        if name in (MANIFEST, LOCK_NAME):  # the lock is held by the run that is clearing the folder
             continue
         path = out / name
         if path.is_dir() and not path.is_symlink():

@@ -17,6 +17,7 @@ and ``select`` falls back to the newest intact checkpoint.
 
 from __future__ import annotations
 
+import errno
 import json
 import random
 import re
@@ -32,6 +33,7 @@ from memrl.data.atomic import atomic_dir
 from memrl.train.manifest import problem, write_manifest
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_DAMAGED_DIR = re.compile(r"^step_(\d+)\.damaged\d*$")
 TENSORS, META, STATE = "trainer.safetensors", "trainer.json", "state.json"
 REQUIRED = (TENSORS, META, STATE, "model/")
 
@@ -175,17 +177,48 @@ def save(run_dir: Path, step: int, model: Any, optimizer: Any, scheduler: Any, s
     opt_tensors, opt_meta = _split_optimizer(optim)
     rng_tensors, rng_meta = rng_state()
     meta = _json({"optimizer": opt_meta, "scheduler": scheduler.state_dict(), "rng": rng_meta}, "trainer state")
-    if dest.exists():  # a leftover of this step (e.g. from before a fallback): replace it, never keep it
-        _set_aside(dest)
-    with atomic_dir(dest) as tmp:
-        model.save_pretrained(tmp / "model", state_dict=weights, safe_serialization=True)
-        save_file({**opt_tensors, **rng_tensors}, str(tmp / TENSORS))
-        (tmp / META).write_text(meta)
-        (tmp / STATE).write_text(json.dumps({"step": step, **state}, indent=2))
-        write_manifest(tmp)
-    for _, old in checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    if dest.exists():  # resuming sets newer damaged ones aside: only another writer can have put it there
+        raise CheckpointError(f"checkpoint {dest} already exists: is another run writing to {run_dir}? Refusing "
+                              "to replace it; move it away or use another trainer.output_dir")
+    try:
+        with atomic_dir(dest) as tmp:
+            model.save_pretrained(tmp / "model", state_dict=weights, safe_serialization=True)
+            save_file({**opt_tensors, **rng_tensors}, str(tmp / TENSORS))
+            (tmp / META).write_text(meta)
+            (tmp / STATE).write_text(json.dumps({"step": step, **state}, indent=2))
+            write_manifest(tmp)
+    except Exception as err:  # noqa: BLE001 - only a full disk is turned into one line; the rest propagates
+        if not _disk_full(err):
+            raise
+        last = latest(run_dir)
+        kept = f"the last complete checkpoint is {last[1].name}" if last else "no checkpoint was complete yet"
+        raise CheckpointError(f"cannot write checkpoint {dest.name} in {dest.parent}: no space left on device. "
+                              f"Nothing was lost: {kept}; free some space and re-run the same command to "
+                              "resume") from None
+    prune(run_dir, keep)
     return dest
+
+
+def _disk_full(err: BaseException) -> bool:
+    """ENOSPC/EDQUOT from Python, or the same reported as text by safetensors' Rust writer."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(err)
+    return "No space left on device" in text or "Disk quota exceeded" in text or "StorageFull" in text
+
+
+def prune(run_dir: Path, keep: int) -> None:
+    """Keep the newest ``keep`` checkpoints; damaged folders go with the steps they belong to
+    (those older than the oldest checkpoint kept)."""
+    found = checkpoints(run_dir)
+    for _, old in found[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    oldest_kept = found[-keep:][0][0] if found else 0
+    root = run_dir / "checkpoints"
+    for p in root.iterdir() if root.is_dir() else ():
+        m = _DAMAGED_DIR.match(p.name)
+        if m and int(m.group(1)) < oldest_kept and p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def load_weights(model: Any, ckpt: Path) -> None:
