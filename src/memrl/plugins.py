@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,10 +38,29 @@ def load_object(spec: str, what: str) -> Any:
     except ImportError as exc:
         raise ValueError(f"{what} {spec!r}: cannot import {module} ({exc}); is it installed or on PYTHONPATH?") \
             from None
+    except SyntaxError as exc:  # the plug-in's own code: say where, as Python would, in one line
+        raise ValueError(f"{what} {spec!r}: {exc.filename}:{exc.lineno}: syntax error ({exc.msg})") from None
+    except Exception as exc:  # noqa: BLE001 - whatever a plug-in raises while importing is the plug-in's
+        where = _plugin_frame(exc, module)
+        raise ValueError(f"{what} {spec!r}: importing {module} raised {type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())}{where}") \
+            from None
     try:
         return functools.reduce(getattr, attr.split("."), mod)
     except AttributeError:
         raise ValueError(f"{what} {spec!r}: module {module} has no attribute {attr}") from None
+
+
+def _plugin_frame(exc: BaseException, module: str) -> str:
+    """`` (at file:line)`` of the innermost frame of the traceback, to point at the plug-in's line."""
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    if last is None:
+        return ""
+    return f" (at {last.tb_frame.f_code.co_filename}:{last.tb_lineno})"
 
 
 class Registry:
@@ -124,5 +144,17 @@ for _name, _attr in (("library", "LIBRARY"), ("mock", "MOCK"), ("retail", "RETAI
 
 
 def reward_value(name: str, text: str, golds: Sequence[str], answer: str | None) -> float:
-    """The configured reward of one final response."""
-    return float(REWARDS.get(name)(text, golds, answer))
+    """The configured reward of one final response; a ValueError naming the reward unless it is a finite number.
+
+    A NaN reward would otherwise be trained on (every advantage of its group turns NaN) and
+    written to the rollouts; raising makes the episode a failed one, which is never trained on.
+    """
+    value = REWARDS.get(name)(text, golds, answer)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"reward {name!r} returned {value!r} ({type(value).__name__}), not a number") from None
+    if not math.isfinite(number):
+        raise ValueError(f"reward {name!r} returned {number} for answer {answer!r}: a reward must be a finite "
+                         "number")
+    return number

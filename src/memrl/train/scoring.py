@@ -4,12 +4,21 @@ conversation of that episode (or, with ReMemR1's step rewards, mixed with each c
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from memrl.config import MemRLConfig
 from memrl.rl.advantages import broadcast, combine_step_advantages, episode_advantages
 from memrl.train.batch import Row
 from memrl.types import Trajectory
+
+
+def without_non_finite(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Trajectory]]:
+    """(episodes with a finite reward, the others): a NaN/inf reward (a plug-in workflow's) is never trained
+    on, since it would turn every advantage of its group into NaN."""
+    good = [t for t in trajs if math.isfinite(t.reward)]
+    return good, [t for t in trajs if not math.isfinite(t.reward)]
 
 
 def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]) -> None:

@@ -36,7 +36,7 @@ from memrl.train.preflight import RESUMABLE_CHANGES, check_config  # noqa: F401 
 from memrl.train.rollout import RolloutRunner, evaluate_samples, rollout_metrics
 from memrl.train.rollouts import save_step_rollouts
 from memrl.train.sampler import ResumableSampler
-from memrl.train.scoring import assign_advantages
+from memrl.train.scoring import assign_advantages, without_non_finite
 from memrl.train.setup import build_engine, build_optimizer, seed_everything
 from memrl.train.signals import StopRequest, TrainingInterrupted
 from memrl.train.tracking import Tracker
@@ -240,6 +240,7 @@ class Trainer:
         else:
             trajs, all_trajs, stats = self.rollout()
         t1 = time.perf_counter()
+        trajs, all_trajs = self._drop_non_finite(trajs, all_trajs)
         metrics: dict[str, float] = {**stats, "failed_episodes": float(self.failed_episodes)}
         # async: the episodes were generated over the whole span since the last step, not while waiting
         metrics.update(rollout_metrics(all_trajs, stats.get("async/span_s", t1 - t0)))
@@ -251,6 +252,20 @@ class Trainer:
             self.advantages(trajs, rows)
         self.step_trajectories = trajs  # rows[i].episode indexes these (for the rollout records)
         return rows, metrics, self.tally
+
+    def _drop_non_finite(self, trajs: list[Trajectory],
+                         all_trajs: list[Trajectory]) -> tuple[list[Trajectory], list[Trajectory]]:
+        """Episodes whose reward is NaN/inf count as failed: not trained on, not averaged, not written."""
+        all_trajs, bad = without_non_finite(all_trajs)
+        if not bad:
+            return trajs, all_trajs
+        self.runner.failed_episodes += len(bad)
+        self.tally.failed += len(bad)
+        self.tally.last_error = (f"workflow {self.cfg.workflow.name!r} returned reward {bad[0].reward} for sample "
+                                 f"{bad[0].sample_id}: a reward must be a finite number")
+        self.tracker.console.print(f"[yellow]{len(bad)} episode(s) failed:[/yellow] {self.tally.last_error}",
+                                   highlight=False)
+        return without_non_finite(trajs)[0], all_trajs
 
     def _count_too_long(self, trajs: list[Trajectory], metrics: dict[str, float]) -> None:
         self.tally.prompt_too_long = sum(int(t.metrics.get("prompt_too_long", 0)) for t in trajs)
