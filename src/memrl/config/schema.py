@@ -69,6 +69,10 @@ class WorkflowConfig(Section):
                                     "is centre-truncated to fit with the question and the answer budget.")
     recall_in_final: bool = Field(True, description="rememr1: show the recalled memory in the final turn.")
     prompts: str | None = Field(None, description="YAML file overriding the prompt templates.")
+    slot_fill: Literal["ids", "text"] = Field(
+        "ids", description="memagent: how question, memory and chunk enter a prompt: ids (spliced token ids, the "
+        "memory exactly as generated) or text (decoded, filled in as text and chat-templated whole: the ids a "
+        "server builds from MemAgent's evaluation client; the default of memrl eval --protocol memagent).")
     reward: str = Field(
         "sub_em", description="em | sub_em | f1 | memagent_strict (MemAgent's RL reward: last boxed answer in the "
         "final 300 characters, lowercased, MATH-normalised without spaces, exact match, max over golds), or your "
@@ -126,6 +130,12 @@ class WorkflowConfig(Section):
         if self.name == "tool_agent":
             return self.max_total_tokens
         return max(self.memory_tokens, self.final_tokens)
+
+    @model_validator(mode="after")
+    def _slot_fill_text(self) -> "WorkflowConfig":
+        if self.slot_fill == "text" and self.name != "memagent":
+            raise ValueError(f"workflow.slot_fill=text is implemented by the memagent workflow only, not {self.name}")
+        return self
 
     @model_validator(mode="after")
     def _rememr1_budgets(self) -> "WorkflowConfig":
@@ -244,8 +254,13 @@ class EngineConfig(Section):
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="vllm: share of each GPU the engine "
                                           "may take (weights + KV cache); leave room for training when colocated.")
     concurrency: int = Field(64, gt=0, description="Episodes (and HTTP requests) in flight at once.")
-    timeout_s: float = Field(600.0, gt=0)
-    retries: int = Field(3, ge=0)
+    timeout_s: float = Field(600.0, gt=0, description="openai: patience of a request before the client asks the "
+                             "server whether it is alive (a live server's slow answer is awaited, up to max_wait_s).")
+    timeout_per_token_s: float = Field(1.0, ge=0, description="openai: patience added per requested new token.")
+    max_wait_s: float = Field(86400.0, gt=0, description="openai: longest wait for one answer of a live server.")
+    retries: int = Field(3, ge=0, description="openai: retries of a failed request (transport error, 429, 5xx, "
+                         "a server that stopped answering).")
+    backoff_s: float = Field(0.5, ge=0, description="openai: first retry delay, doubled each retry (capped at 60 s).")
     device: str | None = None
     vllm: VLLMOptions = Field(default_factory=VLLMOptions)
 

@@ -23,13 +23,19 @@ def build_engine(cfg: MemRLConfig, model: Any = None) -> Engine:
         if not cfg.engine.base_url:
             raise ValueError("engine.kind=openai needs engine.base_url (e.g. http://127.0.0.1:8000/v1)")
         return OpenAIEngine(cfg.engine.base_url, model=cfg.engine.served_model or cfg.model.path,
-                            api_key_env=cfg.engine.api_key_env, concurrency=cfg.engine.concurrency,
-                            timeout_s=cfg.engine.timeout_s, retries=cfg.engine.retries)
+                            api_key_env=cfg.engine.api_key_env, **openai_options(cfg))
     if kind == "vllm":
         from memrl.engines.vllm import VLLMEngine
 
         return VLLMEngine.from_config(cfg)
     raise ValueError(f"unknown engine kind {kind!r}")
+
+
+def openai_options(cfg: MemRLConfig) -> dict[str, Any]:
+    """The ``engine`` section's concurrency, patience and retry settings for an :class:`OpenAIEngine`."""
+    e = cfg.engine
+    return {"concurrency": e.concurrency, "timeout_s": e.timeout_s, "timeout_per_token_s": e.timeout_per_token_s,
+            "max_wait_s": e.max_wait_s, "retries": e.retries, "backoff_s": e.backoff_s}
 
 
 def build_side_engine(cfg: MemRLConfig, model: str, kind: str, base_url: str | None,
@@ -47,8 +53,7 @@ def build_side_engine(cfg: MemRLConfig, model: str, kind: str, base_url: str | N
         from memrl.engines.openai import OpenAIEngine
 
         return OpenAIEngine(base_url or "", served_model or model, api_key_env=api_key_env,
-                            concurrency=cfg.engine.concurrency, timeout_s=cfg.engine.timeout_s,
-                            retries=cfg.engine.retries), tokenizer
+                            **openai_options(cfg)), tokenizer
     from memrl.engines.hf import HFEngine
 
     net = load_model(model, device=cfg.engine.device)

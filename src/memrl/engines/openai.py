@@ -7,13 +7,24 @@ Prompts are sent as token ids; generated ids come back either as
 ``choices[i].token_ids`` (vLLM ``return_token_ids``, ``memrl serve``) or as
 ``"token_id:N"`` logprob tokens (``return_tokens_as_token_ids``). One pooled
 HTTP/1.1 connection set per event loop is shared by that loop's requests; at most
-``concurrency`` are in flight. Transport errors, 429 and 5xx are retried with exponential backoff.
-The API key is read from an environment variable and never printed.
+``concurrency`` are in flight. The API key is read from an environment variable and never printed.
+
+Slow servers: a CPU server or a loaded vLLM queues requests for many minutes, and a
+client that gives up re-queues the same prompt (a disconnect also throws away the
+work done so far). So a request has no read timeout of its own. After its patience,
+``timeout_s + timeout_per_token_s * max_tokens``, the client asks the server
+whether it is alive (``GET /models``, a short timeout): if it answers, the request
+is merely slow and is awaited for another patience window, up to ``max_wait_s`` in
+all (MemAgent's client waits a day); if not, the attempt has failed. Failed
+attempts (no answer, transport errors, 408/409/429/5xx) are retried ``retries``
+times with exponential backoff and jitter, capped at ``backoff_max_s``; a
+``Retry-After`` header is honoured.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import weakref
@@ -37,6 +48,10 @@ class OpenAIEngine:
         timeout_s: float = 600.0,
         retries: int = 3,
         backoff_s: float = 0.5,
+        timeout_per_token_s: float = 1.0,
+        max_wait_s: float = 86_400.0,
+        backoff_max_s: float = 60.0,
+        probe_timeout_s: float = 30.0,
     ) -> None:
         import httpx
 
@@ -44,6 +59,11 @@ class OpenAIEngine:
         self.model = model
         self.retries = retries
         self.backoff_s = backoff_s
+        self.backoff_max_s = backoff_max_s
+        self.timeout_s = timeout_s
+        self.timeout_per_token_s = timeout_per_token_s
+        self.max_wait_s = max_wait_s
+        self.probe_timeout_s = probe_timeout_s
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(api_key_env) if api_key_env else None
         if key:
@@ -52,7 +72,8 @@ class OpenAIEngine:
         self._client_args: dict[str, Any] = dict(
             base_url=self.base_url,
             headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 30.0)),
+            # no read/pool timeout: waiting is judged by patience() and a liveness probe, see post()
+            timeout=httpx.Timeout(None, connect=min(timeout_s, probe_timeout_s)),
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
         )
         # One client and one semaphore per event loop: pooled connections and asyncio primitives
@@ -118,27 +139,75 @@ class OpenAIEngine:
         body = await self.post("/chat/completions", chat_payload(self.model, messages, tools, params))
         return parse_chat_reply(body)
 
-    async def post(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
-        """POST ``payload`` to ``base_url + path``; retries transport errors, 429 and 5xx with backoff."""
+    def patience(self, payload: Mapping[str, Any]) -> float:
+        """Seconds to wait for one request before asking whether the server is alive."""
+        max_tokens = payload.get("max_tokens") or payload.get("max_completion_tokens") or 0
+        return self.timeout_s + self.timeout_per_token_s * float(max_tokens)
+
+    def backoff(self, attempt: int, retry_after: str | None = None) -> float:
+        """Seconds before retry ``attempt + 1``: the server's ``Retry-After``, else exponential with jitter."""
+        if retry_after is not None:
+            try:
+                return min(max(float(retry_after), 0.0), self.backoff_max_s)
+            except ValueError:  # an HTTP date: fall back to our own schedule
+                pass
+        return min(self.backoff_s * (2 ** attempt) * (1 + random.random() * 0.1), self.backoff_max_s)
+
+    async def alive(self) -> bool:
+        """Whether the server answers ``GET /models`` within ``probe_timeout_s`` (any non-5xx status)."""
         import httpx
 
-        last: Exception | None = None
+        client, _ = self._session()
+        try:
+            resp = await client.get("/models", timeout=self.probe_timeout_s)
+        except (httpx.TransportError, httpx.TimeoutException):
+            return False
+        return resp.status_code < 500
+
+    async def _await_slow(self, request: asyncio.Task[Any], patience: float) -> bool:
+        """Wait for ``request`` while the server stays alive; False (request cancelled) when it is not."""
+        waited = 0.0
+        while True:
+            window = min(patience, self.max_wait_s - waited)
+            done, _ = await asyncio.wait({request}, timeout=max(window, 0.0))
+            if done:
+                return True
+            waited += window
+            if waited >= self.max_wait_s or not await self.alive():
+                request.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await request
+                return False
+
+    async def post(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """POST ``payload`` to ``base_url + path``: a slow answer is awaited, failures retried with backoff."""
+        import httpx
+
+        last: str = "no attempt"
         client, sem = self._session()
         async with sem:
             for attempt in range(self.retries + 1):
+                retry_after = None
+                request = asyncio.ensure_future(client.post(path, json=payload))
                 try:
-                    resp = await client.post(path, json=payload)
-                    if resp.status_code in _RETRY_STATUS:
-                        last = EngineError(f"HTTP {resp.status_code} from {self.base_url}: {resp.text[:200]}")
-                    elif resp.status_code >= 400:
-                        raise EngineError(f"HTTP {resp.status_code} from {self.base_url}{path}: "
-                                          f"{resp.text[:500]}")
+                    if not await self._await_slow(request, self.patience(payload)):
+                        last = f"no answer, and the server stopped answering {self.base_url}/models"
                     else:
-                        return resp.json()
+                        resp = request.result()
+                        if resp.status_code in _RETRY_STATUS:
+                            last = f"HTTP {resp.status_code} from {self.base_url}: {resp.text[:200]}"
+                            retry_after = resp.headers.get("retry-after")
+                        elif resp.status_code >= 400:
+                            raise EngineError(f"HTTP {resp.status_code} from {self.base_url}{path}: "
+                                              f"{resp.text[:500]}")
+                        else:
+                            return resp.json()
                 except (httpx.TransportError, httpx.TimeoutException) as exc:
-                    last = exc
+                    last = f"{type(exc).__name__}: {exc}"
+                finally:
+                    request.cancel()  # only if we leave early (our caller was cancelled)
                 if attempt < self.retries:
-                    await asyncio.sleep(self.backoff_s * (2 ** attempt) * (1 + random.random() * 0.1))
+                    await asyncio.sleep(self.backoff(attempt, retry_after))
         raise EngineError(f"request to {self.base_url} failed after {self.retries + 1} attempts: {last}")
 
     async def update_weights(self, state_dict: Mapping[str, Any]) -> None:

@@ -70,7 +70,8 @@ def with_eval_sampling(cfg: MemRLConfig) -> MemRLConfig:
     ``sampling.temperature`` defaults to 1.0 for training rollouts; an eval that nobody
     configured is greedy instead (``memrl`` protocol) or samples as the papers' scripts
     did (``memagent`` / ``rememr1``: 0.7 / 0.95). A value set in the YAML file, by a flag
-    or by an override is kept.
+    or by an override is kept. Under ``memagent`` the memagent workflow also fills its
+    prompts as MemAgent's eval client does (``workflow.slot_fill=text``) unless that is set.
     """
     given = cfg.sampling.model_fields_set
     published = cfg.eval.protocol in ("memagent", "rememr1")
@@ -79,6 +80,9 @@ def with_eval_sampling(cfg: MemRLConfig) -> MemRLConfig:
         update["temperature"] = PUBLISHED_SAMPLING["temperature"] if published else 0.0
     if "top_p" not in given and published:
         update["top_p"] = PUBLISHED_SAMPLING["top_p"]
+    wf = cfg.workflow
+    if cfg.eval.protocol == "memagent" and wf.name == "memagent" and "slot_fill" not in wf.model_fields_set:
+        cfg = cfg.model_copy(update={"workflow": wf.model_copy(update={"slot_fill": "text"})})
     if not update:
         return cfg
     return cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update=update)})

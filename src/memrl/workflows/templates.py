@@ -7,6 +7,13 @@ tokenizer's chat template as one user turn, the literal pieces are tokenized
 once, and at run time the slots are filled with token ids, never text. That is
 how memory tokens travel from one conversation into the next unchanged.
 
+:meth:`TokenTemplate.render_text` is the other way, the one an OpenAI-compatible
+server takes with a chat client such as MemAgent's evaluation client: slots
+filled with text, the whole user message chat-templated and tokenized at once.
+The two differ where the tokenizer merges across a piece boundary: with
+SmolLM2's GPT-2 pre-tokenizer the literal ``"<problem> \\n"`` alone ends in one
+token ``' \\n'``, but followed by a question it splits into ``' '``, ``'\\n'``.
+
 Users can load the prompts of a published checkpoint from a YAML file whose
 keys are the template names (``memory``, ``final``, ``no_memory``, ...).
 """
@@ -20,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from memrl.workflows.common import encode_text
+
 SLOTS = ("question", "memory", "chunk", "recalled", "context")
 _SLOT_RE = re.compile(r"\{(" + "|".join(SLOTS) + r")\}")
 
@@ -29,6 +38,8 @@ class TokenTemplate:
 
     def __init__(self, text: str, tokenizer: Any, chat: bool = True) -> None:
         self.text = text
+        self._tokenizer, self._chat = tokenizer, chat
+        self._text_parts = _SLOT_RE.split(text)
         full = apply_chat(tokenizer, text) if chat else text
         parts = _SLOT_RE.split(full)
         # parts alternates literal, slot, literal, slot, ..., literal
@@ -53,6 +64,22 @@ class TokenTemplate:
         for p in self._pieces:
             out.extend(slots[p] if isinstance(p, str) else p)
         return out
+
+    def fill(self, **texts: str) -> str:
+        """The template's text with every slot replaced by text (one pass: slot text is never re-read)."""
+        missing = self.slots - texts.keys()
+        if missing:
+            raise KeyError(f"template slots not filled: {sorted(missing)}")
+        return "".join(texts[part] if k % 2 else part for k, part in enumerate(self._text_parts))
+
+    def render_text(self, **texts: str) -> list[int]:
+        """Ids of the filled text as one chat-templated user turn, tokenized whole.
+
+        What a server builds from ``messages=[{"role": "user", "content": fill(...)}]``
+        (``apply_chat_template(..., add_generation_prompt=True)``, no further special tokens).
+        """
+        body = self.fill(**texts)
+        return encode_text(self._tokenizer, apply_chat(self._tokenizer, body) if self._chat else body)
 
 
 def apply_chat(tokenizer: Any, text: str) -> str:
