@@ -17,8 +17,30 @@ import typer
 from memrl.cli.errors import user_errors
 
 
+def _check_vocab(trajs: list[Any], vocab: int, model: str, source: Path) -> None:
+    """Every token id below ``vocab``; the first one that is not, named ``file:line:field``.
+
+    The trajectories no longer know their line, so the files are read again, with the bound,
+    only when some id is too large (a rare mistake: rollouts sampled with another tokenizer).
+    """
+    from memrl.data.errors import DataError
+    from memrl.eval.records import rollout_paths
+    from memrl.train.sft import read_trajectories
+
+    top = max((max(c.token_ids) for t in trajs for c in t.conversations if len(c.token_ids)), default=-1)
+    if top < vocab:
+        return
+    hint = f"the rollouts were sampled with another tokenizer than {model}'s (give the model that sampled them: --model)"
+    try:
+        for file in rollout_paths(source):
+            read_trajectories(file, vocab_size=vocab)
+    except DataError as err:
+        raise DataError(err.file, err.row, err.field, f"{err.message}; {hint}") from None
+    raise ValueError(f"{source}: token id {top} is outside the vocabulary of {model} ({vocab} ids); {hint}")
+
+
 def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: int, lr: float,
-              batch_rows: int, source: str) -> tuple[int, float]:
+              batch_rows: int, source: Path) -> tuple[int, float]:
     """Load ``model``, train it on ``trajs`` and export it to ``out``; (optimizer steps, final loss)."""
     from memrl.cli.common import quiet_hub_progress
     from memrl.models.resolve import load_model, load_tokenizer
@@ -28,11 +50,7 @@ def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: i
     quiet_hub_progress()
     tok = load_tokenizer(model)
     policy = load_model(model)
-    vocab = policy.get_input_embeddings().num_embeddings
-    top = max((max(c.token_ids.tolist()) for t in trajs for c in t.conversations if len(c.token_ids)), default=-1)
-    if top >= vocab:
-        raise ValueError(f"{source}: token id {top} is outside the vocabulary of {model} ({vocab} ids); the "
-                         "rollouts were sampled with another tokenizer (give the model that sampled them: --model)")
+    _check_vocab(trajs, policy.get_input_embeddings().num_embeddings, model, source)
     losses = sft(policy, trajs, epochs=epochs, lr=lr, batch_rows=batch_rows,
                  pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
                  on_step=lambda s, v: typer.echo(f"sft step {s}: loss {v:.4f}") if s % 10 == 0 else None)
@@ -64,7 +82,7 @@ def sft_cmd(
     if not trajs:
         raise ValueError(f"{trajectories}: no trajectories left to train on")
     steps, loss = _finetune(trajs, model, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
-                            source=str(trajectories))
+                            source=trajectories)
     typer.echo(f"{len(trajs)} trajectories, {steps} steps, final loss {loss:.4f}; model in {out}")
 
 
@@ -113,5 +131,5 @@ def rft_cmd(
         raise ValueError(f"--min-reward {min_reward:g}: no episode of {rollouts} qualifies with generated tokens "
                          f"(best reward {best if best is None else f'{best:g}'}); lower it or sample more")
     steps, loss = _finetune(kept, base, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
-                            source=str(rollouts))
+                            source=rollouts)
     typer.echo(f"rft: {len(kept)} episodes, {steps} steps, final loss {loss:.4f}; model in {out}")

@@ -95,6 +95,15 @@ def plot_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="PNG path (default RUN_DIR/curves.png)."),
 ) -> None:
     """Plot training curves (reward, eval accuracy, lengths, KL, entropy, grad norm) to PNG."""
+    import errno
+
     from memrl.train.tracking import plot_run
 
-    typer.echo(f"wrote {plot_run(run_dir, out)}")
+    target = out or run_dir / "curves.png"
+    try:
+        typer.echo(f"wrote {plot_run(run_dir, target)}")
+    except OSError as exc:  # a read-only run (a shared or archived folder): say where to write instead
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        hint = "; write the plot elsewhere with --out PATH" if out is None else ""
+        raise ValueError(f"{target}: cannot write the plot ({exc.strerror.lower()}){hint}") from None

@@ -14,7 +14,7 @@ from memrl.cli.errors import user_errors
 def view_cmd(
     path: Path = typer.Argument(..., help="A training run (metrics.jsonl, rollouts/) or an eval --out folder."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write one self-contained HTML file instead of serving."),
-    port: int = typer.Option(0, "--port", help="Port on 127.0.0.1 (default: a free one)."),
+    port: int = typer.Option(0, "--port", help="Port on 127.0.0.1, 1-65535 (default: a free one)."),
     tokenizer: Optional[str] = typer.Option(
         None, "--tokenizer", help="Tokenizer for per-token views (default: the run's model.tokenizer or model.path)."),
     steps: Optional[str] = typer.Option(None, "--steps", help="A run's rollout steps to show: 5, 10-20, 100- or a "
@@ -25,12 +25,16 @@ def view_cmd(
     from memrl.data.atomic import atomic_write
     from memrl.view.loader import load_payload
     from memrl.view.page import render_page
-    from memrl.view.server import serve
+    from memrl.view.server import make_server, serve
 
     if out is None:
-        load_payload(path, tokenizer, steps=steps, last=last)  # fail here, clearly, rather than in the browser
-        serve(path, port, tokenizer, steps=steps, last=last,
-              announce=lambda url: typer.echo(f"memrl view: {url}  (refresh for new steps; Ctrl-C stops)"))
+        server = make_server(path, port, tokenizer, steps=steps, last=last)  # a taken port fails before the load
+        try:
+            load_payload(path, tokenizer, steps=steps, last=last)  # fail here, clearly, rather than in the browser
+        except BaseException:
+            server.server_close()
+            raise
+        serve(server, announce=lambda url: typer.echo(f"memrl view: {url}  (refresh for new steps; Ctrl-C stops)"))
         return
     payload = load_payload(path, tokenizer, steps=steps, last=last)
     page = render_page(payload)

@@ -19,12 +19,15 @@ from memrl.train.batch import Row, collate, micro_batches, rows_from_trajectorie
 from memrl.types import Trajectory
 
 
-def read_trajectories(path: str | Path) -> list[Trajectory]:
+def read_trajectories(path: str | Path, vocab_size: int | None = None) -> list[Trajectory]:
     """JSONL of ``Trajectory.to_dict()`` records (rollout records too), or a folder of such files.
 
-    A folder is a run's ``rollouts/`` (or the run itself), read in name order.
+    A folder is a run's ``rollouts/`` (or the run itself), read in name order. A record with a
+    token id that is negative, not an integer or too large (``>= vocab_size`` when given) fails
+    with ``file:line:field`` (see :mod:`memrl.train.record_check`).
     """
     from memrl.data.errors import DataError
+    from memrl.train.record_check import record_problem
 
     path = Path(path)
     if path.is_dir():
@@ -32,15 +35,22 @@ def read_trajectories(path: str | Path) -> list[Trajectory]:
         files = sorted(folder.glob("*.jsonl"))
         if not files:
             raise FileNotFoundError(f"{path}: no *.jsonl rollout files (a run writes them to RUN/rollouts/)")
-        return [t for f in files for t in read_trajectories(f)]
+        return [t for f in files for t in read_trajectories(f, vocab_size)]
     out = []
     with open(path, encoding="utf-8") as fh:
         for row, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
             try:
-                out.append(Trajectory.from_dict(json.loads(line)))
-            except (KeyError, TypeError, ValueError) as exc:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise DataError(path, row, None, f"not JSON: {exc}") from None
+            bad = record_problem(record, vocab_size)
+            if bad is not None:
+                raise DataError(path, row, bad[0], bad[1])
+            try:
+                out.append(Trajectory.from_dict(record))
+            except (KeyError, TypeError, ValueError, OverflowError) as exc:
                 raise DataError(path, row, None, f"not a trajectory record: {exc}") from None
     return out
 

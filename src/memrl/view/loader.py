@@ -14,7 +14,6 @@ to the decoded ``text`` fields the records carry and says so.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ from typing import Any
 import yaml
 
 from memrl.train.tracking import read_metrics
+from memrl.view.records import read_json_object, read_jsonl, shown_or_skipped, usable_rollout
 
 Warn = Callable[[str], None]
 # Record fields shown as the episode's summary when present (short, human-facing).
@@ -217,27 +217,21 @@ def eval_tokenizer_spec(out: Path) -> str | None:
     return _spec_of(out / "eval_config.yaml")
 
 
-def with_rollout(ep: dict[str, Any], out: Path, tokenizer: Any | None) -> dict[str, Any]:
-    """``ep`` with its conversations read from the eval's rollout record, when there is one."""
-    from memrl.eval.records import read_record
+def with_rollout(ep: dict[str, Any], out: Path, tokenizer: Any | None, warn: Warn = _warn_stderr) -> dict[str, Any]:
+    """``ep`` with its conversations read from the eval's rollout record, when there is one (and it is sound)."""
+    from memrl.eval.records import ROLLOUTS, read_record
 
     record = read_record(out, ep["id"])
-    if record is None or not record.get("conversations"):
+    if not isinstance(record, dict) or not record.get("conversations"):
         return ep
-    convs = run_episode(record, ep["id"], tokenizer)["conversations"]
+    where = f"{out / ROLLOUTS / ep['id']}.jsonl:1"
+    if not usable_rollout(record, where, warn):
+        return ep
+    full = shown_or_skipped(lambda: run_episode(record, ep["id"], tokenizer), where, warn)
+    if full is None:
+        return ep
+    convs = full["conversations"]
     return {**ep, "conversations": convs, "length": sum(c["generated"] for c in convs), "transcript": None}
-
-
-def _read_jsonl(path: Path, warn: Warn) -> list[dict[str, Any]]:
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            warn(f"{path}, line {n}: not JSON (skipped)")
-    return rows
 
 
 def parse_steps(spec: str) -> Callable[[int], bool]:
@@ -288,9 +282,14 @@ def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_std
     files, saved = rollout_files(run_dir, steps, last)
     episodes = []
     for path in files:
-        for i, rec in enumerate(_read_jsonl(path, warn)):
-            ep_id = f"{int(path.stem.split('_')[1])}-{i}"
-            episodes.append(summary_only(run_episode(rec, ep_id, None)) if lazy else run_episode(rec, ep_id, tok))
+        for i, (line, rec) in enumerate(read_jsonl(path, warn)):
+            ep_id, where = f"{int(path.stem.split('_')[1])}-{i}", f"{path}:{line}"
+            if not usable_rollout(rec, where, warn):
+                continue
+            ep = shown_or_skipped(lambda: summary_only(run_episode(rec, ep_id, None)) if lazy
+                                  else run_episode(rec, ep_id, tok), where, warn)
+            if ep is not None:
+                episodes.append(ep)
     return {"kind": "run", "title": run_dir.resolve().name, "source": str(run_dir), "tokenizer": spec,
             "per_token": tok is not None, "metrics": metrics, "panels": CURVE_PANELS, "results": None,
             "saved_steps": len(saved), "shown_steps": len(files), "episodes": episodes}
@@ -304,18 +303,16 @@ def load_eval(out: Path, warn: Warn = _warn_stderr, *, lazy: bool = False,
     episodes = []
     for path in sorted((out / "episodes").rglob("*.json"), key=lambda p: _natural(p.relative_to(out).as_posix())):
         rel = path.relative_to(out / "episodes").with_suffix("")
-        try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError:
-            warn(f"{path}: not JSON (skipped)")
+        rec = read_json_object(path, warn)
+        if rec is None:
             continue
         tpath = out / "transcripts" / rel.with_suffix(".txt")
         transcript = tpath.read_text(encoding="utf-8", errors="replace") if tpath.is_file() else None
-        ep = eval_episode(rec, rel.as_posix(), transcript)
-        episodes.append(summary_only(ep) if lazy else with_rollout(ep, out, tok) if has_rollouts else ep)
-    results = None
-    if (out / "results.json").is_file():
-        results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+        ep = shown_or_skipped(lambda: eval_episode(rec, rel.as_posix(), transcript), str(path), warn)
+        if ep is not None:
+            episodes.append(summary_only(ep) if lazy else with_rollout(ep, out, tok, warn) if has_rollouts else ep)
+    results = read_json_object(out / "results.json", warn) if (out / "results.json").is_file() else None
+    if results is not None:
         results.pop("per_task", None)  # the episodes show it; keep the page small
     return {"kind": "eval", "title": out.resolve().name, "source": str(out), "tokenizer": spec,
             "per_token": tok is not None, "metrics": [], "panels": [], "results": results, "episodes": episodes}
@@ -338,19 +335,24 @@ def load_episode(path: Path, ep_id: str, tokenizer: str | None = None,
         rel = file.relative_to(root).with_suffix("")
         tpath = path / "transcripts" / rel.with_suffix(".txt")
         transcript = tpath.read_text(encoding="utf-8", errors="replace") if tpath.is_file() else None
-        ep = eval_episode(json.loads(file.read_text(encoding="utf-8")), rel.as_posix(), transcript)
-        if not (path / "rollouts").is_dir():
+        rec = read_json_object(file, warn)
+        ep = None if rec is None else shown_or_skipped(lambda: eval_episode(rec, rel.as_posix(), transcript),
+                                                         str(file), warn)
+        if ep is None or not (path / "rollouts").is_dir():
             return ep
-        return with_rollout(ep, path, get_tokenizer(tokenizer or eval_tokenizer_spec(path), warn))
+        return with_rollout(ep, path, get_tokenizer(tokenizer or eval_tokenizer_spec(path), warn), warn)
     m = re.fullmatch(r"(\d+)-(\d+)", ep_id)
     file = path / "rollouts" / f"step_{int(m.group(1)):06d}.jsonl" if m else None
     if file is None or not file.is_file():
         return None
-    records = _read_jsonl(file, warn)
+    records = read_jsonl(file, warn)
     if int(m.group(2)) >= len(records):
         return None
+    line, rec = records[int(m.group(2))]
+    if not usable_rollout(rec, f"{file}:{line}", warn):
+        return None
     tok = get_tokenizer(tokenizer or run_tokenizer_spec(path), warn)
-    return run_episode(records[int(m.group(2))], ep_id, tok)
+    return shown_or_skipped(lambda: run_episode(rec, ep_id, tok), f"{file}:{line}", warn)
 
 
 def load_payload(path: Path, tokenizer: str | None = None, warn: Warn = _warn_stderr, *,

@@ -104,10 +104,8 @@ def make_server(path: Path, port: int = 0, tokenizer: str | None = None, host: s
     return server
 
 
-def serve(path: Path, port: int = 0, tokenizer: str | None = None, *, steps: str | None = None,
-          last: int | None = None, announce: Callable[[str], None] = lambda url: print(url, flush=True)) -> None:
-    """Serve until interrupted."""
-    server = make_server(path, port, tokenizer, steps=steps, last=last)
+def serve(server: ThreadingHTTPServer, announce: Callable[[str], None] = lambda url: print(url, flush=True)) -> None:
+    """Serve a :func:`make_server` server until interrupted."""
     host, bound = server.server_address[:2]
     announce(f"http://{host}:{bound}/")
     try:
