@@ -75,6 +75,9 @@ def eval_cmd(
         "eval.protocol": protocol, "eval.repeats": repeats, "env.domain": domain, "env.eval_split": split,
         "env.data_dir": data_dir,
     }))
+    _check_flags_apply(cfg.workflow.name == "tool_agent", {
+        "--data": data, "--docs": docs, "--max-samples": max_samples, "--tasks": tasks,
+        "--suite": None if suite == "qa" else suite, "--repeats": repeats}, trials)
     quiet_hub_progress()
     console = Console(stderr=True)
     if cfg.eval.repeats > 1 and cfg.sampling.temperature == 0:
@@ -93,6 +96,17 @@ def eval_cmd(
             _ruler(cfg, data, docs, tasks, out, max_samples, restart, console)
             return
         _qa(cfg, data, docs, out, max_samples, restart, console, rollouts)
+
+
+def _check_flags_apply(tools: bool, qa_flags: dict[str, object], trials: int) -> None:
+    """Refuse flags the chosen workflow would silently ignore (one line naming the flag)."""
+    given = [flag for flag, value in qa_flags.items() if value is not None]
+    if tools and given:
+        raise ValueError(f"{given[0]} does not apply to --workflow tool_agent, which runs every task of --domain "
+                         f"--split (--trials times each); leave {given[0]} out (choose the tasks with --split)")
+    if not tools and trials != 1:
+        raise ValueError("--trials applies to --workflow tool_agent only; for K samples per question use "
+                         "--repeats K")
 
 
 def _qa(cfg: Any, data: Path, docs: str | None, out: Path, max_samples: int | None, restart: bool,

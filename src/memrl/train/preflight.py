@@ -45,6 +45,10 @@ def check_config(cfg: MemRLConfig) -> None:
         raise ConfigError(f"trainer.mini_batches={t.mini_batches} is more than the {rows} rows a step is sure to "
                           f"have (trainer.prompts_per_step={t.prompts_per_step} x algorithm.n={a.n}); "
                           f"use trainer.mini_batches <= {rows}")
+    if t.mini_batches > t.prompts_per_step:  # verl: ppo_mini_batch_size (prompts) <= train_batch_size
+        raise ConfigError(f"trainer.mini_batches={t.mini_batches} cannot split trainer.prompts_per_step="
+                          f"{t.prompts_per_step} prompts into mini-batches of at least one prompt's group each; "
+                          f"use trainer.mini_batches <= {t.prompts_per_step}")
     if a.step_rewards and cfg.workflow.name != "rememr1":
         raise ConfigError("algorithm.step_rewards needs workflow.name=rememr1 (the workflow that scores turns)")
     if cfg.engine.kind == "openai":
@@ -58,6 +62,18 @@ def check_config(cfg: MemRLConfig) -> None:
         _check_async(cfg)
     _check_tracking(cfg)
     check_output_dir(Path(t.output_dir))
+
+
+def check_dataset_size(cfg: MemRLConfig, count: int) -> None:
+    """A step must not draw the same prompt several times: more prompts per step than samples is refused."""
+    t = cfg.trainer
+    where = f"split {cfg.env.train_split!r} of env.domain={cfg.env.domain}" if cfg.workflow.name == "tool_agent" \
+        else f"data.train_file {cfg.data.train_file}"
+    if count == 0:
+        raise ConfigError(f"no training samples in {where}")
+    if t.prompts_per_step > count:
+        raise ConfigError(f"trainer.prompts_per_step={t.prompts_per_step} is more than the {count} samples in "
+                          f"{where}: every step would repeat prompts; use trainer.prompts_per_step <= {count}")
 
 
 def _check_env(cfg: MemRLConfig) -> None:
@@ -96,7 +112,13 @@ def check_output_dir(out: Path) -> None:
 
 
 def check_run_config(cfg: MemRLConfig, run_dir: Path) -> None:
-    """A resumed run must keep its config (apart from RESUMABLE_CHANGES); records the config of a new one."""
+    """A resumed run must keep its config (apart from RESUMABLE_CHANGES); records the config of a new one.
+
+    A folder without checkpoints has nothing to resume (a first start refused for a bad setting, or
+    killed before its first save): its config is replaced, so fixing that setting is not refused.
+    """
+    from memrl.train.checkpoint import checkpoints
+
     path = run_dir / "config.yaml"
     new = cfg.model_dump(mode="json")
     if path.is_file():
@@ -109,7 +131,7 @@ def check_run_config(cfg: MemRLConfig, run_dir: Path) -> None:
             raise ConfigError(f"{path} is not a memrl config; restore it or use another trainer.output_dir")
         diff = [f"{sec}.{k}" for sec, vals in new.items() for k, v in vals.items()
                 if (old.get(sec) or {}).get(k) != v and (sec, k) not in RESUMABLE_CHANGES]
-        if diff:
+        if diff and checkpoints(run_dir):
             raise ConfigError(f"{run_dir} was started with a different config (changed: {', '.join(diff)}); "
                               "use another trainer.output_dir to start a new run")
     with atomic_write(path) as fh:  # a run killed here must not leave a torn config that blocks resuming

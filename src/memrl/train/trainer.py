@@ -32,7 +32,7 @@ from memrl.train.batch import Row, rows_from_trajectories
 from memrl.train.engine_sync import WeightSync, engine_weights
 from memrl.train.guards import IdleStreak, RolloutTally
 from memrl.train.policy import Reference, build_policy
-from memrl.train.preflight import RESUMABLE_CHANGES, check_config  # noqa: F401 (re-exported)
+from memrl.train.preflight import RESUMABLE_CHANGES, check_config, check_dataset_size  # noqa: F401 (re-exported)
 from memrl.train.rollout import RolloutRunner, evaluate_samples, rollout_metrics
 from memrl.train.rollouts import save_step_rollouts
 from memrl.train.sampler import ResumableSampler
@@ -96,6 +96,7 @@ class Trainer:
         self.idle = IdleStreak(cfg)
         self.workflow = get_workflow(cfg.workflow.name)
         self.samples = load_samples(cfg, "train")
+        check_dataset_size(cfg, len(self.samples))
         self.eval_samples = load_samples(cfg, "eval")[: cfg.trainer.eval_samples]
         self.sampler = ResumableSampler(len(self.samples), cfg.trainer.seed)
         self.runner = RolloutRunner(cfg, self.workflow, self.samples, self.sampler, self.tokenizer,
