@@ -1,0 +1,130 @@
+"""The ``banking_knowledge`` domain: τ³'s bank, its knowledge base and a retrieval variant, as a memrl domain.
+
+``env.tool_options`` picks the retrieval (τ³'s ``--retrieval-config`` and its keyword overrides):
+
+* ``retrieval_variant``: ``bm25`` (default), ``bm25_grep``, ``grep_only``, ``no_knowledge``, ``full_kb``,
+  ``golden_retrieval``, or a dense variant (``openai_embeddings[_grep]``, ``qwen_embeddings[_grep]``)
+  with your own ``embedder``; see :mod:`~memrl.envs.domains.banking_knowledge.variants` for the
+  variants left out;
+* ``top_k`` (KB_search, 10), ``grep_top_k`` (10), ``case_sensitive`` (grep, false);
+* ``embedder``: ``package.module:function`` mapping a list of texts to an (n, d) array.
+
+The environment depends on the task, as τ³'s does: ``new_env(task=...)`` logs read-only discoverable
+calls only for the tools the task's gold actions read (its *read-log allowlist*), shows the user
+simulator only the task's ``user_tools``, and fills ``golden_retrieval``'s prompt with the task's
+required documents. Solo mode is refused, as in τ³.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from memrl.data.errors import DataError
+from memrl.envs.domain import Domain, _locate
+from memrl.envs.domains.banking_knowledge import records
+from memrl.envs.domains.banking_knowledge.retrieval import (BM25Retriever, DenseRetriever, Document, GrepRetriever,
+                                                            Retriever, load_documents)
+from memrl.envs.domains.banking_knowledge.toolkits import agent_class
+from memrl.envs.domains.banking_knowledge.user_tools import KnowledgeUserTools
+from memrl.envs.domains.banking_knowledge.variants import DEFAULT_VARIANT, Variant, build_policy, option, resolve
+from memrl.envs.environment import Environment
+from memrl.envs.tasks import Task, read_tasks
+
+NAME = "banking_knowledge"
+OPTIONS = ("retrieval_variant", "top_k", "grep_top_k", "case_sensitive", "embedder")
+
+
+def read_log_allowlist(task: Task | None) -> set[str]:
+    """The discoverable tools the task's gold actions call (τ³ logs read-only calls only for these)."""
+    crit = task.evaluation_criteria if task is not None else None
+    return {str(a.arguments["agent_tool_name"]) for a in (crit.actions or [] if crit else [])
+            if a.name == "call_discoverable_agent_tool" and a.arguments.get("agent_tool_name")}
+
+
+@dataclass
+class BankingKnowledgeDomain(Domain):
+    """A :class:`~memrl.envs.domain.Domain` whose environments are built per task (see the module doc)."""
+
+    variant: Variant | None = None
+    documents: list[Document] = field(default_factory=list, repr=False)
+    kb_retriever: Retriever | None = field(default=None, repr=False)
+    grep_retriever: Retriever | None = field(default=None, repr=False)
+
+    def new_env(self, solo: bool = False, task: Task | None = None) -> Environment:
+        if solo:
+            raise ValueError("banking_knowledge domain does not support solo mode (set env.solo=false)")
+        assert self.variant is not None and self.folder is not None
+        db = json.loads(self.db_text)
+        tools = self.toolkit(db)
+        tools.kb_retriever, tools.grep_retriever = self.kb_retriever, self.grep_retriever  # type: ignore[attr-defined]
+        tools.read_log_allowlist = read_log_allowlist(task)  # type: ignore[attr-defined]
+        user = KnowledgeUserTools(db)  # one bank: both sides work on the same database
+        user.shown = getattr(task, "user_tools", None)
+        policy = self.policy
+        if self.variant.prompt == "golden":
+            policy = build_policy(self.variant, self.folder / "prompts", self.documents,
+                                  getattr(task, "required_documents", None))
+        return Environment(self.name, policy, tools, user)
+
+
+def _tasks(folder: Path) -> list[Task]:
+    """τ³'s task files (``tasks/task_*.json``, what its code reads) when present, else ``tasks.json``."""
+    files = sorted((folder / "tasks").glob("task_*.json")) if (folder / "tasks").is_dir() else []
+    if not files:
+        return read_tasks(folder / "tasks.json")
+    tasks = []
+    for path in files:
+        try:
+            tasks.append(Task.model_validate(json.loads(path.read_text())))
+        except (json.JSONDecodeError, ValidationError) as err:
+            raise DataError(path, None, None, f"not a task ({' '.join(str(err).split())[:200]})") from None
+    return tasks
+
+
+def _retrievers(variant: Variant, docs: list[Document],
+                opts: dict[str, Any]) -> tuple[Retriever | None, Retriever | None]:
+    top_k, grep_k = option(opts, "top_k", int, 10), option(opts, "grep_top_k", int, 10)
+    kb: Retriever | None = None
+    if variant.kb_search == "bm25":
+        kb = BM25Retriever(docs, top_k)
+    elif variant.kb_search == "dense":
+        spec = option(opts, "embedder", str, None)
+        if spec is None:
+            raise ValueError(f"retrieval variant {variant.name!r} needs tool option embedder: "
+                             "'package.module:function' (texts -> embeddings); memrl does not call embedding APIs")
+        from memrl.plugins import load_object
+
+        kb = DenseRetriever(docs, load_object(spec, "banking_knowledge embedder"), top_k)
+    grep = GrepRetriever(docs, grep_k, option(opts, "case_sensitive", bool, False)) if variant.grep else None
+    return kb, grep
+
+
+def banking_knowledge_domain(data_dir: str | Path | None = None,
+                             tool_options: dict[str, Any] | None = None) -> BankingKnowledgeDomain:
+    """The domain factory ``env.domain=banking_knowledge`` resolves to (see the module doc)."""
+    opts = dict(tool_options or {})
+    unknown = sorted(set(opts) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"domain {NAME!r} has no tool option {unknown[0]!r}; options: {', '.join(OPTIONS)}")
+    if data_dir is None:
+        raise ValueError(f"domain {NAME!r} is not bundled; set env.data_dir to a τ²-bench (v1.0+) clone "
+                         "(or its data/tau2/domains folder)")
+    folder = _locate(NAME, data_dir)
+    variant = resolve(option(opts, "retrieval_variant", str, DEFAULT_VARIANT))
+    docs = load_documents(folder / "documents")
+    kb, grep = _retrievers(variant, docs, opts)
+    try:
+        db = records.normalize_db(json.loads((folder / "db.json").read_text()))
+    except (OSError, json.JSONDecodeError, ValueError) as err:
+        raise DataError(folder / "db.json", None, None, str(err)) from None
+    split_file = folder / "split_tasks.json"
+    return BankingKnowledgeDomain(
+        name=NAME, policy=build_policy(variant, folder / "prompts", docs), tasks=_tasks(folder),
+        db_text=json.dumps(db), toolkit=agent_class(variant), user_toolkit=KnowledgeUserTools,
+        splits=json.loads(split_file.read_text()) if split_file.is_file() else {}, folder=folder,
+        tool_options=opts, variant=variant, documents=docs, kb_retriever=kb, grep_retriever=grep)

@@ -1,0 +1,146 @@
+"""Knowledge-base retrieval for ``banking_knowledge``: BM25, regex grep and (optionally) dense embeddings,
+ranked as τ³'s pipelines rank them.
+
+* **BM25**: ``rank_bm25.BM25Okapi`` (τ³'s library, default k1=1.5, b=0.75, epsilon=0.25) over each
+  document's content split on whitespace after lower-casing; the query is tokenised the same way.
+  The top ``top_k`` (10) by score, ties in document order.
+* **grep**: the pattern as a Python regex (case-insensitive unless ``case_sensitive``; a pattern
+  that does not compile is searched literally) over each document's content; documents ranked by
+  match count, ties in document order, top ``grep_top_k`` (10).
+* **dense**: cosine similarity between embeddings of the query and of each document's content,
+  from a user-supplied embedder (``embedder: "package.module:function"``, ``texts -> (n, d)``
+  array). τ³ calls OpenAI or OpenRouter models here; memrl makes no network calls, so dense
+  retrieval runs only with your model and its rankings are not τ³'s.
+
+Documents are read in file-name order. τ³ reads them in ``Path.glob`` order (what the file system
+returns); order only decides ties and the layout of the full-KB prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    title: str
+    content: str
+
+
+def load_documents(folder: Path) -> list[Document]:
+    """Every ``*.json`` document of the knowledge base (``id``, ``title``, ``content``), by file name."""
+    docs = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            raw = json.loads(path.read_text())
+            docs.append(Document(str(raw["id"]), str(raw["title"]), str(raw["content"])))
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ValueError(f"{path}: not a knowledge-base document with id, title and content ({err})") from None
+    if not docs:
+        raise FileNotFoundError(f"{folder}: no knowledge-base documents (*.json)")
+    return docs
+
+
+def tokens(text: str) -> list[str]:
+    """τ³'s BM25 tokenisation: lower-case, split on whitespace (punctuation stays on the word)."""
+    return text.lower().split()
+
+
+class Retriever:
+    """A ranked search over the documents; ``search`` returns (document id, score), best first."""
+
+    def __init__(self, docs: Sequence[Document], top_k: int = 10) -> None:
+        self.docs = list(docs)
+        self.top_k = top_k
+        self.by_id = {d.id: d for d in self.docs}
+
+    def search(self, query: str) -> list[tuple[str, float]]:
+        raise NotImplementedError
+
+
+class BM25Retriever(Retriever):
+    def __init__(self, docs: Sequence[Document], top_k: int = 10) -> None:
+        super().__init__(docs, top_k)
+        try:
+            from rank_bm25 import BM25Okapi
+        except ImportError:
+            raise ImportError("banking_knowledge's BM25 retrieval needs rank-bm25 (pip install rank-bm25)") from None
+        self.index = BM25Okapi([tokens(d.content) for d in self.docs])
+
+    def search(self, query: str) -> list[tuple[str, float]]:
+        if not query or not query.strip():
+            return []
+        scores = self.index.get_scores(tokens(query))
+        best = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)[: min(self.top_k, len(self.docs))]
+        return [(self.docs[i].id, float(scores[i])) for i in best]
+
+
+class GrepRetriever(Retriever):
+    def __init__(self, docs: Sequence[Document], top_k: int = 10, case_sensitive: bool = False) -> None:
+        super().__init__(docs, top_k)
+        self.flags = 0 if case_sensitive else re.IGNORECASE
+
+    def search(self, query: str) -> list[tuple[str, float]]:
+        if not query.strip():
+            return []
+        try:
+            pattern = re.compile(query, self.flags)
+        except re.error:
+            pattern = re.compile(re.escape(query), self.flags)
+        hits = [(d.id, float(len(found))) for d in self.docs if (found := pattern.findall(d.content))]
+        hits.sort(key=lambda h: h[1], reverse=True)
+        return hits[: self.top_k]
+
+
+class DenseRetriever(Retriever):
+    """Cosine similarity over embeddings from ``embed(texts) -> (n, d)`` (documents embedded once)."""
+
+    def __init__(self, docs: Sequence[Document], embed: Callable[[list[str]], Any], top_k: int = 10) -> None:
+        super().__init__(docs, top_k)
+        self.embed = embed
+        matrix = np.asarray(embed([d.content for d in self.docs]), dtype=np.float64)
+        if matrix.shape[0] != len(self.docs):
+            raise ValueError(f"embedder returned {matrix.shape[0]} vectors for {len(self.docs)} documents")
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        self.matrix = matrix / np.where(norms == 0, 1, norms)
+
+    def search(self, query: str) -> list[tuple[str, float]]:
+        vec = np.asarray(self.embed([query]), dtype=np.float64).reshape(-1)
+        norm = np.linalg.norm(vec)
+        scores = np.zeros(len(self.docs)) if norm == 0 else self.matrix @ (vec / norm)
+        best = np.argsort(scores)[::-1][: min(self.top_k, len(self.docs))]
+        return [(self.docs[i].id, float(scores[i])) for i in best]
+
+
+def _listing(retriever: Retriever, hits: list[tuple[str, float]]) -> str:
+    out = []
+    for i, (doc_id, score) in enumerate(hits, 1):
+        doc = retriever.by_id[doc_id]
+        out.append(f"{i}. {doc.title or 'Untitled'}\n   ID: {doc_id}\n   Score: {score:.4f}\n   Content: {doc.content}\n")
+    return "\n".join(out)
+
+
+def kb_search_text(retriever: Retriever, query: str, k: int | None = None) -> str:
+    """What τ³'s ``KB_search`` tools answer: the ranked documents in full, then the time it took."""
+    start = time.perf_counter()
+    hits = retriever.search(query)
+    took = (time.perf_counter() - start) * 1000
+    if k is not None:
+        hits = hits[:k]
+    body = _listing(retriever, hits) if hits else "No relevant documents found."
+    return f"{body}\n\n[Timing: retrieval={took:.0f}ms, total={took:.0f}ms]"
+
+
+def grep_text(retriever: Retriever, pattern: str) -> str:
+    """What τ³'s ``grep`` tool answers: the matching documents in full, by match count."""
+    hits = retriever.search(pattern)
+    return _listing(retriever, hits) if hits else f"No matches found for pattern: {pattern}"

@@ -1,0 +1,76 @@
+"""The agent's toolkit for each retrieval variant: the banking tools plus ``KB_search`` and/or ``grep``.
+
+As in τ³, the retrieval tools are mixins placed before the banking tools, so the agent's tool list
+starts with them (``KB_search``, ``grep``, then ``transfer_to_human_agents``...). The retrievers
+are built once per domain and shared by every environment (they only read).
+"""
+
+from __future__ import annotations
+
+from memrl.envs.domains.banking_knowledge.agent_tools import KnowledgeTools
+from memrl.envs.domains.banking_knowledge.retrieval import Retriever, grep_text, kb_search_text
+from memrl.envs.domains.banking_knowledge.variants import Variant
+from memrl.envs.toolkit import tool
+
+
+class KBSearchMixin:
+    """``KB_search`` over ``kb_retriever`` (BM25 or dense)."""
+
+    kb_retriever: Retriever | None = None
+
+    @tool("read")
+    def KB_search(self, query: str) -> str:  # noqa: N802 - τ³'s tool name
+        """Search the knowledge base for relevant documents.
+
+        Args:
+            query: The search query to find relevant documents
+
+        Returns:
+            Relevant document excerpts matching the query
+        """
+        assert self.kb_retriever is not None, "KB_search without a retriever"
+        return kb_search_text(self.kb_retriever, query)
+
+
+class GrepMixin:
+    """``grep`` over ``grep_retriever``."""
+
+    grep_retriever: Retriever | None = None
+
+    @tool("read")
+    def grep(self, pattern: str) -> str:
+        """Search for a regex pattern in all knowledge base documents.
+
+        Returns documents ranked by number of matches, with full content.
+
+        Args:
+            pattern: The regex pattern to search for (e.g., 'credit.*card', 'fee|charge')
+
+        Returns:
+            Matching documents ranked by relevance (match count)
+        """
+        assert self.grep_retriever is not None, "grep without a retriever"
+        return grep_text(self.grep_retriever, pattern)
+
+
+class KnowledgeToolsWithKBSearch(KBSearchMixin, KnowledgeTools):
+    pass
+
+
+class KnowledgeToolsWithGrep(GrepMixin, KnowledgeTools):
+    pass
+
+
+class KnowledgeToolsWithKBSearchAndGrep(KBSearchMixin, GrepMixin, KnowledgeTools):
+    pass
+
+
+def agent_class(variant: Variant) -> type[KnowledgeTools]:
+    """The toolkit class a variant's agent gets (τ³'s composed classes)."""
+    if variant.kb_search and variant.grep:
+        return KnowledgeToolsWithKBSearchAndGrep
+    if variant.kb_search:
+        return KnowledgeToolsWithKBSearch
+    if variant.grep:
+        return KnowledgeToolsWithGrep
+    return KnowledgeTools

@@ -1,0 +1,103 @@
+"""τ³'s retrieval variants (``--retrieval-config``): which search tools the agent gets, and its prompt.
+
+Each variant names a prompt template in the domain's ``prompts/`` folder and the retrieval tools
+it adds to the banking tools: ``KB_search`` (BM25 or dense), ``grep``, or none (the knowledge base
+is then in the prompt, whole or the task's required documents, or absent). Variants memrl cannot
+run are listed in :data:`LEFT_OUT` with the reason, and refused by name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from memrl.envs.domains.banking_knowledge.retrieval import Document
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A retrieval configuration: the prompt template, the ``KB_search`` backend (None: no such tool),
+    whether ``grep`` is offered, and how the prompt is completed (``prompt``)."""
+
+    name: str
+    template: str
+    kb_search: Literal["bm25", "dense"] | None = None
+    grep: bool = False
+    prompt: Literal["standard", "full_kb", "golden"] = "standard"
+
+
+VARIANTS = {v.name: v for v in (
+    Variant("no_knowledge", "no_knowledge.md"),
+    Variant("full_kb", "full_kb.md", prompt="full_kb"),
+    Variant("golden_retrieval", "required_docs.md", prompt="golden"),
+    Variant("bm25", "classic_rag_bm25_no_grep.md", kb_search="bm25"),
+    Variant("bm25_grep", "classic_rag_bm25.md", kb_search="bm25", grep=True),
+    Variant("grep_only", "grep_only.md", grep=True),
+    Variant("openai_embeddings", "classic_rag_openai_no_grep.md", kb_search="dense"),
+    Variant("openai_embeddings_grep", "classic_rag_openai.md", kb_search="dense", grep=True),
+    Variant("qwen_embeddings", "classic_rag_qwen_no_grep.md", kb_search="dense"),
+    Variant("qwen_embeddings_grep", "classic_rag_qwen.md", kb_search="dense", grep=True),
+)}
+_RERANK = "an LLM reranker (pointwise scoring by an OpenAI model) after retrieval"
+_SHELL = "a sandboxed shell over the documents (Anthropic's sandbox-runtime)"
+LEFT_OUT = {
+    **{f"{base}_reranker{grep}": _RERANK for base in ("bm25", "openai_embeddings", "qwen_embeddings")
+       for grep in ("", "_grep")},
+    "terminal_use": _SHELL, "terminal_use_write": _SHELL,
+    "alltools": f"{_SHELL} and OpenAI embeddings", "alltools-qwen": f"{_SHELL} and OpenRouter embeddings",
+}
+ALIASES = {"AllTools": "alltools"}
+DEFAULT_VARIANT = "bm25"  # τ³'s default is alltools (needs a sandbox and an embedding API); bm25 runs offline
+
+
+def resolve(name: str) -> Variant:
+    """The variant ``name``; a one-line error for unknown or left-out names."""
+    name = ALIASES.get(name, name)
+    if name in LEFT_OUT:
+        raise ValueError(f"retrieval variant {name!r} is not available in memrl: it needs {LEFT_OUT[name]}; "
+                         f"choose one of {', '.join(VARIANTS)}")
+    if name not in VARIANTS:
+        raise ValueError(f"unknown retrieval variant {name!r}; choose one of {', '.join(VARIANTS)}")
+    return VARIANTS[name]
+
+
+def _components(text: str, prompts: Path) -> str:
+    def fill(m: re.Match[str]) -> str:
+        path = prompts / "components" / f"{m.group(1)}.md"
+        if not path.is_file():
+            raise FileNotFoundError(f"prompt component not found: {path}")
+        return path.read_text()
+
+    return re.sub(r"\{\{component:(\w+)\}\}", fill, text)
+
+
+def _as_markdown(docs: list[Document]) -> str:
+    return "\n\n---\n\n".join(f"## {d.title}\n\n{d.content}" for d in docs)
+
+
+def build_policy(variant: Variant, prompts: Path, docs: list[Document], required: list[str] | None = None) -> str:
+    """The agent's system prompt: the template with its components, and for ``full_kb`` every document,
+    for ``golden_retrieval`` the task's required documents (by title, else id; unknown ones skipped)."""
+    path = prompts / variant.template
+    if not path.is_file():
+        raise FileNotFoundError(f"prompt template not found: {path}")
+    text = _components(path.read_text(), prompts)
+    if variant.prompt == "full_kb":
+        text = text.replace("{{full_knowledge_base}}", _as_markdown(docs))
+    elif variant.prompt == "golden":
+        by_title, by_id = {d.title: d for d in docs}, {d.id: d for d in docs}
+        chosen = [by_title.get(ref) or by_id[ref] for ref in required or [] if ref in by_title or ref in by_id]
+        text = text.replace("{{required_documents}}", _as_markdown(chosen) if chosen else "(No documents provided)")
+    if not text.strip():
+        raise ValueError(f"the prompt of retrieval variant {variant.name!r} is empty ({path})")
+    return text
+
+
+def option(options: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    """A retrieval option from ``env.tool_options``, type-checked with a one-line error."""
+    value = options.get(key, default)
+    if value is not default and not (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
+        raise ValueError(f"banking_knowledge tool option {key}: expected {kind.__name__}, got {value!r}")
+    return value
