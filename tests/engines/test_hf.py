@@ -151,7 +151,7 @@ def test_a_failing_request_does_not_fail_its_batch_mates(tiny_model):
 def test_cancelled_request_leaves_the_batch_and_short_ones_are_answered_first(tiny_model):
     """A long row does not hold back a short batch-mate, and cancelling it stops its decoding."""
     model, tok = tiny_model
-    eng = HFEngine(model)
+    eng = HFEngine(model, long_new_tokens=200_000)  # one lane: the long row shares the short one's batch
     ps = prompts(tok)
     endless = SamplingParams(max_new_tokens=100_000, greedy=True)  # fits one batch with the short one
 
@@ -162,8 +162,7 @@ def test_cancelled_request_leaves_the_batch_and_short_ones_are_answered_first(ti
         long_task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await long_task
-        async with eng._lock:  # held while a batch decodes: free once the cancelled row is dropped
-            pass
+        await eng.idle()  # the batch ends once the cancelled row is dropped
         after = await eng.generate(ps[1], GREEDY)
         await eng.close()
         return short, after
@@ -200,7 +199,7 @@ def test_mixed_sampling_parameters_in_one_batch_match_each_request_alone(tiny_mo
 def test_reserved_kv_layer_equals_concatenation_past_its_reserve_and_after_dropping_rows():
     from transformers.cache_utils import DynamicLayer
 
-    from memrl.engines.hf import _kv_layer_class
+    from memrl.engines.kv_cache import kv_layer_class as _kv_layer_class
 
     g = torch.Generator().manual_seed(0)
     reserved, plain = _kv_layer_class()(3), DynamicLayer()  # 3 positions reserved: the 2nd update grows it

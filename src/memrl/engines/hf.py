@@ -11,6 +11,14 @@ draw per step, not a Python loop of per-row sampling. The model runs in a
 worker thread, so the event loop keeps scheduling workflow coroutines while a
 batch decodes.
 
+Long requests are scheduled apart: a request for more than ``long_new_tokens``
+new tokens (a server client asking for ``max_tokens=100000``) waits and decodes
+in a second lane, so it never holds back the short requests that arrive while it
+runs; the two lanes' batches decode in their own threads. Each batch's KV cache
+reserves the prompt width plus at most ``reserve_new_tokens`` positions and grows
+(doubling) only as far as its rows actually decode, so one request's budget does
+not size the memory of its batch-mates.
+
 Failure and cancellation are per request. Prompt ids outside the vocabulary are
 rejected by ``generate`` before they reach a batch; if a batched decode still
 raises, its unanswered requests are decoded again one at a time, so only the
@@ -29,16 +37,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import operator
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from memrl.engines.base import GenerationResult, SamplingParams
+from memrl.engines.kv_cache import release_freed_memory, reserved_cache
 from memrl.engines.sampling import select_tokens
 
 
@@ -48,6 +55,17 @@ class _Request:
     params: SamplingParams
     future: asyncio.Future[GenerationResult]
     generator: torch.Generator | None
+
+
+@dataclass
+class _Lane:
+    """A queue of requests and the worker that decodes them in batches (the short or the long lane)."""
+
+    pending: list[_Request] = field(default_factory=list)
+    running: list[_Request] = field(default_factory=list)
+    wake: asyncio.Event | None = None
+    lock: asyncio.Lock | None = None
+    worker: asyncio.Task[None] | None = None
 
 
 @dataclass
@@ -73,74 +91,6 @@ def _seeded(seed: int | None) -> torch.Generator | None:
     return torch.Generator().manual_seed(seed) if seed is not None else None
 
 
-def _kv_layer_class() -> type:
-    """A KV-cache layer that writes new keys/values into room reserved up front instead of concatenating.
-
-    transformers' ``DynamicLayer`` concatenates every decode step, copying the
-    whole cache of every layer once per generated token. This layer reserves
-    ``capacity`` positions (prompt width + longest ``max_new_tokens``) at the
-    first update and hands attention a view of the filled part. Past the
-    reserve it doubles. Dropping finished rows copies the kept rows once, as before.
-    """
-    from transformers.cache_utils import DynamicLayer
-
-    class ReservedLayer(DynamicLayer):
-        def __init__(self, capacity: int) -> None:
-            super().__init__()
-            self.capacity = capacity
-            self.filled = 0
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-            if not self.is_initialized:
-                self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
-                self._k = key_states.new_empty(*key_states.shape[:2], self.capacity, key_states.shape[3])
-                self._v = value_states.new_empty(*value_states.shape[:2], self.capacity, value_states.shape[3])
-            end = self.filled + key_states.shape[-2]
-            if end > self._k.shape[-2]:  # past the reserve: double it
-                grow = max(end, 2 * self._k.shape[-2]) - self._k.shape[-2]
-                self._k = torch.cat([self._k, self._k.new_empty(*self._k.shape[:2], grow, self._k.shape[3])], -2)
-                self._v = torch.cat([self._v, self._v.new_empty(*self._v.shape[:2], grow, self._v.shape[3])], -2)
-            self._k[:, :, self.filled:end] = key_states
-            self._v[:, :, self.filled:end] = value_states
-            self.filled = end
-            self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
-            return self.keys, self.values
-
-        def batch_select_indices(self, indices: torch.Tensor) -> None:
-            if self.is_initialized:
-                self._k, self._v = self._k[indices], self._v[indices]
-                self.keys, self.values = self._k[:, :, :self.filled], self._v[:, :, :self.filled]
-
-    return ReservedLayer
-
-
-def _reserved_cache(capacity: int) -> Any:
-    """A ``DynamicCache`` whose layers reserve ``capacity`` positions (see :func:`_kv_layer_class`)."""
-    from transformers import DynamicCache
-
-    layer = _kv_layer_class()
-    cache = DynamicCache()
-    cache.layer_class_to_replicate = lambda: layer(capacity)
-    return cache
-
-
-def _release_freed_memory() -> None:
-    """Give the heap memory a finished batch freed back to the OS (glibc only; elsewhere nothing).
-
-    The decode runs in a worker thread, so glibc serves its tensors from another
-    arena than the trainer's thread. Memory freed in one arena stays mapped and
-    is not reused by the other, so the update's activations came on top of the
-    decode's freed cache and the decode's on top of the update's: peak RSS was
-    the sum of both phases instead of the larger one. ``malloc_trim`` (every
-    arena) runs before and after each batch and returns the free pages.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
 class HFEngine:
     """Batching engine over any ``transformers`` causal LM."""
 
@@ -153,6 +103,8 @@ class HFEngine:
         max_batch_tokens: int = 262_144,
         batch_wait_s: float = 0.002,
         seed: int = 0,
+        long_new_tokens: int = 4096,
+        reserve_new_tokens: int = 1024,
     ) -> None:
         self.model = model
         cfg = model.config
@@ -167,12 +119,10 @@ class HFEngine:
         self.batch_wait_s = batch_wait_s
         self.stats = EngineStats()
         self.weight_version = 0
+        self.long_new_tokens = long_new_tokens
+        self.reserve_new_tokens = reserve_new_tokens
         self._generator = torch.Generator().manual_seed(seed)
-        self._pending: list[_Request] = []
-        self._running: list[_Request] = []
-        self._wake: asyncio.Event | None = None
-        self._lock: asyncio.Lock | None = None
-        self._worker: asyncio.Task[None] | None = None
+        self._lanes = (_Lane(), _Lane())  # short, long
 
     @classmethod
     def from_pretrained(cls, spec: str, dtype: str = "auto", device: str | None = None, **kwargs: Any) -> HFEngine:
@@ -188,11 +138,12 @@ class HFEngine:
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
         """Complete one prompt. Raises ``ValueError`` for ids the model cannot embed (this request only)."""
         prompt = self._checked_prompt(prompt_ids)
-        self._ensure_worker()
-        assert self._wake is not None
+        lane = self._lanes[params.max_new_tokens > self.long_new_tokens]
+        self._ensure_worker(lane)
+        assert lane.wake is not None
         fut: asyncio.Future[GenerationResult] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(prompt, params, fut, _seeded(params.seed)))
-        self._wake.set()
+        lane.pending.append(_Request(prompt, params, fut, _seeded(params.seed)))
+        lane.wake.set()
         return await fut
 
     def _checked_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
@@ -210,49 +161,63 @@ class HFEngine:
 
     async def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Copy new weights in between batches (RL weight sync). Partial dicts are allowed."""
-        self._ensure_worker()
-        assert self._lock is not None
-        async with self._lock:
+        async with self._between_batches():
             result = self.model.load_state_dict(dict(state_dict), strict=False)
             if result.unexpected_keys:
                 raise KeyError(f"update_weights: unknown parameter names {result.unexpected_keys[:5]}")
             self.weight_version += 1
 
+    async def idle(self) -> None:
+        """Return once the batches decoding now have ended (cancelled rows leave at their next step)."""
+        async with self._between_batches():
+            pass
+
+    @contextlib.asynccontextmanager
+    async def _between_batches(self) -> AsyncIterator[None]:
+        """Hold every lane's lock: no batch decodes inside this block."""
+        async with contextlib.AsyncExitStack() as stack:
+            for lane in self._lanes:
+                self._ensure_worker(lane)
+                assert lane.lock is not None
+                await stack.enter_async_context(lane.lock)
+            yield
+
     async def close(self) -> None:
-        """Cancel queued and running requests; the decode thread stops at its next step."""
-        for req in self._running + self._pending:
-            if not req.future.done():
-                req.future.cancel()
-        self._pending.clear()
-        if self._worker is not None:
-            self._worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._worker
-            self._worker = None
+        """Cancel queued and running requests; the decode threads stop at their next step."""
+        for lane in self._lanes:
+            for req in lane.running + lane.pending:
+                if not req.future.done():
+                    req.future.cancel()
+            lane.pending.clear()
+            if lane.worker is not None:
+                lane.worker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await lane.worker
+                lane.worker = None
 
     # -- scheduling --------------------------------------------------------------
-    def _ensure_worker(self) -> None:
+    def _ensure_worker(self, lane: _Lane) -> None:
         loop = asyncio.get_running_loop()
-        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
-            self._wake = asyncio.Event()
-            self._lock = asyncio.Lock()
-            self._worker = loop.create_task(self._run())
+        if lane.worker is None or lane.worker.done() or lane.worker.get_loop() is not loop:
+            lane.wake = asyncio.Event()
+            lane.lock = asyncio.Lock()
+            lane.worker = loop.create_task(self._run(lane))
 
-    def _take_batch(self) -> list[_Request]:
+    def _take_batch(self, pending: list[_Request]) -> list[_Request]:
         """Oldest requests first, up to ``max_batch_size`` and ``max_batch_tokens`` padded tokens."""
         batch: list[_Request] = []
         longest = 0
-        for req in self._pending:
+        for req in pending:
             longest_if = max(longest, len(req.prompt) + req.params.max_new_tokens)
             if batch and (len(batch) >= self.max_batch_size or longest_if * (len(batch) + 1) > self.max_batch_tokens):
                 break
             batch.append(req)
             longest = longest_if
-        del self._pending[: len(batch)]
+        del pending[: len(batch)]
         return batch
 
-    async def _run(self) -> None:
-        assert self._wake is not None and self._lock is not None
+    async def _run(self, lane: _Lane) -> None:
+        assert lane.wake is not None and lane.lock is not None
         loop = asyncio.get_running_loop()
 
         def settle(req: _Request, res: GenerationResult) -> None:
@@ -263,19 +228,19 @@ class HFEngine:
             loop.call_soon_threadsafe(settle, req, res)
 
         while True:
-            if not self._pending:
-                self._wake.clear()
-                await self._wake.wait()
+            if not lane.pending:
+                lane.wake.clear()
+                await lane.wake.wait()
             await asyncio.sleep(self.batch_wait_s)  # let concurrent callers join this batch
-            batch = [r for r in self._take_batch() if not r.future.done()]
+            batch = [r for r in self._take_batch(lane.pending) if not r.future.done()]
             if not batch:
                 continue
-            async with self._lock:
-                self._running = batch
+            async with lane.lock:
+                lane.running = batch
                 try:
                     await self._decode_isolated(batch, answer)
                 finally:
-                    self._running = []
+                    lane.running = []
 
     async def _decode_isolated(
         self, batch: list[_Request], answer: Callable[[_Request, GenerationResult], None]
@@ -308,11 +273,11 @@ class HFEngine:
         A row whose future is done (its caller cancelled it) is dropped at the next step
         and reported with finish reason ``"abort"``.
         """
-        _release_freed_memory()  # what the trainer freed (an update's activations) is not held during the decode
+        release_freed_memory()  # what the trainer freed (an update's activations) is not held during the decode
         try:
             return self._decode(reqs, answer)
         finally:
-            _release_freed_memory()
+            release_freed_memory()
 
     @torch.inference_mode()
     def _decode(
@@ -351,7 +316,8 @@ class HFEngine:
         self.stats.batch_sizes.append(n)
         self.stats.prompt_tokens += sum(lengths)
 
-        cache = _reserved_cache(width + max((reqs[i].params.max_new_tokens for i in active), default=0))
+        longest_new = max((reqs[i].params.max_new_tokens for i in active), default=0)
+        cache = reserved_cache(width + min(longest_new, self.reserve_new_tokens))  # grows past it if rows go on
         if active:
             keep = torch.tensor(active, device=device)
             input_ids, attention, positions = input_ids[keep], attention[keep], positions[keep]
