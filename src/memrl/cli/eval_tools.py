@@ -16,6 +16,7 @@ def eval_tools(cfg: Any, out: Path, trials: int, restart: bool, console: Console
     from memrl.engines.factory import build_engine
     from memrl.eval.tool_eval import TOOL_EVAL_OUTPUTS, run_tool_eval, tool_results_markdown
     from memrl.models.resolve import load_tokenizer
+    from memrl.train.preflight import check_tool_prompt_budget
     from memrl.workflows import load_samples
 
     if trials < 1:
@@ -23,9 +24,12 @@ def eval_tools(cfg: Any, out: Path, trials: int, restart: bool, console: Console
     if trials > 1 and cfg.sampling.temperature == 0:
         console.print(f"[yellow]warning: --trials {trials} with greedy decoding repeats the same episode; "
                       "set --temperature for pass^k to mean anything[/yellow]", highlight=False)
-    count = len(load_samples(cfg, "eval"))  # a bad domain, data dir or split fails before the model loads
-    prepare_out(out, restart, TOOL_EVAL_OUTPUTS, cfg)
+    samples = load_samples(cfg, "eval")  # a bad domain, data dir or split fails before the model loads
+    count = len(samples)
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+    check_tool_prompt_budget(cfg, tokenizer, samples, lambda msg: console.print(
+        f"[yellow]warning: {msg}[/yellow]", highlight=False))
+    prepare_out(out, restart, TOOL_EVAL_OUTPUTS, cfg)
     eng = build_engine(cfg)
     console.print(f"eval tool_agent · model {cfg.model.path} · engine {cfg.engine.kind} · domain "
                   f"{cfg.env.domain} split {cfg.env.eval_split} ({count} tasks) · {trials} trial(s) · "
@@ -35,6 +39,11 @@ def eval_tools(cfg: Any, out: Path, trials: int, restart: bool, console: Console
     typer.echo(tool_results_markdown(results))
     console.print(f"wrote {out}/results.json, results.md, transcripts/ (one conversation per trial)"
                   + (" and rollouts/ (memrl view / memrl rft read them)" if rollouts else ""), highlight=False)
+    cut = (results.get("endings") or {}).get("prompt_too_long", 0)
+    if cut:
+        console.print(f"[yellow]{cut} trial(s) ended before the agent's first turn (prompt_too_long): the prompt "
+                      f"exceeds workflow.max_total_tokens={cfg.workflow.max_total_tokens}; raise it[/yellow]",
+                      highlight=False)
     if results["failed_trials"]:
         console.print(f"[yellow]{results['failed_trials']} trial(s) failed and are not scored; see {out}/failures/ "
                       "and re-run the same command to retry them[/yellow]", highlight=False)

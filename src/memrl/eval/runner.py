@@ -141,6 +141,30 @@ def failure_record(sample: LongContextSample, n: int, seconds: float, error: str
             "seconds": round(seconds, 3)}
 
 
+def ending_counts(records: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """How many tool-agent episodes ended each way; ``prompt_too_long``: cut before the agent's first turn."""
+    counts: dict[str, int] = {}
+    for r in records:
+        cut = (r.get("metrics") or {}).get("prompt_too_long")
+        why = "prompt_too_long" if cut else str((r.get("info") or {}).get("ending"))
+        counts[why] = counts.get(why, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def endings_note(endings: dict[str, int], max_total_tokens: int) -> list[str]:
+    """Lines for the console and results.md: the episode endings, and a warning when some never started."""
+    if not endings:
+        return []
+    lines = ["episode endings: " + ", ".join(f"{k} {v}" for k, v in endings.items())]
+    cut = endings.get("prompt_too_long", 0)
+    if cut:
+        share = "every one" if cut == sum(endings.values()) else f"{cut} of {sum(endings.values())}"
+        lines.append(f"warning: {share} of the trials ended before the agent's first turn (prompt_too_long: the "
+                     f"prompt exceeds workflow.max_total_tokens={max_total_tokens}); their reward 0 says nothing "
+                     "about the model: raise workflow.max_total_tokens")
+    return lines
+
+
 class AllEpisodesFailedError(RuntimeError):
     """Every episode this run attempted failed: the setup is broken, not the model."""
 

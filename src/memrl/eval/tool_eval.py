@@ -26,7 +26,7 @@ from memrl.data.atomic import atomic_write
 from memrl.engines.base import Engine, EngineDeadError
 from memrl.eval.passk import is_success, pass_hat_ks
 from memrl.eval.records import ROLLOUTS, save_eval_rollout
-from memrl.eval.runner import AllEpisodesFailedError, gather_cancelling, sampling_params
+from memrl.eval.runner import AllEpisodesFailedError, ending_counts, endings_note, gather_cancelling, sampling_params
 from memrl.workflows import get_workflow, load_samples
 
 TOOL_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", ROLLOUTS, "results.json",
@@ -140,6 +140,7 @@ def aggregate_tool_eval(cfg: MemRLConfig, out: Path, task_ids: list[str], trials
     per_task: dict[str, Any] = {}
     outcomes: dict[str, list[bool]] = {}
     rewards: list[float] = []
+    records: list[dict[str, Any]] = []
     failed = 0
     for task_id in task_ids:
         folder = task_folder(task_id)
@@ -152,6 +153,7 @@ def aggregate_tool_eval(cfg: MemRLConfig, out: Path, task_ids: list[str], trials
                 failed += 1
         rs = [float(r["reward"]) for r in recs]
         rewards += rs
+        records += recs
         per_task[task_id] = {"trials": len(recs), "successes": sum(map(is_success, rs)), "rewards": rs,
                              "nl_unchecked": sum(int((r.get("info") or {}).get("nl_unchecked", 0)) for r in recs)}
         if len(recs) == trials:
@@ -162,6 +164,7 @@ def aggregate_tool_eval(cfg: MemRLConfig, out: Path, task_ids: list[str], trials
         "avg_reward": statistics.fmean(rewards) if rewards else None,
         "pass_hat_k": {str(k): v for k, v in pass_hat_ks(outcomes).items()},
         "nl_assertions_unchecked": sum(t["nl_unchecked"] for t in per_task.values()),
+        "endings": ending_counts(records), "max_total_tokens": cfg.workflow.max_total_tokens,
         "per_task": per_task,
     }
 
@@ -175,6 +178,7 @@ def tool_results_markdown(results: dict[str, Any]) -> str:
              "|---:|---:|---:|---:|" + "---:|" * len(ks),
              f"| {results['tasks']} | {results['complete_tasks']} | {results['failed_trials']} | "
              f"{'-' if avg is None else f'{avg:.3f}'} | " + " | ".join(f"{v:.3f}" for v in ks.values()) + " |", ""]
+    lines += [line + "\n" for line in endings_note(results.get("endings") or {}, results.get("max_total_tokens", 0))]
     if results["nl_assertions_unchecked"]:
         lines.append(f"{results['nl_assertions_unchecked']} natural-language assertion(s) were not judged "
                      "(no judge configured): rewards are higher than τ²-bench would give.\n")

@@ -7,7 +7,9 @@ one line naming the setting (the CLI prints it and exits 2).
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -74,6 +76,39 @@ def check_dataset_size(cfg: MemRLConfig, count: int) -> None:
     if t.prompts_per_step > count:
         raise ConfigError(f"trainer.prompts_per_step={t.prompts_per_step} is more than the {count} samples in "
                           f"{where}: every step would repeat prompts; use trainer.prompts_per_step <= {count}")
+
+
+def tool_prompt_floor(cfg: MemRLConfig, tokenizer: Any, sample: Any) -> int:
+    """Tokens of the domain's system prompt and tool schemas: the part of every tool_agent episode's
+    first prompt that no task makes shorter (token protocol; ``workflow.tool_format`` decides the layout)."""
+    from memrl.workflows.common import encode_text
+    from memrl.workflows.tool_calls import FORMATS, TemplateFormat
+
+    w = cfg.workflow
+    fmt = TemplateFormat(tokenizer) if w.tool_format == "template" else FORMATS[w.tool_format]
+    env = sample.domain.new_env(solo=sample.solo)
+    return len(encode_text(tokenizer, fmt.prompt(env.policy, env.tool_schemas(), [])))
+
+
+def check_tool_prompt_budget(cfg: MemRLConfig, tokenizer: Any, samples: list[Any],
+                             warn: Callable[[str], None]) -> None:
+    """Refuse a ``workflow.max_total_tokens`` below the domain's system prompt and tools: every episode would
+    end ``prompt_too_long`` with no turn (reward 0 that says nothing about the model); warn when it leaves
+    less than one turn's worth."""
+    w = cfg.workflow
+    if w.name != "tool_agent" or w.tool_protocol != "tokens" or not samples:
+        return
+    floor = tool_prompt_floor(cfg, tokenizer, samples[0])
+    room = w.max_total_tokens - floor
+    if room <= 0:
+        suggest = -(-(floor + 4 * w.turn_tokens) // 1024) * 1024
+        raise ConfigError(f"workflow.max_total_tokens={w.max_total_tokens} is below the {floor} tokens of domain "
+                          f"{cfg.env.domain}'s system prompt and tool schemas: every episode would end before the "
+                          f"agent's first turn (prompt_too_long); raise it, e.g. workflow.max_total_tokens={suggest}")
+    if room < w.turn_tokens:
+        warn(f"workflow.max_total_tokens={w.max_total_tokens} leaves {room} tokens after domain {cfg.env.domain}'s "
+             f"{floor}-token system prompt and tools, less than one turn (workflow.turn_tokens={w.turn_tokens}); "
+             "most episodes will end prompt_too_long")
 
 
 def _check_env(cfg: MemRLConfig) -> None:

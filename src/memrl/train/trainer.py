@@ -32,7 +32,8 @@ from memrl.train.batch import Row, rows_from_trajectories
 from memrl.train.engine_sync import WeightSync, engine_weights
 from memrl.train.guards import IdleStreak, RolloutTally
 from memrl.train.policy import Reference, build_policy
-from memrl.train.preflight import RESUMABLE_CHANGES, check_config, check_dataset_size  # noqa: F401 (re-exported)
+from memrl.train.preflight import RESUMABLE_CHANGES, check_config  # noqa: F401 (re-exported)
+from memrl.train.preflight import check_dataset_size, check_tool_prompt_budget
 from memrl.train.rollout import RolloutRunner, evaluate_samples, rollout_metrics
 from memrl.train.rollouts import save_step_rollouts
 from memrl.train.sampler import ResumableSampler
@@ -97,6 +98,8 @@ class Trainer:
         self.workflow = get_workflow(cfg.workflow.name)
         self.samples = load_samples(cfg, "train")
         check_dataset_size(cfg, len(self.samples))
+        check_tool_prompt_budget(cfg, self.tokenizer, self.samples, lambda msg: self.console.print(
+            f"[yellow]warning:[/yellow] {msg}", highlight=False))
         self.eval_samples = load_samples(cfg, "eval")[: cfg.trainer.eval_samples]
         self.sampler = ResumableSampler(len(self.samples), cfg.trainer.seed)
         self.runner = RolloutRunner(cfg, self.workflow, self.samples, self.sampler, self.tokenizer,
