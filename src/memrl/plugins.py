@@ -141,6 +141,8 @@ DOMAINS = Registry("domain", _is_domain)
 for _name, _attr in (("library", "LIBRARY"), ("mock", "MOCK"), ("retail", "RETAIL"), ("telecom", "TELECOM"),
                      ("telecom-workflow", "TELECOM_WORKFLOW")):
     DOMAINS.register(_name, f"memrl.envs.domain:{_attr}")
+DOMAINS.register("airline", "memrl.envs.domains.airline:AIRLINE")
+DOMAINS.register("banking_knowledge", "memrl.envs.domains.banking_knowledge:banking_knowledge_domain")
 
 
 def reward_value(name: str, text: str, golds: Sequence[str], answer: str | None) -> float:

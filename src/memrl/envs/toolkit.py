@@ -52,6 +52,27 @@ def _doc_parts(doc: str) -> tuple[str, dict[str, str]]:
     return " ".join(desc.split()), args
 
 
+def _spec(method: Callable[..., Any]) -> tuple[str, type[BaseModel]]:
+    """(description, argument model) of a tool method, from its signature and docstring."""
+    from pydantic import Field
+
+    sig = inspect.signature(method)
+    hints = get_type_hints(method)
+    desc, arg_docs = _doc_parts(method.__doc__ or "")
+    fields: dict[str, Any] = {}
+    for name, p in sig.parameters.items():
+        if name == "self":
+            continue
+        ann = hints.get(name, Any)
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        fields[name] = (ann, Field(default, description=arg_docs.get(name)))
+    model = create_model(f"{method.__name__}_args", __config__=ConfigDict(extra="forbid", strict=False), **fields)
+    return desc, model
+
+
+_SPECS: dict[Callable[..., Any], tuple[str, type[BaseModel]]] = {}  # every environment reuses its class's
+
+
 @dataclass
 class Tool:
     """One callable tool: name, kind, description, argument model and the bound function."""
@@ -64,21 +85,12 @@ class Tool:
 
     @classmethod
     def from_method(cls, method: Callable[..., Any]) -> Tool:
-        sig = inspect.signature(method)
-        hints = get_type_hints(method)
-        desc, arg_docs = _doc_parts(method.__doc__ or "")
-        fields: dict[str, Any] = {}
-        for name, p in sig.parameters.items():
-            if name == "self":
-                continue
-            ann = hints.get(name, Any)
-            default = ... if p.default is inspect.Parameter.empty else p.default
-            from pydantic import Field
-
-            fields[name] = (ann, Field(default, description=arg_docs.get(name)))
-        model = create_model(f"{method.__name__}_args", __config__=ConfigDict(extra="forbid", strict=False),
-                             **fields)
-        return cls(method.__name__, method.__memrl_tool__, desc, model, method)  # type: ignore[attr-defined]
+        """The tool of a (bound) method; the description and argument model are built once per function."""
+        fn = getattr(method, "__func__", method)
+        spec = _SPECS.get(fn)
+        if spec is None:
+            spec = _SPECS[fn] = _spec(method)
+        return cls(method.__name__, method.__memrl_tool__, spec[0], spec[1], method)  # type: ignore[attr-defined]
 
     def schema(self) -> dict[str, Any]:
         """OpenAI function-calling schema (``{"type": "function", "function": {...}}``)."""
@@ -142,6 +154,14 @@ class Toolkit:
         if fn is None:
             raise ToolError(f"Tool '{name}' not found.")
         return fn(arguments, strict=self.strict_args)
+
+
+def calculate_expression(expression: str) -> str:
+    """τ²-bench's ``calculate`` tool: digits, ``+ - * /``, parentheses, dots and spaces only, evaluated by
+    Python and rounded to 2 decimals; Python's own errors (syntax, division by zero) are the observation."""
+    if any(ch not in "0123456789+-*/(). " for ch in expression):
+        raise ValueError("Invalid characters in expression")
+    return str(round(float(eval(expression, {"__builtins__": None}, {})), 2))  # noqa: S307 - checked above
 
 
 @dataclass

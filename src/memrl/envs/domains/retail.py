@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memrl.envs.toolkit import Toolkit, tool
+from memrl.envs.toolkit import Toolkit, calculate_expression, tool
 
 _ADDRESS = ("address1", "address2", "city", "country", "state", "zip")
 _ORDER = ("order_id", "user_id", "address", "items", "status", "fulfillments", "payment_history")
@@ -210,10 +210,7 @@ class RetailTools(Toolkit):
         Args:
             expression: Numbers, + - * /, parentheses and spaces, such as '2 + 2'.
         """
-        if any(ch not in "0123456789+-*/(). " for ch in expression):
-            raise ValueError("Invalid characters in expression")
-        # Python's own errors (syntax, division by zero) are the observation, as in τ²-bench.
-        return str(round(float(eval(expression, {"__builtins__": None}, {})), 2))  # noqa: S307 - checked above
+        return calculate_expression(expression)
 
     @tool("generic")
     def transfer_to_human_agents(self, summary: str) -> str:
