@@ -9,6 +9,10 @@ Either way the name resolves to a **domain factory**, called as
   untouched copy of the database, the policy the agent is shown) for one episode;
 * ``get_tasks(split: str | None = None) -> list[memrl.envs.Task]``: the tasks of a split, or all.
 
+A domain whose environment depends on the task (τ³'s ``banking_knowledge``: which reads are logged,
+the user's tool list, a prompt holding the task's documents) declares ``new_env(solo, task=None)``;
+the workflow and the grader then build every environment with :func:`task_env`.
+
 A domain whose tools are a :class:`~memrl.envs.toolkit.Toolkit` and whose files follow τ²-bench's
 layout needs no code beyond a :class:`ToolDomain`, which is how the built-ins are declared. The
 folder holds ``tasks.json`` (or ``tasks_small.json``), ``db.json`` or ``db.toml`` (plus optional
@@ -19,6 +23,7 @@ folder holds ``tasks.json`` (or ``tasks_small.json``), ``db.json`` or ``db.toml`
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from dataclasses import dataclass, field
@@ -42,6 +47,13 @@ class DomainLike(Protocol):
     def new_env(self, solo: bool = False) -> Environment: ...
 
     def get_tasks(self, split: str | None = None) -> list[Task]: ...
+
+
+def task_env(domain: DomainLike, task: Task, solo: bool = False) -> Environment:
+    """A fresh environment for one episode of ``task`` (passed on when ``new_env`` takes a ``task``)."""
+    if "task" in inspect.signature(domain.new_env).parameters:
+        return domain.new_env(solo=solo, task=task)  # type: ignore[call-arg]
+    return domain.new_env(solo=solo)
 
 
 def _read_db(path: Path, toolkit: type[Toolkit] | None = None) -> str:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from memrl.envs.domain import task_env
 from memrl.envs.environment import ReplayError
 from memrl.envs.messages import Message, ToolCall
 from memrl.envs.tasks import Task
@@ -90,12 +91,12 @@ def evaluate(domain: Domain, task: Task, messages: Sequence[Message], *, ending:
         comps["DB"] = [True]
         comps["ENV_ASSERTION"] = []
     else:
-        predicted = domain.new_env(solo=solo)
+        predicted = task_env(domain, task, solo=solo)
         try:
             predicted.set_state(task.initial_state, messages, strict=True)
         except ReplayError as err:
             return RewardInfo(0.0, note=f"message log cannot be replayed: {err}")
-        gold = domain.new_env()
+        gold = task_env(domain, task)
         gold.set_state(task.initial_state, history_messages(task))
         for action in crit.actions or []:
             try:
@@ -162,7 +163,7 @@ def run_calls(domain: Domain, task: Task, calls: Sequence[ToolCall], *, solo: bo
     """The message log of an episode that makes ``calls`` one by one after the task's history: each
     call in its own message, followed by the observation a live environment returned."""
     msgs = history_messages(task)
-    env = domain.new_env(solo=solo)
+    env = task_env(domain, task, solo=solo)
     env.set_state(task.initial_state, msgs)
     for i, call in enumerate(calls):
         call = ToolCall(call.name, call.arguments, id=call.id or f"call_{i}", requestor=call.requestor)

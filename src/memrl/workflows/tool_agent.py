@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memrl.engines.base import Engine, SamplingParams
-from memrl.envs.domain import Domain
+from memrl.envs.domain import Domain, task_env
 from memrl.envs.evaluate import evaluate_async, history_messages
 from memrl.envs.messages import Message
 from memrl.envs.progress import episode_reward, progress_reward
@@ -203,7 +203,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
     chat = getattr(config, "tool_protocol", "tokens") == "openai_chat"
     side: _TokenSide | _ChatSide = _ChatSide(engine, config) if chat else _TokenSide(engine, tokenizer, config)
     messages = history_messages(task)
-    env = domain.new_env(solo=sample.solo)
+    env = task_env(domain, task, solo=sample.solo)
     env.set_state(task.initial_state, messages)
     base = (sampling or SamplingParams()).with_(stop_token_ids=side.stops)
 
