@@ -18,6 +18,9 @@ from memrl.cli.errors import user_errors
 def train_cmd(
     config: Optional[Path] = typer.Argument(None, help="YAML config."),
     overrides: Optional[list[str]] = typer.Argument(None, help="Dotted overrides, e.g. trainer.lr=1e-6 algorithm.n=16."),
+    allow_changes: Optional[str] = typer.Option(None, "--allow-changes", help="Comma-separated settings a resumed "
+                                                "run may change from its saved config, e.g. trainer.lr "
+                                                "(trainer.allow_changes)."),
 ) -> None:
     """RL-train an agent (GRPO/DAPO/RLOO/REINFORCE++) with the configured workflow.
 
@@ -31,7 +34,8 @@ def train_cmd(
     from memrl.train.signals import TrainingInterrupted
     from memrl.train.trainer import NonFiniteLossError
 
-    cfg = resolve_config(config, overrides, {})
+    keys = [k.strip() for k in (allow_changes or "").split(",") if k.strip()]
+    cfg = resolve_config(config, overrides, {"trainer.allow_changes": keys or None})
     quiet_hub_progress()
     where = f"{cfg.trainer.output_dir}/checkpoints"
     try:

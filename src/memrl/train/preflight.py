@@ -20,7 +20,8 @@ from memrl.data.atomic import atomic_write
 RESUMABLE_CHANGES = {("trainer", "total_steps"), ("trainer", "save_every"), ("trainer", "eval_every"),
                      ("trainer", "keep_checkpoints"), ("trainer", "tensorboard"), ("trainer", "wandb_project"),
                      ("trainer", "max_nan_steps"), ("trainer", "max_failed_steps"),
-                     ("trainer", "rollouts_every"), ("trainer", "rollouts_per_step"),
+                     ("trainer", "rollouts_every"), ("trainer", "rollouts_per_step"), ("trainer", "allow_changes"),
+                     ("trainer", "output_dir"),  # a moved or renamed run resumes where it is now
                      *(("cluster", k) for k in ("address", "rollout_replicas", "replica_cpus", "replica_gpus",
                                                 "trainers", "backend", "placement", "strategy",
                                                 "weight_sync"))}
@@ -146,8 +147,9 @@ def check_output_dir(out: Path) -> None:
         raise ConfigError(f"{str(err).replace('= ', '=', 1)}; choose another trainer.output_dir") from None
 
 
-def check_run_config(cfg: MemRLConfig, run_dir: Path) -> None:
-    """A resumed run must keep its config (apart from RESUMABLE_CHANGES); records the config of a new one.
+def check_run_config(cfg: MemRLConfig, run_dir: Path, notice: Callable[[str], None] = print) -> None:
+    """A resumed run must keep its config (apart from RESUMABLE_CHANGES and ``trainer.allow_changes``, each
+    change of which is told to ``notice``); records the config it runs with.
 
     A folder without checkpoints has nothing to resume (a first start refused for a bad setting, or
     killed before its first save): its config is replaced, so fixing that setting is not refused.
@@ -164,11 +166,17 @@ def check_run_config(cfg: MemRLConfig, run_dir: Path) -> None:
                               "trainer.output_dir") from None
         if not isinstance(old, dict):
             raise ConfigError(f"{path} is not a memrl config; restore it or use another trainer.output_dir")
-        diff = [f"{sec}.{k}" for sec, vals in new.items() for k, v in vals.items()
-                if (old.get(sec) or {}).get(k) != v and (sec, k) not in RESUMABLE_CHANGES]
-        if diff and checkpoints(run_dir):
-            raise ConfigError(f"{run_dir} was started with a different config (changed: {', '.join(diff)}); "
-                              "use another trainer.output_dir to start a new run")
+        changed = {f"{sec}.{k}": ((old.get(sec) or {}).get(k), v) for sec, vals in new.items()
+                   for k, v in vals.items() if (old.get(sec) or {}).get(k) != v and (sec, k) not in RESUMABLE_CHANGES}
+        if changed and checkpoints(run_dir):
+            refused = [k for k in changed if k not in cfg.trainer.allow_changes]
+            if refused:
+                keys = ",".join(refused)
+                raise ConfigError(f"{run_dir} was started with a different config (changed: {', '.join(refused)}); "
+                                  f"to resume with the new values pass --allow-changes {keys} (trainer.allow_changes="
+                                  f"[{keys}]), or use another trainer.output_dir to start a new run")
+            for key, (was, now) in changed.items():
+                notice(f"resuming {run_dir} with {key} changed from {was!r} to {now!r} (trainer.allow_changes)")
     with atomic_write(path) as fh:  # a run killed here must not leave a torn config that blocks resuming
         fh.write(yaml.safe_dump(new, sort_keys=False))
 

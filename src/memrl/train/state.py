@@ -44,13 +44,30 @@ class RunState:
 def choose_checkpoint(cfg: MemRLConfig, run_dir: Path, warn: Callable[[str], None]) -> tuple[int, Path] | None:
     """Rank 0, before any model loads: check the run's config against the saved one (a damaged or
     incompatible run fails in seconds) and pick the newest intact checkpoint (None: a fresh run)."""
-    check_run_config(cfg, run_dir)
+    check_run_config(cfg, run_dir, notice=warn)
     return checkpoint.select(run_dir, warn=warn)
 
 
-def restore(ckpt: Path, policy: Any, optimizer: Any, scheduler: Any) -> RunState:
-    """Optimizer, scheduler and RNG state (after the weights were loaded and any sharding) and the counters."""
-    return RunState.from_json(checkpoint.load_trainer_state(ckpt, policy, optimizer, scheduler))
+def restore(cfg: MemRLConfig, ckpt: Path, policy: Any, optimizer: Any, scheduler: Any) -> RunState:
+    """Optimizer, scheduler and RNG state (after the weights were loaded and any sharding) and the counters.
+
+    The saved optimizer and scheduler carry the learning rate and weight decay they were built
+    with; the current ``trainer.lr``/``trainer.weight_decay`` replace them (equal unless the run
+    resumes with ``trainer.allow_changes``), as verl and TRL take them from the config on resume.
+    """
+    restored = RunState.from_json(checkpoint.load_trainer_state(ckpt, policy, optimizer, scheduler))
+    apply_hyperparameters(cfg, optimizer, scheduler)
+    return restored
+
+
+def apply_hyperparameters(cfg: MemRLConfig, optimizer: Any, scheduler: Any) -> None:
+    """Set the configured base learning rate (at the schedule's current point) and weight decay."""
+    lr, decay = cfg.trainer.lr, cfg.trainer.weight_decay
+    scheduler.base_lrs = [lr for _ in optimizer.param_groups]
+    factors = [f(scheduler.last_epoch) for f in scheduler.lr_lambdas]
+    for group, factor in zip(optimizer.param_groups, factors):
+        group["initial_lr"], group["weight_decay"], group["lr"] = lr, decay, lr * factor
+    scheduler._last_lr = [g["lr"] for g in optimizer.param_groups]
 
 
 def save(cfg: MemRLConfig, run_dir: Path, state: RunState, policy: Any, optimizer: Any, scheduler: Any, *,

@@ -127,7 +127,7 @@ class Trainer:
                 shard_model(self.reference.frozen)
         self.optimizer, self.scheduler = build_optimizer(cfg, self.policy)
         if found is not None:
-            self.state = state.restore(found[1], self.policy, self.optimizer, self.scheduler)
+            self.state = state.restore(cfg, found[1], self.policy, self.optimizer, self.scheduler)
             self.sampler.position = self.state.data_position
             self.idle.streak = self.state.idle_streak
             self.runner.pending = list(self.state.pending)  # an asynchronous run's samples not trained on yet
