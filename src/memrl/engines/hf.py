@@ -49,6 +49,15 @@ from memrl.engines.kv_cache import release_freed_memory, reserved_cache
 from memrl.engines.sampling import select_tokens
 
 
+def cache_keyword(model: Any) -> str:
+    """The name ``forward`` takes the KV cache under: ``cache`` since transformers 5.x renamed it (the old
+    ``past_key_values`` still works but warns on every call), ``past_key_values`` before."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft wrapper passes it on
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
 @dataclass
 class _Request:
     prompt: list[int]
@@ -107,6 +116,7 @@ class HFEngine:
         reserve_new_tokens: int = 1024,
     ) -> None:
         self.model = model
+        self.cache_kw = cache_keyword(model)
         cfg = model.config
         pad = pad_token_id if pad_token_id is not None else getattr(cfg, "pad_token_id", None)
         if pad is None:
@@ -326,7 +336,7 @@ class HFEngine:
             copy_of = [first.setdefault(tuple(reqs[i].prompt), len(first)) for i in active]
             unique = torch.tensor([copy_of.index(u) for u in range(len(first))], device=device)
             out = self.model(input_ids=input_ids[unique], attention_mask=attention[unique],
-                             position_ids=positions[unique], past_key_values=cache, use_cache=True, logits_to_keep=1)
+                             position_ids=positions[unique], **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1)
             logits = out.logits[:, -1, :]
             if len(first) < len(active):
                 spread = torch.tensor(copy_of, device=device)
@@ -368,7 +378,7 @@ class HFEngine:
             last_pos = last_pos + 1
             tokens = torch.tensor(next_tokens, dtype=torch.long, device=device)[:, None]
             out = self.model(input_ids=tokens, attention_mask=attention, position_ids=last_pos[:, None],
-                             past_key_values=cache, use_cache=True)
+                             **{self.cache_kw: cache}, use_cache=True)
             logits = out.logits[:, -1, :]
         return [GenerationResult(out_ids[i], out_lps[i], reasons[i] or "length",  # type: ignore[arg-type]
                                  {"weight_version": self.weight_version}) for i in range(n)]
