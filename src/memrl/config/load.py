@@ -126,15 +126,30 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
         model = _submodel(model.model_fields[part].annotation) if model is not None else None
 
 
-def _format_validation_error(exc: ValidationError, source: str) -> ConfigError:
+def _override_for(loc: str, given: dict[str, str]) -> str | None:
+    """The command-line override that set ``loc`` (or the section or value around it), if one did."""
+    for key, text in reversed(given.items()):  # the last word wins, as it did when applied
+        if loc == key or loc.startswith(key + ".") or key.startswith(loc + "."):
+            return text
+    return None
+
+
+def _format_validation_error(exc: ValidationError, source: str, given: dict[str, str]) -> ConfigError:
+    """One line per problem; a value that came from a ``key=value`` override is blamed on it, not on the file."""
+    blamed = [(err, _override_for(".".join(str(p) for p in err["loc"]), given)) for err in exc.errors()]
+    mixed = any(o is None for _, o in blamed) and any(o is not None for _, o in blamed)
     lines = []
-    for err in exc.errors():
+    for err, override in blamed:
         loc = ".".join(str(p) for p in err["loc"])
-        got = err.get("input")
-        shown = "" if isinstance(got, dict) else f" (got {got!r})"
         msg = str(err["msg"]).removeprefix("Value error, ")
-        lines.append(f"{loc}: {msg}{shown}")
-    return ConfigError(f"invalid config{source}: " + "; ".join(lines))
+        if override is not None:
+            lines.append(f"{loc}: {msg} (from the command-line setting {override})")
+        else:
+            got = err.get("input")
+            shown = "" if isinstance(got, dict) else f" (got {got!r}{source if mixed else ''})"
+            lines.append(f"{loc}: {msg}{shown}")
+    file_only = all(o is None for _, o in blamed)
+    return ConfigError(f"invalid config{source if file_only else ''}: " + "; ".join(lines))
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] | Iterable[str] = ()) -> MemRLConfig:
@@ -156,12 +171,14 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] | Itera
         raw = loaded
         source = f" in {p}"
         check_keys(raw)
+    given: dict[str, str] = {}
     for override in overrides:
         apply_override(raw, override)
+        given[override.partition("=")[0].strip()] = override
     try:
         return MemRLConfig.model_validate(raw)
     except ValidationError as exc:
-        raise _format_validation_error(exc, source) from None
+        raise _format_validation_error(exc, source, given) from None
 
 
 def dump_config(cfg: BaseModel) -> str:

@@ -1,0 +1,49 @@
+"""A bad value given on the command line is blamed on that setting, not on the YAML file."""
+
+from __future__ import annotations
+
+import pytest
+
+from memrl.config import ConfigError, load_config
+
+
+@pytest.fixture
+def yaml_file(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("trainer:\n  lr: 1.0e-5\n")
+    return path
+
+
+def test_bad_override_names_the_override_not_the_file(yaml_file):
+    with pytest.raises(ConfigError) as err:
+        load_config(yaml_file, ["trainer.lr=-1"])
+    msg = str(err.value)
+    assert "command-line setting trainer.lr=-1" in msg and str(yaml_file) not in msg
+    assert msg.startswith("invalid config: trainer.lr: Input should be greater than 0")
+
+
+def test_bad_value_in_the_file_still_names_the_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("trainer:\n  lr: -2\n")
+    with pytest.raises(ConfigError, match=rf"invalid config in {path}: trainer.lr: .*\(got -2\)"):
+        load_config(path, [])
+    with pytest.raises(ConfigError) as err:  # both at once: each blamed where it came from
+        load_config(path, ["sampling.top_p=3"])
+    msg = str(err.value)
+    assert "sampling.top_p: Input should be less than or equal to 1 (from the command-line setting " \
+           "sampling.top_p=3)" in msg
+    assert f"(got -2 in {path})" in msg
+
+
+def test_section_level_check_blames_the_override_that_broke_it():
+    with pytest.raises(ConfigError, match=r"behav_imp_weight_cap .*command-line setting algorithm.behav_imp_weight_cap=3"):
+        load_config(None, ["algorithm.behav_imp_weight_cap=3"])
+
+
+def test_cli_error_for_a_bad_override(yaml_file):
+    from typer.testing import CliRunner
+
+    from memrl.cli.main import app
+
+    r = CliRunner().invoke(app, ["config", "show", str(yaml_file), "trainer.lr=-1"])
+    assert r.exit_code == 2 and "command-line setting trainer.lr=-1" in r.output and str(yaml_file) not in r.output
