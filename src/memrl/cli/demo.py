@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -49,15 +52,33 @@ def demo(
     out = out or Path("runs/demo" if task == "needle" else "runs/demo_tools")
     check_writable_dir(out)
     steps_given = {} if steps is None else {"rl_steps": steps}  # else each demo's own default
-    if task == "tools":
-        from memrl.demo.tools_run import run_tools_demo
+    with stopped_cleanly():
+        if task == "tools":
+            from memrl.demo.tools_run import run_tools_demo
+
+            if fresh:
+                clear_outputs(out, "--fresh")
+            run_tools_demo(out, seed=seed, reward=reward, **steps_given)
+            return
+        from memrl.demo.run import LEGACY_DEMO, run_demo
 
         if fresh:
-            clear_outputs(out, "--fresh")
-        run_tools_demo(out, seed=seed, reward=reward, **steps_given)
-        return
-    from memrl.demo.run import LEGACY_DEMO, run_demo
+            clear_outputs(out, "--fresh", legacy=LEGACY_DEMO)
+        run_demo(out, seed=seed, asynchronous=asynchronous, max_staleness=max_staleness, **steps_given)
 
-    if fresh:
-        clear_outputs(out, "--fresh", legacy=LEGACY_DEMO)
-    run_demo(out, seed=seed, asynchronous=asynchronous, max_staleness=max_staleness, **steps_given)
+
+@contextlib.contextmanager
+def stopped_cleanly() -> Iterator[None]:
+    """Ctrl-C / SIGTERM end the demo with one line and exit code 128 + signal, as ``memrl train`` does.
+
+    Inside the GRPO stage the trainer finishes its step and checkpoints; elsewhere every stage's
+    output is written atomically, so stopping at once loses nothing finished; a re-run resumes.
+    """
+    from memrl.train.signals import RaiseOnSignal, StageInterrupted, TrainingInterrupted
+
+    try:
+        with RaiseOnSignal():
+            yield
+    except (TrainingInterrupted, StageInterrupted) as stop:
+        print(str(stop), file=sys.stderr)
+        raise typer.Exit(stop.exit_code) from None

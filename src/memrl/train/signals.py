@@ -62,3 +62,44 @@ class StopRequest:
         self.signum = signum
         os.write(2, f"\n{name}: finishing the current step, then saving a checkpoint "
                     f"(send it again to exit at once)\n".encode())
+
+
+class StageInterrupted(Exception):
+    """A signal arrived outside the training loop (data, warm start, evaluation); ``exit_code`` is 128 + signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"{signal.Signals(signum).name}: stopped — re-run the same command to resume "
+                         f"(finished stages are kept)")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class RaiseOnSignal:
+    """Context manager: SIGINT/SIGTERM raise :class:`StageInterrupted` in the main thread.
+
+    For jobs whose stages write their outputs atomically (nothing half-written to save), so
+    stopping at once is safe; a :class:`StopRequest` inside (the training loop) takes over the
+    signals while it is active and gives them back after.
+    """
+
+    def __init__(self) -> None:
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> RaiseOnSignal:
+        if threading.current_thread() is threading.main_thread():
+            for sig in HANDLED:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    @staticmethod
+    def _handle(signum: int, frame: FrameType | None) -> None:
+        raise StageInterrupted(signum)
