@@ -65,7 +65,7 @@ def eval_cmd(
     """
     if max_samples is not None and max_samples < 1:
         raise ValueError(f"--max-samples must be >= 1 (leave it out for all samples), got {max_samples}")
-    from memrl.eval.runner import with_eval_sampling
+    from memrl.eval.runner import recorded_settings, with_eval_sampling
 
     if suite not in ("qa", "ruler"):
         raise ValueError(f"--suite must be qa or ruler, got {suite!r}")
@@ -74,7 +74,7 @@ def eval_cmd(
         "sampling.temperature": temperature, "sampling.top_p": top_p, "engine.concurrency": concurrency,
         "eval.protocol": protocol, "eval.repeats": repeats, "env.domain": domain, "env.eval_split": split,
         "env.data_dir": data_dir,
-    }))
+    }), None if restart else recorded_settings(out))  # re-scoring a folder keeps the sampling it was run with
     _check_flags_apply(cfg.workflow.name == "tool_agent", {
         "--data": data, "--docs": docs, "--max-samples": max_samples, "--tasks": tasks,
         "--suite": None if suite == "qa" else suite, "--repeats": repeats}, trials)

@@ -64,7 +64,7 @@ def sampling_params(cfg: MemRLConfig) -> SamplingParams:
 PUBLISHED_SAMPLING = {"temperature": 0.7, "top_p": 0.95}
 
 
-def with_eval_sampling(cfg: MemRLConfig) -> MemRLConfig:
+def with_eval_sampling(cfg: MemRLConfig, recorded: dict[str, Any] | None = None) -> MemRLConfig:
     """``cfg`` with the eval's sampling defaults filled in where the user set nothing.
 
     ``sampling.temperature`` defaults to 1.0 for training rollouts; an eval that nobody
@@ -72,20 +72,38 @@ def with_eval_sampling(cfg: MemRLConfig) -> MemRLConfig:
     did (``memagent`` / ``rememr1``: 0.7 / 0.95). A value set in the YAML file, by a flag
     or by an override is kept. Under ``memagent`` the memagent workflow also fills its
     prompts as MemAgent's eval client does (``workflow.slot_fill=text``) unless that is set.
+
+    ``recorded``: the settings an existing results folder was run with (``recorded_settings``).
+    Defaults come from it first, so re-scoring a folder under another ``--protocol`` re-uses its
+    episodes without the sampling flags being repeated (the protocol's defaults apply to new folders).
     """
     given = cfg.sampling.model_fields_set
+    was = (recorded or {}).get("sampling") or {}
     published = cfg.eval.protocol in ("memagent", "rememr1")
     update: dict[str, float] = {}
     if "temperature" not in given:
-        update["temperature"] = PUBLISHED_SAMPLING["temperature"] if published else 0.0
-    if "top_p" not in given and published:
-        update["top_p"] = PUBLISHED_SAMPLING["top_p"]
+        update["temperature"] = was.get("temperature", PUBLISHED_SAMPLING["temperature"] if published else 0.0)
+    if "top_p" not in given and ("top_p" in was or published):
+        update["top_p"] = was.get("top_p", PUBLISHED_SAMPLING["top_p"])
     wf = cfg.workflow
-    if cfg.eval.protocol == "memagent" and wf.name == "memagent" and "slot_fill" not in wf.model_fields_set:
-        cfg = cfg.model_copy(update={"workflow": wf.model_copy(update={"slot_fill": "text"})})
+    was_wf = (recorded or {}).get("workflow") or {}
+    if "slot_fill" not in wf.model_fields_set:
+        if was_wf.get("name") == wf.name and "slot_fill" in was_wf:
+            cfg = cfg.model_copy(update={"workflow": wf.model_copy(update={"slot_fill": was_wf["slot_fill"]})})
+        elif cfg.eval.protocol == "memagent" and wf.name == "memagent":
+            cfg = cfg.model_copy(update={"workflow": wf.model_copy(update={"slot_fill": "text"})})
     if not update:
         return cfg
     return cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update=update)})
+
+
+def recorded_settings(out: Path) -> dict[str, Any] | None:
+    """The answer-changing settings ``out`` holds results of (``eval_config.yaml``), or None."""
+    try:
+        found = yaml.safe_load((out / "eval_config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def repeat_sampling(params: SamplingParams, repeat: int) -> SamplingParams:

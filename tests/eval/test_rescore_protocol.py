@@ -1,0 +1,46 @@
+"""Re-scoring an eval folder under another ``--protocol`` re-uses its episodes without repeating the
+sampling flags (as the README promises: it "costs nothing")."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from memrl.config import load_config
+from memrl.eval.runner import with_eval_sampling
+from tests.eval.helpers import needle_eval_dir
+
+ARGS = ["workflow.chunk_tokens=200", "workflow.memory_tokens=3", "workflow.final_tokens=3"]
+
+
+def invoke(*args: object):
+    from memrl.cli.main import app
+
+    return CliRunner().invoke(app, list(map(str, args)))
+
+
+def test_rescore_under_another_protocol_runs_nothing_again(tmp_path):
+    data = needle_eval_dir(tmp_path / "data", count=2)
+    out = tmp_path / "out"
+    base = ["eval", "--model", "tiny", "--workflow", "memagent", "--data", data, "--docs", "3", "--out", out, *ARGS]
+    r = invoke(*base)
+    assert r.exit_code == 0, r.output
+    before = {p.name: p.read_text() for p in (out / "episodes" / "3").iterdir()}
+    for protocol in ("memagent", "rememr1", "memrl"):
+        r = invoke(*base, "--protocol", protocol)
+        assert r.exit_code == 0, r.output
+        assert "resuming: 2 of 2 episodes already done" in r.output
+        results = json.loads((out / "results.json").read_text())
+        assert results["protocol"] == protocol and results["sampling"]["temperature"] == 0.0
+    assert {p.name: p.read_text() for p in (out / "episodes" / "3").iterdir()} == before
+
+
+def test_folder_settings_fill_defaults_but_never_override_what_is_given():
+    recorded = {"sampling": {"temperature": 0.0, "top_p": 1.0}, "workflow": {"name": "memagent", "slot_fill": "ids"}}
+    cfg = with_eval_sampling(load_config(None, ["eval.protocol=memagent"]), recorded)
+    assert (cfg.sampling.temperature, cfg.sampling.top_p, cfg.workflow.slot_fill) == (0.0, 1.0, "ids")
+    cfg = with_eval_sampling(load_config(None, ["eval.protocol=memagent", "sampling.temperature=0.3"]), recorded)
+    assert cfg.sampling.temperature == 0.3  # an explicit value wins (and check_resume refuses the mix)
+    fresh = with_eval_sampling(load_config(None, ["eval.protocol=memagent"]))  # a new folder: the paper's defaults
+    assert (fresh.sampling.temperature, fresh.sampling.top_p, fresh.workflow.slot_fill) == (0.7, 0.95, "text")
