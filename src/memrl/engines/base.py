@@ -22,6 +22,9 @@ class SamplingParams:
     ``temperature == 0`` or ``greedy=True`` means argmax decoding. ``top_k <= 0``
     and ``top_p >= 1`` disable those filters. A generated stop token is kept in
     the output (the policy must learn to emit it) and ends the completion.
+    ``top_logprobs > 0`` asks for the most likely tokens at each step with their
+    log-probs, in ``GenerationResult.meta["top_logprobs"]`` (engines with
+    ``returns_top_logprobs = True``; ``memrl serve`` refuses the request elsewhere).
     """
 
     max_new_tokens: int = 256
@@ -31,6 +34,7 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
     greedy: bool = False
+    top_logprobs: int = 0
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 0:

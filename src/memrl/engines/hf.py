@@ -46,7 +46,7 @@ import torch
 
 from memrl.engines.base import GenerationResult, SamplingParams
 from memrl.engines.kv_cache import release_freed_memory, reserved_cache
-from memrl.engines.sampling import select_tokens
+from memrl.engines.sampling import select_tokens, top_logprobs
 
 
 def cache_keyword(model: Any) -> str:
@@ -102,6 +102,8 @@ def _seeded(seed: int | None) -> torch.Generator | None:
 
 class HFEngine:
     """Batching engine over any ``transformers`` causal LM."""
+
+    returns_top_logprobs = True  # honours SamplingParams.top_logprobs
 
     def __init__(
         self,
@@ -307,13 +309,17 @@ class HFEngine:
 
         out_ids: list[list[int]] = [[] for _ in reqs]
         out_lps: list[list[float]] = [[] for _ in reqs]
+        out_top: list[list[list[tuple[int, float]]]] = [[] for _ in reqs]
+
+        def meta(i: int) -> dict[str, Any]:
+            extra = {"top_logprobs": out_top[i]} if reqs[i].params.top_logprobs else {}
+            return {"weight_version": self.weight_version, **extra}
         reasons: list[str | None] = [None] * n
 
         def finish(i: int, reason: str) -> None:
             reasons[i] = reason
             if answer is not None:
-                answer(reqs[i], GenerationResult(out_ids[i], out_lps[i], reason,  # type: ignore[arg-type]
-                                                 {"weight_version": self.weight_version}))
+                answer(reqs[i], GenerationResult(out_ids[i], out_lps[i], reason, meta(i)))  # type: ignore[arg-type]
 
         for i, r in enumerate(reqs):
             if r.future.done():
@@ -353,12 +359,15 @@ class HFEngine:
                     live.append(j)
             if live:  # one batched draw for every live row, each under its own parameters and generator
                 rows = logits if len(live) == len(active) else logits[torch.tensor(live, device=device)]
-                toks, lps = select_tokens(rows, [reqs[active[j]].params for j in live],
-                                          [reqs[active[j]].generator or self._generator for j in live])
-                for j, tok, lp in zip(live, toks, lps):
+                row_params = [reqs[active[j]].params for j in live]
+                toks, lps = select_tokens(rows, row_params, [reqs[active[j]].generator or self._generator for j in live])
+                tops = top_logprobs(rows, row_params)
+                for j, tok, lp, top in zip(live, toks, lps, tops):
                     i, r = active[j], reqs[active[j]]
                     out_ids[i].append(tok)
                     out_lps[i].append(lp)
+                    if top is not None:
+                        out_top[i].append(top)
                     next_tokens[j] = tok
                     if tok in r.params.stop_token_ids:
                         finish(i, "stop")
@@ -380,5 +389,6 @@ class HFEngine:
             out = self.model(input_ids=tokens, attention_mask=attention, position_ids=last_pos[:, None],
                              **{self.cache_kw: cache}, use_cache=True)
             logits = out.logits[:, -1, :]
-        return [GenerationResult(out_ids[i], out_lps[i], reasons[i] or "length",  # type: ignore[arg-type]
-                                 {"weight_version": self.weight_version}) for i in range(n)]
+        return [GenerationResult(out_ids[i], out_lps[i], reasons[i] or "length", meta(i))  # type: ignore[arg-type]
+                for i in range(n)]
+

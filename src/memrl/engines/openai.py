@@ -100,7 +100,7 @@ class OpenAIEngine:
             "max_tokens": params.max_new_tokens,
             "temperature": 0.0 if params.is_greedy else params.temperature,
             "top_p": 1.0 if params.is_greedy else params.top_p,
-            "logprobs": 1,
+            "logprobs": 0,  # the sampled token's log-prob only (no alternatives to compute)
             "return_tokens_as_token_ids": True,
             "return_token_ids": True,
             "skip_special_tokens": False,

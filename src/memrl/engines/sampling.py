@@ -101,6 +101,24 @@ def select_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
     return tokens.tolist(), chosen.tolist()
 
 
+def top_logprobs(rows: torch.Tensor, params: Sequence[SamplingParams]) -> list[list[tuple[int, float]] | None]:
+    """Per row, its ``top_logprobs`` most likely tokens with log-probs (None where not asked for).
+
+    Log-probs of the temperature-scaled distribution, as the sampled token's (greedy: temperature 1).
+    """
+    want = [k for k, p in enumerate(params) if p.top_logprobs > 0]
+    out: list[list[tuple[int, float]] | None] = [None] * len(params)
+    if not want:
+        return out
+    temps = torch.tensor([1.0 if params[k].is_greedy else params[k].temperature for k in want], device=rows.device)
+    logp = torch.log_softmax(rows[torch.tensor(want, device=rows.device)].float() / temps.unsqueeze(-1), dim=-1)
+    values, ids = logp.topk(min(max(params[k].top_logprobs for k in want), logp.shape[-1]), dim=-1)
+    for r, k in enumerate(want):
+        n = params[k].top_logprobs
+        out[k] = list(zip(ids[r, :n].tolist(), values[r, :n].tolist()))
+    return out
+
+
 def select_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> tuple[int, float]:
     """Pick the next token for one sequence ``[V]``; returns ``(token_id, logprob)``."""
     toks, lps = select_tokens(logits.unsqueeze(0), [params], [generator])

@@ -8,7 +8,10 @@ token is included in ids/log-probs and left out of the text.
 
 Every request is checked (types, id ranges, window, ``n``, body size; see
 ``limits.py``) before it reaches the engine, so a bad request gets its own 400
-and never shares a batch. While a generation runs, the handler polls for the
+and never shares a batch. Every field is honoured or refused with a 400 (see
+``fields.py``): nothing is accepted and ignored. Text is tokenized in a worker
+thread, so a multi-megabyte prompt does not stall other requests or ``/health``;
+text too long to fit the window whatever its tokens is refused before tokenizing. While a generation runs, the handler polls for the
 client's disconnect and for server shutdown and cancels the engine requests in
 either case. With an API key, ``/v1/*`` needs ``Authorization: Bearer KEY`` and
 the OpenAPI pages (``/docs``, ``/redoc``, ``/openapi.json``) are off;
@@ -25,8 +28,6 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Optional, TextIO, Union
 
-from pydantic import BaseModel, ConfigDict
-
 from memrl.engines.base import Engine, GenerationResult, SamplingParams
 from memrl.workflows.common import stop_token_ids
 
@@ -38,35 +39,11 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     raise ImportError("memrl serve needs FastAPI and uvicorn: pip install 'memrl[serve]'") from None
 
 from memrl.serve.errors import APIError, error_response, install_error_handlers
+from memrl.serve.fields import (ChatBody, CompletionBody, RequestBody, chat_logprobs, completion_logprobs,
+                                cut_at_stop, reject_unsupported, stop_strings)
 from memrl.serve.limits import (GREEDY_BELOW, ServeLimits, check_sampling, check_token_ids, check_window,
                                 parse_prompts)
 from memrl.serve.middleware import AccessLog, BodyLimit
-
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    model: Optional[str] = None
-    max_tokens: Optional[int] = 16
-    temperature: Optional[float] = 1.0
-    top_p: Optional[float] = 1.0
-    top_k: Optional[int] = -1
-    seed: Optional[int] = None
-    n: Optional[int] = 1
-    stop_token_ids: Optional[list[Any]] = None
-    ignore_eos: bool = False
-    logprobs: Any = None
-    return_tokens_as_token_ids: bool = False
-    return_token_ids: bool = False
-    stream: Optional[bool] = False
-
-
-class CompletionBody(_Body):
-    prompt: Union[str, list[Any]]
-
-
-class ChatBody(_Body):
-    messages: list[dict[str, Any]]
-    max_completion_tokens: Optional[int] = None
 
 
 def _limits_for(engine: Engine, tokenizer: Any) -> ServeLimits:
@@ -89,6 +66,9 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
     """
     limits = limits or _limits_for(engine, tokenizer)
     default_stops = stop_token_ids(tokenizer)
+    top_logprobs_ok = bool(getattr(engine, "returns_top_logprobs", False))
+    # No token spells more than this many UTF-8 bytes (4 per character of its vocabulary entry, at most).
+    max_token_bytes = 4 * max(map(len, tokenizer.get_vocab()), default=1)
     inflight: set[asyncio.Future[Any]] = set()
 
     @contextlib.asynccontextmanager
@@ -121,8 +101,9 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
             raise APIError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
                            code="invalid_api_key")
 
-    def check_request(body: _Body, max_tokens: Optional[int]) -> SamplingParams:
+    def check_request(body: RequestBody, max_tokens: Optional[int], top: Optional[int]) -> SamplingParams:
         """Model name, unsupported options and value ranges; the engine's sampling parameters."""
+        reject_unsupported(body)
         if body.model is not None and body.model != model_name:
             raise APIError(404, f"The model `{body.model[:200]}` does not exist; this server has `{model_name}`.",
                            code="model_not_found", param="model")
@@ -136,11 +117,21 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
         max_new = 16 if max_tokens is None else max_tokens
         check_sampling(max_tokens=max_new, temperature=temperature, top_p=top_p, top_k=top_k, n=n,
                        seed=body.seed, limits=limits)
+        if top and not top_logprobs_ok:
+            raise APIError(400, "logprobs: this engine returns only the sampled token's log-prob (ask for 0)",
+                           code="unsupported", param="logprobs")
         stops = check_token_ids(body.stop_token_ids or [], "stop_token_ids", limits.vocab_size)
         stops += [] if body.ignore_eos else list(default_stops)
         return SamplingParams(max_new_tokens=max_new, temperature=0.0 if temperature < GREEDY_BELOW else temperature,
                               top_p=top_p, top_k=max(top_k, 0), seed=body.seed,
-                              stop_token_ids=tuple(sorted(set(stops))))
+                              stop_token_ids=tuple(sorted(set(stops))), top_logprobs=top or 0)
+
+    def check_text_size(texts: Sequence[Any], field: str) -> None:
+        """Refuse text that cannot fit the window whatever its tokens, before spending time tokenizing it."""
+        size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts if isinstance(t, str))
+        if size > limits.max_model_len * max_token_bytes:
+            raise APIError(400, f"{field}: {size} bytes of text are more than {limits.max_model_len} tokens "
+                           f"(this model's maximum context length)", code="context_length_exceeded", param=field)
 
     async def generate_all(request: Request,
                            jobs: Sequence[tuple[list[int], SamplingParams]]) -> list[GenerationResult]:
@@ -174,13 +165,51 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
                 task.cancel()
             inflight.difference_update(tasks)
 
-    def text_of(res: GenerationResult) -> str:
-        ids = res.token_ids[:-1] if res.finish_reason == "stop" and res.token_ids else res.token_ids
-        return tokenizer.decode(ids, skip_special_tokens=True)
+    def finished(res: GenerationResult, body: RequestBody, stops: Sequence[str]) -> tuple[GenerationResult, str]:
+        """The result cut at the first stop string (if any), and its text (without a stop token)."""
+        def decode(ids: Sequence[int]) -> str:
+            return tokenizer.decode(list(ids), skip_special_tokens=body.skip_special_tokens)
 
-    def logprobs_block(res: GenerationResult, as_ids: bool) -> dict[str, Any]:
-        tokens = [f"token_id:{t}" if as_ids else tokenizer.decode([t]) for t in res.token_ids]
-        return {"tokens": tokens, "token_logprobs": res.logprobs, "top_logprobs": None, "text_offset": None}
+        ids = res.token_ids[:-1] if res.finish_reason == "stop" and res.token_ids else res.token_ids
+        cut = cut_at_stop(decode, ids, stops)
+        if cut is None:
+            return res, decode(ids)
+        keep, text = cut
+        meta = dict(res.meta)
+        if "top_logprobs" in meta:
+            meta["top_logprobs"] = meta["top_logprobs"][:keep]
+        return GenerationResult(res.token_ids[:keep], res.logprobs[:keep], "stop", meta), text
+
+    def token_str(t: int, as_ids: bool) -> str:
+        return f"token_id:{t}" if as_ids else tokenizer.decode([t])
+
+    def alternatives(res: GenerationResult, k: int) -> list[list[tuple[int, float]]]:
+        """Per token: its k most likely alternatives (the sampled token alone when k is 0)."""
+        if k == 0:
+            return [[(t, lp)] for t, lp in zip(res.token_ids, res.logprobs)]
+        return res.meta["top_logprobs"]
+
+    def completion_logprobs_block(res: GenerationResult, k: int, as_ids: bool) -> dict[str, Any]:
+        tokens = [token_str(t, as_ids) for t in res.token_ids]
+        offsets, at = [], 0
+        for t in res.token_ids:
+            offsets.append(at)
+            at += len(tokenizer.decode([t]))
+        tops = []
+        for t, lp, alts in zip(res.token_ids, res.logprobs, alternatives(res, k)):
+            top = {token_str(a, as_ids): alp for a, alp in alts}
+            top.setdefault(token_str(t, as_ids), lp)  # the sampled token is always listed (up to k + 1)
+            tops.append(top)
+        return {"tokens": tokens, "token_logprobs": res.logprobs, "top_logprobs": tops, "text_offset": offsets}
+
+    def chat_logprobs_block(res: GenerationResult, k: int, as_ids: bool) -> dict[str, Any]:
+        def entry(t: int, lp: float) -> dict[str, Any]:
+            text = token_str(t, as_ids)
+            return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8", "surrogatepass"))}
+
+        alts = alternatives(res, k) if k else [[] for _ in res.token_ids]
+        return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in alt]}
+                            for t, lp, alt in zip(res.token_ids, res.logprobs, alts)]}
 
     def usage(prompt_tokens: int, results: list[GenerationResult]) -> dict[str, int]:
         gen = sum(len(r.token_ids) for r in results)
@@ -198,53 +227,71 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
 
     @app.post("/v1/completions", dependencies=[Depends(require_key)])
     async def completions(body: CompletionBody, request: Request) -> dict[str, Any]:
-        sp = check_request(body, body.max_tokens)
+        k = completion_logprobs(body)
+        sp = check_request(body, body.max_tokens, k)
+        stops = stop_strings(body)
         n = body.n or 1
-        prompts = parse_prompts(body.prompt, lambda text: tokenizer.encode(text, add_special_tokens=False), limits)
+        check_text_size([body.prompt] if isinstance(body.prompt, str) else body.prompt, "prompt")
+
+        def encode(text: str) -> list[int]:
+            return tokenizer.encode(text, add_special_tokens=body.add_special_tokens)
+
+        prompts = await asyncio.to_thread(parse_prompts, body.prompt, encode, limits)
         for prompt in prompts:
             check_window(len(prompt), sp.max_new_tokens, limits)
         jobs = [(p, sp if n == 1 else sp.with_(seed=None if sp.seed is None else sp.seed + k))
                 for p in prompts for k in range(n)]
         results = await generate_all(request, jobs)
         choices = []
-        for i, res in enumerate(results):
-            choice: dict[str, Any] = {"index": i, "text": text_of(res), "finish_reason": res.finish_reason,
+        results = [finished(r, body, stops) for r in results]
+        for i, (res, text) in enumerate(results):
+            choice: dict[str, Any] = {"index": i, "text": text, "finish_reason": res.finish_reason,
                                       "token_ids": res.token_ids}
-            choice["logprobs"] = (logprobs_block(res, body.return_tokens_as_token_ids)
-                                  if body.logprobs is not None else None)
+            choice["logprobs"] = (completion_logprobs_block(res, k, body.return_tokens_as_token_ids)
+                                  if k is not None else None)
             if body.return_token_ids:
                 choice["prompt_token_ids"] = prompts[i // n]
             choices.append(choice)
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": model_name, "choices": choices, "usage": usage(sum(map(len, prompts)) * n, results)}
+                "model": model_name, "choices": choices,
+                "usage": usage(sum(map(len, prompts)) * n, [r for r, _ in results])}
 
     @app.post("/v1/chat/completions", dependencies=[Depends(require_key)])
     async def chat(body: ChatBody, request: Request) -> dict[str, Any]:
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-        sp = check_request(body, max_tokens)
+        k = chat_logprobs(body)
+        sp = check_request(body, max_tokens, k)
+        stops = stop_strings(body)
         if not body.messages:
             raise APIError(400, "messages: must not be empty", code="invalid_value", param="messages")
+        check_text_size([m.get("content") for m in body.messages], "messages")
+
+        def template() -> list[int]:
+            ids = tokenizer.apply_chat_template(body.messages, add_generation_prompt=True, tokenize=True)
+            return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
         try:
-            prompt = tokenizer.apply_chat_template(body.messages, add_generation_prompt=True, tokenize=True)
+            prompt = await asyncio.to_thread(template)
         except Exception as exc:
             raise APIError(400, f"messages: cannot apply the chat template: {str(exc)[:200]}",
                            code="invalid_value", param="messages") from None
-        if isinstance(prompt, dict) or hasattr(prompt, "keys"):
-            prompt = prompt["input_ids"]
-        prompt = check_token_ids(list(prompt), "messages", limits.vocab_size)
+        prompt = check_token_ids(prompt, "messages", limits.vocab_size)
         check_window(len(prompt), sp.max_new_tokens, limits)
         n = body.n or 1
         results = await generate_all(request, [(prompt, sp if n == 1 or sp.seed is None else sp.with_(seed=sp.seed + k))
                                                for k in range(n)])
         choices = []
-        for i, res in enumerate(results):
-            choice: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": text_of(res)},
-                                      "finish_reason": res.finish_reason, "token_ids": res.token_ids}
-            if body.logprobs:
-                choice["logprobs"] = {"content": [{"token": tokenizer.decode([t]), "logprob": lp}
-                                                  for t, lp in zip(res.token_ids, res.logprobs)]}
+        done = [finished(r, body, stops) for r in results]
+        for i, (res, text) in enumerate(done):
+            choice: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": text},
+                                      "finish_reason": res.finish_reason, "token_ids": res.token_ids,
+                                      "logprobs": None}
+            if k is not None:
+                choice["logprobs"] = chat_logprobs_block(res, k, body.return_tokens_as_token_ids)
+            if body.return_token_ids:
+                choice["prompt_token_ids"] = prompt
             choices.append(choice)
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": model_name, "choices": choices, "usage": usage(len(prompt) * n, results)}
+                "model": model_name, "choices": choices, "usage": usage(len(prompt) * n, [r for r, _ in done])}
 
     return app

@@ -1,0 +1,172 @@
+"""``memrl serve`` honours every request field or refuses it with a 400; tokenizing never stalls the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from memrl.engines.hf import HFEngine
+from memrl.serve.app import create_app
+from memrl.serve.limits import ServeLimits
+
+CHAT = [{"role": "user", "content": "Document 1: Paris is the capital of France."}]
+
+
+@pytest.fixture
+def client(tiny_model):
+    model, tok = tiny_model
+    with TestClient(create_app(HFEngine(model), tok, "tiny")) as c:
+        yield c
+
+
+def post(client, body, path="/v1/completions"):
+    r = client.post(path, json=body)
+    return r.status_code, r.json()
+
+
+@pytest.mark.parametrize("path,field,value", [
+    ("/v1/completions", "best_of", 2), ("/v1/completions", "echo", True), ("/v1/completions", "logit_bias", {"5": 9}),
+    ("/v1/completions", "frequency_penalty", 0.5), ("/v1/completions", "suffix", "end"),
+    ("/v1/completions", "max_token", 5), ("/v1/completions", "best_of", True),
+    ("/v1/chat/completions", "tools", [{"type": "function", "function": {"name": "f"}}]),
+    ("/v1/chat/completions", "response_format", {"type": "json_object"}),
+    ("/v1/chat/completions", "presence_penalty", 1.0), ("/v1/chat/completions", "stream_options", {"x": 1}),
+])
+def test_fields_it_does_not_implement_are_refused_by_name(client, path, field, value):
+    base = {"prompt": [5, 6], "max_tokens": 3} if path == "/v1/completions" else {"messages": CHAT, "max_tokens": 3}
+    status, body = post(client, {**base, field: value}, path)
+    assert status == 400 and body["error"]["param"] == field
+    assert body["error"]["message"].startswith(f"{field}: not supported by memrl serve")
+
+
+def test_values_that_change_nothing_are_accepted(client):
+    plain = {"prompt": [5, 6, 7], "max_tokens": 6, "temperature": 0}
+    noops = {"best_of": 1, "echo": False, "logit_bias": {}, "frequency_penalty": 0, "presence_penalty": 0.0,
+             "suffix": None, "user": "someone"}
+    s1, a = post(client, plain)
+    s2, b = post(client, {**plain, **noops})
+    assert s1 == s2 == 200 and a["choices"][0]["token_ids"] == b["choices"][0]["token_ids"]
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_stop_strings_cut_the_completion_before_the_first_one(client, tiny_model, path):
+    tok = tiny_model[1]
+    sampled = {"max_tokens": 24, "temperature": 1.0, "seed": 7, "ignore_eos": True}  # seeded: the same text twice
+    base = {"prompt": "Document 1: Paris", **sampled} if path == "/v1/completions" else {"messages": CHAT, **sampled}
+
+    def text_of(body):
+        choice = body["choices"][0]
+        return choice["text"] if "text" in choice else choice["message"]["content"]
+
+    _, full = post(client, base, path)
+    text, ids = text_of(full), full["choices"][0]["token_ids"]
+    stop = next(text[i:i + 2] for i in range(len(text) // 2, len(text) - 1) if text[i:i + 2].strip())
+    status, cut = post(client, {**base, "stop": [stop]}, path)
+    kept = cut["choices"][0]["token_ids"]
+    assert status == 200 and cut["choices"][0]["finish_reason"] == "stop"
+    assert text_of(cut) == text[:text.find(stop)] and stop not in text_of(cut)
+    assert ids[:len(kept)] == kept and stop in tok.decode(kept) and stop not in tok.decode(kept[:-1])
+    assert cut["usage"]["completion_tokens"] == len(kept)
+
+
+def test_top_logprobs_are_the_models_most_likely_tokens(client, tiny_model):
+    model, tok = tiny_model
+    status, body = post(client, {"prompt": [5, 6, 7], "max_tokens": 3, "temperature": 0, "logprobs": 3,
+                                 "return_tokens_as_token_ids": True})
+    assert status == 200
+    lp = body["choices"][0]["logprobs"]
+    with torch.no_grad():
+        first = torch.log_softmax(model(torch.tensor([[5, 6, 7]])).logits[0, -1].float(), -1)
+    values, ids = first.topk(3)
+    top0 = lp["top_logprobs"][0]
+    assert list(top0) == [f"token_id:{i}" for i in ids.tolist()]
+    assert list(top0.values()) == pytest.approx(values.tolist(), abs=1e-4)
+    assert lp["token_logprobs"][0] == pytest.approx(values[0].item(), abs=1e-4)  # greedy: the first alternative
+    assert len(lp["text_offset"]) == 3 and lp["text_offset"][0] == 0
+
+    _, zero = post(client, {"prompt": [5, 6, 7], "max_tokens": 2, "temperature": 0, "logprobs": 0})
+    tops = zero["choices"][0]["logprobs"]["top_logprobs"]
+    assert [len(t) for t in tops] == [1, 1]  # the sampled token only
+
+    status, chat = post(client, {"messages": CHAT, "max_tokens": 2, "temperature": 0, "logprobs": True,
+                                 "top_logprobs": 2}, "/v1/chat/completions")
+    content = chat["choices"][0]["logprobs"]["content"]
+    assert status == 200 and [len(c["top_logprobs"]) for c in content] == [2, 2]
+    assert content[0]["logprob"] == pytest.approx(content[0]["top_logprobs"][0]["logprob"])
+    assert bytes(content[0]["bytes"]).decode() == content[0]["token"]
+
+
+@pytest.mark.parametrize("body,message", [
+    ({"messages": CHAT, "top_logprobs": 2}, "top_logprobs: needs logprobs: true"),
+    ({"messages": CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs: must be an integer between 0 and 20"),
+    ({"prompt": [5], "logprobs": True}, "logprobs: must be an integer"),
+    ({"prompt": [5], "stop": ["a", ""]}, "stop: stop[1] must be a non-empty string"),
+    ({"prompt": [5], "stop": ["x"] * 17}, "stop: at most 16"),
+])
+def test_bad_logprobs_and_stop_values_are_one_line_400s(client, body, message):
+    path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+    status, out = post(client, {**body, "max_tokens": 2}, path)
+    assert status == 400 and out["error"]["message"].startswith(message)
+
+
+def test_skip_special_tokens_false_keeps_special_tokens_in_the_text(client, tiny_model):
+    tok = tiny_model[1]
+    status, body = post(client, {"prompt": "<|im_start|>user\nhi", "max_tokens": 12, "temperature": 0,
+                                 "skip_special_tokens": False, "echo": False})
+    ids = body["choices"][0]["token_ids"]
+    ids = ids[:-1] if body["choices"][0]["finish_reason"] == "stop" else ids
+    assert status == 200 and body["choices"][0]["text"] == tok.decode(ids, skip_special_tokens=False)
+
+
+class SlowTokenizer:
+    """The tiny tokenizer, but encoding text takes ``delay`` seconds (a multi-megabyte prompt)."""
+
+    def __init__(self, tok, delay: float) -> None:
+        self._tok, self.delay, self.encoded = tok, delay, 0
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+    def encode(self, text, **kwargs):
+        self.encoded += 1
+        time.sleep(self.delay)
+        return self._tok.encode(text, **kwargs)
+
+    def apply_chat_template(self, *args, **kwargs):
+        self.encoded += 1
+        return self._tok.apply_chat_template(*args, **kwargs)
+
+
+def test_health_answers_while_a_prompt_is_being_tokenized(tiny_model):
+    model, tok = tiny_model
+    app = create_app(HFEngine(model), SlowTokenizer(tok, 1.5), "tiny", limits=ServeLimits.for_model(model))
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+            slow = asyncio.ensure_future(c.post("/v1/completions", json={"prompt": "hello world", "max_tokens": 2}))
+            await asyncio.sleep(0.2)  # the prompt is being tokenized now
+            t0 = time.perf_counter()
+            health = await c.get("/health")
+            waited = time.perf_counter() - t0
+            return health.status_code, waited, (await slow).status_code
+
+    health, waited, slow = asyncio.run(go())
+    assert health == 200 and slow == 200 and waited < 0.5
+
+
+def test_text_that_cannot_fit_the_window_is_refused_without_tokenizing(tiny_model):
+    model, tok = tiny_model
+    slow = SlowTokenizer(tok, 0.0)
+    app = create_app(HFEngine(model), slow, "tiny", limits=ServeLimits.for_model(model, max_model_len=256))
+    longest = 4 * max(map(len, tok.get_vocab()))
+    with TestClient(app) as c:
+        r = c.post("/v1/completions", json={"prompt": "a" * (256 * longest + 1), "max_tokens": 1})
+        chat = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "é" * (128 * longest + 1)}]})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert chat.status_code == 400 and chat.json()["error"]["param"] == "messages"
+    assert slow.encoded == 0
