@@ -170,3 +170,28 @@ def test_text_that_cannot_fit_the_window_is_refused_without_tokenizing(tiny_mode
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     assert chat.status_code == 400 and chat.json()["error"]["param"] == "messages"
     assert slow.encoded == 0
+
+
+def test_a_huge_request_does_not_block_a_short_one(tiny_model):
+    """n=4 x 100K tokens with ignore_eos decodes in the long lane; a 4-token request is answered meanwhile."""
+    model, tok = tiny_model
+    engine = HFEngine(model)
+    app = create_app(engine, tok, "tiny", poll_s=0.02)
+    huge = {"prompt": [5, 6, 7], "n": 4, "max_tokens": 100_000, "temperature": 0, "ignore_eos": True}
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+            big = asyncio.ensure_future(c.post("/v1/completions", json=huge))
+            while engine.stats.generated_tokens == 0:
+                await asyncio.sleep(0.01)
+            short = await c.post("/v1/completions", json={"prompt": [5, 6], "max_tokens": 4, "temperature": 0})
+            big_running = not big.done()
+            app.state.draining = True  # end the huge one (503) instead of decoding 400K tokens
+            big_status = (await big).status_code
+            await engine.idle()
+            await engine.close()
+            return short, big_running, big_status
+
+    short, big_running, big_status = asyncio.run(go())
+    assert short.status_code == 200 and len(short.json()["choices"][0]["token_ids"]) == 4
+    assert big_running and big_status == 503 and engine.stats.generated_tokens < 50_000
