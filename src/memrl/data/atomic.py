@@ -28,8 +28,10 @@ def _umask() -> int:
     return mask
 
 
-# Temp files are created 0600; finished outputs get the usual 0666 & ~umask.
+# Temp files and folders are created 0600/0700; finished outputs get the usual 0666/0777 & ~umask, so
+# another user (a vLLM server reading an exported model or a checkpoint) can read what the umask allows.
 _FILE_MODE = 0o666 & ~_umask()
+_DIR_MODE = 0o777 & ~_umask()
 
 
 def temp_name(target: str) -> str:
@@ -152,6 +154,20 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
+def _umask_modes(folder: Path) -> None:
+    """Give a finished folder and everything in it the modes the umask allows (some writers, such as
+    safetensors, create their files 0600 whatever the umask is)."""
+    os.chmod(folder, _DIR_MODE)
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            if not os.path.islink(os.path.join(root, name)):  # a link may point outside: never follow it
+                os.chmod(os.path.join(root, name), _DIR_MODE)
+        for name in files:
+            file = os.path.join(root, name)
+            if not os.path.islink(file):
+                os.chmod(file, _FILE_MODE | (os.stat(file).st_mode & 0o111 & _DIR_MODE))
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Build a folder in a temp sibling and rename it into place when complete.
@@ -163,6 +179,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     tmp = _create_temp(path, directory=True)
     try:
         yield tmp
+        _umask_modes(tmp)
         try:
             os.replace(tmp, path)
         except OSError:
