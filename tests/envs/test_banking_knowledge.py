@@ -120,3 +120,32 @@ def test_database_is_tau3s_model():
     listing = records.format_records("users", [("u", {"name": "A", "tags": ["x"]})])
     assert listing == "Found 1 record(s) in 'users':\n\n1. Record ID: u\n   name: A\n   tags: ['x']\n"
     assert json.loads(json.dumps(db)) == db
+
+
+def test_tool_agent_episode_with_the_tasks_user_tools(bank):
+    # the workflow builds the environment for the task: the simulated customer is offered only the task's
+    # user tools (task_001: apply_for_credit_card), applies itself, and the episode is graded on the bank's DB
+    import asyncio
+
+    from memrl.config.schema import MemRLConfig
+    from memrl.envs.user_sim import LLMUserSimulator
+    from memrl.models.tiny import build_hf_tokenizer
+    from memrl.testing.scripted import ScriptedEngine
+    from memrl.workflows.common import encode_text
+    from memrl.workflows.tool_agent import TaskSample, tool_agent
+    from memrl.workflows.tool_calls import render_call
+
+    task = _task(bank, "task_001")
+    tok = build_hf_tokenizer(["tool_call name arguments apply_for_credit_card Gold Rewards Card"], vocab_size=400)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    apply = ToolCall("apply_for_credit_card", dict(task.evaluation_criteria.actions[0].arguments))
+    user_texts = ["I want the best cash back card.", render_call(apply), "###STOP###"]
+    uengine = ScriptedEngine(lambda p, k: encode_text(tok, user_texts[len(uengine.calls) - 1]) + [end])
+    aengine = ScriptedEngine(lambda p, k: encode_text(tok, "The Gold Rewards Card fits you best.") + [end])
+    cfg = MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "max_total_tokens": 400_000,
+                                                   "turn_tokens": 2048}})
+    traj = asyncio.run(tool_agent(TaskSample(bank, task, solo=False, user=LLMUserSimulator(uengine, tok)),
+                                  aengine, tok, cfg.workflow))
+    assert traj.info["ending"] == "user_stop" and traj.metrics["user_tool_calls"] == 1 and traj.reward == 1.0
+    user_prompt = tok.decode(uengine.calls[1][0])
+    assert "apply_for_credit_card" in user_prompt and "submit_referral" not in user_prompt

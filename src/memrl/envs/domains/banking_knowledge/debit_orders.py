@@ -88,6 +88,17 @@ def _issue_reason(cards: list[dict[str, Any]]) -> str:
     return "first_card" if cards else "new_account"
 
 
+def _charge(db: dict[str, Any], account_id: str, order_id: str, funds: float, fees: tuple[float, float, float]) -> None:
+    """Take an order's fees from the checking account and post them as one transaction."""
+    total = sum(fees)
+    db["accounts"]["data"][account_id]["current_holdings"] = f"{funds - total:.2f}"
+    fee_id = f"btxn_dcfee_{order_id[-8:]}"
+    r.add(db, "bank_account_transaction_history", fee_id,
+          {"transaction_id": fee_id, "account_id": account_id, "date": r.TODAY,
+           "description": f"DEBIT CARD ORDER FEE - {_fee_parts(*fees, ' ')}", "amount": -total,
+           "type": "debit_card_fee", "status": "posted"})
+
+
 def _new_card(db: dict[str, Any], account_id: str, user_id: str, design: str) -> str:
     """Add the PENDING card that ships with an order; its id."""
     card_id = "dbc_" + r.short_hash(f"debit_card:{account_id}:{user_id}:{r.TODAY}", 12)
@@ -167,12 +178,7 @@ class DebitOrderTools:
         if not r.add(self.db, "debit_card_orders", order_id, record):
             return "Error: Failed to create debit card order. Order may already exist."
         if total > 0:
-            self.db["accounts"]["data"][account_id]["current_holdings"] = f"{funds - total:.2f}"
-            fee_id = f"btxn_dcfee_{order_id[-8:]}"
-            r.add(self.db, "bank_account_transaction_history", fee_id,
-                  {"transaction_id": fee_id, "account_id": account_id, "date": r.TODAY,
-                   "description": f"DEBIT CARD ORDER FEE - {_fee_parts(delivery, design, excess, ' ')}",
-                   "amount": -total, "type": "debit_card_fee", "status": "posted"})
+            _charge(self.db, account_id, order_id, funds, (delivery, design, excess))
         card_id = _new_card(self.db, account_id, user_id, look)
         lines = ["Debit Card Order Confirmed", f"Order ID: {order_id}", f"Card ID: {card_id}",
                  f"Linked Account: {account_id}", f"Delivery Option: {speed}", f"Card Design: {look}",
