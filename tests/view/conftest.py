@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from memrl.config.schema import MemRLConfig
-from memrl.eval.runner import check_resume
+from memrl.eval.runner import check_resume, run_eval
 from memrl.eval.tool_eval import run_tool_eval, task_folder
 from memrl.models.resolve import load_tokenizer
 from memrl.models.tiny import build_hf_tokenizer
 from memrl.testing.scripted import ScriptedEngine
 from memrl.train.trainer import Trainer
 from memrl.workflows.common import encode_text
+from tests.eval.helpers import needle_eval_dir, tokenizer_dir
 from tests.train.helpers import coin_engine, config
 
 # An episode with tool calls, a tool error and a result, as run_tool_eval writes it.
@@ -63,6 +64,32 @@ def tool_eval_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                 "metrics": {"turns": 3.0, "tool_calls": 2.0, "response_tokens": 40.0},
                                 "info": {"task_id": "zz tools|1", "ending": "agent_stop", "messages": TOOL_MESSAGES,
                                          "reward_breakdown": {"DB": 1.0, "ACTION": 0.5}}}))
+    return out
+
+
+@pytest.fixture(scope="session")
+def qa_eval_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A long-context eval at two sizes (results.json with by_docs, accuracy.png), two repeats a question."""
+    tmp = tmp_path_factory.mktemp("view_qa")
+    data = needle_eval_dir(tmp / "data", n=3, count=2)
+    needle_eval_dir(data, n=6, count=2)
+    tok_dir = tokenizer_dir(tmp / "tok")
+    tok = load_tokenizer(str(tok_dir))
+    cfg = MemRLConfig.model_validate({"model": {"path": str(tok_dir)}, "workflow": {"name": "memagent"},
+                                      "sampling": {"temperature": 1.0}, "eval": {"repeats": 2}})
+    calls: dict[str, int] = {}
+
+    def reply(prompt: list[int], params: object) -> list[int]:  # memory keeps the code; every other answer is wrong
+        text = tok.decode(prompt)
+        word = next((w for w in ("violet", "copper") if w in text), "none")
+        if "secret code is" not in text:  # the final answer (its prompt holds the memory, not the document)
+            calls[word] = calls.get(word, 0) + 1
+            word = word if calls[word] % 2 else "none"
+        return encode_text(tok, f"\\boxed{{{word}}}") + [tok.convert_tokens_to_ids("<|im_end|>")]
+
+    out = tmp / "out"
+    check_resume(out, cfg)
+    asyncio.run(run_eval(cfg, ScriptedEngine(reply), tok, data, [3, 6], out))
     return out
 
 

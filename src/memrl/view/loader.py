@@ -16,21 +16,23 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from memrl.train.tracking import read_metrics
+from memrl.view.episodes import (conversation_spans, eval_episode, run_episode,  # noqa: F401
+                                  token_strings, transcript_conversations)
+from memrl.view.grading import folder_grader, grader_view
 from memrl.view.records import read_json_object, read_jsonl, shown_or_skipped, usable_rollout
 
 Warn = Callable[[str], None]
-# Record fields shown as the episode's summary when present (short, human-facing).
-INFO_KEYS = ("question", "answers", "answer", "final_text", "ending", "note", "error", "task_id", "memory")
 _TOKENIZERS: dict[str, Any] = {}
 # What a served page fetches when an episode is opened (the list needs none of it).
-DETAIL_KEYS = ("conversations", "messages", "transcript")
+DETAIL_KEYS = ("conversations", "messages", "transcript", "grader")
+PLOT_LIMIT = 4_000_000  # bytes of accuracy.png embedded in the page (matplotlib writes ~50 kB)
 # Training-curve panels: (title, metrics.jsonl keys drawn in it). Panels with no data are left out.
 CURVE_PANELS: list[tuple[str, list[str]]] = [
     ("reward", ["reward"]), ("eval accuracy", ["eval/accuracy"]), ("response tokens", ["response_tokens"]),
@@ -78,138 +80,6 @@ def get_tokenizer(spec: str | None, warn: Warn) -> Any | None:
             warn(f"tokenizer {spec!r} not loaded ({exc}); showing responses as decoded text, not per token")
             _TOKENIZERS[spec] = None
     return _TOKENIZERS[spec]
-
-
-def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
-    """One string per token whose concatenation reads as the decoded text.
-
-    A token that ends inside a multi-byte character decodes to U+FFFD on its own; its bytes are
-    carried to the next token so the text shows the character once. Each token is decoded with a
-    few tokens of left context, as incremental detokenizers do, so leading-space rules hold.
-    """
-    out: list[str] = []
-    start = 0  # first token of the pending group (tokens not emitted yet)
-    for i in range(len(ids)):
-        ctx = ids[max(0, start - 4):start]
-        prev = tokenizer.decode(ctx, skip_special_tokens=False)
-        text = tokenizer.decode([*ctx, *ids[start:i + 1]], skip_special_tokens=False)
-        if text.endswith("\ufffd") and i - start < 4 and i + 1 < len(ids):
-            out.append("")
-            continue
-        piece = text[len(prev):] if text.startswith(prev) else tokenizer.decode(ids[start:i + 1],
-                                                                                skip_special_tokens=False)
-        out.append(piece)
-        start = i + 1
-    return out
-
-
-def _round(values: Sequence[float] | None) -> list[float] | None:
-    return None if values is None else [round(float(v), 4) for v in values]
-
-
-def conversation_spans(conv: dict[str, Any], tokenizer: Any | None) -> list[dict[str, Any]]:
-    """The conversation as ordered spans: ``prompt``, then ``gen`` (policy tokens) and ``ctx`` runs.
-
-    ``gen`` spans hold per-token strings and the engine's and trainer's log-probs when the
-    tokenizer is known; otherwise the record's decoded ``text`` is shown as prompt + response.
-    """
-    ids, mask = conv.get("token_ids") or [], conv.get("loss_mask") or []
-    text = conv.get("text") or {}
-    if tokenizer is None:
-        spans = [{"kind": "prompt", "text": text.get("prompt", "")}]
-        if text.get("response"):
-            spans.append({"kind": "gen", "text": text["response"]})
-        return spans
-    split = next((i for i, m in enumerate(mask) if m), len(mask))
-    spans = [{"kind": "prompt", "text": tokenizer.decode(ids[:split], skip_special_tokens=False)}]
-    lps, tlps = conv.get("logprobs"), conv.get("trainer_logprobs")
-    i = split
-    while i < len(ids):
-        j = i
-        while j < len(ids) and mask[j] == mask[i]:
-            j += 1
-        if mask[i]:
-            spans.append({"kind": "gen", "tokens": token_strings(tokenizer, ids[i:j]),
-                          "lp": _round(lps[i:j] if lps else None), "tlp": _round(tlps[i:j] if tlps else None)})
-        else:
-            spans.append({"kind": "ctx", "text": tokenizer.decode(ids[i:j], skip_special_tokens=False)})
-        i = j
-    return spans
-
-
-def _conv_stats(conv: dict[str, Any]) -> dict[str, Any]:
-    mask = conv.get("loss_mask") or []
-    gen = [k for k, m in enumerate(mask) if m]
-    lps, tlps = conv.get("logprobs") or [], conv.get("trainer_logprobs") or []
-    stats: dict[str, Any] = {"tokens": len(mask), "generated": len(gen)}
-    if gen and lps:
-        stats["mean_logprob"] = round(sum(lps[k] for k in gen) / len(gen), 4)
-    if gen and lps and tlps:
-        stats["max_mismatch"] = round(max(abs(lps[k] - tlps[k]) for k in gen), 4)
-    return stats
-
-
-def _summary(record: dict[str, Any]) -> dict[str, Any]:
-    info = record.get("info") or {}
-    return {k: info[k] for k in INFO_KEYS if k in info and info[k] not in (None, "", [])}
-
-
-def run_episode(record: dict[str, Any], ep_id: str, tokenizer: Any | None) -> dict[str, Any]:
-    """A rollout record (see :mod:`memrl.train.rollouts`) as the page shows it."""
-    info = record.get("info") or {}
-    convs = []
-    for k, c in enumerate(record.get("conversations") or []):
-        convs.append({"index": k, "reward": c.get("reward"), "meta": c.get("meta") or {},
-                      "advantage": c.get("advantage"), **_conv_stats(c),
-                      "spans": conversation_spans(c, tokenizer)})
-    advs = [c["advantage"] for c in convs if c.get("advantage") is not None]
-    return {"id": ep_id, "step": record.get("step"), "pick": record.get("pick"),
-            "policy_version": record.get("policy_version"), "sample_id": str(record.get("sample_id", "")),
-            "group_id": str(record.get("group_id", "")), "reward": record.get("reward"),
-            "advantage": advs[0] if advs else None, "length": sum(c["generated"] for c in convs),
-            "metrics": record.get("metrics") or {}, "breakdown": info.get("reward_breakdown") or {},
-            "summary": _summary(record), "messages": info.get("messages") or [], "conversations": convs}
-
-
-_CONV_HEAD = re.compile(r"^## conversation (\d+)/(\d+) ?\(?(.*?)\)?$", re.M)
-
-
-def transcript_conversations(text: str) -> list[dict[str, str]]:
-    """Prompt and response text of each conversation of a long-context eval transcript."""
-    heads = list(_CONV_HEAD.finditer(text))
-    out = []
-    for h, nxt in zip(heads, [*heads[1:], None]):
-        body = text[h.end():nxt.start() if nxt else len(text)]
-        prompt, _, response = body.partition("\n### response (")
-        prompt = re.sub(r"^\n?### prompt \(\d+ tokens\)\n", "", prompt)
-        response = re.sub(r"^\d+ tokens\)\n", "", response)
-        out.append({"prompt": prompt, "response": response.rstrip("\n")})
-    return out
-
-
-def eval_episode(record: dict[str, Any], ep_id: str, transcript: str | None) -> dict[str, Any]:
-    """An eval record (long-context or tool agent) as the page shows it."""
-    info = record.get("info") or {}
-    texts = transcript_conversations(transcript) if transcript else []
-    convs = []
-    for k, c in enumerate(record.get("conversations") or []):
-        meta = {key: v for key, v in c.items() if key not in ("prompt_tokens", "response_tokens")}
-        t = texts[k] if k < len(texts) else {}
-        spans = [{"kind": "prompt", "text": t.get("prompt", "")}]
-        if t.get("response"):
-            spans.append({"kind": "gen", "text": t["response"]})
-        convs.append({"index": k, "meta": meta, "tokens": c.get("prompt_tokens", 0) + c.get("response_tokens", 0),
-                      "generated": c.get("response_tokens", 0), "spans": spans})
-    metrics = record.get("metrics") or {}
-    length = sum(c["generated"] for c in convs) if convs else int(metrics.get("response_tokens", 0))
-    sample = record.get("task_id", record.get("sample_id", ""))
-    step = record.get("docs")
-    return {"id": ep_id, "step": step, "pick": None, "sample_id": str(sample), "group_id": str(sample),
-            "reward": record.get("reward"), "advantage": None, "length": length, "metrics": metrics,
-            "breakdown": info.get("reward_breakdown") or {}, "summary": _summary(record),
-            "messages": info.get("messages") or [], "conversations": convs,
-            "trial": record.get("trial", record.get("repeat")),
-            "transcript": transcript if not texts and not info.get("messages") else None}
 
 
 def eval_tokenizer_spec(out: Path) -> str | None:
@@ -280,6 +150,7 @@ def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_std
     tok = get_tokenizer(spec, warn)
     metrics = read_metrics(run_dir, warn) if (run_dir / "metrics.jsonl").is_file() else []
     files, saved = rollout_files(run_dir, steps, last)
+    grader = None if lazy else folder_grader(run_dir, warn)
     episodes = []
     for path in files:
         for i, (line, rec) in enumerate(read_jsonl(path, warn)):
@@ -287,12 +158,43 @@ def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_std
             if not usable_rollout(rec, where, warn):
                 continue
             ep = shown_or_skipped(lambda: summary_only(run_episode(rec, ep_id, None)) if lazy
-                                  else run_episode(rec, ep_id, tok), where, warn)
+                                  else graded(run_episode(rec, ep_id, tok), rec, grader, warn), where, warn)
             if ep is not None:
                 episodes.append(ep)
     return {"kind": "run", "title": run_dir.resolve().name, "source": str(run_dir), "tokenizer": spec,
             "per_token": tok is not None, "metrics": metrics, "panels": CURVE_PANELS, "results": None,
-            "saved_steps": len(saved), "shown_steps": len(files), "episodes": episodes}
+            "saved_steps": len(saved), "shown_steps": len(files), "group_size": group_size(run_dir),
+            "episodes": episodes}
+
+
+def group_size(run_dir: Path) -> int | None:
+    """Episodes sampled per prompt (``algorithm.n``): a step's file keeps only some of each group."""
+    cfg = run_dir / "config.yaml"
+    try:
+        n = ((yaml.safe_load(cfg.read_text(encoding="utf-8")) or {}).get("algorithm") or {}).get("n")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def graded(ep: dict[str, Any], record: dict[str, Any], grader: Any, warn: Warn) -> dict[str, Any]:
+    """``ep`` with the grader's checks of a tool-agent episode (see :mod:`memrl.view.grading`)."""
+    view = grader_view(grader, record, warn)
+    return {**ep, "grader": view} if view is not None else ep
+
+
+def results_plot(out: Path, warn: Warn) -> str | None:
+    """``accuracy.png`` as a data URI, so the one-file page carries it (a PNG only, of sane size)."""
+    import base64
+
+    path = out / "accuracy.png"
+    if not path.is_file():
+        return None
+    data = path.read_bytes()[:PLOT_LIMIT + 1]
+    if not data.startswith(b"\x89PNG\r\n\x1a\n") or len(data) > PLOT_LIMIT:
+        warn(f"{path}: not a PNG of at most {PLOT_LIMIT // 1_000_000} MB (not shown)")
+        return None
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
 
 
 def load_eval(out: Path, warn: Warn = _warn_stderr, *, lazy: bool = False,
@@ -300,6 +202,7 @@ def load_eval(out: Path, warn: Warn = _warn_stderr, *, lazy: bool = False,
     has_rollouts = (out / "rollouts").is_dir()
     spec = (tokenizer or eval_tokenizer_spec(out)) if has_rollouts else None
     tok = get_tokenizer(spec, warn) if has_rollouts else None
+    grader = None if lazy else folder_grader(out, warn)
     episodes = []
     for path in sorted((out / "episodes").rglob("*.json"), key=lambda p: _natural(p.relative_to(out).as_posix())):
         rel = path.relative_to(out / "episodes").with_suffix("")
@@ -310,12 +213,15 @@ def load_eval(out: Path, warn: Warn = _warn_stderr, *, lazy: bool = False,
         transcript = tpath.read_text(encoding="utf-8", errors="replace") if tpath.is_file() else None
         ep = shown_or_skipped(lambda: eval_episode(rec, rel.as_posix(), transcript), str(path), warn)
         if ep is not None:
-            episodes.append(summary_only(ep) if lazy else with_rollout(ep, out, tok, warn) if has_rollouts else ep)
+            ep = summary_only(ep) if lazy else graded(with_rollout(ep, out, tok, warn) if has_rollouts else ep,
+                                                      rec, grader, warn)
+            episodes.append(ep)
     results = read_json_object(out / "results.json", warn) if (out / "results.json").is_file() else None
     if results is not None:
         results.pop("per_task", None)  # the episodes show it; keep the page small
     return {"kind": "eval", "title": out.resolve().name, "source": str(out), "tokenizer": spec,
-            "per_token": tok is not None, "metrics": [], "panels": [], "results": results, "episodes": episodes}
+            "per_token": tok is not None, "metrics": [], "panels": [], "results": results,
+            "plot": results_plot(out, warn), "episodes": episodes}
 
 
 def _natural(s: str) -> list[Any]:
@@ -338,9 +244,11 @@ def load_episode(path: Path, ep_id: str, tokenizer: str | None = None,
         rec = read_json_object(file, warn)
         ep = None if rec is None else shown_or_skipped(lambda: eval_episode(rec, rel.as_posix(), transcript),
                                                          str(file), warn)
-        if ep is None or not (path / "rollouts").is_dir():
-            return ep
-        return with_rollout(ep, path, get_tokenizer(tokenizer or eval_tokenizer_spec(path), warn), warn)
+        if ep is None:
+            return None
+        if (path / "rollouts").is_dir():
+            ep = with_rollout(ep, path, get_tokenizer(tokenizer or eval_tokenizer_spec(path), warn), warn)
+        return graded(ep, rec, folder_grader(path, warn), warn)
     m = re.fullmatch(r"(\d+)-(\d+)", ep_id)
     file = path / "rollouts" / f"step_{int(m.group(1)):06d}.jsonl" if m else None
     if file is None or not file.is_file():
@@ -352,7 +260,8 @@ def load_episode(path: Path, ep_id: str, tokenizer: str | None = None,
     if not usable_rollout(rec, f"{file}:{line}", warn):
         return None
     tok = get_tokenizer(tokenizer or run_tokenizer_spec(path), warn)
-    return shown_or_skipped(lambda: run_episode(rec, ep_id, tok), f"{file}:{line}", warn)
+    return shown_or_skipped(lambda: graded(run_episode(rec, ep_id, tok), rec, folder_grader(path, warn), warn),
+                            f"{file}:{line}", warn)
 
 
 def load_payload(path: Path, tokenizer: str | None = None, warn: Warn = _warn_stderr, *,

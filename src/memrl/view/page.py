@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import html
 import json
+import unicodedata
 from importlib import resources
 from typing import Any
 
 DATA_ID = "memrl-data"
+# The viewer's scripts in load order (one scope: see viewer_script).
+SCRIPTS = ("util.js", "charts.js", "list.js", "episode.js", "group.js", "view.js")
+# Nothing is loaded from anywhere: the page's own inline script and style, images as data: URIs,
+# and fetches to the server that sent it. Even text that got past the escaping could not call out.
+CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'")
+# Characters the viewer shows escaped besides the format/control/separator categories (as util.js).
+_FILLERS = "\u115f\u1160\u3164\uffa0"
 
 
 def static_text(name: str) -> str:
@@ -38,15 +47,29 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def viewer_script() -> str:
+    """The viewer's scripts as one, in one scope (each file uses the helpers of those before it)."""
+    return "(function () {\n\"use strict\";\n" + "\n".join(static_text(n) for n in SCRIPTS) + "\n})();"
+
+
+def visible_title(text: str) -> str:
+    """The tab title with invisible and direction-changing characters written as ``[U+202E]``."""
+    def hidden(ch: str) -> bool:
+        return ch in _FILLERS or (unicodedata.category(ch) in ("Cf", "Cc", "Cs", "Zl", "Zp") and ch not in "\t\n\r")
+
+    return "".join(f"[U+{ord(ch):04X}]" if hidden(ch) else ch for ch in text)
+
+
 def render_page(payload: dict[str, Any]) -> str:
     """The whole page as a string; it needs no network and no other file."""
-    css, js = static_text("view.css"), static_text("view.js")
-    for name, text, tag in (("view.css", css, "</style"), ("view.js", js, "</script")):
+    css, js = static_text("view.css"), viewer_script()
+    for name, text, tag in (("view.css", css, "</style"), ("the viewer's scripts", js, "</script")):
         if tag in text.lower():  # a guard for whoever edits the assets
             raise ValueError(f"{name} must not contain {tag}")
-    title = html.escape(f"memrl view · {payload.get('title', '')}")
+    title = html.escape(visible_title(f"memrl view · {payload.get('title', '')}"))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n"
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
         f"<title>{title}</title>\n<style>\n{css}\n</style>\n</head>\n<body>\n"
         "<noscript>This page needs JavaScript to show the run.</noscript>\n"

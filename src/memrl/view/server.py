@@ -2,8 +2,8 @@
 
 Rebuilding per request means a browser refresh shows the steps a running trainer has written
 since. The page holds the episode list only; an opened episode is fetched from ``/episode?id=``
-and decoded then, so a long run's page loads fast (the tokenizer is loaded once, see
-:func:`memrl.view.loader.get_tokenizer`).
+and decoded then, and a text search asks ``/search?q=``, so a long run's page loads fast (the
+tokenizer is loaded once, see :func:`memrl.view.loader.get_tokenizer`).
 
 The page holds prompts and model outputs, so the server binds to 127.0.0.1 only and answers only
 requests addressed to it by name (``Host: 127.0.0.1:PORT`` or ``localhost:PORT``): a web page
@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from memrl.view.loader import load_episode, load_payload
 from memrl.view.page import json_safe, render_page
+from memrl.view.search import MAX_QUERY, search_episodes
 
 TEXT = "text/plain; charset=utf-8"
 
@@ -64,6 +65,12 @@ def make_handler(path: Path, tokenizer: str | None, steps: str | None = None,
                     self._send(404, TEXT, b"no such episode\n")
                 else:
                     self._json(episode)
+            elif url.path == "/search":
+                q = (query.get("q") or [""])[0]
+                if not q.strip() or len(q) > MAX_QUERY:
+                    self._send(400, TEXT, f"q: give 1 to {MAX_QUERY} characters to search for\n".encode())
+                else:
+                    self._json({"q": q, "ids": search_episodes(path, q, tokenizer, steps=steps, last=last)})
             else:
                 self._send(404, TEXT, b"not found\n")
 

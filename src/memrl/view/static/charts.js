@@ -1,0 +1,68 @@
+// ---------- training curves: one small SVG chart per panel of memrl.view.loader.CURVE_PANELS ----------
+function chart(title, keys, rows) {
+  const series = keys.map((k) => ({ key: k, pts: rows.filter((r) => typeof r[k] === "number" && typeof r.step === "number").map((r) => [r.step, r[k]]) }))
+    .filter((s) => s.pts.length > 0);
+  if (!series.length) return null;
+  const W = 320, H = 170, L = 46, R = 10, T = 10, B = 24;
+  const all = series.flatMap((s) => s.pts);
+  let x0 = Math.min(...all.map((p) => p[0])), x1 = Math.max(...all.map((p) => p[0]));
+  let y0 = Math.min(...all.map((p) => p[1])), y1 = Math.max(...all.map((p) => p[1]));
+  if (x1 === x0) { x0 -= 1; x1 += 1; }
+  if (y1 === y0) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
+  const ticks = niceTicks(y0, y1, 3);
+  y0 = Math.min(y0, ticks.values[0]);
+  y1 = Math.max(y1, ticks.values[ticks.values.length - 1]);
+  const X = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
+  const Y = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
+  const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img" });
+  box.appendChild(svg("rect", { x: L, y: T, width: W - L - R, height: H - T - B, class: "plot-bg" }));
+  for (const v of ticks.values) {
+    const y = Y(v);
+    box.appendChild(svg("line", { x1: L, x2: W - R, y1: y, y2: y, class: "grid" }));
+    const t = svg("text", { x: L - 4, y: y + 3, class: "tick", "text-anchor": "end" });
+    t.textContent = ticks.label(v);
+    box.appendChild(t);
+  }
+  for (const [x, anchor] of [[x0, "start"], [x1, "end"]]) {
+    const t = svg("text", { x: X(x), y: H - 8, class: "tick", "text-anchor": anchor });
+    t.textContent = "step " + fmt(Math.round(x));
+    box.appendChild(t);
+  }
+  series.forEach((s, i) => {
+    const color = COLORS[i % COLORS.length];
+    const d = s.pts.map((p, j) => (j ? "L" : "M") + X(p[0]).toFixed(1) + " " + Y(p[1]).toFixed(1)).join(" ");
+    const path = svg("path", { d: d, class: "series", stroke: color, "data-key": s.key });
+    const tip = svg("title");
+    tip.textContent = visible(`${s.key}: last ${fmt(s.pts[s.pts.length - 1][1])} at step ${s.pts[s.pts.length - 1][0]}`);
+    path.appendChild(tip);
+    box.appendChild(path);
+    if (s.pts.length <= 60) {
+      for (const p of s.pts) {
+        const c = svg("circle", { cx: X(p[0]), cy: Y(p[1]), r: 2.2, fill: color, class: "pt" });
+        const ct = svg("title");
+        ct.textContent = visible(`${s.key} = ${fmt(p[1])} (step ${p[0]})`);
+        c.appendChild(ct);
+        box.appendChild(c);
+      }
+    }
+  });
+  const legend = el("div", "legend");
+  series.forEach((s, i) => {
+    const sw = el("span", "swatch");
+    sw.style.background = COLORS[i % COLORS.length];
+    legend.appendChild(el("span", "legend-item", sw, s.key.replace("time/", "")));
+  });
+  const last = series.length === 1 ? el("span", "last", fmt(series[0].pts[series[0].pts.length - 1][1])) : null;
+  return el("figure", "panel", el("figcaption", null, title, last), box, series.length > 1 ? legend : null);
+}
+
+function curves() {
+  const rows = DATA.metrics || [];
+  if (!rows.length) return null;
+  const grid = el("div", "curves");
+  for (const [title, keys] of PANELS) {
+    const c = chart(title, keys, rows);
+    if (c) grid.appendChild(c);
+  }
+  return el("section", "card", el("h2", null, "Training curves"), grid);
+}
