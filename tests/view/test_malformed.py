@@ -88,3 +88,18 @@ def test_a_broken_eval_episode_or_rollout_is_skipped(tool_eval_dir, tmp_path):
     assert any(w.startswith(f"{rollout}:1:conversations[0].token_ids[0]: token id -1 is negative") for w in warnings)
     (out / "results.json").write_text("[]")
     assert load_payload(out, "tiny", warn=warnings.append)["results"] is None
+
+
+def test_trainer_logprobs_that_do_not_line_up_are_left_out_not_the_record(run_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    path = run / "rollouts" / "step_000001.jsonl"
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    recs[0]["conversations"][0]["trainer_logprobs"] = recs[0]["conversations"][0]["trainer_logprobs"][:-3]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    warnings: list[str] = []
+    ep = load_payload(run, "tiny", warn=warnings.append)["episodes"][0]
+    assert ep["id"] == "1-0" and not warnings
+    first, second = ep["conversations"][0], ep["conversations"][1]
+    assert "max_mismatch" not in first and all(s.get("tlp") is None for s in first["spans"] if s["kind"] == "gen")
+    assert "max_mismatch" in second

@@ -70,9 +70,7 @@ def record_problem(record: Any, vocab_size: int | None = None) -> tuple[str | No
         bad = ids_problem(ids, vocab_size)
         if bad is not None:
             return f"{where}.token_ids{bad[0]}", bad[1]
-        for name in ("loss_mask", "logprobs", "trainer_logprobs"):
-            if name == "trainer_logprobs" and conv.get(name) is None:
-                continue
+        for name in ("loss_mask", "logprobs"):  # trainer_logprobs: a display extra, see memrl.view.episodes
             why = _numbers_problem(conv.get(name), len(ids), name)
             if why is not None:
                 return f"{where}.{name}", why

@@ -37,6 +37,14 @@ def token_strings(tokenizer: Any, ids: Sequence[int]) -> list[str]:
     return out
 
 
+def trainer_logprobs(conv: dict[str, Any]) -> list[float] | None:
+    """The trainer's log-probs where they line up with the tokens (a display extra: others are left out)."""
+    tlps = conv.get("trainer_logprobs")
+    ok = isinstance(tlps, list) and len(tlps) == len(conv.get("token_ids") or []) and \
+        all(type(v) in (int, float) for v in tlps)
+    return tlps if ok else None
+
+
 def _round(values: Sequence[float] | None) -> list[float] | None:
     return None if values is None else [round(float(v), 4) for v in values]
 
@@ -56,7 +64,7 @@ def conversation_spans(conv: dict[str, Any], tokenizer: Any | None) -> list[dict
         return spans
     split = next((i for i, m in enumerate(mask) if m), len(mask))
     spans = [{"kind": "prompt", "text": tokenizer.decode(ids[:split], skip_special_tokens=False)}]
-    lps, tlps = conv.get("logprobs"), conv.get("trainer_logprobs")
+    lps, tlps = conv.get("logprobs"), trainer_logprobs(conv)
     i = split
     while i < len(ids):
         j = i
@@ -74,7 +82,7 @@ def conversation_spans(conv: dict[str, Any], tokenizer: Any | None) -> list[dict
 def _conv_stats(conv: dict[str, Any]) -> dict[str, Any]:
     mask = conv.get("loss_mask") or []
     gen = [k for k, m in enumerate(mask) if m]
-    lps, tlps = conv.get("logprobs") or [], conv.get("trainer_logprobs") or []
+    lps, tlps = conv.get("logprobs") or [], trainer_logprobs(conv) or []
     stats: dict[str, Any] = {"tokens": len(mask), "generated": len(gen)}
     if gen and lps:
         stats["mean_logprob"] = round(sum(lps[k] for k in gen) / len(gen), 4)
