@@ -154,6 +154,17 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
+@contextlib.contextmanager
+def staging_dir(target: str | Path) -> Iterator[Path]:
+    """A temp folder next to ``target``, named as its temp (so a killed run's folder is cleaned up by the
+    next write of ``target``, and ``--restart`` knows it is memrl's), removed when the block ends."""
+    tmp = _create_temp(Path(target), directory=True)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _umask_modes(folder: Path) -> None:
     """Give a finished folder and everything in it the modes the umask allows (some writers, such as
     safetensors, create their files 0600 whatever the umask is)."""

@@ -15,12 +15,14 @@ exact tokenizer has to count it whole).
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from memrl.data.atomic import remove_stale_temps, staging_dir
 from memrl.data.budget import check_token_budget
 from memrl.data.distance import EvidenceOrder, check_min_distance, evidence_fields, place_evidence
 from memrl.data.errors import DataError
@@ -28,6 +30,7 @@ from memrl.data.hotpotqa import read_paragraph_pool
 from memrl.data.longctx import DOC_SEPARATOR, Format, LongContextSample, SampleWriter, document_header
 from memrl.data.names import eval_file_name, parse_token_budget, train_file_name
 from memrl.data.questions import ParagraphPool, Question, load_questions
+from memrl.data.surrogates import check_surrogates
 from memrl.data.tokens import TokenCounter, load_token_counter
 from memrl.data.twowiki import dataset_name
 
@@ -289,11 +292,21 @@ class SynthPlan:
         return [self.eval_path(n).name for n in self.docs] + train
 
     def run(self, progress: ProgressFn | None = None) -> list[FileReport]:
-        reports = [self.synth.write_eval_file(n, self.eval_path(n), self.fmt, progress) for n in self.docs]
+        """Write every file in a staging folder, then move them all into ``out``: a size that fails leaves
+        none of this run's files behind (a half-finished set would look complete to ``memrl eval``)."""
+        finals = [self.eval_path(n) for n in self.docs]
         if self.train_tokens:
-            path = self.out / train_file_name(self.train_tokens)
-            reports.append(self.synth.write_train_file(self.train_tokens, path, progress))
-        return reports
+            finals.append(self.out / train_file_name(self.train_tokens))
+        for final in finals:
+            remove_stale_temps(final)  # what a killed run left (its staging folder is one of them)
+        with staging_dir(finals[0]) as stage:
+            reports = [self.synth.write_eval_file(n, stage / self.eval_path(n).name, self.fmt, progress)
+                       for n in self.docs]
+            if self.train_tokens:
+                reports.append(self.synth.write_train_file(self.train_tokens, stage / finals[-1].name, progress))
+            for final in finals:
+                os.replace(stage / final.name, final)
+        return [replace(r, path=str(final)) for r, final in zip(reports, finals)]
 
 
 def plan_synthesis(
@@ -329,9 +342,11 @@ def plan_synthesis(
         raise ValueError("--min-distance/--evidence-order lay out eval files; leave out --train-tokens")
     pool = ParagraphPool()
     questions = load_questions(input_path, pool, max_samples)
+    pool_files = list(pool_files)
     for extra in pool_files:
         for p in read_paragraph_pool(extra):
             pool.add(p)
+    check_surrogates(input_path, questions, pool, pool_files)
     synth = Synthesizer(
         questions, pool, load_token_counter(tokenizer), source=str(input_path), seed=seed,
         allow_repeats=allow_repeats, include_question_distractors=include_question_distractors,
