@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -59,3 +60,23 @@ def smollm2_path() -> Path:
     with atomic_dir(out) as tmp:
         convert_gguf(gguf, tmp)
     return out
+
+
+def smollm2_tokenizer() -> Any:
+    """The tokenizer alone, without converting the weights (tests that only tokenize).
+
+    From the converted folder when it exists; else read from the GGUF's metadata once
+    (~10 s) and saved to memrl's cache, after which it loads in well under a second.
+    """
+    from transformers import AutoTokenizer
+
+    from memrl.data.atomic import atomic_dir
+    from memrl.models.resolve import cache_dir
+
+    for folder in (cache_dir() / "smollm2-135m-instruct", cache_dir() / "smollm2-135m-instruct-tokenizer"):
+        if (folder / "tokenizer_config.json").is_file():
+            return AutoTokenizer.from_pretrained(folder)
+    gguf = find_gguf()
+    with atomic_dir(cache_dir() / "smollm2-135m-instruct-tokenizer") as tmp:
+        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tmp)
+    return AutoTokenizer.from_pretrained(cache_dir() / "smollm2-135m-instruct-tokenizer")
