@@ -173,15 +173,26 @@ def test_a_trainable_step_resets_the_failure_streak(tmp_path):
     eng.generate = fails_on_even_steps  # type: ignore[method-assign]
     trainer = holder["trainer"] = Trainer(config(tmp_path, trainer__total_steps=3, trainer__max_failed_steps=2),
                                           engine=eng, tracker_console=quiet())
-    last = trainer.run()  # trainable, idle, trainable: never two idle steps in a row
-    assert trainer.step == 3 and "reward" in last and trainer.idle.streak == 0
-    assert "reward" not in read_metrics(tmp_path / "run")[1]
+    last = trainer.run()  # trainable, idle, trainable, idle, trainable: never two idle steps in a row
+    # the idle steps do not count toward total_steps (as in verl/AReaL): three trained steps take five
+    assert trainer.step == 5 and trainer.trained_steps == 3 and "reward" in last and trainer.idle.streak == 0
+    rows = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5] and "reward" not in rows[1] and "reward" not in rows[3]
+    assert last["idle_steps"] == 2 and trainer.state.to_json()["idle_steps"] == 2
 
 
 def tool_cfg(tmp_path, **trainer) -> MemRLConfig:
+    """A budget just above the library's system prompt and tools (the preflight lets it through), below the
+    prompt with the ticket: every episode is cut before its first turn."""
+    from memrl.models.resolve import load_tokenizer
+    from memrl.train.preflight import tool_prompt_floor
+    from memrl.workflows import load_samples
+
+    probe = MemRLConfig.model_validate({"workflow": {"name": "tool_agent"}, "env": {"domain": "library"}})
+    budget = tool_prompt_floor(probe, load_tokenizer("tiny"), load_samples(probe, "train")[0]) + 2
     return MemRLConfig.model_validate({
         "model": {"path": "tiny"}, "engine": {"device": "cpu"},
-        "workflow": {"name": "tool_agent", "max_turns": 2, "turn_tokens": 16, "max_total_tokens": 64},
+        "workflow": {"name": "tool_agent", "max_turns": 2, "turn_tokens": 16, "max_total_tokens": budget},
         "env": {"domain": "library", "train_split": "train"}, "algorithm": {"n": 2},
         "trainer": {"total_steps": 5, "prompts_per_step": 2, "output_dir": str(tmp_path / "run"), **trainer}})
 
@@ -194,7 +205,7 @@ def test_prompts_over_the_token_budget_are_counted_then_stop_the_run(tmp_path):
     with pytest.raises(NothingTrainableError) as err:
         trainer.run()
     msg = str(err.value)
-    assert "4 of 4 episodes" in msg and "workflow.max_total_tokens=64" in msg and "\n" not in msg
+    assert "4 of 4 episodes" in msg and "workflow.max_total_tokens=" in msg and "\n" not in msg
     rows = read_metrics(tmp_path / "run")
     assert [r["prompt_too_long"] for r in rows] == [4.0, 4.0] and rows[0]["failed_episodes"] == 0
     assert "4 of 4 episodes cut before generating" in out.getvalue()

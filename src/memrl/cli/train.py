@@ -56,6 +56,10 @@ def train_cmd(
               f"({last.get('failed_episodes', 0):.0f} failed episodes so far, see the warnings above); "
               f"checkpoints in {where}", 1)
     rollouts = Path(cfg.trainer.output_dir) / "rollouts"
+    idle = int(last.get("idle_steps", 0))
+    if idle:
+        print(f"note: {idle} step(s) trained nothing and did not count toward trainer.total_steps="
+              f"{cfg.trainer.total_steps}", file=sys.stderr)
     typer.echo(f"done: step {step}, reward {last['reward']:.3f}; checkpoints in {where}, metrics in "
                f"{cfg.trainer.output_dir}/metrics.jsonl" + (f", rollouts in {rollouts}" if rollouts.is_dir() else ""))
 

@@ -85,11 +85,18 @@ def select(run_dir: Path, warn: Callable[[str], None]) -> tuple[int, Path] | Non
 
 
 def finished(run_dir: Path, total_steps: int) -> int | None:
-    """The step of an intact checkpoint at or past ``total_steps`` (the run has nothing left to do), else None."""
+    """The step of an intact checkpoint with ``total_steps`` counted steps done (nothing left to do), else None.
+
+    Steps that trained nothing (``idle_steps`` in state.json) do not count toward ``total_steps``.
+    """
     newest = latest(run_dir)
     if newest is None or newest[0] < total_steps or verify(newest[1]) is not None:
         return None
-    return newest[0]
+    try:
+        idle = int(json.loads((newest[1] / STATE).read_text()).get("idle_steps", 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None  # resuming reports what is wrong with it
+    return newest[0] if newest[0] - idle >= total_steps else None
 
 
 def _set_aside(path: Path) -> Path:

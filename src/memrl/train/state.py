@@ -24,12 +24,17 @@ class RunState:
     data_position: int = 0
     nan_streak: int = 0
     idle_streak: int = 0
+    # steps that trained nothing (every episode failed, ...): they do not count toward trainer.total_steps,
+    # as verl (DAPO) and AReaL count only steps that update the policy
+    idle_steps: int = 0
     # asynchronous training: samples drawn from the data order but not trained on yet (regenerated on resume)
     pending: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         del out["step"]  # checkpoint.save writes the step itself
+        if not self.idle_steps:
+            del out["idle_steps"]
         if not self.pending:
             del out["pending"]
         return out
@@ -38,6 +43,7 @@ class RunState:
     def from_json(cls, state: dict[str, Any]) -> RunState:
         return cls(step=state["step"], data_position=state["data_position"],
                    nan_streak=state.get("nan_streak", 0), idle_streak=state.get("idle_streak", 0),
+                   idle_steps=state.get("idle_steps", 0),
                    pending=list(state.get("pending", [])))
 
 

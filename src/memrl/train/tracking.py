@@ -74,15 +74,18 @@ class Tracker:
             fh.write(json.dumps(rec) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+        idle = int(metrics.get("idle_steps", 0))
+        counted = step - idle  # steps that trained nothing do not count toward total_steps
         of = f"/{self.total_steps}" if self.total_steps else ""
-        parts = [f"[bold]step {step}{of}[/bold]"]
+        parts = [f"[bold]step {step}{of}[/bold]" if not idle else
+                 f"[bold]step {step}[/bold] ({counted}{of} trained, {idle} idle)"]
         for label, key, fmt in CONSOLE_KEYS:
             if key in metrics:
                 parts.append(f"{label} {fmt.format(metrics[key])}")
         self.console.print("  ".join(parts), highlight=False)
         if self._progress is not None:
             latest = "  ".join(p for p in parts[1:3])
-            self._progress.update(self._bar, completed=step, latest=latest)
+            self._progress.update(self._bar, completed=counted, latest=latest)
         if self._tb is not None:
             for k, v in metrics.items():
                 self._tb.add_scalar(k, v, step)

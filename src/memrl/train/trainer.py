@@ -156,6 +156,11 @@ class Trainer:
         self.state.step = value
 
     @property
+    def trained_steps(self) -> int:
+        """Steps that updated the policy (or tried to): what ``trainer.total_steps`` counts."""
+        return self.state.step - self.state.idle_steps
+
+    @property
     def nan_streak(self) -> int:
         return self.state.nan_streak
 
@@ -183,9 +188,12 @@ class Trainer:
         rows, metrics, tally = self.dist.broadcast(self._collect() if self.dist.main else None)
         warning = self.idle.record(bool(rows), tally)  # run() stops after trainer.max_failed_steps idle steps
         if warning:
-            self.tracker.console.print(f"[yellow]{warning}; skipping the update[/yellow]", highlight=False)
+            self.state.idle_steps += 1  # verl/AReaL count steps that update the policy: this one does not
+            self.tracker.console.print(f"[yellow]{warning}; skipping the update (a step that trains nothing does "
+                                       "not count toward trainer.total_steps)[/yellow]", highlight=False)
             metrics.update({"time/logprob": 0.0, "time/update": 0.0, "time/sync": 0.0, "skipped_updates": 1.0,
-                            "data_position": float(self.sampler.position)})
+                            "data_position": float(self.sampler.position),
+                            "idle_steps": float(self.state.idle_steps)})
             if self.producer is not None:  # the version moves on even so: the producer's bound opens
                 self.producer.publish(self.step, _nothing)
             return metrics
@@ -213,6 +221,8 @@ class Trainer:
         if self.device.type == "cuda":  # peak of this step (rollout, update, sync) on this rank's GPU
             metrics["gpu_peak_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
             torch.cuda.reset_peak_memory_stats(self.device)
+        if self.state.idle_steps:  # a run with idle steps reaches total_steps at a later step number
+            metrics["idle_steps"] = float(self.state.idle_steps)
         metrics["train_rows"] = float(len(rows))
         metrics["train_tokens"] = float(sum(r.num_response for r in rows))
         metrics["data_position"] = float(self.sampler.position)
@@ -317,7 +327,7 @@ class Trainer:
                     if t.eval_every and self.step % t.eval_every == 0 and self.dist.main:
                         last["eval/accuracy"] = self.evaluate()
                     self.tracker.log(self.step, last)
-                    saved = self.step % t.save_every == 0 or self.step == t.total_steps
+                    saved = self.step % t.save_every == 0 or self.trained_steps >= t.total_steps
                     if saved and (self.dist.main or self.sharded):
                         self.save()
                     self.idle.check()  # every rank holds the same streak: all stop together
@@ -334,7 +344,7 @@ class Trainer:
         Ranks move on together: the broadcast is also the barrier after rank 0's eval or save.
         """
         signum = self.dist.broadcast(stop.signum)
-        if self.step >= self.cfg.trainer.total_steps:
+        if self.trained_steps >= self.cfg.trainer.total_steps:
             return True
         if signum is None:
             return False
