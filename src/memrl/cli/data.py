@@ -9,10 +9,10 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from memrl.cli.errors import user_errors
+from memrl.cli.progress import busy, progress
 from memrl.data.atomic import atomic_write
 from memrl.data.distance import ORDERS
 from memrl.data.outdir import check_writable_dir, record_outputs
@@ -101,7 +101,7 @@ def synth(
     budget = parse_token_budget(train_tokens) if train_tokens else None
     check_writable_dir(out)  # before reading a large input, not after
     console = Console(stderr=True)
-    with console.status(f"reading {input}"):
+    with busy(console, f"reading {input}"):
         plan = plan_synthesis(
             input, out, parse_docs(docs), train_tokens=budget, pool_files=pool, tokenizer=tokenizer,
             seed=seed, allow_repeats=allow_repeats, include_question_distractors=question_distractors,
@@ -110,11 +110,8 @@ def synth(
         )
     console.print(f"{len(plan.synth.questions)} questions, paragraph pool of {len(plan.synth.pool):,}")
     record_outputs(plan.out, plan.output_names() + ["token_report.json"])
-    columns = (TextColumn("[bold]synth"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TimeRemainingColumn())
-    with Progress(*columns, console=console) as progress:
-        task = progress.add_task("synth", total=plan.total_samples)
-        reports = plan.run(lambda k: progress.advance(task, k))
+    with progress(console, "synth", total=plan.total_samples, noun="samples") as bar:
+        reports = plan.run(bar.advance)
     with atomic_write(plan.out / "token_report.json") as fh:
         json.dump([r.to_dict() for r in reports], fh, indent=2)
         fh.write("\n")

@@ -15,7 +15,8 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from memrl.cli.progress import progress
 
 Started = Callable[[int, int], None]
 Advance = Callable[[], None]
@@ -50,19 +51,17 @@ def run_with_progress(console: Console, out: Path, engine: Any,
     from memrl.engines.base import EngineDeadError
     from memrl.eval.runner import AllEpisodesFailedError
 
-    columns = (TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
     try:
-        with Progress(*columns, console=console) as progress:
-            bar = progress.add_task("eval", total=None)
+        with progress(console, "eval", noun=noun) as bar:  # plain lines when stderr is a log, not a terminal
 
             def started(total: int, done: int) -> None:
-                progress.update(bar, total=total, completed=done)
                 if done:
                     console.print(f"resuming: {done} of {total} {noun} already done")
+                bar.update(total=total, completed=done)
 
             async def main() -> dict[str, Any]:
                 try:
-                    return await run(started, lambda: progress.advance(bar))
+                    return await run(started, bar.advance)
                 finally:
                     await engine.close()
 

@@ -8,9 +8,8 @@ checkpoints, and both reported success. A run now takes an exclusive ``flock`` o
 
 The kernel drops a ``flock`` when its process dies, however it dies (SIGKILL, OOM, power
 off), so a crashed run never blocks the next one: its lock file still names the dead run but
-holds no lock, and the next run takes it over with a notice. The file is emptied, never
-removed, on release: removing it would let a third run lock a fresh file while a second
-still holds the old one.
+holds no lock, and the next run takes it over with a notice. A run that ends removes the file
+(while still holding the lock; a run that locked a file that was removed meanwhile tries again).
 """
 
 from __future__ import annotations
@@ -89,6 +88,25 @@ def _lock(fd: int) -> str:
     return "ours"
 
 
+def _open_locked(path: Path) -> tuple[int, str]:
+    """Open (creating) the lock file and try to lock it; see :func:`_lock` for the second value.
+
+    A holder removes the file when it is done; a process that opened it just before and locked it
+    just after would hold a lock on a file nobody else can see, so a lock on a file that is no
+    longer at ``path`` is dropped and the open is tried again.
+    """
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        got = _lock(fd)
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same or got == "busy":
+            return fd, got
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def hold_folder(folder: Path, command: str, flag: str, notice: Callable[[str], None]) -> Iterator[Path]:
     """Hold ``folder``'s lock (creating the folder) for the block; FolderBusyError if a live run holds it.
@@ -98,9 +116,8 @@ def hold_folder(folder: Path, command: str, flag: str, notice: Callable[[str], N
     """
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    fd, got = _open_locked(path)
     try:
-        got = _lock(fd)
         previous = _read(fd)
         # without flock, the recorded pid is all there is to go by (a recycled pid is taken for the holder)
         if got == "busy" or (got == "unsupported" and _alive_here(previous)):
@@ -112,7 +129,7 @@ def hold_folder(folder: Path, command: str, flag: str, notice: Callable[[str], N
         try:
             yield path
         finally:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
+            with contextlib.suppress(OSError):  # removed while still locked: whoever opens it next re-checks
+                os.unlink(path)
     finally:
         os.close(fd)  # closing the descriptor releases the flock
