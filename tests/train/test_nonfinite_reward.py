@@ -79,20 +79,16 @@ def test_nan_from_a_plugin_workflow_is_a_failed_episode(plugins, tmp_path):
     assert not rollouts.exists() or not list(rollouts.iterdir())
 
 
-# -- plug-ins that fail at import (item 8) -------------------------------------------------------
-def test_plugin_with_a_syntax_error_is_one_line(tmp_path, monkeypatch):
-    (tmp_path / "brokenplug.py").write_text("def reward(text, golds, answer)\n    return 1.0\n")
+# -- plug-ins that fail at import ----------------------------------------------------------------
+@pytest.mark.parametrize("name, source, wanted", [
+    ("brokenplug", "def reward(text, golds, answer)\n    return 1.0\n", ("brokenplug.py:1", "syntax error")),
+    ("raisingplug", "X = 1\nraise RuntimeError('no licence key\\nset MY_KEY')\n",
+     ("RuntimeError: no licence key set MY_KEY", "raisingplug.py:2")),
+])
+def test_plugin_failing_at_import_is_one_line(tmp_path, monkeypatch, name, source, wanted):
+    (tmp_path / f"{name}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError) as err:
-        load_config(None, ["workflow.reward=brokenplug:reward"])
+        load_config(None, [f"workflow.reward={name}:reward"])
     msg = str(err.value)
-    assert "\n" not in msg and "brokenplug.py:1" in msg and "syntax error" in msg
-
-
-def test_plugin_raising_at_import_is_one_line(tmp_path, monkeypatch):
-    (tmp_path / "raisingplug.py").write_text("X = 1\nraise RuntimeError('no licence key\\nset MY_KEY')\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ConfigError) as err:
-        load_config(None, ["workflow.reward=raisingplug:reward"])
-    msg = str(err.value)
-    assert "\n" not in msg and "RuntimeError: no licence key set MY_KEY" in msg and "raisingplug.py:2" in msg
+    assert "\n" not in msg and all(w in msg for w in wanted), msg
