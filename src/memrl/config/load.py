@@ -99,6 +99,24 @@ def check_keys(raw: Any, model: type[BaseModel] = MemRLConfig, prefix: str = "")
             check_keys(value, sub, dotted + ".")
 
 
+# sections a resumed run can never change, even when asked (trainer.allow_changes)
+FIXED_ON_RESUME = ("model", "lora")
+
+
+def check_resume_keys(keys: list[str]) -> list[str]:
+    """``trainer.allow_changes``: settings as ``section.key``, none whose change would not fit the checkpoint."""
+    for key in keys:
+        sec, _, name = key.partition(".")
+        section = MemRLConfig.model_fields.get(sec)
+        fields = getattr(section.annotation, "model_fields", {}) if section is not None else {}
+        if not name or "." in name or name not in fields:
+            raise ValueError(f"{key!r} is not a setting (section.key, e.g. trainer.lr)")
+        if sec in FIXED_ON_RESUME:
+            raise ValueError(f"{key} cannot change on resume: the checkpoint's weights belong to the {sec} "
+                             "settings it was started with")
+    return keys
+
+
 def apply_override(raw: dict[str, Any], override: str) -> None:
     """Apply one ``a.b.c=value`` override to the nested dict ``raw`` in place."""
     if "=" not in override:

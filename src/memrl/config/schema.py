@@ -326,10 +326,8 @@ class TrainerConfig(Section):
     total_steps: int = Field(100, ge=0)
     save_every: int = Field(10, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
-    allow_changes: list[str] = Field(
-        default_factory=list, description="Settings (section.key) a resumed run may change from its config.yaml, "
-        "e.g. [trainer.lr]; each change is printed. The optimizer state is kept; model.* and lora.* cannot change "
-        "(the checkpoint's weights belong to them). memrl train --allow-changes trainer.lr sets it.")
+    allow_changes: list[str] = Field(default_factory=list, description="Settings (section.key, e.g. trainer.lr) "
+                                     "a resumed run may change from its config.yaml (memrl train --allow-changes).")
     prompts_per_step: int = Field(4, ge=1, description="Prompts per step; each is rolled out algorithm.n times.")
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per PPO epoch (the step's rows split evenly).")
     micro_batch_tokens: int = Field(16384, ge=1, description="Token budget of one forward/backward pass.")
@@ -365,20 +363,9 @@ class TrainerConfig(Section):
     @field_validator("allow_changes")
     @classmethod
     def _allowable(cls, v: list[str]) -> list[str]:
-        for key in v:
-            sec, _, name = key.partition(".")
-            section = MemRLConfig.model_fields.get(sec)
-            fields = getattr(section.annotation, "model_fields", {}) if section is not None else {}
-            if not name or "." in name or name not in fields:
-                raise ValueError(f"{key!r} is not a setting (section.key, e.g. trainer.lr)")
-            if sec in FIXED_ON_RESUME:
-                raise ValueError(f"{key} cannot change on resume: the checkpoint's weights belong to the {sec} "
-                                 "settings it was started with")
-        return v
+        from memrl.config.load import check_resume_keys
 
-
-# sections a resumed run can never change, even when asked (trainer.allow_changes)
-FIXED_ON_RESUME = ("model", "lora")
+        return check_resume_keys(v)
 
 
 class ClusterConfig(Section):
