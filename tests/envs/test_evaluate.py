@@ -79,8 +79,8 @@ def test_read_tasks_points_at_the_bad_record(tmp_path):
 
 
 def test_unknown_domain_and_missing_data_dir_are_clear(tmp_path):
-    with pytest.raises(ValueError, match="no tools for domain 'airline'"):
-        load_domain("airline", tmp_path)
+    with pytest.raises(ValueError, match="no tools for domain 'hotel'"):
+        load_domain("hotel", tmp_path)
     with pytest.raises(ValueError, match="set env.data_dir"):
         load_domain("retail")
     with pytest.raises(FileNotFoundError, match="no 'retail' domain under"):

@@ -100,12 +100,14 @@ class Environment:
         if hook is not None and self.user_tools is not None:
             hook(self.user_tools)
 
-    def call(self, call: ToolCall) -> Any:
-        """Run a call and return the raw result; raises (any exception) on refusal."""
+    def call(self, call: ToolCall, sync: bool = True) -> Any:
+        """Run a call and return the raw result; raises (any exception) on refusal. ``sync=False`` skips
+        the post-call synchronisation, as τ²-bench's ``make_tool_call`` does for the grader's gold actions."""
         if not isinstance(call.arguments, dict):
             raise ToolError(f"arguments of {call.name} must be a JSON object")
         result = self._route(call.name, call.requestor).call(call.name, copy.deepcopy(call.arguments))
-        self.sync()
+        if sync:
+            self.sync()
         return result
 
     def step(self, call: ToolCall) -> Message:

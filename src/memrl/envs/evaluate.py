@@ -9,7 +9,10 @@
   and user side) are compared with those of a fresh environment on which the
   gold actions were replayed. As in τ²-bench the log must be well formed: every
   tool call followed by its result, and each replayed write returning what the
-  log says it returned; a log that is not scores 0 (τ²-bench refuses it).
+  log says it returned; a log that is not scores 0 (τ²-bench refuses it). The gold actions run
+  without the post-call synchronisation of a dual-control domain, as τ²-bench's grader runs them,
+  so on telecom the databases can differ where the agent's replay synced (telecom's reward does
+  not count DB).
 - ENV_ASSERTION: each assertion function must return its ``assert_value``.
 - ACTION: every gold action must appear among the calls (see ``Action.matches``).
 - COMMUNICATE: every required string must occur, case-insensitively, in an
@@ -100,7 +103,7 @@ def evaluate(domain: Domain, task: Task, messages: Sequence[Message], *, ending:
         gold.set_state(task.initial_state, history_messages(task))
         for action in crit.actions or []:
             try:
-                gold.call(ToolCall(action.name, dict(action.arguments), requestor=action.requestor))
+                gold.call(ToolCall(action.name, dict(action.arguments), requestor=action.requestor), sync=False)
             except Exception:  # noqa: BLE001 - a failing gold action changes nothing, as in τ²-bench
                 pass
         info.db_match = (predicted.db_hash() == gold.db_hash()
