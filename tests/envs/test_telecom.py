@@ -16,6 +16,7 @@ import pytest
 from memrl.envs.domains.telecom import TelecomTools, TelecomUserTools, compose_policy
 from memrl.envs.environment import Environment
 from memrl.envs.messages import ToolCall
+from memrl.envs.toolkit import ToolError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,7 +42,9 @@ def _as_john(agent: TelecomTools, user: TelecomUserTools) -> None:
 
 def test_lookups_render_records_as_tau2(kits):
     agent, _ = kits
-    text = agent.get_customer_by_phone("(555) 123 2002")
+    with pytest.raises(ToolError, match=r"Customer with phone number \(555\) 123 2002 not found"):
+        agent.get_customer_by_phone("(555) 123 2002")  # τ² compares the numbers as written
+    text = agent.get_customer_by_phone("555-123-2002")
     rec = json.loads(text)
     assert rec["customer_id"] == "C1001" and list(rec)[:3] == ["customer_id", "full_name", "date_of_birth"]
     assert text.startswith('{"customer_id": "C1001", "full_name": "John Smith", "date_of_birth": "1985-06-15", '
@@ -51,7 +54,8 @@ def test_lookups_render_records_as_tau2(kits):
     assert text.endswith('"line_ids": ["L1001", "L1002", "L1003"], "bill_ids": ["B1001", "B1002", "B1003"], '
                          '"created_at": "2025-01-15 10:30:00", "last_extension_date": null, '
                          '"goodwill_credit_used_this_year": 25.0}')
-    assert json.loads(agent.get_customer_by_name("JOHN   smith", "1985-06-15"))[0]["customer_id"] == "C1001"
+    assert json.loads(agent.get_customer_by_name("JOHN smith", "1985-06-15"))[0]["customer_id"] == "C1001"
+    assert agent.get_customer_by_name("John  Smith", "1985-06-15") == "[]"  # case only, as τ²
     assert agent.get_customer_by_name("John Smith", "1985-06-16") == "[]"
     line = json.loads(agent.get_details_by_id("L1003"))
     assert line["status"] == "Suspended" and line["suspension_start_date"] == "2025-02-01"

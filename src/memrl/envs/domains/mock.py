@@ -1,7 +1,8 @@
 """τ²-bench's ``mock`` domain: a tiny task manager (agent side) and notifications (user side).
 
 The agent tools behave as τ²-bench's (same outputs, errors and unchecked
-arguments: ``update_task_status`` stores any status string, as τ² does). τ²-bench's
+arguments: ``update_task_status`` stores any status, as τ² does; ``create_task`` builds τ²'s
+pydantic ``Task``, so a non-string title is refused with its message). τ²-bench's
 mock environment has no user tools; the notifications toolkit is memrl's, so
 that the task ``update_task_with_user_tools`` (which τ²-bench cannot run) has
 something to act on. The data is the user's own copy of τ²-bench
@@ -10,9 +11,21 @@ something to act on. The data is the user's own copy of τ²-bench
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel
 
 from memrl.envs.toolkit import Toolkit, tool
+
+
+class Task(BaseModel):
+    """τ²-bench's mock task model, built from the caller's title and description as τ² builds it (a
+    non-string fails with pydantic's message)."""
+
+    task_id: str
+    title: str
+    description: Optional[str] = None
+    status: Literal["pending", "completed"]
 
 
 class MockTools(Toolkit):
@@ -44,7 +57,7 @@ class MockTools(Toolkit):
         if user_id not in self.db["users"]:
             raise ValueError(f"User {user_id} not found")
         task_id = f"task_{len(self.db['tasks']) + 1}"
-        task = {"task_id": task_id, "title": title, "description": description, "status": "pending"}
+        task = Task(task_id=task_id, title=title, description=description, status="pending").model_dump()
         self.db["tasks"][task_id] = task
         self.db["users"][user_id]["tasks"].append(task_id)
         return task

@@ -3,7 +3,9 @@
 Written from τ²-bench's tool behaviour for the same observations, databases and
 error texts: the database follows τ²'s data model (unset optional order fields
 null, prices and amounts floats), arguments reach the methods unchecked and every
-refusal has τ²'s wording.
+refusal has τ²'s wording. Where τ² builds a pydantic object from the agent's values (an
+address), memrl builds the same model, so an integer zip fails with the same
+"1 validation error for UserAddress" message and changes nothing.
 
 ``modify_pending_order_items`` follows τ²-bench, which gives *every* swapped item
 the price and options of the *last* new variant in the call and records the
@@ -18,6 +20,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import BaseModel
+
 from memrl.envs.toolkit import Toolkit, calculate_expression, tool
 
 _ADDRESS = ("address1", "address2", "city", "country", "state", "zip")
@@ -26,6 +30,17 @@ _ORDER_OPTIONAL = ("cancel_reason", "exchange_items", "exchange_new_items", "exc
                    "exchange_price_difference", "return_items", "return_payment_method_id")
 _PAYMENT_FIELDS = {"credit_card": ("source", "id", "brand", "last_four"), "gift_card": ("source", "id", "balance"),
                    "paypal": ("source", "id")}
+
+
+class UserAddress(BaseModel):
+    """τ²-bench's retail address model (its field order, every field a string)."""
+
+    address1: str
+    address2: str
+    city: str
+    country: str
+    state: str
+    zip: str
 
 
 def _pick(d: dict[str, Any], keys: tuple[str, ...], floats: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -96,7 +111,9 @@ class RetailTools(Toolkit):
 
     @staticmethod
     def _address(address1: str, address2: str, city: str, state: str, country: str, zip: str) -> dict[str, str]:
-        return _pick(locals(), _ADDRESS)  # τ²'s UserAddress field order
+        """τ²'s ``UserAddress(...)`` built from the caller's values: a non-string fails with pydantic's message."""
+        return UserAddress(address1=address1, address2=address2, city=city, state=state, country=country,
+                           zip=zip).model_dump()
 
     @staticmethod
     def _is_gift_card(method: dict[str, Any]) -> bool:

@@ -12,7 +12,6 @@ into the user's phone and surroundings.
 from __future__ import annotations
 
 import datetime as dt
-import unicodedata
 from typing import TYPE_CHECKING, Any
 
 from memrl.envs.domains.telecom import model as m
@@ -26,17 +25,6 @@ if TYPE_CHECKING:
 # id prefix -> (table, key field, label in "not found" errors), as get_details_by_id dispatches
 _TABLES_BY_PREFIX = {"L": ("lines", "line_id", "Line"), "D": ("devices", "device_id", "Device"),
                      "B": ("bills", "bill_id", "Bill"), "P": ("plans", "plan_id", "Plan")}
-
-
-def _digits(phone_number: str) -> str:
-    """Digits of a phone number: '555-123-2002', '5551232002' and '555 123 2002' are one number."""
-    return "".join(ch for ch in phone_number if ch.isdigit())
-
-
-def _fold(name: str) -> str:
-    """A name compared without case or accents ('Álvaro' matches 'alvaro'), as τ²-bench does."""
-    decomposed = unicodedata.normalize("NFKD", name)
-    return " ".join("".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold().split())
 
 
 class TelecomTools(Toolkit):
@@ -74,13 +62,9 @@ class TelecomTools(Toolkit):
         return self._find("bills", "bill_id", bill_id, "Bill")
 
     def _line_by_phone(self, phone_number: str) -> dict[str, Any]:
-        wanted = _digits(phone_number)
-        for alias, canonical in self.db.get("phone_number_aliases", {}).items():
-            if _digits(alias) == wanted:
-                wanted = _digits(canonical)
-                break
+        """The line with exactly this number (τ²-bench compares the strings as given)."""
         for line in self.db["lines"]:
-            if wanted and _digits(line["phone_number"]) == wanted:
+            if line["phone_number"] == phone_number:
                 return line
         raise ToolError(f"Line with phone number {phone_number} not found")
 
@@ -91,14 +75,13 @@ class TelecomTools(Toolkit):
         return self._line(line_id)
 
     def _customer_by_phone(self, phone_number: str) -> dict[str, Any]:
-        wanted = _digits(phone_number)
-        if wanted:
-            for c in self.db["customers"]:
-                if _digits(c["phone_number"]) == wanted:
+        """The customer whose contact number, or one of whose lines' numbers, is exactly this one."""
+        for c in self.db["customers"]:
+            if c["phone_number"] == phone_number:
+                return c
+            for line_id in c["line_ids"]:
+                if self._line(line_id)["phone_number"] == phone_number:
                     return c
-                for line_id in c["line_ids"]:
-                    if _digits(self._line(line_id)["phone_number"]) == wanted:
-                        return c
         raise ToolError(f"Customer with phone number {phone_number} not found")
 
     def _awaiting_payment(self, customer: dict[str, Any]) -> list[dict[str, Any]]:
@@ -157,9 +140,8 @@ class TelecomTools(Toolkit):
             full_name: The customer's full name.
             dob: The date of birth, as YYYY-MM-DD.
         """
-        wanted = _fold(full_name)
-        return m.render([m.Record(c) for c in self.db["customers"]
-                         if _fold(c["full_name"]) == wanted and c["date_of_birth"] == dob])
+        return m.render([m.Record(c) for c in self.db["customers"]  # τ²: case-insensitive, nothing else
+                         if c["full_name"].lower() == full_name.lower() and c["date_of_birth"] == dob])
 
     @tool("read")
     def get_details_by_id(self, id: str) -> str:

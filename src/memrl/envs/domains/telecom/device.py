@@ -10,12 +10,11 @@ run to break the phone before the conversation (``turn_data_off``,
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Literal
 
 from memrl.envs.domains.telecom import model as m
 from memrl.envs.domains.telecom.device_base import PhoneState
-from memrl.envs.toolkit import ToolError, tool
+from memrl.envs.toolkit import tool
 
 _SIGNAL_BARS = {"none": "📵 No Signal", "poor": "📶¹ Poor", "fair": "📶² Fair", "good": "📶³ Good",
                 "excellent": "📶⁴ Excellent"}
@@ -178,15 +177,13 @@ class TelecomUserTools(PhoneState):
             apn_settings: The settings: apn_name ('internet' or 'broken'), reset_at_reboot, mms_apn,
                 mmsc_url, mms_proxy, mms_port.
         """
-        unknown = set(apn_settings) - set(m.APN_DEFAULT)
-        if unknown:
-            raise ToolError(f"unknown APN settings: {', '.join(sorted(unknown))}")
-        settings = {**copy.deepcopy(m.APN_DEFAULT), **apn_settings}
-        if settings["apn_name"] not in m.APN_NAMES:
-            raise ToolError(f"apn_name must be one of: {', '.join(m.APN_NAMES)}")
-        self.device["active_apn_settings"] = settings
+        if isinstance(apn_settings, dict):  # as τ²: validated by its pydantic model, unknown fields refused
+            apn_settings = m.APNSettings(**apn_settings).model_dump(mode="json")
+        self.device["active_apn_settings"] = apn_settings
+        # τ² reads the new name after storing the value: anything but a dict fails here, already stored
+        name = apn_settings["apn_name"] if isinstance(apn_settings, dict) else getattr(apn_settings, "apn_name")
         self.simulate_network_search()
-        return self._with_bar(f"APN settings set to: {settings['apn_name']}")
+        return self._with_bar(f"APN settings set to: {name}")
 
     @tool("write")
     def reset_apn_settings(self) -> str:
@@ -248,7 +245,7 @@ class TelecomUserTools(PhoneState):
         if d["vpn_connected"]:
             return "VPN already connected."
         d["vpn_connected"] = True
-        d["vpn_details"] = copy.deepcopy(m.DEFAULT_VPN)
+        d["vpn_details"] = m.SHARED_VPN  # by reference, as τ²-bench (see model.SHARED_VPN)
         return self._with_bar("VPN connected successfully.")
 
     @tool("write")

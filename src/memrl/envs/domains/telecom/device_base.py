@@ -229,9 +229,10 @@ class PhoneState(Toolkit):
         return msg
 
     def break_vpn(self) -> str:
-        """Setup: a connected VPN on a poor server, which makes mobile data slow."""
+        """Setup: a connected VPN on a poor server, which makes mobile data slow. As in τ²-bench, a VPN
+        connected here is the process-wide shared one, whose performance this lowers for good."""
         if not self.device["vpn_connected"]:
-            self.device.update(vpn_connected=True, vpn_details=copy.deepcopy(m.DEFAULT_VPN))
+            self.device.update(vpn_connected=True, vpn_details=m.SHARED_VPN)
         self.device["vpn_details"]["server_performance"] = "poor"
         return "VPN connection broken."
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import json
-from typing import Any
+from enum import Enum
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict
 
 # τ²-bench freezes the calendar so that bills and usage cycles are reproducible.
 TODAY = dt.date(2025, 2, 25)
@@ -47,10 +50,43 @@ NETWORK_MODES = ("4g_5g_preferred", "4g_only", "3g_only", "2g_only")
 SIGNALS = ("none", "poor", "fair", "good", "excellent")
 APN_DEFAULT: dict[str, Any] = {"apn_name": "internet", "reset_at_reboot": False, "mms_apn": "mms",
                                "mmsc_url": "http://mms.carrier.com/mms/wapenc", "mms_proxy": None, "mms_port": None}
-APN_NAMES = ("internet", "broken")
+
+
+class APNNames(str, Enum):
+    INTERNET = "internet"
+    BROKEN = "broken"
+
+
+class APNSettings(BaseModel):
+    """τ²-bench's APN model, used where its ``set_apn_settings`` builds one from the caller's dict: a bad
+    field fails with the same pydantic message ("1 validation error for APNSettings ...")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    apn_name: APNNames = APNNames.INTERNET
+    reset_at_reboot: bool = False
+    mms_apn: Optional[str] = "mms"
+    mmsc_url: Optional[str] = "http://mms.carrier.com/mms/wapenc"
+    mms_proxy: Optional[str] = None
+    mms_port: Optional[int] = None
+
+
+APN_NAMES = tuple(name.value for name in APNNames)
 PERMISSIONS = ("sms", "storage", "phone", "network")
-DEFAULT_VPN: dict[str, Any] = {"server_address": "192.168.1.1", "protocol": "OpenVPN",
-                               "server_performance": "excellent"}
+# The VPN that connect_vpn attaches. τ²-bench attaches one object, a class attribute shared by every
+# phone of the process, and break_vpn lowers *its* performance: once any VPN was broken, every later
+# connection in the process is "poor" too (its own evaluator's environments included). memrl keeps
+# that: this dict is attached by reference, never copied.
+SHARED_VPN: dict[str, Any] = {}
+
+
+def reset_shared_vpn() -> None:
+    """The shared VPN as a fresh τ²-bench process has it (performance "excellent")."""
+    SHARED_VPN.clear()
+    SHARED_VPN.update(server_address="192.168.1.1", protocol="OpenVPN", server_performance="excellent")
+
+
+reset_shared_vpn()
 DEVICE_DEFAULT: dict[str, Any] = {
     "sim_card_status": "active", "sim_card_missing": False, "airplane_mode": False,
     "network_signal_strength": "good", "network_technology_connected": "5G", "network_connection_status": "connected",
@@ -89,6 +125,15 @@ def _record(rec: dict[str, Any], layout: tuple[tuple[str, Any], ...], kind: str)
     return out
 
 
+AGENT_DB_ORDER = ("plans", "customers", "lines", "bills", "devices")  # τ²'s TelecomDB field order
+
+
+def _in_order(d: dict[str, Any], keys: Any) -> None:
+    """Reorder ``d`` in place: ``keys`` first, in that order (τ²'s model order), anything else after."""
+    for key in [k for k in keys if k in d] + [k for k in d if k not in keys]:
+        d[key] = d.pop(key)
+
+
 def normalize_db(db: dict[str, Any]) -> None:
     """Bring the agent database (``db.toml``) to τ²-bench's full layout, in place."""
     db["plans"] = [_record(p, PLAN, "plan") for p in db.get("plans", [])]
@@ -107,7 +152,7 @@ def normalize_db(db: dict[str, Any]) -> None:
         c["payment_methods"] = [_record(m, PAYMENT_METHOD, "payment method") for m in c["payment_methods"]]
         customers.append(c)
     db["customers"] = customers
-    db.setdefault("phone_number_aliases", {})
+    _in_order(db, AGENT_DB_ORDER)
 
 
 def _merge_defaults(target: dict[str, Any], defaults: dict[str, Any]) -> None:
@@ -129,6 +174,10 @@ def normalize_user_db(db: dict[str, Any]) -> None:
         app.setdefault("permissions", {})
         for perm in PERMISSIONS:
             app["permissions"].setdefault(perm, False)
+    _in_order(db["device"], DEVICE_DEFAULT)
+    _in_order(db["surroundings"], SURROUNDINGS_DEFAULT)
+    if isinstance(db["device"]["active_apn_settings"], dict):
+        _in_order(db["device"]["active_apn_settings"], APN_DEFAULT)
 
 
 def render(value: Any) -> str:
