@@ -133,3 +133,20 @@ def test_gold_actions_are_graded_without_the_post_call_sync(telecom):
     assert info.reward == 1.0 and info.db_match is False
     synced = next(t for t in telecom.tasks if t.id == "[mobile_data_issue]airplane_mode_on|data_mode_off[PERSONA:None]")
     assert replay_gold(telecom, synced).db_match is True  # user-side gold actions only: nothing to sync
+
+
+def test_a_network_mode_that_is_not_a_string_is_stored_as_tau2_stores_it(telecom):
+    """τ² converts only strings to its enum; anything else is stored, the phone searches again (an unknown
+    preference means 4G), and reading the mode's ``.value`` then fails (None reads as a failure)."""
+    env = telecom.new_env()
+    four_g = env.user_tools.db["surroundings"]["signal_strength"]["4G"]
+    obs = step(env, "set_network_mode_preference", "user", mode=12345)
+    assert obs.error and obs.content == "Error: 'int' object has no attribute 'value'"
+    device = env.user_tools.db["device"]
+    assert (device["network_mode_preference"], device["network_technology_connected"],
+            device["network_signal_strength"]) == (12345, "4G", four_g)
+    none = step(env, "set_network_mode_preference", "user", mode=None)
+    assert not none.error and none.content.startswith("Failed to set network mode: 'None' is not a valid option.")
+    assert device["network_mode_preference"] is None
+    bad = step(env, "set_network_mode_preference", "user", mode="6g")
+    assert bad.content.startswith("Failed to set network mode: '6g'") and device["network_mode_preference"] is None

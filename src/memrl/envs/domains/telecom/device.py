@@ -98,12 +98,18 @@ class TelecomUserTools(PhoneState):
         Args:
             mode: One of '4g_5g_preferred', '4g_only', '3g_only', '2g_only'.
         """
-        if mode not in m.NETWORK_MODES:
-            return self._with_bar(f"Failed to set network mode: '{mode}' is not a valid option. "
-                                  f"Please use one of: {', '.join(m.NETWORK_MODES)}")
+        failed = (f"Failed to set network mode: '{mode}' is not a valid option. "
+                  f"Please use one of: {', '.join(m.NETWORK_MODES)}")
+        if isinstance(mode, str) and mode not in m.NETWORK_MODES:
+            return self._with_bar(failed)
+        # τ² stores a value that is not a string as given and searches again; None then reads as a failure,
+        # anything else fails reading the mode's name (`.value`), after the change
         self.device["network_mode_preference"] = mode
         self.simulate_network_search()
-        return self._with_bar(f"Preferred Network Mode set to: {mode}")
+        if mode is None:
+            return self._with_bar(failed)
+        name = mode if isinstance(mode, str) else getattr(mode, "value")
+        return self._with_bar(f"Preferred Network Mode set to: {name}")
 
     @tool("read")
     def run_speed_test(self) -> str:

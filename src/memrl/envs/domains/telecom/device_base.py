@@ -58,7 +58,7 @@ class PhoneState(Toolkit):
             if pref == "4g_5g_preferred" and signals.get("5G", "none") != "none":
                 tech = "5G"
             else:
-                tech = _PREFERRED_TECH.get(pref, "4G")
+                tech = next((t for p, t in _PREFERRED_TECH.items() if p == pref), "4G")  # any value: 4G
             d["network_technology_connected"] = tech
             d["network_signal_strength"] = signals.get(tech, "none")
         else:
