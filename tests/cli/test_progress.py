@@ -50,8 +50,11 @@ def test_progress_prints_plain_lines_to_a_log():
 def test_busy_says_it_is_still_running():
     out = io.StringIO()
     console = Console(file=out, force_terminal=False)
-    with busy(console, "loading the model", every_s=0.05):
-        time.sleep(0.18)
+    with busy(console, "quick", every_s=0.05, quiet_s=5):
+        pass
+    assert out.getvalue() == ""  # short work says nothing (a one-line error stays one line)
+    with busy(console, "loading the model", every_s=0.05, quiet_s=0.01):
+        time.sleep(0.2)
     lines = out.getvalue().splitlines()
     assert lines[0] == "loading the model ..." and lines[-1].startswith("loading the model: done in ")
     assert any(line.startswith("loading the model: still running (") for line in lines[1:-1])

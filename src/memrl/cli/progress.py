@@ -15,7 +15,7 @@ Usage (``console`` is the command's rich ``Console``, usually on stderr)::
             ...
             bar.advance()            # or bar.update(completed=k, total=n)
 
-    with busy(console, "loading the model"):   # work with no count: a line now, "still ..." lines, "done"
+    with busy(console, "loading the model"):   # no count: after 2 s a line, then "still ..." lines, "done"
         model = load_model(...)
 """
 
@@ -127,9 +127,10 @@ def progress(console: Console, label: str, total: int | None = None, noun: str =
 
 
 @contextlib.contextmanager
-def busy(console: Console, text: str, every_s: float = 30.0) -> Iterator[None]:
-    """Work with no count: a spinner on a terminal; otherwise ``text ...`` now, ``text: still running (1m30s)``
-    every ``every_s`` seconds, and ``text: done in 42s`` at the end."""
+def busy(console: Console, text: str, every_s: float = 30.0, quiet_s: float = 2.0) -> Iterator[None]:
+    """Work with no count: a spinner on a terminal. Otherwise nothing for work shorter than ``quiet_s``
+    (no noise before a one-line error); then ``text ...``, ``text: still running (1m30s)`` every
+    ``every_s`` seconds, and ``text: done in 42s`` at the end."""
     if console.is_terminal:
         with console.status(text):
             yield
@@ -137,12 +138,16 @@ def busy(console: Console, text: str, every_s: float = 30.0) -> Iterator[None]:
     say = _plain(console)
     start = time.monotonic()
     stop = threading.Event()
+    spoke = threading.Event()
 
     def tick() -> None:
+        if stop.wait(quiet_s):
+            return
+        say(f"{text} ...")
+        spoke.set()
         while not stop.wait(every_s):
             say(f"{text}: still running ({_duration(time.monotonic() - start)})")
 
-    say(f"{text} ...")
     thread = threading.Thread(target=tick, daemon=True)
     thread.start()
     try:
@@ -150,4 +155,5 @@ def busy(console: Console, text: str, every_s: float = 30.0) -> Iterator[None]:
     finally:
         stop.set()
         thread.join()
-    say(f"{text}: done in {_duration(time.monotonic() - start)}")
+    if spoke.is_set():
+        say(f"{text}: done in {_duration(time.monotonic() - start)}")
