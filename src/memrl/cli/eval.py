@@ -47,7 +47,9 @@ def eval_cmd(
     repeats: Optional[int] = typer.Option(None, "--repeats", help="eval.repeats: K samples per question; "
                                           "reports mean accuracy and pass@K (MemAgent's --sampling)."),
     domain: Optional[str] = typer.Option(None, "--domain", help="tool_agent: env.domain (library, mock, retail, "
-                                         "telecom, telecom-workflow, or package.module:factory)."),
+                                         "airline, telecom, telecom-workflow, or package.module:factory); several "
+                                         "comma-separated (airline,retail,telecom): one folder each in --out and "
+                                         "the tau2 leaderboard's Overall."),
     split: Optional[str] = typer.Option(None, "--split", help="tool_agent: env.eval_split (e.g. test, small, base)."),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="tool_agent: env.data_dir (a tau2-bench clone "
                                            "or its domains folder)."),
@@ -69,11 +71,12 @@ def eval_cmd(
 
     if suite not in ("qa", "ruler"):
         raise ValueError(f"--suite must be qa or ruler, got {suite!r}")
+    domains = [d.strip() for d in domain.split(",") if d.strip()] if domain else None
     cfg = with_eval_sampling(resolve_config(config, overrides, {
         "model.path": model, "workflow.name": workflow, "engine.kind": engine, "engine.base_url": base_url,
         "sampling.temperature": temperature, "sampling.top_p": top_p, "engine.concurrency": concurrency,
-        "eval.protocol": protocol, "eval.repeats": repeats, "env.domain": domain, "env.eval_split": split,
-        "env.data_dir": data_dir,
+        "eval.protocol": protocol, "eval.repeats": repeats, "env.domain": domains[0] if domains else None,
+        "env.eval_split": split, "env.data_dir": data_dir,
     }), None if restart else recorded_settings(out))  # re-scoring a folder keeps the sampling it was run with
     _check_flags_apply(cfg.workflow.name == "tool_agent", {
         "--data": data, "--docs": docs, "--max-samples": max_samples, "--tasks": tasks,
@@ -87,7 +90,7 @@ def eval_cmd(
         if cfg.workflow.name == "tool_agent":
             from memrl.cli.eval_tools import eval_tools
 
-            eval_tools(cfg, out, trials, restart, console, rollouts=rollouts)
+            eval_tools(cfg, out, trials, restart, console, rollouts=rollouts, domains=domains)
             return
         if data is None:
             raise ValueError("--data: give the folder of eval files (memrl data synth --out, or memrl data ruler "

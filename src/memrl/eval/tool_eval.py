@@ -3,7 +3,8 @@
 Each (task, trial) is one episode of the ``tool_agent`` workflow with its own seed. Finished
 trials are saved under ``episodes/`` (summary), ``transcripts/`` (the conversation, readable) and
 ``rollouts/`` (tokens and log-probs, the record training writes: see :mod:`memrl.eval.records`),
-and skipped by the next run; a trial that failed (an HTTP
+and skipped by the next run; ``tau2_results.json`` holds them in τ²-bench's own results layout
+(:mod:`memrl.eval.tau2_results`); a trial that failed (an HTTP
 error, a crash) is written to ``failures/``, not scored, and tried again next time. pass^k is
 computed over tasks whose K trials all finished, as τ²-bench does (see :mod:`memrl.eval.passk`).
 """
@@ -30,7 +31,7 @@ from memrl.eval.runner import AllEpisodesFailedError, ending_counts, endings_not
 from memrl.workflows import get_workflow, load_samples
 
 TOOL_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", ROLLOUTS, "results.json",
-                     "results.md")
+                     "results.md", "tau2_results.json")
 
 
 def task_folder(task_id: str) -> str:
@@ -128,10 +129,14 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
     await gather_cancelling(one(*job) for job in todo)  # a dead engine stops every trial at once
     if todo and failed == len(todo):
         raise AllEpisodesFailedError(f"all {failed} trials failed (see {out}/failures/)")
-    results = aggregate_tool_eval(cfg, out, [s.task.id for s in samples], trials)
+    task_ids = [s.task.id for s in samples]
+    results = aggregate_tool_eval(cfg, out, task_ids, trials)
     _save(out / "results.json", results)
     with atomic_write(out / "results.md") as fh:
         fh.write(tool_results_markdown(results))
+    from memrl.eval.tau2_results import write_tau2_results
+
+    write_tau2_results(cfg, out, task_ids, trials)  # what `tau2 view` / `tau2 evaluate-trajs` read
     return results
 
 

@@ -1,0 +1,118 @@
+"""A tool-agent eval folder as τ²-bench's own results file (``tau2_results.json``).
+
+τ²-bench keeps a run as one JSON document (its ``Results`` model): ``info`` (trials, the agent and
+user, the domain and its policy), ``tasks`` (the task records) and ``simulations`` (one per task
+and trial: termination reason, reward info, and the messages with their tool calls and results).
+memrl writes the finished episodes of an eval in that layout, so ``tau2 view --file`` browses
+them and ``tau2 evaluate-trajs`` re-grades them with the benchmark's own evaluator (memrl's tool
+results are the benchmark's, so the replay reproduces them).
+
+What memrl does not have is left at τ²'s defaults: costs are null, the git commit is memrl's
+version, ``max_errors`` is τ²'s default (10). An episode memrl cut at ``workflow.max_turns`` is
+τ²'s ``max_steps``; one cut at ``workflow.max_total_tokens`` is ``context_window_exceeded``; a
+transfer to a human is a ``user_stop`` (τ²'s user simulator ends the call at a transfer). In solo
+mode the ticket is not a message (τ² puts it in the agent's prompt), and the agent and user are
+named ``llm_agent_solo`` / ``dummy_user``, which is how τ²-bench recognises a solo run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+TERMINATION = {"agent_stop": "agent_stop", "user_stop": "user_stop", "transfer": "user_stop",
+               "max_turns": "max_steps", "max_tokens": "context_window_exceeded"}
+TAU2_MAX_ERRORS = 10  # τ²-bench's default; memrl has no such limit
+
+
+def tau2_message(m: dict[str, Any], turn: int, stamp: str) -> dict[str, Any]:
+    """One memrl message as τ²-bench's message model (tool results carry their call's id)."""
+    if m["role"] == "tool":
+        return {"id": m.get("call_id") or "", "role": "tool", "content": m.get("content"),
+                "requestor": m.get("requestor") or "assistant", "error": bool(m.get("error")),
+                "turn_idx": turn, "timestamp": stamp}
+    calls = [{"id": c.get("id") or "", "name": c["name"], "arguments": c.get("arguments") or {},
+              "requestor": c.get("requestor") or m["role"]} for c in m.get("tool_calls") or []]
+    return {"role": m["role"], "content": m.get("content"), "tool_calls": calls or None, "turn_idx": turn,
+            "timestamp": stamp}
+
+
+def _with_call_ids(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Calls as τ² pairs them: each call carries the id of the tool result that answers it (memrl's parsed
+    calls have none; their results name the id the environment gave them), results in call order."""
+    out = [dict(m) for m in msgs]
+    for i, m in enumerate(out):
+        calls = m.get("tool_calls") or []
+        answers = out[i + 1:i + 1 + len(calls)]
+        m["tool_calls"] = [dict(c, id=c.get("id") or (a.get("call_id") or "" if a["role"] == "tool" else ""))
+                           for c, a in zip(calls, answers)] + [dict(c) for c in calls[len(answers):]]
+    return out
+
+
+def tau2_simulation(record: dict[str, Any], task: Any, stamp: str, solo: bool) -> dict[str, Any]:
+    """A memrl episode record (``episodes/<task>/<trial>.json``) as a τ²-bench ``SimulationRun``."""
+    info = record.get("info") or {}
+    msgs = _with_call_ids([m for m in info.get("messages") or []
+                           if not (solo and m["role"] == "user" and not m.get("tool_calls"))])
+    breakdown = info.get("reward_breakdown") or {}
+    reward_info: dict[str, Any] = {
+        "reward": float(record["reward"]), "reward_breakdown": breakdown or None,
+        "reward_basis": list(task.evaluation_criteria.reward_basis) if task.evaluation_criteria else None,
+        "info": {"note": info["note"]} if info.get("note") else None}
+    if "DB" in breakdown:
+        reward_info["db_check"] = {"db_match": breakdown["DB"] == 1.0, "db_reward": float(breakdown["DB"])}
+    seconds = float(record.get("seconds") or 0.0)
+    return {"id": f"{task.id}/{record['trial']}", "task_id": task.id, "timestamp": stamp, "start_time": stamp,
+            "end_time": stamp, "duration": seconds,
+            "termination_reason": TERMINATION.get(info.get("ending"), "agent_error"),
+            "agent_cost": None, "user_cost": None, "reward_info": reward_info,
+            "messages": [tau2_message(m, i, stamp) for i, m in enumerate(msgs)],
+            "trial": int(record["trial"]), "seed": None}
+
+
+def tau2_results(cfg: Any, records: list[dict[str, Any]], tasks: list[Any], policy: str, trials: int,
+                 stamps: list[str]) -> dict[str, Any]:
+    """The τ²-bench ``Results`` document of an eval's finished episodes."""
+    from memrl import __version__
+
+    e = cfg.env
+    solo = bool(e.solo)
+    by_id = {t.id: t for t in tasks}
+    agent = {"implementation": "llm_agent_solo" if solo else "llm_agent", "llm": cfg.model.path,
+             "llm_args": {"temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p}}
+    user = ({"implementation": "dummy_user"} if solo else
+            {"implementation": "user_simulator", "llm": e.user_served_model or e.user_model,
+             "llm_args": {"temperature": e.user_temperature, "max_tokens": e.user_max_tokens}})
+    return {
+        "timestamp": max(stamps) if stamps else dt.datetime.now().isoformat(),
+        "info": {"git_commit": f"memrl {__version__}", "num_trials": trials, "max_steps": cfg.workflow.max_turns,
+                 "max_errors": TAU2_MAX_ERRORS, "user_info": user, "agent_info": agent,
+                 "environment_info": {"domain_name": e.domain, "policy": policy}, "seed": cfg.sampling.seed},
+        "tasks": [t.model_dump(mode="json", exclude_unset=True) for t in tasks],
+        "simulations": [tau2_simulation(r, by_id[r["task_id"]], s, solo) for r, s in zip(records, stamps)],
+    }
+
+
+def write_tau2_results(cfg: Any, out: Path, task_ids: list[str], trials: int) -> Path:
+    """Write ``out/tau2_results.json`` from the finished episodes under ``out/episodes``."""
+    from memrl.data.atomic import atomic_write
+    from memrl.envs.domain import load_domain
+    from memrl.eval.tool_eval import task_folder
+
+    domain = load_domain(cfg.env.domain, cfg.env.data_dir, tool_options=cfg.env.tool_options)
+    tasks = {t.id: t for t in domain.get_tasks(cfg.env.eval_split)}
+    records, stamps = [], []
+    for task_id in task_ids:
+        for t in range(trials):
+            path = out / "episodes" / task_folder(task_id) / f"{t}.json"
+            if path.is_file():
+                records.append(json.loads(path.read_text(encoding="utf-8")))
+                stamps.append(dt.datetime.fromtimestamp(path.stat().st_mtime).isoformat())
+    policy = domain.new_env(solo=cfg.env.solo).policy
+    doc = tau2_results(cfg, records, [tasks[i] for i in task_ids], policy, trials, stamps)
+    dest = out / "tau2_results.json"
+    with atomic_write(dest) as fh:
+        json.dump(doc, fh, indent=1, ensure_ascii=False, default=str)
+    return dest
