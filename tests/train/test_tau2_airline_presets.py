@@ -41,19 +41,15 @@ def test_every_airline_preset_maps_its_seed():
         assert "| AReaL setting" in path.read_text()  # the seed-to-memrl table
 
 
-def airline_tiny_model(folder: Path, tau2_dir: Path) -> Path:
-    """A tiny random model whose tokenizer was trained on the airline policy and tasks, so that the agent
-    prompt (policy and tool schemas) and the user prompt are a few thousand tokens."""
-    from memrl.models.tiny import build_tiny_model
-
-    corpus = [(tau2_dir / "airline" / "policy.md").read_text(encoding="utf-8"),
-              (tau2_dir / "airline" / "tasks.json").read_text(encoding="utf-8")]
-    return build_tiny_model(folder, corpus=corpus, vocab_size=4096, max_position_embeddings=32768)
-
-
 @pytest.fixture(scope="module")
 def tiny_airline(tmp_path_factory, tau2_dir):
-    return airline_tiny_model(tmp_path_factory.mktemp("airline_model"), tau2_dir)
+    """A tiny random model whose tokenizer learnt the airline policy and tasks: the agent's and the user's
+    prompts are a few thousand tokens."""
+    from memrl.models.tiny import build_tiny_model
+
+    texts = [(tau2_dir / "airline" / name).read_text(encoding="utf-8") for name in ("policy.md", "tasks.json")]
+    return build_tiny_model(tmp_path_factory.mktemp("airline_model"), corpus=texts, vocab_size=4096,
+                            max_position_embeddings=32768)
 
 
 @pytest.mark.timeout(900)

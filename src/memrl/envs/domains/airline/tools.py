@@ -136,9 +136,11 @@ class AirlineTools(Toolkit):
                     available_seats=day["available_seats"], prices=day["prices"]).model_dump())
         return found
 
-    def _pay_change(self, user: dict[str, Any], payment_id: str, total_price: Any) -> dict[str, Any] | None:
-        """Pay (or, negative, refund) a change with one stored method: a certificate is refused, a gift
-        card needs the balance and is debited at once; no payment entry when the price is 0."""
+    def _pay_change(self, reservation: dict[str, Any], payment_id: str, total_price: Any) -> None:
+        """Pay (or, negative, refund) a change with one stored method of the reservation's user: a
+        certificate is refused, a gift card needs the balance and is debited at once; the payment is
+        added to the reservation's history unless the price is 0."""
+        user = self._user(reservation["user_id"])
         if payment_id not in user["payment_methods"]:
             raise ValueError("Payment method not found")
         method = user["payment_methods"][payment_id]
@@ -148,7 +150,8 @@ class AirlineTools(Toolkit):
             raise ValueError("Gift card balance is not enough")
         if method["source"] == "gift_card":
             method["amount"] -= total_price
-        return Payment(payment_id=payment_id, amount=total_price).model_dump() if total_price != 0 else None
+        if total_price != 0:
+            reservation["payment_history"].append(Payment(payment_id=payment_id, amount=total_price).model_dump())
 
     # -- read tools -----------------------------------------------------------------------------
     @tool("read")
@@ -351,11 +354,8 @@ class AirlineTools(Toolkit):
             payment_id: A payment method of the user, such as 'credit_card_7815826' or 'gift_card_7815826'.
         """
         reservation = self._reservation(reservation_id)
-        user = self._user(reservation["user_id"])
-        total_price = 50 * max(0, nonfree_baggages - reservation["nonfree_baggages"])
-        payment = self._pay_change(user, payment_id, total_price)
-        if payment is not None:
-            reservation["payment_history"].append(payment)
+        self._user(reservation["user_id"])  # τ² looks the user up first: its error comes before any other
+        self._pay_change(reservation, payment_id, 50 * max(0, nonfree_baggages - reservation["nonfree_baggages"]))
         reservation["total_baggages"] = total_baggages
         reservation["nonfree_baggages"] = nonfree_baggages
         return reservation
@@ -375,7 +375,7 @@ class AirlineTools(Toolkit):
         """
         flights = _models(flights, FlightInfo)
         reservation = self._reservation(reservation_id)
-        user = self._user(reservation["user_id"])
+        self._user(reservation["user_id"])  # τ² looks the user up first: its error comes before any other
         seats = len(reservation["passengers"])
         total_price: Any = 0
         new_flights = []
@@ -393,9 +393,7 @@ class AirlineTools(Toolkit):
             total_price += new["price"] * seats
             new_flights.append(new)
         total_price -= sum(f["price"] for f in reservation["flights"]) * seats
-        payment = self._pay_change(user, payment_id, total_price)
-        if payment is not None:
-            reservation["payment_history"].append(payment)
+        self._pay_change(reservation, payment_id, total_price)
         reservation["flights"] = new_flights
         reservation["cabin"] = cabin
         return reservation
