@@ -2,7 +2,7 @@
 
 1. Build a tiny Qwen2-architecture model and a tokenizer for the needle task.
 2. Warm start: SFT on trajectories of a sloppy teacher (it forgets the code
-   60% of the time on chunks without the needle).
+   75% of the time on chunks without the needle).
 3. Held-out accuracy (greedy) on documents 2-4x longer than any training document.
 4. MemAgent GRPO on the training documents; reward is exact match of the boxed code.
 5. Held-out accuracy again, a reward-curve PNG, and a summary.
@@ -41,7 +41,6 @@ from memrl.config.schema import WorkflowConfig
 from memrl.data import write_samples
 from memrl.data.atomic import atomic_write
 from memrl.demo.needle import make_split, tokenizer_corpus
-from memrl.demo.progress import step_progress
 from memrl.demo.teacher import TeacherEngine
 from memrl.engines.base import SamplingParams
 from memrl.engines.hf import HFEngine
@@ -54,7 +53,7 @@ WORKFLOW = dict(name="memagent", chunk_tokens=12, memory_tokens=4, final_tokens=
 DEMO_OUTPUTS = ("data", "model_init", "sft_model", "rl", "rl_async", "summary.json", "summary_async.json")
 # What a demo folder written before the manifest existed looks like (see memrl.data.outdir.clear_outputs).
 LEGACY_DEMO = (DEMO_OUTPUTS, "model_init/config.json")
-FORGET_P = 0.6  # the teacher forgets a remembered code on 60% of the chunks that do not mention it
+FORGET_P = 0.75  # the teacher forgets a remembered code on 75% of the chunks that do not mention it
 SFT_BATCH = 32
 DEMO_THREADS = 2  # the README's numbers are measured with 2 threads (make demo's 2-core target)
 
@@ -75,11 +74,15 @@ class SftPhase:
     sentences: tuple[int, int]
 
 
-# Measured (seeds 0-4, docs/demo-sweep in the README): the old warm start (5 short epochs + 1 epoch of 2-5
-# sentences) stopped before the model learned to copy the remembered code (it kept the *right* code ~3% of the
-# time instead of the teacher's ~40%), so GRPO saw almost no successful episodes and learned by luck.
+# Why this warm start (measured, seeds 0-4): the old one (5 short epochs + 1 epoch of 2-5 sentences) stopped before
+# the model learned to copy the remembered code (it kept the *right* code ~3% of the time instead of the
+# teacher's 40%), so GRPO saw almost no successful episodes and learned by luck. Trained to convergence on a
+# teacher keeping 40%, the model's keep rate still landed anywhere in 0.20-0.48 across seeds, and near 0.5 greedy
+# decoding already keeps (seed 2 started at 56% held-out). Hence a teacher keeping 25% and a last low-lr phase:
+# the warm start lands well below the greedy threshold on every seed, and GRPO has to do the rest.
 SFT_PHASES = (SftPhase("spot the code", 3e-3, 3, 1024, (0, 1)),
-              SftPhase("carry it across chunks", 1e-3, 6, 512, (2, 5)))
+              SftPhase("carry it across chunks", 1e-3, 4, 512, (2, 5)),
+              SftPhase("settle", 3e-4, 2, 512, (2, 5)))
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,7 @@ async def accuracy(model: Any, tokenizer: Any, samples: list[Any]) -> float:
     return 100.0 * statistics.fmean(t.reward for t in trajs)
 
 
-def run_demo(out: Path, *, rl_steps: int = 30, seed: int = 0, console: Console | None = None,
+def run_demo(out: Path, *, rl_steps: int = 40, seed: int = 0, console: Console | None = None,
              scale: DemoScale = DemoScale(), threads: int = DEMO_THREADS, asynchronous: bool = False,
              max_staleness: int = 1) -> dict[str, float]:
     """The whole demo in ``out`` (resumes stage by stage); returns the summary it writes.
@@ -205,6 +208,7 @@ def warm_start(out: Path, seed: int, console: Console, scale: DemoScale = DemoSc
 
 def _sft_phase(model: Any, tok: Any, phase: SftPhase, seed: int, console: Console) -> list[float]:
     """Teacher trajectories on fresh documents for every pass, trained in one ``sft`` call (one optimizer)."""
+    from memrl.cli.progress import progress
     from memrl.train.batch import rows_from_trajectories
     from memrl.train.sft import sft
 
@@ -214,9 +218,9 @@ def _sft_phase(model: Any, tok: Any, phase: SftPhase, seed: int, console: Consol
         trajs += asyncio.run(teacher_trajectories(docs, tok, forget_p=FORGET_P, seed=seed + p))
     label = f"warm start, {phase.name}: SFT on a sloppy teacher (forgets the code {FORGET_P:.0%} of the time)"
     steps = -(-len(rows_from_trajectories(trajs)) // SFT_BATCH)
-    with step_progress(console, label, steps) as tick:
+    with progress(console, label, total=steps, noun="steps") as bar:
         return sft(model, trajs, epochs=1, lr=phase.lr, batch_rows=SFT_BATCH, pad_id=tok.pad_token_id,
-                   seed=seed, on_step=tick)
+                   seed=seed, on_step=lambda step, _loss: bar.update(completed=step))
 
 
 def rl_config(out: Path, sft_dir: Path, paths: dict[str, Path], rl_steps: int, seed: int, scale: DemoScale,
@@ -243,7 +247,7 @@ def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale
     from memrl.train.tracking import plot_run
     from memrl.train.trainer import Trainer
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     sft_dir, tok, paths, held = warm_start(out, seed, console, scale)
     before = asyncio.run(accuracy(load_model(str(sft_dir), device="cpu"), tok, held))
     console.print(f"held-out accuracy after the warm start: [bold]{before:.1f}%[/bold]")
@@ -258,11 +262,13 @@ def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale
     after = asyncio.run(accuracy(trainer.policy, tok, held))
     curve = plot_run(rl_dir, keys=("reward", "eval/accuracy", "response_tokens", "grad_norm"))
     summary = {"heldout_before": before, "heldout_after": after, "lift": after - before,
-               "seconds": round(time.perf_counter() - t0, 1), "rl_steps": rl_steps, "heldout_docs": len(held),
+               "seconds": round(time.perf_counter() - t0, 1), "cpu_seconds": round(time.process_time() - cpu0, 1),
+               "rl_steps": rl_steps, "heldout_docs": len(held),
                "seed": seed, "mode": "sync" if staleness is None else "async",
                **({} if staleness is None else {"max_staleness": staleness})}
     with atomic_write(out / ("summary.json" if staleness is None else "summary_async.json")) as fh:
         json.dump(summary, fh, indent=2)
     console.print(f"\n[bold]held-out accuracy (docs ~3x longer than training): {before:.1f}% -> {after:.1f}% "
-                  f"({after - before:+.1f} points)[/bold] in {summary['seconds']:.0f} s\nreward curve: {curve}")
+                  f"({after - before:+.1f} points)[/bold] in {summary['seconds']:.0f} s wall, {summary['cpu_seconds']:.0f} s CPU"
+                  f"\nreward curve: {curve}")
     return summary
