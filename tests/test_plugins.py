@@ -66,11 +66,14 @@ def test_builtin_domains_come_from_the_registry():
     from memrl.envs.domain import LIBRARY, load_domain
     from memrl.plugins import DOMAINS
 
-    assert set(DOMAINS.names) == {"library", "mock", "retail", "telecom", "telecom-workflow"}
+    assert set(DOMAINS.names) == {"library", "mock", "retail", "airline", "telecom", "telecom-workflow",
+                                  "banking_knowledge"}
     assert DOMAINS.get("library") is LIBRARY
     lib = load_domain("library")
     assert lib.name == "library" and len(lib.get_tasks("test")) > 0
-    with pytest.raises(ValueError, match="no tools for domain 'airline'"):
+    with pytest.raises(ValueError, match="no tools for domain 'hotel'"):
+        load_domain("hotel")
+    with pytest.raises(ValueError, match="domain 'airline' is not bundled; set env.data_dir"):
         load_domain("airline")
 
 
