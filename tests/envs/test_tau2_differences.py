@@ -150,3 +150,15 @@ def test_a_network_mode_that_is_not_a_string_is_stored_as_tau2_stores_it(telecom
     assert device["network_mode_preference"] is None
     bad = step(env, "set_network_mode_preference", "user", mode="6g")
     assert bad.content.startswith("Failed to set network mode: '6g'") and device["network_mode_preference"] is None
+
+
+def test_a_solo_agent_on_mock_reaches_the_users_inbox(tau2_dir):
+    """τ²-bench v1's mock has a user inbox, and its solo environment routes the agent's call to it."""
+    mock = _loaded(tau2_dir, "mock")
+    env = mock.new_env(solo=True)
+    assert step(env, "check_notifications").content == (
+        '[{"notification_id": "notif_1", "message": "Task \'Test task\' has been assigned to you.", '
+        '"status": "unread", "task_id": "task_1"}]')
+    assert step(env, "dismiss_notification", notification_id="notif_1").content == "Notification notif_1 dismissed"
+    assert step(env, "check_notifications", "user").content == "Error: User tool calls are not allowed in solo mode"
+    assert {"check_notifications", "dismiss_notification"} <= {s["function"]["name"] for s in env.tool_schemas()}

@@ -2,11 +2,10 @@
 
 The agent tools behave as τ²-bench's (same outputs, errors and unchecked
 arguments: ``update_task_status`` stores any status, as τ² does; ``create_task`` builds τ²'s
-pydantic ``Task``, so a non-string title is refused with its message). τ²-bench's
-mock environment has no user tools; the notifications toolkit is memrl's, so
-that the task ``update_task_with_user_tools`` (which τ²-bench cannot run) has
-something to act on. The data is the user's own copy of τ²-bench
-(``mock/db.json``, ``user_db.json``, ``tasks.json``).
+pydantic ``Task``, so a non-string title is refused with its message). The user's side is
+τ²-bench's notification inbox (check, dismiss); in solo mode the agent reaches it by name,
+as τ²-bench routes a solo agent's call to a user tool. The data is the user's own copy of
+τ²-bench (``mock/db.json``, ``user_db.json``, ``tasks.json``).
 """
 
 from __future__ import annotations
@@ -100,10 +99,9 @@ class MockTools(Toolkit):
 
 
 class MockUserTools(Toolkit):
-    """The user's device: notifications that the user can read (memrl's; τ²'s mock has no user tools)."""
+    """The user's device: notifications that the user can read and dismiss (τ²-bench's inbox)."""
 
     strict_args = False
-    agent_in_solo = False  # τ²-bench's solo agent on mock has only the task-manager tools
 
     def add_notification(self, notification_id: str, message: str, task_id: str | None = None) -> dict[str, Any]:
         """Initialization action: a new unread notification."""
