@@ -90,7 +90,8 @@ def eval_tools(cfg: Any, out: Path, trials: int, restart: bool, console: Console
     for (c, folder), results in zip(runs, by_domain.values()):
         _report(console, c, folder, results)
     board = _write_leaderboard(out, by_domain)
-    typer.echo(board)
+    if not single:
+        typer.echo(board)
     where = "" if single else "<domain>/"
     console.print(f"wrote {out}/leaderboard.json, leaderboard.md; {out}/{where}results.json, results.md, "
                   "tau2_results.json (tau2 view --file / tau2 evaluate-trajs read it), transcripts/"
