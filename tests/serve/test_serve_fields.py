@@ -166,7 +166,8 @@ def test_text_that_cannot_fit_the_window_is_refused_without_tokenizing(tiny_mode
     longest = 4 * max(map(len, tok.get_vocab()))
     with TestClient(app) as c:
         r = c.post("/v1/completions", json={"prompt": "a" * (256 * longest + 1), "max_tokens": 1})
-        chat = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "é" * (128 * longest + 1)}]})
+        too_long = "é" * (128 * longest + 1)  # 2 bytes a character
+        chat = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": too_long}]})
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     assert chat.status_code == 400 and chat.json()["error"]["param"] == "messages"
     assert slow.encoded == 0

@@ -28,14 +28,16 @@ PROMPTS = {
              "<memory>\n{memory}\n</memory>\n\nYour answer:\n",
     "no_memory": "No previous memory",
 }
-CONTEXT = "\n  Document 1:\nCafé Zürich\nThe café in Zürich opened in 1901; 北京 has one too.\n\nDocument 2:\nSnow\n\n "
+CONTEXT = ("\n  Document 1:\nCafé Zürich\nThe café in Zürich opened in 1901; 北京 has one too.\n\n"
+           "Document 2:\nSnow\n\n ")
 QUESTION = "  Where did the café open? "
 REPLY = "<think>look at the section</think> The café opened in Zürich."
 
 
 @pytest.fixture(scope="module")
 def gpt2_style_tokenizer():
-    corpus = ["<problem> \n" * 50, PROMPTS["memory"] * 20, PROMPTS["final"] * 20, QUESTION * 5, REPLY * 5]  # 北京 stays bytes
+    # the context is left out, so 北京 stays bytes and a chunk can cut through a character
+    corpus = ["<problem> \n" * 50, PROMPTS["memory"] * 20, PROMPTS["final"] * 20, QUESTION * 5, REPLY * 5]
     return build_hf_tokenizer(corpus, vocab_size=420)
 
 

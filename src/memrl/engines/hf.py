@@ -360,7 +360,8 @@ class HFEngine:
             if live:  # one batched draw for every live row, each under its own parameters and generator
                 rows = logits if len(live) == len(active) else logits[torch.tensor(live, device=device)]
                 row_params = [reqs[active[j]].params for j in live]
-                toks, lps = select_tokens(rows, row_params, [reqs[active[j]].generator or self._generator for j in live])
+                generators = [reqs[active[j]].generator or self._generator for j in live]
+                toks, lps = select_tokens(rows, row_params, generators)
                 tops = top_logprobs(rows, row_params)
                 for j, tok, lp, top in zip(live, toks, lps, tops):
                     i, r = active[j], reqs[active[j]]

@@ -11,11 +11,12 @@ Every request is checked (types, id ranges, window, ``n``, body size; see
 and never shares a batch. Every field is honoured or refused with a 400 (see
 ``fields.py``): nothing is accepted and ignored. Text is tokenized in a worker
 thread, so a multi-megabyte prompt does not stall other requests or ``/health``;
-text too long to fit the window whatever its tokens is refused before tokenizing. While a generation runs, the handler polls for the
-client's disconnect and for server shutdown and cancels the engine requests in
-either case. With an API key, ``/v1/*`` needs ``Authorization: Bearer KEY`` and
-the OpenAPI pages (``/docs``, ``/redoc``, ``/openapi.json``) are off;
-``/health`` is always public and says only ``{"status": "ok"}``.
+text too long to fit the window whatever its tokens is refused before tokenizing.
+While a generation runs, the handler polls for the client's disconnect and for
+server shutdown and cancels the engine requests in either case. With an API
+key, ``/v1/*`` needs ``Authorization: Bearer KEY`` and the OpenAPI pages
+(``/docs``, ``/redoc``, ``/openapi.json``) are off; ``/health`` is always public
+and says only ``{"status": "ok"}``.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads these annotations at run time.
