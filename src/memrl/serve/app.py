@@ -40,8 +40,9 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     raise ImportError("memrl serve needs FastAPI and uvicorn: pip install 'memrl[serve]'") from None
 
 from memrl.serve.errors import APIError, error_response, install_error_handlers
+from memrl.serve.answers import Answers
 from memrl.serve.fields import (ChatBody, CompletionBody, RequestBody, chat_logprobs, completion_logprobs,
-                                cut_at_stop, reject_unsupported, stop_strings)
+                                reject_unsupported, stop_strings)
 from memrl.serve.limits import (GREEDY_BELOW, ServeLimits, check_sampling, check_token_ids, check_window,
                                 parse_prompts)
 from memrl.serve.middleware import AccessLog, BodyLimit
@@ -68,6 +69,7 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
     limits = limits or _limits_for(engine, tokenizer)
     default_stops = stop_token_ids(tokenizer)
     top_logprobs_ok = bool(getattr(engine, "returns_top_logprobs", False))
+    answers = Answers(tokenizer)
     # No token spells more than this many UTF-8 bytes (4 per character of its vocabulary entry, at most).
     max_token_bytes = 4 * max(map(len, tokenizer.get_vocab()), default=1)
     inflight: set[asyncio.Future[Any]] = set()
@@ -166,52 +168,6 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
                 task.cancel()
             inflight.difference_update(tasks)
 
-    def finished(res: GenerationResult, body: RequestBody, stops: Sequence[str]) -> tuple[GenerationResult, str]:
-        """The result cut at the first stop string (if any), and its text (without a stop token)."""
-        def decode(ids: Sequence[int]) -> str:
-            return tokenizer.decode(list(ids), skip_special_tokens=body.skip_special_tokens)
-
-        ids = res.token_ids[:-1] if res.finish_reason == "stop" and res.token_ids else res.token_ids
-        cut = cut_at_stop(decode, ids, stops)
-        if cut is None:
-            return res, decode(ids)
-        keep, text = cut
-        meta = dict(res.meta)
-        if "top_logprobs" in meta:
-            meta["top_logprobs"] = meta["top_logprobs"][:keep]
-        return GenerationResult(res.token_ids[:keep], res.logprobs[:keep], "stop", meta), text
-
-    def token_str(t: int, as_ids: bool) -> str:
-        return f"token_id:{t}" if as_ids else tokenizer.decode([t])
-
-    def alternatives(res: GenerationResult, k: int) -> list[list[tuple[int, float]]]:
-        """Per token: its k most likely alternatives (the sampled token alone when k is 0)."""
-        if k == 0:
-            return [[(t, lp)] for t, lp in zip(res.token_ids, res.logprobs)]
-        return res.meta["top_logprobs"]
-
-    def completion_logprobs_block(res: GenerationResult, k: int, as_ids: bool) -> dict[str, Any]:
-        tokens = [token_str(t, as_ids) for t in res.token_ids]
-        offsets, at = [], 0
-        for t in res.token_ids:
-            offsets.append(at)
-            at += len(tokenizer.decode([t]))
-        tops = []
-        for t, lp, alts in zip(res.token_ids, res.logprobs, alternatives(res, k)):
-            top = {token_str(a, as_ids): alp for a, alp in alts}
-            top.setdefault(token_str(t, as_ids), lp)  # the sampled token is always listed (up to k + 1)
-            tops.append(top)
-        return {"tokens": tokens, "token_logprobs": res.logprobs, "top_logprobs": tops, "text_offset": offsets}
-
-    def chat_logprobs_block(res: GenerationResult, k: int, as_ids: bool) -> dict[str, Any]:
-        def entry(t: int, lp: float) -> dict[str, Any]:
-            text = token_str(t, as_ids)
-            return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8", "surrogatepass"))}
-
-        alts = alternatives(res, k) if k else [[] for _ in res.token_ids]
-        return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in alt]}
-                            for t, lp, alt in zip(res.token_ids, res.logprobs, alts)]}
-
     def usage(prompt_tokens: int, results: list[GenerationResult]) -> dict[str, int]:
         gen = sum(len(r.token_ids) for r in results)
         return {"prompt_tokens": prompt_tokens, "completion_tokens": gen, "total_tokens": prompt_tokens + gen}
@@ -244,11 +200,11 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
                 for p in prompts for k in range(n)]
         results = await generate_all(request, jobs)
         choices = []
-        results = [finished(r, body, stops) for r in results]
+        results = [answers.finished(r, body.skip_special_tokens, stops) for r in results]
         for i, (res, text) in enumerate(results):
             choice: dict[str, Any] = {"index": i, "text": text, "finish_reason": res.finish_reason,
                                       "token_ids": res.token_ids}
-            choice["logprobs"] = (completion_logprobs_block(res, k, body.return_tokens_as_token_ids)
+            choice["logprobs"] = (answers.completion_logprobs(res, k, body.return_tokens_as_token_ids)
                                   if k is not None else None)
             if body.return_token_ids:
                 choice["prompt_token_ids"] = prompts[i // n]
@@ -282,13 +238,13 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
         results = await generate_all(request, [(prompt, sp if n == 1 or sp.seed is None else sp.with_(seed=sp.seed + k))
                                                for k in range(n)])
         choices = []
-        done = [finished(r, body, stops) for r in results]
+        done = [answers.finished(r, body.skip_special_tokens, stops) for r in results]
         for i, (res, text) in enumerate(done):
             choice: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": text},
                                       "finish_reason": res.finish_reason, "token_ids": res.token_ids,
                                       "logprobs": None}
             if k is not None:
-                choice["logprobs"] = chat_logprobs_block(res, k, body.return_tokens_as_token_ids)
+                choice["logprobs"] = answers.chat_logprobs(res, k, body.return_tokens_as_token_ids)
             if body.return_token_ids:
                 choice["prompt_token_ids"] = prompt
             choices.append(choice)

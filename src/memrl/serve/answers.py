@@ -1,0 +1,70 @@
+"""The answer side of ``memrl serve``: completion text (cut at stop strings) and log-prob blocks.
+
+``/v1/completions`` gives OpenAI's legacy block (``tokens``, ``token_logprobs``, ``top_logprobs`` as one
+``{token: logprob}`` dict per step holding the k most likely tokens and the sampled one, ``text_offset``);
+``/v1/chat/completions`` gives ``content: [{token, logprob, bytes, top_logprobs: [...]}]``. With
+``return_tokens_as_token_ids`` tokens are ``"token_id:N"`` strings, as vLLM writes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from memrl.engines.base import GenerationResult
+from memrl.serve.fields import cut_at_stop
+
+
+class Answers:
+    """Builds answer fields with one tokenizer."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def finished(self, res: GenerationResult, skip_special: bool,
+                 stops: Sequence[str]) -> tuple[GenerationResult, str]:
+        """The result cut at the first stop string (if any), and its text (without a stop token)."""
+        def decode(ids: Sequence[int]) -> str:
+            return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special)
+
+        ids = res.token_ids[:-1] if res.finish_reason == "stop" and res.token_ids else res.token_ids
+        cut = cut_at_stop(decode, ids, stops)
+        if cut is None:
+            return res, decode(ids)
+        keep, text = cut
+        meta = dict(res.meta)
+        if "top_logprobs" in meta:
+            meta["top_logprobs"] = meta["top_logprobs"][:keep]
+        return GenerationResult(res.token_ids[:keep], res.logprobs[:keep], "stop", meta), text
+
+    def token(self, t: int, as_ids: bool) -> str:
+        return f"token_id:{t}" if as_ids else self.tokenizer.decode([t])
+
+    @staticmethod
+    def alternatives(res: GenerationResult, k: int) -> list[list[tuple[int, float]]]:
+        """Per step: its k most likely tokens (the sampled token alone when k is 0)."""
+        if k == 0:
+            return [[(t, lp)] for t, lp in zip(res.token_ids, res.logprobs)]
+        return res.meta["top_logprobs"]
+
+    def completion_logprobs(self, res: GenerationResult, k: int, as_ids: bool) -> dict[str, Any]:
+        tokens = [self.token(t, as_ids) for t in res.token_ids]
+        offsets, at = [], 0
+        for t in res.token_ids:
+            offsets.append(at)
+            at += len(self.tokenizer.decode([t]))
+        tops = []
+        for t, lp, alts in zip(res.token_ids, res.logprobs, self.alternatives(res, k)):
+            top = {self.token(a, as_ids): alp for a, alp in alts}
+            top.setdefault(self.token(t, as_ids), lp)  # the sampled token is always listed (up to k + 1)
+            tops.append(top)
+        return {"tokens": tokens, "token_logprobs": res.logprobs, "top_logprobs": tops, "text_offset": offsets}
+
+    def chat_logprobs(self, res: GenerationResult, k: int, as_ids: bool) -> dict[str, Any]:
+        def entry(t: int, lp: float) -> dict[str, Any]:
+            text = self.token(t, as_ids)
+            return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8", "surrogatepass"))}
+
+        alts = self.alternatives(res, k) if k else [[] for _ in res.token_ids]
+        return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in alt]}
+                            for t, lp, alt in zip(res.token_ids, res.logprobs, alts)]}
