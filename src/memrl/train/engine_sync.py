@@ -3,6 +3,9 @@
 A vLLM engine started with ``engine.vllm.lora_sync=adapter`` keeps the base weights and
 serves the trained adapter as a LoRA request, so each sync moves a few MB instead of the
 whole model. Every other engine gets the merged weights (W + scaling * B @ A).
+
+Each step reports how the last sync travelled: ``sync/path`` (a code of :data:`SYNC_PATH_CODES`:
+metrics are numbers) and ``sync/gb_per_s`` (bytes moved over the engine-side seconds).
 """
 
 from __future__ import annotations
@@ -28,9 +31,29 @@ def adapter_payload(policy: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return tensors, config
 
 
+# ``sync/path`` values: the in-process vLLM engine's paths (memrl.engines.vllm_sync), its LoRA adapter
+# files, and the Ray replica pool's two ways (cluster.weight_sync)
+SYNC_PATH_CODES = {"bytes": 1.0, "shm": 2.0, "ipc": 3.0, "nccl": 4.0, "adapter": 5.0, "object_store": 6.0,
+                   "collective": 7.0}
+
+
 def sync_stats(engine: Any) -> dict[str, float]:
-    """Bytes moved and engine-side seconds of the last sync, where the engine reports them."""
-    return dict(getattr(engine, "last_sync", None) or {})
+    """Bytes moved, engine-side seconds, path and GB/s of the last sync, where the engine reports them."""
+    stats = dict(getattr(engine, "last_sync", None) or {})
+    path = getattr(engine, "last_sync_path", "")
+    if path in SYNC_PATH_CODES:
+        stats["sync/path"] = SYNC_PATH_CODES[path]
+    return stats
+
+
+def pool_sync_stats(pool: Any, weights: dict[str, Any] | None) -> dict[str, float]:
+    """The replica pool's last sync: its path, and GB/s of ``weights`` over the pool's sync seconds."""
+    seconds = float(getattr(pool, "last_sync_s", 0.0) or 0.0)
+    if weights is None or seconds <= 0:
+        return {}
+    nbytes = sum(t.numel() * t.element_size() for t in weights.values())
+    return {"sync/path": SYNC_PATH_CODES.get(pool.weight_sync, 0.0), "sync/gb_per_s": nbytes / 1e9 / seconds,
+            "sync_mb": nbytes / 2**20}
 
 
 def engine_weights(policy: Any, *, sharded: bool, main: bool) -> dict[str, Any] | None:
@@ -63,6 +86,7 @@ class WeightSync:
         self.colocated = pool is not None and cfg.cluster.placement == "colocate"
         # an in-process vLLM engine gives the accelerator back during the update
         self.engine_sleeps = pool is None and main and bool(getattr(engine, "sleep_enabled", False))
+        self._pushed: dict[str, Any] | None = None  # the last weights pushed (their size makes the pool's GB/s)
 
     def before_update(self) -> None:
         if self.colocated:
@@ -78,10 +102,12 @@ class WeightSync:
 
     async def push_weights(self, weights: dict[str, Any] | None) -> None:
         """Send the update to the engine (rank 0): only the adapter where the engine serves it as LoRA."""
+        self._pushed = None
         if syncs_adapter(self.cfg, self.engine):  # only the adapter travels; the engine keeps the base
             await self.engine.update_adapter(*adapter_payload(self.policy))
         elif weights is not None:
             await self.engine.update_weights(weights)
+            self._pushed = weights
 
     def gather(self) -> dict[str, Any] | None:
         """What :meth:`push_weights` sends (collective under FSDP; None where only the adapter travels)."""
@@ -104,4 +130,7 @@ class WeightSync:
         metrics = sync_stats(self.engine) if self.push and self.main else {}
         if self.pool is not None:
             metrics.update(self.pool.stats())
+            if self.push and self.main:
+                metrics.update(pool_sync_stats(self.pool, self._pushed))
+        self._pushed = None
         return metrics
