@@ -20,6 +20,7 @@ import yaml  # noqa: E402
 from memrl.config import MemRLConfig  # noqa: E402
 from memrl.engines.base import SamplingParams  # noqa: E402
 from memrl.engines.hf import HFEngine  # noqa: E402
+from memrl.train.engine_sync import SYNC_PATH_CODES  # noqa: E402
 from memrl.train.policy import merged_state_dict  # noqa: E402
 from tests.vllm.conftest import VLLM_OVERRIDES  # noqa: E402
 from tests.vllm.helpers import MEMAGENT, qa_file, train_config  # noqa: E402
@@ -59,6 +60,7 @@ def test_train_cli_three_steps_syncs_weights(tmp_path):
     for m in rows:
         assert m["logprob_mismatch"] < 1e-3, m  # float32: the engine samples from the policy's own weights
         assert m["sync_mb"] > 0
+        assert m["sync/path"] == SYNC_PATH_CODES["shm"] and m["sync/gb_per_s"] > 0  # the CPU build's default
     from safetensors.torch import load_file
 
     steps = sorted((tmp_path / "run" / "checkpoints").glob("step_*"))

@@ -93,6 +93,26 @@ def test_update_weights_serves_the_new_weights(engine):
     assert_same(asyncio.run(greedy(engine)), before)
 
 
+def test_every_cpu_sync_path_serves_the_new_weights(engine):
+    """Shared memory in many small buckets (files reused and regrown), and bytes over RPC, as HF computes."""
+    assert engine.sync_path == "shm"  # the default where /dev/shm exists
+    model = base_model()
+    state = perturbed(model, seed=3)
+    model.load_state_dict(state)
+    want = asyncio.run(greedy(HFEngine(model)))
+    try:
+        for path, bucket in (("shm", 8 * 2**10), ("shm", 64 * 2**10), ("bytes", 64 * 2**10)):
+            engine.sync_path, engine.bucket_bytes = path, bucket
+            asyncio.run(engine.update_weights(base_model().state_dict()))
+            asyncio.run(engine.update_weights(state))
+            assert engine.last_sync_path == path
+            assert engine.last_sync["sync/gb_per_s"] > 0 and engine.last_sync["sync_mb"] > 1
+            assert_same(asyncio.run(greedy(engine)), want)
+    finally:
+        engine.sync_path, engine.bucket_bytes = "shm", 256 * 2**20
+        asyncio.run(engine.update_weights(base_model().state_dict()))
+
+
 def test_seeded_long_prompts_under_concurrency_are_reproducible(engine):
     """Prompts that do not fit one scheduler step together; seeded sampling must neither crash nor vary."""
     prompts = [[(7 * i + j) % 200 + 5 for j in range(1500)] for i in range(4)]

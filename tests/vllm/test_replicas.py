@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -13,6 +14,7 @@ from memrl.config import MemRLConfig  # noqa: E402
 from memrl.engines.base import SamplingParams  # noqa: E402
 from memrl.engines.hf import HFEngine  # noqa: E402
 from memrl.models.resolve import load_model  # noqa: E402
+from memrl.train.engine_sync import SYNC_PATH_CODES  # noqa: E402
 from memrl.train.policy import merged_state_dict  # noqa: E402
 from memrl.train.trainer import Trainer  # noqa: E402
 from tests.vllm.helpers import train_config  # noqa: E402
@@ -37,5 +39,9 @@ def test_two_vllm_replicas_on_cpu_serve_the_trained_weights(tmp_path):
             assert max(abs(a - b) for a, b in zip(got.logprobs, want.logprobs)) < 1e-4
         stats = pool.stats()
         assert stats["replica0_requests"] > 0 and stats["replica1_requests"] > 0
+        rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        synced = [r for r in rows if "sync/path" in r]
+        assert len(synced) == 2 and all(r["sync/path"] == SYNC_PATH_CODES["object_store"] for r in synced)
+        assert all(r["sync/gb_per_s"] > 0 for r in synced)
     finally:
         ray.shutdown()

@@ -106,7 +106,7 @@ def plan_buckets(layout: Sequence[tuple[str, Sequence[int], Any]], bucket_bytes:
 
     Consecutive names with the same :func:`layer_key` form a layer; a layer never straddles
     two buckets (one larger than the limit gets a bucket of its own). Offsets are multiples of
-    ``align`` (1: packed back to back, as vLLM's IPC consumer expects). ``aliases`` ({position:
+    ``align``; 1 packs them back to back, as vLLM's IPC consumer expects, widest dtypes first. ``aliases`` ({position:
     original position}, the alias right after its original): the alias joins the original's
     layer and shares its offset.
     """
@@ -140,7 +140,25 @@ def plan_buckets(layout: Sequence[tuple[str, Sequence[int], Any]], bucket_bytes:
             end += -(-size // align) * align
     if current.names:
         buckets.append(current)
+    if align == 1 and not aliases:
+        return [_by_itemsize(b, layout) for b in buckets]
     return buckets
+
+
+def _by_itemsize(bucket: Bucket, layout: Sequence[tuple[str, Sequence[int], Any]]) -> Bucket:
+    """The bucket packed back to back with its widest dtypes first: every offset is then a multiple of its
+    tensor's element size (sizes are multiples of theirs), so the consumer can view each slice as its dtype."""
+    order = sorted(range(len(bucket.names)), key=lambda k: -layout[bucket.indices[k]][2].itemsize)
+    out, end = Bucket(), 0
+    for k in order:
+        out.names.append(bucket.names[k])
+        out.dtypes.append(bucket.dtypes[k])
+        out.shapes.append(bucket.shapes[k])
+        out.sizes.append(bucket.sizes[k])
+        out.indices.append(bucket.indices[k])
+        out.offsets.append(end)
+        end += bucket.sizes[k]
+    return out
 
 
 def choose_path(requested: str, *, cuda: bool, tensor_parallel: int, trainer_gpu: int | None,

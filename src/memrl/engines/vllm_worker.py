@@ -15,8 +15,9 @@ gate/up projections, tied embeddings, CPU weight packing):
   next sync) and hands views of it to ``load_weights``. This is the lifecycle of
   vLLM's own IPC/NCCL weight-transfer engines (layerwise reload opened before the
   first bucket, finalized after the last), with a file mapping as the transport.
-  Buckets hold whole layers, so a layer is complete, processed and copied into the
-  model's own tensors before the trainer reuses the bucket's file.
+  Buckets hold whole layers, so a layer is normally complete, processed and copied into
+  the model's own tensors before the trainer reuses the bucket's file; the rare layer
+  left waiting (vLLM pads some embeddings beyond the checkpoint's rows) gets copies.
 * **Bytes** (``memrl_stage_weights`` / ``memrl_apply_weights``): safetensors-serialized
   buckets through the RPC channel, staged and applied in one ``reload_weights``: the
   fallback where no shared file system reaches the worker.
@@ -83,8 +84,13 @@ class MemrlWorkerExtension:
             for s in shape:
                 n *= s
             weights.append((name, buf[off: off + n].view(dt).view(shape)))
+        pending = _pending_loads()
+        if pending is None:  # this vLLM buffers loads where we cannot see them: hand over copies, not views
+            weights = [(name, w.clone()) for name, w in weights]
         with set_current_vllm_config(self.vllm_config), _no_mtp_check():  # type: ignore[attr-defined]
             self.model_runner.get_model().load_weights(weights)  # type: ignore[attr-defined]
+        if pending is not None:
+            _detach_from(buf, _pending_loads() or [])
         return sum(int(w.nbytes) for _, w in weights)
 
     def memrl_finish_update(self) -> None:
@@ -124,6 +130,40 @@ class MemrlWorkerExtension:
         if device is None or getattr(device, "type", "cpu") != "cuda":
             return ""
         return str(torch.cuda.get_device_properties(device).uuid)
+
+
+def _pending_loads() -> list[Any] | None:
+    """Loads vLLM's layerwise reload still holds for layers not complete yet (their arguments), or None
+    where this vLLM keeps them elsewhere."""
+    try:
+        from vllm.model_executor.model_loader.reload.layerwise import LAYERWISE_INFO
+    except ImportError:
+        return None
+    pending = []
+    for info in list(LAYERWISE_INFO.values()):
+        loaded = getattr(info, "loaded_weights", None)
+        if loaded is None:
+            return None
+        pending += [bound for _, bound in loaded]
+    return pending
+
+
+def _detach_from(buf: Any, pending: list[Any]) -> int:
+    """Replace tensors in ``pending`` that view ``buf`` with copies; returns the bytes copied.
+
+    A layer that one bucket leaves incomplete (e.g. an embedding vLLM pads beyond the checkpoint's
+    rows, finished only by ``finalize``) keeps its loads until later; the trainer reuses the file
+    for a later bucket meanwhile, so those loads must not point into it.
+    """
+    import torch
+
+    lo, hi, copied = buf.data_ptr(), buf.data_ptr() + buf.numel(), 0
+    for bound in pending:
+        for key, value in list(bound.arguments.items()):
+            if isinstance(value, torch.Tensor) and lo <= value.data_ptr() < hi:
+                bound.arguments[key] = value.clone()
+                copied += int(value.nbytes)
+    return copied
 
 
 def _no_mtp_check() -> Any:
