@@ -30,18 +30,16 @@ class TrainingInterrupted(Exception):
         return 128 + self.signum
 
 
-class StopRequest:
-    """Context manager: while active, SIGINT/SIGTERM ask the loop to stop instead of killing it.
+class _SignalScope:
+    """Context manager: while active, SIGINT/SIGTERM call ``self._handle``; the previous handlers come back after.
 
-    Outside the main thread signal handlers cannot be installed; the manager
-    then does nothing and ``signum`` stays None.
+    Outside the main thread signal handlers cannot be installed; the scope then does nothing.
     """
 
     def __init__(self) -> None:
-        self.signum: int | None = None
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> StopRequest:
+    def __enter__(self) -> _SignalScope:
         if threading.current_thread() is threading.main_thread():
             for sig in HANDLED:
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -52,6 +50,22 @@ class StopRequest:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        raise NotImplementedError
+
+
+class StopRequest(_SignalScope):
+    """While active, SIGINT/SIGTERM ask the loop to stop instead of killing it (``signum`` records the signal;
+    it stays None outside the main thread, where no handler can be installed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signum: int | None = None
+
+    def __enter__(self) -> StopRequest:
+        super().__enter__()
+        return self
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -77,29 +91,13 @@ class StageInterrupted(Exception):
         return 128 + self.signum
 
 
-class RaiseOnSignal:
-    """Context manager: SIGINT/SIGTERM raise :class:`StageInterrupted` in the main thread.
+class RaiseOnSignal(_SignalScope):
+    """While active, SIGINT/SIGTERM raise :class:`StageInterrupted` in the main thread.
 
     For jobs whose stages write their outputs atomically (nothing half-written to save), so
     stopping at once is safe; a :class:`StopRequest` inside (the training loop) takes over the
     signals while it is active and gives them back after.
     """
 
-    def __init__(self) -> None:
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> RaiseOnSignal:
-        if threading.current_thread() is threading.main_thread():
-            for sig in HANDLED:
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
-
-    @staticmethod
-    def _handle(signum: int, frame: FrameType | None) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         raise StageInterrupted(signum)
