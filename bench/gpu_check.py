@@ -56,7 +56,7 @@ def sections(gpus: int, vllm: bool, smoke: bool) -> list[tuple[str, str, dict[st
     """(name, what it measures, keyword arguments of its function in gpu_sections) for this machine."""
     small, large = ("tiny-5m", "tiny-5m") if smoke else ("qwen2.5-0.5b", "qwen2.5-1.5b")
     device, dtype = ("cpu", "float32") if smoke else ("cuda", "bfloat16")
-    base = {"device": device, "dtype": dtype}
+    base = {"device": device, "dtype": dtype, "smoke": smoke}
     out: list[tuple[str, str, dict[str, Any]]] = [
         ("generation", f"HF{' and vLLM' if vllm else ''} generation tokens/s at 1/8/64 concurrent requests "
          f"({small}, prompt 512 + 128 new tokens) and % of the bound set by the device's copy bandwidth",

@@ -77,8 +77,12 @@ async def _tokens_per_s(engine: Any, concurrency: int, requests: int, prompt: in
     return total / (time.perf_counter() - t0)
 
 
-def generation(shape: str, device: str, dtype: str, prompt: int = 512, new: int = 128) -> list[Row]:
-    """HF and (if installed) vLLM tokens/s at 1/8/64 concurrent requests, and % of the bandwidth bound."""
+def generation(shape: str, device: str, dtype: str, prompt: int = 512, new: int = 128, smoke: bool = False) \
+        -> list[Row]:
+    """HF and (if installed) vLLM tokens/s at 1/8/64 concurrent requests, and % of the bandwidth bound
+    (``smoke``: 64-token prompts, 16 new tokens)."""
+    if smoke:
+        prompt, new = 64, 16
     from memrl.engines.hf import HFEngine
     from memrl.models.resolve import load_model
 
@@ -122,7 +126,7 @@ def _throughput_rows(name: str, engine: Any, shape: str, dtype: str, weight_byte
     return rows
 
 
-def weight_sync(shape: str, device: str, dtype: str) -> list[Row]:
+def weight_sync(shape: str, device: str, dtype: str, smoke: bool = False) -> list[Row]:
     """Seconds and GB/s of a sync into vLLM per path (``bench/weight_sync.py``), beside a memcpy on the device."""
     if not has_vllm():
         return [{"check": "weight sync", "setting": "vLLM", "result": "not installed"}]
@@ -145,20 +149,23 @@ def weight_sync(shape: str, device: str, dtype: str) -> list[Row]:
     return rows
 
 
-def grpo_config(tmp: Path, path: str, device: str, dtype: str, lora: bool, engine: str) -> dict[str, Any]:
-    """One MemAgent GRPO step on the needle task: 4 prompts x 8 episodes, two 1K-token chunks each."""
+def grpo_config(tmp: Path, path: str, device: str, dtype: str, lora: bool, engine: str,
+                smoke: bool = False) -> dict[str, Any]:
+    """One MemAgent GRPO step on the needle task: 4 prompts x 8 episodes, two 1K-token chunks each
+    (``smoke``: 2 x 2 episodes of two 128-token chunks, to test the plumbing on a CPU)."""
     from memrl.data import write_samples
     from memrl.demo.needle import make_split
 
     write_samples(make_split(1, 16, (20, 40)), tmp / "train.jsonl", fmt="jsonl")
+    chunk, memory, n, prompts = (128, 16, 2, 2) if smoke else (1024, 128, 8, 4)
     cfg: dict[str, Any] = {
         "model": {"path": path, "dtype": dtype},
         "data": {"train_file": str(tmp / "train.jsonl")},
-        "workflow": {"name": "memagent", "chunk_tokens": 1024, "memory_tokens": 128, "final_tokens": 16,
+        "workflow": {"name": "memagent", "chunk_tokens": chunk, "memory_tokens": memory, "final_tokens": 16,
                      "max_chunks": 2, "reward": "em"},
-        "algorithm": {"n": 8, "entropy_coef": 0.01, "kl_coef": 0.001},
+        "algorithm": {"n": n, "entropy_coef": 0.01, "kl_coef": 0.001},
         "lora": {"enabled": lora, "r": 16},
-        "trainer": {"lr": 1e-5, "total_steps": 2, "prompts_per_step": 4, "save_every": 1000,
+        "trainer": {"lr": 1e-5, "total_steps": 2, "prompts_per_step": prompts, "save_every": 1000,
                     "output_dir": str(tmp / "run"), "gradient_checkpointing": True, "micro_batch_tokens": 16384},
         "engine": {"kind": engine, "device": device, "max_batch_size": 64},
     }
@@ -169,12 +176,13 @@ def grpo_config(tmp: Path, path: str, device: str, dtype: str, lora: bool, engin
     return cfg
 
 
-def grpo_step(shape: str, device: str, dtype: str, lora: bool, engine: str = "hf", gpus: int = 1) -> list[Row]:
+def grpo_step(shape: str, device: str, dtype: str, lora: bool, engine: str = "hf", gpus: int = 1,
+              smoke: bool = False) -> list[Row]:
     """The second of two GRPO steps (``memrl train``; the first warms up): time split, peak memory, mismatch."""
     import yaml
 
     tmp = Path(tempfile.mkdtemp(prefix="memrl-gpu-check-"))
-    cfg = grpo_config(tmp, str(model_dir(shape, dtype)), device, dtype, lora, engine)
+    cfg = grpo_config(tmp, str(model_dir(shape, dtype)), device, dtype, lora, engine, smoke)
     cli = ["-m", "memrl.cli.main", "train", str(tmp / "cfg.yaml")]
     if gpus > 1:
         cfg["cluster"] = {"strategy": "fsdp", "backend": "nccl"}
@@ -192,12 +200,13 @@ def grpo_step(shape: str, device: str, dtype: str, lora: bool, engine: str = "hf
     last = [r for r in rows if "time/update" in r][-1]
     split = " / ".join(f"{last.get(k, float('nan')):.2f}" for k in
                        ("time/rollout", "time/logprob", "time/update", "time/sync"))
+    peak = f"{last['gpu_peak_gib']:.1f} GiB" if "gpu_peak_gib" in last else "n/a"
     out = [{"check": "MemAgent GRPO step", "setting": setting,
-            "result": f"rollout/logprob/update/sync {split} s; peak {last.get('gpu_peak_gib', float('nan')):.1f} GiB; "
-                      f"{last.get('tokens_per_s', 0):.0f} gen tok/s"}]
+            "result": f"rollout/logprob/update/sync {split} s; peak GPU memory {peak}; "
+                      f"{last.get('tokens_per_s', 0):.0f} generated tok/s"}]
     if "logprob_mismatch" in last:
         out.append({"check": "log-prob mismatch engine vs trainer", "setting": setting,
-                    "result": f"{last['logprob_mismatch']:.4f} (mean |delta| per token)"})
+                    "result": f"{last['logprob_mismatch']:.4f} (mean absolute difference per token)"})
     return out
 
 

@@ -6,15 +6,16 @@ Usage:
 
 For each named shape (``bench/real_shapes.py``: published configs, random weights, built
 locally) it starts vLLM (its CPU build here, CUDA elsewhere), then times ``update_weights``
-with new random weights over each path (``shm``: buckets through ``/dev/shm``; ``bytes``:
-safetensors bytes through vLLM's RPC; on CUDA also the path ``auto`` picks), after one
-untimed warm-up sync per path (it maps the shared files). ``memcpy`` is one plain copy of
-the same bytes into a preallocated buffer in this process, measured in the same run: the
-physical bound. ``x memcpy`` is the path's time over memcpy's. ``vllm reload`` is vLLM's own
-layerwise reload of the whole model from a file already mapped in the worker (no transport at
-all): what applying the weights costs inside the engine whatever the path (on its CPU build it
-repacks every linear layer for oneDNN). After each path's last sync the engine's greedy tokens
-are compared with those after a bytes sync of the same weights.
+of one set of new random weights over each path (``shm``: buckets through ``/dev/shm``;
+``bytes``: safetensors bytes through vLLM's RPC; ``--backend ipc|nccl`` on CUDA adds that
+path), after one untimed warm-up sync per path (it maps the shared files). ``memcpy`` is one
+plain copy of the same bytes between two warm buffers of this process (on the GPU under
+CUDA), timed right before every sync of the run: the physical bound (median shown; ``x
+memcpy`` divides by it). ``vllm reload`` is vLLM's own layerwise reload of the whole model
+from a file the worker has already mapped (no transport at all): what applying the weights
+costs inside the engine whatever the path (its CPU build repacks every linear layer for
+oneDNN). After each path's last sync the engine's greedy tokens are compared with those
+after a bytes sync of the same weights.
 """
 
 from __future__ import annotations
@@ -147,15 +148,13 @@ def bench_shape(shape: str, dtype: str, paths: list[str], repeats: int, root: Pa
             tokens = greedy(engine)
             reference = tokens if path == "bytes" else reference
             if path in paths:
-                rows.append({"shape": shape, "path": path, "mb": nbytes / 2**20, "s": s, "gbps": nbytes / s / 1e9,
-                             "x": s / bound, "agree": "yes" if tokens == reference else "NO"})
+                rows.append({"shape": shape, "path": path, "s": s, "agree": "yes" if tokens == reference else "NO"})
         s, bound = reload_floor(engine, state, repeats, memcpy)
         bounds.append(bound)
-        rows.insert(0, {"shape": shape, "path": "vllm reload", "mb": nbytes / 2**20, "s": s, "gbps": nbytes / s / 1e9,
-                        "x": s / bound, "agree": ""})
-        bound = statistics.median(bounds)
-        rows.insert(0, {"shape": shape, "path": "memcpy", "mb": nbytes / 2**20, "s": bound,
-                        "gbps": nbytes / bound / 1e9, "x": 1.0, "agree": ""})
+        rows.insert(0, {"shape": shape, "path": "vllm reload", "s": s, "agree": ""})
+        rows.insert(0, {"shape": shape, "path": "memcpy", "s": statistics.median(bounds), "agree": ""})
+        for r in rows:  # every row against the median memcpy of the run (timed beside each sync)
+            r.update(mb=nbytes / 2**20, gbps=nbytes / r["s"] / 1e9, x=r["s"] / rows[0]["s"])
         return rows
     finally:
         engine.shutdown()

@@ -13,7 +13,7 @@ import torch  # noqa: E402
 
 from memrl.config import ConfigError, load_config  # noqa: E402
 from memrl.engines.vllm_args import build_engine_args, plan_sync_path, trainer_gpu_index  # noqa: E402
-from memrl.engines.vllm_gpu_sync import ipc_plan, ipc_update_info, nccl_init_info, pack_bucket, \
+from memrl.engines.vllm_gpu_sync import IPC_INIT, ipc_plan, ipc_update_info, nccl_init_info, pack_bucket, \
     state_source  # noqa: E402
 from memrl.models.resolve import resolve_model_path  # noqa: E402
 from tests.vllm.conftest import VLLM_OVERRIDES  # noqa: E402
@@ -29,9 +29,10 @@ def state_dict() -> dict[str, torch.Tensor]:
 
 
 def test_ipc_updates_are_what_vllms_ipc_engine_accepts_and_unpacks():
-    from vllm.distributed.weight_transfer.ipc_engine import IPCWeightTransferUpdateInfo
+    from vllm.distributed.weight_transfer.ipc_engine import IPCWeightTransferInitInfo, IPCWeightTransferUpdateInfo
     from vllm.distributed.weight_transfer.packed_tensor import unpack_tensor
 
+    assert IPCWeightTransferInitInfo(**IPC_INIT).packed  # the handshake: packed buckets from then on
     state = state_dict()
     tensors, plan = ipc_plan(state, bucket_bytes=64)
     assert sum(len(b.names) for b in plan) == 4  # every name, the tied one too

@@ -110,6 +110,7 @@ class VLLMEngine:
         self._slots: ShmSlots | None = None
         self._nccl: Any = None
         self._ipc_checked = False
+        self._ipc_open = False
         self._tensor_parallel = int(engine_args.get("tensor_parallel_size", 1))
         if sync_path == "ipc":
             # IPC handles hold Python objects: vLLM lets them through its RPC channel (a local socket between
@@ -246,8 +247,11 @@ class VLLMEngine:
         if self.sync_path == "ipc" and not await self._ipc_reaches_workers():
             self._fall_back("the engine's workers are not on the trainer's GPU")
         if self.sync_path == "ipc":
-            from memrl.engines.vllm_gpu_sync import sync_ipc
+            from memrl.engines.vllm_gpu_sync import open_ipc, sync_ipc
 
+            if not self._ipc_open:  # the handshake: the workers decode packed buckets from now on
+                await open_ipc(self.engine)
+                self._ipc_open = True
             sent = await sync_ipc(self.engine, state_dict, self.bucket_bytes, f"cuda:{self.trainer_gpu or 0}")
         elif self.sync_path == "shm":
             if self._slots is None:

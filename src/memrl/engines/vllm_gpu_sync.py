@@ -29,6 +29,9 @@ from typing import Any
 from memrl.engines.vllm_sync import Bucket, plan_buckets
 
 
+IPC_INIT = {"packed": True}  # vLLM's IPCWeightTransferInitInfo: buckets travel packed in one buffer
+
+
 def ipc_update_info(bucket: Bucket, handle: dict[str, Any]) -> dict[str, Any]:
     """vLLM's packed IPC update for one bucket (``IPCWeightTransferUpdateInfo`` fields)."""
     return {"names": bucket.names, "dtype_names": bucket.dtypes, "shapes": bucket.shapes, "ipc_handles": handle,
@@ -49,6 +52,13 @@ def pack_bucket(buf: Any, bucket: Bucket, tensors: list[Any]) -> None:
     with torch.no_grad():
         for i, off, size in zip(bucket.indices, bucket.offsets, bucket.sizes, strict=True):
             buf[off: off + size].copy_(tensors[i].detach().contiguous().reshape(-1).view(torch.uint8))
+
+
+async def open_ipc(engine: Any) -> None:
+    """The IPC handshake (once per engine): vLLM's IPC engine decodes packed buckets, as :func:`sync_ipc` sends."""
+    from vllm.distributed.weight_transfer.base import WeightTransferInitRequest
+
+    await engine.init_weight_transfer_engine(WeightTransferInitRequest(init_info=dict(IPC_INIT)))
 
 
 async def sync_ipc(engine: Any, state: Mapping[str, Any], bucket_bytes: int, device: Any) -> int:
