@@ -172,6 +172,8 @@ def grpo_config(tmp: Path, path: str, device: str, dtype: str, lora: bool, engin
     if engine == "vllm":
         cfg["engine"]["gpu_memory_utilization"] = 0.3
         cfg["engine"]["vllm"] = {"max_model_len": 4096}
+        if device == "cpu":  # vLLM's CPU build would reserve most of the host memory for its KV cache
+            cfg["engine"]["vllm"]["kv_cache_memory"] = 0.25
         cfg["cluster"] = {"placement": "colocate"}
     return cfg
 
@@ -200,10 +202,14 @@ def grpo_step(shape: str, device: str, dtype: str, lora: bool, engine: str = "hf
     last = [r for r in rows if "time/update" in r][-1]
     split = " / ".join(f"{last.get(k, float('nan')):.2f}" for k in
                        ("time/rollout", "time/logprob", "time/update", "time/sync"))
+    from memrl.train.engine_sync import SYNC_PATH_CODES
+
     peak = f"{last['gpu_peak_gib']:.1f} GiB" if "gpu_peak_gib" in last else "n/a"
+    path = {v: k for k, v in SYNC_PATH_CODES.items()}.get(last.get("sync/path", 0.0))
+    synced = f"; sync over {path} at {last.get('sync/gb_per_s', 0):.2f} GB/s" if path else ""
     out = [{"check": "MemAgent GRPO step", "setting": setting,
             "result": f"rollout/logprob/update/sync {split} s; peak GPU memory {peak}; "
-                      f"{last.get('tokens_per_s', 0):.0f} generated tok/s"}]
+                      f"{last.get('tokens_per_s', 0):.0f} generated tok/s{synced}"}]
     if "logprob_mismatch" in last:
         out.append({"check": "log-prob mismatch engine vs trainer", "setting": setting,
                     "result": f"{last['logprob_mismatch']:.4f} (mean absolute difference per token)"})
