@@ -87,3 +87,32 @@ def test_vllm_replica_without_vllm_says_how_to_get_it():
 
     with pytest.raises(ImportError, match=r"memrl\[vllm\]"):
         _Replica("tiny", "auto", None, None, 8, 0, kind="vllm", options={"config": {"engine": {"kind": "vllm", "tensor_parallel_size": 2}}})
+
+
+class _FakePool:
+    """The replica pool's reporting surface: what WeightSync reads after a push."""
+
+    weight_sync = "collective"
+
+    def __init__(self) -> None:
+        self.last_sync_s = 0.0
+
+    async def update_weights(self, state_dict):
+        self.last_sync_s = 0.5
+
+    def stats(self):
+        return {"replicas": 2.0}
+
+
+def test_replica_pool_sync_reports_its_path_and_speed(tmp_path):
+    from memrl.train.engine_sync import SYNC_PATH_CODES, WeightSync
+
+    cfg = config(tmp_path, cluster__rollout_replicas=2, cluster__weight_sync="collective")
+    pool = _FakePool()
+    sync = WeightSync(cfg, pool, pool, policy=None, push=True, sharded=False, main=True)
+    weights = {"a": torch.zeros(250_000), "b": torch.zeros(500_000, dtype=torch.bfloat16)}  # 2 MB
+    asyncio.run(sync.push_weights(weights))
+    stats = sync.engine_stats()
+    assert stats["sync/path"] == SYNC_PATH_CODES["collective"] and stats["replicas"] == 2.0
+    assert stats["sync/gb_per_s"] == pytest.approx(2e6 / 1e9 / 0.5) and stats["sync_mb"] == pytest.approx(2e6 / 2**20)
+    assert "sync/path" not in sync.engine_stats()  # reported once, for the push that happened
