@@ -88,7 +88,7 @@ def reload_floor(engine: Any, state: dict[str, Any], repeats: int, memcpy: Memcp
             asyncio.run(engine._call(reload()))
             times.append(time.perf_counter() - t0)
     finally:
-        asyncio.run(engine._call(rpc("memrl_release_shm")))
+        asyncio.run(engine._call(rpc("memrl_release_shm", args=(str(path),))))
         slots.close()
     return statistics.median(times[1:]), statistics.median(bound[1:])
 

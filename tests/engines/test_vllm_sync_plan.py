@@ -70,29 +70,33 @@ def test_write_bucket_round_trip_through_a_shared_file(tmp_path):
     tensors = [t for _, t in items]
     (bucket,) = plan_buckets([(n, t.shape, t.dtype) for n, t in items], bucket_bytes=10**6, aliases=aliases)
     slots = ShmSlots(str(tmp_path))
-    path, buf, replaced = slots.get(0, bucket.nbytes)
+    path, buf, old = slots.get(0, bucket.nbytes)
     write_bucket(buf, bucket, tensors)
     mapped = torch.from_file(str(path), shared=True, size=bucket.nbytes, dtype=torch.uint8)  # as a worker maps it
     for name, dtype, shape, off, size in zip(bucket.names, bucket.dtypes, bucket.shapes, bucket.offsets,
                                              bucket.sizes):
         got = mapped[off: off + size].view(getattr(torch, dtype)).view(shape)
         assert torch.equal(got, state[name]), name
-    assert not replaced
+    assert old is None
     slots.close()
 
 
-def test_shm_slots_grow_in_place_and_remove_only_their_folder(tmp_path):
+def test_shm_slots_are_reused_regrown_and_leave_no_names_behind(tmp_path):
     keep = tmp_path / "someone-elses-file"
     keep.write_text("x")
     slots = ShmSlots(str(tmp_path), count=2)
-    p0, b0, r0 = slots.get(0, 100)
+    p0, b0, old0 = slots.get(0, 100)
     p1, _, _ = slots.get(1, 100)
-    assert p0 != p1 and p0.parent == slots.dir and slots.dir.parent == tmp_path and not r0
-    assert slots.get(2, 80)[0] == p0  # slot 0 again, big enough: the same file
-    p2, b2, r2 = slots.get(2, 300)  # too small: a new file replaces it
-    assert r2 and p2 != p0 and not p0.exists() and b2.numel() == 300
+    assert p0 != p1 and p0.parent == tmp_path and p0.name.startswith("memrl-sync-slot0-") and old0 is None
+    assert slots.get(2, 80)[:2] == (p0, b0)  # slot 0 again, big enough: the same file and mapping
+    slots.settle(p0)  # the workers mapped it: its name goes, the memory stays mapped
+    assert not p0.exists()
+    b0[:3] = torch.tensor([7, 8, 9], dtype=torch.uint8)
+    assert b0[:3].tolist() == [7, 8, 9]
+    p2, b2, old2 = slots.get(2, 300)  # too small: a new file, and the old one for the workers to drop
+    assert old2 == p0 and p2 != p0 and p2.exists() and b2.numel() == 300
     slots.close()
-    assert not slots.dir.exists() and keep.read_text() == "x"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["someone-elses-file"] and keep.read_text() == "x"
 
 
 @pytest.mark.parametrize(("requested", "cuda", "tp", "gpu", "shm", "want"), [

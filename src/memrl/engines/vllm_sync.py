@@ -11,8 +11,8 @@ Paths (``engine.vllm.sync_path``), fastest first where they apply:
 * ``shm`` (any platform, the workers on this machine): the trainer copies each bucket
   once into a file in ``/dev/shm``; the workers map the file and load views of it.
   Two files are reused round-robin (writing one while the workers read the other), so
-  the extra memory is two buckets, and their pages stay mapped on both sides between
-  syncs.
+  the extra memory is two buckets; their pages stay mapped on both sides between syncs,
+  and their names are removed once mapped, so a killed process leaves nothing behind.
 * ``bytes`` (anywhere): safetensors bytes through vLLM's RPC channel, the fallback.
 
 Buckets hold whole layers (runs of names with the same leading ``...layers.N`` index),
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -200,34 +199,49 @@ def shm_root() -> str | None:
 
 
 class ShmSlots:
-    """Reusable shared-memory files for buckets, in a private folder removed on :meth:`close`."""
+    """Reusable shared-memory files for buckets, each unlinked as soon as the workers have mapped it.
+
+    A mapped file's memory lives while some process maps it, so its name is only needed until the
+    workers have opened it: nothing stays behind in ``/dev/shm`` when a process dies.
+    """
 
     def __init__(self, root: str, count: int = 2) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="memrl-sync-", dir=root))
-        self.count = count
+        self.root, self.count = root, count
         self._maps: dict[int, tuple[Path, Any]] = {}
+        self._linked: set[Path] = set()
 
-    def get(self, index: int, nbytes: int) -> tuple[Path, Any, bool]:
-        """(path, uint8 tensor mapping it, whether an older file was replaced) of slot ``index % count``,
-        at least ``nbytes`` long."""
+    def get(self, index: int, nbytes: int) -> tuple[Path, Any, Path | None]:
+        """(path, uint8 tensor mapping it, the slot's older file the workers must drop, if any) of slot
+        ``index % count``, at least ``nbytes`` long."""
         import torch
 
         slot = index % self.count
         have = self._maps.get(slot)
         if have is not None and have[1].numel() >= nbytes:
-            return have[0], have[1], False
+            return have[0], have[1], None
         if have is not None:
-            have[0].unlink(missing_ok=True)
-        path = self.dir / f"slot{slot}-{nbytes}"
-        with open(path, "wb") as fh:
-            fh.truncate(nbytes)
-        buf = torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
+            self.settle(have[0])
+        fd, name = tempfile.mkstemp(prefix=f"memrl-sync-slot{slot}-", dir=self.root)
+        try:
+            os.ftruncate(fd, nbytes)
+        finally:
+            os.close(fd)
+        path = Path(name)
+        self._linked.add(path)
+        buf = torch.from_file(name, shared=True, size=nbytes, dtype=torch.uint8)
         self._maps[slot] = (path, buf)
-        return path, buf, have is not None
+        return path, buf, None if have is None else have[0]
+
+    def settle(self, path: Path) -> None:
+        """The workers have mapped ``path`` (or no longer need it): remove its name."""
+        if path in self._linked:
+            path.unlink(missing_ok=True)
+            self._linked.discard(path)
 
     def close(self) -> None:
+        for path in list(self._linked):
+            self.settle(path)
         self._maps.clear()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def write_bucket(buf: Any, bucket: Bucket, tensors: Sequence[Any]) -> None:
@@ -264,24 +278,28 @@ async def sync_shm(engine: Any, state: Mapping[str, Any], slots: ShmSlots, bucke
     tensors = [t for _, t in items]
     plan = plan_buckets([(n, t.shape, t.dtype) for n, t in items], bucket_bytes, aliases=aliases)
     sent = 0
+
+    async def load(path: Path, buf: Any, bucket: Bucket) -> None:
+        await engine.collective_rpc("memrl_load_bucket", args=(str(path), buf.numel(), bucket.names, bucket.dtypes,
+                                                               bucket.shapes, bucket.offsets))
+        slots.settle(path)  # mapped by every worker now
+
     await engine.pause_generation(mode="keep", clear_cache=False)  # no step may see a half-loaded model
     try:
         await engine.collective_rpc("memrl_begin_update")
         loading: asyncio.Future[Any] | None = None
         try:
             for i, bucket in enumerate(plan):
-                path, buf, replaced = slots.get(i, bucket.nbytes)
-                if replaced:  # the workers map the slot's old file: let them finish with it, then drop it
+                path, buf, old = slots.get(i, bucket.nbytes)
+                if old is not None:  # the workers map the slot's old file: let them finish with it, then drop it
                     if loading is not None:
                         await loading
                         loading = None
-                    await engine.collective_rpc("memrl_release_shm")
+                    await engine.collective_rpc("memrl_release_shm", args=(str(old),))
                 await asyncio.to_thread(write_bucket, buf, bucket, tensors)
                 if loading is not None:
                     await loading
-                loading = asyncio.ensure_future(engine.collective_rpc(
-                    "memrl_load_bucket", args=(str(path), buf.numel(), bucket.names, bucket.dtypes,
-                                               bucket.shapes, bucket.offsets)))
+                loading = asyncio.ensure_future(load(path, buf, bucket))
                 sent += bucket.payload
             if loading is not None:
                 await loading

@@ -106,9 +106,13 @@ class MemrlWorkerExtension:
         for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):
             getattr(runner, reset, lambda: None)()
 
-    def memrl_release_shm(self) -> None:
-        """Unmap the shared files (the trainer is about to delete them)."""
-        self.__dict__.pop("_memrl_maps", None)
+    def memrl_release_shm(self, path: str | None = None) -> None:
+        """Unmap the shared file ``path`` (all of them: None); the trainer no longer writes it."""
+        maps: dict[str, Any] = self.__dict__.setdefault("_memrl_maps", {})
+        if path is None:
+            maps.clear()
+        else:
+            maps.pop(path, None)
 
     def _memrl_mapping(self, path: str, size: int) -> Any:
         """The file at ``path`` mapped shared (kept across syncs: its pages stay mapped, no faults next time)."""
