@@ -24,7 +24,6 @@ times with exponential backoff and jitter, capped at ``backoff_max_s``; a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
 import weakref
@@ -175,8 +174,9 @@ class OpenAIEngine:
             waited += window
             if waited >= self.max_wait_s or not await self.alive():
                 request.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await request
+                # asyncio.wait, not ``await request``: the request's own CancelledError must not be mistaken
+                # for ours (suppressing it swallowed a Ctrl-C that arrived in this window: eval kept waiting)
+                await asyncio.wait({request})
                 return False
 
     async def post(self, path: str, payload: Mapping[str, Any]) -> dict[str, Any]:
