@@ -115,7 +115,7 @@ def time_path(engine: Any, path: str, state: dict[str, Any], repeats: int, memcp
 
 
 def bench_shape(shape: str, dtype: str, paths: list[str], repeats: int, root: Path, backend: str | None = None,
-                trainer_gpu: int = 0) -> list[dict[str, Any]]:
+                trainer_gpu: int = 0, bucket_mb: int = 256) -> list[dict[str, Any]]:
     """Rows for one shape. ``backend``: vLLM's weight-transfer engine to start (``ipc``/``nccl``, CUDA) so that
     path can be timed beside shm and bytes; the weights are sent from ``cuda:trainer_gpu`` on CUDA."""
     from memrl.engines.vllm import VLLMEngine
@@ -130,6 +130,7 @@ def bench_shape(shape: str, dtype: str, paths: list[str], repeats: int, root: Pa
     device = f"cuda:{trainer_gpu}" if cuda else "cpu"
     engine = VLLMEngine.from_pretrained(str(folder), dtype=dtype, sync_path=backend or "shm",
                                         trainer_gpu=trainer_gpu if cuda else None, **kw)
+    engine.bucket_bytes = bucket_mb * 2**20
     try:
         state = {k: v.to(device) for k, v in random_state(shape, dtype, seed=1).items()}
         state["lm_head.weight"] = state["model.embed_tokens.weight"]  # tied, as the checkpoint is
@@ -187,6 +188,7 @@ def main() -> None:
     ap.add_argument("--backend", choices=["ipc", "nccl"], help="CUDA: start vLLM's weight-transfer engine of this "
                     "backend and time that path too (nccl: weights sent from cuda:1, the engine on cuda:0)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--bucket-mb", type=int, default=256, help="engine.vllm.bucket_mb")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "memrl" / "bench-shapes"),
                     help="where the random-weight model folders are kept between runs")
     args = ap.parse_args()
@@ -197,10 +199,10 @@ def main() -> None:
             sys.exit(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
         paths = args.paths.split(",") + ([args.backend] if args.backend else [])
         rows += bench_shape(shape, args.dtype, paths, args.repeats, Path(args.cache), args.backend,
-                            trainer_gpu=1 if args.backend == "nccl" else 0)
-        print(table(rows[-len(paths) - 2:], device_name()), flush=True)
-    print()
-    print(table(rows, device_name()))
+                            trainer_gpu=1 if args.backend == "nccl" else 0, bucket_mb=args.bucket_mb)
+        print(table(rows[-len(paths) - 2:], device_name()) + "\n", flush=True)
+    if len(args.shapes.split(",")) > 1:
+        print(table(rows, device_name()))
 
 
 if __name__ == "__main__":
