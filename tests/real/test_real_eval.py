@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from tests.real.conftest import eval_numbers, memrl, report
+from tests.real.helpers import eval_numbers, memrl, report
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.real.conftest import report
+from tests.real.helpers import report
 
 pytestmark = pytest.mark.slow
 openai = pytest.importorskip("openai", reason="the openai SDK is in the dev extra: pip install -e '.[dev]'")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.real.conftest import memrl, report
+from tests.real.helpers import memrl, report
 
 pytestmark = pytest.mark.slow
 

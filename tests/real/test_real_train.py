@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from tests.real.conftest import memrl, report
+from tests.real.helpers import memrl, report
 
 pytestmark = pytest.mark.slow
 
