@@ -1,0 +1,68 @@
+"""Config of the inference engines (``engine.*``): Hugging Face, OpenAI-compatible HTTP, in-process vLLM."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from memrl.config.section import Section
+
+
+class VLLMOptions(Section):
+    """In-process vLLM engine options (``engine.kind=vllm``), passed to ``AsyncEngineArgs``.
+
+    Defaults start on a CPU machine as well as on a GPU: eager mode (no graph capture,
+    seconds instead of minutes to start) and no chunked prefill, because vLLM's CPU
+    sampler fails on a seeded request whose prompt is split across scheduler steps.
+    """
+
+    max_model_len: int | None = Field(None, gt=0, description="Context window (default: the model's).")
+    max_num_batched_tokens: int | None = Field(None, gt=0, description="Tokens one scheduler step may hold; "
+                                               "default: at least max_model_len, so a prompt is never split.")
+    max_num_seqs: int | None = Field(None, gt=0, description="Sequences decoded together.")
+    enable_prefix_caching: bool | None = Field(None, description="Reuse keys/values of shared prompt prefixes "
+                                               "(null: vLLM's default).")
+    enforce_eager: bool = Field(True, description="No CUDA-graph / compile warm-up: fast start; set false "
+                                "for the last bit of GPU decode speed.")
+    kv_cache_memory: float | None = Field(None, gt=0, description="KV cache size in GiB (CPU: "
+                                          "VLLM_CPU_KVCACHE_SPACE; GPU: kv_cache_memory_bytes); null: vLLM's "
+                                          "default (GPU: engine.gpu_memory_utilization).")
+    seed: int | None = Field(None, description="Engine seed (default: trainer.seed).")
+    sleep: Literal["auto", "on", "off"] = Field("auto", description="Sleep mode (free accelerator memory during "
+                                                "updates): auto = on where the platform supports it and "
+                                                "cluster.placement=colocate.")
+    lora_sync: Literal["merged", "adapter"] = Field("merged", description="LoRA runs: push merged weights, or "
+                                                    "only the adapter (a few MB) loaded as a vLLM LoRA request.")
+    bucket_mb: int = Field(256, gt=0, description="Weight sync: tensors travel in buckets of this size "
+                           "(whole layers on the shm and ipc paths): the extra memory a sync takes.")
+    sync_path: Literal["auto", "ipc", "nccl", "shm", "bytes"] = Field(
+        "auto", description="How new weights reach the engine: ipc (CUDA IPC, engine on the trainer's GPU), nccl "
+        "(broadcast, engine on other GPUs), shm (shared memory, any platform), bytes (through vLLM's RPC); auto "
+        "picks the first that applies.")
+    args: dict[str, Any] = Field(default_factory=dict, description="Any further AsyncEngineArgs field, e.g. "
+                                 "{swap_space: 4}; names are checked against the installed vLLM.")
+
+
+class EngineConfig(Section):
+    """Inference backend."""
+
+    kind: Literal["hf", "openai", "vllm"] = "hf"
+    base_url: str | None = Field(None, description="openai: server root, e.g. http://127.0.0.1:8000/v1.")
+    served_model: str | None = Field(None, description="openai: model name sent in requests.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
+    max_batch_size: int = Field(32, gt=0, description="hf: requests decoded together.")
+    tensor_parallel_size: int = Field(1, ge=1, description="vllm: GPUs per engine (tensor parallel); with "
+                                      "cluster.rollout_replicas each replica takes this many.")
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="vllm: share of each GPU the engine "
+                                          "may take (weights + KV cache); leave room for training when colocated.")
+    concurrency: int = Field(64, gt=0, description="Episodes (and HTTP requests) in flight at once.")
+    timeout_s: float = Field(600.0, gt=0, description="openai: patience of a request before the client asks the "
+                             "server whether it is alive (a live server's slow answer is awaited, up to max_wait_s).")
+    timeout_per_token_s: float = Field(1.0, ge=0, description="openai: patience added per requested new token.")
+    max_wait_s: float = Field(86400.0, gt=0, description="openai: longest wait for one answer of a live server.")
+    retries: int = Field(3, ge=0, description="openai: retries of a failed request (transport error, 429, 5xx, "
+                         "a server that stopped answering).")
+    backoff_s: float = Field(0.5, ge=0, description="openai: first retry delay, doubled each retry (capped at 60 s).")
+    device: str | None = None
+    vllm: VLLMOptions = Field(default_factory=VLLMOptions)
