@@ -29,7 +29,7 @@ from rich.console import Console
 
 
 def run_one(work: Path, steps: int, staleness: int | None, replicas: int, seed: int, off_policy: str) -> dict:
-    from memrl.demo.run import DemoScale, rl_config, warm_start
+    from memrl_demo.run import DemoScale, rl_config, warm_start
     from memrl.train.trainer import Trainer
 
     console = Console(stderr=True, quiet=True)

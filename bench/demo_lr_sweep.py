@@ -17,7 +17,7 @@ from pathlib import Path
 
 from memrl.config import MemRLConfig
 from memrl.data import read_samples
-from memrl.demo.run import DemoScale, accuracy, build_data, deterministic, rl_config
+from memrl_demo.run import DemoScale, accuracy, build_data, deterministic, rl_config
 from memrl.models.resolve import load_tokenizer
 from memrl.train.trainer import Trainer
 

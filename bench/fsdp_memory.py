@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--layers", type=int, default=8)
     args = ap.parse_args()
-    from memrl.demo.needle import tokenizer_corpus
+    from memrl_demo.needle import tokenizer_corpus
     from memrl.dist.ddp import free_port
     from memrl.models.tiny import build_tiny_model
 

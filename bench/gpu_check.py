@@ -32,7 +32,7 @@ def grpo_setup(tmp: Path, device: str, hidden: int, layers: int, steps: int) -> 
     """A random Qwen2-style model (``hidden`` x ``layers``) and a needle task in ``tmp``; returns the raw config
     (``bench/gpu_scaleout.py`` builds its runs on it)."""
     from memrl.data import write_samples
-    from memrl.demo.needle import make_split, tokenizer_corpus
+    from memrl_demo.needle import make_split, tokenizer_corpus
     from memrl.models.tiny import build_tiny_model
 
     cuda = device.startswith("cuda")

@@ -154,7 +154,7 @@ def grpo_config(tmp: Path, path: str, device: str, dtype: str, lora: bool, engin
     """One MemAgent GRPO step on the needle task: 4 prompts x 8 episodes, two 1K-token chunks each
     (``smoke``: 2 x 2 episodes of two 128-token chunks, to test the plumbing on a CPU)."""
     from memrl.data import write_samples
-    from memrl.demo.needle import make_split
+    from memrl_demo.needle import make_split
 
     write_samples(make_split(1, 16, (20, 40)), tmp / "train.jsonl", fmt="jsonl")
     chunk, memory, n, prompts = (128, 16, 2, 2) if smoke else (1024, 128, 8, 4)

@@ -5,7 +5,7 @@ import json
 import torch
 from typer.testing import CliRunner
 
-from memrl.demo.run import DemoScale, SftPhase, run_demo
+from memrl_demo.run import DemoScale, SftPhase, run_demo
 
 SMALL = DemoScale(train_docs=16, heldout_docs=6, sft_phases=(SftPhase("spot", 3e-3, 2, 24, (0, 1)),), prompts_per_step=2,
                   episodes_per_prompt=4, eval_samples=6)

@@ -2,9 +2,9 @@ import asyncio
 import random
 
 from memrl.config.schema import WorkflowConfig
-from memrl.demo.needle import CODES, QUESTION, make_split, needle_sentence, tokenizer_corpus
-from memrl.demo.run import WORKFLOW, teacher_trajectories
-from memrl.demo.teacher import TeacherEngine
+from memrl_demo.needle import CODES, QUESTION, make_split, needle_sentence, tokenizer_corpus
+from memrl_demo.run import WORKFLOW, teacher_trajectories
+from memrl_demo.teacher import TeacherEngine
 from memrl.engines.base import SamplingParams
 from memrl.models.tiny import build_hf_tokenizer
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from memrl.demo.tools_run import ToolsScale, run_tools_demo
+from memrl_demo.tools_run import ToolsScale, run_tools_demo
 
 SMALL = ToolsScale(test_per_kind=1, train_per_kind=2, teacher_repeats=1, sft_epochs=1, prompts_per_step=2,
                    episodes_per_prompt=2, vocab_size=800)

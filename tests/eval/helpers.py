@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from memrl.data import write_samples
-from memrl.demo.needle import make_split, tokenizer_corpus
+from memrl_demo.needle import make_split, tokenizer_corpus
 from memrl.models.tiny import build_hf_tokenizer
 
 

@@ -1,4 +1,4 @@
-"""``memrl demo``: the job ``make demo`` runs (see memrl.demo.run)."""
+"""``memrl demo``: the job ``make demo`` runs (see memrl_demo.run)."""
 
 from __future__ import annotations
 
@@ -54,13 +54,13 @@ def demo(
     steps_given = {} if steps is None else {"rl_steps": steps}  # else each demo's own default
     with stopped_cleanly():
         if task == "tools":
-            from memrl.demo.tools_run import run_tools_demo
+            from memrl_demo.tools_run import run_tools_demo
 
             if fresh:
                 clear_outputs(out, "--fresh")
             run_tools_demo(out, seed=seed, reward=reward, **steps_given)
             return
-        from memrl.demo.run import LEGACY_DEMO, run_demo
+        from memrl_demo.run import LEGACY_DEMO, run_demo
 
         if fresh:
             clear_outputs(out, "--fresh", legacy=LEGACY_DEMO)

@@ -1,10 +1,10 @@
 """``memrl demo --task tools``: a tool agent that visibly learns, on a 2-core CPU in minutes.
 
-1. Tickets generated from the built-in ``library`` database (:mod:`memrl.demo.tools_tasks`), split
+1. Tickets generated from the built-in ``library`` database (:mod:`memrl_demo.tools_tasks`), split
    into training and held-out test tickets; a tiny model and a tokenizer built from a config.
 2. Warm start: SFT on episodes of a sloppy teacher that plays the gold tool calls through the real
    ``tool_agent`` workflow but, on four kinds of ticket, slips more often than not
-   (:mod:`memrl.demo.tools_teacher`).
+   (:mod:`memrl_demo.tools_teacher`).
 3. Held-out success (greedy, τ²-bench reward: database and required information) before RL.
 4. GRPO with memrl's Trainer (workflow ``tool_agent``) on the training tickets, rewarded with
    τ²-bench's reward or, with ``--reward progress``, the fraction of checks passed
@@ -12,7 +12,7 @@
 5. Held-out success after RL, tool-call validity, turns per episode, a reward curve and summary.json.
 
 Every stage is skipped when its output exists, so an interrupted demo resumes. Determinism is the
-needle demo's (:func:`memrl.demo.run.deterministic`): the same seed prints the same numbers on a
+needle demo's (:func:`memrl_demo.run.deterministic`): the same seed prints the same numbers on a
 given machine.
 """
 
@@ -30,8 +30,8 @@ from rich.console import Console
 from memrl.config import MemRLConfig
 from memrl.config.schema import WorkflowConfig
 from memrl.data.atomic import atomic_write
-from memrl.demo.run import DEMO_THREADS, deterministic
-from memrl.demo.tools_tasks import library_files, read_plans, write_domain
+from memrl_demo.run import DEMO_THREADS, deterministic
+from memrl_demo.tools_tasks import library_files, read_plans, write_domain
 
 WORKFLOW = dict(name="tool_agent", max_turns=5, turn_tokens=40, max_total_tokens=1024, tool_format="qwen",
                 tool_parser="hermes")
@@ -78,7 +78,7 @@ def run_tools_demo(out: Path, *, rl_steps: int = 60, seed: int = 0, reward: str 
 
 def _warm_start(out: Path, init: Path, domain: Any, train: list[Any], tok: Any, seed: int, scale: ToolsScale,
                 console: Console) -> Path:
-    from memrl.demo.tools_data import teacher_trajectories
+    from memrl_demo.tools_data import teacher_trajectories
     from memrl.models.resolve import load_model
     from memrl.train.policy import export_model
     from memrl.train.sft import sft
@@ -123,9 +123,9 @@ def _line(name: str, s: dict[str, Any]) -> str:
 
 
 def _run(out: Path, rl_steps: int, seed: int, reward: str, console: Console, scale: ToolsScale) -> dict[str, Any]:
-    from memrl.demo.tools_data import corpus
-    from memrl.demo.tools_eval import heldout
-    from memrl.demo.tools_model import build_model
+    from memrl_demo.tools_data import corpus
+    from memrl_demo.tools_eval import heldout
+    from memrl_demo.tools_model import build_model
     from memrl.envs.domain import load_domain
     from memrl.models.resolve import load_model, load_tokenizer
     from memrl.train.tracking import plot_run

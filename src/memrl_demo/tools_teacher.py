@@ -22,7 +22,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memrl.demo.tools_tasks import TaskPlan
+from memrl_demo.tools_tasks import TaskPlan
 from memrl.engines.base import GenerationResult, SamplingParams
 from memrl.envs.messages import ToolCall
 from memrl.workflows.tool_calls import render_call

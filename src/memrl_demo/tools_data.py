@@ -6,8 +6,8 @@ import asyncio
 import random
 from typing import Any
 
-from memrl.demo.tools_tasks import TaskPlan
-from memrl.demo.tools_teacher import SLIPS, ToolTeacherEngine, script
+from memrl_demo.tools_tasks import TaskPlan
+from memrl_demo.tools_teacher import SLIPS, ToolTeacherEngine, script
 from memrl.envs.domain import Domain
 from memrl.envs.evaluate import run_calls
 from memrl.envs.messages import ToolCall

@@ -40,8 +40,8 @@ from memrl.config import MemRLConfig
 from memrl.config.schema import WorkflowConfig
 from memrl.data import write_samples
 from memrl.data.atomic import atomic_write
-from memrl.demo.needle import make_split, tokenizer_corpus
-from memrl.demo.teacher import TeacherEngine
+from memrl_demo.needle import make_split, tokenizer_corpus
+from memrl_demo.teacher import TeacherEngine
 from memrl.engines.base import SamplingParams
 from memrl.engines.hf import HFEngine
 from memrl.workflows.memagent import memagent
