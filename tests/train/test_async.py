@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -177,3 +178,50 @@ def test_async_sigkill_then_resume_neither_loses_nor_repeats_a_sample(tmp_path):
     # each group's 2 episodes were trained once; what was drawn but not trained is pending in the checkpoint
     assert Counter({i: c // 2 for i, c in trained.items()}) + Counter(state.get("pending", [])) == Counter(drawn)
     assert all(c % 2 == 0 for c in trained.values())
+
+
+class _Slow:
+    """An engine that takes ``delay`` seconds per call: episodes finish well after the trainer asks for them."""
+
+    def __init__(self, engine, delay: float) -> None:
+        self.engine = engine
+        self.delay = delay
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    async def generate(self, prompt_ids, params):
+        await asyncio.sleep(self.delay)
+        return await self.engine.generate(prompt_ids, params)
+
+
+def _busy(producer) -> bool:
+    with producer.lock:
+        return bool(producer.running) or producer._can_submit()
+
+
+def test_every_async_step_logs_the_reward_of_the_episodes_it_trained(tmp_path):
+    """A step whose groups were all complete before the previous step ended finishes nothing new; it used to
+    log no reward, and ``memrl train`` then called a run that trained every step a failure."""
+    from memrl.models.resolve import load_tokenizer
+    from tests.train.helpers import coin_engine
+
+    cfg = config(tmp_path, trainer__mode="async", trainer__max_staleness=2, trainer__total_steps=3,
+                 algorithm__off_policy="decoupled")
+    trainer = Trainer(cfg, engine=_Slow(coin_engine(load_tokenizer("tiny"), seed=1), 0.1))
+    steps = []
+    try:
+        for step in range(1, 4):
+            trainer.step = step
+            steps.append(trainer.train_step())
+            trained = trainer.step_trajectories
+            assert steps[-1]["reward"] == pytest.approx(statistics.fmean(t.reward for t in trained))
+            deadline = time.time() + 60  # after step 1: let the producer finish all it may generate
+            while step == 1 and _busy(trainer.producer) and time.time() < deadline:
+                time.sleep(0.01)
+    finally:
+        trainer.producer.close()
+    # step 3's groups were complete before step 2 ended, and the groups step 2 released take >= 0.3 s
+    assert steps[2]["rollout_episodes"] == 0 and "reward_finished" not in steps[2]
+    assert steps[1]["rollout_episodes"] > 0 and 0 <= steps[1]["reward_finished"] <= 1
+    assert all(m["train_rows"] > 0 for m in steps)

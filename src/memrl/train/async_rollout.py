@@ -25,6 +25,7 @@ saves them and a resumed run generates them again first, so none is lost or repe
 from __future__ import annotations
 
 import asyncio
+import statistics
 import threading
 import time
 from collections import Counter
@@ -35,11 +36,30 @@ from typing import Any, TypeVar
 from memrl.config import MemRLConfig
 from memrl.engines.base import Engine
 from memrl.rl.dapo import keep_groups
-from memrl.train.rollout import RolloutRunner
+from memrl.train.rollout import RolloutRunner, rollout_metrics
 from memrl.train.versioned import PolicyClock, VersionedEngine, WeightGate
 from memrl.types import Trajectory
 
 T = TypeVar("T")
+
+
+def async_step_metrics(trained: list[Trajectory], finished: list[Trajectory], span_s: float) -> dict[str, float]:
+    """A step's episode metrics that mean what the synchronous trainer's mean.
+
+    ``reward`` and the episode metrics are over the episodes *trained* in the step (as AReaL
+    logs them): in a synchronous run those are the episodes generated in it, and the learning
+    curve must compare like with like. The episodes that *finished* since the last step were
+    generated under newer weights and may be trained later; their mean reward is
+    ``reward_finished`` and their tokens make ``tokens_per_s`` (generation throughput over the
+    span between two steps). A step can finish nothing new (its groups were all complete
+    before the previous step ended) and still train: it has a ``reward`` all the same.
+    """
+    metrics = rollout_metrics(trained or finished, span_s)
+    metrics.pop("tokens_per_s", None)
+    if finished:
+        metrics["reward_finished"] = statistics.fmean(t.reward for t in finished)
+    metrics["tokens_per_s"] = sum(t.num_generated_tokens for t in finished) / max(span_s, 1e-9)
+    return metrics
 
 
 @dataclass
