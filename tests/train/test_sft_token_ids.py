@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from memrl.cli.main import app
 from memrl.data.errors import DataError
-from memrl.train.record_check import record_problem
-from memrl.train.sft import read_trajectories
+from memrl.io.record_check import record_problem
+from memrl.io.records import read_trajectories
 
 
 def record(ids: list, mask: list | None = None) -> dict:

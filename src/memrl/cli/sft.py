@@ -25,7 +25,7 @@ def _check_vocab(trajs: list[Any], vocab: int, model: str, source: Path) -> None
     """
     from memrl.data.errors import DataError
     from memrl.eval.records import rollout_paths
-    from memrl.train.sft import read_trajectories
+    from memrl.io.records import read_trajectories
 
     top = max((max(c.token_ids) for t in trajs for c in t.conversations if len(c.token_ids)), default=-1)
     if top < vocab:

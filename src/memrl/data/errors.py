@@ -4,21 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-class DataError(ValueError):
-    """Bad input data. ``str(err)`` is ``file:row:field: message`` (row is 1-based)."""
-
-    def __init__(self, file: str | Path, row: int | None, field: str | None, message: str) -> None:
-        self.file = str(file)
-        self.row = row
-        self.field = field
-        self.message = message
-        where = self.file
-        if row is not None:
-            where += f":{row}"
-        if field:
-            where += f":{field}"
-        super().__init__(f"{where}: {message}")
+from memrl.io.errors import DataError  # data readers import it from here
 
 
 def type_name(value: object) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from memrl.data.atomic import remove_stale_temps, staging_dir
+from memrl.io.atomic import remove_stale_temps, staging_dir
 from memrl.data.budget import check_token_budget
 from memrl.data.distance import EvidenceOrder, check_min_distance, evidence_fields, place_evidence
 from memrl.data.errors import DataError

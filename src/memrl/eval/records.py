@@ -2,7 +2,7 @@
 
 ``memrl eval`` keeps, next to its summaries (``episodes/``) and human-readable ``transcripts/``,
 each finished episode as a rollout record in ``OUT/rollouts/<episode>.jsonl`` (the episode's path
-under ``episodes/``, one JSON line). A record is what :func:`memrl.train.rollouts.rollout_record`
+under ``episodes/``, one JSON line). A record is what :func:`memrl.io.records.rollout_record`
 builds (``Trajectory.to_dict()``: token ids, loss mask and sampling log-probs per conversation,
 reward, metrics, info; plus decoded ``text`` per conversation), with no advantage or trainer
 log-probs (nothing was trained), ``step`` / ``policy_version`` null, ``pick`` = ``"eval"`` and an
@@ -19,8 +19,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from memrl.data.atomic import atomic_write
-from memrl.train.rollouts import rollout_record
+from memrl.io.atomic import atomic_write
+from memrl.io.records import read_trajectories, rollout_record
 from memrl.types import Trajectory
 
 ROLLOUTS = "rollouts"
@@ -62,8 +62,6 @@ def rollout_paths(path: str | Path) -> list[Path]:
 
 def read_rollouts(path: str | Path) -> list[Trajectory]:
     """Every episode the rollout files under ``path`` hold (see :func:`rollout_paths`)."""
-    from memrl.train.sft import read_trajectories
-
     return [t for file in rollout_paths(path) for t in read_trajectories(file)]
 
 

@@ -14,18 +14,14 @@ Hub downloads are the user's choice; when they fail (no network,
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
+
+from memrl.models.cache import cache_dir
 
 
 class ModelNotFoundError(RuntimeError):
     """A model or tokenizer spec that could not be loaded."""
-
-
-def cache_dir() -> Path:
-    """Where memrl keeps built/converted models (``$MEMRL_CACHE`` or ``~/.cache/memrl``)."""
-    return Path(os.environ.get("MEMRL_CACHE", Path.home() / ".cache" / "memrl"))
 
 
 # ``tiny32``: the same random Qwen2 shape with 32-wide attention heads, the smallest that vLLM's
@@ -43,7 +39,7 @@ def resolve_model_path(spec: str) -> str:
         folder, shape = TINY_ALIASES[key]
         path = cache_dir() / folder
         if not (path / "config.json").is_file():
-            from memrl.data.atomic import atomic_dir
+            from memrl.io.atomic import atomic_dir
             from memrl.models.tiny import build_tiny_model
 
             with atomic_dir(path) as tmp:

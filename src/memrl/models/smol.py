@@ -50,8 +50,8 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
 
 def smollm2_path() -> Path:
     """The converted folder, converting on first use (atomically)."""
-    from memrl.data.atomic import atomic_dir
-    from memrl.models.resolve import cache_dir
+    from memrl.io.atomic import atomic_dir
+    from memrl.models.cache import cache_dir
 
     out = cache_dir() / "smollm2-135m-instruct"
     if (out / "config.json").is_file():
@@ -70,8 +70,8 @@ def smollm2_tokenizer() -> Any:
     """
     from transformers import AutoTokenizer
 
-    from memrl.data.atomic import atomic_dir
-    from memrl.models.resolve import cache_dir
+    from memrl.io.atomic import atomic_dir
+    from memrl.models.cache import cache_dir
 
     for folder in (cache_dir() / "smollm2-135m-instruct", cache_dir() / "smollm2-135m-instruct-tokenizer"):
         if (folder / "tokenizer_config.json").is_file():

@@ -1,15 +1,8 @@
-"""Rollouts on disk: the episodes a step trained on, as structured records a person (or ``memrl sft``) can read.
+"""Rollouts on disk: the episodes a step trained on, as records a person (or ``memrl sft``) can read.
 
 Every ``trainer.rollouts_every`` steps the trainer writes ``RUN/rollouts/step_NNNNNN.jsonl`` with
-``trainer.rollouts_per_step`` episodes of that step: the best, the worst, then random ones. A record
-is ``Trajectory.to_dict()`` (so :meth:`memrl.types.Trajectory.from_dict` and ``memrl sft`` read it
-back) plus, for people and viewers:
-
-* ``format``, ``step``, ``policy_version`` (the update count of the weights that sampled it), ``pick``;
-* per conversation: ``text.prompt`` / ``text.response`` (decoded, special tokens shown), the
-  ``advantage`` its generated tokens were trained with, and ``trainer_logprobs`` aligned with
-  ``token_ids`` (0.0 on prompt tokens) where the trainer computed them, beside the engine's
-  sampling ``logprobs``.
+``trainer.rollouts_per_step`` episodes of that step: the best, the worst, then random ones, each a
+rollout record (:mod:`memrl.io.records`) with the advantage and trainer log-probs it was trained with.
 """
 
 from __future__ import annotations
@@ -20,10 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memrl.data.atomic import atomic_write
+from memrl.io.atomic import atomic_write
+from memrl.io.records import rollout_record
 from memrl.types import Trajectory
-
-ROLLOUT_FORMAT = 1
 
 
 def pick_episodes(rewards: Sequence[float], n: int, seed: int) -> list[tuple[int, str]]:
@@ -38,23 +30,6 @@ def pick_episodes(rewards: Sequence[float], n: int, seed: int) -> list[tuple[int
     random.Random(seed).shuffle(rest)
     picked += [(i, "random") for i in rest[: max(n - len(picked), 0)]]
     return picked
-
-
-def rollout_record(traj: Trajectory, tokenizer: Any, *, step: int, version: int, pick: str,
-                   advantages: Sequence[float | None] | None = None,
-                   trainer_logprobs: Sequence[list[float] | None] | None = None) -> dict[str, Any]:
-    """One episode as a rollout record (see the module docstring)."""
-    record = traj.to_dict()
-    record.update(format=ROLLOUT_FORMAT, step=step, policy_version=version, pick=pick)
-    for k, (conv, out) in enumerate(zip(traj.conversations, record["conversations"])):
-        split = conv.prompt_length
-        out["text"] = {"prompt": tokenizer.decode(conv.token_ids[:split], skip_special_tokens=False),
-                       "response": tokenizer.decode(conv.token_ids[split:], skip_special_tokens=False)}
-        if advantages is not None and advantages[k] is not None:
-            out["advantage"] = advantages[k]
-        if trainer_logprobs is not None and trainer_logprobs[k] is not None:
-            out["trainer_logprobs"] = trainer_logprobs[k]
-    return record
 
 
 def row_views(rows: Sequence[Any], n_conversations: Sequence[int]) -> tuple[list[list[float | None]],

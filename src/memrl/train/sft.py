@@ -7,52 +7,14 @@ should produce, never on prompts, tool outputs or user turns.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from memrl.train.batch import Row, collate, micro_batches, rows_from_trajectories, token_logprobs
 from memrl.types import Trajectory
-
-
-def read_trajectories(path: str | Path, vocab_size: int | None = None) -> list[Trajectory]:
-    """JSONL of ``Trajectory.to_dict()`` records (rollout records too), or a folder of such files.
-
-    A folder is a run's ``rollouts/`` (or the run itself), read in name order. A record with a
-    token id that is negative, not an integer or too large (``>= vocab_size`` when given) fails
-    with ``file:line:field`` (see :mod:`memrl.train.record_check`).
-    """
-    from memrl.data.errors import DataError
-    from memrl.train.record_check import record_problem
-
-    path = Path(path)
-    if path.is_dir():
-        folder = path / "rollouts" if (path / "rollouts").is_dir() else path
-        files = sorted(folder.glob("*.jsonl"))
-        if not files:
-            raise FileNotFoundError(f"{path}: no *.jsonl rollout files (a run writes them to RUN/rollouts/)")
-        return [t for f in files for t in read_trajectories(f, vocab_size)]
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for row, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise DataError(path, row, None, f"not JSON: {exc}") from None
-            bad = record_problem(record, vocab_size)
-            if bad is not None:
-                raise DataError(path, row, bad[0], bad[1])
-            try:
-                out.append(Trajectory.from_dict(record))
-            except (KeyError, TypeError, ValueError, OverflowError) as exc:
-                raise DataError(path, row, None, f"not a trajectory record: {exc}") from None
-    return out
 
 
 def sft(

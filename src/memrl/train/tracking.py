@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from memrl.data.atomic import atomic_write
+from memrl.io.atomic import atomic_write
+from memrl.io.metrics import read_metrics, read_rows
 
 CONSOLE_KEYS = [("reward", "reward", "{:.3f}"), ("acc", "eval/accuracy", "{:.1f}"), ("conv", "num_conversations", "{:.1f}"),
                 ("turns", "turns", "{:.1f}"), ("tool-valid", "tool_call_validity", "{:.2f}"),
@@ -103,39 +103,6 @@ class Tracker:
             self._wandb.finish()
 
 
-def read_rows(path: Path, warn: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Rows of a metrics.jsonl; a torn last line (the process died mid-write) is dropped with a warning.
-
-    Any other bad line is an error naming the file and line: it was not
-    written by a dying process, so silently skipping it would hide damage.
-    """
-    lines = path.read_text(errors="replace").splitlines()
-    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
-    rows: list[dict[str, Any]] = []
-    for i, ln in enumerate(lines):
-        if not ln.strip():
-            continue
-        try:
-            row = json.loads(ln)
-            if not isinstance(row, dict) or not isinstance(row.get("step"), int):
-                raise ValueError("not a metrics row (an object with an integer step)")
-        except ValueError as err:
-            if i == last:
-                warn(f"{path}: dropping the torn last line {i + 1} (the run was stopped while writing it)")
-                break
-            raise ValueError(f"{path}, line {i + 1}: {err}") from None
-        rows.append(row)
-    return rows
-
-
-def read_metrics(run_dir: Path, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """All rows of ``run_dir/metrics.jsonl`` (warnings go to stderr unless ``warn`` is given)."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
-    return read_rows(path, warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr)))
-
-
 def plot_run(run_dir: Path, out: Path | None = None,
              keys: tuple[str, ...] = ("reward", "eval/accuracy", "response_tokens", "kl", "entropy", "grad_norm")) -> Path:
     """PNG with one panel per metric over training steps."""
@@ -144,7 +111,7 @@ def plot_run(run_dir: Path, out: Path | None = None,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from memrl.data.atomic import atomic_path
+    from memrl.io.atomic import atomic_path
 
     rows = read_metrics(run_dir)
     present = [k for k in keys if any(k in r for r in rows)]

@@ -97,7 +97,7 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_episode(record: dict[str, Any], ep_id: str, tokenizer: Any | None) -> dict[str, Any]:
-    """A rollout record (see :mod:`memrl.train.rollouts`) as the page shows it."""
+    """A rollout record (see :mod:`memrl.io.records`) as the page shows it."""
     info = record.get("info") or {}
     convs = []
     for k, c in enumerate(record.get("conversations") or []):

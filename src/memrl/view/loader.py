@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from memrl.train.tracking import read_metrics
+from memrl.io.metrics import read_metrics
 from memrl.view.episodes import (conversation_spans, eval_episode, run_episode,  # noqa: F401
                                   token_strings, transcript_conversations)
 from memrl.view.grading import folder_grader, grader_view

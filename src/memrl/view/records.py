@@ -2,7 +2,7 @@
 
 A page of a run is worth having even when one of its records is broken (an edited file, a record
 from another tool, a partly written line): a record that cannot be shown is skipped with a
-one-line warning naming ``file:line`` (and the field, see :mod:`memrl.train.record_check`), and
+one-line warning naming ``file:line`` (and the field, see :mod:`memrl.io.record_check`), and
 the page shows the rest.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memrl.train.record_check import record_problem
+from memrl.io.record_check import record_problem
 
 Warn = Callable[[str], None]
 

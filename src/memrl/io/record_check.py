@@ -1,6 +1,6 @@
 """What is wrong with a rollout record, named by field, before anything indexes with its numbers.
 
-A rollout record (``Trajectory.to_dict()``, see :mod:`memrl.train.rollouts`) comes from a file a
+A rollout record (``Trajectory.to_dict()``, see :mod:`memrl.io.records`) comes from a file a
 person may have edited or produced with another tool. Its token ids index an embedding table and
 a tokenizer: a negative id silently wraps around (or raises ``IndexError`` deep in torch), an id
 past 2^31 overflows the packed arrays, a float is no token at all. ``memrl sft`` / ``rft`` refuse

@@ -1,0 +1,46 @@
+"""Reading ``metrics.jsonl`` back: one row per training step, written by :class:`memrl.train.tracking.Tracker`.
+
+Training resumes from it, and ``memrl view`` / ``memrl train --plot`` show it, so the reader sits
+in the bottom layer where all of them may import it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def read_rows(path: Path, warn: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Rows of a metrics.jsonl; a torn last line (the process died mid-write) is dropped with a warning.
+
+    Any other bad line is an error naming the file and line: it was not
+    written by a dying process, so silently skipping it would hide damage.
+    """
+    lines = path.read_text(errors="replace").splitlines()
+    last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
+    rows: list[dict[str, Any]] = []
+    for i, ln in enumerate(lines):
+        if not ln.strip():
+            continue
+        try:
+            row = json.loads(ln)
+            if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+                raise ValueError("not a metrics row (an object with an integer step)")
+        except ValueError as err:
+            if i == last:
+                warn(f"{path}: dropping the torn last line {i + 1} (the run was stopped while writing it)")
+                break
+            raise ValueError(f"{path}, line {i + 1}: {err}") from None
+        rows.append(row)
+    return rows
+
+
+def read_metrics(run_dir: Path, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """All rows of ``run_dir/metrics.jsonl`` (warnings go to stderr unless ``warn`` is given)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
+    return read_rows(path, warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr)))
