@@ -8,47 +8,45 @@ is too small; this does the same for token budgets and names what the pool can g
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 from memrl.data.errors import DataError
-
-if TYPE_CHECKING:
-    from memrl.data.synth import Synthesizer
+from memrl.data.questions import Question
 
 
-def check_token_budget(synth: Synthesizer, budget: int) -> None:
+def check_token_budget(questions: Sequence[Question], pool_size: int, doc_tokens: Callable[[int], int], budget: int,
+                       *, include_question_distractors: bool, source: str) -> None:
     """Raise :class:`DataError` for the first question whose distinct paragraphs total under ``budget``.
 
     A question can use its own paragraphs (gold, plus its distractors when they are included)
-    and every pool paragraph that is not its own. Each paragraph is costed as a numbered
-    document (separator + ``Document k:`` header + text), with the header of document 2: the
-    headers of later documents are no shorter, so the sum is a lower bound of what the pool
+    and every pool paragraph that is not its own. ``doc_tokens(pid)`` costs paragraph ``pid`` as
+    a numbered document (separator + ``Document k:`` header + text) with the header of document 2:
+    the headers of later documents are no shorter, so the sum is a lower bound of what the pool
     gives and the check never rejects a budget that could be filled. Counting stops as soon
-    as the pool clearly suffices for every question, so a large pool costs little.
+    as the pool clearly suffices for every question, so a large pool costs little. The caller
+    skips the check when paragraphs may repeat. Takes the pieces rather than the synthesizer so
+    that :mod:`memrl.data.synth` imports this module and not the other way round.
     """
-    if synth.allow_repeats or not synth.questions:
+    if not questions:
         return
-    pool = synth.pool
-    cost = lambda pid: synth._doc_tokens(2, pid)  # noqa: E731
-    own_cost = {q.row: sum(cost(p) for p in q.own) for q in synth.questions}
-    usable_own = {
-        q.row: sum(cost(p) for p in (list(q.gold) + (list(q.own_distractors) if synth.include_question_distractors
-                                                      else [])))
-        for q in synth.questions
-    }
+    own_cost = {q.row: sum(doc_tokens(p) for p in q.own) for q in questions}
+    def usable(q: Question) -> list[int]:
+        return list(q.gold) + (list(q.own_distractors) if include_question_distractors else [])
+
+    usable_own = {q.row: sum(doc_tokens(p) for p in usable(q)) for q in questions}
     # Enough for everyone once the pool, minus the largest own share, covers the budget.
     need = budget + max(own_cost.values())
     total = 0
-    for pid in range(len(pool)):
-        total += cost(pid)
+    for pid in range(pool_size):
+        total += doc_tokens(pid)
         if total >= need:
             return
-    for q in synth.questions:
+    for q in questions:
         available = total - own_cost[q.row] + usable_own[q.row]
         if available < budget:
             raise DataError(
-                synth.source, q.row, "context",
+                source, q.row, "context",
                 f"--train-tokens {budget:,} asks for contexts of {budget:,} tokens but the paragraph pool gives "
-                f"at most about {available:,} tokens for this question ({len(pool):,} paragraphs); add distractor "
+                f"at most about {available:,} tokens for this question ({pool_size:,} paragraphs); add distractor "
                 "paragraphs with --pool FILE, lower --train-tokens, or pass --allow-repeats",
             )

@@ -354,7 +354,8 @@ def plan_synthesis(
     )
     for n in docs:
         synth.check_docs(n)
-    if train_tokens:
-        check_token_budget(synth, train_tokens)
+    if train_tokens and not allow_repeats:
+        check_token_budget(questions, len(pool), lambda pid: synth._doc_tokens(2, pid), train_tokens,
+                           include_question_distractors=include_question_distractors, source=str(input_path))
     return SynthPlan(synth=synth, docs=docs, train_tokens=train_tokens, out=Path(out), fmt=fmt,
                      name_as=name if rememr1_names else None)
