@@ -1,0 +1,98 @@
+"""The gateway's HTTP routes: ``/episodes/<id>/v1/{chat/completions,completions,models}``.
+
+Each episode has its own base URL and key. The episode is looked up before the body is
+read, so an unknown or finished episode gets a 404 and a wrong key a 401 whatever the body;
+a malformed body gets a 400 naming the field (serve's error shape and body checks). A
+request that fails for any other reason gets a 503 and fails its episode: nothing answers
+500, and nothing one episode sends can reach another's conversations.
+"""
+
+# No ``from __future__ import annotations`` here: FastAPI reads these annotations at run time.
+import asyncio
+from typing import Any
+
+import fastapi
+from fastapi import Depends, Request
+
+from memrl.gateway.calls import CallRequest, model_call
+from memrl.gateway.requests import (GatewayChatBody, GatewayCompletionBody, chat_messages, check_common, check_tools,
+                                    requested_max_tokens, sampling_overrides)
+from memrl.gateway.sessions import Session, Sessions
+from memrl.serve.errors import APIError, error_response, install_error_handlers
+from memrl.serve.fields import chat_logprobs, completion_logprobs, stop_strings
+from memrl.serve.limits import check_token_ids
+from memrl.serve.middleware import BodyLimit
+
+
+def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int = 8 * 2**20) -> Any:
+    """The ASGI app serving the open episodes of ``sessions``."""
+    app = fastapi.FastAPI(title="memrl gateway", docs_url=None, redoc_url=None, openapi_url=None)
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Any:
+        return error_response(503, f"the gateway could not answer ({type(exc).__name__})", code="gateway_error")
+
+    def session_of(episode_id: str, request: Request) -> Session:
+        return sessions.get(episode_id, request.headers.get("authorization", ""))
+
+    async def call(session: Session, req: CallRequest) -> dict[str, Any]:
+        sessions.start_call(session)
+        try:
+            future = session.run(model_call(session, req))
+        except RuntimeError:  # the episode's loop is gone: it has finished
+            raise APIError(404, f"episode {session.id!r} is finished", code="episode_not_found") from None
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            if future.cancelled():  # the episode ended (timeout, program returned) while this call ran
+                raise APIError(404, f"episode {session.id!r} finished during this call",
+                               code="episode_not_found") from None
+            raise
+        except APIError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - e.g. a tool-parser plug-in that raised: the episode fails
+            session.fail(exc)
+            raise APIError(503, f"the call failed ({type(exc).__name__}); this episode will be discarded",
+                           code="call_failed") from None
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/episodes/{episode_id}/v1/models")
+    async def models(session: Session = Depends(session_of)) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "memrl"}]}
+
+    @app.post("/episodes/{episode_id}/v1/chat/completions")
+    async def chat(body: GatewayChatBody, session: Session = Depends(session_of)) -> dict[str, Any]:
+        check_common(body)
+        k = chat_logprobs(body)
+        if k:
+            raise APIError(400, "top_logprobs: only the sampled token's log-prob is recorded (ask for 0)",
+                           code="unsupported", param="top_logprobs")
+        req = CallRequest("chat", chat_messages(body.messages), tools=check_tools(body),
+                          max_tokens=requested_max_tokens(body), overrides=sampling_overrides(body),
+                          stops=stop_strings(body), ignore_eos=body.ignore_eos, skip_special=body.skip_special_tokens,
+                          logprobs=k, as_ids=body.return_tokens_as_token_ids, return_token_ids=body.return_token_ids,
+                          model=model_name)
+        req.stop_token_ids = check_token_ids(body.stop_token_ids or [], "stop_token_ids", None)
+        return await call(session, req)
+
+    @app.post("/episodes/{episode_id}/v1/completions")
+    async def completions(body: GatewayCompletionBody, session: Session = Depends(session_of)) -> dict[str, Any]:
+        check_common(body)
+        k = completion_logprobs(body)
+        if k:
+            raise APIError(400, "logprobs: only the sampled token's log-prob is recorded (ask for 0)",
+                           code="unsupported", param="logprobs")
+        req = CallRequest("completion", body.prompt, max_tokens=requested_max_tokens(body),
+                          overrides=sampling_overrides(body), stops=stop_strings(body), ignore_eos=body.ignore_eos,
+                          skip_special=body.skip_special_tokens, logprobs=k, as_ids=body.return_tokens_as_token_ids,
+                          return_token_ids=body.return_token_ids, add_special_tokens=body.add_special_tokens,
+                          model=model_name)
+        req.stop_token_ids = check_token_ids(body.stop_token_ids or [], "stop_token_ids", None)
+        return await call(session, req)
+
+    return app

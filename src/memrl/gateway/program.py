@@ -1,0 +1,123 @@
+"""Running one agent program for one episode: an async function in this process, or a command.
+
+A function ``async def fn(client: openai.AsyncOpenAI, sample: dict) -> float | dict`` gets a
+client whose base URL and key are the episode's (``client.model_name`` is the served name,
+also in ``$MEMRL_MODEL``). A command (any language) gets ``OPENAI_BASE_URL``,
+``OPENAI_API_KEY`` and ``MEMRL_MODEL`` in its environment and the sample as JSON on stdin,
+and prints its result as JSON on its last stdout line. Either result is the reward (a
+number) or ``{"reward": r, "metrics": {"name": value, ...}}``.
+
+Anything a program does wrong is an :class:`AgentProgramError` naming the program and what
+happened, which fails the episode and leaves the run going.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import json
+import os
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from memrl.gateway.server import Endpoint
+
+_STDERR_LINES = 20
+
+
+class AgentProgramError(RuntimeError):
+    """The agent program failed this episode (raised, hung, printed no result, ...)."""
+
+
+def load_program(spec: str) -> Callable[..., Awaitable[Any]]:
+    """The async function at ``package.module:function``, or a one-line ValueError."""
+    from memrl.plugins import load_object
+
+    fn = load_object(spec, "workflow.options.program")
+    if not inspect.iscoroutinefunction(fn):
+        raise ValueError(f"workflow.options.program {spec!r} must be an async function (client, sample) -> reward")
+    return fn  # type: ignore[no-any-return]
+
+
+def parse_result(value: Any, what: str) -> tuple[float, dict[str, float]]:
+    """(reward, metrics) of a program's result: a number, or ``{"reward": r, "metrics": {...}}``."""
+    if isinstance(value, dict):
+        if "reward" not in value:
+            raise AgentProgramError(f"{what} returned a dict without a 'reward' key (keys: {sorted(value)[:8]})")
+        metrics = value.get("metrics") or {}
+        if not isinstance(metrics, dict):
+            raise AgentProgramError(f"{what} returned metrics that are not a dict of numbers")
+        bad = [k for k, v in metrics.items() if isinstance(v, bool) or not isinstance(v, (int, float))]
+        if bad:
+            raise AgentProgramError(f"{what} returned metric {bad[0]!r} that is not a number")
+        return _number(value["reward"], what), {str(k): float(v) for k, v in metrics.items()}
+    return _number(value, what), {}
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise AgentProgramError(f"{what} returned {str(value)[:80]!r} ({type(value).__name__}): the reward must be a "
+                                "number or {'reward': r, 'metrics': {...}}")
+    return float(value)
+
+
+def _where(exc: BaseException) -> str:
+    """`` (at file:line)`` of the innermost frame of the traceback."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "" if tb is None else f" (at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno})"
+
+
+async def call_function(fn: Callable[..., Awaitable[Any]], endpoint: Endpoint, model_name: str, sample: Any,
+                        what: str) -> Any:
+    """Await ``fn(client, sample)`` with a client bound to the episode; its exception as AgentProgramError."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+    client.model_name = model_name  # type: ignore[attr-defined]
+    try:
+        return await fn(client, copy.deepcopy(sample))
+    except Exception as exc:
+        message = " ".join(str(exc).split())[:300]
+        raise AgentProgramError(f"{what} raised {type(exc).__name__}: {message}{_where(exc)}") from exc
+    finally:
+        await client.close()
+
+
+async def call_command(command: Sequence[str], endpoint: Endpoint, model_name: str, sample: Any, what: str) -> Any:
+    """Run ``command`` with the episode's endpoint in its environment; the JSON on its last stdout line."""
+    env = {**os.environ, "OPENAI_BASE_URL": endpoint.base_url, "OPENAI_API_KEY": endpoint.api_key,
+           "MEMRL_MODEL": model_name}
+    try:
+        proc = await asyncio.create_subprocess_exec(*command, stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                    env=env)
+    except OSError as exc:
+        raise AgentProgramError(f"{what}: cannot start it ({exc.strerror or exc})") from None
+    try:
+        out, err = await proc.communicate(json.dumps(sample, ensure_ascii=False, default=str).encode())
+    finally:
+        if proc.returncode is None:  # cancelled (timeout, Ctrl-C): never leave the process behind
+            proc.kill()
+            await proc.wait()
+    tail = "\n".join(err.decode(errors="replace").strip().splitlines()[-_STDERR_LINES:])
+    if proc.returncode != 0:
+        raise AgentProgramError(f"{what} exited with status {proc.returncode}" + (f"; stderr:\n{tail}" if tail else ""))
+    lines = [line for line in out.decode(errors="replace").splitlines() if line.strip()]
+    if not lines:
+        raise AgentProgramError(f"{what} printed nothing: its last stdout line must be the reward as JSON")
+    try:
+        return json.loads(lines[-1])
+    except json.JSONDecodeError:
+        raise AgentProgramError(f"{what}: last stdout line {lines[-1][:80]!r} is not JSON (a number or "
+                                '{"reward": r, "metrics": {...}})') from None
+
+
+def describe(program: str | None, command: Sequence[str] | None) -> str:
+    """How errors name the program: ``program pkg.mod:fn`` or ``command 'python agent.py'``."""
+    if program is not None:
+        return f"program {program}"
+    return "command " + repr(" ".join(command or ()))[:120]
+

@@ -1,0 +1,149 @@
+"""Request bodies of the training gateway, checked before anything reaches the episode.
+
+The bodies are ``memrl serve``'s (every field honoured or refused by name, see
+:mod:`memrl.serve.fields`) plus what an agent program sends: ``tools``, ``tool_choice``,
+``parallel_tool_calls``. A few fields mean something else while training and are refused
+with the reason rather than ignored: ``seed`` (each call is seeded from the episode's
+seed), ``top_k`` (the trainer's sampling decides it), ``n > 1`` (one episode is one chain
+of calls), ``stream``, ``tool_choice: "required"`` or a named function (that needs
+constrained decoding). The ``model`` name is not checked: every call goes to the policy
+being trained, whatever name the program was written for.
+
+Messages are made ready for a Hugging Face chat template the way vLLM does it: text
+content parts are joined, ``developer`` is a system message, and the arguments of an
+assistant's earlier tool calls (a JSON string in the API) become objects.
+"""
+
+# No ``from __future__ import annotations`` here: pydantic reads these annotations at run time.
+import json
+from typing import Any, Optional, Union
+
+from memrl.serve.errors import APIError
+from memrl.serve.fields import ChatBody, CompletionBody, RequestBody, reject_unsupported
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class GatewayChatBody(ChatBody):
+    tools: Optional[list[Any]] = None
+    tool_choice: Union[str, dict[str, Any], None] = None
+    parallel_tool_calls: Optional[bool] = None
+
+
+class GatewayCompletionBody(CompletionBody):
+    pass
+
+
+def bad(param: str, message: str, code: str = "invalid_value") -> APIError:
+    return APIError(400, f"{param}: {message}", code=code, param=param)
+
+
+def check_common(body: RequestBody) -> None:
+    """What neither endpoint accepts while training (the reason is in the message)."""
+    reject_unsupported(body)
+    if body.stream:
+        raise bad("stream", "streaming is not supported by the training gateway; send stream=false", "unsupported")
+    if body.n not in (None, 1):
+        raise bad("n", f"one completion per call while training (n=1), got {body.n}", "unsupported")
+    if body.seed is not None:
+        raise bad("seed", "each call of an episode is seeded from the episode's seed (trainer.seed); leave it out",
+                  "unsupported")
+    if body.top_k not in (None, -1, 0):
+        raise bad("top_k", "the trainer's sampling.top_k applies to every call; leave it out", "unsupported")
+
+
+def requested_max_tokens(body: RequestBody) -> Optional[int]:
+    """``max_completion_tokens`` or ``max_tokens`` when the program sent one (None: the gateway's default)."""
+    value = getattr(body, "max_completion_tokens", None)
+    if value is None and "max_tokens" in body.model_fields_set:
+        value = body.max_tokens
+    if value is not None and value < 1:
+        raise bad("max_tokens", f"must be >= 1, got {value}")
+    return value
+
+
+def sampling_overrides(body: RequestBody) -> dict[str, float]:
+    """temperature / top_p the program set explicitly (else the trainer's sampling applies)."""
+    out = {}
+    for name in ("temperature", "top_p"):
+        value = getattr(body, name)
+        if name in body.model_fields_set and value is not None:
+            out[name] = float(value)
+    return out
+
+
+def check_tools(body: GatewayChatBody) -> Optional[list[dict[str, Any]]]:
+    """The tools to render and parse (None: no tools, or ``tool_choice: "none"``)."""
+    choice = body.tool_choice
+    if choice is not None and choice not in ("auto", "none"):
+        shown = choice if isinstance(choice, str) else "a named function"
+        raise bad("tool_choice", f"{str(shown)[:40]!r} needs constrained decoding, which the training gateway does "
+                  "not do; send 'auto' or 'none'", "unsupported")
+    tools = body.tools or []
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(fn, dict) \
+                or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise bad(f"tools[{i}]", 'must be {"type": "function", "function": {"name": ..., "parameters": {...}}}')
+    if not tools or choice == "none":  # as vLLM: tool_choice none leaves the tools out of the prompt
+        return None
+    return [dict(t) for t in tools]
+
+
+def chat_messages(raw: list[Any]) -> list[dict[str, Any]]:
+    """The request's messages ready for ``apply_chat_template``; a 400 naming the first bad one."""
+    if not raw:
+        raise bad("messages", "must not be empty")
+    return [_message(m, f"messages[{i}]") for i, m in enumerate(raw)]
+
+
+def _message(m: Any, where: str) -> dict[str, Any]:
+    if not isinstance(m, dict):
+        raise bad(where, "a message must be an object with a role")
+    role = m.get("role")
+    if role not in ROLES:
+        raise bad(f"{where}.role", f"must be one of {', '.join(ROLES)}")
+    out = {k: v for k, v in m.items() if v is not None}  # as the SDK's models dump unset fields as null
+    out["role"] = "system" if role == "developer" else role
+    if "content" in out:
+        out["content"] = _text(out["content"], f"{where}.content")
+    if "tool_calls" in out:
+        if role != "assistant" or not isinstance(out["tool_calls"], list):
+            raise bad(f"{where}.tool_calls", "only an assistant message carries a list of tool calls")
+        out["tool_calls"] = [_call(c, f"{where}.tool_calls[{k}]") for k, c in enumerate(out["tool_calls"])]
+    return out
+
+
+def _text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for k, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad(f"{where}[{k}]", "only text parts ({'type': 'text', 'text': ...}) are supported")
+            parts.append(part["text"])
+        return "\n".join(parts)
+    raise bad(where, "must be a string or a list of text parts")
+
+
+def _call(call: Any, where: str) -> dict[str, Any]:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise bad(where, 'must be {"id": ..., "type": "function", "function": {"name": ..., "arguments": "{...}"}}')
+    args = fn.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise bad(f"{where}.function.arguments", f"not valid JSON ({exc.msg})") from None
+    if not isinstance(args, dict):
+        raise bad(f"{where}.function.arguments", "must be a JSON object")
+    out = {k: v for k, v in call.items() if v is not None}
+    out["function"] = {**fn, "arguments": args}
+    return out
+
+
+def text_bytes(messages: list[dict[str, Any]]) -> int:
+    """UTF-8 bytes of the messages' text (a bound on their tokens, checked before tokenizing)."""
+    return sum(len(m["content"].encode("utf-8", "surrogatepass")) for m in messages if isinstance(m.get("content"), str))

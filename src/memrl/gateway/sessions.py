@@ -1,0 +1,110 @@
+"""The open episodes of a gateway: one id, one key and one event loop each.
+
+The HTTP server runs in its own thread; an episode lives on the event loop of whoever runs
+it (the trainer's rollout, an asynchronous producer, ``memrl eval``). A request is looked up
+here by the episode id in its URL, checked against that episode's key, and its model call is
+handed to the episode's own loop, so the episode's bookkeeping (and the tokenizer and engine
+it uses) is touched from one thread only. A finished episode is removed at once: a late
+request gets a 404 and can never reach another episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hmac
+import secrets
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from memrl.serve.errors import APIError
+
+
+@dataclass
+class CallSettings:
+    """How the calls of one episode are served (from the agent workflow's options)."""
+
+    max_calls: int = 64
+    max_tokens: int = 1024
+    merge: bool = True
+    request_sampling: bool = True
+    tool_parser: Any = None  # a function text -> ParsedTurn
+
+
+@dataclass
+class Session:
+    """One episode as the gateway sees it."""
+
+    id: str
+    key: str
+    episode: Any
+    loop: asyncio.AbstractEventLoop
+    settings: CallSettings
+    calls: int = 0
+    invalid_tool_calls: int = 0
+    failure: BaseException | None = None  # what makes the episode fail once the program returns
+    inflight: set[concurrent.futures.Future[Any]] = field(default_factory=set)
+    closed: bool = False
+
+    def fail(self, error: BaseException) -> None:
+        """Remember the first reason the episode must fail (a later one is a consequence)."""
+        if self.failure is None:
+            self.failure = error
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        """Schedule ``coro`` on the episode's loop; closing the session cancels it."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        self.inflight.add(future)
+        future.add_done_callback(self.inflight.discard)
+        return future
+
+
+class Sessions:
+    """Thread-safe table of open episodes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[str, Session] = {}
+
+    def open(self, episode: Any, loop: asyncio.AbstractEventLoop, settings: CallSettings) -> Session:
+        session = Session(secrets.token_hex(8), "sk-ep-" + secrets.token_urlsafe(24), episode, loop, settings)
+        with self._lock:
+            self._open[session.id] = session
+        return session
+
+    def close(self, session: Session) -> None:
+        with self._lock:
+            self._open.pop(session.id, None)
+            session.closed = True
+        for future in list(session.inflight):
+            future.cancel()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    def get(self, episode_id: str, authorization: str) -> Session:
+        """The open episode ``episode_id`` if the bearer key is its own; else a 404 or a 401."""
+        with self._lock:
+            session = self._open.get(episode_id)
+        if session is None:
+            raise APIError(404, f"episode {episode_id[:40]!r} is unknown or finished", code="episode_not_found")
+        if not hmac.compare_digest(authorization.encode(), f"Bearer {session.key}".encode()):
+            raise APIError(401, "invalid or missing API key for this episode (send 'Authorization: Bearer KEY' with "
+                           "the key given with its base URL)", code="invalid_api_key")
+        return session
+
+    def start_call(self, session: Session) -> None:
+        """Count a model call; past the episode's cap the call is refused and the episode fails."""
+        with self._lock:
+            if session.closed:
+                raise APIError(404, f"episode {session.id!r} is finished", code="episode_not_found")
+            session.calls += 1
+            over = session.calls > session.settings.max_calls
+        if over:
+            message = (f"the program made more than {session.settings.max_calls} model calls in one episode "
+                       "(workflow.options.max_calls)")
+            session.fail(RuntimeError(message))
+            raise APIError(403, message, code="call_limit_exceeded")
