@@ -13,7 +13,7 @@ from memrl.envs.evaluate import run_calls
 from memrl.envs.messages import ToolCall
 from memrl.types import Trajectory
 from memrl.workflows.tool_agent import TaskSample, tool_agent
-from memrl.workflows.tool_calls import FORMATS
+from memrl.text.tool_calls import FORMATS
 
 
 def episode_text(domain: Domain, plan: TaskPlan, slip: bool, fmt_name: str = "qwen") -> str:

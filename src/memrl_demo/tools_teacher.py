@@ -25,7 +25,7 @@ from typing import Any
 from memrl_demo.tools_tasks import TaskPlan
 from memrl.engines.base import GenerationResult, SamplingParams
 from memrl.envs.messages import ToolCall
-from memrl.workflows.tool_calls import render_call
+from memrl.text.tool_calls import render_call
 
 SLIPS = ("renew", "title", "email", "pay")
 CLOSING = {"return": "The return is recorded.", "renew": "The loan is renewed.",

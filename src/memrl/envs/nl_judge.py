@@ -106,7 +106,7 @@ class LLMNLJudge:
         self.seed = seed
 
     def prompt_ids(self, assertions: Sequence[str], messages: Sequence[Message]) -> list[int]:
-        from memrl.workflows.common import encode_text
+        from memrl.text.tokens import encode_text
 
         chat = judge_chat(assertions, messages)
         if getattr(self.tokenizer, "chat_template", None):
@@ -117,7 +117,7 @@ class LLMNLJudge:
         return encode_text(self.tokenizer, text)
 
     async def check(self, assertions: Sequence[str], messages: Sequence[Message]) -> list[NLCheck]:
-        from memrl.workflows.common import decode, stop_token_ids, strip_stop
+        from memrl.text.tokens import decode, stop_token_ids, strip_stop
 
         if not assertions:
             return []

@@ -97,7 +97,7 @@ class LLMUserSimulator:
         With ``tools`` (dual control) the prompt lists them, the user's own calls are its
         'assistant' turns and their results come back as 'user' turns; the agent's calls stay hidden.
         """
-        from memrl.workflows.tool_calls import render_call
+        from memrl.text.tool_calls import render_call
 
         scenario = task.user_scenario.render() if task.user_scenario else task.first_message()
         system = self.system_prompt.format(scenario=scenario)
@@ -124,7 +124,7 @@ class LLMUserSimulator:
         """The user's next turn with their own tools (``env.user_tools``): tool calls, each run on ``env``
         as the user, until a text reply (the last message returned). After ``max_rounds`` rounds of
         calls the user gives up (``###STOP###``), so a looping simulator cannot stall the episode."""
-        from memrl.workflows.tool_calls import parse_hermes
+        from memrl.text.tool_calls import parse_hermes
 
         tools = env.user_tools.schemas() if env.user_tools is not None else []
         new: list[Message] = []
@@ -143,7 +143,7 @@ class LLMUserSimulator:
         return new
 
     async def _generate(self, chat: list[dict[str, str]], seed: int | None) -> str:
-        from memrl.workflows.common import decode, encode_text, stop_token_ids, strip_stop
+        from memrl.text.tokens import decode, encode_text, stop_token_ids, strip_stop
 
         if getattr(self.tokenizer, "chat_template", None):
             text = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)

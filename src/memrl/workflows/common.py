@@ -10,32 +10,13 @@ from memrl.data.longctx import LongContextSample
 from memrl.engines.base import GenerationResult, SamplingParams
 from memrl.rewards.published import extract_answer
 from memrl.rewards.qa import QAScores, score_answer
+from memrl.text.tokens import decode, encode_text, stop_token_ids, strip_stop  # noqa: F401  (re-exported)
 from memrl.types import Conversation, Trajectory
-
-_STOP_STRINGS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
-
-
-def stop_token_ids(tokenizer: Any) -> tuple[int, ...]:
-    """EOS plus the usual end-of-turn specials present in this tokenizer's vocabulary."""
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    vocab = tokenizer.get_vocab()
-    ids.update(int(vocab[s]) for s in _STOP_STRINGS if s in vocab)
-    return tuple(sorted(ids))
 
 
 def turn_seed(params: SamplingParams, turn: int) -> SamplingParams:
     """A seeded episode gives each turn its own seed, so turns do not replay one random stream."""
     return params if params.seed is None else params.with_(seed=params.seed * 1009 + turn)
-
-
-def strip_stop(ids: Sequence[int], stops: Sequence[int]) -> list[int]:
-    """Generated ids without a trailing stop token (what is carried forward as text)."""
-    out = list(ids)
-    if out and out[-1] in stops:
-        out.pop()
-    return out
 
 
 def centre_truncate(ids: Sequence[int], limit: int | None) -> list[int]:
@@ -58,23 +39,6 @@ def score_text(text: str, golds: Sequence[str], reward: str,
 
     answer = extract_answer(text, answer_format)
     return answer, score_answer(answer, golds), reward_value(reward, text, golds, answer)
-
-
-def encode_text(tokenizer: Any, text: str) -> list[int]:
-    """Token ids of ``text`` without special tokens, for arbitrarily long text.
-
-    Goes straight to the Rust tokenizer when there is one: faster, and no
-    "sequence longer than model_max_length" warning for a 1M-token document
-    that will be read in chunks anyway.
-    """
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        return list(backend.encode(text, add_special_tokens=False).ids)
-    return list(tokenizer.encode(text, add_special_tokens=False))
-
-
-def decode(tokenizer: Any, ids: Sequence[int]) -> str:
-    return tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
 def qa_trajectory(

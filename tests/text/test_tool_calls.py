@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from memrl.envs.messages import Message, ToolCall
-from memrl.workflows.tool_calls import (FORMATS, get_parser, openai_messages, parse_hermes, parse_json,
-                                        read_openai_call)
+from memrl.text.tool_calls import (FORMATS, get_parser, openai_messages, parse_hermes, parse_json,
+                                   read_openai_call)
 
 
 def test_hermes_reads_several_calls_and_keeps_text():

@@ -187,7 +187,7 @@ class TemplateFormat:
         return self._render(agent_chat(policy, msgs, json_arguments=False), True)
 
     def _stop_strings(self) -> list[str]:
-        from memrl.workflows.common import stop_token_ids
+        from memrl.text.tokens import stop_token_ids
 
         return [self.tokenizer.convert_ids_to_tokens(i) for i in stop_token_ids(self.tokenizer)]
 
