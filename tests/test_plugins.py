@@ -20,10 +20,10 @@ EXAMPLE = REPO / "examples" / "custom_workflow"
 
 def test_builtins_come_from_the_same_registry():
     assert set(WORKFLOWS.names) == {"memagent", "rememr1", "full_context", "tool_agent"}
-    from memrl.workflows.memagent import memagent
+    from memrl.workflows.builtins import MemAgent
 
-    assert get_workflow("memagent") is memagent
-    assert REWARDS.get("em")("\\boxed{Paris}", ["paris"], "Paris") == 1.0
+    assert type(get_workflow("memagent")) is MemAgent
+    assert REWARDS.get("em")("\\boxed{Paris}", sample={"answers": ["paris"]}, answer="Paris") == 1.0
 
 
 def test_bad_names_fail_when_the_config_loads():
@@ -33,7 +33,7 @@ def test_bad_names_fail_when_the_config_loads():
         load_config(None, ["workflow.name=no_such_pkg.mod:fn"])
     with pytest.raises(ConfigError, match="has no attribute nope"):
         load_config(None, ["workflow.reward=memrl.rewards.builtin:nope"])
-    with pytest.raises(ConfigError, match="a workflow must be an async function"):
+    with pytest.raises(ConfigError, match="a workflow must be a memrl.Workflow subclass"):
         load_config(None, ["workflow.name=memrl.rewards.builtin:em"])
     with pytest.raises(ValueError, match="import path"):
         load_object("just_a_name", "workflow")
@@ -42,14 +42,23 @@ def test_bad_names_fail_when_the_config_loads():
 def test_example_plugins_load_and_score(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE))
     cfg = load_config(EXAMPLE / "config.yaml", [])
-    assert cfg.workflow.name == "say_word:say_word"
-    reward = REWARDS.get(cfg.workflow.reward)
-    assert reward("I say APPLE.", ["apple"], None) == 1.0 and reward("no", ["apple"], None) == 0.0
+    assert cfg.workflow.name == "say_word:SayWord"
+    reward = REWARDS.get("say_word:mentions_word")
+    assert reward("I say APPLE.", sample={"word": "apple"}) == 1.0 and reward("no", sample={"word": "apple"}) == 0.0
 
 
-def test_example_trains_from_outside_the_source_tree(tmp_path):
+def test_example_is_small_and_its_samples_have_no_dummy_fields():
+    code = [x for x in (EXAMPLE / "say_word.py").read_text().splitlines()
+            if x.strip() and not x.strip().startswith("#")]
+    body = code[code.index(next(x for x in code if x.startswith("from memrl"))):]
+    assert len(body) <= 15, body
+    assert all(set(json.loads(x)) == {"word"} for x in (EXAMPLE / "words.jsonl").read_text().splitlines())
+
+
+@pytest.mark.parametrize("config", ["config.yaml", "recall.yaml"])
+def test_example_trains_from_outside_the_source_tree(tmp_path, config):
     env = {**os.environ, "PYTHONPATH": str(EXAMPLE)}
-    r = subprocess.run([sys.executable, "-m", "memrl.cli.main", "train", EXAMPLE / "config.yaml",
+    r = subprocess.run([sys.executable, "-m", "memrl.cli.main", "train", EXAMPLE / config,
                         "trainer.total_steps=2", f"trainer.output_dir={tmp_path / 'run'}",
                         f"data.train_file={EXAMPLE / 'words.jsonl'}"],
                        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)

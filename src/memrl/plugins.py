@@ -8,10 +8,11 @@ are registered here by path too and imported only when used.
 
 Protocols:
 
-* **workflow**: ``async def wf(sample, engine, tokenizer, config, *, sampling, sample_id=None,
-  group_id=None) -> memrl.types.Trajectory`` (``config`` is the ``workflow`` config section);
-* **reward**: ``def reward(text: str, golds: Sequence[str], answer: str | None) -> float``: the final
-  response's text, the gold answers and the answer extracted by ``workflow.answer_format``;
+* **workflow**: a :class:`memrl.Workflow` subclass (``async def run(self, ep)``, optional ``Options``
+  model read from ``workflow.options``); see :mod:`memrl.workflows.api`;
+* **reward**: ``def reward(text: str, *, sample, answer=None, **kw) -> float`` (TRL's shape): the final
+  response's text, the sample (its gold answers: :func:`gold_answers`) and the answer extracted by
+  ``workflow.options.answer_format``; the older ``(text, golds, answer)`` still works;
 * **domain** (``env.domain``): a factory ``f(data_dir=..., tool_options=...)`` returning an object with
   ``new_env(solo=False) -> Environment`` and ``get_tasks(split=None) -> list[Task]``, most simply a
   :class:`memrl.envs.domain.ToolDomain` (a Toolkit class and a folder of τ²-layout files); a class
@@ -96,20 +97,31 @@ class Registry:
 
 
 def _is_workflow(obj: Any) -> str | None:
-    if not inspect.iscoroutinefunction(obj) and not inspect.iscoroutinefunction(getattr(obj, "__call__", None)):
-        return "a workflow must be an async function (sample, engine, tokenizer, config, *, sampling, ...)"
-    return None
+    from memrl.workflows.api import Workflow
+
+    if isinstance(obj, Workflow) or (inspect.isclass(obj) and issubclass(obj, Workflow)):
+        return None
+    if inspect.iscoroutinefunction(obj) or inspect.iscoroutinefunction(getattr(obj, "__call__", None)):
+        return None  # the old function signature, adapted for one release (memrl.workflows.registry)
+    return "a workflow must be a memrl.Workflow subclass (or instance) with async def run(self, ep)"
 
 
 def _is_reward(obj: Any) -> str | None:
     if not callable(obj):
-        return "a reward must be a function (text, golds, answer) -> float"
+        return "a reward must be a function (text, *, sample, answer=None, **kw) -> float"
     return None
 
 
 WORKFLOWS = Registry("workflow", _is_workflow)
-for _name in ("memagent", "rememr1", "full_context", "tool_agent"):
-    WORKFLOWS.register(_name, f"memrl.workflows.{_name}:{_name}")
+
+
+def workflow_support(attr: str) -> Any:
+    """A function of :mod:`memrl.workflows.registry` (options, old keys), reached by path so that the config
+    layer validates workflow options without importing the workflows layer."""
+    return load_object(f"memrl.workflows.registry:{attr}", "workflow registry")
+for _name, _cls in (("memagent", "MemAgent"), ("rememr1", "RememR1"), ("full_context", "FullContext"),
+                   ("tool_agent", "ToolAgent")):
+    WORKFLOWS.register(_name, f"memrl.workflows.builtins:{_cls}")
 
 REWARDS = Registry("reward", _is_reward)
 for _name in ("em", "sub_em", "f1", "memagent_strict"):
@@ -145,13 +157,39 @@ DOMAINS.register("airline", "memrl.envs.domains.airline:AIRLINE")
 DOMAINS.register("banking_knowledge", "memrl.envs.domains.banking_knowledge:banking_knowledge_domain")
 
 
-def reward_value(name: str, text: str, golds: Sequence[str], answer: str | None) -> float:
+def gold_answers(sample: Any) -> list[str]:
+    """The gold answers of a sample: ``answers`` (a list or one string) or ``answer``, as attribute or key."""
+    if isinstance(sample, dict):
+        value = sample.get("answers", sample.get("answer"))
+    else:
+        value = getattr(sample, "answers", getattr(sample, "answer", None))
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
+
+
+def _new_style(fn: Any) -> bool:
+    """Whether a reward takes ``(text, *, sample, answer=None, **kw)`` (else the old ``(text, golds, answer)``)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "sample" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def reward_value(name: str, text: str, golds: Sequence[str], answer: str | None, sample: Any = None) -> float:
     """The configured reward of one final response; a ValueError naming the reward unless it is a finite number.
 
+    Rewards have TRL's shape, ``reward(text, *, sample, answer=None, **kw) -> float`` (``sample`` is the
+    record, gold answers included); the old ``(text, golds, answer)`` functions are still called as such.
     A NaN reward would otherwise be trained on (every advantage of its group turns NaN) and
     written to the rollouts; raising makes the episode a failed one, which is never trained on.
     """
-    value = REWARDS.get(name)(text, golds, answer)
+    fn = REWARDS.get(name)
+    if _new_style(fn):
+        value = fn(text, sample=sample if sample is not None else {"answers": list(golds)}, answer=answer)
+    else:
+        value = fn(text, golds, answer)
     try:
         number = float(value)
     except (TypeError, ValueError):

@@ -62,6 +62,6 @@ def test_example_configs_load():
 
     for path in sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")):
         cfg = load_config(path)
-        from memrl.workflows import NAMES
+        from memrl.plugins import WORKFLOWS
 
-        assert cfg.workflow.name in NAMES
+        assert cfg.workflow.name in WORKFLOWS.names

@@ -102,12 +102,12 @@ def test_stripped_context_streams_without_outer_whitespace():
 
 
 def test_protocol_memagent_fills_memagent_slots_with_text_unless_set():
-    def slot_fill(**cfg) -> str:
-        return with_eval_sampling(MemRLConfig.model_validate(cfg)).workflow.slot_fill
+    def slot_fill(**cfg) -> str | None:
+        return with_eval_sampling(MemRLConfig.model_validate(cfg)).workflow.options.get("slot_fill")
 
     assert slot_fill(eval={"protocol": "memagent"}) == "text"
     assert slot_fill(eval={"protocol": "memagent"}, workflow={"slot_fill": "ids"}) == "ids"
-    assert slot_fill(eval={"protocol": "memrl"}) == "ids"
-    assert slot_fill(eval={"protocol": "memagent"}, workflow={"name": "rememr1"}) == "ids"
-    with pytest.raises(ValueError, match="slot_fill=text is implemented by the memagent workflow only"):
-        WorkflowConfig(name="rememr1", slot_fill="text")
+    assert slot_fill(eval={"protocol": "memrl"}) is None  # the default, ids
+    assert slot_fill(eval={"protocol": "memagent"}, workflow={"name": "rememr1"}) is None  # not an option there
+    with pytest.raises(ValueError, match="unknown option 'workflow.options.slot_fill' of workflow 'rememr1'"):
+        WorkflowConfig(name="rememr1", options={"slot_fill": "text"})

@@ -78,7 +78,8 @@ def eval_cmd(
         "eval.protocol": protocol, "eval.repeats": repeats, "env.domain": domains[0] if domains else None,
         "env.eval_split": split, "env.data_dir": data_dir,
     }), None if restart else recorded_settings(out))  # re-scoring a folder keeps the sampling it was run with
-    _check_flags_apply(cfg.workflow.name == "tool_agent", {
+    on_tasks = cfg.workflow.build().uses_env  # a tool agent: every task of --domain, --trials each
+    _check_flags_apply(on_tasks, {
         "--data": data, "--docs": docs, "--max-samples": max_samples, "--tasks": tasks,
         "--suite": None if suite == "qa" else suite, "--repeats": repeats}, trials)
     quiet_hub_progress()
@@ -87,7 +88,7 @@ def eval_cmd(
         console.print(f"[yellow]warning: eval.repeats={cfg.eval.repeats} with greedy decoding gives the same "
                       "answer every time; set --temperature[/yellow]", highlight=False)
     with out_lock(out, console):
-        if cfg.workflow.name == "tool_agent":
+        if on_tasks:
             from memrl.cli.eval_tools import eval_tools
 
             eval_tools(cfg, out, trials, restart, console, rollouts=rollouts, domains=domains)

@@ -86,10 +86,20 @@ def _unknown_key_error(dotted: str, model: type[BaseModel], prefix: str) -> Conf
     return ConfigError(f"unknown config key '{dotted}': {hint}")
 
 
+def _old_workflow_keys(raw: dict[str, Any]) -> None:
+    """A file from before ``workflow.options``: its flat workflow keys moved there (with a notice)."""
+    from memrl.plugins import workflow_support
+
+    if isinstance(raw.get("workflow"), dict):
+        raw["workflow"] = workflow_support("migrate_workflow_keys")(raw["workflow"])
+
+
 def check_keys(raw: Any, model: type[BaseModel] = MemRLConfig, prefix: str = "") -> None:
     """Raise :class:`ConfigError` for the first key in ``raw`` the schema lacks."""
     if not isinstance(raw, dict):
         return
+    if model is MemRLConfig:
+        _old_workflow_keys(raw)
     for key, value in raw.items():
         dotted = f"{prefix}{key}"
         if key not in model.model_fields:
@@ -124,6 +134,12 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
     key, _, value = override.partition("=")
     key = key.strip()
     parts = key.split(".")
+    if len(parts) == 2 and parts[0] == "workflow" and parts[1] not in ("name", "options"):
+        from memrl.plugins import workflow_support
+
+        if parts[1] in workflow_support("LEGACY_KEYS"):  # an old flat key: the option of that name
+            workflow_support("notice")(f"workflow.{parts[1]}=... is now workflow.options.{parts[1]}=...")
+            parts = ["workflow", "options", parts[1]]
     if not key or any(not p for p in parts):
         raise ConfigError(f"override {override!r} has an empty key part")
     node = raw

@@ -55,53 +55,24 @@ class DataConfig(Section):
 
 
 class WorkflowConfig(Section):
-    """Which agent loop runs an episode, and its budgets (MemAgent paper defaults)."""
+    """Which workflow runs an episode (``name``) and its own options (``options``, checked against its model).
+
+    Files written before options existed put a workflow's settings directly here
+    (``workflow.chunk_tokens``); they are read as ``workflow.options.chunk_tokens`` with a
+    one-line notice, and reading ``cfg.workflow.chunk_tokens`` still finds the option.
+    """
 
     name: str = Field("memagent", description="memagent | rememr1 | full_context | tool_agent, or your own "
-                      "async workflow as 'package.module:function'.")
-    chunk_tokens: int = Field(5000, gt=0, description="Context tokens shown per memory turn.")
-    memory_tokens: int = Field(1024, gt=0, description="Max new tokens of a memory turn (= memory size).")
-    final_tokens: int = Field(1024, gt=0, description="Max new tokens of the final answer turn.")
-    question_tokens: int = Field(1024, gt=0, description="The question is cut to this many tokens.")
-    max_chunks: int | None = Field(None, gt=0, description="Centre-truncate contexts longer than "
-                                   "max_chunks * chunk_tokens (MemAgent training); None reads everything.")
-    max_context_tokens: int = Field(32768, gt=0, description="full_context: model window; the document "
-                                    "is centre-truncated to fit with the question and the answer budget.")
-    recall_in_final: bool = Field(True, description="rememr1: show the recalled memory in the final turn.")
-    prompts: str | None = Field(None, description="YAML file overriding the prompt templates.")
-    slot_fill: Literal["ids", "text"] = Field(
-        "ids", description="memagent: how question, memory and chunk enter a prompt: ids (spliced token ids, the "
-        "memory exactly as generated) or text (decoded, filled in as text and chat-templated whole: the ids a "
-        "server builds from MemAgent's evaluation client; the default of memrl eval --protocol memagent).")
-    reward: str = Field(
-        "sub_em", description="em | sub_em | f1 | memagent_strict (MemAgent's RL reward: last boxed answer in the "
-        "final 300 characters, lowercased, MATH-normalised without spaces, exact match, max over golds), or your "
-        "own function (text, golds, answer) -> float as 'package.module:function'.")
-    answer_format: str = Field("boxed", description="How the final answer is read: boxed (last \\boxed{}), "
-                               "answer_is (after the last 'the answer is', MemAgent's eval prompt) or "
-                               "regex:<pattern> (last match; its first group if any).")
-    state_reward_alpha: float = Field(0.8, ge=0, le=1, description="rememr1: weight of the outcome advantage "
-                                      "against the per-turn state advantage (ReMemR1's alpha).")
-    rememr1_variant: Literal["memrl", "released"] = Field(
-        "memrl", description="rememr1: 'released' reproduces the public ReMemR1 code (subword TF-IDF recall, "
-        "<thinking> prompts, its state reward and the 2x state advantage); 'memrl' is the cleaner version.")
-    recall_pool: Literal["previous", "including_current"] = Field(
-        "previous", description="rememr1: recall searches memories of earlier turns (ReMemR1 training) or "
-        "also the one just written (ReMemR1's eval code).")
+                      "workflow as 'package.module:ClassName' (a memrl.Workflow subclass).")
+    options: dict[str, Any] = Field(default_factory=dict, description="The workflow's options (its Options "
+                                    "model; `memrl config schema` lists the built-ins'); unknown keys fail.")
 
-    max_turns: int = Field(30, gt=0, description="tool_agent: model turns per episode before it is cut (reward 0).")
-    turn_tokens: int = Field(512, gt=0, description="tool_agent: max new tokens of one model turn.")
-    max_total_tokens: int = Field(8192, gt=0, description="tool_agent: context limit of the whole episode.")
-    tool_format: Literal["qwen", "hermes", "template"] = Field(
-        "qwen", description="tool_agent: ChatML role of tool results ('qwen': user turn with <tool_response>; "
-        "'hermes': tool), or 'template': the tokenizer's own chat template with tools= (the prompt an "
-        "OpenAI-compatible server builds for the same messages).")
-    tool_parser: Literal["hermes", "json"] = Field("hermes", description="tool_agent: how tool calls are read "
-                                                   "from model text (<tool_call> JSON blocks, or bare JSON).")
-    tool_protocol: Literal["tokens", "openai_chat"] = Field(
-        "tokens", description="tool_agent: 'tokens' (token ids in and out, tool_format/tool_parser; what training "
-        "needs) or 'openai_chat' (OpenAI chat messages and tool_calls over /v1/chat/completions, engine.kind=openai; "
-        "eval and serving only, the server's template and tool parser decide the prompt).")
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, data: Any) -> Any:
+        from memrl.plugins import workflow_support
+
+        return workflow_support("migrate_workflow_keys")(data) if isinstance(data, dict) else data
 
     @field_validator("name")
     @classmethod
@@ -110,41 +81,42 @@ class WorkflowConfig(Section):
 
         return WORKFLOWS.validate(v)
 
-    @field_validator("reward")
-    @classmethod
-    def _reward(cls, v: str) -> str:
-        from memrl.plugins import REWARDS
+    @model_validator(mode="after")
+    def _options(self) -> "WorkflowConfig":
+        from memrl.plugins import workflow_support
 
-        return REWARDS.validate(v)
+        object.__setattr__(self, "options", workflow_support("checked_options")(self.name, self.options))
+        return self
 
-    @field_validator("answer_format")
-    @classmethod
-    def _answer_format(cls, v: str) -> str:
-        from memrl.rewards.published import check_answer_format
+    def build(self) -> Any:
+        """The workflow object this section names, with these options (a new one each call)."""
+        from memrl.plugins import workflow_support
 
-        return check_answer_format(v)
+        return workflow_support("make_workflow")(self.name, self.options)
+
+    @property
+    def opts(self) -> Any:
+        """The options as the workflow's model (attribute access, defaults filled in)."""
+        from memrl.plugins import workflow_support
+
+        return workflow_support("options_model")(self.name, self.options)
 
     @property
     def norm_tokens(self) -> int:
         """Longest response of one conversation: verl's seq-mean-token-sum-norm divisor."""
-        if self.name == "tool_agent":
-            return self.max_total_tokens
-        return max(self.memory_tokens, self.final_tokens)
+        return self.build().norm_tokens() or 0
 
-    @model_validator(mode="after")
-    def _slot_fill_text(self) -> "WorkflowConfig":
-        if self.slot_fill == "text" and self.name != "memagent":
-            raise ValueError(f"workflow.slot_fill=text is implemented by the memagent workflow only, not {self.name}")
-        return self
+    def resolved(self) -> dict[str, Any]:
+        """Name and every option, defaults filled in (what decides an episode: eval fingerprints, show)."""
+        return {"name": self.name, "options": self.opts.model_dump(mode="json")}
 
-    @model_validator(mode="after")
-    def _rememr1_budgets(self) -> "WorkflowConfig":
-        """ReMemR1 uses 2048-token question/memory/answer budgets unless set explicitly."""
-        if self.name == "rememr1":
-            for key in ("memory_tokens", "final_tokens", "question_tokens"):
-                if key not in self.model_fields_set:
-                    object.__setattr__(self, key, 2048)
-        return self
+    def __getattr__(self, key: str) -> Any:
+        # `cfg.workflow.chunk_tokens` from before options existed: the option of that name
+        if not key.startswith("_") and "options" in self.__dict__:
+            opts = self.opts
+            if key in type(opts).model_fields:
+                return getattr(opts, key)
+        return super().__getattr__(key)  # type: ignore[misc]
 
 
 class EnvConfig(Section):

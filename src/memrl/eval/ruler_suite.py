@@ -42,7 +42,7 @@ from memrl.eval.runner import (
 )
 from memrl.eval.transcript import render_transcript
 from memrl.types import Trajectory
-from memrl.workflows import get_workflow
+from memrl.workflows import build_workflow
 
 # Every top-level entry run_ruler_suite writes in ``out`` (for a caller's output manifest).
 RULER_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", "results.json", "results.md")
@@ -127,7 +127,7 @@ async def run_ruler_suite(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data
     files = find_ruler_files(data_dir, lengths, tasks)
     out.mkdir(parents=True, exist_ok=True)
     check_resume(out, cfg)
-    workflow = get_workflow(cfg.workflow.name)
+    workflow = build_workflow(cfg)
     sampling = sampling_params(cfg)
     todo: list[tuple[Key, LongContextSample]] = []
     for key, path in files.items():
@@ -144,7 +144,7 @@ async def run_ruler_suite(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data
                 return
             t0 = time.perf_counter()
             try:
-                traj = await workflow(sample, engine, tokenizer, cfg.workflow, sampling=sampling)
+                traj = await workflow.episode(sample, engine=engine, tokenizer=tokenizer, sampling=sampling)
                 error = None
             except EngineDeadError:
                 dead.set()

@@ -42,7 +42,7 @@ from memrl.eval.report import summarize, write_reports
 from memrl.eval.transcript import render_transcript
 from memrl.rewards.published import METRIC_LABELS, score_protocol
 from memrl.types import Trajectory
-from memrl.workflows import get_workflow
+from memrl.workflows import build_workflow
 
 
 def find_eval_file(data_dir: Path, n: int) -> Path:
@@ -85,16 +85,27 @@ def with_eval_sampling(cfg: MemRLConfig, recorded: dict[str, Any] | None = None)
         update["temperature"] = was.get("temperature", PUBLISHED_SAMPLING["temperature"] if published else 0.0)
     if "top_p" not in given and ("top_p" in was or published):
         update["top_p"] = was.get("top_p", PUBLISHED_SAMPLING["top_p"])
-    wf = cfg.workflow
-    was_wf = (recorded or {}).get("workflow") or {}
-    if "slot_fill" not in wf.model_fields_set:
-        if was_wf.get("name") == wf.name and "slot_fill" in was_wf:
-            cfg = cfg.model_copy(update={"workflow": wf.model_copy(update={"slot_fill": was_wf["slot_fill"]})})
-        elif cfg.eval.protocol == "memagent" and wf.name == "memagent":
-            cfg = cfg.model_copy(update={"workflow": wf.model_copy(update={"slot_fill": "text"})})
+    cfg = _published_prompts(cfg, recorded)
     if not update:
         return cfg
     return cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update=update)})
+
+
+def _published_prompts(cfg: MemRLConfig, recorded: dict[str, Any] | None) -> MemRLConfig:
+    """``slot_fill`` unless set: the recorded run's, else text under ``--protocol memagent`` when the workflow
+    has that option (MemAgent's eval client fills its prompts as text)."""
+    wf = cfg.workflow
+    if "slot_fill" in wf.options or "slot_fill" not in type(wf.opts).model_fields:
+        return cfg
+    was_wf = (recorded or {}).get("workflow") or {}
+    was = (was_wf.get("options") or {}).get("slot_fill", was_wf.get("slot_fill"))
+    if was_wf.get("name") == wf.name and was is not None:
+        fill = was
+    elif cfg.eval.protocol == "memagent":
+        fill = "text"
+    else:
+        return cfg
+    return cfg.model_copy(update={"workflow": type(wf)(name=wf.name, options={**wf.options, "slot_fill": fill})})
 
 
 def recorded_settings(out: Path) -> dict[str, Any] | None:
@@ -119,9 +130,9 @@ def episode_name(index: object, repeat: int) -> str:
 
 def _fingerprint(cfg: MemRLConfig) -> dict[str, Any]:
     """The settings that change answers: results from different ones must not mix."""
-    fp = {"model": cfg.model.model_dump(), "workflow": cfg.workflow.model_dump(),
+    fp = {"model": cfg.model.model_dump(), "workflow": cfg.workflow.resolved(),
           "sampling": cfg.sampling.model_dump()}
-    if cfg.workflow.name == "tool_agent":  # the domain, split and grading decide the scores too
+    if cfg.workflow.build().uses_env:  # the domain, split and grading decide the scores too
         fp["env"] = cfg.env.model_dump()
     return fp
 
@@ -223,7 +234,7 @@ async def run_eval(
     """
     if max_samples is not None and max_samples < 1:
         raise ValueError(f"max_samples must be >= 1 (or None for all), got {max_samples}")
-    workflow = get_workflow(cfg.workflow.name)
+    workflow = build_workflow(cfg)
     sampling = sampling_params(cfg)
     files = {n: find_eval_file(data_dir, n) for n in docs}
     todo: list[tuple[int, LongContextSample, int]] = []
@@ -246,8 +257,8 @@ async def run_eval(
                 return
             t0 = time.perf_counter()
             try:
-                traj = await workflow(sample, engine, tokenizer, cfg.workflow,
-                                      sampling=repeat_sampling(sampling, repeat))
+                traj = await workflow.episode(sample, engine=engine, tokenizer=tokenizer,
+                                              sampling=repeat_sampling(sampling, repeat))
                 error = None
             except EngineDeadError:
                 dead.set()

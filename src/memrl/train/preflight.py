@@ -15,6 +15,7 @@ import yaml
 
 from memrl.config import ConfigError, MemRLConfig
 from memrl.data.atomic import atomic_write
+from memrl.workflows.tool_budget import check_tool_prompt_budget, tool_prompt_floor  # noqa: F401 (their old home)
 
 # Config keys that may change between a run and its resumption.
 RESUMABLE_CHANGES = {("trainer", "total_steps"), ("trainer", "save_every"), ("trainer", "eval_every"),
@@ -27,16 +28,18 @@ RESUMABLE_CHANGES = {("trainer", "total_steps"), ("trainer", "save_every"), ("tr
                                                 "weight_sync"))}
 
 
-def check_config(cfg: MemRLConfig) -> None:
-    """Fail before any work on values that would only break later."""
-    if cfg.workflow.name == "tool_agent":
-        _check_env(cfg)
-    elif not cfg.data.train_file:
-        raise ConfigError("data.train_file is required for training (a file from memrl data synth or the demo)")
-    elif not Path(cfg.data.train_file).is_file():
-        raise ConfigError(f"data.train_file: file not found: {cfg.data.train_file}")
-    if cfg.trainer.eval_every and not cfg.data.eval_file and cfg.workflow.name != "tool_agent":
-        raise ConfigError("trainer.eval_every > 0 needs data.eval_file")
+def check_config(cfg: MemRLConfig, workflow: Any = None, *, has_samples: bool = False) -> None:
+    """Fail before any work on values that would only break later.
+
+    ``workflow`` (default: the config's) checks its own settings; ``has_samples``: the
+    caller brings the training samples, so the workflow's data files are not needed.
+    """
+    workflow = workflow if workflow is not None else cfg.workflow.build()
+    if not has_samples:
+        try:
+            workflow.check(cfg)
+        except (ValueError, FileNotFoundError) as err:
+            raise ConfigError(str(err)) from None
     if cfg.data.eval_file and not Path(cfg.data.eval_file).is_file():
         raise ConfigError(f"data.eval_file: file not found: {cfg.data.eval_file}")
     a, t = cfg.algorithm, cfg.trainer
@@ -52,8 +55,9 @@ def check_config(cfg: MemRLConfig) -> None:
         raise ConfigError(f"trainer.mini_batches={t.mini_batches} cannot split trainer.prompts_per_step="
                           f"{t.prompts_per_step} prompts into mini-batches of at least one prompt's group each; "
                           f"use trainer.mini_batches <= {t.prompts_per_step}")
-    if a.step_rewards and cfg.workflow.name != "rememr1":
-        raise ConfigError("algorithm.step_rewards needs workflow.name=rememr1 (the workflow that scores turns)")
+    if a.step_rewards and workflow.state_advantage() is None:
+        raise ConfigError(f"algorithm.step_rewards needs a workflow that scores turns (rememr1), not "
+                          f"{workflow.label}")
     if cfg.engine.kind == "openai":
         raise ConfigError("engine.kind=openai cannot receive weight updates; train with engine.kind=hf or vllm")
     c = cfg.cluster
@@ -67,66 +71,15 @@ def check_config(cfg: MemRLConfig) -> None:
     check_output_dir(Path(t.output_dir))
 
 
-def check_dataset_size(cfg: MemRLConfig, count: int) -> None:
+def check_dataset_size(cfg: MemRLConfig, count: int, where: str | None = None) -> None:
     """A step must not draw the same prompt several times: more prompts per step than samples is refused."""
     t = cfg.trainer
-    where = f"split {cfg.env.train_split!r} of env.domain={cfg.env.domain}" if cfg.workflow.name == "tool_agent" \
-        else f"data.train_file {cfg.data.train_file}"
+    where = where or f"data.train_file {cfg.data.train_file}"
     if count == 0:
         raise ConfigError(f"no training samples in {where}")
     if t.prompts_per_step > count:
         raise ConfigError(f"trainer.prompts_per_step={t.prompts_per_step} is more than the {count} samples in "
                           f"{where}: every step would repeat prompts; use trainer.prompts_per_step <= {count}")
-
-
-def tool_prompt_floor(cfg: MemRLConfig, tokenizer: Any, sample: Any) -> int:
-    """Tokens of the domain's system prompt and tool schemas: the part of every tool_agent episode's
-    first prompt that no task makes shorter (token protocol; ``workflow.tool_format`` decides the layout)."""
-    from memrl.workflows.common import encode_text
-    from memrl.workflows.tool_calls import FORMATS, TemplateFormat
-
-    w = cfg.workflow
-    fmt = TemplateFormat(tokenizer) if w.tool_format == "template" else FORMATS[w.tool_format]
-    env = sample.domain.new_env(solo=sample.solo)
-    return len(encode_text(tokenizer, fmt.prompt(env.policy, env.tool_schemas(), [])))
-
-
-def check_tool_prompt_budget(cfg: MemRLConfig, tokenizer: Any, samples: list[Any],
-                             warn: Callable[[str], None]) -> None:
-    """Refuse a ``workflow.max_total_tokens`` below the domain's system prompt and tools: every episode would
-    end ``prompt_too_long`` with no turn (reward 0 that says nothing about the model); warn when it leaves
-    less than one turn's worth."""
-    w = cfg.workflow
-    if w.name != "tool_agent" or w.tool_protocol != "tokens" or not samples:
-        return
-    floor = tool_prompt_floor(cfg, tokenizer, samples[0])
-    room = w.max_total_tokens - floor
-    if room <= 0:
-        suggest = -(-(floor + 4 * w.turn_tokens) // 1024) * 1024
-        raise ConfigError(f"workflow.max_total_tokens={w.max_total_tokens} is below the {floor} tokens of domain "
-                          f"{cfg.env.domain}'s system prompt and tool schemas: every episode would end before the "
-                          f"agent's first turn (prompt_too_long); raise it, e.g. workflow.max_total_tokens={suggest}")
-    if room < w.turn_tokens:
-        warn(f"workflow.max_total_tokens={w.max_total_tokens} leaves {room} tokens after domain {cfg.env.domain}'s "
-             f"{floor}-token system prompt and tools, less than one turn (workflow.turn_tokens={w.turn_tokens}); "
-             "most episodes will end prompt_too_long")
-
-
-def _check_env(cfg: MemRLConfig) -> None:
-    from memrl.envs.domain import load_domain
-
-    if cfg.workflow.tool_protocol == "openai_chat":
-        raise ConfigError("workflow.tool_protocol=openai_chat returns no token ids to train on; train with "
-                          "workflow.tool_protocol=tokens (openai_chat is for memrl eval against a chat server)")
-    try:
-        domain = load_domain(cfg.env.domain, cfg.env.data_dir)
-        domain.get_tasks(cfg.env.train_split)
-        if cfg.trainer.eval_every:
-            domain.get_tasks(cfg.env.eval_split)
-    except (ValueError, FileNotFoundError) as err:
-        raise ConfigError(f"env: {err}") from None
-    if not cfg.env.solo and not cfg.env.user_model:
-        raise ConfigError("env.solo=false needs env.user_model (the user simulator)")
 
 
 def _check_tracking(cfg: MemRLConfig) -> None:

@@ -21,11 +21,6 @@ from memrl.train.guards import RolloutTally
 from memrl.train.sampler import ResumableSampler
 from memrl.types import Trajectory
 
-EPISODE_METRICS = ("em", "sub_em", "f1", "num_conversations", "response_tokens", "answered", "memory_truncated",
-                   "final_truncated", "turns", "tool_calls", "tool_call_validity", "invalid_tool_calls",
-                   "tool_errors", "made_tool_call", "db_match", "completed", "user_turns")
-
-
 def episode_seed(seed: int, step: int, round_: int, idx: int, k: int) -> int:
     """The sampling seed of repeat ``k`` of sample ``idx`` in generation round ``round_`` of ``step``."""
     return (seed * 1_000_003 + step * 10_007 + round_ * 101 + idx * 31 + k) % 2**31
@@ -63,9 +58,10 @@ class RolloutRunner:
         seed = episode_seed(self.cfg.trainer.seed, step, round_, idx, k)
         self.tally.attempted += 1
         try:
-            return await self.workflow(self.samples[idx], engine or self.engine, self.tokenizer, self.cfg.workflow,
-                                       sampling=sampling_params(self.cfg).with_(seed=seed), sample_id=str(idx),
-                                       group_id=group_id or f"{step}:{round_}:{idx}")
+            return await self.workflow.episode(self.samples[idx], engine=engine or self.engine,
+                                               tokenizer=self.tokenizer,
+                                               sampling=sampling_params(self.cfg).with_(seed=seed),
+                                               sample_id=str(idx), group_id=group_id or f"{step}:{round_}:{idx}")
         except EngineDeadError:
             raise  # every later episode would fail too: stop the run
         except Exception:  # an episode failing must not stop training
@@ -115,14 +111,15 @@ class RolloutRunner:
 
 
 def rollout_metrics(all_trajs: list[Trajectory], seconds: float) -> dict[str, float]:
-    """Mean reward and episode metrics of everything generated, and generation throughput."""
+    """Mean reward, the mean of every metric any episode reported (over the episodes reporting it), and
+    generation throughput."""
     metrics: dict[str, float] = {}
     if all_trajs:
         metrics["reward"] = statistics.fmean(t.reward for t in all_trajs)
-        for key in EPISODE_METRICS:
-            vals = [t.metrics[key] for t in all_trajs if key in t.metrics]
-            if vals:
-                metrics[key] = statistics.fmean(vals)
+        keys = dict.fromkeys(k for t in all_trajs for k in t.metrics)  # first-seen order
+        for key in keys:
+            vals = [float(t.metrics[key]) for t in all_trajs if key in t.metrics]
+            metrics.setdefault(key, statistics.fmean(vals))
         gen_tokens = sum(t.num_generated_tokens for t in all_trajs)
         metrics["tokens_per_s"] = gen_tokens / max(seconds, 1e-9)
     return metrics
@@ -134,7 +131,7 @@ async def evaluate_samples(cfg: MemRLConfig, workflow: Any, samples: list[Any], 
     tc = cfg.trainer
     params = (SamplingParams(greedy=True) if tc.eval_temperature == 0
               else SamplingParams(temperature=tc.eval_temperature, top_p=tc.eval_top_p))
-    trajs = await asyncio.gather(*(workflow(s, engine, tokenizer, cfg.workflow, sampling=params)
+    trajs = await asyncio.gather(*(workflow.episode(s, engine=engine, tokenizer=tokenizer, sampling=params)
                                    for s in samples for _ in range(tc.eval_n)))
     return 100.0 * statistics.fmean(t.reward for t in trajs)
 

@@ -33,9 +33,9 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
         mask[i, : len(r) - 1] = torch.tensor(r.loss_mask[1:], dtype=torch.float32)
     conv_episode = [r.episode for r in rows]
     if a.step_rewards:
+        alpha, scale = cfg.workflow.build().state_advantage() or (1.0, 1.0)
         per_row = combine_step_advantages(ep_adv, torch.tensor([r.step_reward for r in rows]), conv_episode,
-                                          groups, [r.step for r in rows], cfg.workflow.state_reward_alpha,
-                                          2.0 if cfg.workflow.rememr1_variant == "released" else 1.0)
+                                          groups, [r.step for r in rows], alpha, scale)
         tok = per_row.unsqueeze(-1) * mask
     else:
         tok = broadcast(ep_adv, conv_episode, mask, a.adv_estimator, a.gamma)

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from memrl.config import MemRLConfig
+from memrl.config import ConfigError, MemRLConfig
 from memrl.dist.ddp import DistContext
 from memrl.engines.base import Engine
 from memrl.train import checkpoint, state
@@ -33,7 +33,7 @@ from memrl.train.engine_sync import WeightSync, engine_weights
 from memrl.train.guards import IdleStreak, RolloutTally
 from memrl.train.policy import Reference, build_policy
 from memrl.train.preflight import RESUMABLE_CHANGES, check_config  # noqa: F401 (re-exported)
-from memrl.train.preflight import check_dataset_size, check_tool_prompt_budget
+from memrl.train.preflight import check_dataset_size
 from memrl.train.rollout import RolloutRunner, evaluate_samples, rollout_metrics
 from memrl.train.rollouts import save_step_rollouts
 from memrl.train.sampler import ResumableSampler
@@ -43,7 +43,8 @@ from memrl.train.signals import StopRequest, TrainingInterrupted
 from memrl.train.tracking import Tracker
 from memrl.train.update import PolicyUpdate
 from memrl.types import Trajectory
-from memrl.workflows import get_workflow, load_samples
+from memrl.workflows import Workflow
+from memrl.workflows.registry import as_workflow
 
 
 class _QuietTracker:
@@ -65,10 +66,30 @@ class NonFiniteLossError(RuntimeError):
     """Too many steps in a row produced NaN/inf losses or gradients."""
 
 
+def as_config(config: Any) -> MemRLConfig:
+    """A MemRLConfig from itself, a dict of sections, or a YAML path."""
+    if isinstance(config, MemRLConfig):
+        return config
+    if isinstance(config, (str, Path)):
+        from memrl.config import load_config
+
+        return load_config(config)
+    return MemRLConfig.model_validate(dict(config or {}))
+
+
 class Trainer:
-    def __init__(self, cfg: MemRLConfig, *, policy: Any = None, tokenizer: Any = None,
-                 engine: Engine | None = None, tracker_console: Any = None) -> None:
-        check_config(cfg)
+    """One RL run: ``Trainer(config).run()``; from Python also with your own workflow object and records.
+
+    ``memrl.Trainer({"model": {"path": "tiny"}}, workflow=MyWorkflow(), train=[{...}, ...])``
+    needs no YAML and no import path; ``train``/``eval`` replace what the workflow would load.
+    """
+
+    def __init__(self, cfg: MemRLConfig | dict[str, Any] | str | Path | None = None, *, workflow: Any = None,
+                 train: list[Any] | None = None, eval: list[Any] | None = None, policy: Any = None,
+                 tokenizer: Any = None, engine: Engine | None = None, tracker_console: Any = None) -> None:
+        cfg = as_config(cfg)
+        wf = as_workflow(workflow) if workflow is not None else cfg.workflow.build()
+        check_config(cfg, wf, has_samples=train is not None)
         self.cfg = cfg
         self.dist = DistContext.from_env(cfg.cluster.backend, group_of_one=cfg.cluster.strategy == "fsdp")
         self.run_dir = Path(cfg.trainer.output_dir)
@@ -95,12 +116,8 @@ class Trainer:
         self.reference = Reference(self.policy, needed=cfg.algorithm.kl_coef > 0)  # initial weights, not resumed
         self.state = state.RunState()
         self.idle = IdleStreak(cfg)
-        self.workflow = get_workflow(cfg.workflow.name)
-        self.samples = load_samples(cfg, "train")
-        check_dataset_size(cfg, len(self.samples))
-        check_tool_prompt_budget(cfg, self.tokenizer, self.samples, lambda msg: self.console.print(
-            f"[yellow]warning:[/yellow] {msg}", highlight=False))
-        self.eval_samples = load_samples(cfg, "eval")[: cfg.trainer.eval_samples]
+        self.workflow: Workflow = wf.setup(cfg)
+        self._load_samples(train, eval)
         self.sampler = ResumableSampler(len(self.samples), cfg.trainer.seed)
         self.runner = RolloutRunner(cfg, self.workflow, self.samples, self.sampler, self.tokenizer,
                                     lambda msg: self.tracker.console.print(msg, highlight=False))
@@ -145,6 +162,18 @@ class Trainer:
         self.resumed_from = found[0] if found else None
 
     status_line = ""
+
+    def _load_samples(self, train: list[Any] | None, eval: list[Any] | None) -> None:
+        """The training and held-out samples: given ones, else the workflow's own."""
+        cfg, wf = self.cfg, self.workflow
+        self.samples = list(train) if train is not None else wf.load_samples("train")
+        check_dataset_size(cfg, len(self.samples), wf.data_source(cfg, "train"))
+        wf.check_samples(cfg, self.tokenizer, self.samples, lambda msg: self.console.print(
+            f"[yellow]warning:[/yellow] {msg}", highlight=False))
+        held_out = list(eval) if eval is not None else wf.load_samples("eval")
+        self.eval_samples = held_out[: cfg.trainer.eval_samples]
+        if cfg.trainer.eval_every and not self.eval_samples:
+            raise ConfigError("trainer.eval_every > 0 but there are no eval samples (data.eval_file, or eval=[...])")
 
     # -- counters (kept in self.state so a checkpoint holds them) ------------------------------------
     @property
@@ -277,7 +306,7 @@ class Trainer:
             return trajs, all_trajs
         self.runner.failed_episodes += len(bad)
         self.tally.failed += len(bad)
-        self.tally.last_error = (f"workflow {self.cfg.workflow.name!r} returned reward {bad[0].reward} for sample "
+        self.tally.last_error = (f"workflow {self.workflow.label!r} returned reward {bad[0].reward} for sample "
                                  f"{bad[0].sample_id}: a reward must be a finite number")
         self.tracker.console.print(f"[yellow]{len(bad)} episode(s) failed:[/yellow] {self.tally.last_error}",
                                    highlight=False)
@@ -339,6 +368,8 @@ class Trainer:
                 self.producer = None
             self.tracker.close()
         return last
+
+    fit = run  # the name other trainers use
 
     def _stopping(self, stop: StopRequest, saved: bool) -> bool:
         """Whether the run is complete; if rank 0 got a signal, checkpoint the last finished step and raise.

@@ -28,8 +28,8 @@ def centre_truncate(ids: Sequence[int], limit: int | None) -> list[int]:
     return ids[:head] + ids[len(ids) - (limit - head):]
 
 
-def score_text(text: str, golds: Sequence[str], reward: str,
-               answer_format: str = "boxed") -> tuple[str | None, QAScores, float]:
+def score_text(text: str, golds: Sequence[str], reward: str, answer_format: str = "boxed",
+               sample: Any = None) -> tuple[str | None, QAScores, float]:
     """Extract the answer (``workflow.answer_format``), score it, and pick the configured reward.
 
     The reward is a built-in (``em``, ``sub_em``, ``f1``, ``memagent_strict``: MemAgent's own
@@ -38,7 +38,7 @@ def score_text(text: str, golds: Sequence[str], reward: str,
     from memrl.plugins import reward_value
 
     answer = extract_answer(text, answer_format)
-    return answer, score_answer(answer, golds), reward_value(reward, text, golds, answer)
+    return answer, score_answer(answer, golds), reward_value(reward, text, golds, answer, sample)
 
 
 def qa_trajectory(
@@ -57,7 +57,7 @@ def qa_trajectory(
 ) -> Trajectory:
     """Score the final turn's answer (``answer_format``) and assemble the episode."""
     final_text = decode(tokenizer, strip_stop(final.token_ids, stops))
-    answer, scores, reward = score_text(final_text, sample.answers, reward_key, answer_format)
+    answer, scores, reward = score_text(final_text, sample.answers, reward_key, answer_format, sample)
     return Trajectory(
         conversations=conversations,
         reward=reward,

@@ -299,23 +299,21 @@ def build_user_simulator(cfg: Any) -> UserSimulator:
                                              temperature=e.user_temperature)
 
 
-_USERS: dict[str, UserSimulator] = {}  # by env config: train and eval samples share one simulator
-_JUDGES: dict[str, Any] = {}  # likewise one NL-assertion judge
+def task_samples(cfg: Any, split: str | None, user: UserSimulator | None = None, *,
+                 services: dict[str, Any] | None = None) -> list[TaskSample]:
+    """The tasks of ``split`` bound to their domain.
 
-
-def task_samples(cfg: Any, split: str | None, user: UserSimulator | None = None) -> list[TaskSample]:
-    """The tasks of ``split`` bound to their domain (and one shared user simulator outside solo mode)."""
+    ``services`` (the workflow's, built once per run) supplies the user simulator and the
+    NL judge at episode time; without it they are built here for these samples alone.
+    """
     from memrl.envs.domain import load_domain
-
     from memrl.envs.nl_judge import build_nl_judge
 
     domain = load_domain(cfg.env.domain, cfg.env.data_dir, tool_options=cfg.env.tool_options)
-    key = cfg.env.model_dump_json()
-    if not cfg.env.solo and user is None:
-        if key not in _USERS:
-            _USERS[key] = build_user_simulator(cfg)
-        user = _USERS[key]
-    if key not in _JUDGES:
-        _JUDGES[key] = build_nl_judge(cfg)
+    judge = None
+    if services is None:
+        if not cfg.env.solo and user is None:
+            user = build_user_simulator(cfg)
+        judge = build_nl_judge(cfg)
     return [TaskSample(domain, t, solo=cfg.env.solo, partial=cfg.env.partial_credit, reward=cfg.env.reward, user=user,
-                       nl_judge=_JUDGES[key]) for t in domain.get_tasks(split)]
+                       nl_judge=judge) for t in domain.get_tasks(split)]

@@ -1,0 +1,303 @@
+"""The workflow API: a workflow is one small object, an episode does the bookkeeping.
+
+A workflow says what an agent does; everything the trainer needs from a model call
+(the exact prompt and generated ids, the loss mask, the sampling log-probs, a seed per
+turn, the stop token) is recorded by :class:`Episode` as the workflow calls
+:meth:`Episode.generate`. The smallest workflow::
+
+    class SayWord(Workflow):
+        name = "say_word"
+
+        async def run(self, ep: Episode) -> None:
+            out = await ep.generate([{"role": "user", "content": ep.sample["prompt"]}], max_new_tokens=8)
+            ep.reward(float(ep.sample["word"] in out.lower()))
+
+Its options are a pydantic model (``class Options(BaseModel)``) validated from the
+config's ``workflow.options``; its samples are plain records (``load_samples``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from memrl.engines.base import Engine, GenerationResult, SamplingParams
+from memrl.types import Conversation, Trajectory
+from memrl.workflows.common import decode, encode_text, stop_token_ids, strip_stop, turn_seed
+
+
+class NoOptions(BaseModel):
+    """The options of a workflow that declares none: any key is a typo."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Generation(str):
+    """The text one model call generated (stop token stripped), carrying its token-level record."""
+
+    ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    prompt_ids: list[int]
+    conversation: Conversation
+
+    def __new__(cls, text: str, *, result: GenerationResult, stops: Sequence[int], prompt_ids: list[int],
+                conversation: Conversation) -> Generation:
+        self = super().__new__(cls, text)
+        self.token_ids = list(result.token_ids)
+        self.ids = strip_stop(result.token_ids, stops)
+        self.logprobs = list(result.logprobs)
+        self.finish_reason = result.finish_reason
+        self.prompt_ids = prompt_ids
+        self.conversation = conversation
+        return self
+
+    @property
+    def text(self) -> str:
+        return str(self)
+
+    @property
+    def truncated(self) -> bool:
+        """The call ran out of ``max_new_tokens`` before a stop token."""
+        return self.finish_reason == "length"
+
+
+def chat_ids(tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | None = None) -> list[int]:
+    """The ids of ``messages`` under the tokenizer's chat template, ready for the assistant's turn.
+
+    What an OpenAI-compatible server builds for the same request, so an agent trained
+    here sees the prompts it will be served with.
+    """
+    kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
+    if tools:
+        kwargs["tools"] = list(tools)
+    out = tokenizer.apply_chat_template([dict(m) for m in messages], **kwargs)
+    if isinstance(out, Mapping) or hasattr(out, "input_ids"):  # transformers may return a BatchEncoding
+        out = out["input_ids"]
+    return [int(t) for t in out]
+
+
+class Episode:
+    """One episode of one sample: the model calls made so far, the reward and the metrics.
+
+    ``services`` are the side engines and objects the workflow asked for once per run
+    (:meth:`Workflow.build_services`), e.g. a user simulator; ``info`` holds anything
+    human-facing worth saving with the rollout (the final answer, a transcript).
+    """
+
+    def __init__(self, sample: Any, *, engine: Engine, tokenizer: Any, sampling: SamplingParams,
+                 options: Any = None, services: Mapping[str, Any] | None = None, sample_id: str | None = None,
+                 group_id: str | None = None, workflow: str = "workflow") -> None:
+        self.sample = sample
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.sampling = sampling
+        self.options = options
+        self.services: Mapping[str, Any] = services if services is not None else {}
+        self.sample_id = sample_id if sample_id is not None else default_id(sample)
+        self.group_id = group_id if group_id is not None else sample_id
+        self.workflow = workflow
+        self.conversations: list[Conversation] = []
+        self.metrics: dict[str, float] = {}
+        self.info: dict[str, Any] = {}
+        self.calls = 0
+        self._reward: float | None = None
+        self._stops: tuple[int, ...] | None = None
+
+    @property
+    def stops(self) -> tuple[int, ...]:
+        """The tokenizer's EOS and end-of-turn ids: where a model call ends by default."""
+        if self._stops is None:
+            self._stops = stop_token_ids(self.tokenizer)
+        return self._stops
+
+    def encode(self, prompt: Sequence[int] | str | Sequence[Mapping[str, Any]],
+               tools: Sequence[Any] | None = None) -> list[int]:
+        """Token ids of a prompt given as ids, raw text, or chat messages."""
+        if isinstance(prompt, str):
+            return encode_text(self.tokenizer, prompt)
+        items = list(prompt)
+        if items and isinstance(items[0], Mapping):
+            return chat_ids(self.tokenizer, items, tools)
+        if any(isinstance(t, bool) or not isinstance(t, int) for t in items):
+            raise TypeError("a prompt is token ids (ints), a string, or a list of chat messages (dicts)")
+        return [int(t) for t in items]
+
+    async def generate(self, prompt: Sequence[int] | str | Sequence[Mapping[str, Any]], *, max_new_tokens: int,
+                       tools: Sequence[Any] | None = None, temperature: float | None = None,
+                       top_p: float | None = None, stop_token_ids: Sequence[int] | None = None,
+                       merge: bool = False) -> Generation:
+        """One model call, recorded as a conversation of this episode; returns what was generated.
+
+        ``merge=True`` extends the last conversation instead when the new prompt starts with
+        all of its tokens (a chat continued turn by turn is then one training sequence).
+        """
+        ids = self.encode(prompt, tools)
+        stops = tuple(stop_token_ids) if stop_token_ids is not None else self.stops
+        changes: dict[str, Any] = {"max_new_tokens": int(max_new_tokens), "stop_token_ids": stops}
+        if temperature is not None:
+            changes["temperature"] = float(temperature)
+        if top_p is not None:
+            changes["top_p"] = float(top_p)
+        params = turn_seed(self.sampling.with_(**changes), self.calls)
+        self.calls += 1
+        result = await self.engine.generate(ids, params)
+        conv = self._record(ids, result, merge)
+        text = decode(self.tokenizer, strip_stop(result.token_ids, stops))
+        return Generation(text, result=result, stops=stops, prompt_ids=ids, conversation=conv)
+
+    def _record(self, ids: list[int], result: GenerationResult, merge: bool) -> Conversation:
+        last = self.conversations[-1] if self.conversations else None
+        if merge and last is not None and len(ids) >= last.num_tokens and ids[:last.num_tokens] == last.token_ids:
+            last.append(ids[last.num_tokens:], generated=False)
+            last.append(result.token_ids, generated=True, logprobs=result.logprobs)
+            return last
+        conv = Conversation.from_prompt_response(ids, result.token_ids, result.logprobs,
+                                                 meta={"finish": result.finish_reason})
+        self.conversations.append(conv)
+        return conv
+
+    def reward(self, value: float) -> None:
+        """The episode's outcome reward (a finite number); the last call wins."""
+        self._reward = _finite(value, f"workflow {self.workflow!r}: ep.reward")
+
+    def metric(self, name: str, value: float) -> None:
+        """A scalar logged as the mean over a step's episodes under ``name`` in metrics.jsonl."""
+        self.metrics[str(name)] = _finite(value, f"workflow {self.workflow!r}: ep.metric({name!r})")
+
+    @property
+    def rewarded(self) -> bool:
+        return self._reward is not None
+
+    def trajectory(self) -> Trajectory:
+        """The finished episode as the trainer consumes it."""
+        if self._reward is None:
+            raise ValueError(f"workflow {self.workflow!r} finished an episode of sample {self.sample_id} without "
+                             "calling ep.reward(value)")
+        if not self.conversations:
+            raise ValueError(f"workflow {self.workflow!r} finished an episode of sample {self.sample_id} without "
+                             "a model call (ep.generate): there is nothing to train on")
+        metrics = {"num_conversations": float(len(self.conversations)),
+                   "response_tokens": float(sum(c.num_generated for c in self.conversations)), **self.metrics}
+        return Trajectory(conversations=self.conversations, reward=self._reward, sample_id=self.sample_id,
+                          group_id=self.group_id, metrics=metrics, info=dict(self.info))
+
+
+def default_id(sample: Any) -> str:
+    """A sample's own id (``id`` of a record, ``index`` of a built-in sample), else "0"."""
+    if isinstance(sample, Mapping):
+        return str(sample.get("id", sample.get("index", 0)))
+    return str(getattr(sample, "index", 0))
+
+
+def _finite(value: Any, what: str) -> float:
+    import math
+
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} got {value!r} ({type(value).__name__}), not a number") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{what} got {number}: it must be a finite number")
+    return number
+
+
+class Workflow:
+    """Base class of workflows: override :meth:`run`; optionally ``Options``, ``load_samples``, services.
+
+    ``Workflow(**options)`` validates the options now, so a typo fails where it was made;
+    a config's ``workflow.options`` reaches the same constructor.
+    """
+
+    name: ClassVar[str] = ""
+    Options: ClassVar[type[BaseModel]] = NoOptions
+    uses_env: ClassVar[bool] = False  # episodes depend on the config's env section (domain, split, grading)
+
+    def __init__(self, **options: Any) -> None:
+        self.options = self.Options(**options)
+        self.config: Any = None  # the whole run config, set by setup() (None from plain Python)
+        self.services: dict[str, Any] = {}
+
+    def with_options(self, options: Mapping[str, Any]) -> Workflow:
+        """A copy whose options are these (validated); the original is unchanged."""
+        twin = copy.copy(self)
+        twin.options = self.Options(**dict(options))
+        return twin
+
+    def bind(self, config: Any) -> Workflow:
+        """Give the workflow the run's config (data files, env); returns self."""
+        self.config = config
+        return self
+
+    def setup(self, config: Any) -> Workflow:
+        """Bind the run's config and build the services its episodes share; once per run, returns self."""
+        self.bind(config)
+        self.services = self.build_services(config)
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.name or type(self).__name__
+
+    def load_samples(self, split: str) -> list[Any]:
+        """The samples of ``split`` ('train' or 'eval'): by default the records of ``data.train_file`` /
+        ``data.eval_file`` (JSONL, JSON list or parquet; plain dicts, no required fields)."""
+        from memrl.data.records import iter_records
+
+        data = getattr(self.config, "data", None)
+        path = getattr(data, "train_file" if split == "train" else "eval_file", None)
+        if path is None:
+            if split == "train":
+                raise ValueError(f"workflow {self.label!r} reads data.train_file, which is not set")
+            return []
+        return [rec for _, rec in iter_records(path)]
+
+    def build_services(self, config: Any) -> dict[str, Any]:
+        """Side engines or objects the episodes share (``ep.services``), built once per run."""
+        return {}
+
+    def norm_tokens(self) -> int | None:
+        """Longest response of one conversation, if known (the seq-mean-token-sum-norm divisor)."""
+        return None
+
+    def check(self, config: Any) -> None:
+        """Refuse a config this workflow cannot run, in one line (``ValueError``), before models load."""
+        return None
+
+    def check_samples(self, config: Any, tokenizer: Any, samples: list[Any], warn: Callable[[str], None]) -> None:
+        """Refuse (``ValueError``) or warn about loaded samples this run cannot learn from."""
+        return None
+
+    def data_source(self, config: Any, split: str) -> str:
+        """Where the samples of ``split`` come from, for messages."""
+        data = getattr(config, "data", None)
+        return f"data.{split}_file {getattr(data, split + '_file', None)}"
+
+    def state_advantage(self) -> tuple[float, float] | None:
+        """(alpha, scale) of per-turn state advantages (``algorithm.step_rewards``); None: turns are not scored."""
+        return None
+
+    async def run(self, ep: Episode) -> None:
+        raise NotImplementedError(f"workflow {self.label!r} must define async def run(self, ep)")
+
+    async def episode(self, sample: Any, *, engine: Engine, tokenizer: Any, sampling: SamplingParams,
+                      services: Mapping[str, Any] | None = None, sample_id: str | None = None,
+                      group_id: str | None = None) -> Trajectory:
+        """Run one episode of ``sample`` and return it as a Trajectory (what the trainer and eval call)."""
+        ep = Episode(sample, engine=engine, tokenizer=tokenizer, sampling=sampling, options=self.options,
+                     services=self.services if services is None else services, sample_id=sample_id,
+                     group_id=group_id, workflow=self.label)
+        await self.run(ep)
+        return ep.trajectory()
+
+    async def __call__(self, sample: Any, engine: Engine, tokenizer: Any, config: Any = None, *,
+                       sampling: SamplingParams | None = None, sample_id: str | None = None,
+                       group_id: str | None = None) -> Trajectory:
+        """The old workflow-function call: ``config`` is ignored (the object has its options)."""
+        return await self.episode(sample, engine=engine, tokenizer=tokenizer,
+                                  sampling=sampling or SamplingParams(greedy=True), sample_id=sample_id,
+                                  group_id=group_id)

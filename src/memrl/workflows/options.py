@@ -1,0 +1,118 @@
+"""The options of the built-in workflows (``workflow.options.*``), one pydantic model each.
+
+Defaults are the papers' (MemAgent: 5000-token chunks, 1024-token memory and answer;
+ReMemR1: 2048-token budgets). A workflow reads only its own model, so a key that does
+not apply to it fails with the nearest name instead of being ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class OptionsModel(BaseModel):
+    """Strict about keys (a typo fails), lenient about scalar spelling, like the config sections."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)
+
+
+class QAOptions(OptionsModel):
+    """A question answered at the end of the episode and scored against gold answers."""
+
+    final_tokens: int = Field(1024, gt=0, description="Max new tokens of the final answer turn.")
+    question_tokens: int = Field(1024, gt=0, description="The question is cut to this many tokens.")
+    prompts: str | None = Field(None, description="YAML file overriding the prompt templates.")
+    reward: str = Field(
+        "sub_em", description="em | sub_em | f1 | memagent_strict (MemAgent's RL reward: last boxed answer in the "
+        "final 300 characters, lowercased, MATH-normalised without spaces, exact match, max over golds), or your "
+        "own reward (text, *, sample, answer=None, **kw) -> float as 'package.module:function'.")
+    answer_format: str = Field("boxed", description="How the final answer is read: boxed (last \\boxed{}), "
+                               "answer_is (after the last 'the answer is', MemAgent's eval prompt) or "
+                               "regex:<pattern> (last match; its first group if any).")
+
+    @field_validator("reward")
+    @classmethod
+    def _reward(cls, v: str) -> str:
+        from memrl.plugins import REWARDS
+
+        return REWARDS.validate(v)
+
+    @field_validator("answer_format")
+    @classmethod
+    def _answer_format(cls, v: str) -> str:
+        from memrl.rewards.published import check_answer_format
+
+        return check_answer_format(v)
+
+
+class ChunkedOptions(QAOptions):
+    """A document read chunk by chunk into a bounded memory."""
+
+    chunk_tokens: int = Field(5000, gt=0, description="Context tokens shown per memory turn.")
+    memory_tokens: int = Field(1024, gt=0, description="Max new tokens of a memory turn (= memory size).")
+    max_chunks: int | None = Field(None, gt=0, description="Centre-truncate contexts longer than "
+                                   "max_chunks * chunk_tokens (MemAgent training); None reads everything.")
+
+
+class MemAgentOptions(ChunkedOptions):
+    """MemAgent: overwrite a memory chunk by chunk, answer from the memory."""
+
+    slot_fill: Literal["ids", "text"] = Field(
+        "ids", description="How question, memory and chunk enter a prompt: ids (spliced token ids, the memory "
+        "exactly as generated) or text (decoded, filled in as text and chat-templated whole: the ids a server "
+        "builds from MemAgent's evaluation client; the default of memrl eval --protocol memagent).")
+
+
+class RememR1Options(ChunkedOptions):
+    """ReMemR1: MemAgent plus recall of earlier memories and per-turn state rewards (2048-token budgets)."""
+
+    final_tokens: int = Field(2048, gt=0, description="Max new tokens of the final answer turn.")
+    question_tokens: int = Field(2048, gt=0, description="The question is cut to this many tokens.")
+    memory_tokens: int = Field(2048, gt=0, description="Max new tokens of a memory turn (= memory size).")
+    recall_in_final: bool = Field(True, description="Show the recalled memory in the final turn.")
+    state_reward_alpha: float = Field(0.8, ge=0, le=1, description="Weight of the outcome advantage against the "
+                                      "per-turn state advantage (ReMemR1's alpha).")
+    rememr1_variant: Literal["memrl", "released"] = Field(
+        "memrl", description="'released' reproduces the public ReMemR1 code (subword TF-IDF recall, <thinking> "
+        "prompts, its state reward and the 2x state advantage); 'memrl' is the cleaner version.")
+    recall_pool: Literal["previous", "including_current"] = Field(
+        "previous", description="Recall searches memories of earlier turns (ReMemR1 training) or also the one "
+        "just written (ReMemR1's eval code).")
+
+
+class FullContextOptions(QAOptions):
+    """The baseline: the whole document in one prompt."""
+
+    max_context_tokens: int = Field(32768, gt=0, description="Model window; the document is centre-truncated "
+                                    "to fit with the question and the answer budget.")
+
+
+class ToolAgentOptions(OptionsModel):
+    """A τ²-bench agent: tools, a policy, and (outside solo mode) a simulated user."""
+
+    max_turns: int = Field(30, gt=0, description="Model turns per episode before it is cut (reward 0).")
+    turn_tokens: int = Field(512, gt=0, description="Max new tokens of one model turn.")
+    max_total_tokens: int = Field(8192, gt=0, description="Context limit of the whole episode.")
+    tool_format: Literal["qwen", "hermes", "template"] = Field(
+        "qwen", description="ChatML role of tool results ('qwen': user turn with <tool_response>; 'hermes': tool), "
+        "or 'template': the tokenizer's own chat template with tools= (the prompt an OpenAI-compatible server "
+        "builds for the same messages).")
+    tool_parser: Literal["hermes", "json"] = Field("hermes", description="How tool calls are read from model text "
+                                                   "(<tool_call> JSON blocks, or bare JSON).")
+    tool_protocol: Literal["tokens", "openai_chat"] = Field(
+        "tokens", description="'tokens' (token ids in and out, tool_format/tool_parser; what training needs) or "
+        "'openai_chat' (OpenAI chat messages and tool_calls over /v1/chat/completions, engine.kind=openai; eval "
+        "and serving only, the server's template and tool parser decide the prompt).")
+
+
+class LegacyOptions(MemAgentOptions, RememR1Options, FullContextOptions, ToolAgentOptions):
+    """Every field the workflow section had before options existed: what a function-style plug-in still gets."""
+
+    final_tokens: int = Field(1024, gt=0, description="Max new tokens of the final answer turn.")
+    question_tokens: int = Field(1024, gt=0, description="The question is cut to this many tokens.")
+    memory_tokens: int = Field(1024, gt=0, description="Max new tokens of a memory turn (= memory size).")
+
+
+LEGACY_KEYS = frozenset(LegacyOptions.model_fields)

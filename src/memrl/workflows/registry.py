@@ -1,0 +1,141 @@
+"""From a config's ``workflow`` section to a workflow object: names, options, old files, old plug-ins.
+
+The names themselves live in :data:`memrl.plugins.WORKFLOWS` (built-ins by import path,
+yours as ``package.module:Name``). A registered object may be a :class:`Workflow`
+subclass, a Workflow instance, or, for one release, an async function with the old
+signature ``(sample, engine, tokenizer, config, *, sampling, sample_id, group_id)``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import sys
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ValidationError
+
+from memrl.engines.base import Engine, SamplingParams
+from memrl.types import Trajectory
+from memrl.workflows.api import Workflow
+from memrl.workflows.builtins import QAWorkflow
+from memrl.workflows.options import LEGACY_KEYS, LegacyOptions
+
+_NOTICED: set[str] = set()
+
+
+def notice(message: str) -> None:
+    """A one-line notice on stderr, once per process per message (old keys, old plug-in signatures)."""
+    if message not in _NOTICED:
+        _NOTICED.add(message)
+        print(f"notice: {message}", file=sys.stderr)
+
+
+class FunctionWorkflow(QAWorkflow):
+    """An old-style workflow function behind the object API: its ``config`` gets every old field and its
+    samples are read as before (long-context samples of ``data.train_file``)."""
+
+    Options: ClassVar[type[BaseModel]] = LegacyOptions
+
+    def __init__(self, fn: Any, **options: Any) -> None:
+        super().__init__(**options)
+        self.fn = fn
+        self.name = getattr(fn, "__name__", "workflow")  # type: ignore[misc]
+
+    async def episode(self, sample: Any, *, engine: Engine, tokenizer: Any, sampling: SamplingParams,
+                      services: Mapping[str, Any] | None = None, sample_id: str | None = None,
+                      group_id: str | None = None) -> Trajectory:
+        return await self.fn(sample, engine, tokenizer, self.options, sampling=sampling, sample_id=sample_id,
+                             group_id=group_id)
+
+
+def registered(name: str) -> Any:
+    from memrl.plugins import WORKFLOWS
+
+    return WORKFLOWS.get(name)
+
+
+def workflow_class(obj: Any) -> type[Workflow]:
+    """The class whose ``Options`` a registered object's options follow."""
+    if inspect.isclass(obj):
+        return obj
+    if isinstance(obj, Workflow):
+        return type(obj)
+    return FunctionWorkflow
+
+
+def migrate_workflow_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """Old flat keys (``workflow.chunk_tokens``) moved under ``options``, each with a one-line notice."""
+    old = [k for k in data if k not in ("name", "options") and k in LEGACY_KEYS]
+    if not old:
+        return data
+    data = dict(data)
+    options = dict(data.get("options") or {})
+    for key in old:
+        notice(f"config key workflow.{key} is now workflow.options.{key} (read as such; update the file)")
+        options.setdefault(key, data.pop(key))
+    data["options"] = options
+    name = data.get("name", "memagent")
+    try:
+        fields = workflow_class(registered(name)).Options.model_fields
+    except ValueError:
+        return data  # the name's own validator reports it
+    for key in old:
+        if key not in fields and key in options:  # set for another workflow in an old file: it never applied
+            notice(f"workflow.{key} does not apply to workflow {name!r} and is ignored")
+            options.pop(key)
+    return data
+
+
+def _one_line(exc: ValidationError, name: str, model: type[BaseModel]) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(err["loc"][0]), list(model.model_fields), n=1, cutoff=0.5)
+        hint = f"did you mean 'workflow.options.{close[0]}'?" if close else \
+            f"{name} takes: {', '.join(model.model_fields) or 'no options'}"
+        return f"unknown option 'workflow.options.{where}' of workflow {name!r}: {hint}"
+    return f"workflow.options.{where}: {err['msg']}"
+
+
+def options_model(name: str, raw: Mapping[str, Any]) -> BaseModel:
+    """``raw`` validated by the options model of workflow ``name``; a one-line ValueError otherwise."""
+    obj = registered(name)
+    model = workflow_class(obj).Options
+    base = dict(obj.options.model_dump()) if isinstance(obj, Workflow) else {}
+    try:
+        return model(**{**base, **dict(raw)})
+    except ValidationError as exc:
+        raise ValueError(_one_line(exc, name, model)) from None
+
+
+def checked_options(name: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The options given for workflow ``name``, validated and as plain values (what config.yaml keeps);
+    defaults stay out, so "set by the user" remains visible (``WorkflowConfig.opts`` fills them in)."""
+    model = options_model(name, raw)
+    given = model.model_dump(mode="json", exclude_unset=True)
+    return {k: given[k] for k in raw if k in given}
+
+
+def make_workflow(name: str, options: Mapping[str, Any] | None = None) -> Workflow:
+    """A ready workflow object: the registered class built with ``options`` (or an instance re-optioned)."""
+    obj = registered(name)
+    if isinstance(obj, Workflow):
+        return obj.with_options({**obj.options.model_dump(), **dict(options or {})}) if options else obj
+    if inspect.isclass(obj):
+        return obj(**dict(options or {}))
+    notice(f"workflow {name!r} is a function with the old signature; write it as a memrl.Workflow subclass "
+           "(see examples/custom_workflow): functions keep working for one release")
+    return FunctionWorkflow(obj, **dict(options or {}))
+
+
+def as_workflow(obj: Any, options: Mapping[str, Any] | None = None) -> Workflow:
+    """What ``memrl.Trainer(workflow=...)`` accepts: a Workflow instance or class, or an old-style function."""
+    if isinstance(obj, Workflow):
+        return obj.with_options({**obj.options.model_dump(), **dict(options)}) if options else obj
+    if inspect.isclass(obj) and issubclass(obj, Workflow):
+        return obj(**dict(options or {}))
+    if inspect.iscoroutinefunction(obj):
+        return FunctionWorkflow(obj, **dict(options or {}))
+    raise TypeError(f"workflow must be a memrl.Workflow (instance or subclass), got {type(obj).__name__}")
