@@ -158,5 +158,5 @@ def test_call_cap_refuses_further_calls(gateway, tools_tokenizer):
             return ep, endpoint.session, err.value
 
     ep, session, err = run(go())
-    assert "more than 2 model calls" in err.body["message"] and "more than 2" in str(session.failure)
+    assert "has made its 2 model calls" in err.body["message"] and "more than 2" in str(session.failure)
     assert len(ep.conversations) == 2

@@ -133,7 +133,8 @@ async def model_call(session: Session, req: CallRequest) -> dict[str, Any]:
         conv.meta["messages"] = req.prompt
         if req.tools:
             conv.meta["tools"] = req.tools
-    return _answer(session, req, ids, GenerationResult(gen.token_ids, gen.logprobs, gen.finish_reason))  # type: ignore[arg-type]
+    result = GenerationResult(gen.token_ids, gen.logprobs, gen.finish_reason)  # type: ignore[arg-type]
+    return _answer(session, req, ids, result)
 
 
 def _answer(session: Session, req: CallRequest, prompt: list[int], res: GenerationResult) -> dict[str, Any]:

@@ -143,7 +143,3 @@ def _call(call: Any, where: str) -> dict[str, Any]:
     out["function"] = {**fn, "arguments": args}
     return out
 
-
-def text_bytes(messages: list[dict[str, Any]]) -> int:
-    """UTF-8 bytes of the messages' text (a bound on their tokens, checked before tokenizing)."""
-    return sum(len(m["content"].encode("utf-8", "surrogatepass")) for m in messages if isinstance(m.get("content"), str))

@@ -104,7 +104,8 @@ class Sessions:
             session.calls += 1
             over = session.calls > session.settings.max_calls
         if over:
-            message = (f"the program made more than {session.settings.max_calls} model calls in one episode "
-                       "(workflow.options.max_calls)")
-            session.fail(RuntimeError(message))
-            raise APIError(403, message, code="call_limit_exceeded")
+            limit = session.settings.max_calls
+            session.fail(RuntimeError(f"it made more than {limit} model calls in one episode "
+                                      "(workflow.options.max_calls)"))
+            raise APIError(403, f"this episode has made its {limit} model calls (workflow.options.max_calls); "
+                           "it will be discarded", code="call_limit_exceeded")

@@ -1,6 +1,6 @@
 """Tool calls in a generated answer, as OpenAI ``message.tool_calls`` (``workflow.options.tool_parser``).
 
-The parsers are those of the token-mode tool agent (:mod:`memrl.workflows.tool_calls`):
+The parsers are those of the token-mode tool agent (:mod:`memrl.text.tool_calls`):
 ``hermes`` reads ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, the
 format of Qwen 2.5/3, Hermes and SmolLM (``qwen`` is accepted as its other name), and
 ``json`` reads an answer that is only a JSON call. Your own parser plugs in by import
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from memrl.workflows.tool_calls import PARSERS, ParsedTurn, get_parser, openai_call
+from memrl.text.tool_calls import PARSERS, ParsedTurn, get_parser, openai_call
 
 ToolParser = Callable[[str], ParsedTurn]
 _ALIASES = {"qwen": "hermes"}

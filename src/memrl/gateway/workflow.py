@@ -53,7 +53,7 @@ class AgentOptions(BaseModel):
     max_tokens: int = Field(1024, ge=1, description="New tokens of one call when the program sets none, and the "
                             "most it may ask for.")
     tool_parser: str = Field("hermes", description="How tool calls are read from the model's text: hermes (= qwen), "
-                             "json, or 'package.module:function' (text -> memrl.workflows.tool_calls.ParsedTurn).")
+                             "json, or 'package.module:function' (text -> memrl.text.tool_calls.ParsedTurn).")
     merge: bool = Field(True, description="A call whose prompt extends the last conversation token for token "
                         "extends it; otherwise every call is its own conversation.")
     request_sampling: bool = Field(True, description="Honour the temperature/top_p a program sends; false: the "

@@ -1,0 +1,102 @@
+"""The agent workflow runs a program per episode; whatever the program does wrong fails only its episode."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import pytest
+
+from memrl.engines.base import SamplingParams
+from memrl.gateway.program import AgentProgramError
+from memrl.gateway.workflow import AgentWorkflow
+from memrl.testing.scripted import ScriptedEngine
+
+P = "tests.gateway.programs"
+
+
+def episode(gateway, tok, sample=None, **options):
+    wf = AgentWorkflow(**options)
+    engine = ScriptedEngine(lambda prompt, params: tok.encode(" fine", add_special_tokens=False) + [tok.eos_token_id])
+    return asyncio.run(wf.episode(sample or {"doc": "d", "gold": "yes"}, engine=engine, tokenizer=tok,
+                                  sampling=SamplingParams(seed=1), services={"gateway": gateway}))
+
+
+def test_two_calls_make_two_conversations_and_the_reward(gateway, tools_tokenizer):
+    traj = episode(gateway, tools_tokenizer, program=f"{P}:two_calls")
+    assert traj.reward == 1.0 and traj.num_conversations == 2
+    assert traj.metrics["model_calls"] == 2 and traj.metrics["summary_chars"] == len(" fine")
+    first, second = traj.conversations
+    assert first.meta["messages"][0]["content"] == "Summarise: d"
+    assert second.meta["messages"][1]["content"] == "Notes:  fine"
+    assert len(gateway.sessions) == 0  # the episode's endpoint is closed
+
+
+@pytest.mark.parametrize("program,message", [
+    ("raises", "raised KeyError: 'no such field' (at "),
+    ("never_calls", "returned without calling the model"),
+    ("loops", "made more than 3 model calls in one episode (workflow.options.max_calls)"),
+    ("loops_quietly", "made more than 3 model calls in one episode (workflow.options.max_calls)"),
+    ("says_yes", "returned 'yes' (str): the reward must be a number"),
+])
+def test_a_failing_program_fails_its_episode_only(gateway, tools_tokenizer, program, message):
+    with pytest.raises(AgentProgramError) as err:
+        episode(gateway, tools_tokenizer, program=f"{P}:{program}", max_calls=3)
+    assert message in str(err.value) and f"program {P}:{program}" in str(err.value)
+    assert episode(gateway, tools_tokenizer, program=f"{P}:two_calls").reward == 1.0  # the gateway goes on
+
+
+def test_a_hanging_program_times_out(gateway, tools_tokenizer):
+    start = time.perf_counter()
+    with pytest.raises(AgentProgramError, match=r"did not finish within 0.5 s \(workflow.options.timeout_s\)"):
+        episode(gateway, tools_tokenizer, program=f"{P}:hangs", timeout_s=0.5)
+    assert time.perf_counter() - start < 5 and len(gateway.sessions) == 0
+
+
+def test_options_are_checked_in_one_line():
+    with pytest.raises(ValueError, match="exactly one of workflow.options.program"):
+        AgentWorkflow()
+    with pytest.raises(ValueError, match="must be an async function"):
+        AgentWorkflow(program=f"{P}:not_async")
+    with pytest.raises(ValueError, match="has no attribute nope"):
+        AgentWorkflow(program=f"{P}:nope")
+    with pytest.raises(ValueError, match="unknown tool parser 'mistral'"):
+        AgentWorkflow(program=f"{P}:two_calls", tool_parser="mistral")
+    with pytest.raises(ValueError, match="Extra inputs"):
+        AgentWorkflow(program=f"{P}:two_calls", max_call=3)
+
+
+AGENT = """
+import json, os, sys
+from openai import OpenAI
+sample = json.load(sys.stdin)
+client = OpenAI()  # OPENAI_BASE_URL and OPENAI_API_KEY come from the environment
+r = client.chat.completions.create(model=os.environ["MEMRL_MODEL"], max_tokens=4,
+                                   messages=[{"role": "user", "content": sample["doc"]}])
+print("log line")
+print(json.dumps({"reward": 0.5, "metrics": {"chars": len(r.choices[0].message.content)}}))
+"""
+
+
+def test_command_program(gateway, tools_tokenizer, tmp_path):
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT)
+    traj = episode(gateway, tools_tokenizer, command=[sys.executable, str(script)])
+    assert traj.reward == 0.5 and traj.metrics["chars"] == 5 and traj.num_conversations == 1
+    conv = traj.conversations[0]  # max_tokens=4: " fine" fills the budget before the end-of-turn token
+    assert tools_tokenizer.decode(conv.token_ids) == "<|im_start|>user\nd<|im_end|>\n<|im_start|>assistant\n fine"
+    assert conv.meta["finish"] == "length" and conv.num_generated == 4
+
+
+@pytest.mark.parametrize("code,message", [
+    ("import sys; print('oops', file=sys.stderr); sys.exit(3)", "exited with status 3; stderr:\noops"),
+    ("print('done')", "last stdout line 'done' is not JSON"),
+    ("import time; time.sleep(60)", "did not finish within 1 s"),
+])
+def test_command_failures(gateway, tools_tokenizer, tmp_path, code, message):
+    script = tmp_path / "agent.py"
+    script.write_text(code)
+    with pytest.raises(AgentProgramError) as err:
+        episode(gateway, tools_tokenizer, command=[sys.executable, str(script)], timeout_s=1)
+    assert message in str(err.value)
