@@ -135,10 +135,9 @@ def check_run_config(cfg: MemRLConfig, run_dir: Path, notice: Callable[[str], No
 
 
 def _check_async(cfg: MemRLConfig) -> None:
-    """What asynchronous training cannot do yet: generation runs during every update."""
+    """What asynchronous training cannot do: generation runs during every update. (Several trainer ranks are
+    fine: rank 0 runs the producer and every rank updates its shard of the batch.)"""
     c = cfg.cluster
-    if c.trainers > 1:
-        raise ConfigError("trainer.mode=async runs one trainer process; use cluster.trainers=1 (or trainer.mode=sync)")
     if c.rollout_replicas and c.placement == "colocate":
         raise ConfigError("trainer.mode=async generates while the policy updates, so replicas cannot give the "
                           "accelerator back during updates: use cluster.placement=split")
