@@ -19,6 +19,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from memrl.io.ports import free_port  # noqa: F401  (re-exported: the launchers and tests import it from here)
+
 
 @dataclass(frozen=True)
 class DistContext:
@@ -114,11 +116,3 @@ def shard_by_tokens(lengths: Sequence[int], world: int) -> list[list[int]]:
         shards[r].append(i)
         load[r] += lengths[i]
     return [sorted(s) for s in shards]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("", 0))  # free on every interface: other nodes may connect to it
-        return s.getsockname()[1]

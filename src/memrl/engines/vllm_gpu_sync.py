@@ -157,7 +157,7 @@ class NcclLink:
         import torch
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
-        from memrl.dist.ddp import free_port
+        from memrl.io.ports import free_port
 
         self.source = state_source(self.device)
         with torch.cuda.device(self.device):

@@ -14,6 +14,7 @@ log-probs (nothing was trained), ``step`` / ``policy_version`` null, ``pick`` = 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -39,6 +40,18 @@ def save_eval_rollout(out: Path, name: str, traj: Trajectory, tokenizer: Any, wh
     with atomic_write(path) as fh:
         fh.write(json.dumps(eval_record(traj, tokenizer, where), ensure_ascii=False, default=str) + "\n")
     return path
+
+
+def task_folder(task_id: str) -> str:
+    """A file-system-safe folder name for a task id (τ² telecom ids hold brackets, pipes and spaces).
+
+    Tool-agent evals keep each task's episodes under ``episodes/<task_folder>/``, and the τ²
+    results export reads them back from there.
+    """
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", task_id).strip("_")[:60] or "task"
+    if safe == task_id:
+        return safe
+    return f"{safe}-{hashlib.sha1(task_id.encode()).hexdigest()[:8]}"
 
 
 def _natural(path: Path) -> list[Any]:

@@ -99,7 +99,7 @@ def write_tau2_results(cfg: Any, out: Path, task_ids: list[str], trials: int) ->
     """Write ``out/tau2_results.json`` from the finished episodes under ``out/episodes``."""
     from memrl.data.atomic import atomic_write
     from memrl.envs.domain import load_domain
-    from memrl.eval.tool_eval import task_folder
+    from memrl.eval.records import task_folder
 
     domain = load_domain(cfg.env.domain, cfg.env.data_dir, tool_options=cfg.env.tool_options)
     tasks = {t.id: t for t in domain.get_tasks(cfg.env.eval_split)}

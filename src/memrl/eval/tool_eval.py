@@ -12,9 +12,7 @@ computed over tasks whose K trials all finished, as τ²-bench does (see :mod:`m
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import re
 import statistics
 import time
 import traceback
@@ -26,20 +24,12 @@ from memrl.config.schema import MemRLConfig
 from memrl.data.atomic import atomic_write
 from memrl.engines.base import Engine, EngineDeadError
 from memrl.eval.passk import is_success, pass_hat_ks
-from memrl.eval.records import ROLLOUTS, save_eval_rollout
+from memrl.eval.records import ROLLOUTS, save_eval_rollout, task_folder
 from memrl.eval.runner import AllEpisodesFailedError, ending_counts, endings_note, gather_cancelling, sampling_params
-from memrl.workflows import build_workflow
+from memrl.workflows import get_workflow, load_samples
 
 TOOL_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", ROLLOUTS, "results.json",
                      "results.md", "tau2_results.json")
-
-
-def task_folder(task_id: str) -> str:
-    """A file-system-safe folder name for a task id (τ² telecom ids hold brackets, pipes and spaces)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", task_id).strip("_")[:60] or "task"
-    if safe == task_id:
-        return safe
-    return f"{safe}-{hashlib.sha1(task_id.encode()).hexdigest()[:8]}"
 
 
 def render_conversation(record: dict[str, Any]) -> str:
@@ -80,10 +70,10 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
     """
     if trials < 1:
         raise ValueError(f"--trials must be >= 1, got {trials}")
-    workflow = build_workflow(cfg)  # the user simulator and judge, built once for every trial
-    samples = workflow.load_samples("eval")
+    samples = load_samples(cfg, "eval")
     if not samples:
         raise ValueError(f"no tasks in split {cfg.env.eval_split!r} of domain {cfg.env.domain!r}")
+    workflow = get_workflow("tool_agent")
     base = sampling_params(cfg)
     todo = []
     for sample in samples:
@@ -104,8 +94,8 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
         async with sem:
             t0 = time.perf_counter()
             try:
-                traj = await workflow.episode(sample, engine=engine, tokenizer=tokenizer,
-                                              sampling=base.with_(seed=seed), sample_id=task_id, group_id=task_id)
+                traj = await workflow(sample, engine, tokenizer, cfg.workflow, sampling=base.with_(seed=seed),
+                                      sample_id=task_id, group_id=task_id)
             except EngineDeadError:
                 raise
             except Exception as exc:  # recorded, not scored, retried by the next run

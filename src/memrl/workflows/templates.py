@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from memrl.workflows.common import encode_text
+from memrl.text.tokens import encode_text
 
 SLOTS = ("question", "memory", "chunk", "recalled", "context")
 _SLOT_RE = re.compile(r"\{(" + "|".join(SLOTS) + r")\}")
