@@ -51,9 +51,8 @@ def test_micro_batching_gives_the_same_gradient(tmp_path):
 def test_nan_loss_skips_then_stops(tmp_path, monkeypatch):
     import memrl.train.update as U
 
-    real = U.compute_policy_loss
-    monkeypatch.setattr(U, "compute_policy_loss",
-                        lambda *a, **k: (real(*a, **k)[0] * float("nan"),) + tuple(real(*a, **k)[1:]))
+    real = U.policy_objective
+    monkeypatch.setattr(U, "policy_objective", lambda *a, **k: (real(*a, **k)[0] * float("nan"), real(*a, **k)[1]))
     cfg = config(tmp_path, trainer__total_steps=5, trainer__max_nan_steps=2)
     trainer = Trainer(cfg, engine=coin_engine(load_tokenizer("tiny")))
     before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from memrl.config.registry import ENGINES, registered
 from memrl.config.section import Section
 
 
@@ -47,7 +48,9 @@ class VLLMOptions(Section):
 class EngineConfig(Section):
     """Inference backend."""
 
-    kind: Literal["hf", "openai", "vllm"] = "hf"
+    kind: registered(ENGINES) = Field("hf", description="Inference backend: a kind registered in "
+                                      "memrl.engines.factory (register_engine) or an import path to a builder "
+                                      "(cfg, model) -> Engine.")
     base_url: str | None = Field(None, description="openai: server root, e.g. http://127.0.0.1:8000/v1.")
     served_model: str | None = Field(None, description="openai: model name sent in requests.")
     api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")

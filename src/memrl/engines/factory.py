@@ -1,34 +1,54 @@
-"""Build the engine a config asks for."""
+"""Build the engine a config asks for: ``engine.kind`` names an engine registered here (or yours).
+
+Each kind registers a builder ``build(cfg, model) -> Engine`` with :func:`register_engine`
+(``model``: an in-process policy to wrap, or None) and, if it can also serve a helper model beside
+the policy (user simulator, NL judge), a ``side(cfg, model_path, tokenizer, base_url, served_model,
+api_key_env) -> Engine``. Heavy backends are imported inside their builders, so registering costs
+nothing and ``engine.kind`` is validated without importing vLLM.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from memrl.config.schema import MemRLConfig
+from memrl.config.registry import ENGINES
 from memrl.engines.base import Engine
 
+if TYPE_CHECKING:
+    from memrl.config.schema import MemRLConfig
 
-def build_engine(cfg: MemRLConfig, model: Any = None) -> Engine:
-    """``hf`` loads ``model.path`` in-process (or wraps ``model``); ``openai`` talks to a server; ``vllm`` in-process."""
-    kind = cfg.engine.kind
-    if kind == "hf":
-        from memrl.engines.hf import HFEngine
-        from memrl.models.resolve import load_model
+Builder = Callable[..., Engine]
 
-        model = model if model is not None else load_model(cfg.model.path, cfg.model.dtype, cfg.engine.device)
-        return HFEngine(model, max_batch_size=cfg.engine.max_batch_size, seed=cfg.trainer.seed)
-    if kind == "openai":
-        from memrl.engines.openai import OpenAIEngine
 
-        if not cfg.engine.base_url:
-            raise ValueError("engine.kind=openai needs engine.base_url (e.g. http://127.0.0.1:8000/v1)")
-        return OpenAIEngine(cfg.engine.base_url, model=cfg.engine.served_model or cfg.model.path,
-                            api_key_env=cfg.engine.api_key_env, **openai_options(cfg))
-    if kind == "vllm":
-        from memrl.engines.vllm import VLLMEngine
+@dataclass(frozen=True)
+class EngineKind:
+    """How to build one kind of engine for the policy (``build``) and, if it can, for a side model (``side``)."""
 
-        return VLLMEngine.from_config(cfg)
-    raise ValueError(f"unknown engine kind {kind!r}")
+    build: Builder
+    side: Builder | None = None
+
+    def __call__(self, cfg: MemRLConfig, model: Any = None) -> Engine:
+        return self.build(cfg, model)
+
+
+def register_engine(name: str, *, side: Builder | None = None) -> Callable[[Builder], EngineKind]:
+    """Decorator: register ``build(cfg, model) -> Engine`` as ``engine.kind=name``."""
+    def decorate(build: Builder) -> EngineKind:
+        return ENGINES.register(name, EngineKind(build, side))
+    return decorate
+
+
+def engine_kind(name: str) -> EngineKind:
+    """The kind ``name`` selects; a plain builder function given by import path serves the policy only."""
+    obj = ENGINES.get(name)
+    return obj if isinstance(obj, EngineKind) else EngineKind(obj)
+
+
+def side_engine_kinds() -> tuple[str, ...]:
+    """The registered kinds that can run a side model (what ``env.user_engine`` may name)."""
+    return tuple(n for n in ENGINES.names if engine_kind(n).side is not None)
 
 
 def openai_options(cfg: MemRLConfig) -> dict[str, Any]:
@@ -36,6 +56,57 @@ def openai_options(cfg: MemRLConfig) -> dict[str, Any]:
     e = cfg.engine
     return {"concurrency": e.concurrency, "timeout_s": e.timeout_s, "timeout_per_token_s": e.timeout_per_token_s,
             "max_wait_s": e.max_wait_s, "retries": e.retries, "backoff_s": e.backoff_s}
+
+
+def _hf_side(cfg: MemRLConfig, model: str, tokenizer: Any, base_url: str | None, served_model: str | None,
+             api_key_env: str) -> Engine:
+    from memrl.engines.hf import HFEngine
+    from memrl.models.resolve import load_model
+
+    net = load_model(model, device=cfg.engine.device)
+    return HFEngine(net, pad_token_id=tokenizer.pad_token_id or 0, max_batch_size=cfg.engine.max_batch_size,
+                    seed=cfg.trainer.seed)
+
+
+@register_engine("hf", side=_hf_side)
+def _hf(cfg: MemRLConfig, model: Any = None) -> Engine:
+    """Batching transformers in-process: loads ``model.path`` or wraps the given policy."""
+    from memrl.engines.hf import HFEngine
+    from memrl.models.resolve import load_model
+
+    model = model if model is not None else load_model(cfg.model.path, cfg.model.dtype, cfg.engine.device)
+    return HFEngine(model, max_batch_size=cfg.engine.max_batch_size, seed=cfg.trainer.seed)
+
+
+def _openai_side(cfg: MemRLConfig, model: str, tokenizer: Any, base_url: str | None, served_model: str | None,
+                 api_key_env: str) -> Engine:
+    from memrl.engines.openai import OpenAIEngine
+
+    return OpenAIEngine(base_url or "", served_model or model, api_key_env=api_key_env, **openai_options(cfg))
+
+
+@register_engine("openai", side=_openai_side)
+def _openai(cfg: MemRLConfig, model: Any = None) -> Engine:
+    """An OpenAI-compatible server at ``engine.base_url`` (vLLM, SGLang, memrl serve)."""
+    from memrl.engines.openai import OpenAIEngine
+
+    if not cfg.engine.base_url:
+        raise ValueError("engine.kind=openai needs engine.base_url (e.g. http://127.0.0.1:8000/v1)")
+    return OpenAIEngine(cfg.engine.base_url, model=cfg.engine.served_model or cfg.model.path,
+                        api_key_env=cfg.engine.api_key_env, **openai_options(cfg))
+
+
+@register_engine("vllm")
+def _vllm(cfg: MemRLConfig, model: Any = None) -> Engine:
+    """vLLM in-process (``engine.vllm.*``), weights synced from the trainer."""
+    from memrl.engines.vllm import VLLMEngine
+
+    return VLLMEngine.from_config(cfg)
+
+
+def build_engine(cfg: MemRLConfig, model: Any = None) -> Engine:
+    """The engine of ``engine.kind``; ``model`` is an in-process policy the kind may wrap instead of loading."""
+    return engine_kind(cfg.engine.kind)(cfg, model)
 
 
 def build_side_engine(cfg: MemRLConfig, model: str, kind: str, base_url: str | None,
@@ -46,16 +117,10 @@ def build_side_engine(cfg: MemRLConfig, model: str, kind: str, base_url: str | N
     the tokenizer and, unless ``served_model`` is given, the served model). Concurrency, timeouts,
     retries, device and batch size follow the ``engine`` section.
     """
-    from memrl.models.resolve import load_model, load_tokenizer
+    from memrl.models.resolve import load_tokenizer
 
+    side = engine_kind(kind).side
+    if side is None:
+        raise ValueError(f"engine kind {kind!r} cannot run a side model; choose {', '.join(side_engine_kinds())}")
     tokenizer = load_tokenizer(model)
-    if kind == "openai":
-        from memrl.engines.openai import OpenAIEngine
-
-        return OpenAIEngine(base_url or "", served_model or model, api_key_env=api_key_env,
-                            **openai_options(cfg)), tokenizer
-    from memrl.engines.hf import HFEngine
-
-    net = load_model(model, device=cfg.engine.device)
-    return HFEngine(net, pad_token_id=tokenizer.pad_token_id or 0, max_batch_size=cfg.engine.max_batch_size,
-                    seed=cfg.trainer.seed), tokenizer
+    return side(cfg, model, tokenizer, base_url, served_model, api_key_env), tokenizer

@@ -1,6 +1,12 @@
-"""RL algorithms as pure tensor functions (verl ``core_algos`` numerics)."""
+"""RL algorithms as pure tensor functions (verl ``core_algos`` numerics).
+
+Advantage estimators, loss aggregations, KL estimators and off-policy corrections are registered
+by name with the ``register_*`` decorators (the config validates ``algorithm.*`` names against
+them); :func:`policy_objective` is the whole loss of one micro-batch.
+"""
 
 from memrl.rl.advantages import (
+    AdvantageEstimator,
     broadcast,
     combine_step_advantages,
     compute_grpo_outcome_advantage,
@@ -8,21 +14,38 @@ from memrl.rl.advantages import (
     compute_reinforce_plus_plus_outcome_advantage,
     compute_rloo_outcome_advantage,
     episode_advantages,
+    get_estimator,
+    register_adv_est,
 )
 from memrl.rl.dapo import keep_groups, overlong_penalty
 from memrl.rl.functional import entropy_from_logits, logprobs_from_logits, masked_mean, masked_var, masked_whiten
-from memrl.rl.losses import agg_loss, compute_policy_loss, kl_penalty
+from memrl.rl.losses import (
+    LossAggregation,
+    agg_loss,
+    compute_policy_loss,
+    kl_penalty,
+    loss_aggregation,
+    register_kl,
+    register_loss_agg,
+)
+from memrl.rl.objective import objective_metric_names, policy_objective
 from memrl.rl.offpolicy import (
     OFF_POLICY_KINDS,
+    OffPolicyCorrection,
     decoupled_policy_loss,
+    off_policy_correction,
     off_policy_kwargs,
     off_policy_loss,
     tis_policy_loss,
+    register_off_policy,
     truncated_is_weights,
 )
 
 __all__ = [
     "OFF_POLICY_KINDS",
+    "AdvantageEstimator",
+    "LossAggregation",
+    "OffPolicyCorrection",
     "agg_loss",
     "broadcast",
     "combine_step_advantages",
@@ -34,15 +57,24 @@ __all__ = [
     "decoupled_policy_loss",
     "entropy_from_logits",
     "episode_advantages",
+    "get_estimator",
     "keep_groups",
     "kl_penalty",
     "logprobs_from_logits",
+    "loss_aggregation",
     "masked_mean",
     "masked_var",
     "masked_whiten",
+    "objective_metric_names",
+    "off_policy_correction",
     "off_policy_kwargs",
     "off_policy_loss",
     "overlong_penalty",
+    "policy_objective",
+    "register_adv_est",
+    "register_kl",
+    "register_loss_agg",
+    "register_off_policy",
     "tis_policy_loss",
     "truncated_is_weights",
 ]

@@ -11,20 +11,61 @@ Two layers:
   :func:`broadcast` copies it to every generated token of every conversation of
   that episode. :func:`combine_step_advantages` adds ReMemR1's per-turn
   state advantage.
+
+Estimators of the second layer are registered by name with :func:`register_adv_est`
+(``algorithm.adv_estimator`` picks one); a plug-in decorates its own function the same way or is
+named by import path.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
-from typing import Literal
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from memrl.config.registry import ADV_ESTIMATORS
 from memrl.rl.functional import masked_whiten
 
-Estimator = Literal["grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"]
-ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline")
+
+def spread(per_row: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0) -> torch.Tensor:
+    """Each row's value on every generated token of the row (the default token stage)."""
+    return per_row.unsqueeze(-1) * mask
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """An estimator in two stages: one value per episode, then token-level values per conversation row.
+
+    ``episode(scores, group_ids, *, epsilon)`` gets each episode's scalar score and group and
+    returns one value per episode; ``tokens(per_row, mask, *, gamma)`` gets each conversation row's
+    episode value and the ``[C, T]`` float mask of generated tokens. ``needs_group`` marks estimators
+    that compare episodes of a group (meaningless with ``algorithm.n=1``). Calling the object calls
+    ``episode``.
+    """
+
+    fn: Callable[..., torch.Tensor]
+    tokens: Callable[..., torch.Tensor] = spread
+    needs_group: bool = False
+
+    def __call__(self, scores: torch.Tensor, group_ids: Sequence[Hashable], **kw: Any) -> torch.Tensor:
+        return self.fn(scores, group_ids, **kw)
+
+
+def register_adv_est(name: str, *, tokens: Callable[..., torch.Tensor] = spread,
+                     needs_group: bool = False) -> Callable[[Callable[..., torch.Tensor]], AdvantageEstimator]:
+    """Decorator: register ``fn(scores, group_ids, *, epsilon) -> per-episode values`` as ``name``."""
+    def decorate(fn: Callable[..., torch.Tensor]) -> AdvantageEstimator:
+        return ADV_ESTIMATORS.register(name, AdvantageEstimator(fn, tokens, needs_group))
+    return decorate
+
+
+def get_estimator(name: str) -> AdvantageEstimator:
+    """The estimator ``algorithm.adv_estimator`` names; a plain function given by import path gets the defaults."""
+    obj = ADV_ESTIMATORS.get(name)
+    return obj if isinstance(obj, AdvantageEstimator) else AdvantageEstimator(obj)
 
 
 def _groups(index: Sequence[Hashable]) -> dict[Hashable, list[int]]:
@@ -112,47 +153,71 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
 
 # -- the multi-conversation layer ------------------------------------------------------------
 
+def _discounted_whitened(per_row: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0) -> torch.Tensor:
+    """REINFORCE++: the episode reward on each row's last generated token, discounted returns, whitened."""
+    rewards = torch.zeros_like(mask)
+    last = (mask * torch.arange(mask.shape[1], dtype=torch.float32)).argmax(dim=1)
+    has = mask.sum(dim=1) > 0
+    rewards[has, last[has]] = per_row[has]
+    return compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma)[0]
+
+
+def _whitened(per_row: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0) -> torch.Tensor:
+    """REINFORCE++-baseline: the spread values whitened over all valid tokens of the batch."""
+    return masked_whiten(spread(per_row, mask), mask) * mask
+
+
+@register_adv_est("grpo", needs_group=True)
+def grpo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
+    """``(r - mean_g) / (std_g + eps)``."""
+    return group_normalize(scores, group_ids, True, epsilon)
+
+
+@register_adv_est("dr_grpo", needs_group=True)
+def dr_grpo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
+    """Dr. GRPO: ``r - mean_g`` (no std division)."""
+    return group_normalize(scores, group_ids, False, epsilon)
+
+
+@register_adv_est("rloo", needs_group=True)
+def rloo_estimator(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
+    """Leave-one-out baseline (see :func:`rloo`)."""
+    return rloo(scores, group_ids)
+
+
+@register_adv_est("reinforce_plus_plus", tokens=_discounted_whitened)
+def reinforce_plus_plus(scores: torch.Tensor, group_ids: Sequence[Hashable], *,
+                        epsilon: float = 1e-6) -> torch.Tensor:
+    """The raw score; the token stage discounts and whitens."""
+    return scores.clone().float()
+
+
+@register_adv_est("reinforce_plus_plus_baseline", tokens=_whitened)
+def reinforce_plus_plus_baseline(scores: torch.Tensor, group_ids: Sequence[Hashable], *,
+                                 epsilon: float = 1e-6) -> torch.Tensor:
+    """``r - mean_g``; the token stage whitens over the batch."""
+    return group_center(scores, group_ids)
+
+
 def episode_advantages(scores: torch.Tensor, group_ids: Sequence[Hashable], estimator: str = "grpo",
                        epsilon: float = 1e-6) -> torch.Tensor:
-    """One scalar per episode for the estimators defined on episode scores.
+    """One scalar per episode from the registered estimator's episode stage.
 
-    ``grpo`` (std-normalised), ``dr_grpo`` (mean-centred only), ``rloo``.
-    The REINFORCE++ variants whiten over tokens and are handled in :func:`broadcast`.
+    Computed per *episode* within its group, so an episode with more conversations is not counted
+    more often in the group mean/std.
     """
-    if estimator == "grpo":
-        return group_normalize(scores, group_ids, True, epsilon)
-    if estimator == "dr_grpo":
-        return group_normalize(scores, group_ids, False, epsilon)
-    if estimator == "rloo":
-        return rloo(scores, group_ids)
-    if estimator == "reinforce_plus_plus_baseline":
-        return group_center(scores, group_ids)
-    if estimator == "reinforce_plus_plus":
-        return scores.clone().float()
-    raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
+    return get_estimator(estimator)(scores, group_ids, epsilon=epsilon)
 
 
 def broadcast(episode_values: torch.Tensor, conv_episode: Sequence[int], response_mask: torch.Tensor,
               estimator: str = "grpo", gamma: float = 1.0) -> torch.Tensor:
     """Token-level advantages ``[C, T]`` for C conversation rows.
 
-    ``conv_episode[c]`` is the episode of row ``c``; every generated token of the
-    row gets that episode's value. REINFORCE++-baseline then whitens over all
-    valid tokens of the batch; REINFORCE++ places the episode reward on each
-    row's last generated token, takes discounted returns and whitens.
+    ``conv_episode[c]`` is the episode of row ``c``; the estimator's token stage turns each row's
+    episode value into per-token values (by default: that value on every generated token).
     """
     per_row = episode_values[torch.as_tensor(list(conv_episode), dtype=torch.long)].float()
-    mask = response_mask.float()
-    if estimator == "reinforce_plus_plus":
-        rewards = torch.zeros_like(mask)
-        last = (mask * torch.arange(mask.shape[1], dtype=torch.float32)).argmax(dim=1)
-        has = mask.sum(dim=1) > 0
-        rewards[has, last[has]] = per_row[has]
-        return compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma)[0]
-    adv = per_row.unsqueeze(-1) * mask
-    if estimator == "reinforce_plus_plus_baseline":
-        adv = masked_whiten(adv, mask) * mask
-    return adv
+    return get_estimator(estimator).tokens(per_row, response_mask.float(), gamma=gamma)
 
 
 def combine_step_advantages(outcome: torch.Tensor, step_rewards: torch.Tensor, conv_episode: Sequence[int],

@@ -7,36 +7,91 @@ micro-batches equals one token-mean over the mini-batch.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
+from memrl.config.registry import KL_ESTIMATORS, LOSS_AGGREGATIONS
 from memrl.rl.functional import masked_mean
 
-AggMode = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KL_ESTIMATORS: tuple[str, ...] = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
+
+@dataclass(frozen=True)
+class LossAggregation:
+    """``fn(loss_mat, loss_mask, norm_length) -> scalar``; ``per_token``: a mean over tokens (else over rows).
+
+    ``per_token`` tells the trainer how to weight micro-batches so their sum is one aggregate
+    over the mini-batch: by their share of its tokens, or of its rows.
+    """
+
+    fn: Callable[[torch.Tensor, torch.Tensor, int | None], torch.Tensor]
+    per_token: bool = False
+
+    def __call__(self, loss_mat: torch.Tensor, loss_mask: torch.Tensor,
+                 norm_length: int | None = None) -> torch.Tensor:
+        return self.fn(loss_mat, loss_mask, norm_length)
+
+
+def register_loss_agg(name: str, *, per_token: bool = False) -> Callable[[Callable[..., torch.Tensor]],
+                                                                       LossAggregation]:
+    """Decorator: register ``fn(loss_mat, loss_mask, norm_length)`` as ``algorithm.loss_agg_mode=name``."""
+    def decorate(fn: Callable[..., torch.Tensor]) -> LossAggregation:
+        return LOSS_AGGREGATIONS.register(name, LossAggregation(fn, per_token))
+    return decorate
+
+
+def loss_aggregation(name: str) -> LossAggregation:
+    """The aggregation ``name`` selects; a plain function given by import path aggregates over rows."""
+    obj = LOSS_AGGREGATIONS.get(name)
+    return obj if isinstance(obj, LossAggregation) else LossAggregation(obj)
+
+
+def register_kl(*names: str) -> Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]]:
+    """Decorator: register ``fn(logprob, ref_logprob) -> per-token KL`` under each of ``names`` (aliases)."""
+    def decorate(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        for name in names:
+            KL_ESTIMATORS.register(name, fn)
+        return fn
+    return decorate
+
+
+@register_loss_agg("token-mean", per_token=True)
+def _token_mean(loss_mat: torch.Tensor, loss_mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
+    """Mean over all valid tokens of the mini-batch."""
+    return masked_mean(loss_mat, loss_mask)
+
+
+@register_loss_agg("seq-mean-token-sum")
+def _seq_mean_token_sum(loss_mat: torch.Tensor, loss_mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
+    """Mean over rows of each row's token sum."""
+    return (loss_mat * loss_mask).sum(dim=-1).mean()
+
+
+@register_loss_agg("seq-mean-token-mean")
+def _seq_mean_token_mean(loss_mat: torch.Tensor, loss_mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
+    """Mean over rows of each row's token mean."""
+    return ((loss_mat * loss_mask).sum(dim=-1) / loss_mask.sum(dim=-1)).mean()
+
+
+@register_loss_agg("seq-mean-token-sum-norm")
+def _seq_mean_token_sum_norm(loss_mat: torch.Tensor, loss_mask: torch.Tensor,
+                             norm_length: int | None) -> torch.Tensor:
+    """Dr. GRPO: the total over rows * workflow.norm_tokens (or the padded width), a constant normaliser."""
+    length = norm_length if norm_length is not None else loss_mask.shape[-1]
+    return (loss_mat * loss_mask).sum(dim=-1).sum() / (loss_mask.shape[0] * length)
+
+
+AGG_MODES: tuple[str, ...] = LOSS_AGGREGATIONS.names  # the built-ins (plug-ins may add more)
 
 
 def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str = "token-mean",
              norm_length: int | None = None) -> torch.Tensor:
-    """Reduce a ``[B, T]`` loss to a scalar.
+    """Reduce a ``[B, T]`` loss to a scalar with the registered ``loss_agg_mode``.
 
-    ``seq-mean-token-sum-norm`` divides the total by ``B * L`` (verl 0.9.1), with
-    ``L = norm_length`` or the padded width ``T``: a constant normaliser, so
-    long answers are not down-weighted (Dr. GRPO).
+    ``seq-mean-token-sum-norm`` divides the total by ``B * L`` with ``L = norm_length`` or the
+    padded width ``T`` (Dr. GRPO).
     """
-    if loss_agg_mode == "token-mean":
-        return masked_mean(loss_mat, loss_mask)
-    seq = (loss_mat * loss_mask).sum(dim=-1)
-    if loss_agg_mode == "seq-mean-token-sum":
-        return seq.mean()
-    if loss_agg_mode == "seq-mean-token-mean":
-        return (seq / loss_mask.sum(dim=-1)).mean()
-    if loss_agg_mode == "seq-mean-token-sum-norm":
-        length = norm_length if norm_length is not None else loss_mask.shape[-1]
-        return seq.sum() / (loss_mask.shape[0] * length)
-    raise ValueError(f"unknown loss_agg_mode {loss_agg_mode!r}; choose one of {', '.join(AGG_MODES)}")
+    return loss_aggregation(loss_agg_mode)(loss_mat, loss_mask, norm_length)
 
 
 def compute_policy_loss(
@@ -74,20 +129,35 @@ def compute_policy_loss(
     return agg_loss(losses, response_mask, loss_agg_mode, norm_length), clipfrac, ppo_kl, clipfrac_lower
 
 
+@register_kl("k1", "kl")
+def _kl_k1(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
+    """d = logp - ref (alias kl)."""
+    return logprob - ref_logprob
+
+
+@register_kl("abs")
+def _kl_abs(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
+    """|logp - ref|."""
+    return (logprob - ref_logprob).abs()
+
+
+@register_kl("k2", "mse")
+def _kl_k2(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
+    """0.5 (logp - ref)^2 (alias mse)."""
+    return 0.5 * (logprob - ref_logprob).square()
+
+
+@register_kl("k3", "low_var_kl")
+def _kl_k3(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
+    """exp(k) - k - 1 with k = ref - logp, clamped (Schulman's k3; alias low_var_kl)."""
+    k = torch.clamp(ref_logprob - logprob, min=-20, max=20)
+    return torch.clamp(torch.exp(k) - k - 1, min=-10, max=10)
+
+
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str = "low_var_kl") -> torch.Tensor:
-    """Per-token KL estimate between the policy and the reference.
+    """Per-token KL estimate between the policy and the reference, by the registered estimator ``kl_penalty``.
 
     k1 ``d``; abs ``|d|``; k2/mse ``0.5 d^2`` with ``d = logp - ref``;
     k3/low_var_kl ``exp(k) - k - 1`` with ``k = clamp(ref - logp, ±20)``, clamped to [-10, 10].
     """
-    d = logprob - ref_logprob
-    if kl_penalty in ("k1", "kl"):
-        return d
-    if kl_penalty == "abs":
-        return d.abs()
-    if kl_penalty in ("k2", "mse"):
-        return 0.5 * d.square()
-    if kl_penalty in ("k3", "low_var_kl"):
-        k = torch.clamp(ref_logprob - logprob, min=-20, max=20)
-        return torch.clamp(torch.exp(k) - k - 1, min=-10, max=10)
-    raise ValueError(f"unknown KL estimator {kl_penalty!r}; choose one of {', '.join(KL_ESTIMATORS)}")
+    return KL_ESTIMATORS.get(kl_penalty)(logprob, ref_logprob)

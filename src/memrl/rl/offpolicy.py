@@ -40,14 +40,16 @@ All stats are detached scalar tensors.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from memrl.config.registry import OFF_POLICY
 from memrl.rl.functional import masked_mean
 from memrl.rl.losses import agg_loss, compute_policy_loss
 
-OFF_POLICY_KINDS: tuple[str, ...] = ("none", "decoupled", "tis")
 TIS_LEVELS: tuple[str, ...] = ("token", "sequence")
 # exp(20) ~ 4.9e8: beyond it a weight only turns a loss into inf (verl's safety bound)
 _LOG_BOUND = 20.0
@@ -203,9 +205,46 @@ def _without(cfg: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {k: v for k, v in cfg.items() if k not in keys}
 
 
+LossFn = Callable[..., tuple[torch.Tensor, Stats]]
+CORRECTION_STATS = ("is_weight_mean", "is_capped_frac", "behav_kl")
+
+
+@dataclass(frozen=True)
+class OffPolicyCorrection:
+    """A policy loss ``fn(log_prob, old_log_prob, behaviour_log_prob, advantages, response_mask, **cfg)``.
+
+    ``uses_behaviour``: it reads the engine's sampling log-probs (else they may be None);
+    ``stats``: the names it adds to ``clipfrac``/``ppo_kl``/``clipfrac_lower``, logged as step metrics;
+    ``options``: the ``algorithm`` fields only it reads (setting one under another kind is an error).
+    """
+
+    fn: LossFn
+    uses_behaviour: bool = True
+    stats: tuple[str, ...] = CORRECTION_STATS
+    options: tuple[str, ...] = ()
+
+    def __call__(self, *args: Any, **cfg: Any) -> tuple[torch.Tensor, Stats]:
+        return self.fn(*args, **cfg)
+
+
+def register_off_policy(name: str, *, uses_behaviour: bool = True, stats: tuple[str, ...] = CORRECTION_STATS,
+                        options: tuple[str, ...] = ()) -> Callable[[LossFn], OffPolicyCorrection]:
+    """Decorator: register a policy loss as ``algorithm.off_policy=name``."""
+    def decorate(fn: LossFn) -> OffPolicyCorrection:
+        return OFF_POLICY.register(name, OffPolicyCorrection(fn, uses_behaviour, stats, options))
+    return decorate
+
+
+def off_policy_correction(name: str) -> OffPolicyCorrection:
+    """The correction ``name`` selects; a plain function given by import path reads behaviour log-probs, adds no stats."""
+    obj = OFF_POLICY.get(name)
+    return obj if isinstance(obj, OffPolicyCorrection) else OffPolicyCorrection(obj, stats=())
+
+
+@register_off_policy("none", uses_behaviour=False, stats=())
 def _plain_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor | None,
                 advantages: torch.Tensor, response_mask: torch.Tensor, **cfg: Any) -> tuple[torch.Tensor, Stats]:
-    """``compute_policy_loss`` as is; the behaviour log-probs are not read (weight 1 everywhere)."""
+    """PPO against the trainer's recomputed log-probs (``compute_policy_loss``); behaviour log-probs unread."""
     cfg = _without(cfg, "behav_imp_weight_cap", "tis_cap", "tis_level")
     loss, clipfrac, ppo_kl, lower = compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, **cfg)
     zero = torch.zeros((), device=loss.device)
@@ -213,25 +252,27 @@ def _plain_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, behaviour_lo
                   "is_weight_mean": zero + 1.0, "is_capped_frac": zero, "behav_kl": zero.clone()}
 
 
+@register_off_policy("decoupled", options=("behav_imp_weight_cap",))
 def _decoupled(log_prob: torch.Tensor, old_log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor | None,
                advantages: torch.Tensor, response_mask: torch.Tensor, **cfg: Any) -> tuple[torch.Tensor, Stats]:
+    """AReaL: clip against the recomputed log-probs, times the behaviour weight exp(recomputed - engine)."""
     _check_inputs(log_prob=log_prob, behaviour_log_prob=behaviour_log_prob)
     assert behaviour_log_prob is not None
     return decoupled_policy_loss(log_prob, old_log_prob, behaviour_log_prob, advantages, response_mask,
                                  **_without(cfg, "tis_cap", "tis_level"))
 
 
+@register_off_policy("tis", options=("tis_cap", "tis_level"))
 def _tis(log_prob: torch.Tensor, old_log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor | None,
          advantages: torch.Tensor, response_mask: torch.Tensor, **cfg: Any) -> tuple[torch.Tensor, Stats]:
+    """verl TIS: PPO against the recomputed log-probs, times min(exp(recomputed - engine), tis_cap)."""
     _check_inputs(log_prob=log_prob, behaviour_log_prob=behaviour_log_prob)
     assert behaviour_log_prob is not None
     return tis_policy_loss(log_prob, old_log_prob, behaviour_log_prob, advantages, response_mask,
                            **_without(cfg, "behav_imp_weight_cap"))
 
 
-_KINDS: dict[str, Callable[..., tuple[torch.Tensor, Stats]]] = {
-    "none": _plain_loss, "decoupled": _decoupled, "tis": _tis,
-}
+OFF_POLICY_KINDS: tuple[str, ...] = OFF_POLICY.names  # the built-ins (plug-ins may add more)
 
 
 def off_policy_loss(
@@ -250,10 +291,7 @@ def off_policy_loss(
     does not use are ignored, so :func:`off_policy_kwargs` can feed every kind.
     ``behaviour_log_prob`` (the engine's sampling log-probs) may be None only for ``none``.
     """
-    fn = _KINDS.get(kind)
-    if fn is None:
-        raise ValueError(f"unknown off_policy kind {kind!r}; choose one of {', '.join(OFF_POLICY_KINDS)}")
-    return fn(log_prob, old_log_prob, behaviour_log_prob, advantages, response_mask, **cfg)
+    return off_policy_correction(kind)(log_prob, old_log_prob, behaviour_log_prob, advantages, response_mask, **cfg)
 
 
 def off_policy_kwargs(algorithm: Any, norm_length: int | None = None) -> dict[str, Any]:

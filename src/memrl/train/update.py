@@ -19,13 +19,11 @@ import torch
 from memrl.config import MemRLConfig
 from memrl.dist.ddp import DistContext, shard_by_tokens
 from memrl.dist.fsdp import grad_norm_value
-from memrl.rl.losses import agg_loss, compute_policy_loss, kl_penalty
-from memrl.rl.offpolicy import off_policy_kwargs, off_policy_loss
+from memrl.rl.losses import loss_aggregation
+from memrl.rl.objective import objective_metric_names, policy_objective
+from memrl.rl.offpolicy import off_policy_correction
 from memrl.train.batch import Row, collate, iter_chunks, micro_batches, row_tensor, token_logprobs
 from memrl.train.policy import Reference
-
-OFF_POLICY_STATS = ("is_weight_mean", "is_capped_frac", "behav_kl")  # algorithm.off_policy != none
-SUMMED = ("pg_loss", "clipfrac", "clipfrac_lower", "ppo_kl", "entropy", "kl", "logprob_mismatch") + OFF_POLICY_STATS
 
 
 class PolicyUpdate:
@@ -71,6 +69,8 @@ class PolicyUpdate:
         self.policy.train()
         temp = cfg.sampling.temperature or 1.0
         norm_len = cfg.workflow.norm_tokens
+        per_token = loss_aggregation(a.loss_agg_mode).per_token  # micro-batches weigh by tokens, else by rows
+        behaviour = off_policy_correction(a.off_policy).uses_behaviour
         sums: dict[str, float] = {}
         weight_total = 0.0
         grad_norms: list[float] = []
@@ -102,36 +102,18 @@ class PolicyUpdate:
                     # generated positions only; a sharded (FSDP) policy runs whole: its root hooks gather weights
                     logp, ent = token_logprobs(self.policy, batch, temp, with_entropy=True,
                                                response_only=not self.sharded)
-                    if a.entropy_coef == 0:
-                        ent = ent.detach()
                     mask = batch.loss_mask
                     old = logp.detach() if on_policy else row_tensor(group, "old_logprobs", width, self.device)
                     if on_policy and not dummy:  # the trainer's log-probs, kept for the rollout records
                         for i, r in enumerate(group):
                             r.old_logprobs = old[i, : len(r) - 1].cpu()
                     adv = row_tensor(group, "advantages", width, self.device)
-                    mode = a.loss_agg_mode
-                    scale = (float(mask.sum()) / n_tok) if mode == "token-mean" else len(group) / n_rows
-                    if a.off_policy == "none":
-                        pg, clipfrac, ppo_kl, lower = compute_policy_loss(
-                            old, logp, adv, mask, cliprange_low=a.clip_ratio_low, cliprange_high=a.clip_ratio_high,
-                            clip_ratio_c=a.clip_ratio_c, loss_agg_mode=mode, norm_length=norm_len)
-                        corr: dict[str, torch.Tensor] = {}
-                    else:  # the engine's sampling log-probs are the behaviour policy's
-                        behaviour = behaviour_logprobs(group, width, self.device)
-                        pg, stats = off_policy_loss(a.off_policy, logp, old, behaviour, adv, mask,
-                                                    **off_policy_kwargs(a, norm_len))
-                        clipfrac, ppo_kl, lower = stats["clipfrac"], stats["ppo_kl"], stats["clipfrac_lower"]
-                        corr = {k: stats[k] for k in OFF_POLICY_STATS}
-                    loss = pg
-                    ent_mean = agg_loss(ent, mask, mode, norm_length=norm_len)
-                    if a.entropy_coef > 0:
-                        loss = loss - a.entropy_coef * ent_mean
-                    kl_val = torch.tensor(0.0)
-                    if a.kl_coef > 0:
-                        ref = row_tensor(group, "ref_logprobs", width, self.device)
-                        kl_val = agg_loss(kl_penalty(logp, ref, a.kl_estimator), mask, mode, norm_length=norm_len)
-                        loss = loss + a.kl_coef * kl_val
+                    scale = (float(mask.sum()) / n_tok) if per_token else len(group) / n_rows
+                    loss, terms = policy_objective(
+                        logp, old, adv, mask, a, entropy=ent, norm_length=norm_len,
+                        ref_log_prob=row_tensor(group, "ref_logprobs", width, self.device) if a.kl_coef > 0 else None,
+                        # the engine's sampling log-probs are the behaviour policy's
+                        behaviour_log_prob=behaviour_logprobs(group, width, self.device) if behaviour else None)
                     # FSDP averages gradients over ranks; times world, that is the sum DDP-style ranks take
                     loss = loss * (0.0 if dummy else scale * (self.dist.world if self.sharded else 1))
                     if not torch.isfinite(loss):
@@ -143,9 +125,7 @@ class PolicyUpdate:
                         continue
                     w = float(mask.sum())
                     weight_total += w
-                    for key, val in (("pg_loss", pg), ("clipfrac", clipfrac), ("clipfrac_lower", lower),
-                                     ("ppo_kl", ppo_kl), ("entropy", ent_mean), ("kl", kl_val),
-                                     *corr.items()):
+                    for key, val in terms.items():
                         sums[key] = sums.get(key, 0.0) + float(val.detach()) * w
                     sums["logprob_mismatch"] = sums.get("logprob_mismatch", 0.0) + _mismatch(group, logp, mask)
                 bad = self.dist.sum([float(bad)])[0] > 0  # one rank's NaN skips the step everywhere
@@ -164,7 +144,7 @@ class PolicyUpdate:
             self.scheduler.step()
         self.policy.eval()
         if self.dist.active:
-            keys = [k for k in SUMMED if a.off_policy != "none" or k not in OFF_POLICY_STATS]
+            keys = [*objective_metric_names(a), "logprob_mismatch"]
             totals = self.dist.sum([sums.get(k, 0.0) for k in keys] + [weight_total])
             sums, weight_total = dict(zip(keys, totals[:-1])), totals[-1]
         out = {k: v / max(weight_total, 1.0) for k, v in sums.items()}

@@ -1,0 +1,73 @@
+"""The policy objective of one micro-batch: tensors and the ``algorithm`` config in, loss and metrics out.
+
+Everything the trainer's update loop does around it (log-prob passes, micro-batch weighting,
+gradient steps, reductions over ranks) stays in :mod:`memrl.train.update`; this function is pure,
+so a new loss is tested on hand-made tensors without a model or an optimizer.
+
+The loss is the registered ``algorithm.off_policy`` correction's policy-gradient loss (``none``:
+verl's clipped PPO surrogate), minus ``entropy_coef`` times the aggregated entropy, plus
+``kl_coef`` times the aggregated KL to the reference (``kl_estimator``); every term is aggregated
+with ``loss_agg_mode``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from memrl.rl.losses import agg_loss, kl_penalty
+from memrl.rl.offpolicy import off_policy_correction, off_policy_kwargs
+
+if TYPE_CHECKING:
+    from memrl.config.algorithm import AlgorithmConfig
+
+BASE_METRICS = ("pg_loss", "clipfrac", "clipfrac_lower", "ppo_kl", "entropy", "kl")
+
+
+def objective_metric_names(algorithm: AlgorithmConfig) -> tuple[str, ...]:
+    """The keys :func:`policy_objective` returns under ``algorithm``, in a fixed order (for reductions over ranks)."""
+    return BASE_METRICS + off_policy_correction(algorithm.off_policy).stats
+
+
+def policy_objective(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    algorithm: AlgorithmConfig,
+    *,
+    entropy: torch.Tensor,
+    ref_log_prob: torch.Tensor | None = None,
+    behaviour_log_prob: torch.Tensor | None = None,
+    norm_length: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``(loss, metrics)`` of one micro-batch; all tensors ``[B, T]`` over target positions.
+
+    ``log_prob`` and ``entropy`` carry the gradient (entropy only when ``entropy_coef > 0``);
+    ``old_log_prob`` is the trainer's log-prob at the start of the update; ``ref_log_prob`` is
+    required when ``kl_coef > 0``; ``behaviour_log_prob`` (the engine's sampling log-probs) when the
+    correction reads them. ``metrics`` has :func:`objective_metric_names` keys; ``pg_loss``,
+    ``entropy`` and ``kl`` are the aggregated terms before their coefficients.
+    """
+    correction = off_policy_correction(algorithm.off_policy)
+    mode = algorithm.loss_agg_mode
+    pg, stats = correction(log_prob, old_log_prob, behaviour_log_prob if correction.uses_behaviour else None,
+                           advantages, response_mask, **off_policy_kwargs(algorithm, norm_length))
+    if algorithm.entropy_coef == 0:
+        entropy = entropy.detach()
+    ent_mean = agg_loss(entropy, response_mask, mode, norm_length=norm_length)
+    loss = pg
+    if algorithm.entropy_coef > 0:
+        loss = loss - algorithm.entropy_coef * ent_mean
+    kl = torch.tensor(0.0)
+    if algorithm.kl_coef > 0:
+        if ref_log_prob is None:
+            raise ValueError("ref_log_prob is required when algorithm.kl_coef > 0")
+        kl = agg_loss(kl_penalty(log_prob, ref_log_prob, algorithm.kl_estimator), response_mask, mode,
+                      norm_length=norm_length)
+        loss = loss + algorithm.kl_coef * kl
+    metrics = {"pg_loss": pg, "clipfrac": stats["clipfrac"], "clipfrac_lower": stats["clipfrac_lower"],
+               "ppo_kl": stats["ppo_kl"], "entropy": ent_mean, "kl": kl}
+    metrics.update((k, stats[k]) for k in correction.stats)
+    return loss, metrics
