@@ -122,6 +122,7 @@ def workflow_support(attr: str) -> Any:
 for _name, _cls in (("memagent", "MemAgent"), ("rememr1", "RememR1"), ("full_context", "FullContext"),
                    ("tool_agent", "ToolAgent")):
     WORKFLOWS.register(_name, f"memrl.workflows.builtins:{_cls}")
+WORKFLOWS.register("agent", "memrl.gateway.workflow:AgentWorkflow")
 
 REWARDS = Registry("reward", _is_reward)
 for _name in ("em", "sub_em", "f1", "memagent_strict"):
