@@ -19,7 +19,7 @@ EXAMPLE = REPO / "examples" / "custom_workflow"
 
 
 def test_builtins_come_from_the_same_registry():
-    assert set(WORKFLOWS.names) == {"memagent", "rememr1", "full_context", "tool_agent"}
+    assert set(WORKFLOWS.names) == {"memagent", "rememr1", "full_context", "tool_agent", "agent"}
     from memrl.workflows.builtins import MemAgent
 
     assert type(get_workflow("memagent")) is MemAgent
