@@ -1,0 +1,69 @@
+"""engine.kind names a registered engine (built-in, decorated or by import path); side models need a side builder."""
+
+import sys
+import textwrap
+
+import pytest
+
+from memrl.config import ConfigError, load_config
+from memrl.config.registry import ENGINES
+from memrl.engines.factory import build_engine, build_side_engine, register_engine, side_engine_kinds
+from memrl.engines.openai import OpenAIEngine
+from memrl.testing import ScriptedEngine
+
+
+def test_builtin_kinds_and_side_kinds():
+    assert ENGINES.names[:3] == ("hf", "openai", "vllm")
+    assert side_engine_kinds()[:2] == ("hf", "openai") and "vllm" not in side_engine_kinds()
+
+
+def test_unknown_kind_is_one_line_with_the_nearest():
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["engine.kind=vlm"])
+    msg = str(info.value)
+    assert "engine.kind: unknown engine kind 'vlm' (did you mean 'vllm'?): choose hf, openai, vllm" in msg
+    assert "\n" not in msg
+
+
+def test_decorated_kind_builds_by_name():
+    made = []
+
+    @register_engine("scripted_test")
+    def scripted(cfg, model=None):
+        made.append(cfg.trainer.seed)
+        return ScriptedEngine(lambda prompt, params: [])
+
+    try:
+        cfg = load_config(None, ["engine.kind=scripted_test", "trainer.seed=5"])
+        assert isinstance(build_engine(cfg), ScriptedEngine) and made == [5]
+        with pytest.raises(ValueError, match="engine kind 'scripted_test' cannot run a side model; choose hf, openai"):
+            build_side_engine(cfg, "tiny", "scripted_test", None, None, "OPENAI_API_KEY")
+    finally:
+        ENGINES.remove("scripted_test")
+
+
+def test_kind_by_import_path(tmp_path, monkeypatch):
+    (tmp_path / "my_engines.py").write_text(textwrap.dedent("""
+        from memrl.testing import ScriptedEngine
+
+        def echo(cfg, model=None):
+            return ScriptedEngine(lambda prompt, params: prompt[-2:])
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_engines", raising=False)
+    cfg = load_config(None, ["engine.kind=my_engines:echo"])
+    assert isinstance(build_engine(cfg), ScriptedEngine)
+    with pytest.raises(ConfigError, match="engine.kind: engine kind 'my_engines:missing': module my_engines has no"):
+        load_config(None, ["engine.kind=my_engines:missing"])
+
+
+def test_openai_builders():
+    with pytest.raises(ValueError, match="engine.kind=openai needs engine.base_url"):
+        build_engine(load_config(None, ["engine.kind=openai"]))
+    cfg = load_config(None, ["engine.kind=openai", "engine.base_url=http://127.0.0.1:9/v1/", "engine.retries=7",
+                             "engine.served_model=policy"])
+    eng = build_engine(cfg)
+    assert isinstance(eng, OpenAIEngine) and (eng.base_url, eng.model, eng.retries) == ("http://127.0.0.1:9/v1",
+                                                                                       "policy", 7)
+    side, tok = build_side_engine(cfg, "tiny", "openai", "http://127.0.0.1:9/v1", None, "OPENAI_API_KEY")
+    assert isinstance(side, OpenAIEngine) and side.model == "tiny" and side.retries == 7 and tok is not None
