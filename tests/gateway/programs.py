@@ -51,3 +51,9 @@ async def says_yes(client, sample):
 
 def not_async(client, sample):
     return 1.0
+
+
+async def reads_question(client, sample):
+    """Rewarded when the sample arrives as a plain dict (memrl eval's long-context samples are dataclasses)."""
+    await client.completions.create(model="m", prompt=sample["question"], max_tokens=1)
+    return float(isinstance(sample, dict) and sample["answers"] == ["Paris"])

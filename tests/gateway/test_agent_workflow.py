@@ -100,3 +100,10 @@ def test_command_failures(gateway, tools_tokenizer, tmp_path, code, message):
     with pytest.raises(AgentProgramError) as err:
         episode(gateway, tools_tokenizer, command=[sys.executable, str(script)], timeout_s=1)
     assert message in str(err.value)
+
+
+def test_a_dataclass_sample_reaches_the_program_as_a_dict(gateway, tools_tokenizer):
+    from memrl.data.longctx import LongContextSample
+
+    sample = LongContextSample(index=0, question="Capital of France?", answers=["Paris"], context="...", num_docs=1)
+    assert episode(gateway, tools_tokenizer, sample, program=f"{P}:reads_question").reward == 1.0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import inspect
 import json
 import os
@@ -62,6 +63,14 @@ def _number(value: Any, what: str) -> float:
     return float(value)
 
 
+def plain_sample(sample: Any) -> Any:
+    """A copy of the sample the program may change freely; a dataclass (memrl eval's long-context
+    samples: question, answers, context, ...) as a dict, the form a program is written for."""
+    if dataclasses.is_dataclass(sample) and not isinstance(sample, type):
+        return dataclasses.asdict(sample)
+    return copy.deepcopy(sample)
+
+
 def _where(exc: BaseException) -> str:
     """`` (at file:line)`` of the innermost frame of the traceback."""
     tb = exc.__traceback__
@@ -78,7 +87,7 @@ async def call_function(fn: Callable[..., Awaitable[Any]], endpoint: Endpoint, m
     client = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
     client.model_name = model_name  # type: ignore[attr-defined]
     try:
-        return await fn(client, copy.deepcopy(sample))
+        return await fn(client, plain_sample(sample))
     except Exception as exc:
         message = " ".join(str(exc).split())[:300]
         raise AgentProgramError(f"{what} raised {type(exc).__name__}: {message}{_where(exc)}") from exc
@@ -97,7 +106,7 @@ async def call_command(command: Sequence[str], endpoint: Endpoint, model_name: s
     except OSError as exc:
         raise AgentProgramError(f"{what}: cannot start it ({exc.strerror or exc})") from None
     try:
-        out, err = await proc.communicate(json.dumps(sample, ensure_ascii=False, default=str).encode())
+        out, err = await proc.communicate(json.dumps(plain_sample(sample), ensure_ascii=False, default=str).encode())
     finally:
         if proc.returncode is None:  # cancelled (timeout, Ctrl-C): never leave the process behind
             proc.kill()
