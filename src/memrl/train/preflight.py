@@ -43,7 +43,7 @@ def check_config(cfg: MemRLConfig, workflow: Any = None, *, has_samples: bool = 
     if cfg.data.eval_file and not Path(cfg.data.eval_file).is_file():
         raise ConfigError(f"data.eval_file: file not found: {cfg.data.eval_file}")
     a, t = cfg.algorithm, cfg.trainer
-    if a.n == 1 and a.adv_estimator in ("grpo", "dr_grpo", "rloo"):
+    if a.n == 1 and _needs_group(a.adv_estimator):
         raise ConfigError(f"algorithm.n=1 gives every episode a group of its own: {a.adv_estimator} "
                           "needs algorithm.n >= 2")
     rows = t.prompts_per_step * a.n  # every episode gives at least one row
@@ -143,3 +143,10 @@ def _check_async(cfg: MemRLConfig) -> None:
                           "accelerator back during updates: use cluster.placement=split")
     if cfg.engine.kind == "vllm" and cfg.engine.vllm.sleep == "on":
         raise ConfigError("trainer.mode=async keeps vLLM generating during updates: use engine.vllm.sleep=off or auto")
+
+
+def _needs_group(adv_estimator: str) -> bool:
+    """Whether the estimator compares the episodes of a group (rl, and torch, imported only for algorithm.n=1)."""
+    from memrl.rl.advantages import get_estimator
+
+    return get_estimator(adv_estimator).needs_group
