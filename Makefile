@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install test test-slow test-vllm gpu-check demo smol clean
+.PHONY: install test test-slow test-vllm gpu-check demo smol clean docs docs-ref
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,19 @@ gpu-check: install
 
 demo: install
 	$(VENV)/bin/memrl demo --fresh
+
+# The docs site (MkDocs Material, offline) into build/site; docs-ref regenerates the config and CLI references.
+DOCS_STAMP := $(VENV)/.memrl-docs-installed
+$(DOCS_STAMP): pyproject.toml | $(STAMP)
+	$(PY) -m pip install -e ".[docs]"
+	@touch $(DOCS_STAMP)
+
+docs-ref: install
+	$(PY) scripts/gen_docs_ref.py
+
+docs: $(DOCS_STAMP) docs-ref
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+	@echo "site: build/site/index.html"
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info src/*.egg-info .pytest_cache
