@@ -107,3 +107,16 @@ def test_a_dataclass_sample_reaches_the_program_as_a_dict(gateway, tools_tokeniz
 
     sample = LongContextSample(index=0, question="Capital of France?", answers=["Paris"], context="...", num_docs=1)
     assert episode(gateway, tools_tokenizer, sample, program=f"{P}:reads_question").reward == 1.0
+
+
+def test_a_dead_engine_stops_the_run_instead_of_failing_one_episode(gateway, tools_tokenizer):
+    from memrl.engines.base import EngineDeadError
+
+    class Dead:
+        async def generate(self, prompt_ids, params):
+            raise EngineDeadError("engine process exited")
+
+    wf = AgentWorkflow(program=f"{P}:two_calls")
+    with pytest.raises(EngineDeadError, match="engine process exited"):
+        asyncio.run(wf.episode({"doc": "d", "gold": "yes"}, engine=Dead(), tokenizer=tools_tokenizer,
+                               sampling=SamplingParams(seed=1), services={"gateway": gateway}))

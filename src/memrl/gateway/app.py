@@ -65,34 +65,29 @@ def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int 
     async def models(session: Session = Depends(session_of)) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "memrl"}]}
 
+    def request_of(kind: str, body: Any, k: Any, param: str, prompt: Any, **extra: Any) -> CallRequest:
+        """The fields both endpoints share, as the call the episode runs."""
+        if k:
+            raise APIError(400, f"{param}: only the sampled token's log-prob is recorded (ask for 0)",
+                           code="unsupported", param=param)
+        return CallRequest(kind, prompt, max_tokens=requested_max_tokens(body), overrides=sampling_overrides(body),
+                           stops=stop_strings(body), ignore_eos=body.ignore_eos,
+                           stop_token_ids=check_token_ids(body.stop_token_ids or [], "stop_token_ids", None),
+                           skip_special=body.skip_special_tokens, logprobs=k, as_ids=body.return_tokens_as_token_ids,
+                           return_token_ids=body.return_token_ids, model=model_name, **extra)
+
     @app.post("/episodes/{episode_id}/v1/chat/completions")
     async def chat(body: GatewayChatBody, session: Session = Depends(session_of)) -> dict[str, Any]:
         check_common(body)
-        k = chat_logprobs(body)
-        if k:
-            raise APIError(400, "top_logprobs: only the sampled token's log-prob is recorded (ask for 0)",
-                           code="unsupported", param="top_logprobs")
-        req = CallRequest("chat", chat_messages(body.messages), tools=check_tools(body),
-                          max_tokens=requested_max_tokens(body), overrides=sampling_overrides(body),
-                          stops=stop_strings(body), ignore_eos=body.ignore_eos, skip_special=body.skip_special_tokens,
-                          logprobs=k, as_ids=body.return_tokens_as_token_ids, return_token_ids=body.return_token_ids,
-                          model=model_name)
-        req.stop_token_ids = check_token_ids(body.stop_token_ids or [], "stop_token_ids", None)
+        req = request_of("chat", body, chat_logprobs(body), "top_logprobs", chat_messages(body.messages),
+                         tools=check_tools(body))
         return await call(session, req)
 
     @app.post("/episodes/{episode_id}/v1/completions")
     async def completions(body: GatewayCompletionBody, session: Session = Depends(session_of)) -> dict[str, Any]:
         check_common(body)
-        k = completion_logprobs(body)
-        if k:
-            raise APIError(400, "logprobs: only the sampled token's log-prob is recorded (ask for 0)",
-                           code="unsupported", param="logprobs")
-        req = CallRequest("completion", body.prompt, max_tokens=requested_max_tokens(body),
-                          overrides=sampling_overrides(body), stops=stop_strings(body), ignore_eos=body.ignore_eos,
-                          skip_special=body.skip_special_tokens, logprobs=k, as_ids=body.return_tokens_as_token_ids,
-                          return_token_ids=body.return_token_ids, add_special_tokens=body.add_special_tokens,
-                          model=model_name)
-        req.stop_token_ids = check_token_ids(body.stop_token_ids or [], "stop_token_ids", None)
+        req = request_of("completion", body, completion_logprobs(body), "logprobs", body.prompt,
+                         add_special_tokens=body.add_special_tokens)
         return await call(session, req)
 
     return app
