@@ -126,6 +126,27 @@ def workflow_option_lines() -> list[str]:
     return lines
 
 
+def config_keys() -> set[str]:
+    """Every dotted key a config accepts: the schema's fields and sections, and each workflow's options."""
+    from memrl.config.schema import MemRLConfig
+    from memrl.plugins import WORKFLOWS
+    from memrl.workflows.registry import registered, workflow_class
+
+    keys: set[str] = set()
+
+    def walk(prefix: str, model: type[BaseModel]) -> None:
+        for name, field in model.model_fields.items():
+            keys.add(prefix + name)
+            sub = _section_model(field)
+            if sub is not None:
+                walk(f"{prefix}{name}.", sub)
+
+    walk("", MemRLConfig)
+    for name in WORKFLOWS.names:
+        walk("workflow.options.", workflow_class(registered(name)).Options)
+    return keys
+
+
 def anchor(title: str) -> str:
     """The id MkDocs (toc extension) gives a heading made of one code span: lower-case, dots dropped."""
     return "".join(c for c in title.lower() if c.isalnum() or c in "-_")
