@@ -1,18 +1,23 @@
-"""``memrl config ...``: inspect the resolved configuration."""
+"""``memrl config ...``: inspect the resolved configuration and the schema it is checked against."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
+import yaml
 
-from memrl.cli.errors import user_errors
 from memrl.cli.common import resolve_config
-from memrl.config import dump_config
+from memrl.cli.errors import user_errors
+from memrl.config import MemRLConfig
+from memrl.config.describe import FieldRow, field_rows
 
 app = typer.Typer(help="Inspect configuration (YAML + dotted overrides such as trainer.lr=1e-6).",
                   no_args_is_help=True)
+
+FORMATS = ("text", "json", "markdown")
 
 
 @app.command("show")
@@ -24,6 +29,97 @@ def show(
 ) -> None:
     """Print the resolved config: defaults, then the file, then the overrides.
 
+    Every value the run will use, workflow options included (defaults filled in).
     A lone KEY=VALUE in the CONFIG position is treated as an override.
     """
-    typer.echo(dump_config(resolve_config(config, overrides, {})), nl=False)
+    typer.echo(yaml.safe_dump(resolved_tree(resolve_config(config, overrides, {})), sort_keys=False), nl=False)
+
+
+def resolved_tree(cfg: MemRLConfig) -> dict[str, Any]:
+    """The config as plain data, each section through its ``resolved()`` where it has one (workflow options)."""
+    tree = cfg.model_dump(mode="json")
+    for name in tree:
+        resolved = getattr(getattr(cfg, name), "resolved", None)
+        if callable(resolved):
+            tree[name] = resolved()
+    return tree
+
+
+@app.command("schema")
+@user_errors
+def schema(
+    fmt: str = typer.Option("text", "--format", "-f", help="text | json | markdown."),
+    workflows: Optional[list[str]] = typer.Option(None, "--workflow", "-w", help="List the options of this "
+                                                  "workflow (a name or 'package.module:Class'; repeatable); "
+                                                  "default: every registered workflow."),
+) -> None:
+    """Print every config field: dotted key, type, default, bounds, choices and description.
+
+    Names checked against a registry (algorithm.adv_estimator, engine.kind, ...) list what is
+    registered; workflow.options.* rows come from each workflow's Options model.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"--format {fmt!r}: choose {', '.join(FORMATS)}")
+    rows = schema_rows(workflows)
+    if fmt == "json":
+        typer.echo(json.dumps([r.as_dict() for r in rows], indent=1))
+    else:
+        typer.echo("\n".join(markdown_lines(rows) if fmt == "markdown" else text_lines(rows)))
+
+
+def schema_rows(workflows: list[str] | None = None) -> list[FieldRow]:
+    """Every config field; ``workflow.options`` expanded into the options of ``workflows`` (default: all)."""
+    from memrl.plugins import WORKFLOWS
+    from memrl.workflows.registry import registered, workflow_class
+
+    rows: list[FieldRow] = []
+    for row in field_rows(MemRLConfig):
+        if row.key != "workflow.options":
+            rows.append(row)
+            continue
+        for name in workflows or WORKFLOWS.names:
+            rows += field_rows(workflow_class(registered(WORKFLOWS.validate(name))).Options, row.key, name)
+    return rows
+
+
+def _summary(row: FieldRow) -> str:
+    """Description, bounds, and for a workflow option the workflow that declares it."""
+    parts = [row.description] if row.description else []
+    if row.bounds:
+        parts.append(f"({row.bounds})")
+    if row.workflow:
+        parts.insert(0, f"[workflow {row.workflow}]")
+    return " ".join(parts)
+
+
+def text_lines(rows: list[FieldRow]) -> list[str]:
+    """``key: type = default``, then the description and choices indented under it."""
+    lines = []
+    for row in rows:
+        lines.append(f"{row.key}: {row.type} = {json.dumps(row.default)}")
+        if _summary(row):
+            lines.append(f"    {_summary(row)}")
+        lines += [f"      {name}" + (f": {doc}" if doc else "") for name, doc in row.choices.items()]
+    return lines
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def markdown_lines(rows: list[FieldRow]) -> list[str]:
+    """One table per top-level section (and per workflow's options)."""
+    lines: list[str] = []
+    table = None
+    for row in rows:
+        section = row.key.split(".")[0] + (f".options ({row.workflow})" if row.workflow else "")
+        if section != table:
+            table = section
+            lines += ([""] if lines else []) + [f"## `{section}`", "", "| key | type | default | description |",
+                                                "|---|---|---|---|"]
+        desc = _summary(row)
+        if row.choices:
+            desc += " Choices: " + "; ".join(f"`{n}`" + (f" ({d.rstrip('.')})" if d else "")
+                                             for n, d in row.choices.items()) + "."
+        lines.append(f"| `{row.key}` | {_cell(row.type)} | `{_cell(json.dumps(row.default))}` | {_cell(desc)} |")
+    return lines

@@ -70,7 +70,7 @@ def _hf_side(cfg: MemRLConfig, model: str, tokenizer: Any, base_url: str | None,
 
 @register_engine("hf", side=_hf_side)
 def _hf(cfg: MemRLConfig, model: Any = None) -> Engine:
-    """Batching transformers in-process: loads ``model.path`` or wraps the given policy."""
+    """Batching transformers in-process: loads model.path or wraps the trained policy."""
     from memrl.engines.hf import HFEngine
     from memrl.models.resolve import load_model
 
@@ -87,7 +87,7 @@ def _openai_side(cfg: MemRLConfig, model: str, tokenizer: Any, base_url: str | N
 
 @register_engine("openai", side=_openai_side)
 def _openai(cfg: MemRLConfig, model: Any = None) -> Engine:
-    """An OpenAI-compatible server at ``engine.base_url`` (vLLM, SGLang, memrl serve)."""
+    """An OpenAI-compatible server at engine.base_url (vLLM, SGLang, memrl serve)."""
     from memrl.engines.openai import OpenAIEngine
 
     if not cfg.engine.base_url:
@@ -98,7 +98,7 @@ def _openai(cfg: MemRLConfig, model: Any = None) -> Engine:
 
 @register_engine("vllm")
 def _vllm(cfg: MemRLConfig, model: Any = None) -> Engine:
-    """vLLM in-process (``engine.vllm.*``), weights synced from the trainer."""
+    """vLLM in-process (engine.vllm.*), weights synced from the trainer."""
     from memrl.engines.vllm import VLLMEngine
 
     return VLLMEngine.from_config(cfg)

@@ -169,33 +169,33 @@ def _whitened(per_row: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0) 
 
 @register_adv_est("grpo", needs_group=True)
 def grpo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
-    """``(r - mean_g) / (std_g + eps)``."""
+    """GRPO: (score - group mean) / (group std + epsilon)."""
     return group_normalize(scores, group_ids, True, epsilon)
 
 
 @register_adv_est("dr_grpo", needs_group=True)
 def dr_grpo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
-    """Dr. GRPO: ``r - mean_g`` (no std division)."""
+    """Dr. GRPO: score - group mean (no std division)."""
     return group_normalize(scores, group_ids, False, epsilon)
 
 
 @register_adv_est("rloo", needs_group=True)
 def rloo_estimator(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
-    """Leave-one-out baseline (see :func:`rloo`)."""
+    """RLOO: score minus the mean of the other episodes of the group, scaled n / (n - 1)."""
     return rloo(scores, group_ids)
 
 
 @register_adv_est("reinforce_plus_plus", tokens=_discounted_whitened)
 def reinforce_plus_plus(scores: torch.Tensor, group_ids: Sequence[Hashable], *,
                         epsilon: float = 1e-6) -> torch.Tensor:
-    """The raw score; the token stage discounts and whitens."""
+    """REINFORCE++: the score on the last token, discounted returns (gamma), whitened over the batch."""
     return scores.clone().float()
 
 
 @register_adv_est("reinforce_plus_plus_baseline", tokens=_whitened)
 def reinforce_plus_plus_baseline(scores: torch.Tensor, group_ids: Sequence[Hashable], *,
                                  epsilon: float = 1e-6) -> torch.Tensor:
-    """``r - mean_g``; the token stage whitens over the batch."""
+    """REINFORCE++-baseline: score - group mean on every token, whitened over the batch."""
     return group_center(scores, group_ids)
 
 

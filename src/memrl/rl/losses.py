@@ -76,7 +76,7 @@ def _seq_mean_token_mean(loss_mat: torch.Tensor, loss_mask: torch.Tensor, norm_l
 @register_loss_agg("seq-mean-token-sum-norm")
 def _seq_mean_token_sum_norm(loss_mat: torch.Tensor, loss_mask: torch.Tensor,
                              norm_length: int | None) -> torch.Tensor:
-    """Dr. GRPO: the total over rows * workflow.norm_tokens (or the padded width), a constant normaliser."""
+    """Dr. GRPO: the total over rows * workflow norm_tokens (or the padded width), a constant normaliser."""
     length = norm_length if norm_length is not None else loss_mask.shape[-1]
     return (loss_mat * loss_mask).sum(dim=-1).sum() / (loss_mask.shape[0] * length)
 
@@ -131,7 +131,7 @@ def compute_policy_loss(
 
 @register_kl("k1", "kl")
 def _kl_k1(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
-    """d = logp - ref (alias kl)."""
+    """d = logp - ref (the unbiased, high-variance estimate)."""
     return logprob - ref_logprob
 
 
@@ -143,13 +143,13 @@ def _kl_abs(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
 
 @register_kl("k2", "mse")
 def _kl_k2(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
-    """0.5 (logp - ref)^2 (alias mse)."""
+    """0.5 (logp - ref)^2."""
     return 0.5 * (logprob - ref_logprob).square()
 
 
 @register_kl("k3", "low_var_kl")
 def _kl_k3(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
-    """exp(k) - k - 1 with k = ref - logp, clamped (Schulman's k3; alias low_var_kl)."""
+    """exp(k) - k - 1 with k = ref - logp (Schulman's k3, low variance), clamped to [-10, 10]."""
     k = torch.clamp(ref_logprob - logprob, min=-20, max=20)
     return torch.clamp(torch.exp(k) - k - 1, min=-10, max=10)
 

@@ -244,7 +244,7 @@ def off_policy_correction(name: str) -> OffPolicyCorrection:
 @register_off_policy("none", uses_behaviour=False, stats=())
 def _plain_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, behaviour_log_prob: torch.Tensor | None,
                 advantages: torch.Tensor, response_mask: torch.Tensor, **cfg: Any) -> tuple[torch.Tensor, Stats]:
-    """PPO against the trainer's recomputed log-probs (``compute_policy_loss``); behaviour log-probs unread."""
+    """PPO (dual clip, clip-higher) against the trainer's recomputed log-probs; engine log-probs unread."""
     cfg = _without(cfg, "behav_imp_weight_cap", "tis_cap", "tis_level")
     loss, clipfrac, ppo_kl, lower = compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, **cfg)
     zero = torch.zeros((), device=loss.device)
