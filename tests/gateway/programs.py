@@ -57,3 +57,12 @@ async def reads_question(client, sample):
     """Rewarded when the sample arrives as a plain dict (memrl eval's long-context samples are dataclasses)."""
     await client.completions.create(model="m", prompt=sample["question"], max_tokens=1)
     return float(isinstance(sample, dict) and sample["answers"] == ["Paris"])
+
+
+async def sync_client(client, sample):
+    """Blocks its event loop with the synchronous SDK (a common way to write an agent): must not deadlock."""
+    import openai
+
+    sync = openai.OpenAI(base_url=str(client.base_url), api_key=client.api_key, max_retries=0)
+    r = sync.chat.completions.create(model="m", max_tokens=4, messages=[{"role": "user", "content": sample["doc"]}])
+    return float(r.choices[0].message.content == " fine")

@@ -120,3 +120,8 @@ def test_a_dead_engine_stops_the_run_instead_of_failing_one_episode(gateway, too
     with pytest.raises(EngineDeadError, match="engine process exited"):
         asyncio.run(wf.episode({"doc": "d", "gold": "yes"}, engine=Dead(), tokenizer=tools_tokenizer,
                                sampling=SamplingParams(seed=1), services={"gateway": gateway}))
+
+
+def test_a_program_blocking_its_loop_with_the_sync_sdk(gateway, tools_tokenizer):
+    traj = episode(gateway, tools_tokenizer, program=f"{P}:sync_client", timeout_s=20)
+    assert traj.reward == 1.0 and traj.num_conversations == 1

@@ -14,11 +14,14 @@ happened, which fails the episode and leaves the run going.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import copy
 import dataclasses
 import inspect
 import json
 import os
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -81,18 +84,50 @@ def _where(exc: BaseException) -> str:
 
 async def call_function(fn: Callable[..., Awaitable[Any]], endpoint: Endpoint, model_name: str, sample: Any,
                         what: str) -> Any:
-    """Await ``fn(client, sample)`` with a client bound to the episode; its exception as AgentProgramError."""
-    import openai
+    """``fn(client, sample)`` with a client bound to the episode; its exception as AgentProgramError.
 
-    client = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
-    client.model_name = model_name  # type: ignore[attr-defined]
+    The program runs on an event loop of its own in a thread of its own, so a program that
+    blocks (a synchronous client, heavy tool code) stalls neither the episode's loop, which
+    serves its model calls, nor other episodes. Cancelling this coroutine (the timeout)
+    cancels the program's task; a program blocked outside its loop is left to finish alone.
+    """
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    cancel: list[Callable[[], Any]] = []
+
+    async def main() -> Any:
+        import openai
+
+        client = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+        client.model_name = model_name  # type: ignore[attr-defined]
+        try:
+            return await fn(client, plain_sample(sample))
+        finally:
+            await client.close()
+
+    def thread() -> None:
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(main())
+        cancel.append(lambda: loop.call_soon_threadsafe(task.cancel))
+        try:
+            outcome: tuple[Any, BaseException | None] = (loop.run_until_complete(task), None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting episode
+            outcome = (None, exc)
+        finally:
+            loop.close()
+        with contextlib.suppress(concurrent.futures.InvalidStateError):  # the episode stopped waiting
+            done.set_result(outcome[0]) if outcome[1] is None else done.set_exception(outcome[1])
+
+    threading.Thread(target=thread, name="memrl-agent-program", daemon=True).start()
     try:
-        return await fn(client, plain_sample(sample))
+        return await asyncio.wrap_future(done)
+    except asyncio.CancelledError:
+        for stop in cancel:
+            with contextlib.suppress(RuntimeError):  # the program's loop has already closed
+                stop()
+        raise
     except Exception as exc:
         message = " ".join(str(exc).split())[:300]
         raise AgentProgramError(f"{what} raised {type(exc).__name__}: {message}{_where(exc)}") from exc
-    finally:
-        await client.close()
 
 
 async def call_command(command: Sequence[str], endpoint: Endpoint, model_name: str, sample: Any, what: str) -> Any:
