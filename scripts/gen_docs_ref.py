@@ -3,8 +3,9 @@
     python scripts/gen_docs_ref.py           # rewrite docs/reference/config.md and cli.md
     python scripts/gen_docs_ref.py --check   # exit 1 naming the stale file(s); writes nothing
 
-The config reference walks the pydantic schema (``memrl.config.schema.MemRLConfig``): every field
-with its type, default, bounds and ``description``. The CLI reference walks the Typer app's click
+The config reference renders the rows ``memrl config schema`` prints (``memrl.config.describe``, read
+from the pydantic schema and each registered workflow's ``Options``): every field with its type,
+default, bounds, registered choices and ``description``. The CLI reference walks the Typer app's click
 command tree: every command's usage, help text and parameters. Both are plain Markdown (readable
 on GitHub), deterministic (sorted only where the code has no order), and free of machine details,
 so a fresh clone regenerates them byte for byte; ``tests/docs/test_reference_fresh.py`` fails
@@ -14,16 +15,12 @@ when a field or an option changed without ``make docs-ref``.
 from __future__ import annotations
 
 import argparse
-import enum
 import json
 import sys
-import typing
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_MD = ROOT / "docs" / "reference" / "config.md"
@@ -37,138 +34,100 @@ def md_text(text: str) -> str:
     return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def type_name(annotation: Any) -> str:
-    """A short, stable spelling of a field's annotation: ``int``, ``"a", "b"``, ``list[str] or None``.
-
-    No pipes: a ``|`` inside a code span breaks Markdown tables on some renderers.
-    """
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin is typing.Literal:
-        return ", ".join(json.dumps(a) for a in args)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        return " or ".join(type_name(a) for a in args)
-    if origin is not None:
-        inner = ", ".join(type_name(a) for a in args)
-        return f"{getattr(origin, '__name__', str(origin))}[{inner}]"
-    if annotation is type(None):
-        return "None"
-    if isinstance(annotation, type):
-        return annotation.__name__
-    return str(annotation).replace("typing.", "")
+def first_paragraph(doc: str | None) -> str:
+    return md_text((doc or "").strip().split("\n\n")[0])
 
 
-def default_text(field: FieldInfo) -> str:
-    """The default as YAML would spell it (``null``, ``true``, ``[50, 100]``); required fields say so."""
-    if field.default_factory is not None:
-        value = field.default_factory()  # type: ignore[call-arg]
-    elif field.default is PydanticUndefined:
-        return "required"
-    else:
-        value = field.default
-    if isinstance(value, BaseModel):
-        return "(section)"
-    if isinstance(value, enum.Enum):
-        value = value.value
-    return json.dumps(value, ensure_ascii=False).replace("|", "\\|")
-
-
-def bounds_text(field: FieldInfo) -> str:
-    """Bounds from the field's annotated-types metadata (``>= 1``, ``> 0, <= 1``)."""
-    parts = []
-    for meta in field.metadata:
-        for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-            value = getattr(meta, attr, None)
-            if value is not None:
-                parts.append(f"{sign} {value}")
-    return ", ".join(parts)
-
-
-def _section_model(field: FieldInfo) -> type[BaseModel] | None:
-    ann = field.annotation
-    return ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
-
-
-def section_lines(prefix: str, model: type[BaseModel], level: int = 2, title: str | None = None) -> list[str]:
-    """One heading and one table for a config section; nested sections follow as sub-headings."""
-    doc = md_text((model.__doc__ or "").strip().split("\n\n")[0])
-    lines = [f"{'#' * level} {title or f'`{prefix}`'}", "", doc, "",
-             "| key | type | default | description |", "|---|---|---|---|"]
-    nested: list[tuple[str, type[BaseModel]]] = []
-    for name, field in model.model_fields.items():
-        sub = _section_model(field)
-        if sub is not None:
-            nested.append((f"{prefix}.{name}", sub))
-            lines.append(f"| `{prefix}.{name}` | section | | see [`{prefix}.{name}`](#{anchor(prefix + '.' + name)}) |")
-            continue
-        desc = md_text(field.description or "")
-        bounds = bounds_text(field)
-        if bounds:
-            desc = f"{desc} ({bounds})" if desc else f"({bounds})"
-        lines.append(f"| `{prefix}.{name}` | `{type_name(field.annotation)}` | `{default_text(field)}` | {desc} |")
-    lines.append("")
-    for sub_prefix, sub in nested:
-        lines += section_lines(sub_prefix, sub, level + 1)
-    return lines
-
-
-def workflow_option_lines() -> list[str]:
-    """``workflow.options`` of each registered workflow, from its ``Options`` model (the built-ins' registry)."""
-    from memrl.plugins import WORKFLOWS
-    from memrl.workflows.registry import registered, workflow_class
-
-    lines = ["### `workflow.options`", "",
-             "Each workflow validates `workflow.options` with its own `Options` model; a key it does not",
-             "declare fails with the nearest valid name. The built-in workflows' options:", ""]
-    for name in WORKFLOWS.names:
-        model = workflow_class(registered(name)).Options
-        lines += section_lines("workflow.options", model, 4, title=f"`workflow.name: {name}`")
-    return lines
-
-
-def config_keys() -> set[str]:
-    """Every dotted key a config accepts: the schema's fields and sections, and each workflow's options."""
+def section_docs() -> dict[str, str]:
+    """The first paragraph of each config section's docstring, by dotted prefix (``engine.vllm``),
+    and of each registered workflow's ``Options`` model (``workflow.options:NAME``)."""
     from memrl.config.schema import MemRLConfig
     from memrl.plugins import WORKFLOWS
     from memrl.workflows.registry import registered, workflow_class
 
-    keys: set[str] = set()
+    docs: dict[str, str] = {}
 
     def walk(prefix: str, model: type[BaseModel]) -> None:
-        for name, field in model.model_fields.items():
-            keys.add(prefix + name)
-            sub = _section_model(field)
-            if sub is not None:
-                walk(f"{prefix}{name}.", sub)
+        for name, info in model.model_fields.items():
+            ann = info.annotation
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                docs[prefix + name] = first_paragraph(ann.__doc__)
+                walk(f"{prefix}{name}.", ann)
 
     walk("", MemRLConfig)
     for name in WORKFLOWS.names:
-        walk("workflow.options.", workflow_class(registered(name)).Options)
+        docs[f"workflow.options:{name}"] = first_paragraph(workflow_class(registered(name)).Options.__doc__)
+    return docs
+
+
+def row_line(row: Any) -> str:
+    """One table row: key, type, default (as JSON, i.e. as YAML reads it), description with bounds and choices."""
+    desc = row.description + (f" ({row.bounds})" if row.bounds else "")
+    if row.choices:
+        desc += " Choices: " + "; ".join(f"`{n}`" + (f" ({d.rstrip('.')})" if d else "")
+                                         for n, d in row.choices.items()) + "."
+    default = json.dumps(row.default, ensure_ascii=False)
+    return f"| `{row.key}` | {md_text(row.type)} | `{md_text(default)}` | {md_text(desc.strip())} |"
+
+
+def group_of(row: Any) -> str:
+    """The table a row belongs in: its section prefix, or ``workflow.options:NAME`` for a workflow option."""
+    return f"workflow.options:{row.workflow}" if row.workflow else row.key.rsplit(".", 1)[0]
+
+
+def group_heading(group: str, doc: str, seen_options: bool) -> list[str]:
+    """The heading (and intro) that opens a group's table."""
+    lines: list[str] = []
+    if group.startswith("workflow.options:"):
+        if not seen_options:
+            lines += ["### `workflow.options`", "",
+                      "Each workflow validates `workflow.options` with its own `Options` model; a key it does not",
+                      "declare fails with the nearest valid name. The registered workflows' options:", ""]
+        title, level = f"`workflow.name: {group.split(':', 1)[1]}`", 4
+    else:
+        title, level = f"`{group}`", group.count(".") + 2
+    return lines + [f"{'#' * level} {title}", "", doc, "", "| key | type | default | description |",
+                    "|---|---|---|---|"]
+
+
+def config_markdown() -> str:
+    """The whole config reference page, from the rows ``memrl config schema`` prints."""
+    from memrl.cli.config import schema_rows
+    from memrl.config.schema import MemRLConfig
+
+    rows, docs = schema_rows(), section_docs()
+    lines = [BANNER.format(src="the rows of `memrl config schema`"), "# Config reference", "",
+             "Every key `memrl train`, `memrl eval` and `memrl config show` accept, in YAML or as a dotted",
+             "override (`memrl train exp.yaml trainer.lr=1e-6 algorithm.n=16`). An unknown key fails with its",
+             "dotted path and the nearest valid one. `memrl config show [CONFIG] [k=v ...]` prints the resolved",
+             "values and `memrl config schema` this table as text; see [Configuration](../guides/configuration.md)",
+             "for how files and overrides combine.", ""]
+    lines += ["Sections: " + ", ".join(f"[`{n}`](#{anchor(n)})" for n in MemRLConfig.model_fields), ""]
+    current = None
+    for row in rows:
+        group = group_of(row)
+        if group != current:
+            lines += ([""] if current else []) + group_heading(group, docs.get(group, ""),
+                                                               bool(current and current.startswith("workflow.options:")))
+            current = group
+        lines.append(row_line(row))
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def config_keys() -> set[str]:
+    """Every dotted key a config accepts, sections included (``engine``, ``engine.vllm``, ``engine.vllm.seed``)."""
+    from memrl.cli.config import schema_rows
+
+    keys: set[str] = set()
+    for row in schema_rows():
+        parts = row.key.split(".")
+        keys.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
     return keys
 
 
 def anchor(title: str) -> str:
     """The id MkDocs (toc extension) gives a heading made of one code span: lower-case, dots dropped."""
     return "".join(c for c in title.lower() if c.isalnum() or c in "-_")
-
-
-def config_markdown() -> str:
-    """The whole config reference page."""
-    from memrl.config.schema import MemRLConfig
-
-    lines = [BANNER.format(src="memrl.config.schema"), "# Config reference", "",
-             "Every key `memrl train`, `memrl eval` and `memrl config show` accept, in YAML or as a dotted",
-             "override (`memrl train exp.yaml trainer.lr=1e-6 algorithm.n=16`). An unknown key fails with its",
-             "dotted path and the nearest valid one. `memrl config show [CONFIG] [k=v ...]` prints the resolved",
-             "values; see [Configuration](../guides/configuration.md) for how files and overrides combine.", ""]
-    lines += ["Sections: " + ", ".join(f"[`{n}`](#{anchor(n)})" for n in MemRLConfig.model_fields), ""]
-    for name, field in MemRLConfig.model_fields.items():
-        sub = _section_model(field)
-        assert sub is not None, f"top-level config field {name} is not a section"
-        lines += section_lines(name, sub)
-        if name == "workflow":
-            lines += workflow_option_lines()
-    return "\n".join(lines).rstrip() + "\n"
 
 
 def _is_option(param: Any) -> bool:
