@@ -9,6 +9,8 @@ from pydantic import Field, model_validator
 from memrl.config.registry import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, OFF_POLICY, registered
 from memrl.config.section import Section
 
+TisLevel = Literal["token", "sequence"]  # memrl.rl.offpolicy reads the same list
+
 
 class AlgorithmConfig(Section):
     """Advantage estimator and PPO-style loss (verl semantics; MemAgent's settings noted)."""
@@ -41,7 +43,7 @@ class AlgorithmConfig(Section):
     behav_imp_weight_cap: float | None = Field(None, gt=1, description="decoupled: tokens whose behaviour weight "
                                                "exceeds this are left out of the loss (AReaL; null: no cap).")
     tis_cap: float = Field(2.0, gt=0, description="tis: truncation C of the importance weight (verl's default 2).")
-    tis_level: Literal["token", "sequence"] = Field("token", description="tis: one weight per token, or per "
+    tis_level: TisLevel = Field("token", description="tis: one weight per token, or per "
                                                     "sequence from the summed log-ratio.")
 
     @model_validator(mode="after")

@@ -42,15 +42,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import torch
 
+from memrl.config.algorithm import TisLevel
 from memrl.config.registry import OFF_POLICY
 from memrl.rl.functional import masked_mean
 from memrl.rl.losses import agg_loss, compute_policy_loss
 
-TIS_LEVELS: tuple[str, ...] = ("token", "sequence")
+TIS_LEVELS: tuple[str, ...] = get_args(TisLevel)
 # exp(20) ~ 4.9e8: beyond it a weight only turns a loss into inf (verl's safety bound)
 _LOG_BOUND = 20.0
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -57,103 +58,142 @@ class PolicyUpdate:
     def __call__(self, rows: list[Row], step: int) -> dict[str, float]:
         """PPO epochs over mini-batches of ``rows``; the step's metrics (losses token-weighted over ranks)."""
         cfg, a = self.cfg, self.cfg.algorithm
-        on_policy = a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1
+        plan = _Plan(on_policy=a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1,
+                     temperature=cfg.sampling.temperature or 1.0, norm_length=cfg.workflow.norm_tokens,
+                     per_token=loss_aggregation(a.loss_agg_mode).per_token,
+                     behaviour=off_policy_correction(a.off_policy).uses_behaviour)
         t0 = time.perf_counter()
         self.policy.eval()
-        if not on_policy:  # one update per batch: the update pass's own log-probs are the old ones
+        if not plan.on_policy:  # one update per batch: the update pass's own log-probs are the old ones
             self._logprobs(rows, "old_logprobs", self.policy)
         if a.kl_coef > 0:
             with self.reference.model() as ref:
                 self._logprobs(rows, "ref_logprobs", ref)
         logprob_time = time.perf_counter() - t0
         self.policy.train()
-        temp = cfg.sampling.temperature or 1.0
-        norm_len = cfg.workflow.norm_tokens
-        per_token = loss_aggregation(a.loss_agg_mode).per_token  # micro-batches weigh by tokens, else by rows
-        behaviour = off_policy_correction(a.off_policy).uses_behaviour
-        sums: dict[str, float] = {}
-        weight_total = 0.0
-        grad_norms: list[float] = []
-        skipped = 0
+        tally = _Tally()
         gen = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + step)
-        # the optimizer's own list: FSDP swaps unsharded tensors into the module between forward and backward
-        params = [p for g in self.optimizer.param_groups for p in g["params"]]
         for _ in range(a.ppo_epochs):
             order = torch.randperm(len(rows), generator=gen).tolist()
             for mini in iter_chunks(order, cfg.trainer.mini_batches):
-                mrows = [rows[i] for i in mini]
-                n_tok = sum(r.num_response for r in mrows) or 1  # global counts: each rank's loss is its share
-                n_rows = len(mrows)
-                if self.dist.active:
-                    mine = shard_by_tokens([len(r) for r in mrows], self.dist.world)[self.dist.rank]
-                    mrows = [mrows[i] for i in mine]
-                self.optimizer.zero_grad(set_to_none=True)
-                bad = False
-                micros = [[mrows[i] for i in m] for m in micro_batches(mrows, cfg.trainer.micro_batch_tokens)]
-                padding = 0
-                if self.sharded:  # sharded forward/backward passes are collective: every rank does as many
-                    padding = int(self.dist.max([float(len(micros))])[0]) - len(micros)
-                    filler = micros[0][:1] if micros else [rows[mini[0]]]
-                    micros += [filler] * padding
-                for j, group in enumerate(micros):
-                    dummy = j >= len(micros) - padding
-                    batch = collate(group, self.pad_id, self.device)
-                    width = batch.targets.shape[1]
-                    # generated positions only; a sharded (FSDP) policy runs whole: its root hooks gather weights
-                    logp, ent = token_logprobs(self.policy, batch, temp, with_entropy=True,
-                                               response_only=not self.sharded)
-                    mask = batch.loss_mask
-                    old = logp.detach() if on_policy else row_tensor(group, "old_logprobs", width, self.device)
-                    if on_policy and not dummy:  # the trainer's log-probs, kept for the rollout records
-                        for i, r in enumerate(group):
-                            r.old_logprobs = old[i, : len(r) - 1].cpu()
-                    adv = row_tensor(group, "advantages", width, self.device)
-                    scale = (float(mask.sum()) / n_tok) if per_token else len(group) / n_rows
-                    loss, terms = policy_objective(
-                        logp, old, adv, mask, a, entropy=ent, norm_length=norm_len,
-                        ref_log_prob=row_tensor(group, "ref_logprobs", width, self.device) if a.kl_coef > 0 else None,
-                        # the engine's sampling log-probs are the behaviour policy's
-                        behaviour_log_prob=behaviour_logprobs(group, width, self.device) if behaviour else None)
-                    # FSDP averages gradients over ranks; times world, that is the sum DDP-style ranks take
-                    loss = loss * (0.0 if dummy else scale * (self.dist.world if self.sharded else 1))
-                    if not torch.isfinite(loss):
-                        bad = True
-                        if not self.sharded:
-                            break
-                    loss.backward()  # (sharded: a non-finite pass still runs its collectives; the step is dropped)
-                    if dummy or bad:
-                        continue
-                    w = float(mask.sum())
-                    weight_total += w
-                    for key, val in terms.items():
-                        sums[key] = sums.get(key, 0.0) + float(val.detach()) * w
-                    sums["logprob_mismatch"] = sums.get("logprob_mismatch", 0.0) + _mismatch(group, logp, mask)
-                bad = self.dist.sum([float(bad)])[0] > 0  # one rank's NaN skips the step everywhere
-                if not bad:
-                    if not self.sharded:  # FSDP already summed them in backward
-                        self.dist.sum_grads(params)
-                    gn = grad_norm_value(torch.nn.utils.clip_grad_norm_(params, cfg.trainer.grad_clip))
-                    bad = not torch.isfinite(gn)
-                if bad:
-                    self.optimizer.zero_grad(set_to_none=True)
-                    skipped += 1
-                    continue
-                grad_norms.append(float(gn))
-                self.optimizer.step()
-        if grad_norms:  # the schedule counts trainer steps that updated the weights
+                self._mini_batch(rows, mini, plan, tally)
+        if tally.grad_norms:  # the schedule counts trainer steps that updated the weights
             self.scheduler.step()
         self.policy.eval()
+        return self._metrics(tally, logprob_time)
+
+    def _mini_batch(self, rows: list[Row], mini: list[int], plan: _Plan, tally: _Tally) -> None:
+        """One optimizer step over this rank's share of the mini-batch ``mini`` (dropped on every rank if non-finite)."""
+        mrows = [rows[i] for i in mini]
+        n_tok = sum(r.num_response for r in mrows) or 1  # global counts: each rank's loss is its share
+        n_rows = len(mrows)
         if self.dist.active:
-            keys = [*objective_metric_names(a), "logprob_mismatch"]
+            mine = shard_by_tokens([len(r) for r in mrows], self.dist.world)[self.dist.rank]
+            mrows = [mrows[i] for i in mine]
+        self.optimizer.zero_grad(set_to_none=True)
+        bad = False
+        micros, padding = self._micro_groups(mrows, rows[mini[0]])
+        for j, group in enumerate(micros):
+            dummy = j >= len(micros) - padding
+            loss, terms, logp, mask = self._micro_loss(group, dummy, plan, n_tok, n_rows)
+            if not torch.isfinite(loss):
+                bad = True
+                if not self.sharded:
+                    break
+            loss.backward()  # (sharded: a non-finite pass still runs its collectives; the step is dropped)
+            if not (dummy or bad):
+                tally.add(terms, group, logp, mask)
+        # the optimizer's own list: FSDP swaps unsharded tensors into the module between forward and backward
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        bad = self.dist.sum([float(bad)])[0] > 0  # one rank's NaN skips the step everywhere
+        if not bad:
+            if not self.sharded:  # FSDP already summed them in backward
+                self.dist.sum_grads(params)
+            gn = grad_norm_value(torch.nn.utils.clip_grad_norm_(params, self.cfg.trainer.grad_clip))
+            bad = not torch.isfinite(gn)
+        if bad:
+            self.optimizer.zero_grad(set_to_none=True)
+            tally.skipped += 1
+            return
+        tally.grad_norms.append(float(gn))
+        self.optimizer.step()
+
+    def _micro_groups(self, mrows: list[Row], filler_row: Row) -> tuple[list[list[Row]], int]:
+        """Micro-batches under the token budget; sharded, padded with dummy passes to the ranks' maximum count."""
+        micros = [[mrows[i] for i in m] for m in micro_batches(mrows, self.cfg.trainer.micro_batch_tokens)]
+        padding = 0
+        if self.sharded:  # sharded forward/backward passes are collective: every rank does as many
+            padding = int(self.dist.max([float(len(micros))])[0]) - len(micros)
+            filler = micros[0][:1] if micros else [filler_row]
+            micros += [filler] * padding
+        return micros, padding
+
+    def _micro_loss(self, group: list[Row], dummy: bool, plan: _Plan, n_tok: int,
+                    n_rows: int) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """Forward pass and :func:`policy_objective` of one micro-batch, scaled to its share of the mini-batch."""
+        a = self.cfg.algorithm
+        batch = collate(group, self.pad_id, self.device)
+        width = batch.targets.shape[1]
+        # generated positions only; a sharded (FSDP) policy runs whole: its root hooks gather weights
+        logp, ent = token_logprobs(self.policy, batch, plan.temperature, with_entropy=True,
+                                   response_only=not self.sharded)
+        mask = batch.loss_mask
+        old = logp.detach() if plan.on_policy else row_tensor(group, "old_logprobs", width, self.device)
+        if plan.on_policy and not dummy:  # the trainer's log-probs, kept for the rollout records
+            for i, r in enumerate(group):
+                r.old_logprobs = old[i, : len(r) - 1].cpu()
+        adv = row_tensor(group, "advantages", width, self.device)
+        scale = (float(mask.sum()) / n_tok) if plan.per_token else len(group) / n_rows
+        loss, terms = policy_objective(
+            logp, old, adv, mask, a, entropy=ent, norm_length=plan.norm_length,
+            ref_log_prob=row_tensor(group, "ref_logprobs", width, self.device) if a.kl_coef > 0 else None,
+            # the engine's sampling log-probs are the behaviour policy's
+            behaviour_log_prob=behaviour_logprobs(group, width, self.device) if plan.behaviour else None)
+        # FSDP averages gradients over ranks; times world, that is the sum DDP-style ranks take
+        loss = loss * (0.0 if dummy else scale * (self.dist.world if self.sharded else 1))
+        return loss, terms, logp, mask
+
+    def _metrics(self, tally: _Tally, logprob_time: float) -> dict[str, float]:
+        """The step's metrics: token-weighted means over every rank's micro-batches, grad norm, lr, timing."""
+        sums, weight_total = tally.sums, tally.weight
+        if self.dist.active:
+            keys = [*objective_metric_names(self.cfg.algorithm), "logprob_mismatch"]
             totals = self.dist.sum([sums.get(k, 0.0) for k in keys] + [weight_total])
             sums, weight_total = dict(zip(keys, totals[:-1])), totals[-1]
         out = {k: v / max(weight_total, 1.0) for k, v in sums.items()}
-        out["grad_norm"] = statistics.fmean(grad_norms) if grad_norms else float("nan")
-        out["skipped_updates"] = float(skipped)
+        out["grad_norm"] = statistics.fmean(tally.grad_norms) if tally.grad_norms else float("nan")
+        out["skipped_updates"] = float(tally.skipped)
         out["lr"] = self.scheduler.get_last_lr()[0]
         out["time/logprob"] = logprob_time
         return out
 
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one update call decides once: on-policy shortcut, temperature, normaliser, weighting, behaviour."""
+
+    on_policy: bool
+    temperature: float
+    norm_length: int | None
+    per_token: bool
+    behaviour: bool
+
+
+@dataclass
+class _Tally:
+    """Token-weighted metric sums of the update's micro-batches, grad norms and skipped steps."""
+
+    sums: dict[str, float] = field(default_factory=dict)
+    weight: float = 0.0
+    grad_norms: list[float] = field(default_factory=list)
+    skipped: int = 0
+
+    def add(self, terms: dict[str, torch.Tensor], group: list[Row], logp: torch.Tensor, mask: torch.Tensor) -> None:
+        w = float(mask.sum())
+        self.weight += w
+        for key, val in terms.items():
+            self.sums[key] = self.sums.get(key, 0.0) + float(val.detach()) * w
+        self.sums["logprob_mismatch"] = self.sums.get("logprob_mismatch", 0.0) + _mismatch(group, logp, mask)
 
 
 def _mismatch(rows: list[Row], logp: torch.Tensor, mask: torch.Tensor) -> float:
