@@ -35,3 +35,61 @@ def test_every_named_config_key_exists() -> None:
     unknown = {k: where[:3] for k, where in found.items()
                if k not in valid and k not in NOT_KEYS and not k.startswith(FREE_FORM)}
     assert not unknown, f"the docs name config keys the schema does not have: {unknown}"
+
+
+def cli_options() -> dict[str, set[str]]:
+    """Each ``memrl`` command path (``memrl data synth``) and the option names it accepts."""
+    import typer
+
+    from memrl.cli.main import app
+
+    out: dict[str, set[str]] = {}
+
+    def walk(path: str, cmd) -> None:
+        out[path] = {o for p in cmd.params for o in list(getattr(p, "opts", [])) + list(getattr(p, "secondary_opts", []))
+                     if o.startswith("-")} | {"--help"}
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(f"{path} {name}", sub)
+
+    walk("memrl", typer.main.get_command(app))
+    return out
+
+
+def memrl_commands(text: str) -> list[list[str]]:
+    """The ``memrl ...`` command lines of a shell block (continuations joined, env prefixes and comments dropped)."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    out = []
+    for line in joined.splitlines():
+        words = re.split(r"\s(?:\||&&|;|>)\s", line.split("#", 1)[0])[0].split()  # up to a pipe or redirect
+        while words and re.match(r"^[A-Z_]+=", words[0]):
+            words = words[1:]
+        if words and words[0] == "memrl":
+            out.append(words)
+    return out
+
+
+def test_every_documented_memrl_option_exists() -> None:
+    """``memrl eval --protcol x`` in a guide fails here: each option a documented command uses is accepted."""
+    from tests.docs.blocks import SHELLS, blocks
+
+    options = cli_options()
+    pages = [p for p in sorted(DOCS.rglob("*.md")) if str(p.relative_to(DOCS)) not in GENERATED_OR_HISTORY]
+    checked, bad = 0, []
+    for page in pages:
+        for block in blocks(page):
+            if block.lang not in SHELLS:
+                continue
+            for words in memrl_commands(block.code):
+                path = "memrl"
+                for w in words[1:]:
+                    if f"{path} {w}" in options:
+                        path = f"{path} {w}"
+                    else:
+                        break
+                for w in words[1:]:
+                    name = w.split("=", 1)[0]
+                    if name.startswith("-") and name not in options[path]:
+                        bad.append(f"docs/{block.page}:{block.line}: {path} {name}")
+                checked += 1
+    assert checked > 40, f"expected many documented memrl commands, found {checked}"
+    assert not bad, f"documented options the CLI does not accept: {bad}"
