@@ -30,7 +30,7 @@ _FENCE = re.compile(r"^(```+|~~~+)\s*([\w+-]*)")
 
 @dataclass(frozen=True)
 class Block:
-    page: str          # relative to docs/
+    page: str          # relative to docs/ (../README.md for the README)
     line: int          # 1-based line of the opening fence
     lang: str
     code: str
@@ -66,7 +66,8 @@ def blocks(page: Path) -> list[Block]:
             j += 1
         prev = next((lines[k].strip() for k in range(start - 1, -1, -1) if lines[k].strip()), "")
         mark = _MARK.match(prev)
-        out.append(Block(str(page.relative_to(DOCS)), start + 1, lang, "\n".join(lines[start + 1:j]),
+        where = page.relative_to(DOCS) if page.is_relative_to(DOCS) else Path("..") / page.relative_to(REPO)
+        out.append(Block(str(where), start + 1, lang, "\n".join(lines[start + 1:j]),
                          mark.group(1).strip() if mark else None))
         i = j + 1
     return out

@@ -75,7 +75,7 @@ def test_every_documented_memrl_option_exists() -> None:
     options = cli_options()
     pages = [p for p in sorted(DOCS.rglob("*.md")) if str(p.relative_to(DOCS)) not in GENERATED_OR_HISTORY]
     checked, bad = 0, []
-    for page in pages:
+    for page in pages + [REPO / "README.md"]:
         for block in blocks(page):
             if block.lang not in SHELLS:
                 continue
