@@ -46,7 +46,7 @@ def test_memagent_strict_is_the_reward_and_stricter_than_sub_em(tiny_model):
 def test_trainer_eval_n_averages_n_sampled_episodes():
     seen = []
 
-    async def wf(sample, engine, tok, wcfg, *, sampling):
+    async def wf(sample, engine, tok, wcfg, *, sampling, **ids):
         seen.append(sampling)
         reward = 1.0 if len(seen) % 4 == 1 else 0.0  # one right answer in every four
         return Trajectory([], reward, str(sample.index), str(sample.index))

@@ -116,6 +116,11 @@ class WorkflowConfig(Section):
             opts = self.opts
             if key in type(opts).model_fields:
                 return getattr(opts, key)
+            from memrl.plugins import workflow_support
+
+            legacy = workflow_support("LegacyOptions").model_fields.get(key)
+            if legacy is not None:  # another workflow's option, read by old code: its old default
+                return legacy.default
         return super().__getattr__(key)  # type: ignore[misc]
 
 

@@ -26,7 +26,7 @@ from memrl.engines.base import Engine, EngineDeadError
 from memrl.eval.passk import is_success, pass_hat_ks
 from memrl.eval.records import ROLLOUTS, save_eval_rollout, task_folder
 from memrl.eval.runner import AllEpisodesFailedError, ending_counts, endings_note, gather_cancelling, sampling_params
-from memrl.workflows import get_workflow, load_samples
+from memrl.workflows import build_workflow
 
 TOOL_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", ROLLOUTS, "results.json",
                      "results.md", "tau2_results.json")
@@ -70,10 +70,10 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
     """
     if trials < 1:
         raise ValueError(f"--trials must be >= 1, got {trials}")
-    samples = load_samples(cfg, "eval")
+    workflow = build_workflow(cfg)  # the user simulator and judge, built once for every trial
+    samples = workflow.load_samples("eval")
     if not samples:
         raise ValueError(f"no tasks in split {cfg.env.eval_split!r} of domain {cfg.env.domain!r}")
-    workflow = get_workflow("tool_agent")
     base = sampling_params(cfg)
     todo = []
     for sample in samples:
@@ -94,8 +94,8 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
         async with sem:
             t0 = time.perf_counter()
             try:
-                traj = await workflow(sample, engine, tokenizer, cfg.workflow, sampling=base.with_(seed=seed),
-                                      sample_id=task_id, group_id=task_id)
+                traj = await workflow.episode(sample, engine=engine, tokenizer=tokenizer,
+                                              sampling=base.with_(seed=seed), sample_id=task_id, group_id=task_id)
             except EngineDeadError:
                 raise
             except Exception as exc:  # recorded, not scored, retried by the next run

@@ -20,6 +20,8 @@ from memrl.rl.dapo import keep_groups
 from memrl.train.guards import RolloutTally
 from memrl.train.sampler import ResumableSampler
 from memrl.types import Trajectory
+from memrl.workflows.api import Workflow
+from memrl.workflows.registry import as_workflow
 
 def episode_seed(seed: int, step: int, round_: int, idx: int, k: int) -> int:
     """The sampling seed of repeat ``k`` of sample ``idx`` in generation round ``round_`` of ``step``."""
@@ -131,6 +133,8 @@ async def evaluate_samples(cfg: MemRLConfig, workflow: Any, samples: list[Any], 
     tc = cfg.trainer
     params = (SamplingParams(greedy=True) if tc.eval_temperature == 0
               else SamplingParams(temperature=tc.eval_temperature, top_p=tc.eval_top_p))
+    if not isinstance(workflow, Workflow):
+        workflow = as_workflow(workflow)
     trajs = await asyncio.gather(*(workflow.episode(s, engine=engine, tokenizer=tokenizer, sampling=params)
                                    for s in samples for _ in range(tc.eval_n)))
     return 100.0 * statistics.fmean(t.reward for t in trajs)

@@ -20,7 +20,7 @@ from memrl.engines.base import Engine, SamplingParams
 from memrl.types import Trajectory
 from memrl.workflows.api import Workflow
 from memrl.workflows.builtins import QAWorkflow
-from memrl.workflows.options import LEGACY_KEYS, LegacyOptions
+from memrl.workflows.options import LEGACY_KEYS, LegacyOptions  # noqa: F401 (reached by memrl.plugins)
 
 _NOTICED: set[str] = set()
 
@@ -127,7 +127,9 @@ def make_workflow(name: str, options: Mapping[str, Any] | None = None) -> Workfl
         return obj(**dict(options or {}))
     notice(f"workflow {name!r} is a function with the old signature; write it as a memrl.Workflow subclass "
            "(see examples/custom_workflow): functions keep working for one release")
-    return FunctionWorkflow(obj, **dict(options or {}))
+    wf = FunctionWorkflow(obj, **dict(options or {}))
+    wf.name = name  # type: ignore[misc]  # messages name it as the config does
+    return wf
 
 
 def as_workflow(obj: Any, options: Mapping[str, Any] | None = None) -> Workflow:
