@@ -43,3 +43,14 @@ def test_every_doc_page_is_in_the_nav() -> None:
     assert pages, "no pages under docs/"
     left_out = [p for p in pages if f": {p}" not in nav]
     assert not left_out, f"docs pages missing from mkdocs.yml nav: {left_out}"
+
+
+def test_shown_examples_match_their_files() -> None:
+    """The workflow code the README and the guide show is the example that a test trains, word for word."""
+    for example in ("say_word.py", "recall.py"):
+        source = (REPO / "examples" / "custom_workflow" / example).read_text(encoding="utf-8")
+        code = source[source.index("\nfrom ") + 1:].strip()  # past the module docstring
+        shown_in = [p for p in (REPO / "README.md", DOCS / "guides" / "custom-workflow.md")
+                    if code in p.read_text(encoding="utf-8")]
+        assert shown_in, f"examples/custom_workflow/{example} changed: update the code shown in README.md / the guide"
+    assert "class SayWord" in (REPO / "README.md").read_text(encoding="utf-8")
