@@ -54,3 +54,6 @@ def test_shown_examples_match_their_files() -> None:
                     if code in p.read_text(encoding="utf-8")]
         assert shown_in, f"examples/custom_workflow/{example} changed: update the code shown in README.md / the guide"
     assert "class SayWord" in (REPO / "README.md").read_text(encoding="utf-8")
+    config = (REPO / "examples" / "custom_workflow" / "config.yaml").read_text(encoding="utf-8")
+    assert config[config.index("model:"):] in (DOCS / "guides" / "custom-workflow.md").read_text(encoding="utf-8"), \
+        "examples/custom_workflow/config.yaml changed: update the YAML shown in docs/guides/custom-workflow.md"
