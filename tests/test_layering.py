@@ -57,18 +57,6 @@ LAYERS: dict[str, int] = {
 
 # (importer, imported) -> why it is allowed for now. Only the lead's files in flight appear here.
 PENDING: dict[tuple[str, str], str] = {
-    # plugins.py checks registered objects against their kinds (_is_domain, _is_workflow): each kind's check
-    # belongs to the layer that defines the kind (the domain registry in memrl.envs, the workflow one in
-    # memrl.workflows), leaving plugins with the Registry machinery only.
-    ("memrl.plugins", "memrl.envs.domain"): "plugins._is_domain checks ToolDomain (lead: domain registry into envs)",
-    ("memrl.envs.domain", "memrl.plugins"): "the other half of the plugins <-> envs.domain cycle above",
-    ("memrl.plugins", "memrl.workflows.api"): "plugins._is_workflow checks Workflow (lead: workflow registry)",
-    ("memrl.workflows.api", "memrl.workflows.common"): "closes the plugins -> workflows.api -> common -> plugins cycle",
-    ("memrl.workflows.common", "memrl.plugins"): "score_text resolves rewards through plugins (lead: reward registry)",
-    # schema.py and load.py import each other: load.py builds the schema; a schema validator calls load.py's
-    # check_resume_keys (the list of keys a resume may change belongs beside the schema).
-    ("memrl.config.load", "memrl.config.schema"): "load.py builds the schema it loads (lead: config rewrite)",
-    ("memrl.config.schema", "memrl.config.load"): "allow_changes validator calls load.check_resume_keys (lead)",
 }
 
 

@@ -67,9 +67,11 @@ def _plugin_frame(exc: BaseException, module: str) -> str:
 class Registry:
     """Names of built-ins (import paths, loaded lazily) and the rule a plug-in of this kind must follow."""
 
-    def __init__(self, kind: str, check: Callable[[Any], str | None]) -> None:
+    def __init__(self, kind: str, check: Callable[[Any], str | None] | str) -> None:
+        """``check`` says what is wrong with an object of this kind (None: nothing); as an import path it is
+        loaded when first needed, so the kind's own layer defines it and this module imports nothing above."""
         self.kind = kind
-        self._check = check
+        self._check_spec = check
         self._builtins: dict[str, str] = {}
 
     def register(self, name: str, target: str) -> None:
@@ -90,20 +92,13 @@ class Registry:
 
     def get(self, name: str) -> Any:
         obj = load_object(self._builtins.get(name, name), self.kind)
-        problem = self._check(obj)
+        check = self._check_spec
+        if isinstance(check, str):
+            check = self._check_spec = load_object(check, f"{self.kind} check")
+        problem = check(obj)
         if problem:
             raise ValueError(f"{self.kind} {name!r}: {problem}")
         return obj
-
-
-def _is_workflow(obj: Any) -> str | None:
-    from memrl.workflows.api import Workflow
-
-    if isinstance(obj, Workflow) or (inspect.isclass(obj) and issubclass(obj, Workflow)):
-        return None
-    if inspect.iscoroutinefunction(obj) or inspect.iscoroutinefunction(getattr(obj, "__call__", None)):
-        return None  # the old function signature, adapted for one release (memrl.workflows.registry)
-    return "a workflow must be a memrl.Workflow subclass (or instance) with async def run(self, ep)"
 
 
 def _is_reward(obj: Any) -> str | None:
@@ -112,7 +107,7 @@ def _is_reward(obj: Any) -> str | None:
     return None
 
 
-WORKFLOWS = Registry("workflow", _is_workflow)
+WORKFLOWS = Registry("workflow", "memrl.workflows.registry:check_workflow")
 
 
 def workflow_support(attr: str) -> Any:
@@ -129,28 +124,7 @@ for _name in ("em", "sub_em", "f1", "memagent_strict"):
     REWARDS.register(_name, f"memrl.rewards.builtin:{_name}")
 
 
-def _is_domain(obj: Any) -> str | None:
-    from memrl.envs.domain import DOMAIN_METHODS, ToolDomain
-
-    if isinstance(obj, ToolDomain):
-        try:
-            obj.tool_classes()  # the toolkits' import paths, checked now rather than at the first episode
-        except ValueError as exc:
-            return str(exc)
-        return None
-    if inspect.isclass(obj):
-        missing = [m for m in DOMAIN_METHODS if not callable(getattr(obj, m, None))]
-        if missing:
-            return f"a domain class needs methods new_env(solo) and get_tasks(split); {obj.__name__} lacks " \
-                   + " and ".join(missing)
-        return None
-    if not callable(obj):
-        return "a domain must be a factory (data_dir, tool_options) -> object with new_env and get_tasks, " \
-               "e.g. a memrl.envs.domain.ToolDomain"
-    return None
-
-
-DOMAINS = Registry("domain", _is_domain)
+DOMAINS = Registry("domain", "memrl.envs.domain:check_domain")
 for _name, _attr in (("library", "LIBRARY"), ("mock", "MOCK"), ("retail", "RETAIL"), ("telecom", "TELECOM"),
                      ("telecom-workflow", "TELECOM_WORKFLOW")):
     DOMAINS.register(_name, f"memrl.envs.domain:{_attr}")

@@ -16,7 +16,7 @@ from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from memrl.config.schema import MemRLConfig
+from memrl.config.schema import FIXED_ON_RESUME, MemRLConfig, check_resume_keys  # noqa: F401 (their old home)
 
 
 class ConfigError(ValueError):
@@ -107,24 +107,6 @@ def check_keys(raw: Any, model: type[BaseModel] = MemRLConfig, prefix: str = "")
         sub = _submodel(model.model_fields[key].annotation)
         if sub is not None and isinstance(value, dict):
             check_keys(value, sub, dotted + ".")
-
-
-# sections a resumed run can never change, even when asked (trainer.allow_changes)
-FIXED_ON_RESUME = ("model", "lora")
-
-
-def check_resume_keys(keys: list[str]) -> list[str]:
-    """``trainer.allow_changes``: settings as ``section.key``, none whose change would not fit the checkpoint."""
-    for key in keys:
-        sec, _, name = key.partition(".")
-        section = MemRLConfig.model_fields.get(sec)
-        fields = getattr(section.annotation, "model_fields", {}) if section is not None else {}
-        if not name or "." in name or name not in fields:
-            raise ValueError(f"{key!r} is not a setting (section.key, e.g. trainer.lr)")
-        if sec in FIXED_ON_RESUME:
-            raise ValueError(f"{key} cannot change on resume: the checkpoint's weights belong to the {sec} "
-                             "settings it was started with")
-    return keys
 
 
 def apply_override(raw: dict[str, Any], override: str) -> None:

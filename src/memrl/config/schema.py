@@ -248,8 +248,6 @@ class TrainerConfig(Section):
     @field_validator("allow_changes")
     @classmethod
     def _allowable(cls, v: list[str]) -> list[str]:
-        from memrl.config.load import check_resume_keys
-
         return check_resume_keys(v)
 
 
@@ -290,3 +288,21 @@ class MemRLConfig(Section):
     lora: LoraConfig = Field(default_factory=LoraConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+
+
+# sections a resumed run can never change, even when asked (trainer.allow_changes)
+FIXED_ON_RESUME = ("model", "lora")
+
+
+def check_resume_keys(keys: list[str]) -> list[str]:
+    """``trainer.allow_changes``: settings as ``section.key``, none whose change would not fit the checkpoint."""
+    for key in keys:
+        sec, _, name = key.partition(".")
+        section = MemRLConfig.model_fields.get(sec)
+        fields = getattr(section.annotation, "model_fields", {}) if section is not None else {}
+        if not name or "." in name or name not in fields:
+            raise ValueError(f"{key!r} is not a setting (section.key, e.g. trainer.lr)")
+        if sec in FIXED_ON_RESUME:
+            raise ValueError(f"{key} cannot change on resume: the checkpoint's weights belong to the {sec} "
+                             "settings it was started with")
+    return keys

@@ -255,3 +255,23 @@ def load_domain(name: str, data_dir: str | Path | None = None, *,
         raise ValueError(f"domain {name!r} built a {type(domain).__name__} without {' and '.join(missing)} "
                          "(a domain provides new_env(solo) and get_tasks(split))")
     return domain
+
+
+def check_domain(obj: Any) -> str | None:
+    """What is wrong with a registered domain (memrl.plugins.DOMAINS), or None."""
+    if isinstance(obj, ToolDomain):
+        try:
+            obj.tool_classes()  # the toolkits' import paths, checked now rather than at the first episode
+        except ValueError as exc:
+            return str(exc)
+        return None
+    if inspect.isclass(obj):
+        missing = [m for m in DOMAIN_METHODS if not callable(getattr(obj, m, None))]
+        if missing:
+            return f"a domain class needs methods new_env(solo) and get_tasks(split); {obj.__name__} lacks " \
+                   + " and ".join(missing)
+        return None
+    if not callable(obj):
+        return "a domain must be a factory (data_dir, tool_options) -> object with new_env and get_tasks, " \
+               "e.g. a memrl.envs.domain.ToolDomain"
+    return None

@@ -50,6 +50,15 @@ class FunctionWorkflow(QAWorkflow):
                              group_id=group_id)
 
 
+def check_workflow(obj: Any) -> str | None:
+    """What is wrong with a registered workflow object (memrl.plugins.WORKFLOWS), or None."""
+    if isinstance(obj, Workflow) or (inspect.isclass(obj) and issubclass(obj, Workflow)):
+        return None
+    if inspect.iscoroutinefunction(obj) or inspect.iscoroutinefunction(getattr(obj, "__call__", None)):
+        return None  # the old function signature, adapted for one release (memrl.workflows.registry)
+    return "a workflow must be a memrl.Workflow subclass (or instance) with async def run(self, ep)"
+
+
 def registered(name: str) -> Any:
     from memrl.plugins import WORKFLOWS
 
