@@ -47,8 +47,8 @@ from memrl.engines.hf import HFEngine
 from memrl.workflows.memagent import memagent
 
 PROMPTS = str(Path(__file__).with_name("prompts.yaml"))
-WORKFLOW = dict(name="memagent", chunk_tokens=12, memory_tokens=4, final_tokens=8, question_tokens=32, reward="em",
-                prompts=PROMPTS)
+WORKFLOW = dict(name="memagent", options=dict(chunk_tokens=12, memory_tokens=4, final_tokens=8, question_tokens=32,
+                                              reward="em", prompts=PROMPTS))
 # Top-level entries the demo writes in --out: --fresh deletes these and nothing else.
 DEMO_OUTPUTS = ("data", "model_init", "sft_model", "rl", "rl_async", "summary.json", "summary_async.json")
 # What a demo folder written before the manifest existed looks like (see memrl.data.outdir.clear_outputs).
@@ -148,7 +148,7 @@ def build_model(out: Path, seed: int) -> Path:
 
 
 async def teacher_trajectories(samples: list[Any], tokenizer: Any, forget_p: float, seed: int) -> list[Any]:
-    wf = WorkflowConfig(**WORKFLOW)
+    wf = WorkflowConfig(**WORKFLOW).opts
     rng = random.Random(seed)
     out = []
     for s in samples:
@@ -159,7 +159,7 @@ async def teacher_trajectories(samples: list[Any], tokenizer: Any, forget_p: flo
 
 async def accuracy(model: Any, tokenizer: Any, samples: list[Any]) -> float:
     eng = HFEngine(model, pad_token_id=tokenizer.pad_token_id)
-    wf = WorkflowConfig(**WORKFLOW)
+    wf = WorkflowConfig(**WORKFLOW).opts
     trajs = await asyncio.gather(*(memagent(s, eng, tokenizer, wf, sampling=SamplingParams(greedy=True))
                                    for s in samples))
     await eng.close()

@@ -33,8 +33,8 @@ from memrl.data.atomic import atomic_write
 from memrl_demo.run import DEMO_THREADS, deterministic
 from memrl_demo.tools_tasks import library_files, read_plans, write_domain
 
-WORKFLOW = dict(name="tool_agent", max_turns=5, turn_tokens=40, max_total_tokens=1024, tool_format="qwen",
-                tool_parser="hermes")
+WORKFLOW = dict(name="tool_agent", options=dict(max_turns=5, turn_tokens=40, max_total_tokens=1024,
+                                                tool_format="qwen", tool_parser="hermes"))
 # Top-level entries the tools demo writes in --out: --fresh deletes these and nothing else.
 DEMO_OUTPUTS = ("data", "model_init", "sft_model", "rl", "summary.json")
 REWARDS = ("tau2", "progress")
@@ -89,7 +89,7 @@ def _warm_start(out: Path, init: Path, domain: Any, train: list[Any], tok: Any, 
     model = load_model(str(init), device="cpu")
     with console.status(f"warm start: SFT on a sloppy teacher (slips {scale.slip_p:.0%} of the time on 4 of 6 "
                         "kinds of ticket)"):
-        trajs = teacher_trajectories(domain, train, tok, WorkflowConfig(**WORKFLOW), slip_p=scale.slip_p,
+        trajs = teacher_trajectories(domain, train, tok, WorkflowConfig(**WORKFLOW).opts, slip_p=scale.slip_p,
                                      seed=seed, repeats=scale.teacher_repeats)
         losses = sft(model, trajs, epochs=scale.sft_epochs, lr=scale.sft_lr, batch_rows=scale.sft_batch_rows,
                      pad_id=tok.pad_token_id, seed=seed * 1000)
@@ -148,7 +148,7 @@ def _run(out: Path, rl_steps: int, seed: int, reward: str, console: Console, sca
     console.print(f"[bold]memrl demo --task tools[/bold]: library help desk, solo mode. Tiny model ({init}); "
                   f"{len(train)} training tickets, {len(test)} held-out test tickets; reward {reward}; seed {seed}")
 
-    workflow = WorkflowConfig(**WORKFLOW)
+    workflow = WorkflowConfig(**WORKFLOW).opts
     sft_dir = _warm_start(out, init, domain, train, tok, seed, scale, console)
     before = heldout(load_model(str(sft_dir), device="cpu"), tok, domain, workflow)
     console.print(_line("held-out before RL", before))

@@ -85,6 +85,19 @@ def folder_grader(folder: Path, warn: Any) -> Grader | None:
     return _FOLDERS[key]
 
 
+def _graded_by_env(workflow: dict[str, Any]) -> bool:
+    """Whether the run's workflow is a built-in one whose episodes the env section grades (a plug-in's code is
+    never imported by the viewer)."""
+    from memrl.plugins import WORKFLOWS
+
+    name = str(workflow.get("name", ""))
+    if name not in WORKFLOWS.names:
+        return False
+    from memrl.workflows import get_workflow
+
+    return bool(get_workflow(name).uses_env)
+
+
 def _grader_of(path: Path, warn: Any) -> Grader | None:
     try:
         cfg = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -93,7 +106,7 @@ def _grader_of(path: Path, warn: Any) -> Grader | None:
     if not isinstance(cfg, dict):
         return None
     env, workflow = cfg.get("env") or {}, cfg.get("workflow") or {}
-    if not isinstance(env, dict) or not isinstance(workflow, dict) or workflow.get("name") != "tool_agent":
+    if not isinstance(env, dict) or not isinstance(workflow, dict) or not _graded_by_env(workflow):
         return None
     if ":" in str(env.get("domain", "")):
         warn(f"domain {env['domain']!r} is an import path: gold actions and grader checks not shown "
