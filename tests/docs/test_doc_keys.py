@@ -10,9 +10,10 @@ from tests.docs.test_reference_fresh import load_generator
 SECTIONS = "model|data|workflow|env|sampling|eval|engine|algorithm|lora|trainer|cluster"
 KEY = re.compile(rf"(?<![\w./-])((?:{SECTIONS})\.[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)")
 FREE_FORM = ("env.tool_options.", "engine.vllm.args.")  # dictionaries the domain / vLLM check themselves
-# Named on purpose: a method, the typo in the error example, the pre-options spelling the notice maps,
+# Named on purpose: a method, the typos in the error examples, the pre-options spelling the notice maps,
 # and the option of the example plug-in workflow examples/custom_workflow/recall.py (not a built-in).
-NOT_KEYS = {"env.step", "trainer.lrr", "workflow.chunk_tokens", "workflow.options.note_tokens"}
+NOT_KEYS = {"env.step", "trainer.lrr", "workflow.options.chunk_tokns", "workflow.chunk_tokens",
+            "workflow.options.note_tokens"}
 GENERATED_OR_HISTORY = {"reference/config.md", "reference/cli.md", "CHANGELOG.md", "guides/async.md"}
 
 
