@@ -93,9 +93,14 @@ def eval_cmd(
 
             eval_tools(cfg, out, trials, restart, console, rollouts=rollouts, domains=domains)
             return
+        if (data is None and cfg.data.eval_file) or (data is not None and data.is_file()):
+            from memrl.cli.eval_workflow import eval_file
+
+            eval_file(cfg, data, out, restart, console, rollouts)  # one file of the workflow's own samples
+            return
         if data is None:
             raise ValueError("--data: give the folder of eval files (memrl data synth --out, or memrl data ruler "
-                             "--out)")
+                             "--out), or one file of samples (or set data.eval_file)")
         if suite == "ruler":
             _ruler(cfg, data, docs, tasks, out, max_samples, restart, console)
             return

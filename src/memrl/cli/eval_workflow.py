@@ -1,0 +1,32 @@
+"""``memrl eval`` on one file of samples (``--data FILE`` or ``data.eval_file``): any workflow, yours too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from memrl.cli.eval_common import prepare_out, run_with_progress
+
+
+def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Console, rollouts: bool) -> None:
+    """Mean reward, accuracy and pass^k of the config's workflow over the file's samples."""
+    from memrl.engines.factory import build_engine
+    from memrl.eval.workflow_eval import WORKFLOW_EVAL_OUTPUTS, run_workflow_eval
+    from memrl.models.resolve import load_tokenizer
+    from memrl.workflows import build_workflow
+
+    if data is not None:
+        cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"eval_file": str(data)})})
+    workflow = build_workflow(cfg)
+    prepare_out(out, restart, WORKFLOW_EVAL_OUTPUTS, cfg)
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+    eng = build_engine(cfg)
+    console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · "
+                  f"{cfg.data.eval_file} · {cfg.eval.repeats} repeat(s)", highlight=False)
+    results = run_with_progress(console, out, eng, lambda started, advance: run_workflow_eval(
+        cfg, eng, tokenizer, workflow, out, on_start=started, on_episode=advance, rollouts=rollouts))
+    passes = " ".join(f"pass^{k} {v:.3f}" for k, v in results["pass_hat_k"].items())
+    console.print(f"mean reward {results['mean_reward']} · accuracy {results['accuracy']}% · {passes} · "
+                  f"{results['failed']} failed; results in {out / 'results.md'}", highlight=False)

@@ -1,0 +1,43 @@
+"""``memrl eval`` of any workflow on one file of samples: rewards, pass^k, failures kept apart, resume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from memrl import Episode, Workflow
+from memrl.config import MemRLConfig
+from memrl.eval.workflow_eval import run_workflow_eval
+from memrl.models.resolve import load_tokenizer
+from memrl.testing.scripted import ScriptedEngine
+
+
+class Parity(Workflow):
+    """Reward 1 on even samples; sample 3 raises (a broken episode, not a broken eval)."""
+
+    async def run(self, ep: Episode) -> None:
+        await ep.generate([1, 2], max_new_tokens=2)
+        if ep.sample["n"] == 3:
+            raise RuntimeError("boom")
+        ep.reward(float(ep.sample["n"] % 2 == 0))
+        ep.metric("n", ep.sample["n"])
+
+
+def test_file_eval_scores_resumes_and_keeps_failures(tmp_path):
+    data = tmp_path / "samples.jsonl"
+    data.write_text("".join(json.dumps({"n": n}) + "\n" for n in range(5)))
+    cfg = MemRLConfig.model_validate({"model": {"path": "tiny"}, "data": {"eval_file": str(data)},
+                                      "eval": {"repeats": 2}})
+    tok = load_tokenizer("tiny")
+    eng = ScriptedEngine(lambda p, s: [5, 6])
+    wf = Parity().bind(cfg)
+    out = tmp_path / "out"
+    res = asyncio.run(run_workflow_eval(cfg, eng, tok, wf, out))
+    assert (res["episodes"], res["failed"]) == (8, 2)  # sample 3 twice
+    assert res["mean_reward"] == 0.75 and res["accuracy"] == 75.0  # samples 0, 2, 4 of 0, 1, 2, 4
+    assert res["pass_hat_k"] == {"1": 0.75, "2": 0.75} and res["metrics"]["n"] == 1.75
+    assert "RuntimeError: boom" in json.loads((out / "failures" / "3.json").read_text())["error"]
+    calls = len(eng.calls)
+    seen = []
+    asyncio.run(run_workflow_eval(cfg, eng, tok, wf, out, on_start=lambda total, done: seen.append((total, done))))
+    assert seen == [(10, 8)] and len(eng.calls) == calls + 2  # only the failed ones are tried again
