@@ -95,7 +95,11 @@ def test_ctrl_c_keeps_finished_episodes_and_says_how_to_resume(tmp_path, setup):
             time.sleep(0.2)
         assert proc.poll() is None, proc.communicate()[1]
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"eval ignored Ctrl-C for 120 s; its stderr: {proc.communicate()[1]}")
         assert proc.returncode == 130, err
         assert "interrupted — re-run the same command to resume" in err and "Traceback" not in err
         assert json.loads(first.read_text())["docs"] == 3
@@ -105,6 +109,45 @@ def test_ctrl_c_keeps_finished_episodes_and_says_how_to_resume(tmp_path, setup):
         r = memrl(*_openai_args(data, tok, server.url, out))
     assert r.returncode == 0, r.stderr
     assert "resuming: 1 of 2 episodes already done" in r.stderr
+
+
+# A thread other than the main one takes the SIGINT (POSIX lets the kernel pick any thread: torch and tokenizers
+# start several), while the loop waits on a 60 s timer as the OpenAI engine waits for a held answer.
+_SIGINT_ON_A_THREAD = """
+import asyncio, signal, sys, threading, time
+from pathlib import Path
+from rich.console import Console
+from memrl.cli.eval_common import run_with_progress
+
+class Engine:
+    async def close(self):
+        print("engine closed", file=sys.stderr)
+
+def ctrl_c_on_this_thread():
+    time.sleep(0.5)  # the main thread is in epoll_wait by now
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+async def run(started, advance):
+    started(1, 0)
+    threading.Thread(target=ctrl_c_on_this_thread).start()
+    await asyncio.sleep(60)
+
+t0 = time.monotonic()
+try:
+    run_with_progress(Console(stderr=True, width=400), Path(sys.argv[1]), Engine(), run)
+except BaseException as exc:
+    print(f"{type(exc).__name__} {getattr(exc, 'exit_code', '')} after {time.monotonic() - t0:.0f}s", file=sys.stderr)
+"""
+
+
+def test_ctrl_c_taken_by_another_thread_still_stops_eval_at_once(tmp_path):
+    r = subprocess.run([sys.executable, "-c", _SIGINT_ON_A_THREAD, str(tmp_path)], capture_output=True, text=True,
+                       timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert lines[-3:-1] == ["engine closed", f"interrupted — re-run the same command to resume (finished episodes "
+                                             f"are kept in {tmp_path})"], r.stderr
+    exc, code, _, seconds = lines[-1].split()
+    assert (exc, code) == ("Exit", "130") and int(seconds[:-1]) < 30, r.stderr  # not the 60 s timer running out
 
 
 def test_restart_deletes_only_what_eval_wrote(tmp_path, setup):

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from memrl.cli.progress import progress
+from memrl.cli.signal_wakeup import signals_wake_loop
 
 Started = Callable[[int, int], None]
 Advance = Callable[[], None]
@@ -60,10 +61,11 @@ def run_with_progress(console: Console, out: Path, engine: Any,
                 bar.update(total=total, completed=done)
 
             async def main() -> dict[str, Any]:
-                try:
-                    return await run(started, bar.advance)
-                finally:
-                    await engine.close()
+                with signals_wake_loop(asyncio.get_running_loop()):  # Ctrl-C stops a loop waiting on a long timer
+                    try:
+                        return await run(started, bar.advance)
+                    finally:
+                        await engine.close()
 
             return asyncio.run(main())
     except KeyboardInterrupt:
