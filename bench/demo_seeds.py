@@ -6,6 +6,7 @@ its ``summary.json`` is read back; nothing is recomputed here.
 
     python bench/demo_seeds.py --seeds 0 1 2 3 4                   # the needle demo (README table)
     python bench/demo_seeds.py --task tools --seeds 0 1 2           # the tool-agent demo
+    python bench/demo_seeds.py --seeds 0 1 2 -- --async             # the needle demo, asynchronous GRPO stage
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from pathlib import Path
 
 
 def run_seed(task: str, seed: int, work: Path, extra: list[str]) -> dict[str, float]:
-    out = work / f"{task}_seed{seed}"
+    asynchronous = "--async" in extra  # the demo writes summary_async.json (and rl_async/) for that stage
+    out = work / f"{task}_seed{seed}{'_async' if asynchronous else ''}"
     cmd = [sys.executable, "-m", "memrl.cli.main", "demo", "--task", task, "--seed", str(seed), "--out", str(out),
            "--fresh", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise SystemExit(f"seed {seed}: memrl demo exited {proc.returncode}: {tail}")
-    return json.loads((out / "summary.json").read_text())
+    return json.loads((out / ("summary_async.json" if asynchronous else "summary.json")).read_text())
 
 
 def main() -> None:
