@@ -14,67 +14,32 @@ itself, so weight sync is free; other engines receive merged weights through
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from memrl.config import ConfigError, MemRLConfig
-from memrl.dist.ddp import DistContext
+from memrl.config import MemRLConfig
 from memrl.engines.base import Engine
-from memrl.train import checkpoint, state
-from memrl.train.async_rollout import AsyncRollout, async_step_metrics
+from memrl.train import state
+from memrl.train.assembly import RunParts, as_config, build_run  # noqa: F401 (as_config re-exported)
 from memrl.train.batch import Row, rows_from_trajectories
-from memrl.train.engine_sync import WeightSync, engine_weights
-from memrl.train.guards import IdleStreak, RolloutTally
-from memrl.train.policy import Reference, build_policy
+from memrl.train.engine_sync import engine_weights
+from memrl.train.guards import RolloutTally
 from memrl.train.preflight import RESUMABLE_CHANGES, check_config  # noqa: F401 (re-exported)
-from memrl.train.preflight import check_dataset_size
-from memrl.train.rollout import RolloutRunner, evaluate_samples, rollout_metrics
+from memrl.train.rollout import evaluate_samples
 from memrl.train.rollouts import save_step_rollouts
-from memrl.train.sampler import ResumableSampler
 from memrl.train.scoring import assign_advantages, without_non_finite
-from memrl.train.setup import build_engine, build_optimizer, seed_everything
 from memrl.train.signals import StopRequest, TrainingInterrupted
-from memrl.train.tracking import Tracker
-from memrl.train.update import PolicyUpdate
+from memrl.train.sources import RolloutSource
 from memrl.types import Trajectory
 from memrl.workflows import Workflow
-from memrl.workflows.registry import as_workflow
-
-
-class _QuietTracker:
-    """Ranks other than 0 log nothing (rank 0 writes metrics and checkpoints)."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-
-        self.console = Console(quiet=True)
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
 
 
 class NonFiniteLossError(RuntimeError):
     """Too many steps in a row produced NaN/inf losses or gradients."""
-
-
-def as_config(config: Any) -> MemRLConfig:
-    """A MemRLConfig from itself, a dict of sections, or a YAML path."""
-    if isinstance(config, MemRLConfig):
-        return config
-    if isinstance(config, (str, Path)):
-        from memrl.config import load_config
-
-        return load_config(config)
-    return MemRLConfig.model_validate(dict(config or {}))
 
 
 class Trainer:
@@ -87,93 +52,20 @@ class Trainer:
     def __init__(self, cfg: MemRLConfig | dict[str, Any] | str | Path | None = None, *, workflow: Any = None,
                  train: list[Any] | None = None, eval: list[Any] | None = None, policy: Any = None,
                  tokenizer: Any = None, engine: Engine | None = None, tracker_console: Any = None) -> None:
-        cfg = as_config(cfg)
-        wf = as_workflow(workflow) if workflow is not None else cfg.workflow.build()
-        check_config(cfg, wf, has_samples=train is not None)
-        self.cfg = cfg
-        self.dist = DistContext.from_env(cfg.cluster.backend, group_of_one=cfg.cluster.strategy == "fsdp")
-        self.run_dir = Path(cfg.trainer.output_dir)
-        from rich.console import Console
-
-        self.console = tracker_console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-        found = None
-        if self.dist.main:  # before any model loads: a damaged run fails (or falls back) in seconds
-            found = state.choose_checkpoint(cfg, self.run_dir, lambda msg: self.console.print(
-                f"[yellow]warning:[/yellow] {msg}", highlight=False))
-        # the others wait until rank 0 has checked the config and chosen the checkpoint, then use the same one
-        found = self.dist.broadcast(found)
-        seed_everything(cfg.trainer.seed)
-        from memrl.models.resolve import load_tokenizer
-
-        self.tokenizer = tokenizer or load_tokenizer(cfg.model.tokenizer or cfg.model.path)
-        device = cfg.engine.device
-        if self.dist.active and torch.cuda.is_available():
-            device = f"cuda:{int(os.environ.get('LOCAL_RANK', self.dist.rank))}"
-        self.policy = policy if policy is not None else build_policy(cfg, device=device)
-        self.dist.sync_params(self.policy)
-        self.device = next(self.policy.parameters()).device
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self.reference = Reference(self.policy, needed=cfg.algorithm.kl_coef > 0)  # initial weights, not resumed
-        self.state = state.RunState()
-        self.idle = IdleStreak(cfg)
-        self.workflow: Workflow = wf.setup(cfg)
-        self._load_samples(train, eval)
-        self.sampler = ResumableSampler(len(self.samples), cfg.trainer.seed)
-        self.runner = RolloutRunner(cfg, self.workflow, self.samples, self.sampler, self.tokenizer,
-                                    lambda msg: self.tracker.console.print(msg, highlight=False))
-        if found is not None:  # weights first: engines built next start from them
-            checkpoint.load_weights(self.policy, found[1])
-        self.sharded = cfg.cluster.strategy == "fsdp" and torch.distributed.is_initialized()
-        self.pool: Any = None
-        if not self.dist.main:
-            self.engine, self.shared_engine = None, True  # only rank 0 generates
-        else:
-            built = build_engine(cfg, self.policy, engine, resumed=found is not None, device=self.device,
-                                 pad_id=self.pad_id, sharded=self.sharded, trainer_ranks=self.dist.world,
-                                 own_copy=cfg.trainer.mode == "async")
-            self.engine, self.shared_engine, self.pool = built.engine, built.shared, built.pool
-            self.status_line = built.status_line
-        self.runner.engine = self.engine
-        # every rank must agree: under FSDP gathering the engine's weights is collective
-        self.sync_engine = bool(self.dist.broadcast(not self.shared_engine))
-        if self.sharded:
-            from memrl.dist.fsdp import shard_model
-
-            shard_model(self.policy)
-            if self.reference.frozen is not None:
-                shard_model(self.reference.frozen)
-        self.optimizer, self.scheduler = build_optimizer(cfg, self.policy)
-        if found is not None:
-            self.state = state.restore(cfg, found[1], self.policy, self.optimizer, self.scheduler)
-            self.sampler.position = self.state.data_position
-            self.idle.streak = self.state.idle_streak
-            self.runner.pending = list(self.state.pending)  # an asynchronous run's samples not trained on yet
-        self.producer: AsyncRollout | None = None  # trainer.mode=async: started by the first step
-        self.updater = PolicyUpdate(cfg, self.policy, self.optimizer, self.scheduler, self.reference, self.dist,
-                                    sharded=self.sharded, pad_id=self.pad_id, device=self.device)
-        self.weight_sync = WeightSync(cfg, self.engine, self.pool, self.policy, push=self.sync_engine,
-                                      sharded=self.sharded, main=self.dist.main)
-        self.tracker: Any = Tracker(self.run_dir, self.step, cfg.trainer.tensorboard, cfg.trainer.wandb_project,
-                                    cfg.model_dump(mode="json"), console=self.console,
-                                    total_steps=cfg.trainer.total_steps) \
-            if self.dist.main else _QuietTracker()
+        parts = build_run(cfg, workflow=workflow, train=train, eval=eval, policy=policy, tokenizer=tokenizer,
+                          engine=engine, console=tracker_console)
+        for f in fields(RunParts):  # the parts, as attributes: the loop below reads them by name
+            setattr(self, f.name, getattr(parts, f.name))
+        self.cfg: MemRLConfig = parts.cfg
+        self.source: RolloutSource = parts.source
+        self.workflow: Workflow = parts.workflow
         if self.status_line:
             self.tracker.console.print(self.status_line)
-        self.resumed_from = found[0] if found else None
 
-    status_line = ""
-
-    def _load_samples(self, train: list[Any] | None, eval: list[Any] | None) -> None:
-        """The training and held-out samples: given ones, else the workflow's own."""
-        cfg, wf = self.cfg, self.workflow
-        self.samples = list(train) if train is not None else wf.load_samples("train")
-        check_dataset_size(cfg, len(self.samples), wf.data_source(cfg, "train"))
-        wf.check_samples(cfg, self.tokenizer, self.samples, lambda msg: self.console.print(
-            f"[yellow]warning:[/yellow] {msg}", highlight=False))
-        held_out = list(eval) if eval is not None else wf.load_samples("eval")
-        self.eval_samples = held_out[: cfg.trainer.eval_samples]
-        if cfg.trainer.eval_every and not self.eval_samples:
-            raise ConfigError("trainer.eval_every > 0 but there are no eval samples (data.eval_file, or eval=[...])")
+    @property
+    def producer(self) -> Any:
+        """The asynchronous producer once started (None in sync mode or before the first step)."""
+        return getattr(self.source, "producer", None)
 
     # -- counters (kept in self.state so a checkpoint holds them) ------------------------------------
     @property
@@ -223,11 +115,9 @@ class Trainer:
             metrics.update({"time/logprob": 0.0, "time/update": 0.0, "time/sync": 0.0, "skipped_updates": 1.0,
                             "data_position": float(self.sampler.position),
                             "idle_steps": float(self.state.idle_steps)})
-            if self.producer is not None:  # the version moves on even so: the producer's bound opens
-                self.producer.publish(self.step, _nothing)
+            self.source.skip(self.step)
             return metrics
-        if self.producer is None:
-            self.weight_sync.before_update()
+        self.source.before_update()
         t2 = time.perf_counter()
         upd = self.update(rows)
         t3 = time.perf_counter()
@@ -239,13 +129,7 @@ class Trainer:
             save_step_rollouts(self.run_dir, self.step, self.step_trajectories, rows, self.tokenizer,
                                tc.rollouts_per_step, tc.seed)
         t4 = time.perf_counter()
-        if self.producer is None:
-            metrics.update(self.weight_sync.after_update())
-        else:  # generation goes on; it pauses only while the weights are pushed
-            weights = self.weight_sync.gather()
-            metrics["async/sync_hold_s"] = self.producer.publish(
-                self.step, lambda: self.weight_sync.push_weights(weights))
-            metrics.update(self.weight_sync.engine_stats())
+        metrics.update(self.source.after_update(self.step))
         metrics["time/sync"] = time.perf_counter() - t4
         if self.device.type == "cuda":  # peak of this step (rollout, update, sync) on this rank's GPU
             metrics["gpu_peak_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
@@ -274,21 +158,11 @@ class Trainer:
         """Rank 0: rollout, rewards, advantages -> (rows to train on, metrics so far, what happened to episodes)."""
         self.runner.tally = RolloutTally()
         t0 = time.perf_counter()
-        if self.cfg.trainer.mode == "async":
-            if self.producer is None:
-                self.producer = AsyncRollout(self.cfg, self.runner, self.engine, version=self.step - 1,
-                                             pending=self.runner.pending)
-                self.runner.pending = []
-            trajs, all_trajs, stats = self.producer.take()
-        else:
-            trajs, all_trajs, stats = self.rollout()
+        trajs, all_trajs, stats = self.source.collect(self.step)
         t1 = time.perf_counter()
         trajs, all_trajs = self._drop_non_finite(trajs, all_trajs)
-        metrics: dict[str, float] = {**stats, "failed_episodes": float(self.failed_episodes)}
-        if self.producer is not None:  # reward of the episodes trained (AReaL); reward_finished of those generated
-            metrics.update(async_step_metrics(trajs, all_trajs, stats["async/span_s"]))
-        else:
-            metrics.update(rollout_metrics(all_trajs, t1 - t0))
+        metrics: dict[str, float] = {**stats, "failed_episodes": float(self.failed_episodes),
+                                     **self.source.metrics(trajs, all_trajs, stats, t1 - t0)}
         metrics["time/rollout"] = t1 - t0
         self.tally.dropped_groups = int(stats["dropped_groups"])
         self._count_too_long(all_trajs, metrics)
@@ -323,8 +197,7 @@ class Trainer:
     def evaluate(self) -> float:
         """Accuracy (%) of the configured reward on ``data.eval_file`` (greedy unless trainer.eval_temperature)."""
         self.policy.eval()
-        run = asyncio.run if self.producer is None else self.producer.run  # the engine lives on the producer's loop
-        return run(evaluate_samples(self.cfg, self.workflow, self.eval_samples, self.engine, self.tokenizer))
+        return self.source.run(evaluate_samples(self.cfg, self.workflow, self.eval_samples, self.engine, self.tokenizer))
 
     def engine_weights(self) -> dict[str, torch.Tensor] | None:
         """Merged weights for the engine (rank 0); under FSDP every rank must call this (collective gather)."""
@@ -333,9 +206,8 @@ class Trainer:
     def save(self) -> Path:
         """Rank 0 writes; under FSDP every rank calls this, since gathering the shards is collective."""
         self.state.data_position = self.sampler.position
-        self.state.pending = list(self.runner.pending)
-        if self.producer is not None:
-            self.state.data_position, self.state.pending = self.producer.snapshot()
+        self.state.data_position, self.state.pending = self.source.snapshot(self.sampler.position,
+                                                                            list(self.runner.pending))
         self.state.idle_streak = self.idle.streak
         return state.save(self.cfg, self.run_dir, self.state, self.policy, self.optimizer, self.scheduler,
                           write=self.dist.main)
@@ -363,9 +235,7 @@ class Trainer:
                         self.save()
                     self.idle.check()  # every rank holds the same streak: all stop together
         finally:
-            if self.producer is not None:
-                self.producer.close()
-                self.producer = None
+            self.source.close()
             self.tracker.close()
         return last
 
@@ -385,6 +255,3 @@ class Trainer:
             self.save()
         raise TrainingInterrupted(self.step, signum)
 
-
-async def _nothing() -> None:
-    return None

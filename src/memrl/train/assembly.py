@@ -1,0 +1,185 @@
+"""Building a run, in the order it must happen: :func:`build_run` returns every part the loop uses.
+
+The order is the point: the checkpoint is chosen before any model loads (a damaged run
+fails in seconds); the policy loads before the engine (an engine of its own starts from
+the policy's weights, the checkpoint's when resuming); the optimizer exists before the
+state it restores; the rollout source needs the engine and the weight sync; the tracker
+comes last, at the step the run resumes from.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from memrl.config import ConfigError, MemRLConfig
+from memrl.dist.ddp import DistContext
+from memrl.engines.base import Engine
+from memrl.train import checkpoint, state
+from memrl.train.engine_sync import WeightSync
+from memrl.train.guards import IdleStreak
+from memrl.train.policy import Reference, build_policy
+from memrl.train.preflight import check_config, check_dataset_size
+from memrl.train.rollout import RolloutRunner
+from memrl.train.sampler import ResumableSampler
+from memrl.train.setup import build_engine, build_optimizer, seed_everything
+from memrl.train.sources import RolloutSource, rollout_source
+from memrl.train.tracking import Tracker
+from memrl.train.update import PolicyUpdate
+from memrl.workflows.api import Workflow
+from memrl.workflows.registry import as_workflow
+
+
+class QuietTracker:
+    """Ranks other than 0 log nothing (rank 0 writes metrics and checkpoints)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console(quiet=True)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+@dataclass
+class RunParts:
+    """Everything a training run holds; :class:`memrl.train.trainer.Trainer` is these plus the loop."""
+
+    cfg: MemRLConfig
+    dist: DistContext
+    run_dir: Path
+    console: Any
+    resumed_from: int | None
+    tokenizer: Any
+    policy: Any
+    device: torch.device
+    pad_id: int
+    reference: Reference
+    workflow: Workflow
+    samples: list[Any]
+    eval_samples: list[Any]
+    sampler: ResumableSampler
+    runner: RolloutRunner
+    engine: Engine | None
+    shared_engine: bool
+    pool: Any
+    status_line: str
+    sync_engine: bool
+    sharded: bool
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    state: state.RunState
+    idle: IdleStreak
+    updater: PolicyUpdate
+    weight_sync: WeightSync
+    source: RolloutSource
+    tracker: Any
+
+
+def as_config(config: Any) -> MemRLConfig:
+    """A MemRLConfig from itself, a dict of sections, or a YAML path."""
+    if isinstance(config, MemRLConfig):
+        return config
+    if isinstance(config, (str, Path)):
+        from memrl.config import load_config
+
+        return load_config(config)
+    return MemRLConfig.model_validate(dict(config or {}))
+
+
+def load_data(cfg: MemRLConfig, wf: Workflow, tokenizer: Any, train: list[Any] | None, eval: list[Any] | None,
+              warn: Callable[[str], None]) -> tuple[list[Any], list[Any]]:
+    """The training and held-out samples: given ones, else the workflow's own; checked before any episode."""
+    samples = list(train) if train is not None else wf.load_samples("train")
+    check_dataset_size(cfg, len(samples), wf.data_source(cfg, "train"))
+    wf.check_samples(cfg, tokenizer, samples, warn)
+    held_out = (list(eval) if eval is not None else wf.load_samples("eval"))[: cfg.trainer.eval_samples]
+    if cfg.trainer.eval_every and not held_out:
+        raise ConfigError("trainer.eval_every > 0 but there are no eval samples (data.eval_file, or eval=[...])")
+    return samples, held_out
+
+
+def _model(cfg: MemRLConfig, dist: DistContext, tokenizer: Any, policy: Any) -> tuple[Any, Any, torch.device]:
+    from memrl.models.resolve import load_tokenizer
+
+    tokenizer = tokenizer or load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+    device = cfg.engine.device
+    if dist.active and torch.cuda.is_available():
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', dist.rank))}"
+    policy = policy if policy is not None else build_policy(cfg, device=device)
+    dist.sync_params(policy)
+    return tokenizer, policy, next(policy.parameters()).device
+
+
+def _engine(cfg: MemRLConfig, dist: DistContext, policy: Any, given: Engine | None, *, resumed: bool,
+            device: torch.device, pad_id: int, sharded: bool) -> tuple[Engine | None, bool, Any, str]:
+    """(engine, shares the policy module, Ray pool, status line); only rank 0 generates."""
+    if not dist.main:
+        return None, True, None, ""
+    built = build_engine(cfg, policy, given, resumed=resumed, device=device, pad_id=pad_id, sharded=sharded,
+                         trainer_ranks=dist.world, own_copy=cfg.trainer.mode == "async")
+    return built.engine, built.shared, built.pool, built.status_line
+
+
+def build_run(cfg: Any, *, workflow: Any = None, train: list[Any] | None = None, eval: list[Any] | None = None,
+              policy: Any = None, tokenizer: Any = None, engine: Engine | None = None,
+              console: Any = None) -> RunParts:
+    """Every part of a run, built in the order the module docstring explains."""
+    cfg = as_config(cfg)
+    wf = as_workflow(workflow) if workflow is not None else cfg.workflow.build()
+    check_config(cfg, wf, has_samples=train is not None)
+    dist = DistContext.from_env(cfg.cluster.backend, group_of_one=cfg.cluster.strategy == "fsdp")
+    run_dir = Path(cfg.trainer.output_dir)
+    from rich.console import Console
+
+    console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    warn = (lambda msg: console.print(f"[yellow]warning:[/yellow] {msg}", highlight=False))  # noqa: E731
+    # rank 0 chooses the checkpoint before any model loads; the others use the same one
+    found = dist.broadcast(state.choose_checkpoint(cfg, run_dir, warn) if dist.main else None)
+    seed_everything(cfg.trainer.seed)
+    tokenizer, policy, device = _model(cfg, dist, tokenizer, policy)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    reference = Reference(policy, needed=cfg.algorithm.kl_coef > 0)  # the initial weights, not the resumed ones
+    wf.setup(cfg)
+    samples, eval_samples = load_data(cfg, wf, tokenizer, train, eval, warn)
+    sampler = ResumableSampler(len(samples), cfg.trainer.seed)
+    runner = RolloutRunner(cfg, wf, samples, sampler, tokenizer, lambda msg: console.print(msg, highlight=False))
+    if found is not None:  # weights first: engines built next start from them
+        checkpoint.load_weights(policy, found[1])
+    sharded = cfg.cluster.strategy == "fsdp" and torch.distributed.is_initialized()
+    eng, shared, pool, status_line = _engine(cfg, dist, policy, engine, resumed=found is not None, device=device,
+                                             pad_id=pad_id, sharded=sharded)
+    runner.engine = eng
+    sync_engine = bool(dist.broadcast(not shared))  # all ranks agree: gathering FSDP weights is collective
+    if sharded:
+        from memrl.dist.fsdp import shard_model
+
+        for model in (policy, reference.frozen):
+            if model is not None:
+                shard_model(model)
+    optimizer, scheduler = build_optimizer(cfg, policy)
+    run_state, idle = state.RunState(), IdleStreak(cfg)
+    if found is not None:
+        run_state = state.restore(cfg, found[1], policy, optimizer, scheduler)
+        sampler.position, idle.streak = run_state.data_position, run_state.idle_streak
+        runner.pending = list(run_state.pending)  # an asynchronous run's samples not trained on yet
+    updater = PolicyUpdate(cfg, policy, optimizer, scheduler, reference, dist, sharded=sharded, pad_id=pad_id,
+                           device=device)
+    weight_sync = WeightSync(cfg, eng, pool, policy, push=sync_engine, sharded=sharded, main=dist.main)
+    tracker = Tracker(run_dir, run_state.step, cfg.trainer.tensorboard, cfg.trainer.wandb_project,
+                      cfg.model_dump(mode="json"), console=console, total_steps=cfg.trainer.total_steps) \
+        if dist.main else QuietTracker()
+    return RunParts(cfg, dist, run_dir, console, found[0] if found else None, tokenizer, policy, device, pad_id,
+                    reference, wf, samples, eval_samples, sampler, runner, eng, shared, pool, status_line,
+                    sync_engine, sharded, optimizer, scheduler, run_state, idle, updater, weight_sync,
+                    rollout_source(cfg, runner, eng, weight_sync, policy), tracker)
