@@ -248,6 +248,28 @@ def _memory_turn(tokenizer: Any, out: list[int], released: bool) -> tuple[list[i
     return memory, decode(tokenizer, memory), (recalls[-1].group(1) if recalls else None)
 
 
+def _state_reward(updates: list[str], memory_text: str, new_text: str, recalled_text: str,
+                  golds: list[str]) -> float:
+    """memrl's state reward of a memory turn: one well-formed update, plus the gold coverage it gained (and the
+    recall's gain, never negative)."""
+    well_formed = len(updates) == 1 and bool(updates[0].strip())
+    gain = gold_coverage(new_text, golds) - gold_coverage(memory_text, golds)
+    recall_gain = gold_coverage(new_text + " " + recalled_text, golds) - gold_coverage(new_text, golds)
+    return float(well_formed) + gain + max(0.0, recall_gain)
+
+
+def _final_conversation(tokenizer: Any, p: Any, prompt: list[int], res: Any, golds: list[str],
+                        released: bool) -> Conversation:
+    """The answer turn, with its state reward (one boxed answer; the released code's own rule)."""
+    final_text = decode(tokenizer, strip_stop(res.token_ids, p.stops))
+    if released:
+        reward = released_state_reward("", final_text, "", golds, True)
+    else:
+        reward = float(len(_BOXED.findall(final_text)) == 1)
+    return Conversation.from_prompt_response(prompt, res.token_ids, res.logprobs, reward=reward,
+                                             meta={"kind": "final", "finish": res.finish_reason})
+
+
 async def rememr1(
     sample: LongContextSample,
     engine: Engine,
@@ -295,10 +317,7 @@ async def rememr1(
             reward = released_state_reward(decode(tokenizer, prompt), decode(tokenizer, res.token_ids),
                                            recalled_text if hit is not None else p.no_recall_text, golds, False)
         else:
-            well_formed = len(updates) == 1 and bool(updates[0].strip())
-            gain = gold_coverage(new_text, golds) - gold_coverage(memory_text, golds)
-            recall_gain = gold_coverage(new_text + " " + recalled_text, golds) - gold_coverage(new_text, golds)
-            reward = float(well_formed) + gain + max(0.0, recall_gain)
+            reward = _state_reward(updates, memory_text, new_text, recalled_text, golds)
         conversations.append(Conversation.from_prompt_response(
             prompt, res.token_ids, res.logprobs, reward=reward,
             meta={"kind": "memory", "chunk": k, "finish": res.finish_reason, "recall": query is not None}))
@@ -308,13 +327,7 @@ async def rememr1(
     prompt = p.final.render(question=question, memory=memory, recalled=slot)
     final_params = sampling.with_(max_new_tokens=config.final_tokens, stop_token_ids=p.stops)
     res = await engine.generate(prompt, turn_seed(final_params, len(conversations)))
-    final_text = decode(tokenizer, strip_stop(res.token_ids, p.stops))
-    if released:
-        reward = released_state_reward("", final_text, "", golds, True)
-    else:
-        reward = float(len(_BOXED.findall(final_text)) == 1)
-    conversations.append(Conversation.from_prompt_response(
-        prompt, res.token_ids, res.logprobs, reward=reward, meta={"kind": "final", "finish": res.finish_reason}))
+    conversations.append(_final_conversation(tokenizer, p, prompt, res, golds, released))
     return qa_trajectory(
         sample, tokenizer, conversations, res, p.stops, config.reward, sample_id=sample_id, group_id=group_id,
         metrics={"context_tokens": float(len(context)), "context_tokens_original": float(original_len),

@@ -215,7 +215,6 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
         opening += await _user_turn(sample, env, opening, base.seed)
     messages += opening
     side.start(env.policy, env.tool_schemas(), messages)
-    conv = side.conv
 
     stats = {"turns": 0.0, "tool_calls": 0.0, "invalid_tool_calls": 0.0, "tool_errors": 0.0,
              "turn_truncated": 0.0, "user_turns": 0.0, "user_tool_calls": 0.0,
@@ -237,12 +236,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
         stats["tool_calls"] += len(parsed.calls) + len(parsed.errors)
         stats["invalid_tool_calls"] += len(parsed.errors)
         if parsed.calls or parsed.errors:
-            results = []
-            for call in parsed.calls:
-                obs = env.step(call)
-                messages.append(obs)
-                stats["tool_errors"] += float(obs.error)
-                results.append(obs.content or "")
+            results = _run_calls(env, parsed.calls, messages, stats)
             if any(c.name == TRANSFER_TOOL for c in parsed.calls):
                 ending = "transfer"
                 break
@@ -251,17 +245,43 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
         if AGENT_STOP in parsed.content or sample.solo:
             ending = "agent_stop"
             break
-        user_msgs = await _user_turn(sample, env, messages, turn_seed(base, 10_000 + turn).seed)
-        messages += user_msgs
-        stats["user_tool_calls"] += sum(len(m.tool_calls) for m in user_msgs)
-        reply = user_msgs[-1].content or ""
-        stats["user_turns"] += 1
-        marker = ends_conversation(reply)
-        if marker is not None:
-            ending = "transfer" if marker == "###TRANSFER###" else "user_stop"
+        reply, user_ending = await _user_reply(sample, env, messages, stats, turn_seed(base, 10_000 + turn).seed)
+        if user_ending is not None:
+            ending = user_ending
             break
         side.user_turn(reply)
+    return await _graded(sample, messages, ending, stats, side, sample_id, group_id)
 
+
+def _run_calls(env: Any, calls: list[Any], messages: list[Message], stats: dict[str, float]) -> list[str]:
+    """Each tool call's observation, appended to the graded log; their texts for the model."""
+    results = []
+    for call in calls:
+        obs = env.step(call)
+        messages.append(obs)
+        stats["tool_errors"] += float(obs.error)
+        results.append(obs.content or "")
+    return results
+
+
+async def _user_reply(sample: TaskSample, env: Any, messages: list[Message], stats: dict[str, float],
+                      seed: int | None) -> tuple[str, str | None]:
+    """The simulated user's reply, and the episode's ending if the reply ends it."""
+    user_msgs = await _user_turn(sample, env, messages, seed)
+    messages += user_msgs
+    stats["user_tool_calls"] += sum(len(m.tool_calls) for m in user_msgs)
+    reply = user_msgs[-1].content or ""
+    stats["user_turns"] += 1
+    marker = ends_conversation(reply)
+    if marker is None:
+        return reply, None
+    return reply, "transfer" if marker == "###TRANSFER###" else "user_stop"
+
+
+async def _graded(sample: TaskSample, messages: list[Message], ending: str, stats: dict[str, float], side: Any,
+                  sample_id: str | None, group_id: str | None) -> Trajectory:
+    """Grade the episode with τ²-bench's rules and assemble it."""
+    task, domain, conv = sample.task, sample.domain, side.conv
     grade = await evaluate_async(domain, task, messages, ending=ending, solo=sample.solo, partial=sample.partial,
                                  nl_judge=sample.nl_judge)
     reward = episode_reward(sample.reward, grade)  # the tau2-bench reward stays in metrics["tau2_reward"]
