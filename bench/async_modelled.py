@@ -14,7 +14,7 @@ its own. This bench models that:
    is real), and each request then *sleeps* until ``L(n)`` has passed since it started. The
    sleeping costs no core; only the tiny model's own compute competes with the update.
 
-The latency model used by ``run`` is ``--a-s`` + ``--b-ms`` per token (default 0.05 s + 100 ms: one
+The latency model used by ``run`` is ``--a-s`` + ``--b-ms`` per token (default 0.05 s + 60 ms: one
 batched decode step of a small model on a modest accelerator, which puts the modelled generation of
 a demo step, ~4 sequential model calls of 4-8 tokens, near the measured update time: the regime a
 disaggregated setup is sized for), or ``--fit WORK/latency.json`` for the calibrated line. The
@@ -179,7 +179,7 @@ def main() -> None:
     p.add_argument("--staleness", type=int, nargs="+", default=[1, 2])
     p.add_argument("--off-policy", default="decoupled", choices=["none", "decoupled", "tis"])
     p.add_argument("--a-s", type=float, default=0.05, help="modelled seconds per request (queue + prefill)")
-    p.add_argument("--b-ms", type=float, default=100.0, help="modelled ms per generated token (a decode step)")
+    p.add_argument("--b-ms", type=float, default=60.0, help="modelled ms per generated token (a decode step)")
     p.add_argument("--fit", type=Path, default=None, help="use a calibrated latency.json instead")
     p.add_argument("--results", type=Path, default=None, help="JSON lines (default WORK/modelled.jsonl)")
     args = p.parse_args()
