@@ -38,15 +38,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import operator
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from memrl.engines.base import GenerationResult, SamplingParams
+from memrl.engines.hf_batch import Answer, BatchRows, Request, left_padded, prefill
 from memrl.engines.kv_cache import release_freed_memory, reserved_cache
-from memrl.engines.sampling import select_tokens, top_logprobs
 
 
 def cache_keyword(model: Any) -> str:
@@ -59,19 +59,11 @@ def cache_keyword(model: Any) -> str:
 
 
 @dataclass
-class _Request:
-    prompt: list[int]
-    params: SamplingParams
-    future: asyncio.Future[GenerationResult]
-    generator: torch.Generator | None
-
-
-@dataclass
 class _Lane:
     """A queue of requests and the worker that decodes them in batches (the short or the long lane)."""
 
-    pending: list[_Request] = field(default_factory=list)
-    running: list[_Request] = field(default_factory=list)
+    pending: list[Request] = field(default_factory=list)
+    running: list[Request] = field(default_factory=list)
     wake: asyncio.Event | None = None
     lock: asyncio.Lock | None = None
     worker: asyncio.Task[None] | None = None
@@ -154,7 +146,7 @@ class HFEngine:
         self._ensure_worker(lane)
         assert lane.wake is not None
         fut: asyncio.Future[GenerationResult] = asyncio.get_running_loop().create_future()
-        lane.pending.append(_Request(prompt, params, fut, _seeded(params.seed)))
+        lane.pending.append(Request(prompt, params, fut, _seeded(params.seed)))
         lane.wake.set()
         return await fut
 
@@ -215,9 +207,9 @@ class HFEngine:
             lane.lock = asyncio.Lock()
             lane.worker = loop.create_task(self._run(lane))
 
-    def _take_batch(self, pending: list[_Request]) -> list[_Request]:
+    def _take_batch(self, pending: list[Request]) -> list[Request]:
         """Oldest requests first, up to ``max_batch_size`` and ``max_batch_tokens`` padded tokens."""
-        batch: list[_Request] = []
+        batch: list[Request] = []
         longest = 0
         for req in pending:
             longest_if = max(longest, len(req.prompt) + req.params.max_new_tokens)
@@ -232,11 +224,11 @@ class HFEngine:
         assert lane.wake is not None and lane.lock is not None
         loop = asyncio.get_running_loop()
 
-        def settle(req: _Request, res: GenerationResult) -> None:
+        def settle(req: Request, res: GenerationResult) -> None:
             if not req.future.done():
                 req.future.set_result(res)
 
-        def answer(req: _Request, res: GenerationResult) -> None:  # called from the decode thread
+        def answer(req: Request, res: GenerationResult) -> None:  # called from the decode thread
             loop.call_soon_threadsafe(settle, req, res)
 
         while True:
@@ -254,9 +246,7 @@ class HFEngine:
                 finally:
                     lane.running = []
 
-    async def _decode_isolated(
-        self, batch: list[_Request], answer: Callable[[_Request, GenerationResult], None]
-    ) -> None:
+    async def _decode_isolated(self, batch: list[Request], answer: Answer) -> None:
         """Decode ``batch``; if that raises, decode its unanswered requests one by one so only the culprit fails."""
         try:
             await asyncio.to_thread(self._generate_batch, batch, answer)
@@ -277,9 +267,7 @@ class HFEngine:
                     req.future.set_exception(exc)
 
     # -- the batched decode loop -------------------------------------------------
-    def _generate_batch(
-        self, reqs: list[_Request], answer: Callable[[_Request, GenerationResult], None] | None = None
-    ) -> list[GenerationResult]:
+    def _generate_batch(self, reqs: list[Request], answer: Answer | None = None) -> list[GenerationResult]:
         """Decode ``reqs`` together; ``answer(req, result)`` is called as each row finishes.
 
         A row whose future is done (its caller cancelled it) is dropped at the next step
@@ -292,93 +280,32 @@ class HFEngine:
             release_freed_memory()
 
     @torch.inference_mode()
-    def _decode(
-        self, reqs: list[_Request], answer: Callable[[_Request, GenerationResult], None] | None
-    ) -> list[GenerationResult]:
+    def _decode(self, reqs: list[Request], answer: Answer | None) -> list[GenerationResult]:
         device = self.device
-        n = len(reqs)
-        lengths = [len(r.prompt) for r in reqs]
-        width = max(lengths)
-        input_ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((n, width), dtype=torch.long)
-        for i, r in enumerate(reqs):
-            input_ids[i, width - lengths[i]:] = torch.tensor(r.prompt, dtype=torch.long)
-            attention[i, width - lengths[i]:] = 1
-        input_ids, attention = input_ids.to(device), attention.to(device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-
-        out_ids: list[list[int]] = [[] for _ in reqs]
-        out_lps: list[list[float]] = [[] for _ in reqs]
-        out_top: list[list[list[tuple[int, float]]]] = [[] for _ in reqs]
-
-        def meta(i: int) -> dict[str, Any]:
-            extra = {"top_logprobs": out_top[i]} if reqs[i].params.top_logprobs else {}
-            return {"weight_version": self.weight_version, **extra}
-        reasons: list[str | None] = [None] * n
-
-        def finish(i: int, reason: str) -> None:
-            reasons[i] = reason
-            if answer is not None:
-                answer(reqs[i], GenerationResult(out_ids[i], out_lps[i], reason, meta(i)))  # type: ignore[arg-type]
-
-        for i, r in enumerate(reqs):
-            if r.future.done():
-                finish(i, "abort")
-            elif r.params.max_new_tokens == 0:
-                finish(i, "length")
-        active = [i for i in range(n) if reasons[i] is None]
-        self.stats.requests += n
+        input_ids, attention, positions = left_padded([r.prompt for r in reqs], self.pad_token_id, device)
+        rows = BatchRows(reqs, answer, self.weight_version)
+        active = rows.start()
+        self.stats.requests += len(reqs)
         self.stats.batches += 1
-        self.stats.batch_sizes.append(n)
-        self.stats.prompt_tokens += sum(lengths)
+        self.stats.batch_sizes.append(len(reqs))
+        self.stats.prompt_tokens += sum(len(r.prompt) for r in reqs)
 
         longest_new = max((reqs[i].params.max_new_tokens for i in active), default=0)
-        cache = reserved_cache(width + min(longest_new, self.reserve_new_tokens))  # grows past it if rows go on
+        # the cache grows past this reserve only if rows go on decoding
+        cache = reserved_cache(input_ids.shape[1] + min(longest_new, self.reserve_new_tokens))
         if active:
             keep = torch.tensor(active, device=device)
             input_ids, attention, positions = input_ids[keep], attention[keep], positions[keep]
-            # a prompt sent several times (GRPO's n samples of it) is prefilled once, then its cache row repeated
-            first: dict[tuple[int, ...], int] = {}  # prompt -> its unique slot
-            copy_of = [first.setdefault(tuple(reqs[i].prompt), len(first)) for i in active]
-            unique = torch.tensor([copy_of.index(u) for u in range(len(first))], device=device)
-            out = self.model(input_ids=input_ids[unique], attention_mask=attention[unique],
-                             position_ids=positions[unique], **{self.cache_kw: cache}, use_cache=True, logits_to_keep=1)
-            logits = out.logits[:, -1, :]
-            if len(first) < len(active):
-                spread = torch.tensor(copy_of, device=device)
-                cache.batch_select_indices(spread)
-                logits = logits[spread]
+            logits = prefill(self.model, self.cache_kw, cache, [reqs[i].prompt for i in active],
+                             input_ids, attention, positions)
             last_pos = positions[:, -1]
         while active:
-            next_tokens = [self.pad_token_id] * len(active)
-            live = []
-            for j, i in enumerate(active):
-                if reqs[i].future.done():  # cancelled by its caller: stop decoding this row
-                    finish(i, "abort")
-                else:
-                    live.append(j)
-            if live:  # one batched draw for every live row, each under its own parameters and generator
-                rows = logits if len(live) == len(active) else logits[torch.tensor(live, device=device)]
-                row_params = [reqs[active[j]].params for j in live]
-                generators = [reqs[active[j]].generator or self._generator for j in live]
-                toks, lps = select_tokens(rows, row_params, generators)
-                tops = top_logprobs(rows, row_params)
-                for j, tok, lp, top in zip(live, toks, lps, tops):
-                    i, r = active[j], reqs[active[j]]
-                    out_ids[i].append(tok)
-                    out_lps[i].append(lp)
-                    if top is not None:
-                        out_top[i].append(top)
-                    next_tokens[j] = tok
-                    if tok in r.params.stop_token_ids:
-                        finish(i, "stop")
-                    elif len(out_ids[i]) >= r.params.max_new_tokens:
-                        finish(i, "length")
-            self.stats.generated_tokens += sum(1 for i in active if reasons[i] != "abort")
-            still = [j for j, i in enumerate(active) if reasons[i] is None]
+            next_tokens = rows.step(active, logits, self._generator, self.pad_token_id)
+            self.stats.generated_tokens += sum(1 for i in active if rows.reasons[i] != "abort")
+            still = [j for j, i in enumerate(active) if rows.reasons[i] is None]
             if not still:
                 break
-            if len(still) < len(active):
+            if len(still) < len(active):  # drop the finished rows from the batch and the cache
                 idx = torch.tensor(still, device=device)
                 cache.batch_select_indices(idx)
                 attention, last_pos = attention[idx], last_pos[idx]
@@ -390,6 +317,4 @@ class HFEngine:
             out = self.model(input_ids=tokens, attention_mask=attention, position_ids=last_pos[:, None],
                              **{self.cache_kw: cache}, use_cache=True)
             logits = out.logits[:, -1, :]
-        return [GenerationResult(out_ids[i], out_lps[i], reasons[i] or "length", meta(i))  # type: ignore[arg-type]
-                for i in range(n)]
-
+        return rows.results()

@@ -24,70 +24,75 @@ from memrl.serve.limits import check_token_ids
 from memrl.serve.middleware import BodyLimit
 
 
+async def _unexpected(request: Request, exc: Exception) -> Any:
+    return error_response(503, f"the gateway could not answer ({type(exc).__name__})", code="gateway_error")
+
+
+async def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+async def _call(sessions: Sessions, session: Session, req: CallRequest) -> dict[str, Any]:
+    """Run ``req`` on the episode's own loop; a call that fails for a reason of its own fails the episode."""
+    sessions.start_call(session)
+    try:
+        future = session.run(model_call(session, req))
+    except RuntimeError:  # the episode's loop is gone: it has finished
+        raise APIError(404, f"episode {session.id!r} is finished", code="episode_not_found") from None
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        if future.cancelled():  # the episode ended (timeout, program returned) while this call ran
+            raise APIError(404, f"episode {session.id!r} finished during this call",
+                           code="episode_not_found") from None
+        raise
+    except APIError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. a tool-parser plug-in that raised: the episode fails
+        session.fail(exc)
+        raise APIError(503, f"the call failed ({type(exc).__name__}); this episode will be discarded",
+                       code="call_failed") from None
+
+
+def _request_of(kind: str, body: Any, k: Any, param: str, prompt: Any, *, model: str, **extra: Any) -> CallRequest:
+    """The fields both endpoints share, as the call the episode runs."""
+    if k:
+        raise APIError(400, f"{param}: only the sampled token's log-prob is recorded (ask for 0)",
+                       code="unsupported", param=param)
+    return CallRequest(kind, prompt, max_tokens=requested_max_tokens(body), overrides=sampling_overrides(body),
+                       stops=stop_strings(body), ignore_eos=body.ignore_eos,
+                       stop_token_ids=check_token_ids(body.stop_token_ids or [], "stop_token_ids", None),
+                       skip_special=body.skip_special_tokens, logprobs=k, as_ids=body.return_tokens_as_token_ids,
+                       return_token_ids=body.return_token_ids, model=model, **extra)
+
+
 def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int = 8 * 2**20) -> Any:
     """The ASGI app serving the open episodes of ``sessions``."""
     app = fastapi.FastAPI(title="memrl gateway", docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> Any:
-        return error_response(503, f"the gateway could not answer ({type(exc).__name__})", code="gateway_error")
+    app.add_exception_handler(Exception, _unexpected)
+    app.get("/health")(health)
 
     def session_of(episode_id: str, request: Request) -> Session:
         return sessions.get(episode_id, request.headers.get("authorization", ""))
-
-    async def call(session: Session, req: CallRequest) -> dict[str, Any]:
-        sessions.start_call(session)
-        try:
-            future = session.run(model_call(session, req))
-        except RuntimeError:  # the episode's loop is gone: it has finished
-            raise APIError(404, f"episode {session.id!r} is finished", code="episode_not_found") from None
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            if future.cancelled():  # the episode ended (timeout, program returned) while this call ran
-                raise APIError(404, f"episode {session.id!r} finished during this call",
-                               code="episode_not_found") from None
-            raise
-        except APIError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - e.g. a tool-parser plug-in that raised: the episode fails
-            session.fail(exc)
-            raise APIError(503, f"the call failed ({type(exc).__name__}); this episode will be discarded",
-                           code="call_failed") from None
-
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
 
     @app.get("/episodes/{episode_id}/v1/models")
     async def models(session: Session = Depends(session_of)) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "memrl"}]}
 
-    def request_of(kind: str, body: Any, k: Any, param: str, prompt: Any, **extra: Any) -> CallRequest:
-        """The fields both endpoints share, as the call the episode runs."""
-        if k:
-            raise APIError(400, f"{param}: only the sampled token's log-prob is recorded (ask for 0)",
-                           code="unsupported", param=param)
-        return CallRequest(kind, prompt, max_tokens=requested_max_tokens(body), overrides=sampling_overrides(body),
-                           stops=stop_strings(body), ignore_eos=body.ignore_eos,
-                           stop_token_ids=check_token_ids(body.stop_token_ids or [], "stop_token_ids", None),
-                           skip_special=body.skip_special_tokens, logprobs=k, as_ids=body.return_tokens_as_token_ids,
-                           return_token_ids=body.return_token_ids, model=model_name, **extra)
-
     @app.post("/episodes/{episode_id}/v1/chat/completions")
     async def chat(body: GatewayChatBody, session: Session = Depends(session_of)) -> dict[str, Any]:
         check_common(body)
-        req = request_of("chat", body, chat_logprobs(body), "top_logprobs", chat_messages(body.messages),
-                         tools=check_tools(body))
-        return await call(session, req)
+        req = _request_of("chat", body, chat_logprobs(body), "top_logprobs", chat_messages(body.messages),
+                          model=model_name, tools=check_tools(body))
+        return await _call(sessions, session, req)
 
     @app.post("/episodes/{episode_id}/v1/completions")
     async def completions(body: GatewayCompletionBody, session: Session = Depends(session_of)) -> dict[str, Any]:
         check_common(body)
-        req = request_of("completion", body, completion_logprobs(body), "logprobs", body.prompt,
-                         add_special_tokens=body.add_special_tokens)
-        return await call(session, req)
+        req = _request_of("completion", body, completion_logprobs(body), "logprobs", body.prompt,
+                          model=model_name, add_special_tokens=body.add_special_tokens)
+        return await _call(sessions, session, req)
 
     return app

@@ -58,58 +58,56 @@ def _limits_for(engine: Engine, tokenizer: Any) -> ServeLimits:
     return ServeLimits(max_model_len=window)
 
 
-def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optional[str] = None, *,
-               limits: Optional[ServeLimits] = None, access_log: Union[bool, TextIO] = False,
-               poll_s: float = 0.1) -> Any:
-    """The ASGI app. It owns ``engine`` while it runs: shutting the app down closes the engine.
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    return error_response(500, f"internal error ({type(exc).__name__})")
 
-    ``access_log``: ``True`` for one line per request on stderr, or a stream. ``poll_s``: how
-    often a waiting handler checks for a client disconnect or a shutdown.
-    """
-    limits = limits or _limits_for(engine, tokenizer)
-    default_stops = stop_token_ids(tokenizer)
-    top_logprobs_ok = bool(getattr(engine, "returns_top_logprobs", False))
-    answers = Answers(tokenizer)
-    # No token spells more than this many UTF-8 bytes (4 per character of its vocabulary entry, at most).
-    max_token_bytes = 4 * max(map(len, tokenizer.get_vocab()), default=1)
-    inflight: set[asyncio.Future[Any]] = set()
+
+async def health() -> dict[str, str]:
+    """Liveness for load balancers: public even with an API key, and says nothing else."""
+    return {"status": "ok"}
+
+
+def _usage(prompt_tokens: int, results: list[GenerationResult]) -> dict[str, int]:
+    gen = sum(len(r.token_ids) for r in results)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": gen, "total_tokens": prompt_tokens + gen}
+
+
+class _Routes:
+    """The handlers of one app, sharing its engine, limits and the generations in flight."""
+
+    def __init__(self, engine: Engine, tokenizer: Any, model_name: str, api_key: Optional[str],
+                 limits: ServeLimits, poll_s: float) -> None:
+        self.engine, self.tokenizer, self.model_name, self.api_key = engine, tokenizer, model_name, api_key
+        self.limits, self.poll_s = limits, poll_s
+        self.default_stops = stop_token_ids(tokenizer)
+        self.top_logprobs_ok = bool(getattr(engine, "returns_top_logprobs", False))
+        self.answers = Answers(tokenizer)
+        # No token spells more than this many UTF-8 bytes (4 per character of its vocabulary entry, at most).
+        self.max_token_bytes = 4 * max(map(len, tokenizer.get_vocab()), default=1)
+        self.inflight: set[asyncio.Future[Any]] = set()
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Any) -> AsyncIterator[None]:
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
         yield
         app.state.draining = True
-        for task in list(inflight):
+        for task in list(self.inflight):
             task.cancel()
-        await engine.close()
+        await self.engine.close()
 
-    docs = api_key is None  # a browser cannot send the bearer key, so with one the OpenAPI pages are off
-    app = fastapi.FastAPI(title="memrl", version="1", lifespan=lifespan, docs_url="/docs" if docs else None,
-                          redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)
-    app.state.draining = False
-    app.state.limits = limits
-    install_error_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
-    if access_log:
-        app.add_middleware(AccessLog, stream=None if access_log is True else access_log)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        return error_response(500, f"internal error ({type(exc).__name__})")
-
-    async def require_key(request: Request) -> None:
-        if api_key is None:
+    async def require_key(self, request: Request) -> None:
+        if self.api_key is None:
             return
         given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+        if not hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
             raise APIError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
                            code="invalid_api_key")
 
-    def check_request(body: RequestBody, max_tokens: Optional[int], top: Optional[int]) -> SamplingParams:
+    def check_request(self, body: RequestBody, max_tokens: Optional[int], top: Optional[int]) -> SamplingParams:
         """Model name, unsupported options and value ranges; the engine's sampling parameters."""
         reject_unsupported(body)
-        if body.model is not None and body.model != model_name:
-            raise APIError(404, f"The model `{body.model[:200]}` does not exist; this server has `{model_name}`.",
-                           code="model_not_found", param="model")
+        if body.model is not None and body.model != self.model_name:
+            raise APIError(404, f"The model `{body.model[:200]}` does not exist; this server has "
+                           f"`{self.model_name}`.", code="model_not_found", param="model")
         if body.stream:
             raise APIError(400, "stream: streaming is not supported; send stream=false", code="unsupported",
                            param="stream")
@@ -119,33 +117,34 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
         n = 1 if body.n is None else body.n
         max_new = 16 if max_tokens is None else max_tokens
         check_sampling(max_tokens=max_new, temperature=temperature, top_p=top_p, top_k=top_k, n=n,
-                       seed=body.seed, limits=limits)
-        if top and not top_logprobs_ok:
+                       seed=body.seed, limits=self.limits)
+        if top and not self.top_logprobs_ok:
             raise APIError(400, "logprobs: this engine returns only the sampled token's log-prob (ask for 0)",
                            code="unsupported", param="logprobs")
-        stops = check_token_ids(body.stop_token_ids or [], "stop_token_ids", limits.vocab_size)
-        stops += [] if body.ignore_eos else list(default_stops)
+        stops = check_token_ids(body.stop_token_ids or [], "stop_token_ids", self.limits.vocab_size)
+        stops += [] if body.ignore_eos else list(self.default_stops)
         return SamplingParams(max_new_tokens=max_new, temperature=0.0 if temperature < GREEDY_BELOW else temperature,
                               top_p=top_p, top_k=max(top_k, 0), seed=body.seed,
                               stop_token_ids=tuple(sorted(set(stops))), top_logprobs=top or 0)
 
-    def check_text_size(texts: Sequence[Any], field: str) -> None:
+    def check_text_size(self, texts: Sequence[Any], field: str) -> None:
         """Refuse text that cannot fit the window whatever its tokens, before spending time tokenizing it."""
         size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts if isinstance(t, str))
-        if size > limits.max_model_len * max_token_bytes:
-            raise APIError(400, f"{field}: {size} bytes of text are more than {limits.max_model_len} tokens "
+        window = self.limits.max_model_len
+        if size > window * self.max_token_bytes:
+            raise APIError(400, f"{field}: {size} bytes of text are more than {window} tokens "
                            f"(this model's maximum context length)", code="context_length_exceeded", param=field)
 
-    async def generate_all(request: Request,
+    async def generate_all(self, request: Request,
                            jobs: Sequence[tuple[list[int], SamplingParams]]) -> list[GenerationResult]:
         """Run ``jobs`` on the engine; cancel them all if the client leaves or the server stops."""
-        tasks = [asyncio.ensure_future(engine.generate(p, sp)) for p, sp in jobs]
-        inflight.update(tasks)
+        tasks = [asyncio.ensure_future(self.engine.generate(p, sp)) for p, sp in jobs]
+        self.inflight.update(tasks)
         together = asyncio.gather(*tasks)
         together.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even when we leave early
         try:
             while True:
-                done, _ = await asyncio.wait({together}, timeout=poll_s)
+                done, _ = await asyncio.wait({together}, timeout=self.poll_s)
                 if done:
                     break
                 if request.app.state.draining:
@@ -166,65 +165,53 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
         finally:
             for task in tasks:
                 task.cancel()
-            inflight.difference_update(tasks)
+            self.inflight.difference_update(tasks)
 
-    def usage(prompt_tokens: int, results: list[GenerationResult]) -> dict[str, int]:
-        gen = sum(len(r.token_ids) for r in results)
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": gen, "total_tokens": prompt_tokens + gen}
+    async def models(self) -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "memrl",
+                                            "max_model_len": self.limits.max_model_len}]}
 
-    @app.get("/health")
-    async def health() -> dict[str, str]:
-        """Liveness for load balancers: public even with an API key, and says nothing else."""
-        return {"status": "ok"}
-
-    @app.get("/v1/models", dependencies=[Depends(require_key)])
-    async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "memrl",
-                                            "max_model_len": limits.max_model_len}]}
-
-    @app.post("/v1/completions", dependencies=[Depends(require_key)])
-    async def completions(body: CompletionBody, request: Request) -> dict[str, Any]:
+    async def completions(self, body: CompletionBody, request: Request) -> dict[str, Any]:
         k = completion_logprobs(body)
-        sp = check_request(body, body.max_tokens, k)
+        sp = self.check_request(body, body.max_tokens, k)
         stops = stop_strings(body)
         n = body.n or 1
-        check_text_size([body.prompt] if isinstance(body.prompt, str) else body.prompt, "prompt")
+        self.check_text_size([body.prompt] if isinstance(body.prompt, str) else body.prompt, "prompt")
 
         def encode(text: str) -> list[int]:
-            return tokenizer.encode(text, add_special_tokens=body.add_special_tokens)
+            return self.tokenizer.encode(text, add_special_tokens=body.add_special_tokens)
 
-        prompts = await asyncio.to_thread(parse_prompts, body.prompt, encode, limits)
+        prompts = await asyncio.to_thread(parse_prompts, body.prompt, encode, self.limits)
         for prompt in prompts:
-            check_window(len(prompt), sp.max_new_tokens, limits)
+            check_window(len(prompt), sp.max_new_tokens, self.limits)
         jobs = [(p, sp if n == 1 else sp.with_(seed=None if sp.seed is None else sp.seed + k))
                 for p in prompts for k in range(n)]
-        results = await generate_all(request, jobs)
+        results = await self.generate_all(request, jobs)
         choices = []
-        results = [answers.finished(r, body.skip_special_tokens, stops) for r in results]
+        results = [self.answers.finished(r, body.skip_special_tokens, stops) for r in results]
         for i, (res, text) in enumerate(results):
             choice: dict[str, Any] = {"index": i, "text": text, "finish_reason": res.finish_reason,
                                       "token_ids": res.token_ids}
-            choice["logprobs"] = (answers.completion_logprobs(res, k, body.return_tokens_as_token_ids)
+            choice["logprobs"] = (self.answers.completion_logprobs(res, k, body.return_tokens_as_token_ids)
                                   if k is not None else None)
             if body.return_token_ids:
                 choice["prompt_token_ids"] = prompts[i // n]
             choices.append(choice)
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": model_name, "choices": choices,
-                "usage": usage(sum(map(len, prompts)) * n, [r for r, _ in results])}
+                "model": self.model_name, "choices": choices,
+                "usage": _usage(sum(map(len, prompts)) * n, [r for r, _ in results])}
 
-    @app.post("/v1/chat/completions", dependencies=[Depends(require_key)])
-    async def chat(body: ChatBody, request: Request) -> dict[str, Any]:
+    async def chat(self, body: ChatBody, request: Request) -> dict[str, Any]:
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         k = chat_logprobs(body)
-        sp = check_request(body, max_tokens, k)
+        sp = self.check_request(body, max_tokens, k)
         stops = stop_strings(body)
         if not body.messages:
             raise APIError(400, "messages: must not be empty", code="invalid_value", param="messages")
-        check_text_size([m.get("content") for m in body.messages], "messages")
+        self.check_text_size([m.get("content") for m in body.messages], "messages")
 
         def template() -> list[int]:
-            ids = tokenizer.apply_chat_template(body.messages, add_generation_prompt=True, tokenize=True)
+            ids = self.tokenizer.apply_chat_template(body.messages, add_generation_prompt=True, tokenize=True)
             return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
         try:
@@ -232,23 +219,50 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
         except Exception as exc:
             raise APIError(400, f"messages: cannot apply the chat template: {str(exc)[:200]}",
                            code="invalid_value", param="messages") from None
-        prompt = check_token_ids(prompt, "messages", limits.vocab_size)
-        check_window(len(prompt), sp.max_new_tokens, limits)
+        prompt = check_token_ids(prompt, "messages", self.limits.vocab_size)
+        check_window(len(prompt), sp.max_new_tokens, self.limits)
         n = body.n or 1
-        results = await generate_all(request, [(prompt, sp if n == 1 or sp.seed is None else sp.with_(seed=sp.seed + k))
-                                               for k in range(n)])
+        results = await self.generate_all(
+            request, [(prompt, sp if n == 1 or sp.seed is None else sp.with_(seed=sp.seed + k)) for k in range(n)])
         choices = []
-        done = [answers.finished(r, body.skip_special_tokens, stops) for r in results]
+        done = [self.answers.finished(r, body.skip_special_tokens, stops) for r in results]
         for i, (res, text) in enumerate(done):
             choice: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": text},
                                       "finish_reason": res.finish_reason, "token_ids": res.token_ids,
                                       "logprobs": None}
             if k is not None:
-                choice["logprobs"] = answers.chat_logprobs(res, k, body.return_tokens_as_token_ids)
+                choice["logprobs"] = self.answers.chat_logprobs(res, k, body.return_tokens_as_token_ids)
             if body.return_token_ids:
                 choice["prompt_token_ids"] = prompt
             choices.append(choice)
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": model_name, "choices": choices, "usage": usage(len(prompt) * n, [r for r, _ in done])}
+                "model": self.model_name, "choices": choices,
+                "usage": _usage(len(prompt) * n, [r for r, _ in done])}
 
+
+def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optional[str] = None, *,
+               limits: Optional[ServeLimits] = None, access_log: Union[bool, TextIO] = False,
+               poll_s: float = 0.1) -> Any:
+    """The ASGI app. It owns ``engine`` while it runs: shutting the app down closes the engine.
+
+    ``access_log``: ``True`` for one line per request on stderr, or a stream. ``poll_s``: how
+    often a waiting handler checks for a client disconnect or a shutdown.
+    """
+    limits = limits or _limits_for(engine, tokenizer)
+    routes = _Routes(engine, tokenizer, model_name, api_key, limits, poll_s)
+    docs = api_key is None  # a browser cannot send the bearer key, so with one the OpenAPI pages are off
+    app = fastapi.FastAPI(title="memrl", version="1", lifespan=routes.lifespan, docs_url="/docs" if docs else None,
+                          redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)
+    app.state.draining = False
+    app.state.limits = limits
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    if access_log:
+        app.add_middleware(AccessLog, stream=None if access_log is True else access_log)
+    app.add_exception_handler(Exception, _unexpected)
+    keyed = [Depends(routes.require_key)]
+    app.get("/health")(health)
+    app.get("/v1/models", dependencies=keyed)(routes.models)
+    app.post("/v1/completions", dependencies=keyed)(routes.completions)
+    app.post("/v1/chat/completions", dependencies=keyed)(routes.chat)
     return app

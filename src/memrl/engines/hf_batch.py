@@ -1,0 +1,135 @@
+"""One batch of the HF engine's decode, in pieces: left padding, the shared-prompt prefill, a sampling step.
+
+``HFEngine._decode`` strings them together. Every row keeps its outputs in its own slot and draws from
+its own generator when seeded, so what a row generates does not depend on the rows beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from memrl.engines.base import GenerationResult, SamplingParams
+from memrl.engines.sampling import select_tokens, top_logprobs
+
+
+@dataclass
+class Request:
+    """A queued ``generate`` call: its prompt, its parameters, the future its caller awaits, its seeded draws."""
+
+    prompt: list[int]
+    params: SamplingParams
+    future: asyncio.Future[GenerationResult]
+    generator: torch.Generator | None
+
+
+Answer = Callable[[Request, GenerationResult], None]
+
+
+def left_padded(prompts: Sequence[list[int]], pad_token_id: int,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Prompts right-aligned in one tensor (padded on the left), their attention mask and position ids."""
+    lengths = [len(p) for p in prompts]
+    width = max(lengths)
+    input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    attention = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, prompt in enumerate(prompts):
+        input_ids[i, width - lengths[i]:] = torch.tensor(prompt, dtype=torch.long)
+        attention[i, width - lengths[i]:] = 1
+    input_ids, attention = input_ids.to(device), attention.to(device)
+    return input_ids, attention, (attention.cumsum(-1) - 1).clamp(min=0)
+
+
+def prefill(model: Any, cache_kw: str, cache: Any, prompts: Sequence[list[int]], input_ids: torch.Tensor,
+            attention: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Fill ``cache`` with the prompts and return each row's next-token logits.
+
+    A prompt sent several times (GRPO's n samples of it) is prefilled once, then its cache row repeated.
+    """
+    device = input_ids.device
+    first: dict[tuple[int, ...], int] = {}  # prompt -> its unique slot
+    copy_of = [first.setdefault(tuple(p), len(first)) for p in prompts]
+    unique = torch.tensor([copy_of.index(u) for u in range(len(first))], device=device)
+    out = model(input_ids=input_ids[unique], attention_mask=attention[unique], position_ids=positions[unique],
+                **{cache_kw: cache}, use_cache=True, logits_to_keep=1)
+    logits = out.logits[:, -1, :]
+    if len(first) < len(prompts):
+        spread = torch.tensor(copy_of, device=device)
+        cache.batch_select_indices(spread)
+        logits = logits[spread]
+    return logits
+
+
+class BatchRows:
+    """What each row of a batch has generated, and why it stopped (``None`` while it decodes).
+
+    ``answer(request, result)``, when given, hears of each row as it finishes, so a short row is
+    answered without waiting for its batch-mates.
+    """
+
+    def __init__(self, reqs: list[Request], answer: Answer | None, weight_version: int) -> None:
+        self.reqs, self.answer, self.weight_version = reqs, answer, weight_version
+        self.ids: list[list[int]] = [[] for _ in reqs]
+        self.logprobs: list[list[float]] = [[] for _ in reqs]
+        self.top: list[list[list[tuple[int, float]]]] = [[] for _ in reqs]
+        self.reasons: list[str | None] = [None] * len(reqs)
+
+    def start(self) -> list[int]:
+        """Finish the rows with nothing to decode (cancelled already, or no new tokens asked); the others."""
+        for i, r in enumerate(self.reqs):
+            if r.future.done():
+                self.finish(i, "abort")
+            elif r.params.max_new_tokens == 0:
+                self.finish(i, "length")
+        return [i for i in range(len(self.reqs)) if self.reasons[i] is None]
+
+    def result(self, i: int) -> GenerationResult:
+        extra = {"top_logprobs": self.top[i]} if self.reqs[i].params.top_logprobs else {}
+        return GenerationResult(self.ids[i], self.logprobs[i], self.reasons[i] or "length",  # type: ignore[arg-type]
+                                {"weight_version": self.weight_version, **extra})
+
+    def results(self) -> list[GenerationResult]:
+        return [self.result(i) for i in range(len(self.reqs))]
+
+    def finish(self, i: int, reason: str) -> None:
+        self.reasons[i] = reason
+        if self.answer is not None:
+            self.answer(self.reqs[i], self.result(i))
+
+    def step(self, active: list[int], logits: torch.Tensor, default_generator: torch.Generator,
+             pad_token_id: int) -> list[int]:
+        """Draw the next token of every active row its caller still waits for, and finish the rows that end.
+
+        One batched draw for all of them, each under its own parameters and generator. Returns the
+        token each active row feeds back next (the pad for a row cancelled at this step).
+        """
+        next_tokens = [pad_token_id] * len(active)
+        live = []
+        for j, i in enumerate(active):
+            if self.reqs[i].future.done():  # cancelled by its caller: stop decoding this row
+                self.finish(i, "abort")
+            else:
+                live.append(j)
+        if not live:
+            return next_tokens
+        rows = logits if len(live) == len(active) else logits[torch.tensor(live, device=logits.device)]
+        row_params = [self.reqs[active[j]].params for j in live]
+        generators = [self.reqs[active[j]].generator or default_generator for j in live]
+        toks, lps = select_tokens(rows, row_params, generators)
+        tops = top_logprobs(rows, row_params)
+        for j, tok, lp, top in zip(live, toks, lps, tops):
+            i, params = active[j], self.reqs[active[j]].params
+            self.ids[i].append(tok)
+            self.logprobs[i].append(lp)
+            if top is not None:
+                self.top[i].append(top)
+            next_tokens[j] = tok
+            if tok in params.stop_token_ids:
+                self.finish(i, "stop")
+            elif len(self.ids[i]) >= params.max_new_tokens:
+                self.finish(i, "length")
+        return next_tokens
