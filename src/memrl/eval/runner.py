@@ -211,6 +211,38 @@ def _is_done(dest: Path) -> bool:
     return False
 
 
+def _todo(files: dict[int, Path], out: Path, max_samples: int | None,
+          repeats: int) -> tuple[list[tuple[int, LongContextSample, int]], int]:
+    """The (docs, sample, repeat) episodes not finished on disk, and how many there are in all."""
+    todo: list[tuple[int, LongContextSample, int]] = []
+    total = 0
+    for n, path in files.items():
+        samples = list(read_samples_lazily(path))[:max_samples]  # contexts stay on disk until an episode reads them
+        total += len(samples) * repeats
+        todo += [(n, s, r) for s in samples for r in range(repeats)
+                 if not _is_done(out / "episodes" / str(n) / f"{episode_name(s.index, r)}.json")]
+    return todo, total
+
+
+def _write_episode(out: Path, tokenizer: Any, traj: Trajectory, sample: LongContextSample, n: int, repeat: int,
+                   seconds: float, error: str | None, rollouts: bool) -> None:
+    """The transcript, then the rollout and the episode file (which marks it done) or the failure file."""
+    name = f"{n}/{episode_name(sample.index, repeat)}"
+    title = f"sample {sample.index} ({n} docs)" + (f", repeat {repeat}" if repeat else "")
+    with atomic_write(out / "transcripts" / f"{name}.txt") as fh:
+        fh.write(render_transcript(traj, tokenizer, title))
+    failure = out / "failures" / f"{name}.json"
+    if error is None:
+        if rollouts:  # before the episode file, which marks the episode done
+            save_eval_rollout(out, name, traj, tokenizer, {"docs": n, "repeat": repeat})
+        with atomic_write(out / "episodes" / f"{name}.json") as fh:  # its presence marks the episode done
+            json.dump({**episode_record(traj, n, seconds), "repeat": repeat}, fh)
+        failure.unlink(missing_ok=True)
+    else:
+        with atomic_write(failure) as fh:
+            json.dump(failure_record(sample, n, seconds, error), fh)
+
+
 async def run_eval(
     cfg: MemRLConfig,
     engine: Engine,
@@ -237,14 +269,7 @@ async def run_eval(
     workflow = build_workflow(cfg)
     sampling = sampling_params(cfg)
     files = {n: find_eval_file(data_dir, n) for n in docs}
-    todo: list[tuple[int, LongContextSample, int]] = []
-    total = 0
-    repeats = cfg.eval.repeats
-    for n, path in files.items():
-        samples = list(read_samples_lazily(path))[:max_samples]  # contexts stay on disk until an episode reads them
-        total += len(samples) * repeats
-        todo += [(n, s, r) for s in samples for r in range(repeats)
-                 if not _is_done(out / "episodes" / str(n) / f"{episode_name(s.index, r)}.json")]
+    todo, total = _todo(files, out, max_samples, cfg.eval.repeats)
     if on_start:
         on_start(total, total - len(todo))
     sem = asyncio.Semaphore(cfg.engine.concurrency)
@@ -267,22 +292,9 @@ async def run_eval(
                 error = "".join(traceback.format_exception_only(exc)).strip()
                 traj = Trajectory([], 0.0, str(sample.index), str(sample.index),
                                   info={"question": sample.question, "answers": sample.answers, "error": error})
-            seconds = time.perf_counter() - t0
-            name = f"{n}/{episode_name(sample.index, repeat)}"
-            title = f"sample {sample.index} ({n} docs)" + (f", repeat {repeat}" if repeat else "")
-            with atomic_write(out / "transcripts" / f"{name}.txt") as fh:
-                fh.write(render_transcript(traj, tokenizer, title))
-            failure = out / "failures" / f"{name}.json"
-            if error is None:
-                if rollouts:  # before the episode file, which marks the episode done
-                    save_eval_rollout(out, name, traj, tokenizer, {"docs": n, "repeat": repeat})
-                with atomic_write(out / "episodes" / f"{name}.json") as fh:  # its presence marks the episode done
-                    json.dump({**episode_record(traj, n, seconds), "repeat": repeat}, fh)
-                failure.unlink(missing_ok=True)
-            else:
+            _write_episode(out, tokenizer, traj, sample, n, repeat, time.perf_counter() - t0, error, rollouts)
+            if error is not None:
                 errors.append(error)
-                with atomic_write(failure) as fh:
-                    json.dump(failure_record(sample, n, seconds, error), fh)
             if on_episode:
                 on_episode()
 
