@@ -151,3 +151,24 @@ def test_old_style_functions_run_behind_the_object_api_with_a_notice(tok, capsys
     eng = ScriptedEngine(lambda p, s: [7] * 10)
     traj = asyncio.run(wf.episode({"answers": ["x"]}, engine=eng, tokenizer=tok, sampling=SamplingParams()))
     assert traj.conversations[0].generated_ids() == [7, 7, 7] and traj.reward == 1.0
+
+
+class Flaky(Workflow):
+    """Raises on the word "river": a failed episode, kept with its traceback, not a failed run."""
+
+    async def run(self, ep: Episode) -> None:
+        await ep.generate("Say:", max_new_tokens=2)
+        if ep.sample["word"] == "river":
+            raise RuntimeError("no rivers here")
+        ep.reward(1.0 if ep.calls else 0.0)
+
+
+def test_a_raising_episode_is_failed_and_its_traceback_kept(tmp_path):
+    cfg = {"model": {"path": "tiny"}, "algorithm": {"n": 2},
+           "trainer": {"total_steps": 1, "prompts_per_step": 3, "output_dir": str(tmp_path / "run")}}
+    trainer = Trainer(cfg, workflow=Flaky(), train=[{"word": w} for w in ("apple", "river", "stone")])
+    trainer.run()
+    assert trainer.failed_episodes == 2 and trainer.trained_steps == 1
+    kept = sorted((tmp_path / "run" / "failures").iterdir())
+    assert len(kept) == 2 and "RuntimeError: no rivers here" in kept[0].read_text()
+    assert "in run" in kept[0].read_text()  # the whole traceback, down to the workflow's line

@@ -12,6 +12,7 @@ import asyncio
 import statistics
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from memrl.config import MemRLConfig
@@ -22,6 +23,9 @@ from memrl.train.sampler import ResumableSampler
 from memrl.types import Trajectory
 from memrl.workflows.api import Workflow
 from memrl.workflows.registry import as_workflow
+
+MAX_FAILURE_FILES = 200  # tracebacks kept per run: enough to debug, bounded if every episode fails
+
 
 def episode_seed(seed: int, step: int, round_: int, idx: int, k: int) -> int:
     """The sampling seed of repeat ``k`` of sample ``idx`` in generation round ``round_`` of ``step``."""
@@ -70,8 +74,22 @@ class RolloutRunner:
             self.failed_episodes += 1
             self.tally.failed += 1
             self.tally.last_error = traceback.format_exc(limit=2).strip().splitlines()[-1]
-            self.warn(f"[yellow]episode of sample {idx} failed:[/yellow] " + self.tally.last_error)
+            where = self._keep_traceback(step, idx, k)
+            self.warn(f"[yellow]episode of sample {idx} failed:[/yellow] {self.tally.last_error}{where}")
             return None
+
+    def _keep_traceback(self, step: int, idx: int, k: int) -> str:
+        """The whole traceback in RUN/failures/ (the first MAX_FAILURE_FILES of a run), for the warning to name."""
+        folder = Path(self.cfg.trainer.output_dir) / "failures"
+        try:
+            if folder.is_dir() and sum(1 for _ in folder.iterdir()) >= MAX_FAILURE_FILES:
+                return ""
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"step{step:06d}-sample{idx}-{k}.txt"
+            path.write_text(traceback.format_exc(), encoding="utf-8")
+        except OSError:
+            return ""
+        return f" (traceback: {path})"
 
     async def episodes(self, indices: list[int], step: int, round_: int) -> list[Trajectory]:
         sem = asyncio.Semaphore(self.cfg.engine.concurrency)
