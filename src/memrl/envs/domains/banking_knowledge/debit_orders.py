@@ -115,6 +115,45 @@ def _new_card(db: dict[str, Any], account_id: str, user_id: str, design: str) ->
     return card_id
 
 
+def _holdings(db: dict[str, Any], account_id: str) -> float:
+    """The account's balance as a number (τ³ reads one it cannot parse as 0)."""
+    try:
+        return float(str(db["accounts"]["data"][account_id].get("current_holdings", "0")).replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def _card_refusal(db: dict[str, Any], account_id: str, funds: float) -> str | None:
+    """τ³'s checks of a good account before a card is ordered: $25 at least, no pending order, no active card."""
+    if funds < 25.0:
+        return f"Error: Account must have a minimum balance of $25. Current balance: ${funds:.2f}"
+    if any(o.get("account_id") == account_id and o.get("status") == "PENDING"
+           for o in db["debit_card_orders"]["data"].values()):
+        return f"Error: There is already a pending debit card order for account '{account_id}'."
+    if sum(1 for c in db["debit_cards"]["data"].values()
+           if c.get("account_id") == account_id and c.get("status") == "ACTIVE") >= 1:
+        return (f"Error: Account '{account_id}' already has an active debit card. Maximum 1 active card per "
+                "checking account.")
+    return None
+
+
+def _confirmation(order: dict[str, Any], card_id: str, funds: float) -> str:
+    """What the agent reads once a card is ordered: the order, the new card and the fees taken (``funds`` before)."""
+    speed, total = order["delivery_option"], order["total_fee"]
+    lines = ["Debit Card Order Confirmed", f"Order ID: {order['order_id']}", f"Card ID: {card_id}",
+             f"Linked Account: {order['account_id']}", f"Delivery Option: {speed}",
+             f"Card Design: {order['card_design']}",
+             f"Shipping Address: {order['shipping_address']}", f"Expected Delivery: {_DELIVERY[speed]}", "",
+             "Note: Card will arrive with status PENDING. Customer must call to activate after receiving the card."]
+    if total > 0:
+        fees = _fee_parts(order["delivery_fee"], order["design_fee"], order["excess_replacement_fee"], ": ")
+        lines += [f"Total Fees: ${total:.2f} ({fees}) - CHARGED to account {order['account_id']}",
+                  f"New Account Balance: ${funds - total:.2f}"]
+    else:
+        lines.append("Total Fees: $0 (No additional charges)")
+    return "\n".join(lines)
+
+
 class DebitOrderTools:
     """Ordering and security tools for debit cards, mixed into the agent's ``KnowledgeTools``."""
 
@@ -153,19 +192,9 @@ class DebitOrderTools:
         speed, look = delivery_option.upper(), card_design.upper()
         if refusal := _order_refusal(self.db, account_id, user_id):
             return refusal
-        try:
-            funds = float(str(self.db["accounts"]["data"][account_id].get("current_holdings", "0")).replace(",", ""))
-        except ValueError:
-            funds = 0.0
-        if funds < 25.0:
-            return f"Error: Account must have a minimum balance of $25. Current balance: ${funds:.2f}"
-        if any(o.get("account_id") == account_id and o.get("status") == "PENDING"
-               for o in self.db["debit_card_orders"]["data"].values()):
-            return f"Error: There is already a pending debit card order for account '{account_id}'."
-        if sum(1 for c in self.db["debit_cards"]["data"].values()
-               if c.get("account_id") == account_id and c.get("status") == "ACTIVE") >= 1:
-            return (f"Error: Account '{account_id}' already has an active debit card. Maximum 1 active card per "
-                    "checking account.")
+        funds = _holdings(self.db, account_id)
+        if refusal := _card_refusal(self.db, account_id, funds):
+            return refusal
         assert delivery is not None and design is not None
         total = delivery + design + excess
         if total > 0 and funds < total:
@@ -179,17 +208,7 @@ class DebitOrderTools:
             return "Error: Failed to create debit card order. Order may already exist."
         if total > 0:
             _charge(self.db, account_id, order_id, funds, (delivery, design, excess))
-        card_id = _new_card(self.db, account_id, user_id, look)
-        lines = ["Debit Card Order Confirmed", f"Order ID: {order_id}", f"Card ID: {card_id}",
-                 f"Linked Account: {account_id}", f"Delivery Option: {speed}", f"Card Design: {look}",
-                 f"Shipping Address: {shipping_address}", f"Expected Delivery: {_DELIVERY[speed]}", "",
-                 "Note: Card will arrive with status PENDING. Customer must call to activate after receiving the card."]
-        if total > 0:
-            lines += [f"Total Fees: ${total:.2f} ({_fee_parts(delivery, design, excess, ': ')}) - CHARGED to account "
-                      f"{account_id}", f"New Account Balance: ${funds - total:.2f}"]
-        else:
-            lines.append("Total Fees: $0 (No additional charges)")
-        return "\n".join(lines)
+        return _confirmation(record, _new_card(self.db, account_id, user_id, look), funds)
 
     @discoverable("write")
     def clear_debit_card_fraud_alert_4892(self, card_id: str, reason: str) -> str:
