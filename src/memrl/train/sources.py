@@ -117,8 +117,10 @@ class AsyncRollout:
         return None  # generation goes on during the update
 
     def after_update(self, step: int) -> dict[str, float]:
-        assert self.producer is not None
-        weights = self.weight_sync.gather()  # generation pauses only while the weights are pushed
+        weights = self.weight_sync.gather()  # collective under FSDP: every rank takes part
+        if self.producer is None:  # a rank other than 0: rank 0 runs the producer and pushes
+            return {}
+        # generation pauses only while the weights are pushed
         hold = self.producer.publish(step, lambda: self.weight_sync.push_weights(weights))
         return {"async/sync_hold_s": hold, **self.weight_sync.engine_stats()}
 
