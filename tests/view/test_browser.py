@@ -81,3 +81,20 @@ def test_served_page_fetches_the_opened_episode(run_dir):
     assert len(dom.having("ep-row", "a")) == len(payload["episodes"])
     assert [s["data-id"] for s in dom.having("episode", "section")] == [target["id"]]
     assert len(dom.having("conv")) == len(target["conversations"]) and dom.having("tok")
+
+
+def test_an_agent_programs_own_messages_are_shown_with_its_conversation(run_dir, tmp_path):
+    payload = load_payload(run_dir)
+    target = payload["episodes"][0]
+    sent = [{"role": "system", "content": "You keep notes."}, {"role": "user", "content": "Read chunk one."},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function",
+                             "function": {"name": "save_note", "arguments": "{\"text\": \"x\"}"}}]}]
+    target["conversations"][0]["meta"] = {"finish": "stop", "messages": sent, "tools": [{"type": "function"}]}
+    page = write_page(payload, tmp_path / "agent.html")
+    dom = Dom(browser(page, "--dump-dom", fragment=f"#episode={target['id']}"))
+    assert len(dom.having("sent", "details")) == 1
+    assert len(dom.having("msg")) == 3 and len(dom.having("tool-call")) == 1
+    text = "".join(dom.text)
+    assert "messages as the program sent them (3)" in text and "1 tools" in text and "save_note" in text
+    assert "[object Object]" not in text  # nested meta stays out of the conversation's header

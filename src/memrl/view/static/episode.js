@@ -31,8 +31,19 @@ function genSpan(span) {
   return box;
 }
 
+// an agent program's own messages (OpenAI format, recorded by the gateway) in the shape messages() shows
+function sentMessages(msgs) {
+  return msgs.map((m) => ({
+    role: String(m.role || "?"),
+    content: typeof m.content === "string" ? m.content : m.content == null ? "" : JSON.stringify(m.content),
+    tool_calls: (m.tool_calls || []).map((t) => (t && t.function ? { name: t.function.name, arguments: t.function.arguments } : t)),
+  }));
+}
+
 function conversation(c, n) {
-  const meta = Object.entries(c.meta || {}).map(([k, v]) => `${k} ${v}`).join(" · ");
+  const { messages: sent, tools, ...rest } = c.meta || {};
+  const meta = Object.entries(rest).filter(([, v]) => v === null || typeof v !== "object")
+    .map(([k, v]) => `${k} ${v}`).join(" · ");
   const head = el("div", "conv-head",
     el("strong", null, `conversation ${c.index + 1}/${n}`), meta ? el("span", "muted", meta) : null,
     el("span", "muted", `${fmt(c.tokens)} tokens, ${fmt(c.generated)} generated`),
@@ -41,6 +52,10 @@ function conversation(c, n) {
     c.advantage !== null && c.advantage !== undefined ? el("span", "pill adv", "advantage " + fmt(c.advantage)) : null,
     c.reward !== null && c.reward !== undefined ? el("span", "pill", "reward " + fmt(c.reward)) : null);
   const body = el("div", "conv-body");
+  if (Array.isArray(sent) && sent.length) {
+    const what = `messages as the program sent them (${fmt(sent.length)})` + (Array.isArray(tools) && tools.length ? ` · ${fmt(tools.length)} tools` : "");
+    body.appendChild(el("details", "sent", el("summary", null, what), messages(sentMessages(sent))));
+  }
   for (const s of c.spans) {
     if (s.kind === "prompt") {
       const lines = s.text.split("\n").length;
