@@ -77,6 +77,46 @@ def communicated(info: str, messages: Sequence[Message]) -> bool:
                for m in messages)
 
 
+def _replay_state(domain: Domain, task: Task, messages: Sequence[Message], solo: bool, info: RewardInfo) -> str | None:
+    """DB and ENV_ASSERTION into ``info``: the episode's calls and the gold actions replayed on fresh
+    environments, their databases compared; or why the log cannot be replayed."""
+    crit = task.evaluation_criteria
+    assert crit is not None
+    predicted = task_env(domain, task, solo=solo)
+    try:
+        predicted.set_state(task.initial_state, messages, strict=True)
+    except ReplayError as err:
+        return f"message log cannot be replayed: {err}"
+    gold = task_env(domain, task)
+    gold.set_state(task.initial_state, history_messages(task))
+    for action in crit.actions or []:
+        try:
+            gold.call(ToolCall(action.name, dict(action.arguments), requestor=action.requestor), sync=False)
+        except Exception:  # noqa: BLE001 - a failing gold action changes nothing, as in τ²-bench
+            pass
+    info.db_match = (predicted.db_hash() == gold.db_hash()
+                     and predicted.user_db_hash() == gold.user_db_hash())
+    info.env_assertion_checks = [predicted.run_assertion(a) for a in crit.env_assertions or []]
+    return None
+
+
+def _combine(basis: Sequence[str], comps: dict[str, list[bool]], partial: bool) -> tuple[dict[str, float], float]:
+    """Each component's score and the task reward: all or nothing and their product, or (``partial``)
+    the fraction of checks met and their mean. No components: a reward of 1."""
+    scores: dict[str, float] = {}
+    for name in basis:
+        checks = comps.get(name, [])
+        if partial:
+            scores[name] = sum(checks) / len(checks) if checks else 1.0
+        else:
+            scores[name] = 1.0 if all(checks) else 0.0
+    if not scores:
+        return scores, 1.0
+    if partial:
+        return scores, sum(scores.values()) / len(scores)
+    return scores, math.prod(scores.values())
+
+
 def evaluate(domain: Domain, task: Task, messages: Sequence[Message], *, ending: str = "agent_stop",
              solo: bool = False, partial: bool = False, nl_judge: NLJudge | None = None) -> RewardInfo:
     """Score an episode. ``messages`` is the whole log, including the task's own history."""
@@ -91,26 +131,10 @@ def evaluate(domain: Domain, task: Task, messages: Sequence[Message], *, ending:
 
     if crit.actions is None and crit.env_assertions is None:
         info.db_match = True
-        comps["DB"] = [True]
-        comps["ENV_ASSERTION"] = []
-    else:
-        predicted = task_env(domain, task, solo=solo)
-        try:
-            predicted.set_state(task.initial_state, messages, strict=True)
-        except ReplayError as err:
-            return RewardInfo(0.0, note=f"message log cannot be replayed: {err}")
-        gold = task_env(domain, task)
-        gold.set_state(task.initial_state, history_messages(task))
-        for action in crit.actions or []:
-            try:
-                gold.call(ToolCall(action.name, dict(action.arguments), requestor=action.requestor), sync=False)
-            except Exception:  # noqa: BLE001 - a failing gold action changes nothing, as in τ²-bench
-                pass
-        info.db_match = (predicted.db_hash() == gold.db_hash()
-                         and predicted.user_db_hash() == gold.user_db_hash())
-        comps["DB"] = [info.db_match]
-        info.env_assertion_checks = [predicted.run_assertion(a) for a in crit.env_assertions or []]
-        comps["ENV_ASSERTION"] = info.env_assertion_checks
+    elif note := _replay_state(domain, task, messages, solo, info):
+        return RewardInfo(0.0, note=note)
+    comps["DB"] = [bool(info.db_match)]  # set above on every path that gets here
+    comps["ENV_ASSERTION"] = info.env_assertion_checks
 
     calls = tool_calls(messages)
     info.action_checks = [any(a.matches(c.name, c.arguments) for c in calls) for a in crit.actions or []]
@@ -130,20 +154,7 @@ def evaluate(domain: Domain, task: Task, messages: Sequence[Message], *, ending:
     else:
         comps["NL_ASSERTION"] = []
 
-    scores: dict[str, float] = {}
-    for name in basis:
-        checks = comps.get(name, [])
-        if partial:
-            scores[name] = sum(checks) / len(checks) if checks else 1.0
-        else:
-            scores[name] = 1.0 if all(checks) else 0.0
-    info.breakdown = scores
-    if not scores:
-        info.reward = 1.0
-    elif partial:
-        info.reward = sum(scores.values()) / len(scores)
-    else:
-        info.reward = math.prod(scores.values())
+    info.breakdown, info.reward = _combine(basis, comps, partial)
     return info
 
 
