@@ -53,26 +53,24 @@ def _req(rec: dict[str, Any], key: str, file: Path, row: int) -> Any:
     return rec[key]
 
 
-def parse_hotpotqa_record(rec: dict[str, Any], file: Path, row: int) -> QAExample:
-    """Validate one record; every problem names ``file:row:field``."""
-    qid = rec.get("_id", rec.get("id", str(row)))
-    question = _req(rec, "question", file, row)
-    if not isinstance(question, str) or not question.strip():
-        raise DataError(file, row, "question", f"expected a non-empty string, got {type_name(question)}")
-
+def _answers(rec: dict[str, Any], file: Path, row: int) -> list[str]:
+    """The gold answers: ``answer`` (one string, HotpotQA) or ``answers`` (a list, the FlashRAG copies)."""
     if "answer" in rec:
         answer = rec["answer"]
         if not isinstance(answer, str):
             raise DataError(file, row, "answer", f"expected a string, got {type_name(answer)}")
-        answers = check_golds([answer], file, row, "answer", indexed=False)
-    elif "answers" in rec:
+        return list(check_golds([answer], file, row, "answer", indexed=False))
+    if "answers" in rec:
         answers = rec["answers"]
         if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
             raise DataError(file, row, "answers", "expected a non-empty list of strings")
         check_golds(answers, file, row, "answers", indexed=True)
-    else:
-        raise DataError(file, row, "answer", "missing field")
+        return list(answers)
+    raise DataError(file, row, "answer", "missing field")
 
+
+def _paragraphs(rec: dict[str, Any], file: Path, row: int) -> list[Paragraph]:
+    """``context``: [title, sentences] pairs, each joined into one paragraph."""
     context = _req(rec, "context", file, row)
     if not isinstance(context, list):
         raise DataError(file, row, "context", f"expected a list of [title, sentences] pairs, got {type_name(context)}")
@@ -91,7 +89,11 @@ def parse_hotpotqa_record(rec: dict[str, Any], file: Path, row: int) -> QAExampl
         if not isinstance(sents, list) or not all(isinstance(s, str) for s in sents):
             raise DataError(file, row, where + ".sentences", "expected a list of strings")
         paragraphs.append(Paragraph(title=title, text="".join(sents)))
+    return paragraphs
 
+
+def _gold_titles(rec: dict[str, Any], paragraphs: list[Paragraph], file: Path, row: int) -> list[str]:
+    """The titles ``supporting_facts`` cite, in first-cited order; each must be one of the paragraphs."""
     facts = rec.get("supporting_facts", [])
     if not isinstance(facts, list):
         raise DataError(file, row, "supporting_facts", f"expected a list, got {type_name(facts)}")
@@ -104,6 +106,18 @@ def parse_hotpotqa_record(rec: dict[str, Any], file: Path, row: int) -> QAExampl
             raise DataError(file, row, f"supporting_facts[{j}]", f"title {fact[0]!r} is not in context")
         if fact[0] not in gold_titles:
             gold_titles.append(fact[0])
+    return gold_titles
+
+
+def parse_hotpotqa_record(rec: dict[str, Any], file: Path, row: int) -> QAExample:
+    """Validate one record; every problem names ``file:row:field``."""
+    qid = rec.get("_id", rec.get("id", str(row)))
+    question = _req(rec, "question", file, row)
+    if not isinstance(question, str) or not question.strip():
+        raise DataError(file, row, "question", f"expected a non-empty string, got {type_name(question)}")
+    answers = _answers(rec, file, row)
+    paragraphs = _paragraphs(rec, file, row)
+    gold_titles = _gold_titles(rec, paragraphs, file, row)
 
     known = {"_id", "id", "question", "answer", "answers", "context", "supporting_facts", "type", "level"}
     return QAExample(
