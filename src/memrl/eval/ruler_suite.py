@@ -113,6 +113,34 @@ def ruler_record(traj: Trajectory, sample: LongContextSample, key: Key, seconds:
             "metric": metric, "prediction": prediction, "ruler_score": score(metric, prediction, sample.answers)}
 
 
+def _unfinished(files: dict[Key, Path], out: Path,
+                max_samples: int | None) -> list[tuple[Key, LongContextSample]]:
+    """The (task, length) samples with no finished episode under ``out``, contexts left on disk until run."""
+    todo: list[tuple[Key, LongContextSample]] = []
+    for key, path in files.items():
+        for sample in islice(read_samples_lazily(path), max_samples):
+            if not _is_done(out / "episodes" / _folder(key) / f"{sample.index}.json"):
+                todo.append((key, sample))
+    return todo
+
+
+def _write_episode(out: Path, key: Key, sample: LongContextSample, traj: Trajectory, tokenizer: Any,
+                   seconds: float, error: str | None) -> None:
+    """The transcript, and the episode record or (``error``) the failure record that a resume retries."""
+    name = f"{_folder(key)}/{sample.index}"
+    with atomic_write(out / "transcripts" / f"{name}.txt") as fh:
+        fh.write(render_transcript(traj, tokenizer, f"{key[0]} at {key[1]} tokens, sample {sample.index}"))
+    failure = out / "failures" / f"{name}.json"
+    if error is None:
+        with atomic_write(out / "episodes" / f"{name}.json") as fh:
+            json.dump(ruler_record(traj, sample, key, seconds), fh)
+        failure.unlink(missing_ok=True)
+    else:
+        with atomic_write(failure) as fh:
+            json.dump({**failure_record(sample, sample.num_docs, seconds, error), "task": key[0],
+                       "length": key[1]}, fh)
+
+
 async def run_ruler_suite(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data_dir: Path, out: Path, *,
                           lengths: list[int] | None, tasks: list[str] | None,
                           max_samples: int | None) -> dict[str, Any]:
@@ -129,11 +157,7 @@ async def run_ruler_suite(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data
     check_resume(out, cfg)
     workflow = build_workflow(cfg)
     sampling = sampling_params(cfg)
-    todo: list[tuple[Key, LongContextSample]] = []
-    for key, path in files.items():
-        for sample in islice(read_samples_lazily(path), max_samples):  # contexts stay on disk until run
-            if not _is_done(out / "episodes" / _folder(key) / f"{sample.index}.json"):
-                todo.append((key, sample))
+    todo = _unfinished(files, out, max_samples)
     sem = asyncio.Semaphore(cfg.engine.concurrency)
     errors: list[str] = []
     dead = asyncio.Event()
@@ -153,20 +177,9 @@ async def run_ruler_suite(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data
                 error = "".join(traceback.format_exception_only(exc)).strip()
                 traj = Trajectory([], 0.0, str(sample.index), str(sample.index),
                                   info={"question": sample.question, "answers": sample.answers, "error": error})
-            seconds = time.perf_counter() - t0
-            name = f"{_folder(key)}/{sample.index}"
-            with atomic_write(out / "transcripts" / f"{name}.txt") as fh:
-                fh.write(render_transcript(traj, tokenizer, f"{key[0]} at {key[1]} tokens, sample {sample.index}"))
-            failure = out / "failures" / f"{name}.json"
-            if error is None:
-                with atomic_write(out / "episodes" / f"{name}.json") as fh:
-                    json.dump(ruler_record(traj, sample, key, seconds), fh)
-                failure.unlink(missing_ok=True)
-            else:
+            _write_episode(out, key, sample, traj, tokenizer, time.perf_counter() - t0, error)
+            if error is not None:
                 errors.append(error)
-                with atomic_write(failure) as fh:
-                    json.dump({**failure_record(sample, sample.num_docs, seconds, error), "task": key[0],
-                               "length": key[1]}, fh)
 
     try:
         await gather_cancelling(one(k, s) for k, s in todo)
