@@ -75,13 +75,7 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
     if not samples:
         raise ValueError(f"no tasks in split {cfg.env.eval_split!r} of domain {cfg.env.domain!r}")
     base = sampling_params(cfg)
-    todo = []
-    for sample in samples:
-        task_id = sample.task.id
-        for t in range(trials):
-            dest = out / "episodes" / task_folder(task_id) / f"{t}.json"
-            if not dest.is_file():
-                todo.append((sample, task_id, t, dest))
+    todo = _unfinished(samples, trials, out)
     if on_start:
         on_start(len(samples) * trials, len(samples) * trials - len(todo))
     sem = asyncio.Semaphore(cfg.engine.concurrency)
@@ -119,7 +113,23 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
     await gather_cancelling(one(*job) for job in todo)  # a dead engine stops every trial at once
     if todo and failed == len(todo):
         raise AllEpisodesFailedError(f"all {failed} trials failed (see {out}/failures/)")
-    task_ids = [s.task.id for s in samples]
+    return _write_results(cfg, out, [s.task.id for s in samples], trials)
+
+
+def _unfinished(samples: list[Any], trials: int, out: Path) -> list[tuple[Any, str, int, Path]]:
+    """(sample, task id, trial, episode file) of every trial with no episode file yet."""
+    todo = []
+    for sample in samples:
+        task_id = sample.task.id
+        for t in range(trials):
+            dest = out / "episodes" / task_folder(task_id) / f"{t}.json"
+            if not dest.is_file():
+                todo.append((sample, task_id, t, dest))
+    return todo
+
+
+def _write_results(cfg: MemRLConfig, out: Path, task_ids: list[str], trials: int) -> dict[str, Any]:
+    """results.json, results.md and τ²-bench's own results file, from every episode on disk."""
     results = aggregate_tool_eval(cfg, out, task_ids, trials)
     _save(out / "results.json", results)
     with atomic_write(out / "results.md") as fh:
