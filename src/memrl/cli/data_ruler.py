@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -22,6 +22,52 @@ REPORT = "ruler_report.json"
 def _check_file(path: Optional[Path], flag: str) -> None:
     if path is not None and not path.is_file():
         raise FileNotFoundError(2, "is not a file" if path.exists() else "No such file or directory", f"{flag} {path}")
+
+
+def _task_names(tasks: Optional[str], squad: Optional[Path], hotpotqa: Optional[Path],
+                console: Console) -> list[str]:
+    """The tasks to write (default: MemAgent's table, qa_1 only with SQuAD); refused when a QA task lacks its file."""
+    from memrl.data.ruler import MEMAGENT_TASKS, parse_tasks
+
+    if tasks is None:
+        names = [t for t in MEMAGENT_TASKS if t != "qa_1" or squad is not None]
+        if squad is None:
+            console.print("qa_1 (SQuAD) skipped: pass --squad FILE to include it")
+    else:
+        names = parse_tasks(tasks)
+    if "qa_1" in names and squad is None:
+        raise ValueError("task qa_1 needs --squad FILE (SQuAD's official JSON); memrl does not ship SQuAD")
+    if "qa_2" in names and hotpotqa is None:
+        raise ValueError("task qa_2 needs --hotpotqa FILE (HotpotQA-schema questions)")
+    return names
+
+
+def _write_files(out: Path, names: list[str], lengths: list[int], counter: Any, samples: int, seed: int,
+                 sources: Any, console: Console) -> list[Any]:
+    """One file per (task, length), with a progress bar each; their reports."""
+    from memrl.data.ruler import write_task_file
+
+    reports = []
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=console) as progress:
+        for name in names:
+            for length in lengths:
+                bar = progress.add_task(f"{name} {length}", total=samples)
+                reports.append(write_task_file(out, name, length, counter, samples=samples, seed=seed,
+                                               sources=sources, progress=lambda k, b=bar: progress.advance(b, k)))
+                progress.remove_task(bar)
+    return reports
+
+
+def _report_table(reports: list[Any], tokenizer_name: str) -> Table:
+    table = Table(title=f"RULER files ({tokenizer_name})")
+    for col in ("file", "samples", "target", "tokens min", "tokens mean", "tokens max"):
+        table.add_column(col, justify="left" if col == "file" else "right")
+    for r in reports:
+        table.add_row(Path(r.path).name, str(r.samples), f"{r.length:,}", f"{r.tokens_min:,}",
+                      f"{r.tokens_mean:,.0f}", f"{r.tokens_max:,}")
+    return table
 
 
 def ruler(
@@ -51,7 +97,7 @@ def ruler(
 
     Each sample's context, question and the task's answer room fit the target length in the given tokenizer's tokens.
     """
-    from memrl.data.ruler import MEMAGENT_TASKS, file_name, parse_lengths, parse_tasks, write_task_file
+    from memrl.data.ruler import file_name, parse_lengths
     from memrl.data.ruler_base import RulerSources
     from memrl.data.ruler_text import EssaySource, load_essay_sentences
     from memrl.data.tokens import load_token_counter
@@ -60,16 +106,7 @@ def ruler(
         raise ValueError(f"--samples must be >= 1, got {samples}")
     target_lengths = parse_lengths(lengths)
     console = Console(stderr=True)
-    if tasks is None:
-        names = [t for t in MEMAGENT_TASKS if t != "qa_1" or squad is not None]
-        if squad is None:
-            console.print("qa_1 (SQuAD) skipped: pass --squad FILE to include it")
-    else:
-        names = parse_tasks(tasks)
-    if "qa_1" in names and squad is None:
-        raise ValueError("task qa_1 needs --squad FILE (SQuAD's official JSON); memrl does not ship SQuAD")
-    if "qa_2" in names and hotpotqa is None:
-        raise ValueError("task qa_2 needs --hotpotqa FILE (HotpotQA-schema questions)")
+    names = _task_names(tasks, squad, hotpotqa, console)
     _check_file(squad, "--squad")
     _check_file(hotpotqa, "--hotpotqa")
     _check_file(essay, "--essay")
@@ -83,26 +120,11 @@ def ruler(
     with console.status(f"loading tokenizer {tokenizer or '(approximate counts)'}"):
         counter = load_token_counter(tokenizer)
     record_outputs(out, [file_name(t, n) for t in names for n in target_lengths] + [REPORT])
-    reports = []
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TimeRemainingColumn())
-    with Progress(*columns, console=console) as progress:
-        for name in names:
-            for length in target_lengths:
-                bar = progress.add_task(f"{name} {length}", total=samples)
-                reports.append(write_task_file(out, name, length, counter, samples=samples, seed=seed,
-                                               sources=sources, progress=lambda k, b=bar: progress.advance(b, k)))
-                progress.remove_task(bar)
+    reports = _write_files(out, names, target_lengths, counter, samples, seed, sources, console)
     with atomic_write(out / REPORT) as fh:
         json.dump([r.to_dict() for r in reports], fh, indent=2)
         fh.write("\n")
-    table = Table(title=f"RULER files ({counter.name})")
-    for col in ("file", "samples", "target", "tokens min", "tokens mean", "tokens max"):
-        table.add_column(col, justify="left" if col == "file" else "right")
-    for r in reports:
-        table.add_row(Path(r.path).name, str(r.samples), f"{r.length:,}", f"{r.tokens_min:,}",
-                      f"{r.tokens_mean:,.0f}", f"{r.tokens_max:,}")
-    Console(width=None if sys.stdout.isatty() else 120).print(table)
+    Console(width=None if sys.stdout.isatty() else 120).print(_report_table(reports, counter.name))
     console.print(f"wrote {len(reports)} files and {REPORT} to {out}")
 
 
