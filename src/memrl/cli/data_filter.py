@@ -93,6 +93,45 @@ def register(app: typer.Typer) -> None:
     app.command("filter")(filter_cmd)
 
 
+def _check_options(input: Path, out: Path, metric: str, tries: int, max_new_tokens: int, concurrency: int) -> None:
+    if metric not in METRICS:
+        raise ValueError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    if tries < 1 or max_new_tokens < 1 or concurrency < 1:
+        raise ValueError("--tries, --max-new-tokens and --concurrency must be >= 1")
+    if not input.is_file():
+        raise ValueError(f"--input: no such file: {input}")
+    if out.resolve() == input.resolve():
+        raise ValueError("--out must differ from --input (the input is read while the output is written)")
+    if out.suffix not in (".json", ".jsonl", ".parquet"):
+        raise ValueError(f"--out must end in .json, .jsonl or .parquet, got {out.name}")
+
+
+def _write_kept(samples: Sequence[Any], hits: Sequence[str | None], report: FilterReport, out: Path,
+                schema: str) -> Path:
+    """Write the samples no try answered to ``out`` and the report beside it (its path)."""
+    from memrl.data import SampleWriter
+    from memrl.data.atomic import atomic_write
+    from memrl.data.stream import LazySample
+
+    kept = []
+    for sample, hit in zip(samples, hits):
+        if hit is None:
+            kept.append(sample)
+        else:
+            report.dropped.append({"index": sample.index, "question": sample.question,
+                                   "answers": list(sample.answers), "closed_book_answer": hit})
+    report.kept = len(kept)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with SampleWriter(out, schema, out.suffix[1:]) as writer:  # type: ignore[arg-type]
+        for sample in kept:  # each context copied from the input piece by piece
+            writer.write(sample, sample.context_pieces() if isinstance(sample, LazySample) else None)
+    report_path = out.with_name(out.name + ".filter.json")
+    with atomic_write(report_path) as fh:
+        json.dump(report.to_dict(), fh, indent=2)
+        fh.write("\n")
+    return report_path
+
+
 @user_errors
 def filter_cmd(
     input: Path = typer.Option(..., "--input", "-i", help="Long-context QA file (eval or verl training layout)."),
@@ -110,22 +149,11 @@ def filter_cmd(
 ) -> None:
     """Drop questions the model answers correctly without the document (MemAgent's training-data filter)."""
     from memrl.cli.common import resolve_config
-    from memrl.data import SampleWriter
-    from memrl.data.atomic import atomic_write
-    from memrl.data.stream import LazySample, read_samples_lazily
+    from memrl.data.stream import read_samples_lazily
     from memrl.engines.factory import build_engine
     from memrl.models.resolve import load_tokenizer
 
-    if metric not in METRICS:
-        raise ValueError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    if tries < 1 or max_new_tokens < 1 or concurrency < 1:
-        raise ValueError("--tries, --max-new-tokens and --concurrency must be >= 1")
-    if not input.is_file():
-        raise ValueError(f"--input: no such file: {input}")
-    if out.resolve() == input.resolve():
-        raise ValueError("--out must differ from --input (the input is read while the output is written)")
-    if out.suffix not in (".json", ".jsonl", ".parquet"):
-        raise ValueError(f"--out must end in .json, .jsonl or .parquet, got {out.name}")
+    _check_options(input, out, metric, tries, max_new_tokens, concurrency)
     console = Console(stderr=True)
     samples = list(read_samples_lazily(input))  # questions and answers only: contexts stay on disk
     schema = _schema(input)
@@ -150,22 +178,7 @@ def filter_cmd(
         console.print("interrupted: nothing written", highlight=False, markup=False)
         raise typer.Exit(130) from None
     report = FilterReport(str(input), str(out), model, metric, tries, total=len(samples))
-    kept = []
-    for sample, hit in zip(samples, hits):
-        if hit is None:
-            kept.append(sample)
-        else:
-            report.dropped.append({"index": sample.index, "question": sample.question,
-                                   "answers": list(sample.answers), "closed_book_answer": hit})
-    report.kept = len(kept)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with SampleWriter(out, schema, out.suffix[1:]) as writer:  # type: ignore[arg-type]
-        for sample in kept:  # each context copied from the input piece by piece
-            writer.write(sample, sample.context_pieces() if isinstance(sample, LazySample) else None)
-    report_path = out.with_name(out.name + ".filter.json")
-    with atomic_write(report_path) as fh:
-        json.dump(report.to_dict(), fh, indent=2)
-        fh.write("\n")
+    report_path = _write_kept(samples, hits, report, out, schema)
     d = report.to_dict()
     typer.echo(f"kept {d['kept']} of {d['total']} questions; dropped {d['dropped']} ({d['dropped_percent']}%) "
                f"that {model} answered without the document")
