@@ -50,6 +50,21 @@ def report_table(reports: list[FileReport]) -> Table:
     return table
 
 
+def _check_synth_options(fmt: str, evidence_order: Optional[str], max_samples: Optional[int]) -> None:
+    if fmt not in ("json", "jsonl", "parquet"):
+        raise ValueError(f"--format must be json, jsonl or parquet, got {fmt!r}")
+    if evidence_order is not None and evidence_order not in ORDERS:
+        raise ValueError(f"--evidence-order must be one of {', '.join(ORDERS)}, got {evidence_order!r}")
+    if max_samples is not None and max_samples <= 0:
+        raise ValueError(f"--max-samples must be positive, got {max_samples}")
+
+
+def _write_token_report(path: Path, reports: list[FileReport]) -> None:
+    with atomic_write(path) as fh:
+        json.dump([r.to_dict() for r in reports], fh, indent=2)
+        fh.write("\n")
+
+
 @app.command("synth")
 @user_errors
 def synth(
@@ -92,12 +107,7 @@ def synth(
     --rememr1-names), optionally
     DIR/train_{K}k.parquet (verl RL layout), and DIR/token_report.json.
     """
-    if fmt not in ("json", "jsonl", "parquet"):
-        raise ValueError(f"--format must be json, jsonl or parquet, got {fmt!r}")
-    if evidence_order is not None and evidence_order not in ORDERS:
-        raise ValueError(f"--evidence-order must be one of {', '.join(ORDERS)}, got {evidence_order!r}")
-    if max_samples is not None and max_samples <= 0:
-        raise ValueError(f"--max-samples must be positive, got {max_samples}")
+    _check_synth_options(fmt, evidence_order, max_samples)
     budget = parse_token_budget(train_tokens) if train_tokens else None
     check_writable_dir(out)  # before reading a large input, not after
     console = Console(stderr=True)
@@ -112,9 +122,7 @@ def synth(
     record_outputs(plan.out, plan.output_names() + ["token_report.json"])
     with progress(console, "synth", total=plan.total_samples, noun="samples") as bar:
         reports = plan.run(bar.advance)
-    with atomic_write(plan.out / "token_report.json") as fh:
-        json.dump([r.to_dict() for r in reports], fh, indent=2)
-        fh.write("\n")
+    _write_token_report(plan.out / "token_report.json", reports)
     Console(width=None if sys.stdout.isatty() else 120).print(report_table(reports))
     console.print(f"wrote {len(reports)} files and token_report.json to {plan.out}")
 __import__("memrl.cli.data_ruler", fromlist=["register"]).register(app)  # memrl data ruler
