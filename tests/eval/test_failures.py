@@ -10,6 +10,7 @@ from memrl.engines.base import EngineDeadError, EngineError
 from memrl.eval import runner
 from memrl.eval.report import markdown_table, summarize
 from memrl.types import Trajectory
+from memrl.workflows.registry import as_workflow
 from tests.eval.helpers import needle_eval_dir
 
 
@@ -37,7 +38,7 @@ class FakeWorkflow:
 
 
 def _run(tmp_path, wf, monkeypatch, concurrency=1, **kw):
-    monkeypatch.setattr(runner, "get_workflow", lambda name: wf)
+    monkeypatch.setattr(runner, "build_workflow", lambda cfg: as_workflow(wf))
     return asyncio.run(runner.run_eval(_cfg(concurrency), None, None, tmp_path / "data", [3], tmp_path / "out", **kw))
 
 

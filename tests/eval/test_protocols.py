@@ -10,6 +10,7 @@ from memrl.data import LongContextSample, write_samples
 from memrl.eval import runner
 from memrl.eval.report import markdown_table
 from memrl.types import Trajectory
+from memrl.workflows.registry import as_workflow
 
 
 def _samples() -> list[LongContextSample]:
@@ -43,7 +44,7 @@ def _run(tmp_path, monkeypatch, wf, **cfg):
     data = tmp_path / "data"
     if not (data / "eval_7.jsonl").exists():
         write_samples(_samples(), data / "eval_7.jsonl", fmt="jsonl")
-    monkeypatch.setattr(runner, "get_workflow", lambda name: wf)
+    monkeypatch.setattr(runner, "build_workflow", lambda cfg: as_workflow(wf))
     c = MemRLConfig.model_validate({"model": {"path": "fake"}, **cfg})
     return asyncio.run(runner.run_eval(c, None, None, data, [7], tmp_path / "out"))
 

@@ -19,6 +19,7 @@ from memrl.eval.runner import AllEpisodesFailedError
 from memrl.eval.ruler_suite import find_ruler_files, run_ruler_suite
 from memrl.testing import ScriptedEngine
 from memrl.types import Trajectory
+from memrl.workflows.registry import as_workflow
 
 FILES = [("niah_multivalue", 1024), ("vt", 1024), ("fwe", 1024), ("niah_multivalue", 2048)]
 
@@ -125,7 +126,7 @@ def test_failed_episodes_are_counted_apart_and_a_run_of_failures_stops(tmp_path,
         return Trajectory([], 1.0, "0", "0", metrics={"context_tokens": 5.0},
                           info={"final_text": "\\boxed{" + " ".join(sample.answers) + "}"})
 
-    monkeypatch.setattr(ruler_suite, "get_workflow", lambda name: flaky)
+    monkeypatch.setattr(ruler_suite, "build_workflow", lambda cfg: as_workflow(flaky))
     out = tmp_path / "out"
     res = asyncio.run(run_ruler_suite(_cfg(), None, None, data_dir, out, lengths=[1024], tasks=["vt"],
                                       max_samples=None))
@@ -137,7 +138,7 @@ def test_failed_episodes_are_counted_apart_and_a_run_of_failures_stops(tmp_path,
     async def broken(sample, engine, tokenizer, wcfg, *, sampling):
         raise EngineError("connection refused")
 
-    monkeypatch.setattr(ruler_suite, "get_workflow", lambda name: broken)
+    monkeypatch.setattr(ruler_suite, "build_workflow", lambda cfg: as_workflow(broken))
     with pytest.raises(AllEpisodesFailedError, match="connection refused"):
         asyncio.run(run_ruler_suite(_cfg(), None, None, data_dir, tmp_path / "o3", lengths=[1024], tasks=["fwe"],
                                     max_samples=None))

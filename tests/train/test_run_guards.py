@@ -82,7 +82,7 @@ def test_missing_tracking_extra_fails_before_the_model_loads(tmp_path, monkeypat
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
-    import memrl.train.trainer as T
+    import memrl.train.assembly as T  # where the run is built
 
     monkeypatch.setattr(T, "build_policy", lambda *a, **k: pytest.fail("the model was loaded"))
     with pytest.raises(ConfigError, match=f"needs {package}: pip install"):
@@ -233,7 +233,7 @@ def test_finished_run_is_reported_before_loading_anything(tmp_path, monkeypatch)
 
     cfg = config(tmp_path, trainer__total_steps=1)
     Trainer(cfg, engine=coin_engine(load_tokenizer("tiny")), tracker_console=quiet()).run()
-    import memrl.train.trainer as T
+    import memrl.train.assembly as T  # where the run is built
 
     monkeypatch.setattr(T, "build_policy", lambda *a, **k: pytest.fail("the model was loaded"))
     with pytest.raises(RunFinished, match=r"finished at step 1 \(trainer.total_steps=1\); raise"):

@@ -46,8 +46,8 @@ class FunctionWorkflow(QAWorkflow):
     async def episode(self, sample: Any, *, engine: Engine, tokenizer: Any, sampling: SamplingParams,
                       services: Mapping[str, Any] | None = None, sample_id: str | None = None,
                       group_id: str | None = None) -> Trajectory:
-        return await self.fn(sample, engine, tokenizer, self.options, sampling=sampling, sample_id=sample_id,
-                             group_id=group_id)
+        ids = {k: v for k, v in (("sample_id", sample_id), ("group_id", group_id)) if v is not None}
+        return await self.fn(sample, engine, tokenizer, self.options, sampling=sampling, **ids)
 
 
 def check_workflow(obj: Any) -> str | None:
@@ -147,6 +147,6 @@ def as_workflow(obj: Any, options: Mapping[str, Any] | None = None) -> Workflow:
         return obj.with_options({**obj.options.model_dump(), **dict(options)}) if options else obj
     if inspect.isclass(obj) and issubclass(obj, Workflow):
         return obj(**dict(options or {}))
-    if inspect.iscoroutinefunction(obj):
+    if inspect.iscoroutinefunction(obj) or inspect.iscoroutinefunction(getattr(obj, "__call__", None)):
         return FunctionWorkflow(obj, **dict(options or {}))
     raise TypeError(f"workflow must be a memrl.Workflow (instance or subclass), got {type(obj).__name__}")
