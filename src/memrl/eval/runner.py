@@ -224,6 +224,11 @@ def _todo(files: dict[int, Path], out: Path, max_samples: int | None,
     return todo, total
 
 
+def _failed_trajectory(sample: LongContextSample, error: str) -> Trajectory:
+    return Trajectory([], 0.0, str(sample.index), str(sample.index),
+                      info={"question": sample.question, "answers": sample.answers, "error": error})
+
+
 def _write_episode(out: Path, tokenizer: Any, traj: Trajectory, sample: LongContextSample, n: int, repeat: int,
                    seconds: float, error: str | None, rollouts: bool) -> None:
     """The transcript, then the rollout and the episode file (which marks it done) or the failure file."""
@@ -243,25 +248,13 @@ def _write_episode(out: Path, tokenizer: Any, traj: Trajectory, sample: LongCont
             json.dump(failure_record(sample, n, seconds, error), fh)
 
 
-async def run_eval(
-    cfg: MemRLConfig,
-    engine: Engine,
-    tokenizer: Any,
-    data_dir: Path,
-    docs: Sequence[int],
-    out: Path,
-    *,
-    max_samples: int | None = None,
-    on_start: Callable[[int, int], None] | None = None,
-    on_episode: Callable[[], None] | None = None,
-    rollouts: bool = True,
-) -> dict[str, Any]:
+async def run_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data_dir: Path, docs: Sequence[int], out: Path,
+                   *, max_samples: int | None = None, on_start: Callable[[int, int], None] | None = None,
+                   on_episode: Callable[[], None] | None = None, rollouts: bool = True) -> dict[str, Any]:
     """Evaluate every (docs, sample) not finished on disk; return the aggregated results.
 
-    ``rollouts=False`` skips the rollout records (token ids of every conversation: large for
-    long contexts) and keeps the summaries and transcripts.
-
-    Raises :class:`EngineDeadError` (reports written first) when the engine is gone and
+    ``rollouts=False`` skips the rollout records (token ids of every conversation: large for long
+    contexts). Raises :class:`EngineDeadError` (reports written first) when the engine is gone and
     :class:`AllEpisodesFailedError` when nothing this run attempted finished.
     """
     if max_samples is not None and max_samples < 1:
@@ -290,8 +283,7 @@ async def run_eval(
                 raise
             except Exception as exc:  # one broken episode must not stop the eval
                 error = "".join(traceback.format_exception_only(exc)).strip()
-                traj = Trajectory([], 0.0, str(sample.index), str(sample.index),
-                                  info={"question": sample.question, "answers": sample.answers, "error": error})
+                traj = _failed_trajectory(sample, error)
             _write_episode(out, tokenizer, traj, sample, n, repeat, time.perf_counter() - t0, error, rollouts)
             if error is not None:
                 errors.append(error)

@@ -248,6 +248,19 @@ def _memory_turn(tokenizer: Any, out: list[int], released: bool) -> tuple[list[i
     return memory, decode(tokenizer, memory), (recalls[-1].group(1) if recalls else None)
 
 
+def _recall(pool: Any, where: str, new_memory: list[int], new_text: str, query: str | None,
+            counts: dict[str, int]) -> tuple[list[int], str] | None:
+    """Search earlier memories for the turn's query (``recall_pool``: before or after adding this turn's)."""
+    if where == "including_current":
+        pool.add(new_memory, new_text)
+    hit = pool.find(query) if query else None
+    counts["recalls"] += query is not None
+    counts["recall_hits"] += hit is not None
+    if where == "previous":
+        pool.add(new_memory, new_text)
+    return hit
+
+
 def _state_reward(updates: list[str], memory_text: str, new_text: str, recalled_text: str,
                   golds: list[str]) -> float:
     """memrl's state reward of a memory turn: one well-formed update, plus the gold coverage it gained (and the
@@ -303,15 +316,9 @@ async def rememr1(
         counts["multiple_update"] += len(updates) > 1
         new_memory, new_text, query = _memory_turn(tokenizer, out, released)
 
-        if config.recall_pool == "including_current":
-            pool.add(new_memory, new_text)
-        hit = pool.find(query) if query else None
-        counts["recalls"] += query is not None
-        counts["recall_hits"] += hit is not None
+        hit = _recall(pool, config.recall_pool, new_memory, new_text, query, counts)
         # the slot is rewritten every turn: a turn without a (successful) query shows the placeholder
         recalled, recalled_text = hit if hit is not None else (p.no_recall, "")
-        if config.recall_pool == "previous":
-            pool.add(new_memory, new_text)
 
         if released:
             reward = released_state_reward(decode(tokenizer, prompt), decode(tokenizer, res.token_ids),
