@@ -104,7 +104,10 @@ def test_options_are_validated_with_the_nearest_name():
         WorkflowConfig(name="tests.workflows.test_workflow_api:Twice", options={"first_token": 4})
 
 
-def test_old_flat_keys_load_as_options_with_a_notice(capsys):
+def test_old_flat_keys_load_as_options_with_a_notice(capsys, monkeypatch):
+    from memrl.workflows import registry
+
+    monkeypatch.setattr(registry, "_NOTICED", set())  # each notice is printed once per process
     cfg = load_config(None, ["workflow.chunk_tokens=77"])
     assert cfg.workflow.options == {"chunk_tokens": 77} and cfg.workflow.opts.chunk_tokens == 77
     assert "workflow.options.chunk_tokens" in capsys.readouterr().err
@@ -143,8 +146,11 @@ async def legacy(sample, engine, tokenizer, config, *, sampling, sample_id=None,
                       sample_id or "s", group_id or "g")
 
 
-def test_old_style_functions_run_behind_the_object_api_with_a_notice(tok, capsys):
+def test_old_style_functions_run_behind_the_object_api_with_a_notice(tok, capsys, monkeypatch):
+    from memrl.workflows import registry
     from memrl.workflows.registry import FunctionWorkflow, make_workflow
+
+    monkeypatch.setattr(registry, "_NOTICED", set())
 
     wf = make_workflow("tests.workflows.test_workflow_api:legacy", {"final_tokens": 3})
     assert isinstance(wf, FunctionWorkflow) and "old signature" in capsys.readouterr().err
