@@ -122,6 +122,8 @@ WORKFLOWS.register("agent", "memrl.gateway.workflow:AgentWorkflow")
 REWARDS = Registry("reward", _is_reward)
 for _name in ("em", "sub_em", "f1", "memagent_strict"):
     REWARDS.register(_name, f"memrl.rewards.builtin:{_name}")
+for _name in ("tau2", "progress"):  # tool-agent rewards: they read the episode's grade (grade=...)
+    REWARDS.register(_name, f"memrl.envs.progress:{_name}")
 
 
 DOMAINS = Registry("domain", "memrl.envs.domain:check_domain")
@@ -152,7 +154,8 @@ def _new_style(fn: Any) -> bool:
     return "sample" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def reward_value(name: str, text: str, golds: Sequence[str], answer: str | None, sample: Any = None) -> float:
+def reward_value(name: str, text: str, golds: Sequence[str], answer: str | None, sample: Any = None,
+                 **kw: Any) -> float:
     """The configured reward of one final response; a ValueError naming the reward unless it is a finite number.
 
     Rewards have TRL's shape, ``reward(text, *, sample, answer=None, **kw) -> float`` (``sample`` is the
@@ -162,7 +165,7 @@ def reward_value(name: str, text: str, golds: Sequence[str], answer: str | None,
     """
     fn = REWARDS.get(name)
     if _new_style(fn):
-        value = fn(text, sample=sample if sample is not None else {"answers": list(golds)}, answer=answer)
+        value = fn(text, sample=sample if sample is not None else {"answers": list(golds)}, answer=answer, **kw)
     else:
         value = fn(text, golds, answer)
     try:

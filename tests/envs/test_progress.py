@@ -83,8 +83,14 @@ def test_episode_reward_names():
     info = RewardInfo(0.0, db_match=True, action_checks=[False])
     assert episode_reward("tau2", info) == 0.0
     assert episode_reward("progress", info) == 0.5
-    with pytest.raises(ValueError, match="env.reward"):
+    with pytest.raises(ValueError, match="reward 'partial' is neither built in nor an import path"):
         episode_reward("partial", info)
+    from memrl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="env.reward: unknown reward 'partial'"):
+        load_config(None, ["env.reward=partial"])
+    with pytest.raises(ValueError, match="scores a graded tool-agent episode"):
+        episode_reward("progress", None)  # a tool-agent reward needs the grade
 
 
 def test_tool_agent_trains_on_progress_and_keeps_tau2_in_metrics():

@@ -137,10 +137,11 @@ class EnvConfig(Section):
                        "false needs a user simulator (env.user_model).")
     partial_credit: bool = Field(False, description="Reward = mean of component pass rates instead of "
                                  "tau2-bench's all-or-nothing product.")
-    reward: Literal["tau2", "progress"] = Field(
+    reward: str = Field(
         "tau2", description="Training reward of tool_agent: tau2 (tau2-bench's) or progress, the fraction of "
         "checks passed (database, env assertions, gold actions, required information; not a tau2-bench number, "
-        "see memrl.envs.progress). The tau2-bench reward stays in metrics tau2_reward.")
+        "see memrl.envs.progress), or your own reward (text, *, sample, grade, **kw) -> float as "
+        "'package.module:function'. The tau2-bench reward stays in metrics tau2_reward.")
     user_model: str | None = Field(None, description="User simulator: model path/alias (hf) or its tokenizer (openai).")
     user_engine: Literal["hf", "openai"] = "hf"
     user_base_url: str | None = Field(None, description="openai user simulator: server root, e.g. http://host:8000/v1.")
@@ -159,6 +160,13 @@ class EnvConfig(Section):
     nl_judge_max_tokens: int = Field(1024, gt=0)
     tool_options: dict[str, Any] = Field(default_factory=dict, description="Switches of the domain's tools, e.g. "
                                          "{per_item_variant: true} for retail (tau2-bench's default is false).")
+
+    @field_validator("reward")
+    @classmethod
+    def _reward(cls, v: str) -> str:
+        from memrl.plugins import REWARDS
+
+        return REWARDS.validate(v)
 
     @field_validator("domain")
     @classmethod

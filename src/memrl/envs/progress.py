@@ -29,9 +29,9 @@ tool_agent workflow keeps every episode's τ²-bench reward in ``metrics["tau2_r
 
 from __future__ import annotations
 
-from memrl.envs.evaluate import RewardInfo
+from typing import Any
 
-REWARDS = ("tau2", "progress")
+from memrl.envs.evaluate import RewardInfo
 
 
 def progress_checks(info: RewardInfo) -> list[bool]:
@@ -48,10 +48,27 @@ def progress_reward(info: RewardInfo) -> float:
     return sum(checks) / len(checks) if checks else info.reward
 
 
-def episode_reward(kind: str, info: RewardInfo) -> float:
-    """The training reward ``env.reward`` names: ``tau2`` (τ²-bench's) or ``progress``."""
-    if kind == "tau2":
-        return info.reward
-    if kind == "progress":
-        return progress_reward(info)
-    raise ValueError(f"env.reward must be one of {', '.join(REWARDS)}, not {kind!r}")
+def tau2(text: str, *, sample: Any = None, grade: RewardInfo | None = None, **kw: Any) -> float:
+    """τ²-bench's reward of a graded tool-agent episode (all or nothing over the task's reward basis)."""
+    return _graded(grade, "tau2").reward
+
+
+def progress(text: str, *, sample: Any = None, grade: RewardInfo | None = None, **kw: Any) -> float:
+    """The fraction of the episode's checks passed (see this module); not a τ²-bench number."""
+    return progress_reward(_graded(grade, "progress"))
+
+
+def _graded(grade: RewardInfo | None, name: str) -> RewardInfo:
+    if grade is None:
+        raise ValueError(f"reward {name!r} scores a graded tool-agent episode (env.reward); it got no grade")
+    return grade
+
+
+def episode_reward(kind: str, info: RewardInfo, text: str = "", sample: Any = None) -> float:
+    """The training reward ``env.reward`` names (``tau2``, ``progress`` or yours), given the episode's grade.
+
+    Rewards are one registry (:data:`memrl.plugins.REWARDS`) with one signature: a tool-agent reward
+    gets the final text, the sample and ``grade=`` (the τ²-bench :class:`RewardInfo`)."""
+    from memrl.plugins import reward_value
+
+    return reward_value(kind, text, [], None, sample, grade=info)

@@ -284,7 +284,8 @@ async def _graded(sample: TaskSample, messages: list[Message], ending: str, stat
     task, domain, conv = sample.task, sample.domain, side.conv
     grade = await evaluate_async(domain, task, messages, ending=ending, solo=sample.solo, partial=sample.partial,
                                  nl_judge=sample.nl_judge)
-    reward = episode_reward(sample.reward, grade)  # the tau2-bench reward stays in metrics["tau2_reward"]
+    # the tau2-bench reward stays in metrics["tau2_reward"]
+    reward = episode_reward(sample.reward, grade, side.final_text(), sample)
     attempted = stats["tool_calls"]
     valid = attempted - stats["invalid_tool_calls"] - stats["tool_errors"]
     metrics = {**stats, "num_conversations": 1.0, "response_tokens": float(side.response_tokens),
