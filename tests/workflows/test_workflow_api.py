@@ -178,3 +178,23 @@ def test_a_raising_episode_is_failed_and_its_traceback_kept(tmp_path):
     kept = sorted((tmp_path / "run" / "failures").iterdir())
     assert len(kept) == 2 and "RuntimeError: no rivers here" in kept[0].read_text()
     assert "in run" in kept[0].read_text()  # the whole traceback, down to the workflow's line
+
+
+class WithService(Twice):
+    closed: list[str] = []
+
+    class Server:
+        def close(self) -> None:
+            WithService.closed.append("server")
+
+    def build_services(self, config):
+        return {"server": self.Server()}
+
+
+def test_services_are_built_once_and_closed_when_the_run_ends(tmp_path):
+    cfg = {"model": {"path": "tiny"}, "algorithm": {"n": 2},
+           "trainer": {"total_steps": 1, "prompts_per_step": 2, "output_dir": str(tmp_path / "run")}}
+    trainer = Trainer(cfg, workflow=WithService(), train=[{"word": "apple"}, {"word": "river"}])
+    assert isinstance(trainer.workflow.services["server"], WithService.Server) and not WithService.closed
+    trainer.run()
+    assert WithService.closed == ["server"]

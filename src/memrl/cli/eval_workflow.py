@@ -25,8 +25,11 @@ def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Co
     eng = build_engine(cfg)
     console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · "
                   f"{cfg.data.eval_file} · {cfg.eval.repeats} repeat(s)", highlight=False)
-    results = run_with_progress(console, out, eng, lambda started, advance: run_workflow_eval(
-        cfg, eng, tokenizer, workflow, out, on_start=started, on_episode=advance, rollouts=rollouts))
+    try:
+        results = run_with_progress(console, out, eng, lambda started, advance: run_workflow_eval(
+            cfg, eng, tokenizer, workflow, out, on_start=started, on_episode=advance, rollouts=rollouts))
+    finally:
+        workflow.close()
     passes = " ".join(f"pass^{k} {v:.3f}" for k, v in results["pass_hat_k"].items())
     console.print(f"mean reward {results['mean_reward']} · accuracy {results['accuracy']}% · {passes} · "
                   f"{results['failed']} failed; results in {out / 'results.md'}", highlight=False)

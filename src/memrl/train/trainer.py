@@ -236,6 +236,7 @@ class Trainer:
                     self.idle.check()  # every rank holds the same streak: all stop together
         finally:
             self.source.close()
+            self.workflow.close()
             self.tracker.close()
         return last
 

@@ -260,6 +260,16 @@ class Workflow:
         """Side engines or objects the episodes share (``ep.services``), built once per run."""
         return {}
 
+    def close(self) -> None:
+        """End of the run: services with a synchronous ``close()`` (a gateway's server thread) are closed."""
+        import inspect
+
+        for service in self.services.values():
+            close = getattr(service, "close", None)
+            if callable(close) and not inspect.iscoroutinefunction(close):
+                close()
+        self.services = {}
+
     def norm_tokens(self) -> int | None:
         """Longest response of one conversation, if known (the seq-mean-token-sum-norm divisor)."""
         return None
