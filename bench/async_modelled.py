@@ -14,10 +14,12 @@ its own. This bench models that:
    is real), and each request then *sleeps* until ``L(n)`` has passed since it started. The
    sleeping costs no core; only the tiny model's own compute competes with the update.
 
-The latency model used by ``run`` is ``--a-s`` + ``--b-ms`` per token (default 0.05 s + 60 ms: one
-batched decode step of a small model on a modest accelerator, which puts the modelled generation of
-a demo step, ~4 sequential model calls of 4-8 tokens, near the measured update time: the regime a
-disaggregated setup is sized for), or ``--fit WORK/latency.json`` for the calibrated line. The
+The latency model used by ``run`` is ``--a-s`` + ``--b-ms`` per token. By default ``b`` is
+*balanced*: a short synchronous probe measures this machine's update time per step, and ``b`` is
+set so that the modelled generation of a step (~4 sequential model calls of 4-8 tokens) takes as
+long: the regime a disaggregated setup is sized for, on a fast or a loaded machine alike (a fixed
+``b`` gives a different regime on each). ``--b-ms 60`` fixes it; ``--fit WORK/latency.json`` uses the
+calibrated line. The
 speed-up of perfect overlap is (G + T) / max(G, T) for generation G and update T per step: the
 time split it prints says which regime a run was in.
 
@@ -144,6 +146,26 @@ def run_one(spec: Spec, work: Path, a: float, b: float) -> dict[str, Any]:
     return {"spec": spec.__dict__, "label": spec.label, "modelled_engine_s": engine.busy_s, **summarise(rows, wall)}
 
 
+def balance(args: argparse.Namespace, b0_ms: float = 60.0) -> dict[str, Any]:
+    """``b`` such that a synchronous step waits for generation as long as it updates.
+
+    A probe run at ``b0`` measures the wait for rollouts G0 and the update T per step. The
+    wait is the per-request part ``a`` (fixed) plus ``b`` times the tokens of the step's chain
+    of model calls, so it scales with ``b`` minus the fixed part: ``b = b0 (T - G_a) / (G0 - G_a)``,
+    with ``G_a`` the share of ``a`` (``a`` per model turn of an episode, the turns run in sequence).
+    """
+    spec = Spec(args.seeds[0], args.lr, None, "none", "interrupt", 32, steps=args.probe_steps)
+    probe = run_one(spec, args.work, args.a_s, b0_ms / 1000)
+    steps = max(1, len(probe["rewards"]))
+    g0, t = probe["rollout_s"] / steps, probe["update_s"] / steps
+    g_a = args.a_s * probe.get("turns", 5.0)
+    b = max(1e-3, b0_ms / 1000 * max(t - g_a, 1e-3) / max(g0 - g_a, 1e-3))
+    print(f"balance probe ({steps} sync steps at b={b0_ms:.0f} ms): wait for rollouts {g0:.2f} s/step, update "
+          f"{t:.2f} s/step -> b = {1000 * b:.1f} ms per token", file=sys.stderr, flush=True)
+    return {"a_s": args.a_s, "b_s_per_token": b, "model": f"balanced on this machine (update {t:.2f} s/step)",
+            "concurrency": "-", "threads": "-"}
+
+
 def print_table(results: list[dict[str, Any]], fit: dict[str, Any]) -> None:
     print(f"\nmodelled engine: L(n) = {fit['a_s']:.3f} s + {1000 * fit['b_s_per_token']:.1f} ms x n per request "
           f"({fit['model']}; {fit['concurrency']} requests at once, {fit['threads']} threads)\n")
@@ -179,17 +201,24 @@ def main() -> None:
     p.add_argument("--staleness", type=int, nargs="+", default=[1, 2])
     p.add_argument("--off-policy", default="decoupled", choices=["none", "decoupled", "tis"])
     p.add_argument("--a-s", type=float, default=0.05, help="modelled seconds per request (queue + prefill)")
-    p.add_argument("--b-ms", type=float, default=60.0, help="modelled ms per generated token (a decode step)")
+    p.add_argument("--b-ms", default="balance", help="modelled ms per generated token (a decode step), or "
+                   "'balance' (default): chosen by a short synchronous probe so that the modelled generation of a "
+                   "step takes as long as this machine's update of it (the regime a disaggregated setup is sized "
+                   "for), whatever the machine's speed")
+    p.add_argument("--probe-steps", type=int, default=4, help="steps of the balance probe")
     p.add_argument("--fit", type=Path, default=None, help="use a calibrated latency.json instead")
     p.add_argument("--results", type=Path, default=None, help="JSON lines (default WORK/modelled.jsonl)")
     args = p.parse_args()
     if args.what == "calibrate":
         calibrate(args)
         return
-    fit = {"a_s": args.a_s, "b_s_per_token": args.b_ms / 1000, "model": "fixed (--a-s, --b-ms)",
-           "concurrency": "-", "threads": "-"}
     if args.fit is not None:
         fit = json.loads(args.fit.read_text())
+    elif args.b_ms == "balance":
+        fit = balance(args)
+    else:
+        fit = {"a_s": args.a_s, "b_s_per_token": float(args.b_ms) / 1000, "model": "fixed (--a-s, --b-ms)",
+               "concurrency": "-", "threads": "-"}
     out = args.results or args.work / "modelled.jsonl"
     results = []
     for seed in args.seeds:
