@@ -78,10 +78,10 @@ def build_config(spec: Spec, work: Path) -> Any:
     scale = DemoScale()
     sft_dir, _, paths, _ = warm_start(work / f"seed{spec.seed}", spec.seed, Console(stderr=True, quiet=True), scale)
     raw = rl_config(work / "bench", sft_dir, paths, spec.steps, spec.seed, scale, spec.eta).model_dump(mode="json")
-    raw["trainer"].update(output_dir=str(work / "bench" / spec.name), eval_every=0, save_every=10_000,
+    raw["trainer"].update(output_dir=str(work / "bench" / spec.name), eval={"every": 0}, save_every=10_000,
                           rollouts_every=0, lr=spec.lr)
     if spec.eta is not None:
-        raw["trainer"].update(partial_rollouts=spec.partial, partial_chunk_tokens=spec.chunk)
+        raw["trainer"]["async"].update(partial_rollouts=spec.partial, partial_chunk_tokens=spec.chunk)
         raw["algorithm"].update(off_policy=spec.off_policy, behav_imp_weight_cap=spec.cap)
     if spec.replicas:
         raw["cluster"] = {"rollout_replicas": spec.replicas, "replica_cpus": 1}
@@ -184,7 +184,7 @@ def main() -> None:
     p.add_argument("--staleness", type=int, nargs="+", default=[1], help="η of the asynchronous runs")
     p.add_argument("--off-policy", nargs="+", default=["decoupled"], choices=["none", "decoupled", "tis"])
     p.add_argument("--partial", nargs="+", default=["interrupt"], choices=["finish", "interrupt"])
-    p.add_argument("--chunk", type=int, default=2, help="trainer.partial_chunk_tokens for interrupt (the demo's "
+    p.add_argument("--chunk", type=int, default=2, help="trainer.async.partial_chunk_tokens for interrupt (the demo's "
                    "memory turns are 4 tokens: 2 lets an update land inside one)")
     p.add_argument("--cap", type=float, default=None, help="algorithm.behav_imp_weight_cap (decoupled)")
     p.add_argument("--replicas", type=int, default=0, help="0: the in-process engine; R: R Ray replicas")

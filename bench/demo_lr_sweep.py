@@ -31,7 +31,7 @@ def grpo_only(folder: Path, seed: int, lr: float, steps: int) -> tuple[float, fl
         held = list(read_samples(paths["heldout"]))
         cfg = rl_config(folder, sft_dir, paths, steps, seed, DemoScale(), None).model_dump()
         out = folder / f"rl_lr{lr:g}"
-        cfg["trainer"].update(lr=lr, output_dir=str(out), eval_every=0, save_every=steps)
+        cfg["trainer"].update(lr=lr, output_dir=str(out), eval={"every": 0}, save_every=steps)
         trainer = Trainer(MemRLConfig.model_validate(cfg))
         trainer.run()
         after = asyncio.run(accuracy(trainer.policy, tok, held))

@@ -74,7 +74,7 @@ def config(s: dict[str, Any], train: Path, heldout: Path, run: Path, seed: int) 
         "algorithm": {"adv_estimator": "grpo", "n": s["n"], "kl_coef": 0.0},
         "lora": {"enabled": s["lora"], "r": 16, "alpha": 32},
         "trainer": {"lr": s["lr"], "warmup_steps": 0, "prompts_per_step": s["prompts"], "total_steps": s["steps"],
-                    "eval_every": s["steps"], "eval_samples": s["heldout"], "save_every": 10_000, "seed": seed,
+                    "eval": {"every": s["steps"], "samples": s["heldout"]}, "save_every": 10_000, "seed": seed,
                     # 4,096 tokens x a 49,152-token vocabulary: ~0.8 GB of logits per pass (the default 16,384
                     # took the process past 24 GB on CPU)
                     "micro_batch_tokens": 4096,

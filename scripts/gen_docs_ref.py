@@ -49,6 +49,7 @@ def section_docs() -> dict[str, str]:
 
     def walk(prefix: str, model: type[BaseModel]) -> None:
         for name, info in model.model_fields.items():
+            name = info.alias or name  # the key a file uses (trainer.async)
             ann = info.annotation
             if isinstance(ann, type) and issubclass(ann, BaseModel):
                 docs[prefix + name] = first_paragraph(ann.__doc__)

@@ -236,10 +236,10 @@ def rl_config(out: Path, sft_dir: Path, paths: dict[str, Path], rl_steps: int, s
         "sampling": {"temperature": 1.0},
         "algorithm": {"adv_estimator": "grpo", "n": scale.episodes_per_prompt, "loss_agg_mode": "token-mean"},
         "trainer": {"lr": RL_LR, "total_steps": rl_steps, "prompts_per_step": scale.prompts_per_step,
-                    "save_every": 10, "eval_every": 10, "eval_samples": scale.eval_samples, "seed": seed,
+                    "save_every": 10, "eval": {"every": 10, "samples": scale.eval_samples}, "seed": seed,
                     "output_dir": str(out / ("rl" if staleness is None else "rl_async")),
                     "micro_batch_tokens": 32768,
-                    **({} if staleness is None else {"mode": "async", "max_staleness": staleness})},
+                    **({} if staleness is None else {"mode": "async", "async": {"max_staleness": staleness}})},
         "engine": {"max_batch_size": 64, "device": "cpu"},
     })
 

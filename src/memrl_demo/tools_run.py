@@ -110,7 +110,7 @@ def rl_config(out: Path, sft_dir: Path, rl_steps: int, seed: int, reward: str, s
         "sampling": {"temperature": 1.0},
         "algorithm": {"adv_estimator": "grpo", "n": scale.episodes_per_prompt, "loss_agg_mode": "token-mean"},
         "trainer": {"lr": scale.rl_lr, "total_steps": rl_steps, "prompts_per_step": scale.prompts_per_step,
-                    "save_every": 10, "eval_every": 0, "seed": seed, "output_dir": str(out / "rl"),
+                    "save_every": 10, "eval": {"every": 0}, "seed": seed, "output_dir": str(out / "rl"),
                     "micro_batch_tokens": 32768},
         "engine": {"max_batch_size": 64, "device": "cpu"},
     })

@@ -32,7 +32,7 @@ def test_eval_section_defaults_and_checks():
     cfg = load_config(None)
     assert (cfg.eval.protocol, cfg.eval.repeats, cfg.workflow.answer_format) == ("memrl", 1, "boxed")
     for bad in (["eval.protocol=ruler"], ["eval.repeats=0"], ["workflow.answer_format=json"],
-                ["workflow.answer_format=regex:("], ["trainer.eval_n=0"]):
+                ["workflow.answer_format=regex:("], ["trainer.eval.n=0"]):
         try:
             load_config(None, bad)
         except Exception as exc:  # ConfigError names the key

@@ -85,5 +85,5 @@ def test_no_judge_without_a_model():
     from memrl.config.schema import MemRLConfig
 
     assert build_nl_judge(MemRLConfig.model_validate({})) is None
-    with pytest.raises(ValueError, match="nl_judge_base_url"):
+    with pytest.raises(ValueError, match="env.judge.base_url"):
         build_nl_judge(MemRLConfig.model_validate({"env": {"nl_judge_model": "tiny32", "nl_judge_engine": "openai"}}))

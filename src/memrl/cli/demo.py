@@ -28,7 +28,7 @@ def demo(
                                       "trainer.mode=async (rollouts continue during updates) into OUT/rl_async; "
                                       "its numbers can vary a little between runs (timing decides which "
                                       "episodes finish first)."),
-    max_staleness: int = typer.Option(1, "--max-staleness", min=0, help="With --async: trainer.max_staleness."),
+    max_staleness: int = typer.Option(1, "--max-staleness", min=0, help="With --async: trainer.async.max_staleness."),
     fresh: bool = typer.Option(False, "--fresh", help="Delete the demo's earlier outputs in --out first (only what "
                                "the demo wrote; refuses if the folder holds anything else)."),
 ) -> None:

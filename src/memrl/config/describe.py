@@ -102,6 +102,7 @@ def field_rows(model: type[BaseModel], prefix: str = "", workflow: str | None = 
     """The leaf fields of ``model`` in schema order, nested sections flattened to dotted keys."""
     rows: list[FieldRow] = []
     for name, info in model.model_fields.items():
+        name = info.alias or name  # the key a file uses (trainer.async)
         key = f"{prefix}.{name}" if prefix else name
         sub = _section(info)
         rows += field_rows(sub, key, workflow) if sub is not None else [_row(key, info, workflow)]

@@ -16,6 +16,8 @@ from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from memrl.config.renames import ALSO, migrate, moved_key, notice
+from memrl.config.section import external_fields
 from memrl.config.schema import FIXED_ON_RESUME, MemRLConfig, check_resume_keys  # noqa: F401 (their old home)
 
 
@@ -59,7 +61,7 @@ def _submodel(annotation: Any) -> type[BaseModel] | None:
 def all_keys(model: type[BaseModel] = MemRLConfig, prefix: str = "") -> list[str]:
     """Every dotted key the schema accepts (sections and leaves)."""
     keys: list[str] = []
-    for name, info in model.model_fields.items():
+    for name, info in external_fields(model).items():
         dotted = f"{prefix}{name}"
         keys.append(dotted)
         sub = _submodel(info.annotation)
@@ -70,7 +72,7 @@ def all_keys(model: type[BaseModel] = MemRLConfig, prefix: str = "") -> list[str
 
 def _unknown_key_error(dotted: str, model: type[BaseModel], prefix: str) -> ConfigError:
     name = dotted.rsplit(".", 1)[-1]
-    siblings = list(model.model_fields)
+    siblings = list(external_fields(model))
     close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.5)
     if close:
         hint = f"did you mean '{prefix}{close[0]}'?"
@@ -100,11 +102,13 @@ def check_keys(raw: Any, model: type[BaseModel] = MemRLConfig, prefix: str = "")
         return
     if model is MemRLConfig:
         _old_workflow_keys(raw)
+        migrate(raw)  # keys that moved into nested sections (env.user_model -> env.user.model)
+    fields = external_fields(model)
     for key, value in raw.items():
         dotted = f"{prefix}{key}"
-        if key not in model.model_fields:
+        if key not in fields:
             raise _unknown_key_error(dotted, model, prefix)
-        sub = _submodel(model.model_fields[key].annotation)
+        sub = _submodel(fields[key].annotation)
         if sub is not None and isinstance(value, dict):
             check_keys(value, sub, dotted + ".")
 
@@ -122,6 +126,13 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
         if parts[1] in workflow_support("LEGACY_KEYS"):  # an old flat key: the option of that name
             workflow_support("notice")(f"workflow.{parts[1]}=... is now workflow.options.{parts[1]}=...")
             parts = ["workflow", "options", parts[1]]
+    moved = moved_key(parts[0], parts[1]) if len(parts) == 2 else None
+    if moved is not None:  # an old flat key: where it lives now (user_api_key_env also keys the judge)
+        notice(f"{key}=... is now {parts[0]}.{moved[0]}.{moved[1]}=...")
+        also = ALSO.get((parts[0], parts[1]))
+        if also is not None:
+            apply_override(raw, f"{parts[0]}.{also[0]}.{also[1]}={value}")
+        parts = [parts[0], *moved]
     if not key or any(not p for p in parts):
         raise ConfigError(f"override {override!r} has an empty key part")
     node = raw
@@ -129,7 +140,7 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
     for depth, part in enumerate(parts):
         prefix = ".".join(parts[:depth])
         prefix = prefix + "." if prefix else ""
-        if model is not None and part not in model.model_fields:
+        if model is not None and part not in external_fields(model):
             raise _unknown_key_error(prefix + part, model, prefix)
         if depth == len(parts) - 1:
             node[part] = parse_value(value)
@@ -139,7 +150,7 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
             child = {}
             node[part] = child
         node = child
-        model = _submodel(model.model_fields[part].annotation) if model is not None else None
+        model = _submodel(external_fields(model)[part].annotation) if model is not None else None
 
 
 def _override_for(loc: str, given: dict[str, str]) -> str | None:

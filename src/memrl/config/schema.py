@@ -7,13 +7,15 @@ a field appears here only when code reads it.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from memrl.config.algorithm import AlgorithmConfig
 from memrl.config.engine import EngineConfig, VLLMOptions
-from memrl.config.section import Section
+from memrl.config.renames import migrate_section
+from memrl.config.section import Section, external_fields
+from memrl.config.sides import AsyncConfig, JudgeConfig, TrainEvalConfig, UserSimConfig
 
 __all__ = ["AlgorithmConfig", "EngineConfig", "VLLMOptions", "Section"]  # re-exported: their old home
 
@@ -43,7 +45,7 @@ class DataConfig(Section):
     format: Literal["json", "jsonl", "parquet"] = "json"
     max_samples: int | None = None
     train_file: str | None = Field(None, description="Training samples (any long-context file layout).")
-    eval_file: str | None = Field(None, description="Held-out samples evaluated every trainer.eval_every steps.")
+    eval_file: str | None = Field(None, description="Held-out samples evaluated every trainer.eval.every steps.")
 
     @field_validator("docs")
     @classmethod
@@ -125,16 +127,18 @@ class WorkflowConfig(Section):
 
 
 class EnvConfig(Section):
-    """Tool-agent environment: the domain, its tasks and the user simulator (workflow.name=tool_agent)."""
+    """Tool-agent environment: the domain, its tasks, the user simulator and the NL judge (workflow.name=tool_agent)."""
+
+    section_key: ClassVar[str | None] = "env"
 
     domain: str = Field("library", description="'library' (built in), a tau2-bench domain (mock, retail, telecom, "
                         "telecom-workflow), or your own as 'package.module:factory' (see memrl.envs.domain).")
     data_dir: str | None = Field(None, description="tau2-bench clone or its data/tau2/domains folder "
                                  "(not needed for 'library').")
     train_split: str | None = Field("train", description="Task split trained on (null: all tasks).")
-    eval_split: str | None = Field("test", description="Task split evaluated every trainer.eval_every steps.")
+    eval_split: str | None = Field("test", description="Task split evaluated every trainer.eval.every steps.")
     solo: bool = Field(True, description="Solo mode: the agent gets the ticket and works alone; "
-                       "false needs a user simulator (env.user_model).")
+                       "false needs a user simulator (env.user.model).")
     partial_credit: bool = Field(False, description="Reward = mean of component pass rates instead of "
                                  "tau2-bench's all-or-nothing product.")
     reward: str = Field(
@@ -142,24 +146,15 @@ class EnvConfig(Section):
         "checks passed (database, env assertions, gold actions, required information; not a tau2-bench number, "
         "see memrl.envs.progress), or your own reward (text, *, sample, grade, **kw) -> float as "
         "'package.module:function'. The tau2-bench reward stays in metrics tau2_reward.")
-    user_model: str | None = Field(None, description="User simulator: model path/alias (hf) or its tokenizer (openai).")
-    user_engine: Literal["hf", "openai"] = "hf"
-    user_base_url: str | None = Field(None, description="openai user simulator: server root, e.g. http://host:8000/v1.")
-    user_served_model: str | None = None
-    user_api_key_env: str = "OPENAI_API_KEY"
-    user_max_tokens: int = Field(256, gt=0)
-    user_temperature: float = Field(1.0, ge=0)
-    user_prompt: str | None = Field(None, description="Text file with the user simulator's system prompt "
-                                    "(must contain {scenario}).")
-    nl_judge_model: str | None = Field(None, description="LLM judge of tau2-bench NL assertions: model path/alias "
-                                       "(hf) or its tokenizer (openai). Unset: assertions are not judged, "
-                                       "left out of the reward and counted as nl_unchecked.")
-    nl_judge_engine: Literal["hf", "openai"] = "hf"
-    nl_judge_base_url: str | None = Field(None, description="openai judge: server root (key from user_api_key_env).")
-    nl_judge_served_model: str | None = None
-    nl_judge_max_tokens: int = Field(1024, gt=0)
+    user: UserSimConfig = Field(default_factory=UserSimConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
     tool_options: dict[str, Any] = Field(default_factory=dict, description="Switches of the domain's tools, e.g. "
                                          "{per_item_variant: true} for retail (tau2-bench's default is false).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        return migrate_section("env", data) if isinstance(data, dict) else data
 
     @field_validator("reward")
     @classmethod
@@ -209,6 +204,8 @@ class LoraConfig(Section):
 class TrainerConfig(Section):
     """Optimisation, batching and run bookkeeping."""
 
+    section_key: ClassVar[str | None] = "trainer"
+
     lr: float = Field(1e-6, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     warmup_steps: int = Field(0, ge=0)
@@ -228,12 +225,7 @@ class TrainerConfig(Section):
     max_nan_steps: int = Field(3, ge=1, description="Stop after this many non-finite losses in a row.")
     max_failed_steps: int = Field(3, ge=1, description="Stop (non-zero exit) after this many steps in a row "
                                   "in which every episode failed or nothing was trainable.")
-    eval_every: int = Field(0, ge=0, description="Evaluate on data.eval_file every K steps (0: never).")
-    eval_samples: int | None = Field(None, ge=1)
-    eval_n: int = Field(1, ge=1, description="Episodes per eval question; the accuracy is their mean "
-                        "(MemAgent validates with n=4, temperature 1.0, top_p 0.7).")
-    eval_temperature: float = Field(0.0, ge=0, description="In-training eval sampling (0: greedy).")
-    eval_top_p: float = Field(1.0, gt=0, le=1)
+    eval: TrainEvalConfig = Field(default_factory=TrainEvalConfig)
     tensorboard: bool = False
     wandb_project: str | None = None
     rollouts_every: int = Field(1, ge=0, description="Write sampled episodes to RUN/rollouts/ every K steps "
@@ -241,17 +233,13 @@ class TrainerConfig(Section):
     rollouts_per_step: int = Field(4, ge=1, description="Episodes written per such step: best, worst, random.")
     mode: Literal["sync", "async"] = Field("sync", description="sync: generate, then update, then sync weights. "
                                            "async: episodes generate continuously while the policy updates "
-                                           "(AReaL-style), bounded by trainer.max_staleness.")
-    max_staleness: int = Field(1, ge=0, description="async: an episode is trained on only if the policy moved at "
-                               "most this many updates since its oldest token was generated (0: on-policy "
-                               "batches, equal to sync).")
-    partial_rollouts: Literal["finish", "interrupt"] = Field(
-        "interrupt", description="async, at a weight update: 'finish' lets each in-flight model turn end under the "
-        "old weights; 'interrupt' pauses generation every trainer.partial_chunk_tokens tokens so the new weights "
-        "continue it from the tokens so far. Either way every token records its policy version.")
-    partial_chunk_tokens: int = Field(32, ge=1, description="async with partial_rollouts=interrupt: tokens "
-                                      "generated between points where a weight update may take over.")
+                                           "(AReaL-style), bounded by trainer.async.max_staleness.")
+    async_: AsyncConfig = Field(default_factory=AsyncConfig, alias="async")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        return migrate_section("trainer", data) if isinstance(data, dict) else data
 
     @field_validator("allow_changes")
     @classmethod
@@ -302,15 +290,38 @@ class MemRLConfig(Section):
 FIXED_ON_RESUME = ("model", "lora")
 
 
-def check_resume_keys(keys: list[str]) -> list[str]:
-    """``trainer.allow_changes``: settings as ``section.key``, none whose change would not fit the checkpoint."""
-    for key in keys:
-        sec, _, name = key.partition(".")
-        section = MemRLConfig.model_fields.get(sec)
-        fields = getattr(section.annotation, "model_fields", {}) if section is not None else {}
-        if not name or "." in name or name not in fields:
+def setting_path(key: str) -> str:
+    """``key`` as the dotted path of a setting or section (an old flat key read as its new place); ValueError
+    when the schema has nothing there. Keys inside a free-form mapping (``workflow.options.*``) pass."""
+    from memrl.config.renames import moved_key
+
+    parts = key.split(".")
+    moved = moved_key(parts[0], parts[1]) if len(parts) == 2 else None
+    if moved is not None:
+        parts = [parts[0], *moved]
+    model: Any = MemRLConfig
+    for depth, part in enumerate(parts):
+        info = external_fields(model).get(part) if model is not None else None
+        if model is not None and info is None:
             raise ValueError(f"{key!r} is not a setting (section.key, e.g. trainer.lr)")
+        if model is None:  # inside a mapping such as workflow.options: any key may be there
+            break
+        ann = info.annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, Section) else None
+        if model is None and depth < len(parts) - 1 and not str(ann).startswith("dict"):
+            raise ValueError(f"{key!r} is not a setting ({'.'.join(parts[:depth + 1])} has no keys inside)")
+    if len(parts) < 2:
+        raise ValueError(f"{key!r} is not a setting (section.key, e.g. trainer.lr)")
+    return ".".join(parts)
+
+
+def check_resume_keys(keys: list[str]) -> list[str]:
+    """``trainer.allow_changes``: settings (``trainer.lr``, ``trainer.eval.every``) or sections, none whose change
+    would not fit the checkpoint."""
+    for key in keys:
+        path = setting_path(key)
+        sec = path.split(".")[0]
         if sec in FIXED_ON_RESUME:
             raise ValueError(f"{key} cannot change on resume: the checkpoint's weights belong to the {sec} "
                              "settings it was started with")
-    return keys
+    return [setting_path(k) for k in keys]

@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from pydantic import BaseModel, ConfigDict
 
 
 class Section(BaseModel):
-    """Base for config sections: strict about keys, lenient about scalar spelling."""
+    """Base for config sections: strict about keys, lenient about scalar spelling.
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True)
+    A key that moved into a nested section (``trainer.eval_every`` -> ``trainer.eval.every``,
+    see :mod:`memrl.config.renames`) is still readable under its old name.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True,
+                              validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
+    section_key: ClassVar[str | None] = None  # this section's key in the whole config, for moved keys
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return super().__getattr__(key)  # type: ignore[misc]
+        except AttributeError:
+            if type(self).section_key is None or key.startswith("_"):
+                raise
+            from memrl.config.renames import moved_attribute
+
+            return moved_attribute(type(self).section_key, self, key)
+
+
+def external_fields(model: type[BaseModel]) -> dict[str, Any]:
+    """A model's fields by the key a config file uses (the alias where there is one: ``trainer.async``)."""
+    return {(info.alias or name): info for name, info in model.model_fields.items()}

@@ -47,7 +47,7 @@ def engine_kind(name: str) -> EngineKind:
 
 
 def side_engine_kinds() -> tuple[str, ...]:
-    """The registered kinds that can run a side model (what ``env.user_engine`` may name)."""
+    """The registered kinds that can run a side model (what ``env.user.engine`` may name)."""
     return tuple(n for n in ENGINES.names if engine_kind(n).side is not None)
 
 

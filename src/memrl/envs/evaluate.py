@@ -148,7 +148,7 @@ def evaluate(domain: Domain, task: Task, messages: Sequence[Message], *, ending:
     elif nl:
         if "NL_ASSERTION" in basis:
             info.nl_unchecked = len(nl)
-            info.note = (f"{len(nl)} NL assertion(s) not judged (no env.nl_judge_model): "
+            info.note = (f"{len(nl)} NL assertion(s) not judged (no env.judge.model): "
                          "left out of the reward, which is higher than tau2-bench's")
         basis = [b for b in basis if b != "NL_ASSERTION"]
     else:

@@ -129,14 +129,14 @@ class LLMNLJudge:
 
 
 def build_nl_judge(cfg: Any) -> LLMNLJudge | None:
-    """The judge of ``cfg.env`` (``env.nl_judge_model``...), or None when none is configured."""
+    """The judge of ``cfg.env`` (``env.judge.model``...), or None when none is configured."""
     from memrl.engines.factory import build_side_engine
 
     e = cfg.env
-    if not getattr(e, "nl_judge_model", None):
+    if not e.judge.model:
         return None
-    if e.nl_judge_engine == "openai" and not e.nl_judge_base_url:
-        raise ValueError("env.nl_judge_engine=openai needs env.nl_judge_base_url")
-    engine, tokenizer = build_side_engine(cfg, e.nl_judge_model, e.nl_judge_engine, e.nl_judge_base_url,
-                                          e.nl_judge_served_model, e.user_api_key_env)
-    return LLMNLJudge(engine, tokenizer, max_tokens=e.nl_judge_max_tokens)
+    if e.judge.engine == "openai" and not e.judge.base_url:
+        raise ValueError("env.judge.engine=openai needs env.judge.base_url")
+    engine, tokenizer = build_side_engine(cfg, e.judge.model, e.judge.engine, e.judge.base_url,
+                                          e.judge.served_model, e.judge.api_key_env)
+    return LLMNLJudge(engine, tokenizer, max_tokens=e.judge.max_tokens)

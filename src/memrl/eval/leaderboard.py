@@ -72,6 +72,6 @@ def leaderboard_markdown(board: Mapping[str, Any]) -> str:
         lines.append(board["note"] + ".\n")
     unjudged = {d: n for d, n in board["nl_assertions_unchecked"].items() if n}
     if unjudged:
-        lines.append("Natural-language assertions not judged (no env.nl_judge_model), so these rewards are higher "
+        lines.append("Natural-language assertions not judged (no env.judge.model), so these rewards are higher "
                      "than τ²-bench's: " + ", ".join(f"{d} {n}" for d, n in unjudged.items()) + ".\n")
     return "\n".join(lines)

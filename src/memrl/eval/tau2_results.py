@@ -83,8 +83,8 @@ def tau2_results(cfg: Any, records: list[dict[str, Any]], tasks: list[Any], poli
     agent = {"implementation": "llm_agent_solo" if solo else "llm_agent", "llm": cfg.model.path,
              "llm_args": {"temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p}}
     user = ({"implementation": "dummy_user"} if solo else
-            {"implementation": "user_simulator", "llm": e.user_served_model or e.user_model,
-             "llm_args": {"temperature": e.user_temperature, "max_tokens": e.user_max_tokens}})
+            {"implementation": "user_simulator", "llm": e.user.served_model or e.user.model,
+             "llm_args": {"temperature": e.user.temperature, "max_tokens": e.user.max_tokens}})
     return {
         "timestamp": max(stamps) if stamps else dt.datetime.now().isoformat(),
         "info": {"git_commit": f"memrl {__version__}", "num_trials": trials, "max_steps": cfg.workflow.max_turns,

@@ -103,9 +103,9 @@ def load_data(cfg: MemRLConfig, wf: Workflow, tokenizer: Any, train: list[Any] |
     samples = list(train) if train is not None else wf.load_samples("train")
     check_dataset_size(cfg, len(samples), wf.data_source(cfg, "train"))
     wf.check_samples(cfg, tokenizer, samples, warn)
-    held_out = (list(eval) if eval is not None else wf.load_samples("eval"))[: cfg.trainer.eval_samples]
-    if cfg.trainer.eval_every and not held_out:
-        raise ConfigError("trainer.eval_every > 0 but there are no eval samples (data.eval_file, or eval=[...])")
+    held_out = (list(eval) if eval is not None else wf.load_samples("eval"))[: cfg.trainer.eval.samples]
+    if cfg.trainer.eval.every and not held_out:
+        raise ConfigError("trainer.eval.every > 0 but there are no eval samples (data.eval_file, or eval=[...])")
     return samples, held_out
 
 

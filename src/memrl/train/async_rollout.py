@@ -5,7 +5,7 @@ episodes of one prompt) as long as AReaL's bound allows::
 
     groups accepted (waiting or trained on) + groups running  <  (η + v + 1) · B
 
-with η = ``trainer.max_staleness``, v the version of the weights (trainer steps done) and
+with η = ``trainer.async.max_staleness``, v the version of the weights (trainer steps done) and
 B = ``trainer.prompts_per_step``. So with η = 0 the producer generates exactly one batch per
 version and then waits for the update: the batches, seeds and losses are the synchronous
 trainer's. With η ≥ 1 it generates the next batches while the trainer updates.
@@ -82,9 +82,10 @@ class AsyncRollout:
         self.runner = runner
         self.engine = engine
         self.batch = cfg.trainer.prompts_per_step
-        self.eta = cfg.trainer.max_staleness
+        self.eta = cfg.trainer.async_.max_staleness
         t = cfg.trainer
-        self.chunk = t.partial_chunk_tokens if t.partial_rollouts == "interrupt" and self.eta > 0 else None
+        a = t.async_
+        self.chunk = a.partial_chunk_tokens if a.partial_rollouts == "interrupt" and self.eta > 0 else None
         self.rounds = cfg.algorithm.max_gen_batches if cfg.algorithm.dynamic_sampling else 1
         self.clock = PolicyClock(version)
         self.start_version = version

@@ -7,7 +7,7 @@ one line naming the setting (the CLI prints it and exits 2).
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +18,27 @@ from memrl.data.atomic import atomic_write
 from memrl.workflows.tool_budget import check_tool_prompt_budget, tool_prompt_floor  # noqa: F401 (their old home)
 
 # Config keys that may change between a run and its resumption.
-RESUMABLE_CHANGES = {("trainer", "total_steps"), ("trainer", "save_every"), ("trainer", "eval_every"),
-                     ("trainer", "keep_checkpoints"), ("trainer", "tensorboard"), ("trainer", "wandb_project"),
-                     ("trainer", "max_nan_steps"), ("trainer", "max_failed_steps"),
-                     ("trainer", "rollouts_every"), ("trainer", "rollouts_per_step"), ("trainer", "allow_changes"),
-                     ("trainer", "output_dir"),  # a moved or renamed run resumes where it is now
-                     *(("cluster", k) for k in ("address", "rollout_replicas", "replica_cpus", "replica_gpus",
-                                                "trainers", "backend", "placement", "strategy",
-                                                "weight_sync"))}
+RESUMABLE_CHANGES = {*(f"trainer.{k}" for k in ("total_steps", "save_every", "eval.every", "keep_checkpoints",
+                                                 "tensorboard", "wandb_project", "max_nan_steps", "max_failed_steps",
+                                                 "rollouts_every", "rollouts_per_step", "allow_changes",
+                                                 "output_dir")),  # a moved or renamed run resumes where it is now
+                     *(f"cluster.{k}" for k in ("address", "rollout_replicas", "replica_cpus", "replica_gpus",
+                                                "trainers", "backend", "placement", "strategy", "weight_sync"))}
+
+
+def flat_settings(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A config as ``{dotted key: value}`` down to the leaves (nested sections and option mappings included)."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(flat_settings(value, f"{prefix}{key}.") if isinstance(value, dict) and value else
+                   {f"{prefix}{key}": value})
+    return out
+
+
+def _allowed(key: str, allowed: Iterable[str]) -> bool:
+    return any(key == a or key.startswith(a + ".") for a in allowed)
 
 
 def check_config(cfg: MemRLConfig, workflow: Any = None, *, has_samples: bool = False) -> None:
@@ -119,10 +132,11 @@ def check_run_config(cfg: MemRLConfig, run_dir: Path, notice: Callable[[str], No
                               "trainer.output_dir") from None
         if not isinstance(old, dict):
             raise ConfigError(f"{path} is not a memrl config; restore it or use another trainer.output_dir")
-        changed = {f"{sec}.{k}": ((old.get(sec) or {}).get(k), v) for sec, vals in new.items()
-                   for k, v in vals.items() if (old.get(sec) or {}).get(k) != v and (sec, k) not in RESUMABLE_CHANGES}
+        was_flat = flat_settings(_as_run_today(old))
+        changed = {k: (was_flat.get(k), v) for k, v in flat_settings(new).items()
+                   if was_flat.get(k) != v and not _allowed(k, RESUMABLE_CHANGES)}
         if changed and checkpoints(run_dir):
-            refused = [k for k in changed if k not in cfg.trainer.allow_changes]
+            refused = [k for k in changed if not _allowed(k, cfg.trainer.allow_changes)]
             if refused:
                 keys = ",".join(refused)
                 raise ConfigError(f"{run_dir} was started with a different config (changed: {', '.join(refused)}); "
@@ -132,6 +146,17 @@ def check_run_config(cfg: MemRLConfig, run_dir: Path, notice: Callable[[str], No
                 notice(f"resuming {run_dir} with {key} changed from {was!r} to {now!r} (trainer.allow_changes)")
     with atomic_write(path) as fh:  # a run killed here must not leave a torn config that blocks resuming
         fh.write(yaml.safe_dump(new, sort_keys=False))
+
+
+def _as_run_today(old: dict[str, Any]) -> dict[str, Any]:
+    """A run's recorded config as this version writes it (keys that moved since, defaults filled in), so an
+    upgrade alone is not a change; a file that no longer validates is compared as it is."""
+    from memrl.config.renames import migrate
+
+    try:
+        return MemRLConfig.model_validate(migrate(dict(old))).model_dump(mode="json")
+    except Exception:  # noqa: BLE001 - compared key by key below, which names what differs
+        return migrate(dict(old))
 
 
 def _check_async(cfg: MemRLConfig) -> None:

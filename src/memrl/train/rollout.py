@@ -147,13 +147,13 @@ def rollout_metrics(all_trajs: list[Trajectory], seconds: float) -> dict[str, fl
 
 async def evaluate_samples(cfg: MemRLConfig, workflow: Any, samples: list[Any], engine: Engine,
                            tokenizer: Any) -> float:
-    """Accuracy (%) of the configured reward, ``trainer.eval_n`` episodes per question (verl's val_kwargs.n)."""
+    """Accuracy (%) of the configured reward, ``trainer.eval.n`` episodes per question (verl's val_kwargs.n)."""
     tc = cfg.trainer
-    params = (SamplingParams(greedy=True) if tc.eval_temperature == 0
-              else SamplingParams(temperature=tc.eval_temperature, top_p=tc.eval_top_p))
+    params = (SamplingParams(greedy=True) if tc.eval.temperature == 0
+              else SamplingParams(temperature=tc.eval.temperature, top_p=tc.eval.top_p))
     if not isinstance(workflow, Workflow):
         workflow = as_workflow(workflow)
     trajs = await asyncio.gather(*(workflow.episode(s, engine=engine, tokenizer=tokenizer, sampling=params)
-                                   for s in samples for _ in range(tc.eval_n)))
+                                   for s in samples for _ in range(tc.eval.n)))
     return 100.0 * statistics.fmean(t.reward for t in trajs)
 

@@ -4,7 +4,7 @@ The trainer's loop asks a :class:`RolloutSource` for the step's episodes, update
 then hands the source the new weights. :class:`SyncRollout` generates the step's episodes
 with the current weights and syncs after the update (verl). :class:`AsyncRollout` keeps
 generating on its own thread while the policy updates and swaps the weights in between
-generation pieces, bounded by ``trainer.max_staleness`` (AReaL; :mod:`memrl.train.async_rollout`).
+generation pieces, bounded by ``trainer.async.max_staleness`` (AReaL; :mod:`memrl.train.async_rollout`).
 """
 
 from __future__ import annotations

@@ -195,7 +195,7 @@ class Trainer:
                 f"the prompt exceeded workflow.max_total_tokens={self.cfg.workflow.max_total_tokens}[/yellow]")
 
     def evaluate(self) -> float:
-        """Accuracy (%) of the configured reward on ``data.eval_file`` (greedy unless trainer.eval_temperature)."""
+        """Accuracy (%) of the configured reward on ``data.eval_file`` (greedy unless trainer.eval.temperature)."""
         self.policy.eval()
         return self.source.run(evaluate_samples(self.cfg, self.workflow, self.eval_samples, self.engine, self.tokenizer))
 
@@ -222,12 +222,12 @@ class Trainer:
         saved = True  # the step we start from is either a checkpoint or step 0 (nothing to save)
         try:
             with StopRequest() as stop:
-                if t.eval_every and self.step == 0 and self.dist.main:  # the curve starts from the untrained policy
+                if t.eval.every and self.step == 0 and self.dist.main:  # the curve starts from the untrained policy
                     self.tracker.log(0, {"eval/accuracy": self.evaluate()})
                 while not self._stopping(stop, saved):
                     self.step += 1
                     last = self.train_step()
-                    if t.eval_every and self.step % t.eval_every == 0 and self.dist.main:
+                    if t.eval.every and self.step % t.eval.every == 0 and self.dist.main:
                         last["eval/accuracy"] = self.evaluate()
                     self.tracker.log(self.step, last)
                     saved = self.step % t.save_every == 0 or self.trained_steps >= t.total_steps

@@ -7,7 +7,7 @@ is half done, every model call of an episode goes through a :class:`VersionedEng
 * it holds the :class:`WeightGate` *shared* for each piece of generation, and records
   ``(tokens, version)`` for it; a weight update holds the gate *exclusively*, so it waits
   for the pieces in flight and new pieces wait for it;
-* ``chunk=None`` (``trainer.partial_rollouts=finish``): a piece is a whole model call, so
+* ``chunk=None`` (``trainer.async.partial_rollouts=finish``): a piece is a whole model call, so
   a model turn always ends under the weights it started with;
 * ``chunk=K`` (``interrupt``): a call is generated K tokens at a time, each piece a new
   request whose prompt is the original prompt plus the tokens so far. Token-in/token-out

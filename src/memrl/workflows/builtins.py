@@ -67,8 +67,8 @@ class QAWorkflow(_LoopWorkflow):
             raise ValueError("data.train_file is required for training (a file from memrl data synth or the demo)")
         if not Path(config.data.train_file).is_file():
             raise ValueError(f"data.train_file: file not found: {config.data.train_file}")
-        if config.trainer.eval_every and not config.data.eval_file:
-            raise ValueError("trainer.eval_every > 0 needs data.eval_file")
+        if config.trainer.eval.every and not config.data.eval_file:
+            raise ValueError("trainer.eval.every > 0 needs data.eval_file")
 
     def state_advantage(self) -> tuple[float, float] | None:
         """(alpha, scale) of per-turn state advantages for ``algorithm.step_rewards``; None: no turn scores."""

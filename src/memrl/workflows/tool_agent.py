@@ -50,7 +50,7 @@ class TaskSample:
     partial: bool = False
     reward: str = "tau2"  # env.reward: tau2, or progress (memrl.envs.progress; not a tau2-bench number)
     user: UserSimulator | None = None
-    nl_judge: Any = None  # memrl.envs.nl_judge.LLMNLJudge (env.nl_judge_model), None: assertions not judged
+    nl_judge: Any = None  # memrl.envs.nl_judge.LLMNLJudge (env.judge.model), None: assertions not judged
 
     @property
     def index(self) -> str:
@@ -199,7 +199,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
     """Run one episode of ``sample.task`` and grade it with the τ²-bench rules."""
     task, domain = sample.task, sample.domain
     if not sample.solo and sample.user is None:
-        raise ValueError("tool_agent outside solo mode needs a user simulator (env.user_model)")
+        raise ValueError("tool_agent outside solo mode needs a user simulator (env.user.model)")
     chat = getattr(config, "tool_protocol", "tokens") == "openai_chat"
     side: _TokenSide | _ChatSide = _ChatSide(engine, config) if chat else _TokenSide(engine, tokenizer, config)
     messages = history_messages(task)
@@ -309,15 +309,15 @@ def build_user_simulator(cfg: Any) -> UserSimulator:
     from memrl.engines.factory import build_side_engine
 
     e = cfg.env
-    if e.user_model is None:
-        raise ValueError("env.solo=false needs env.user_model (the simulator's model, or its tokenizer for "
-                         "env.user_engine=openai)")
-    if e.user_engine == "openai" and not e.user_base_url:
-        raise ValueError("env.user_engine=openai needs env.user_base_url")
-    engine, tokenizer = build_side_engine(cfg, e.user_model, e.user_engine, e.user_base_url, e.user_served_model,
-                                          e.user_api_key_env)
-    return LLMUserSimulator.from_prompt_file(engine, tokenizer, e.user_prompt, max_tokens=e.user_max_tokens,
-                                             temperature=e.user_temperature)
+    if e.user.model is None:
+        raise ValueError("env.solo=false needs env.user.model (the simulator's model, or its tokenizer for "
+                         "env.user.engine=openai)")
+    if e.user.engine == "openai" and not e.user.base_url:
+        raise ValueError("env.user.engine=openai needs env.user.base_url")
+    engine, tokenizer = build_side_engine(cfg, e.user.model, e.user.engine, e.user.base_url, e.user.served_model,
+                                          e.user.api_key_env)
+    return LLMUserSimulator.from_prompt_file(engine, tokenizer, e.user.prompt, max_tokens=e.user.max_tokens,
+                                             temperature=e.user.temperature)
 
 
 def task_samples(cfg: Any, split: str | None, user: UserSimulator | None = None, *,

@@ -19,12 +19,12 @@ def check_env(cfg: MemRLConfig) -> None:
     try:
         domain = load_domain(cfg.env.domain, cfg.env.data_dir)
         domain.get_tasks(cfg.env.train_split)
-        if cfg.trainer.eval_every:
+        if cfg.trainer.eval.every:
             domain.get_tasks(cfg.env.eval_split)
     except (ValueError, FileNotFoundError) as err:
         raise ConfigError(f"env: {err}") from None
-    if not cfg.env.solo and not cfg.env.user_model:
-        raise ConfigError("env.solo=false needs env.user_model (the user simulator)")
+    if not cfg.env.solo and not cfg.env.user.model:
+        raise ConfigError("env.solo=false needs env.user.model (the user simulator)")
 
 
 def tool_prompt_floor(cfg: MemRLConfig, tokenizer: Any, sample: Any) -> int:

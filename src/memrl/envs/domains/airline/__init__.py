@@ -3,7 +3,7 @@
 The agent's tools are :class:`AirlineTools`; the user has none. The files are the user's copy of
 τ²-bench's ``airline`` folder (``db.json``, ``tasks.json``, ``policy.md``, ``split_tasks.json``:
 train 30 / test 20 / base 50). As in τ²-bench there is no solo mode: the agent talks to a user
-simulator (``env.solo=false`` with ``env.user_model``), and ``new_env(solo=True)`` refuses.
+simulator (``env.solo=false`` with ``env.user.model``), and ``new_env(solo=True)`` refuses.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from memrl.envs.environment import Environment
 __all__ = ["AIRLINE", "AirlineDomain", "AirlineTools"]
 
 NO_SOLO = ("Airline domain does not support solo mode (as in tau2-bench): set env.solo=false and a user "
-           "simulator (env.user_model)")
+           "simulator (env.user.model)")
 
 
 @dataclasses.dataclass

@@ -1,0 +1,60 @@
+"""Nested config sections: side models (``env.user``, ``env.judge``), ``trainer.eval``, ``trainer.async``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from memrl.config.section import Section
+
+
+class SideModelConfig(Section):
+    """A model the workflow talks to besides the policy: a local HF model or an OpenAI-compatible server."""
+
+    model: str | None = Field(None, description="Model path/alias (engine hf) or its tokenizer (engine openai).")
+    engine: Literal["hf", "openai"] = Field("hf", description="hf (in-process) or openai (a server at base_url).")
+    base_url: str | None = Field(None, description="openai: server root, e.g. http://host:8000/v1.")
+    served_model: str | None = Field(None, description="openai: model name sent in requests.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
+    max_tokens: int = Field(256, gt=0, description="New tokens of one reply.")
+
+
+class UserSimConfig(SideModelConfig):
+    """The user simulator of a tool agent outside solo mode (``env.solo=false``)."""
+
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature of the simulated user.")
+    prompt: str | None = Field(None, description="Text file with the user simulator's system prompt "
+                               "(must contain {scenario}).")
+
+
+class JudgeConfig(SideModelConfig):
+    """The LLM judge of tau2-bench NL assertions. Unset model: assertions are not judged, left out of the
+    reward and counted as nl_unchecked."""
+
+    max_tokens: int = Field(1024, gt=0, description="New tokens of one verdict.")
+
+
+class TrainEvalConfig(Section):
+    """Evaluation during training, on the workflow's eval samples (data.eval_file, env.eval_split)."""
+
+    every: int = Field(0, ge=0, description="Evaluate every K steps (0: never).")
+    samples: int | None = Field(None, ge=1, description="Evaluate the first K samples (null: all).")
+    n: int = Field(1, ge=1, description="Episodes per eval question; the accuracy is their mean (MemAgent "
+                   "validates with n=4, temperature 1.0, top_p 0.7).")
+    temperature: float = Field(0.0, ge=0, description="Eval sampling temperature (0: greedy).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Eval nucleus sampling.")
+
+
+class AsyncConfig(Section):
+    """Asynchronous training (``trainer.mode=async``): how far generation may run ahead of the weights."""
+
+    max_staleness: int = Field(1, ge=0, description="An episode is trained on only if the policy moved at most "
+                               "this many updates since its oldest token was generated (0: on-policy batches, "
+                               "equal to sync).")
+    partial_rollouts: Literal["finish", "interrupt"] = Field(
+        "interrupt", description="At a weight update: 'finish' lets each in-flight model turn end under the old "
+        "weights; 'interrupt' pauses generation every partial_chunk_tokens tokens so the new weights continue "
+        "it from the tokens so far. Either way every token records its policy version.")
+    partial_chunk_tokens: int = Field(32, ge=1, description="partial_rollouts=interrupt: tokens generated between "
+                                      "points where a weight update may take over.")
