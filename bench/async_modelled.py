@@ -34,6 +34,7 @@ for rollouts, update, weight sync) and the learning curves (reward of the traine
 from __future__ import annotations
 
 import argparse
+import os
 import asyncio
 import json
 import statistics
@@ -121,21 +122,46 @@ def calibrate(args: argparse.Namespace) -> dict[str, Any]:
     return fit
 
 
-def run_one(spec: Spec, work: Path, a: float, b: float) -> dict[str, Any]:
-    """One training run on the demo task with the modelled engine; its summary and the engine's busy share."""
+def pin_cores() -> tuple[int, int] | None:
+    """(engine core, trainer core): two cores of this process's set, or None when it has fewer (or no affinity)."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return None
+    return (cores[0], cores[1]) if len(cores) >= 2 else None
+
+
+def _pinned(fn: Any, core: int) -> Any:
+    """``fn`` run on ``core`` (the decode thread pins itself on entry: the engine's own core)."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        os.sched_setaffinity(0, {core})
+        return fn(*args, **kwargs)
+    return run
+
+
+def run_one(spec: Spec, work: Path, a: float, b: float, pin: tuple[int, int] | None = None) -> dict[str, Any]:
+    """One training run on the demo task with the modelled engine; its summary and the engine's busy share.
+
+    ``pin``: the engine decodes on one core and the trainer updates on the other, one thread each (the
+    hardware split of a disaggregated setup, where generation cannot take the trainer's cores); both modes
+    run under the same split."""
     import shutil
 
     from memrl.engines.hf import HFEngine
     from memrl.models.resolve import load_model
     from memrl.train.trainer import Trainer
-    from memrl_demo.run import deterministic
+    from memrl_demo.run import DEMO_THREADS, deterministic
 
-    with deterministic(spec.seed):
+    with deterministic(spec.seed, threads=1 if pin else DEMO_THREADS):
+        if pin:
+            os.sched_setaffinity(0, {pin[1]})  # this thread updates; threads it starts inherit the core
         cfg = build_config(spec, work)
         shutil.rmtree(cfg.trainer.output_dir, ignore_errors=True)
         model = load_model(cfg.model.path, device="cpu")
         model.eval()
         inner = HFEngine(model, pad_token_id=0, max_batch_size=cfg.engine.max_batch_size, seed=cfg.trainer.seed)
+        if pin:
+            inner._generate_batch = _pinned(inner._generate_batch, pin[0])  # type: ignore[method-assign]
         engine = ModelledLatencyEngine(inner, a, b)
         trainer = Trainer(cfg, engine=engine, tracker_console=Console(stderr=True, quiet=True))
         t0 = time.perf_counter()
@@ -155,7 +181,7 @@ def balance(args: argparse.Namespace, b0_ms: float = 60.0) -> dict[str, Any]:
     with ``G_a`` the share of ``a`` (``a`` per model turn of an episode, the turns run in sequence).
     """
     spec = Spec(args.seeds[0], args.lr, None, "none", "interrupt", 32, steps=args.probe_steps)
-    probe = run_one(spec, args.work, args.a_s, b0_ms / 1000)
+    probe = run_one(spec, args.work, args.a_s, b0_ms / 1000, None if args.no_pin else pin_cores())
     steps = max(1, len(probe["rewards"]))
     g0, t = probe["rollout_s"] / steps, probe["update_s"] / steps
     g_a = args.a_s * probe.get("turns", 5.0)
@@ -206,6 +232,8 @@ def main() -> None:
                    "step takes as long as this machine's update of it (the regime a disaggregated setup is sized "
                    "for), whatever the machine's speed")
     p.add_argument("--probe-steps", type=int, default=4, help="steps of the balance probe")
+    p.add_argument("--no-pin", action="store_true", help="let generation and the update share every core (by "
+                   "default the engine decodes on one core and the trainer on another, one thread each)")
     p.add_argument("--fit", type=Path, default=None, help="use a calibrated latency.json instead")
     p.add_argument("--results", type=Path, default=None, help="JSON lines (default WORK/modelled.jsonl)")
     args = p.parse_args()
@@ -225,7 +253,7 @@ def main() -> None:
         for eta in [None, *args.staleness]:
             spec = Spec(seed, args.lr, eta, args.off_policy if eta is not None else "none", "interrupt", 32,
                         steps=args.steps)
-            res = run_one(spec, args.work, fit["a_s"], fit["b_s_per_token"])
+            res = run_one(spec, args.work, fit["a_s"], fit["b_s_per_token"], None if args.no_pin else pin_cores())
             results.append(res)
             with out.open("a") as fh:
                 fh.write(json.dumps(res) + "\n")
