@@ -30,7 +30,7 @@ def test_trainer_mixes_by_variant(variant, expected):
     trajs = [Trajectory(conversations=[], reward=r, sample_id="s", group_id="q") for r in (2.0, 0.0)]
     rows = [Row([1, 2, 3], [0, 1, 1], [0.0] * 3, episode=e, step=s, step_reward=sr)
             for e, s, sr in ((0, 0, 1.0), (0, 1, 0.0), (1, 0, 0.0), (1, 1, 0.0))]
-    Trainer.advantages(SimpleNamespace(cfg=cfg), trajs, rows)  # type: ignore[arg-type]
+    Trainer.advantages(SimpleNamespace(cfg=cfg, workflow=cfg.workflow.build()), trajs, rows)  # type: ignore[arg-type]
     # memrl: step-0 states [1, 0] centre to [0.5, -0.5]: 0.8 * 1 + 0.2 * 0.5 = 0.9; released doubles them
     # to [1, -1]: 0.8 + 0.2 = 1.0. Both generated tokens of a row carry the row's advantage.
     for r, v in zip(rows, expected):

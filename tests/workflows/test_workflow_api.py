@@ -198,3 +198,16 @@ def test_services_are_built_once_and_closed_when_the_run_ends(tmp_path):
     assert isinstance(trainer.workflow.services["server"], WithService.Server) and not WithService.closed
     trainer.run()
     assert WithService.closed == ["server"]
+
+
+def test_the_runs_own_workflow_sets_the_norm_length_of_the_loss(tmp_path):
+    """Dr. GRPO's seq-mean-token-sum-norm divides by the workflow's longest response: a workflow that does not
+    know it (None) falls back to the padded width, never to 0 (a division by zero and a skipped update)."""
+    import math
+
+    cfg = {"model": {"path": "tiny"}, "algorithm": {"n": 2, "loss_agg_mode": "seq-mean-token-sum-norm"},
+           "trainer": {"total_steps": 1, "prompts_per_step": 2, "output_dir": str(tmp_path / "run"), "lr": 1e-3}}
+    trainer = Trainer(cfg, workflow=Twice(), train=[{"word": "apple"}, {"word": "river"}])
+    assert trainer.updater.norm_length is None
+    last = trainer.run()
+    assert last["skipped_updates"] == 0 and math.isfinite(last["pg_loss"])

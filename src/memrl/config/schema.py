@@ -103,11 +103,6 @@ class WorkflowConfig(Section):
 
         return workflow_support("options_model")(self.name, self.options)
 
-    @property
-    def norm_tokens(self) -> int:
-        """Longest response of one conversation: verl's seq-mean-token-sum-norm divisor."""
-        return self.build().norm_tokens() or 0
-
     def resolved(self) -> dict[str, Any]:
         """Name and every option, defaults filled in (what decides an episode: eval fingerprints, show)."""
         return {"name": self.name, "options": self.opts.model_dump(mode="json")}

@@ -174,7 +174,7 @@ def build_run(cfg: Any, *, workflow: Any = None, train: list[Any] | None = None,
         sampler.position, idle.streak = run_state.data_position, run_state.idle_streak
         runner.pending = list(run_state.pending)  # an asynchronous run's samples not trained on yet
     updater = PolicyUpdate(cfg, policy, optimizer, scheduler, reference, dist, sharded=sharded, pad_id=pad_id,
-                           device=device)
+                           device=device, norm_length=wf.norm_tokens())
     weight_sync = WeightSync(cfg, eng, pool, policy, push=sync_engine, sharded=sharded, main=dist.main)
     tracker = Tracker(run_dir, run_state.step, cfg.trainer.tensorboard, cfg.trainer.wandb_project,
                       cfg.model_dump(mode="json"), console=console, total_steps=cfg.trainer.total_steps) \

@@ -21,8 +21,12 @@ def without_non_finite(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[
     return good, [t for t in trajs if not math.isfinite(t.reward)]
 
 
-def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]) -> None:
-    """Set ``row.advantages`` (one value per target position) for every row of ``trajs``."""
+def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row],
+                      state_advantage: tuple[float, float] | None = None) -> None:
+    """Set ``row.advantages`` (one value per target position) for every row of ``trajs``.
+
+    ``state_advantage``: (alpha, scale) of per-turn state advantages under ``algorithm.step_rewards``, as the
+    run's workflow gives them (:meth:`memrl.Workflow.state_advantage`)."""
     a = cfg.algorithm
     scores = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
     groups = [t.group_id for t in trajs]
@@ -33,7 +37,7 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
         mask[i, : len(r) - 1] = torch.tensor(r.loss_mask[1:], dtype=torch.float32)
     conv_episode = [r.episode for r in rows]
     if a.step_rewards:
-        alpha, scale = cfg.workflow.build().state_advantage() or (1.0, 1.0)
+        alpha, scale = state_advantage or (1.0, 1.0)
         per_row = combine_step_advantages(ep_adv, torch.tensor([r.step_reward for r in rows]), conv_episode,
                                           groups, [r.step for r in rows], alpha, scale)
         tok = per_row.unsqueeze(-1) * mask

@@ -100,7 +100,7 @@ class Trainer:
         return self.runner.rollout(self.step)
 
     def advantages(self, trajs: list[Trajectory], rows: list[Row]) -> None:
-        assign_advantages(self.cfg, trajs, rows)
+        assign_advantages(self.cfg, trajs, rows, self.workflow.state_advantage())
 
     def update(self, rows: list[Row]) -> dict[str, float]:
         return self.updater(rows, self.step)

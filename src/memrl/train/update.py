@@ -32,8 +32,9 @@ class PolicyUpdate:
 
     def __init__(self, cfg: MemRLConfig, policy: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                  reference: Reference, dist: DistContext, *, sharded: bool, pad_id: int,
-                 device: torch.device) -> None:
+                 device: torch.device, norm_length: int | None = None) -> None:
         self.cfg = cfg
+        self.norm_length = norm_length  # the workflow's longest response (seq-mean-token-sum-norm); None: padded width
         self.policy = policy
         self.optimizer = optimizer
         self.scheduler = scheduler
@@ -59,7 +60,7 @@ class PolicyUpdate:
         """PPO epochs over mini-batches of ``rows``; the step's metrics (losses token-weighted over ranks)."""
         cfg, a = self.cfg, self.cfg.algorithm
         plan = _Plan(on_policy=a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1,
-                     temperature=cfg.sampling.temperature or 1.0, norm_length=cfg.workflow.norm_tokens,
+                     temperature=cfg.sampling.temperature or 1.0, norm_length=self.norm_length,
                      per_token=loss_aggregation(a.loss_agg_mode).per_token,
                      behaviour=off_policy_correction(a.off_policy).uses_behaviour)
         t0 = time.perf_counter()
