@@ -168,11 +168,16 @@ def reward_value(name: str, text: str, golds: Sequence[str], answer: str | None,
         value = fn(text, sample=sample if sample is not None else {"answers": list(golds)}, answer=answer, **kw)
     else:
         value = fn(text, golds, answer)
+    return finite_number(value, f"reward {name!r} returned", f" for answer {answer!r}")
+
+
+def finite_number(value: Any, lead: str, context: str = "") -> float:
+    """``value`` as a float, or a one-line ValueError (``lead`` names who gave it): a NaN or infinite reward or
+    metric would otherwise reach the advantages and the logs."""
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"reward {name!r} returned {value!r} ({type(value).__name__}), not a number") from None
+        raise ValueError(f"{lead} {value!r} ({type(value).__name__}), not a number") from None
     if not math.isfinite(number):
-        raise ValueError(f"reward {name!r} returned {number} for answer {answer!r}: a reward must be a finite "
-                         "number")
+        raise ValueError(f"{lead} {number}{context}: it must be a finite number")
     return number

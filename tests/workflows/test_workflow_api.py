@@ -105,9 +105,9 @@ def test_options_are_validated_with_the_nearest_name():
 
 
 def test_old_flat_keys_load_as_options_with_a_notice(capsys, monkeypatch):
-    from memrl.workflows import registry
+    from memrl.config import renames
 
-    monkeypatch.setattr(registry, "_NOTICED", set())  # each notice is printed once per process
+    monkeypatch.setattr(renames, "_NOTICED", set())  # each notice is printed once per process
     cfg = load_config(None, ["workflow.chunk_tokens=77"])
     assert cfg.workflow.options == {"chunk_tokens": 77} and cfg.workflow.opts.chunk_tokens == 77
     assert "workflow.options.chunk_tokens" in capsys.readouterr().err
@@ -147,10 +147,10 @@ async def legacy(sample, engine, tokenizer, config, *, sampling, sample_id=None,
 
 
 def test_old_style_functions_run_behind_the_object_api_with_a_notice(tok, capsys, monkeypatch):
-    from memrl.workflows import registry
+    from memrl.config import renames
     from memrl.workflows.registry import FunctionWorkflow, make_workflow
 
-    monkeypatch.setattr(registry, "_NOTICED", set())
+    monkeypatch.setattr(renames, "_NOTICED", set())
 
     wf = make_workflow("tests.workflows.test_workflow_api:legacy", {"final_tokens": 3})
     assert isinstance(wf, FunctionWorkflow) and "old signature" in capsys.readouterr().err

@@ -124,7 +124,7 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
         from memrl.plugins import workflow_support
 
         if parts[1] in workflow_support("LEGACY_KEYS"):  # an old flat key: the option of that name
-            workflow_support("notice")(f"workflow.{parts[1]}=... is now workflow.options.{parts[1]}=...")
+            notice(f"workflow.{parts[1]}=... is now workflow.options.{parts[1]}=...")
             parts = ["workflow", "options", parts[1]]
     moved = moved_key(parts[0], parts[1]) if len(parts) == 2 else None
     if moved is not None:  # an old flat key: where it lives now (user_api_key_env also keys the judge)

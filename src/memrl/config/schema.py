@@ -13,7 +13,6 @@ from pydantic import Field, field_validator, model_validator
 
 from memrl.config.algorithm import AlgorithmConfig
 from memrl.config.engine import EngineConfig, VLLMOptions
-from memrl.config.renames import migrate_section
 from memrl.config.section import Section, external_fields
 from memrl.config.sides import AsyncConfig, JudgeConfig, TrainEvalConfig, UserSimConfig
 
@@ -146,11 +145,6 @@ class EnvConfig(Section):
     tool_options: dict[str, Any] = Field(default_factory=dict, description="Switches of the domain's tools, e.g. "
                                          "{per_item_variant: true} for retail (tau2-bench's default is false).")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _moved(cls, data: Any) -> Any:
-        return migrate_section("env", data) if isinstance(data, dict) else data
-
     @field_validator("reward")
     @classmethod
     def _reward(cls, v: str) -> str:
@@ -230,11 +224,6 @@ class TrainerConfig(Section):
                                            "async: episodes generate continuously while the policy updates "
                                            "(AReaL-style), bounded by trainer.async.max_staleness.")
     async_: AsyncConfig = Field(default_factory=AsyncConfig, alias="async")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _moved(cls, data: Any) -> Any:
-        return migrate_section("trainer", data) if isinstance(data, dict) else data
 
     @field_validator("allow_changes")
     @classmethod

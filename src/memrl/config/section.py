@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class Section(BaseModel):
@@ -17,6 +17,16 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, coerce_numbers_to_str=True,
                               validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
     section_key: ClassVar[str | None] = None  # this section's key in the whole config, for moved keys
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        """Old flat keys of this section (``eval_every``) read at their nested place, with a notice."""
+        if cls.section_key is None or not isinstance(data, dict):
+            return data
+        from memrl.config.renames import migrate_section
+
+        return migrate_section(cls.section_key, data)
 
     def __getattr__(self, key: str) -> Any:
         try:

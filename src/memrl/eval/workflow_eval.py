@@ -24,6 +24,7 @@ from memrl.eval.passk import is_success, pass_hat_ks
 from memrl.eval.records import ROLLOUTS, save_eval_rollout
 from memrl.eval.runner import AllEpisodesFailedError, episode_name, gather_cancelling, repeat_sampling, sampling_params
 from memrl.io.atomic import atomic_write
+from memrl.train.rollout import metric_means
 from memrl.types import Trajectory
 from memrl.workflows.api import Workflow
 
@@ -85,8 +86,7 @@ def _failure(out: Path, name: str, exc: BaseException, seconds: float) -> None:
 
 
 def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(path) as fh:
+    with atomic_write(path) as fh:  # its folder is made as needed
         fh.write(text)
 
 
@@ -105,15 +105,13 @@ def summarise(cfg: MemRLConfig, out: Path, num_samples: int) -> dict[str, Any]:
     outcomes: dict[str, list[bool]] = {}
     for rec in records:
         outcomes.setdefault(str(rec["sample"]), []).append(is_success(rec["reward"]))
-    keys = dict.fromkeys(k for rec in records for k in rec.get("metrics", {}))
     results = {
         "model": cfg.model.path, "workflow": cfg.workflow.name, "engine": cfg.engine.kind,
         "samples": num_samples, "repeats": cfg.eval.repeats, "episodes": len(records), "failed": failed,
         "mean_reward": statistics.fmean(r["reward"] for r in records) if records else None,
         "accuracy": 100.0 * statistics.fmean(is_success(r["reward"]) for r in records) if records else None,
         "pass_hat_k": {str(k): v for k, v in pass_hat_ks(outcomes).items()} if outcomes else {},
-        "metrics": {k: statistics.fmean(r["metrics"][k] for r in records if k in r.get("metrics", {}))
-                    for k in keys},
+        "metrics": metric_means([r.get("metrics", {}) for r in records]),
     }
     _write(out / "results.json", json.dumps(results, indent=2))
     _write(out / "results.md", _markdown(results))

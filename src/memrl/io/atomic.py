@@ -123,20 +123,11 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     filesystem (and is therefore atomic). On any exception the temp file is
     removed and the previous target, if any, is left untouched.
     """
-    path = Path(path)
-    tmp = _create_temp(path)
     binary = "b" in mode
-    try:
-        with open(tmp, mode, encoding=None if binary else encoding) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp, open(tmp, mode, encoding=None if binary else encoding) as fh:
+        yield fh
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 @contextlib.contextmanager

@@ -130,16 +130,20 @@ class RolloutRunner:
         return kept, all_trajs, stats
 
 
+def metric_means(per_episode: list[dict[str, float]]) -> dict[str, float]:
+    """The mean of every metric any episode reported, over the episodes that reported it (first-seen order)."""
+    keys = dict.fromkeys(k for m in per_episode for k in m)
+    return {k: statistics.fmean(float(m[k]) for m in per_episode if k in m) for k in keys}
+
+
 def rollout_metrics(all_trajs: list[Trajectory], seconds: float) -> dict[str, float]:
     """Mean reward, the mean of every metric any episode reported (over the episodes reporting it), and
     generation throughput."""
     metrics: dict[str, float] = {}
     if all_trajs:
         metrics["reward"] = statistics.fmean(t.reward for t in all_trajs)
-        keys = dict.fromkeys(k for t in all_trajs for k in t.metrics)  # first-seen order
-        for key in keys:
-            vals = [float(t.metrics[key]) for t in all_trajs if key in t.metrics]
-            metrics.setdefault(key, statistics.fmean(vals))
+        for key, mean in metric_means([t.metrics for t in all_trajs]).items():
+            metrics.setdefault(key, mean)
         gen_tokens = sum(t.num_generated_tokens for t in all_trajs)
         metrics["tokens_per_s"] = gen_tokens / max(seconds, 1e-9)
     return metrics

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from memrl.engines.base import Engine, GenerationResult, SamplingParams
+from memrl.plugins import finite_number
 from memrl.types import Conversation, Trajectory
 from memrl.workflows.common import decode, encode_text, stop_token_ids, strip_stop, turn_seed
 
@@ -163,11 +164,11 @@ class Episode:
 
     def reward(self, value: float) -> None:
         """The episode's outcome reward (a finite number); the last call wins."""
-        self._reward = _finite(value, f"workflow {self.workflow!r}: ep.reward")
+        self._reward = finite_number(value, f"workflow {self.workflow!r}: ep.reward got")
 
     def metric(self, name: str, value: float) -> None:
         """A scalar logged as the mean over a step's episodes under ``name`` in metrics.jsonl."""
-        self.metrics[str(name)] = _finite(value, f"workflow {self.workflow!r}: ep.metric({name!r})")
+        self.metrics[str(name)] = finite_number(value, f"workflow {self.workflow!r}: ep.metric({name!r}) got")
 
     @property
     def rewarded(self) -> bool:
@@ -192,18 +193,6 @@ def default_id(sample: Any) -> str:
     if isinstance(sample, Mapping):
         return str(sample.get("id", sample.get("index", 0)))
     return str(getattr(sample, "index", 0))
-
-
-def _finite(value: Any, what: str) -> float:
-    import math
-
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{what} got {value!r} ({type(value).__name__}), not a number") from None
-    if not math.isfinite(number):
-        raise ValueError(f"{what} got {number}: it must be a finite number")
-    return number
 
 
 class Workflow:
@@ -248,13 +237,16 @@ class Workflow:
         ``data.eval_file`` (JSONL, JSON list or parquet; plain dicts, no required fields)."""
         from memrl.data.records import iter_records
 
+        path = self.data_file(split)
+        return [] if path is None else [rec for _, rec in iter_records(path)]
+
+    def data_file(self, split: str) -> str | None:
+        """``data.train_file`` or ``data.eval_file`` of the bound config; the training file must be set."""
         data = getattr(self.config, "data", None)
         path = getattr(data, "train_file" if split == "train" else "eval_file", None)
-        if path is None:
-            if split == "train":
-                raise ValueError(f"workflow {self.label!r} reads data.train_file, which is not set")
-            return []
-        return [rec for _, rec in iter_records(path)]
+        if path is None and split == "train":
+            raise ValueError(f"workflow {self.label!r} reads data.train_file, which is not set")
+        return path
 
     def build_services(self, config: Any) -> dict[str, Any]:
         """Side engines or objects the episodes share (``ep.services``), built once per run."""

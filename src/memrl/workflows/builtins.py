@@ -30,12 +30,15 @@ class _LoopWorkflow(Workflow):
     async def episode(self, sample: Any, *, engine: Engine, tokenizer: Any, sampling: SamplingParams,
                       services: Mapping[str, Any] | None = None, sample_id: str | None = None,
                       group_id: str | None = None) -> Trajectory:
+        sample = self.prepare(sample, self.services if services is None else services)
+        ids = {k: v for k, v in (("sample_id", sample_id), ("group_id", group_id)) if v is not None}
+        return await self.loop()(sample, engine, tokenizer, self.options, sampling=sampling, **ids)
+
+    def loop(self) -> Any:
+        """The agent loop this workflow runs (``loop_path``, imported when first needed)."""
         from memrl.plugins import load_object
 
-        loop = load_object(self.loop_path, "workflow loop")
-        sample = self.prepare(sample, self.services if services is None else services)
-        return await loop(sample, engine, tokenizer, self.options, sampling=sampling, sample_id=sample_id,
-                          group_id=group_id)
+        return load_object(self.loop_path, "workflow loop")
 
     def prepare(self, sample: Any, services: Mapping[str, Any]) -> Any:
         """The sample as the loop takes it (with the run's services attached where it needs them)."""
@@ -46,18 +49,11 @@ class QAWorkflow(_LoopWorkflow):
     """Long-context question answering: samples are ``data.train_file`` / ``data.eval_file`` in any layout
     ``memrl data`` reads (context, question, answers)."""
 
-    scores_turns: ClassVar[bool] = False
-
     def load_samples(self, split: str) -> list[Any]:
         from memrl.data import read_samples
 
-        data = getattr(self.config, "data", None)
-        path = getattr(data, "train_file" if split == "train" else "eval_file", None)
-        if path is None:
-            if split == "train":
-                raise ValueError("data.train_file is not set")
-            return []
-        return list(read_samples(path))
+        path = self.data_file(split)
+        return [] if path is None else list(read_samples(path))
 
     def norm_tokens(self) -> int | None:
         return max(getattr(self.options, "memory_tokens", 0), self.options.final_tokens)
@@ -69,10 +65,6 @@ class QAWorkflow(_LoopWorkflow):
             raise ValueError(f"data.train_file: file not found: {config.data.train_file}")
         if config.trainer.eval.every and not config.data.eval_file:
             raise ValueError("trainer.eval.every > 0 needs data.eval_file")
-
-    def state_advantage(self) -> tuple[float, float] | None:
-        """(alpha, scale) of per-turn state advantages for ``algorithm.step_rewards``; None: no turn scores."""
-        return None
 
 
 class MemAgent(QAWorkflow):

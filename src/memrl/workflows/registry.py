@@ -10,27 +10,15 @@ from __future__ import annotations
 
 import difflib
 import inspect
-import sys
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
-from memrl.engines.base import Engine, SamplingParams
-from memrl.types import Trajectory
+from memrl.config.renames import notice
 from memrl.workflows.api import Workflow
 from memrl.workflows.builtins import QAWorkflow
 from memrl.workflows.options import LEGACY_KEYS, LegacyOptions  # noqa: F401 (reached by memrl.plugins)
-
-_NOTICED: set[str] = set()
-
-
-def notice(message: str) -> None:
-    """A one-line notice on stderr, once per process per message (old keys, old plug-in signatures)."""
-    if message not in _NOTICED:
-        _NOTICED.add(message)
-        print(f"notice: {message}", file=sys.stderr)
-
 
 class FunctionWorkflow(QAWorkflow):
     """An old-style workflow function behind the object API: its ``config`` gets every old field and its
@@ -43,11 +31,8 @@ class FunctionWorkflow(QAWorkflow):
         self.fn = fn
         self.name = getattr(fn, "__name__", "workflow")  # type: ignore[misc]
 
-    async def episode(self, sample: Any, *, engine: Engine, tokenizer: Any, sampling: SamplingParams,
-                      services: Mapping[str, Any] | None = None, sample_id: str | None = None,
-                      group_id: str | None = None) -> Trajectory:
-        ids = {k: v for k, v in (("sample_id", sample_id), ("group_id", group_id)) if v is not None}
-        return await self.fn(sample, engine, tokenizer, self.options, sampling=sampling, **ids)
+    def loop(self) -> Any:
+        return self.fn
 
 
 def check_workflow(obj: Any) -> str | None:
