@@ -89,8 +89,9 @@ def _origin(obj: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
-def registered(registry: NameRegistry) -> Any:
-    """A ``str`` config field validated against ``registry`` (the registry is kept in the field's metadata).
+def registered(registry: Any) -> Any:
+    """A ``str`` config field validated against ``registry`` (the registry is kept in the field's metadata):
+    a :class:`NameRegistry`, or a plug-in registry of :mod:`memrl.plugins` (workflows, rewards, domains).
 
     Only values a user gives are checked (defaults are not validated), so loading a config that keeps
     the defaults imports no built-in module.

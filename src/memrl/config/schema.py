@@ -13,8 +13,10 @@ from pydantic import Field, field_validator, model_validator
 
 from memrl.config.algorithm import AlgorithmConfig
 from memrl.config.engine import EngineConfig, VLLMOptions
+from memrl.config.registry import registered
 from memrl.config.section import Section, external_fields
 from memrl.config.sides import AsyncConfig, JudgeConfig, TrainEvalConfig, UserSimConfig
+from memrl.plugins import DOMAINS, REWARDS, WORKFLOWS
 
 __all__ = ["AlgorithmConfig", "EngineConfig", "VLLMOptions", "Section"]  # re-exported: their old home
 
@@ -63,8 +65,9 @@ class WorkflowConfig(Section):
     one-line notice, and reading ``cfg.workflow.chunk_tokens`` still finds the option.
     """
 
-    name: str = Field("memagent", description="memagent | rememr1 | full_context | tool_agent, or your own "
-                      "workflow as 'package.module:ClassName' (a memrl.Workflow subclass).")
+    name: registered(WORKFLOWS) = Field(
+        "memagent", description="memagent | rememr1 | full_context | tool_agent, or your own workflow as "
+        "'package.module:ClassName' (a memrl.Workflow subclass).")
     options: dict[str, Any] = Field(default_factory=dict, description="The workflow's options (its Options "
                                     "model; `memrl config schema` lists the built-ins'); unknown keys fail.")
 
@@ -74,13 +77,6 @@ class WorkflowConfig(Section):
         from memrl.plugins import workflow_support
 
         return workflow_support("migrate_workflow_keys")(data) if isinstance(data, dict) else data
-
-    @field_validator("name")
-    @classmethod
-    def _workflow(cls, v: str) -> str:
-        from memrl.plugins import WORKFLOWS
-
-        return WORKFLOWS.validate(v)
 
     @model_validator(mode="after")
     def _options(self) -> "WorkflowConfig":
@@ -125,8 +121,9 @@ class EnvConfig(Section):
 
     section_key: ClassVar[str | None] = "env"
 
-    domain: str = Field("library", description="'library' (built in), a tau2-bench domain (mock, retail, telecom, "
-                        "telecom-workflow), or your own as 'package.module:factory' (see memrl.envs.domain).")
+    domain: registered(DOMAINS) = Field(
+        "library", description="'library' (built in), a tau2-bench domain (mock, retail, telecom, "
+        "telecom-workflow), or your own as 'package.module:factory' (see memrl.envs.domain).")
     data_dir: str | None = Field(None, description="tau2-bench clone or its data/tau2/domains folder "
                                  "(not needed for 'library').")
     train_split: str | None = Field("train", description="Task split trained on (null: all tasks).")
@@ -135,7 +132,7 @@ class EnvConfig(Section):
                        "false needs a user simulator (env.user.model).")
     partial_credit: bool = Field(False, description="Reward = mean of component pass rates instead of "
                                  "tau2-bench's all-or-nothing product.")
-    reward: str = Field(
+    reward: registered(REWARDS) = Field(
         "tau2", description="Training reward of tool_agent: tau2 (tau2-bench's) or progress, the fraction of "
         "checks passed (database, env assertions, gold actions, required information; not a tau2-bench number, "
         "see memrl.envs.progress), or your own reward (text, *, sample, grade, **kw) -> float as "
@@ -144,20 +141,6 @@ class EnvConfig(Section):
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     tool_options: dict[str, Any] = Field(default_factory=dict, description="Switches of the domain's tools, e.g. "
                                          "{per_item_variant: true} for retail (tau2-bench's default is false).")
-
-    @field_validator("reward")
-    @classmethod
-    def _reward(cls, v: str) -> str:
-        from memrl.plugins import REWARDS
-
-        return REWARDS.validate(v)
-
-    @field_validator("domain")
-    @classmethod
-    def _domain(cls, v: str) -> str:
-        from memrl.plugins import DOMAINS
-
-        return DOMAINS.validate(v)
 
 
 class SamplingConfig(Section):

@@ -197,7 +197,8 @@ class Trainer:
     def evaluate(self) -> float:
         """Accuracy (%) of the configured reward on ``data.eval_file`` (greedy unless trainer.eval.temperature)."""
         self.policy.eval()
-        return self.source.run(evaluate_samples(self.cfg, self.workflow, self.eval_samples, self.engine, self.tokenizer))
+        return self.source.run(evaluate_samples(self.cfg, self.workflow, self.eval_samples, self.engine,
+                                                self.tokenizer))
 
     def engine_weights(self) -> dict[str, torch.Tensor] | None:
         """Merged weights for the engine (rank 0); under FSDP every rank must call this (collective gather)."""

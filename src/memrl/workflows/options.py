@@ -11,6 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from memrl.config.registry import registered
+from memrl.plugins import REWARDS
+
 
 class OptionsModel(BaseModel):
     """Strict about keys (a typo fails), lenient about scalar spelling, like the config sections."""
@@ -24,20 +27,13 @@ class QAOptions(OptionsModel):
     final_tokens: int = Field(1024, gt=0, description="Max new tokens of the final answer turn.")
     question_tokens: int = Field(1024, gt=0, description="The question is cut to this many tokens.")
     prompts: str | None = Field(None, description="YAML file overriding the prompt templates.")
-    reward: str = Field(
+    reward: registered(REWARDS) = Field(
         "sub_em", description="em | sub_em | f1 | memagent_strict (MemAgent's RL reward: last boxed answer in the "
         "final 300 characters, lowercased, MATH-normalised without spaces, exact match, max over golds), or your "
         "own reward (text, *, sample, answer=None, **kw) -> float as 'package.module:function'.")
     answer_format: str = Field("boxed", description="How the final answer is read: boxed (last \\boxed{}), "
                                "answer_is (after the last 'the answer is', MemAgent's eval prompt) or "
                                "regex:<pattern> (last match; its first group if any).")
-
-    @field_validator("reward")
-    @classmethod
-    def _reward(cls, v: str) -> str:
-        from memrl.plugins import REWARDS
-
-        return REWARDS.validate(v)
 
     @field_validator("answer_format")
     @classmethod
