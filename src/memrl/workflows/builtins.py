@@ -104,7 +104,8 @@ class ToolAgent(_LoopWorkflow):
         from memrl.workflows.tool_agent import task_samples
 
         env = self.config.env
-        return task_samples(self.config, env.train_split if split == "train" else env.eval_split, services={})
+        return task_samples(self.config, env.train_split if split == "train" else env.eval_split,
+                            side_models=False)
 
     def build_services(self, config: Any) -> dict[str, Any]:
         from memrl.envs.nl_judge import build_nl_judge

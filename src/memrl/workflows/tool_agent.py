@@ -321,18 +321,18 @@ def build_user_simulator(cfg: Any) -> UserSimulator:
 
 
 def task_samples(cfg: Any, split: str | None, user: UserSimulator | None = None, *,
-                 services: dict[str, Any] | None = None) -> list[TaskSample]:
+                 side_models: bool = True) -> list[TaskSample]:
     """The tasks of ``split`` bound to their domain.
 
-    ``services`` (the workflow's, built once per run) supplies the user simulator and the
-    NL judge at episode time; without it they are built here for these samples alone.
+    ``side_models=False``: no user simulator or NL judge is built here (the workflow's services,
+    built once per run, supply them at episode time); otherwise they are built for these samples.
     """
     from memrl.envs.domain import load_domain
     from memrl.envs.nl_judge import build_nl_judge
 
     domain = load_domain(cfg.env.domain, cfg.env.data_dir, tool_options=cfg.env.tool_options)
     judge = None
-    if services is None:
+    if side_models:
         if not cfg.env.solo and user is None:
             user = build_user_simulator(cfg)
         judge = build_nl_judge(cfg)
