@@ -36,8 +36,10 @@ def test_decorated_kind_builds_by_name():
     try:
         cfg = load_config(None, ["engine.kind=scripted_test", "trainer.seed=5"])
         assert isinstance(build_engine(cfg), ScriptedEngine) and made == [5]
-        with pytest.raises(ValueError, match="engine kind 'scripted_test' cannot run a side model; choose hf, openai"):
-            build_side_engine(cfg, "tiny", "scripted_test", None, None, "OPENAI_API_KEY")
+        side = load_config(None, ["env.user.model=tiny", "env.user.engine=scripted_test"]).env.user
+        with pytest.raises(ValueError, match="env.user.engine: engine kind 'scripted_test' cannot run a side model; "
+                                             "choose hf, openai"):
+            build_side_engine(cfg, side, "env.user")
     finally:
         ENGINES.remove("scripted_test")
 
@@ -65,5 +67,17 @@ def test_openai_builders():
     eng = build_engine(cfg)
     assert isinstance(eng, OpenAIEngine) and (eng.base_url, eng.model, eng.retries) == ("http://127.0.0.1:9/v1",
                                                                                        "policy", 7)
-    side, tok = build_side_engine(cfg, "tiny", "openai", "http://127.0.0.1:9/v1", None, "OPENAI_API_KEY")
+    judge = load_config(None, ["env.judge.model=tiny", "env.judge.engine=openai",
+                               "env.judge.base_url=http://127.0.0.1:9/v1"]).env.judge
+    side, tok = build_side_engine(cfg, judge, "env.judge")
     assert isinstance(side, OpenAIEngine) and side.model == "tiny" and side.retries == 7 and tok is not None
+    with pytest.raises(ValueError, match=r"^env.judge.engine=openai needs env.judge.base_url \(e.g."):
+        build_side_engine(cfg, judge.model_copy(update={"base_url": None}), "env.judge")
+
+
+def test_side_engine_kind_is_validated_on_load():
+    with pytest.raises(ConfigError) as info:
+        load_config(None, ["env.user.engine=opnai"])
+    assert "env.user.engine: unknown engine kind 'opnai' (did you mean 'openai'?)" in str(info.value)
+    with pytest.raises(ConfigError, match="env.judge.engine: unknown engine kind"):
+        load_config(None, ["env.judge.engine=nope"])

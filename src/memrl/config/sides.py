@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from memrl.config.registry import ENGINES, registered
 from memrl.config.section import Section
 
 
@@ -13,7 +14,8 @@ class SideModelConfig(Section):
     """A model the workflow talks to besides the policy: a local HF model or an OpenAI-compatible server."""
 
     model: str | None = Field(None, description="Model path/alias (engine hf) or its tokenizer (engine openai).")
-    engine: Literal["hf", "openai"] = Field("hf", description="hf (in-process) or openai (a server at base_url).")
+    engine: registered(ENGINES) = Field("hf", description="A registered engine kind that can serve a side model: "
+                                        "hf (in-process), openai (a server at base_url) or your own.")
     base_url: str | None = Field(None, description="openai: server root, e.g. http://host:8000/v1.")
     served_model: str | None = Field(None, description="openai: model name sent in requests.")
     api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")

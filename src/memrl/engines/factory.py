@@ -2,8 +2,8 @@
 
 Each kind registers a builder ``build(cfg, model) -> Engine`` with :func:`register_engine`
 (``model``: an in-process policy to wrap, or None) and, if it can also serve a helper model beside
-the policy (user simulator, NL judge), a ``side(cfg, model_path, tokenizer, base_url, served_model,
-api_key_env) -> Engine``. Heavy backends are imported inside their builders, so registering costs
+the policy (user simulator, NL judge), a ``side(cfg, spec, tokenizer, where) -> Engine`` (``spec``:
+that model's config section, e.g. ``env.user``; ``where``: its dotted path, for error messages). Heavy backends are imported inside their builders, so registering costs
 nothing and ``engine.kind`` is validated without importing vLLM.
 """
 
@@ -58,12 +58,11 @@ def openai_options(cfg: MemRLConfig) -> dict[str, Any]:
             "max_wait_s": e.max_wait_s, "retries": e.retries, "backoff_s": e.backoff_s}
 
 
-def _hf_side(cfg: MemRLConfig, model: str, tokenizer: Any, base_url: str | None, served_model: str | None,
-             api_key_env: str) -> Engine:
+def _hf_side(cfg: MemRLConfig, spec: Any, tokenizer: Any, where: str) -> Engine:
     from memrl.engines.hf import HFEngine
     from memrl.models.resolve import load_model
 
-    net = load_model(model, device=cfg.engine.device)
+    net = load_model(spec.model, device=cfg.engine.device)
     return HFEngine(net, pad_token_id=tokenizer.pad_token_id or 0, max_batch_size=cfg.engine.max_batch_size,
                     seed=cfg.trainer.seed)
 
@@ -78,11 +77,13 @@ def _hf(cfg: MemRLConfig, model: Any = None) -> Engine:
     return HFEngine(model, max_batch_size=cfg.engine.max_batch_size, seed=cfg.trainer.seed)
 
 
-def _openai_side(cfg: MemRLConfig, model: str, tokenizer: Any, base_url: str | None, served_model: str | None,
-                 api_key_env: str) -> Engine:
+def _openai_side(cfg: MemRLConfig, spec: Any, tokenizer: Any, where: str) -> Engine:
     from memrl.engines.openai import OpenAIEngine
 
-    return OpenAIEngine(base_url or "", served_model or model, api_key_env=api_key_env, **openai_options(cfg))
+    if not spec.base_url:
+        raise ValueError(f"{where}.engine=openai needs {where}.base_url (e.g. http://127.0.0.1:8000/v1)")
+    return OpenAIEngine(spec.base_url, spec.served_model or spec.model, api_key_env=spec.api_key_env,
+                        **openai_options(cfg))
 
 
 @register_engine("openai", side=_openai_side)
@@ -109,18 +110,19 @@ def build_engine(cfg: MemRLConfig, model: Any = None) -> Engine:
     return engine_kind(cfg.engine.kind)(cfg, model)
 
 
-def build_side_engine(cfg: MemRLConfig, model: str, kind: str, base_url: str | None,
-                      served_model: str | None, api_key_env: str) -> tuple[Engine, Any]:
+def build_side_engine(cfg: MemRLConfig, spec: Any, where: str) -> tuple[Engine, Any]:
     """(engine, tokenizer) of a helper model beside the policy: the user simulator or the NL judge.
 
-    ``kind`` ``hf`` loads ``model`` in-process; ``openai`` talks to ``base_url`` (``model`` then names
-    the tokenizer and, unless ``served_model`` is given, the served model). Concurrency, timeouts,
-    retries, device and batch size follow the ``engine`` section.
+    ``spec`` is its section (``env.user``, ``env.judge``; ``where`` is that path): ``spec.engine`` names
+    a registered kind with a side builder. ``hf`` loads ``spec.model`` in-process; ``openai`` talks to
+    ``spec.base_url`` (``spec.model`` then names the tokenizer and, unless ``spec.served_model`` is
+    given, the served model). Concurrency, timeouts, retries, device and batch size follow ``engine``.
     """
     from memrl.models.resolve import load_tokenizer
 
-    side = engine_kind(kind).side
+    side = engine_kind(spec.engine).side
     if side is None:
-        raise ValueError(f"engine kind {kind!r} cannot run a side model; choose {', '.join(side_engine_kinds())}")
-    tokenizer = load_tokenizer(model)
-    return side(cfg, model, tokenizer, base_url, served_model, api_key_env), tokenizer
+        raise ValueError(f"{where}.engine: engine kind {spec.engine!r} cannot run a side model; choose "
+                         f"{', '.join(side_engine_kinds())}")
+    tokenizer = load_tokenizer(spec.model)
+    return side(cfg, spec, tokenizer, where), tokenizer

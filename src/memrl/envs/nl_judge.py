@@ -135,8 +135,5 @@ def build_nl_judge(cfg: Any) -> LLMNLJudge | None:
     e = cfg.env
     if not e.judge.model:
         return None
-    if e.judge.engine == "openai" and not e.judge.base_url:
-        raise ValueError("env.judge.engine=openai needs env.judge.base_url")
-    engine, tokenizer = build_side_engine(cfg, e.judge.model, e.judge.engine, e.judge.base_url,
-                                          e.judge.served_model, e.judge.api_key_env)
+    engine, tokenizer = build_side_engine(cfg, e.judge, "env.judge")
     return LLMNLJudge(engine, tokenizer, max_tokens=e.judge.max_tokens)

@@ -312,10 +312,7 @@ def build_user_simulator(cfg: Any) -> UserSimulator:
     if e.user.model is None:
         raise ValueError("env.solo=false needs env.user.model (the simulator's model, or its tokenizer for "
                          "env.user.engine=openai)")
-    if e.user.engine == "openai" and not e.user.base_url:
-        raise ValueError("env.user.engine=openai needs env.user.base_url")
-    engine, tokenizer = build_side_engine(cfg, e.user.model, e.user.engine, e.user.base_url, e.user.served_model,
-                                          e.user.api_key_env)
+    engine, tokenizer = build_side_engine(cfg, e.user, "env.user")
     return LLMUserSimulator.from_prompt_file(engine, tokenizer, e.user.prompt, max_tokens=e.user.max_tokens,
                                              temperature=e.user.temperature)
 
