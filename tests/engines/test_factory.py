@@ -81,3 +81,21 @@ def test_side_engine_kind_is_validated_on_load():
     assert "env.user.engine: unknown engine kind 'opnai' (did you mean 'openai'?)" in str(info.value)
     with pytest.raises(ConfigError, match="env.judge.engine: unknown engine kind"):
         load_config(None, ["env.judge.engine=nope"])
+
+
+def test_training_refuses_a_kind_that_cannot_receive_weights():
+    from memrl.train.preflight import check_config
+
+    with pytest.raises(ConfigError, match=r"^engine.kind=openai cannot receive weight updates; train with "
+                                          r"engine.kind=hf or vllm$"):
+        check_config(load_config(None, ["engine.kind=openai", "engine.base_url=http://127.0.0.1:9/v1"]), has_samples=True)
+
+    @register_engine("frozen_test", receives_weights=False)
+    def frozen(cfg, model=None):
+        return ScriptedEngine(lambda prompt, params: [])
+
+    try:
+        with pytest.raises(ConfigError, match="engine.kind=frozen_test cannot receive weight updates"):
+            check_config(load_config(None, ["engine.kind=frozen_test"]), has_samples=True)
+    finally:
+        ENGINES.remove("frozen_test")

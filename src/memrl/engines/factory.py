@@ -24,19 +24,25 @@ Builder = Callable[..., Engine]
 
 @dataclass(frozen=True)
 class EngineKind:
-    """How to build one kind of engine for the policy (``build``) and, if it can, for a side model (``side``)."""
+    """How to build one kind of engine for the policy (``build``) and, if it can, for a side model (``side``).
+
+    ``receives_weights``: whether the trainer can push new weights into it (a remote server cannot), so
+    training with it is refused before anything loads.
+    """
 
     build: Builder
     side: Builder | None = None
+    receives_weights: bool = True
 
     def __call__(self, cfg: MemRLConfig, model: Any = None) -> Engine:
         return self.build(cfg, model)
 
 
-def register_engine(name: str, *, side: Builder | None = None) -> Callable[[Builder], EngineKind]:
+def register_engine(name: str, *, side: Builder | None = None,
+                    receives_weights: bool = True) -> Callable[[Builder], EngineKind]:
     """Decorator: register ``build(cfg, model) -> Engine`` as ``engine.kind=name``."""
     def decorate(build: Builder) -> EngineKind:
-        return ENGINES.register(name, EngineKind(build, side))
+        return ENGINES.register(name, EngineKind(build, side, receives_weights))
     return decorate
 
 
@@ -49,6 +55,11 @@ def engine_kind(name: str) -> EngineKind:
 def side_engine_kinds() -> tuple[str, ...]:
     """The registered kinds that can run a side model (what ``env.user.engine`` may name)."""
     return tuple(n for n in ENGINES.names if engine_kind(n).side is not None)
+
+
+def trainable_engine_kinds() -> tuple[str, ...]:
+    """The registered kinds the trainer can push weights into (what training may use)."""
+    return tuple(n for n in ENGINES.names if engine_kind(n).receives_weights)
 
 
 def openai_options(cfg: MemRLConfig) -> dict[str, Any]:
@@ -86,7 +97,7 @@ def _openai_side(cfg: MemRLConfig, spec: Any, tokenizer: Any, where: str) -> Eng
                         **openai_options(cfg))
 
 
-@register_engine("openai", side=_openai_side)
+@register_engine("openai", side=_openai_side, receives_weights=False)
 def _openai(cfg: MemRLConfig, model: Any = None) -> Engine:
     """An OpenAI-compatible server at engine.base_url (vLLM, SGLang, memrl serve)."""
     from memrl.engines.openai import OpenAIEngine

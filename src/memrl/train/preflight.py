@@ -71,8 +71,7 @@ def check_config(cfg: MemRLConfig, workflow: Any = None, *, has_samples: bool = 
     if a.step_rewards and workflow.state_advantage() is None:
         raise ConfigError(f"algorithm.step_rewards needs a workflow that scores turns (rememr1), not "
                           f"{workflow.label}")
-    if cfg.engine.kind == "openai":
-        raise ConfigError("engine.kind=openai cannot receive weight updates; train with engine.kind=hf or vllm")
+    _check_engine(cfg.engine.kind)
     c = cfg.cluster
     if c.weight_sync == "collective" and c.replica_gpus > 0 and (c.placement == "colocate" or c.replica_gpus < 1):
         raise ConfigError("cluster.weight_sync=collective over NCCL needs each replica on whole GPUs of its own "
@@ -157,6 +156,15 @@ def _as_run_today(old: dict[str, Any]) -> dict[str, Any]:
         return MemRLConfig.model_validate(migrate(dict(old))).model_dump(mode="json")
     except Exception:  # noqa: BLE001 - compared key by key below, which names what differs
         return migrate(dict(old))
+
+
+def _check_engine(kind: str) -> None:
+    """Training pushes new weights into the engine every step: refuse a kind that cannot take them."""
+    from memrl.engines.factory import engine_kind, trainable_engine_kinds
+
+    if not engine_kind(kind).receives_weights:
+        raise ConfigError(f"engine.kind={kind} cannot receive weight updates; train with engine.kind="
+                          f"{' or '.join(trainable_engine_kinds())}")
 
 
 def _check_async(cfg: MemRLConfig) -> None:
