@@ -146,3 +146,11 @@ def test_sigterm_answers_in_flight_requests_and_exits(tmp_path):
         assert json.loads(body)["error"]["code"] == "shutting_down"
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("kind", ["openai", "nope"])
+def test_engine_must_be_a_kind_that_loads_the_model(kind):
+    from memrl.serve.server import serve
+
+    with pytest.raises(ValueError, match=rf"^--engine {kind}: use hf or vllm$"):
+        serve("tiny", port=8000, engine=kind)

@@ -20,8 +20,8 @@ def serve_cmd(
     max_batch_size: int = typer.Option(32, "--max-batch-size", help="Requests decoded together."),
     max_n: int = typer.Option(16, "--max-n", help="Largest n (completions per prompt) a request may ask for."),
     max_body_mb: float = typer.Option(8.0, "--max-body-mb", help="Largest request body, in MB (413 beyond)."),
-    engine: str = typer.Option("hf", "--engine", "-e", help="hf (batching transformers) | vllm (in-process "
-                               "vLLM: continuous batching)."),
+    engine: str = typer.Option("hf", "--engine", "-e", help="Engine kind (engine.kind): hf (batching "
+                               "transformers), vllm (in-process vLLM: continuous batching) or a registered one."),
     max_model_len: Optional[int] = typer.Option(
         None, "--max-model-len", help="Cap on prompt + max_tokens (default: the model's max_position_embeddings)."),
 ) -> None:

@@ -88,8 +88,7 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, dtype: str = "a
           graceful_shutdown_s: float = 5.0, engine: str = "hf") -> None:
     """Load ``model`` into a batching HF engine (or in-process vLLM) and serve it (blocking)."""
     check_port(port)
-    if engine not in ("hf", "vllm"):
-        raise ValueError(f"--engine {engine}: use hf or vllm")
+    _check_engine_kind(engine)
     if max_n < 1:
         raise ValueError(f"--max-n {max_n}: must be >= 1")
     if not max_body_mb > 0:
@@ -120,24 +119,31 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, dtype: str = "a
         sock.close()
 
 
+def _check_engine_kind(kind: str) -> None:
+    """``--engine`` names a registered engine kind that loads the model itself (not a remote server's client)."""
+    from memrl.config.registry import ENGINES
+    from memrl.engines.factory import engine_kind, trainable_engine_kinds
+
+    if kind not in ENGINES.names or not engine_kind(kind).receives_weights:
+        raise ValueError(f"--engine {kind}: use {' or '.join(trainable_engine_kinds())}")
+
+
 def _load(kind: str, model: str, dtype: str, max_batch_size: int, max_model_len: int | None) -> tuple[Any, Any]:
-    """(object whose ``config`` gives the limits, engine) for ``--engine hf|vllm``."""
-    if kind == "vllm":
-        from types import SimpleNamespace
+    """(object whose ``config`` gives the limits, engine): the engine ``engine.kind=kind`` builds for training."""
+    from types import SimpleNamespace
 
-        from transformers import AutoConfig
+    from transformers import AutoConfig
 
-        from memrl.config import load_config
-        from memrl.engines.vllm import VLLMEngine
-        from memrl.models.resolve import resolve_model_path
+    from memrl.config import load_config
+    from memrl.engines.factory import build_engine
+    from memrl.models.resolve import resolve_model_path
 
-        overrides = [f"model.path={model}", f"model.dtype={dtype}", "engine.kind=vllm"]
-        if max_model_len is not None:
-            overrides.append(f"engine.vllm.max_model_len={max_model_len}")
-        engine = VLLMEngine.from_config(load_config(None, overrides))
-        return SimpleNamespace(config=AutoConfig.from_pretrained(resolve_model_path(model))), engine
-    from memrl.engines.hf import HFEngine
-    from memrl.models.resolve import load_model
-
-    net = load_model(model, dtype=dtype)
-    return net, HFEngine(net, max_batch_size=max_batch_size)
+    overrides = [f"model.path={model}", f"model.dtype={dtype}", f"engine.kind={kind}",
+                 f"engine.max_batch_size={max_batch_size}", "trainer.seed=0"]
+    if max_model_len is not None:
+        overrides.append(f"engine.vllm.max_model_len={max_model_len}")
+    engine = build_engine(load_config(None, overrides))
+    net = getattr(engine, "model", None)  # an in-process torch model knows its embedding rows
+    if net is None or not hasattr(net, "get_input_embeddings"):
+        net = SimpleNamespace(config=AutoConfig.from_pretrained(resolve_model_path(model)))
+    return net, engine
