@@ -39,7 +39,7 @@ from rich.console import Console
 from memrl.config import MemRLConfig
 from memrl.config.schema import WorkflowConfig
 from memrl.data import write_samples
-from memrl.data.atomic import atomic_write
+from memrl.io.atomic import atomic_write
 from memrl_demo.needle import make_split, tokenizer_corpus
 from memrl_demo.teacher import TeacherEngine
 from memrl.engines.base import SamplingParams
@@ -139,7 +139,7 @@ def build_model(out: Path, seed: int) -> Path:
 
     path = out / "model_init"
     if not (path / "config.json").is_file():
-        from memrl.data.atomic import atomic_dir
+        from memrl.io.atomic import atomic_dir
 
         with atomic_dir(path) as tmp:
             build_tiny_model(tmp, tokenizer_corpus(), vocab_size=600, hidden_size=128, num_layers=2, num_heads=4,

@@ -29,7 +29,7 @@ from rich.console import Console
 
 from memrl.config import MemRLConfig
 from memrl.config.schema import WorkflowConfig
-from memrl.data.atomic import atomic_write
+from memrl.io.atomic import atomic_write
 from memrl_demo.run import DEMO_THREADS, deterministic
 from memrl_demo.tools_tasks import library_files, read_plans, write_domain
 
@@ -139,7 +139,7 @@ def _run(out: Path, rl_steps: int, seed: int, reward: str, console: Console, sca
     domain = load_domain("library", data)
     init = out / "model_init"
     if not (init / "config.json").is_file():
-        from memrl.data.atomic import atomic_dir
+        from memrl.io.atomic import atomic_dir
 
         db = json.loads((library_files() / "db.json").read_text())
         with atomic_dir(init) as tmp:

@@ -5,11 +5,11 @@ import subprocess
 import sys
 import textwrap
 
-from memrl.data.atomic import atomic_dir, atomic_path, atomic_write, temp_name, temp_target
+from memrl.io.atomic import atomic_dir, atomic_path, atomic_write, temp_name, temp_target
 
 KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
-    from memrl.data.atomic import atomic_write
+    from memrl.io.atomic import atomic_write
     with atomic_write(sys.argv[1]) as fh:
         fh.write("x" * 100_000)
         fh.flush()
@@ -41,7 +41,7 @@ def test_killed_write_is_cleaned_by_the_next_write_of_the_same_target(tmp_path):
     assert len(leftover) == 1 and temp_target(leftover[0]) == "eval_50.json"
     assert not target.exists()
     # A fresh process (as a re-run is) writes the same target: the leftover goes.
-    rerun = "import sys; from memrl.data.atomic import atomic_write\n" \
+    rerun = "import sys; from memrl.io.atomic import atomic_write\n" \
             "with atomic_write(sys.argv[1]) as fh: fh.write('done')"
     subprocess.run([sys.executable, "-c", rerun, str(target)], check=True)
     assert target.read_text() == "done" and _temps(tmp_path) == []

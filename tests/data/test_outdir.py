@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from memrl.data.atomic import temp_name
+from memrl.io.atomic import temp_name
 from memrl.data.outdir import MANIFEST, OutputDirError, check_writable_dir, clear_outputs, record_outputs
 
 

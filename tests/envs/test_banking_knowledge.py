@@ -133,7 +133,7 @@ def test_tool_agent_episode_with_the_tasks_user_tools(bank):
     from memrl.testing.scripted import ScriptedEngine
     from memrl.workflows.common import encode_text
     from memrl.workflows.tool_agent import TaskSample, tool_agent
-    from memrl.workflows.tool_calls import render_call
+    from memrl.text.tool_calls import render_call
 
     task = _task(bank, "task_001")
     tok = build_hf_tokenizer(["tool_call name arguments apply_for_credit_card Gold Rewards Card"], vocab_size=400)

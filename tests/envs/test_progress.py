@@ -103,7 +103,7 @@ def test_tool_agent_trains_on_progress_and_keeps_tau2_in_metrics():
     from memrl.testing.scripted import ScriptedEngine
     from memrl.workflows.common import encode_text
     from memrl.workflows.tool_agent import task_samples, tool_agent
-    from memrl.workflows.tool_calls import render_call
+    from memrl.text.tool_calls import render_call
 
     cfg = MemRLConfig.model_validate({"workflow": {"name": "tool_agent"}, "env": {"reward": "progress"}})
     sample = next(s for s in task_samples(cfg, None) if s.task.id == "return_email_1")

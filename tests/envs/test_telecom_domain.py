@@ -115,7 +115,7 @@ def test_solo_episode_through_the_tool_agent_workflow(telecom):
     from memrl.testing.scripted import ScriptedEngine
     from memrl.workflows.common import encode_text
     from memrl.workflows.tool_agent import TaskSample, tool_agent
-    from memrl.workflows.tool_calls import render_call
+    from memrl.text.tool_calls import render_call
 
     tok = build_hf_tokenizer(["tool_call name arguments customer_id line_id refuel_data toggle_data"], vocab_size=400)
     task = next(t for t in telecom.get_tasks("small") if len(t.evaluation_criteria.actions or []) >= 3)

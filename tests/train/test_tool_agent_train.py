@@ -13,7 +13,7 @@ from memrl.envs.messages import ToolCall
 from memrl.models.resolve import load_tokenizer
 from memrl.testing import ScriptedEngine
 from memrl.train.trainer import Trainer
-from memrl.workflows.tool_calls import render_call
+from memrl.text.tool_calls import render_call
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ from memrl.envs.user_sim import ScriptedUser
 from memrl.models.tiny import build_hf_tokenizer
 from memrl.testing.scripted import ScriptedEngine
 from memrl.workflows.tool_agent import TaskSample, task_samples, tool_agent
-from memrl.workflows.tool_calls import render_call
+from memrl.text.tool_calls import render_call
 from tests.engines.test_openai_chat import FakeChatServer, completion
 from tests.workflows.test_tool_agent import Script
 

@@ -13,7 +13,7 @@ from memrl.models.tiny import build_hf_tokenizer
 from memrl.testing.scripted import ScriptedEngine
 from memrl.workflows.common import encode_text
 from memrl.workflows.tool_agent import TaskSample, tool_agent
-from memrl.workflows.tool_calls import render_call
+from memrl.text.tool_calls import render_call
 from memrl.envs.messages import ToolCall
 
 

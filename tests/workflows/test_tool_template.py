@@ -16,7 +16,7 @@ from memrl.config.schema import MemRLConfig
 from memrl.envs.messages import Message, ToolCall
 from memrl.models.tiny import build_hf_tokenizer
 from memrl.workflows.tool_agent import task_samples, tool_agent
-from memrl.workflows.tool_calls import agent_chat, render_call
+from memrl.text.tool_calls import agent_chat, render_call
 from tests.workflows.test_tool_agent import Script
 
 # A Qwen-2.5-like template with tools (written for this test): tools in the system turn, calls as

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from memrl.cli.errors import user_errors
 from memrl.cli.progress import busy, progress
-from memrl.data.atomic import atomic_write
+from memrl.io.atomic import atomic_write
 from memrl.data.distance import ORDERS
 from memrl.data.outdir import check_writable_dir, record_outputs
 from memrl.data.synth import FileReport, parse_token_budget, plan_synthesis

@@ -110,7 +110,7 @@ def _write_kept(samples: Sequence[Any], hits: Sequence[str | None], report: Filt
                 schema: str) -> Path:
     """Write the samples no try answered to ``out`` and the report beside it (its path)."""
     from memrl.data import SampleWriter
-    from memrl.data.atomic import atomic_write
+    from memrl.io.atomic import atomic_write
     from memrl.data.stream import LazySample
 
     kept = []

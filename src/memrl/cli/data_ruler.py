@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from memrl.cli.errors import user_errors
-from memrl.data.atomic import atomic_write
+from memrl.io.atomic import atomic_write
 from memrl.data.outdir import check_writable_dir, record_outputs
 
 REPORT = "ruler_report.json"

@@ -118,7 +118,7 @@ def _write_leaderboard(out: Path, by_domain: dict[str, Any]) -> str:
     """``OUT/leaderboard.json`` and ``.md``; returns the markdown."""
     import json
 
-    from memrl.data.atomic import atomic_write
+    from memrl.io.atomic import atomic_write
     from memrl.eval.leaderboard import leaderboard, leaderboard_markdown
 
     board = leaderboard(by_domain)

@@ -22,7 +22,7 @@ def view_cmd(
     last: Optional[int] = typer.Option(None, "--last", help="Only the last N saved rollout steps of a run."),
 ) -> None:
     """Episodes (conversations, generated tokens, log-probs, rewards, tool calls) and training curves in a browser."""
-    from memrl.data.atomic import atomic_write
+    from memrl.io.atomic import atomic_write
     from memrl.view.loader import load_payload
     from memrl.view.page import render_page
     from memrl.view.server import make_server, serve

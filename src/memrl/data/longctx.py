@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from memrl.data.atomic import atomic_path, atomic_write
+from memrl.io.atomic import atomic_path, atomic_write
 from memrl.data.errors import DataError, check_golds, type_name
 from memrl.data.records import iter_records
 

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from memrl.data.atomic import atomic_write, temp_target
+from memrl.io.atomic import atomic_write, temp_target
 from memrl.data.runlock import LOCK_NAME
 
 MANIFEST = ".memrl-output"

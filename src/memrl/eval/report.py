@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memrl.data.atomic import atomic_path, atomic_write
+from memrl.io.atomic import atomic_path, atomic_write
 
 METRICS = ("sub_em", "em", "f1")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from memrl.config.schema import MemRLConfig
 from memrl.data import LongContextSample
-from memrl.data.atomic import atomic_write
+from memrl.io.atomic import atomic_write
 from memrl.data.ruler import TASKS, parse_file_name
 from memrl.data.ruler_metric import prediction_text, score
 from memrl.data.stream import read_samples_lazily

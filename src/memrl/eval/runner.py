@@ -33,7 +33,7 @@ import yaml
 from memrl.config import ConfigError
 from memrl.config.schema import MemRLConfig
 from memrl.data import LongContextSample
-from memrl.data.atomic import atomic_write
+from memrl.io.atomic import atomic_write
 from memrl.data.stream import read_samples_lazily
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
 from memrl.eval.files import match_eval_file

@@ -97,7 +97,7 @@ def tau2_results(cfg: Any, records: list[dict[str, Any]], tasks: list[Any], poli
 
 def write_tau2_results(cfg: Any, out: Path, task_ids: list[str], trials: int) -> Path:
     """Write ``out/tau2_results.json`` from the finished episodes under ``out/episodes``."""
-    from memrl.data.atomic import atomic_write
+    from memrl.io.atomic import atomic_write
     from memrl.envs.domain import load_domain
     from memrl.eval.records import task_folder
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.config.schema import MemRLConfig
-from memrl.data.atomic import atomic_write
+from memrl.io.atomic import atomic_write
 from memrl.engines.base import Engine, EngineDeadError
 from memrl.eval.passk import is_success, pass_hat_ks
 from memrl.eval.records import ROLLOUTS, save_eval_rollout, task_folder

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from memrl.data.atomic import atomic_dir
+from memrl.io.atomic import atomic_dir
 from memrl.train.manifest import problem, write_manifest
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")

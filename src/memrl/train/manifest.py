@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from memrl.data.atomic import atomic_write
+from memrl.io.atomic import atomic_write
 
 MANIFEST = "manifest.json"
 FORMAT = 2  # 1: pickled trainer.pt (no manifest); 2: safetensors + JSON

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from memrl.data.atomic import atomic_dir
+from memrl.io.atomic import atomic_dir
 
 
 def check_target(out: Path, force: bool) -> None:

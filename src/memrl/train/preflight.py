@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from memrl.config import ConfigError, MemRLConfig
-from memrl.data.atomic import atomic_write
+from memrl.io.atomic import atomic_write
 from memrl.workflows.tool_budget import check_tool_prompt_budget, tool_prompt_floor  # noqa: F401 (their old home)
 
 # Config keys that may change between a run and its resumption.

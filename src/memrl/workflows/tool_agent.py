@@ -32,7 +32,7 @@ from memrl.envs.tasks import Task
 from memrl.envs.user_sim import UserSimulator, ends_conversation
 from memrl.types import Conversation, Trajectory
 from memrl.workflows.common import decode, encode_text, stop_token_ids, strip_stop, turn_seed
-from memrl.workflows.tool_calls import (FORMATS, ParsedTurn, TemplateFormat, get_parser, openai_messages,
+from memrl.text.tool_calls import (FORMATS, ParsedTurn, TemplateFormat, get_parser, openai_messages,
                                         read_openai_call)
 
 AGENT_GREETING = "Hi! How can I help you today?"

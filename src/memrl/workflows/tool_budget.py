@@ -8,7 +8,7 @@ from typing import Any
 from memrl.config import ConfigError, MemRLConfig
 from memrl.envs.domain import load_domain
 from memrl.workflows.common import encode_text
-from memrl.workflows.tool_calls import FORMATS, TemplateFormat
+from memrl.text.tool_calls import FORMATS, TemplateFormat
 
 
 def check_env(cfg: MemRLConfig) -> None:
