@@ -1,12 +1,17 @@
-"""Planning of the vLLM weight-sync paths, without vLLM: buckets, aliases, path choice, shared files, metrics."""
+"""Planning of the vLLM weight-sync paths, without vLLM: buckets, aliases, path choice, shared files, in-place
+writes, metrics."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from memrl.config import ConfigError
+from memrl.engines.vllm_args import check_cpu_layout
 from memrl.engines.vllm_gpu_sync import ipc_plan, ipc_update_info, pack_bucket
-from memrl.engines.vllm_sync import ShmSlots, choose_path, layer_key, plan_buckets, with_aliases, write_bucket
+from memrl.engines.vllm_inplace import layout_of, map_shared, write_shared
+from memrl.engines.vllm_sync import ShmSlots, choose_path, copy_into, layer_key, plan_buckets, with_aliases, \
+    write_bucket
 from memrl.train.engine_sync import SYNC_PATH_CODES, pool_sync_stats, sync_stats
 
 F32 = torch.float32
@@ -162,3 +167,47 @@ def test_sync_metrics_name_the_path_and_its_speed():
     assert got["sync/gb_per_s"] == pytest.approx(5000 / 1e9 / 0.25)
     assert pool_sync_stats(_Pool(), None) == {}
     assert len(set(SYNC_PATH_CODES.values())) == len(SYNC_PATH_CODES)
+
+
+def test_copy_into_writes_the_bytes_of_every_kind_of_tensor():
+    buf = torch.zeros(2**18, dtype=torch.uint8)
+    small = torch.arange(10, dtype=F32)                               # numpy's memcpy
+    big = torch.arange(2**15, dtype=F32)                              # 128 KiB: torch's byte copy
+    strided = torch.arange(6, dtype=F32).reshape(2, 3).t()            # not contiguous: copied as a tensor
+    converted = torch.tensor([1.5, -2.25, 3.0], dtype=F32)            # served as bfloat16
+    assert copy_into(buf, 0, small, "float32", [10]) == 40
+    assert copy_into(buf, 64, big, "float32", [2**15]) == 2**17
+    assert copy_into(buf, 2**17 + 64, strided, "float32", [3, 2]) == 24
+    assert copy_into(buf, 2**17 + 128, converted, "bfloat16", [3]) == 6
+    assert buf[:40].view(F32).tolist() == list(range(10))
+    assert torch.equal(buf[64: 64 + 2**17].view(F32), big)
+    assert buf[2**17 + 64: 2**17 + 88].view(F32).tolist() == [0, 3, 1, 4, 2, 5]
+    assert buf[2**17 + 128: 2**17 + 134].view(torch.bfloat16).tolist() == [1.5, -2.25, 3.0]
+    assert buf[40:64].eq(0).all() and buf[2**17 + 134:].eq(0).all()  # nothing outside the tensors
+
+
+def test_in_place_writes_each_served_tensor_where_the_worker_said(tmp_path):
+    emb = torch.arange(6, dtype=F32).reshape(3, 2)
+    state = {"model.embed_tokens.weight": emb, "model.layers.0.q.weight": torch.full((2, 2), 7.0),
+             "lm_head.weight": emb}  # tied: the worker's loaders skip it, so it has no place of its own
+    file = tmp_path / "memrl-weights-x"
+    file.write_bytes(bytes(128))
+    answer = (str(file), 128, [("model.layers.0.q.weight", 0, "bfloat16", [2, 2]),
+                               ("model.embed_tokens.weight", 64, "float32", [3, 2])])
+    shared = map_shared(answer, state)
+    assert not file.exists()  # both sides map it: its name goes at once
+    assert shared.fits(state) and not shared.fits({"model.layers.0.q.weight": state["model.layers.0.q.weight"]})
+    assert not shared.fits({**state, "model.layers.0.q.weight": torch.zeros(2, 3)})  # another shape
+    assert write_shared(shared, state) == 8 + 24
+    assert shared.buf[:8].view(torch.bfloat16).tolist() == [7.0] * 4
+    assert torch.equal(shared.buf[64:88].view(F32).view(3, 2), emb)
+    assert layout_of(state) == (list(state), [[3, 2], [2, 2], [3, 2]], ["float32", "float32", "float32"])
+
+
+def test_plain_layout_needs_the_cpu_build_and_eager_mode():
+    assert check_cpu_layout("plain", cpu=True, engine_args={"enforce_eager": True}) == "plain"
+    assert check_cpu_layout("packed", cpu=False, engine_args={}) == "packed"
+    with pytest.raises(ConfigError, match="cpu_layout=plain is for vLLM's CPU build"):
+        check_cpu_layout("plain", cpu=False, engine_args={"enforce_eager": True})
+    with pytest.raises(ConfigError, match="needs engine.vllm.enforce_eager=true"):
+        check_cpu_layout("plain", cpu=True, engine_args={"enforce_eager": False})

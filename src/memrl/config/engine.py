@@ -41,6 +41,11 @@ class VLLMOptions(Section):
         "auto", description="How new weights reach the engine: ipc (CUDA IPC, engine on the trainer's GPU), nccl "
         "(broadcast, engine on other GPUs), shm (shared memory, any platform), bytes (through vLLM's RPC); auto "
         "picks the first that applies.")
+    cpu_layout: Literal["packed", "plain"] = Field(
+        "packed", description="vLLM's CPU build: packed = vLLM repacks each linear weight for its GEMM kernels "
+        "(fastest generation; every weight sync repacks them, 5-20x a memcpy); plain = weights stay as loaded and "
+        "a shm sync writes them in place (about 2x a memcpy) at about 20-30% fewer generated tokens/s. Needs "
+        "enforce_eager. See docs/benchmarks.md.")
     args: dict[str, Any] = Field(default_factory=dict, description="Any further AsyncEngineArgs field, e.g. "
                                  "{swap_space: 4}; names are checked against the installed vLLM.")
 

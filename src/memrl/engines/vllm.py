@@ -14,7 +14,9 @@ Three things make it usable for RL rather than for serving only:
   the engine shares the trainer's GPU, an NCCL broadcast when it has GPUs of its own
   (both through vLLM's weight-transfer engines), buckets of whole layers in shared
   memory otherwise, and safetensors bytes through ``collective_rpc`` as the fallback.
-  The workers load them by name with vLLM's layerwise reload; the prefix cache is
+  The workers load them by name with vLLM's layerwise reload; on a CPU in plain layout
+  (``engine.vllm.cpu_layout=plain``) the trainer instead writes them straight into the
+  served parameters (:mod:`memrl.engines.vllm_inplace`). The prefix cache is
   reset afterwards (its keys/values belong to the old weights). LoRA runs can instead
   ship only the adapter (``engine.vllm.lora_sync=adapter``), loaded as a vLLM LoRA request.
 * **A dead engine says so.** vLLM's ``EngineDeadError`` becomes memrl's
@@ -41,7 +43,8 @@ from typing import Any, TypeVar
 
 from memrl.engines.base import EngineDeadError, GenerationResult, SamplingParams
 from memrl.engines.vllm_args import require_vllm
-from memrl.engines.vllm_sync import ShmSlots, shm_root, sync_shm
+from memrl.engines.vllm_inplace import InPlaceSync
+from memrl.engines.vllm_sync import ShmSlots, shm_root, sync_shm, weight_buckets
 
 T = TypeVar("T")
 
@@ -65,49 +68,22 @@ def to_vllm_params(params: SamplingParams) -> dict[str, Any]:
     return kw
 
 
-def weight_buckets(state_dict: Mapping[str, Any], bucket_bytes: int) -> list[dict[str, Any]]:
-    """Split a state dict into CPU buckets of one dtype each, at most ``bucket_bytes`` (one tensor may exceed it).
-
-    Tensors that share storage (tied ``embed_tokens``/``lm_head``) are cloned: safetensors
-    refuses to serialize aliases.
-    """
-    seen: set[int] = set()
-    by_dtype: dict[Any, list[tuple[str, Any]]] = {}
-    for name, t in state_dict.items():
-        t = t.detach().to("cpu").contiguous()
-        ptr = t.untyped_storage().data_ptr()
-        if ptr in seen:
-            t = t.clone()
-        seen.add(t.untyped_storage().data_ptr())
-        by_dtype.setdefault(t.dtype, []).append((name, t))
-    buckets: list[dict[str, Any]] = []
-    for items in by_dtype.values():
-        current: dict[str, Any] = {}
-        size = 0
-        for name, t in items:
-            nbytes = t.numel() * t.element_size()
-            if current and size + nbytes > bucket_bytes:
-                buckets.append(current)
-                current, size = {}, 0
-            current[name] = t
-            size += nbytes
-        if current:
-            buckets.append(current)
-    return buckets
-
-
 class VLLMEngine:
     """The Engine protocol over one ``AsyncLLM``, callable from any event loop or thread."""
 
     def __init__(self, engine_args: Mapping[str, Any], *, sleep_enabled: bool = False,
-                 bucket_bytes: int = 256 * 2**20, sync_path: str = "bytes", trainer_gpu: int | None = None) -> None:
+                 bucket_bytes: int = 256 * 2**20, sync_path: str = "bytes", trainer_gpu: int | None = None,
+                 cpu_layout: str = "packed") -> None:
         require_vllm()
+        self.cpu_layout = cpu_layout  # "plain": vLLM's CPU build keeps plain linear weights (vllm_plain)
+        self.direct_loads = False  # whether a sync is an in-place copy (plain layout took everywhere)
         self.sleep_enabled = sleep_enabled
         self.bucket_bytes = bucket_bytes
         self.sync_path = sync_path  # chosen by memrl.engines.vllm_sync.choose_path
         self.trainer_gpu = trainer_gpu
         self.last_sync_path = ""
         self._slots: ShmSlots | None = None
+        self._inplace: InPlaceSync | None = None  # plain layout, one worker: syncs write the served weights
         self._nccl: Any = None
         self._ipc_checked = False
         self._ipc_open = False
@@ -140,8 +116,8 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # read when vLLM is first imported
         require_vllm()
         from memrl.config import ConfigError
-        from memrl.engines.vllm_args import build_engine_args, check_extra_args, engine_arg_names, on_cpu, \
-            plan_sync_path, sleep_available
+        from memrl.engines.vllm_args import build_engine_args, check_cpu_layout, check_extra_args, engine_arg_names, \
+            on_cpu, plan_sync_path, sleep_available
         from memrl.models.resolve import resolve_model_path
 
         o = cfg.engine.vllm
@@ -157,16 +133,17 @@ class VLLMEngine:
         path = resolve_model_path(model_path or cfg.model.path)
         sync_path, trainer_gpu = plan_sync_path(cfg)
         args = build_engine_args(cfg, path, cpu=on_cpu(), sleep=sleep, sync_path=sync_path)
+        layout = check_cpu_layout(o.cpu_layout, cpu=on_cpu(), engine_args=args)
         return cls(args, sleep_enabled=sleep, bucket_bytes=o.bucket_mb * 2**20, sync_path=sync_path,
-                   trainer_gpu=trainer_gpu)
+                   trainer_gpu=trainer_gpu, cpu_layout=layout)
 
     @classmethod
     def from_pretrained(cls, model: str, dtype: str = "auto", sync_path: str = "bytes",
-                        trainer_gpu: int | None = None, **engine_args: Any) -> VLLMEngine:
+                        trainer_gpu: int | None = None, cpu_layout: str = "packed", **engine_args: Any) -> VLLMEngine:
         """A model with vLLM-default options plus ``engine_args`` (any ``AsyncEngineArgs`` field).
 
         ``sync_path`` ``ipc``/``nccl`` starts vLLM's weight-transfer engine of that backend;
-        ``trainer_gpu``: the CUDA device the weights are sent from.
+        ``trainer_gpu``: the CUDA device the weights are sent from; ``cpu_layout``: ``engine.vllm.cpu_layout``.
         """
         from memrl.engines.vllm_args import WORKER_EXTENSION
         from memrl.models.resolve import resolve_model_path
@@ -176,14 +153,23 @@ class VLLMEngine:
         if sync_path in ("ipc", "nccl"):
             args.setdefault("weight_transfer_config", {"backend": sync_path})
         return cls(args, sleep_enabled=bool(args.get("enable_sleep_mode")), sync_path=sync_path,
-                   trainer_gpu=trainer_gpu)
+                   trainer_gpu=trainer_gpu, cpu_layout=cpu_layout)
 
     # -- the engine's own loop -----------------------------------------------------------------
     async def _start(self, kw: dict[str, Any]) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
+        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
+        if self.cpu_layout == "plain":
+            try:  # memrl.engines.vllm_plain: every later load is final where all of the model's layers took it
+                self.direct_loads = all(d for _, d in await engine.collective_rpc("memrl_plain_layout"))
+            except BaseException:
+                engine.shutdown()
+                raise
+            if self.direct_loads and self._tensor_parallel == 1:
+                self._inplace = InPlaceSync(shm_root() or tempfile.gettempdir())
+        return engine
 
     async def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the engine's loop and wait for it on the caller's loop."""
@@ -238,6 +224,11 @@ class VLLMEngine:
         self.weight_version += 1
         self._record_sync(self.sync_path, sent, time.perf_counter() - t0)
 
+    @property
+    def in_place(self) -> bool:
+        """Whether syncs write straight into the served parameters (plain layout, after the first sync)."""
+        return self._inplace is not None and self._inplace.shared is not None
+
     def _record_sync(self, path: str, sent: int, seconds: float) -> None:
         self.last_sync_path = path
         self.last_sync = {"sync_mb": sent / 2**20, "time/sync_engine": seconds,
@@ -253,6 +244,9 @@ class VLLMEngine:
                 await open_ipc(self.engine)
                 self._ipc_open = True
             sent = await sync_ipc(self.engine, state_dict, self.bucket_bytes, f"cuda:{self.trainer_gpu or 0}")
+        elif self.sync_path == "shm" and self._inplace is not None and await self._inplace.applies(self.engine,
+                                                                                                      state_dict):
+            sent = await self._inplace.sync(self.engine, state_dict)
         elif self.sync_path == "shm":
             if self._slots is None:
                 self._slots = ShmSlots(shm_root() or tempfile.gettempdir())
@@ -363,6 +357,8 @@ class VLLMEngine:
                 shutil.rmtree(self._lora_root, ignore_errors=True)
             if self._slots is not None:
                 self._slots.close()
+            if self._inplace is not None:
+                self._inplace.close()
 
     async def _shutdown_on_loop(self) -> None:
         if self._nccl is not None:

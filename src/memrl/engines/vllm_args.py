@@ -98,6 +98,16 @@ def plan_sync_path(cfg: MemRLConfig) -> tuple[str, int | None]:
     return path, gpu
 
 
+def check_cpu_layout(layout: str, *, cpu: bool, engine_args: dict[str, Any]) -> str:
+    """``engine.vllm.cpu_layout`` where it can work: plain needs vLLM's CPU build and eager mode (a compiled
+    model keeps calling the packed kernels it was traced with)."""
+    if layout == "plain" and not cpu:
+        raise ConfigError("engine.vllm.cpu_layout=plain is for vLLM's CPU build; on a GPU leave it packed")
+    if layout == "plain" and not engine_args.get("enforce_eager", False):
+        raise ConfigError("engine.vllm.cpu_layout=plain needs engine.vllm.enforce_eager=true")
+    return layout
+
+
 def build_engine_args(cfg: MemRLConfig, model_path: str, *, cpu: bool, sleep: bool,
                       sync_path: str = "bytes") -> dict[str, Any]:
     """Keyword arguments for ``AsyncEngineArgs``; ``engine.vllm.args`` wins over everything else.

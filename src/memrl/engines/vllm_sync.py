@@ -13,6 +13,8 @@ Paths (``engine.vllm.sync_path``), fastest first where they apply:
   Two files are reused round-robin (writing one while the workers read the other), so
   the extra memory is two buckets; their pages stay mapped on both sides between syncs,
   and their names are removed once mapped, so a killed process leaves nothing behind.
+  Where vLLM's CPU build serves plain weights (``engine.vllm.cpu_layout=plain``) the
+  trainer writes them in place instead, no buckets at all (:mod:`memrl.engines.vllm_inplace`).
 * ``bytes`` (anywhere): safetensors bytes through vLLM's RPC channel, the fallback.
 
 Buckets hold whole layers (runs of names with the same leading ``...layers.N`` index),
@@ -244,28 +246,50 @@ class ShmSlots:
         self._maps.clear()
 
 
-def write_bucket(buf: Any, bucket: Bucket, tensors: Sequence[Any]) -> None:
-    """Copy the bucket's tensors (any device) into ``buf`` (uint8, in host memory) at their offsets, each once.
+PARALLEL_COPY = 2**16  # host tensors from this size are copied by torch (all cores), smaller ones by numpy
 
-    Host tensors are copied as bytes by numpy: one plain ``memcpy`` each, where torch would open
-    a parallel region per tensor (thousands of thread hand-offs per sync on a busy CPU).
+
+def copy_into(buf: Any, off: int, t: Any, dtype: str, shape: Sequence[int]) -> int:
+    """Copy ``t`` (any device and dtype) into ``buf`` (uint8, host memory) at byte ``off`` as ``dtype``; its bytes.
+
+    A host tensor of the same dtype is copied as bytes: a small one by numpy (one plain ``memcpy``), where torch
+    would open a parallel region per tensor (thousands of thread hand-offs per sync on a busy CPU), a large one
+    by torch, whose byte copy uses every core (its per-dtype copy loop is slower).
     """
     import numpy as np
     import torch
 
-    done: set[int] = set()
-    host = buf.numpy()
+    t = t.detach()
+    dt = getattr(torch, dtype)
+    size = t.numel() * dt.itemsize
+    dst = buf[off: off + size]
     with torch.no_grad():
-        for i, off, size, shape, dtype in zip(bucket.indices, bucket.offsets, bucket.sizes, bucket.shapes,
-                                              bucket.dtypes, strict=True):
-            if off in done:
-                continue
+        if t.device.type != "cpu" or t.dtype != dt or not t.is_contiguous():
+            dst.view(dt).view(list(shape)).copy_(t)  # moved and/or converted
+        elif size < PARALLEL_COPY:
+            np.copyto(dst.numpy(), t.reshape(-1).view(torch.uint8).numpy())
+        else:  # as bytes: torch's plain byte copy, not its per-dtype loop
+            dst.copy_(t.reshape(-1).view(torch.uint8))
+    return size
+
+
+def write_bucket(buf: Any, bucket: Bucket, tensors: Sequence[Any]) -> None:
+    """Copy the bucket's tensors (any device) into ``buf`` (uint8, in host memory) at their offsets, each once."""
+    done: set[int] = set()
+    for i, off, shape, dtype in zip(bucket.indices, bucket.offsets, bucket.shapes, bucket.dtypes, strict=True):
+        if off not in done:
             done.add(off)
-            t = tensors[i].detach()
-            if t.device.type == "cpu" and t.is_contiguous():
-                np.copyto(host[off: off + size], t.reshape(-1).view(torch.uint8).numpy())
-            else:
-                buf[off: off + size].view(getattr(torch, dtype)).view(shape).copy_(t)
+            copy_into(buf, off, tensors[i], dtype, shape)
+
+
+async def pause(engine: Any) -> None:
+    """Stop ``engine`` (an ``AsyncLLM``) between steps, its requests kept: vLLM's ``pause_generation`` minus the
+    20 ms sleep it adds only to order its outputs for the caller, which a sync has no use for."""
+    core = getattr(getattr(engine, "engine_core", None), "pause_scheduler_async", None)
+    if core is None:
+        await engine.pause_generation(mode="keep", clear_cache=False)
+    else:
+        await core(mode="keep", clear_cache=False)
 
 
 async def sync_shm(engine: Any, state: Mapping[str, Any], slots: ShmSlots, bucket_bytes: int) -> int:
@@ -284,7 +308,7 @@ async def sync_shm(engine: Any, state: Mapping[str, Any], slots: ShmSlots, bucke
                                                                bucket.shapes, bucket.offsets))
         slots.settle(path)  # mapped by every worker now
 
-    await engine.pause_generation(mode="keep", clear_cache=False)  # no step may see a half-loaded model
+    await pause(engine)  # no step may see a half-loaded model
     try:
         await engine.collective_rpc("memrl_begin_update")
         loading: asyncio.Future[Any] | None = None
@@ -311,3 +335,34 @@ async def sync_shm(engine: Any, state: Mapping[str, Any], slots: ShmSlots, bucke
     finally:
         await engine.resume_generation()
     return sent
+
+
+def weight_buckets(state_dict: Mapping[str, Any], bucket_bytes: int) -> list[dict[str, Any]]:
+    """Split a state dict into CPU buckets of one dtype each, at most ``bucket_bytes`` (one tensor may exceed it).
+
+    Tensors that share storage (tied ``embed_tokens``/``lm_head``) are cloned: safetensors
+    refuses to serialize aliases.
+    """
+    seen: set[int] = set()
+    by_dtype: dict[Any, list[tuple[str, Any]]] = {}
+    for name, t in state_dict.items():
+        t = t.detach().to("cpu").contiguous()
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen:
+            t = t.clone()
+        seen.add(t.untyped_storage().data_ptr())
+        by_dtype.setdefault(t.dtype, []).append((name, t))
+    buckets: list[dict[str, Any]] = []
+    for items in by_dtype.values():
+        current: dict[str, Any] = {}
+        size = 0
+        for name, t in items:
+            nbytes = t.numel() * t.element_size()
+            if current and size + nbytes > bucket_bytes:
+                buckets.append(current)
+                current, size = {}, 0
+            current[name] = t
+            size += nbytes
+        if current:
+            buckets.append(current)
+    return buckets

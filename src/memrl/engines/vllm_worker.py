@@ -60,13 +60,16 @@ class MemrlWorkerExtension:
 
     # -- shared memory -------------------------------------------------------------------------
     def memrl_begin_update(self) -> None:
-        """Open a layerwise reload: each layer is rebuilt once all its weights have arrived."""
+        """Open a layerwise reload: each layer is rebuilt once all its weights have arrived (in plain layout
+        every load is final: nothing to open)."""
         from vllm.config import set_current_vllm_config
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
+        self.__dict__["_memrl_updating"] = True
+        if self.__dict__.get("_memrl_direct"):
+            return
         with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
             initialize_layerwise_reload(self.model_runner.get_model())  # type: ignore[attr-defined]
-        self.__dict__["_memrl_updating"] = True
 
     def memrl_load_bucket(self, path: str, size: int, names: list[str], dtypes: list[str],
                           shapes: list[list[int]], offsets: list[int]) -> int:
@@ -84,12 +87,13 @@ class MemrlWorkerExtension:
             for s in shape:
                 n *= s
             weights.append((name, buf[off: off + n].view(dt).view(shape)))
-        pending = _pending_loads()
+        direct = bool(self.__dict__.get("_memrl_direct"))
+        pending = [] if direct else _pending_loads()
         if pending is None:  # this vLLM buffers loads where we cannot see them: hand over copies, not views
             weights = [(name, w.clone()) for name, w in weights]
         with set_current_vllm_config(self.vllm_config), _no_mtp_check():  # type: ignore[attr-defined]
             self.model_runner.get_model().load_weights(weights)  # type: ignore[attr-defined]
-        if pending is not None:
+        if pending is not None and not direct:
             _detach_from(buf, _pending_loads() or [])
         return sum(int(w.nbytes) for _, w in weights)
 
@@ -101,8 +105,9 @@ class MemrlWorkerExtension:
         if not self.__dict__.pop("_memrl_updating", False):
             return
         runner = self.model_runner  # type: ignore[attr-defined]
-        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
-            finalize_layerwise_reload(runner.get_model(), self.model_config)  # type: ignore[attr-defined]
+        if not self.__dict__.get("_memrl_direct"):
+            with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
+                finalize_layerwise_reload(runner.get_model(), self.model_config)  # type: ignore[attr-defined]
         for reset in ("reset_lora_state", "reset_encoder_cache", "reset_mm_cache"):
             getattr(runner, reset, lambda: None)()
 
@@ -124,6 +129,44 @@ class MemrlWorkerExtension:
             buf = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
             maps[path] = buf
         return buf
+
+    # -- CPU layout ----------------------------------------------------------------------------
+    def memrl_plain_layout(self) -> tuple[int, bool]:
+        """Keep the linear layers' weights plain (vLLM's CPU build packs them), so that each later load is an
+        in-place copy (:mod:`memrl.engines.vllm_plain`); returns (layers changed, whether loads are now final)."""
+        from vllm.config import set_current_vllm_config
+        from vllm.platforms import current_platform
+
+        from memrl.engines.vllm_plain import all_plain, to_plain
+
+        if not current_platform.is_cpu():
+            raise RuntimeError("the plain weight layout is for vLLM's CPU build")
+        if not self.model_config.enforce_eager:  # type: ignore[attr-defined]
+            raise RuntimeError("the plain weight layout needs enforce_eager: a compiled model keeps its packed GEMMs")
+        runner = self.model_runner  # type: ignore[attr-defined]
+        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
+            changed = to_plain(runner.get_model(), runner.reload_weights)
+        direct = all_plain(runner.get_model())
+        self.__dict__["_memrl_direct"] = direct
+        return changed, direct
+
+    def memrl_share_weights(self, names: list[str], shapes: list[list[int]], dtypes: list[str],
+                            root: str) -> tuple[str, int, list[Any]] | None:
+        """Plain layout: move the parameters these checkpoint tensors load into to one shared file in ``root``;
+        returns (path, size, [(name, byte offset, dtype, shape)]) for the trainer to write new weights
+        straight into the served ones, or None where some tensor cannot be written as-is."""
+        from vllm.config import set_current_vllm_config
+
+        from memrl.engines.vllm_plain import probe_targets, share_params
+
+        if not self.__dict__.get("_memrl_direct"):
+            return None
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        with set_current_vllm_config(self.vllm_config), _no_mtp_check():  # type: ignore[attr-defined]
+            targets = probe_targets(model, list(zip(names, shapes, dtypes, strict=True)))
+        if targets is None:
+            return None
+        return share_params(targets, dict(zip(names, shapes, strict=True)), root)
 
     # -- placement -----------------------------------------------------------------------------
     def memrl_device_uuid(self) -> str:
