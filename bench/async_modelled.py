@@ -9,32 +9,39 @@ its own. This bench models that:
    of a ~``--prompt-tokens`` prompt, for several new-token counts n, and fit the per-request
    latency ``L(n) = a + b * n`` by least squares (``a``: queueing + prefill, ``b``: one batched
    decode step). The fit is written to ``WORK/latency.json``.
-2. ``run``: train the demo task synchronously and asynchronously (η = ``--staleness``) with a
-   :class:`ModelledLatencyEngine`: the real tiny policy generates every token (so the learning
-   is real), and each request then *sleeps* until ``L(n)`` has passed since it started. The
-   sleeping costs no core; only the tiny model's own compute competes with the update.
+2. ``run``: train the demo task synchronously and asynchronously (η = ``--staleness``, lr 3e-4,
+   ``decoupled``) with a :class:`~modelled_engine.ModelledLatencyEngine`: the real tiny policy
+   generates every token (so the learning is real) in an engine process of its own
+   (``--engine process``, pinned to one core), and each request then *sleeps* in the trainer's
+   event loop until ``L(n)`` has passed since it started. The update runs alone on the other core
+   (the trainer's accelerator). The weights are pushed to the engine process after every step.
+   ``--engine thread`` keeps the engine in the trainer's process (it then shares the
+   interpreter lock with the update); ``--engine replica`` uses a memrl Ray rollout replica.
+   See :mod:`modelled_engine` for exactly what runs where.
 
 The latency model used by ``run`` is ``--a-s`` + ``--b-ms`` per token. By default ``b`` is
-*balanced*: a short synchronous probe measures this machine's update time per step, and ``b`` is
-set so that the modelled generation of a step (~4 sequential model calls of 4-8 tokens) takes as
-long: the regime a disaggregated setup is sized for, on a fast or a loaded machine alike (a fixed
-``b`` gives a different regime on each). ``--b-ms 60`` fixes it; ``--fit WORK/latency.json`` uses the
-calibrated line. The
-speed-up of perfect overlap is (G + T) / max(G, T) for generation G and update T per step: the
-time split it prints says which regime a run was in.
+*balanced*: a synchronous probe run as long as the measured ones (the update gets faster over
+the first steps) measures this machine's update time per step, and ``b`` is set so that the
+modelled generation of a step (~5 sequential model calls of 4-8 tokens) takes as long: the regime
+a disaggregated setup is sized for, on a fast or a loaded machine alike (a fixed ``b`` gives a
+different regime on each). ``--b-ms 60`` fixes it; ``--fit WORK/latency.json`` uses the calibrated
+line. The speed-up of perfect overlap is (G + T) / max(G, T) for generation G and update T per
+step (2x at G = T); the time split it prints says which regime a run was in.
 
-It prints trained tokens/s of each mode, the async/sync ratio, the time split (trainer waiting
-for rollouts, update, weight sync) and the learning curves (reward of the trained episodes).
+It prints, per run, trained tokens/s, the async/sync ratio against the same seed's synchronous
+run, the time split (trainer waiting for rollouts, update, weight sync); per η the ratio's min and
+median over seeds; and the learning curves (reward of the trained episodes) against the
+synchronous runs' seed-to-seed band. ``summary`` prints the tables of a results file again.
 
     python bench/async_modelled.py calibrate                                   # SmolLM2-135M, one core
     python bench/async_modelled.py calibrate --calib-model runs/bench_async/seed0/sft_model
     python bench/async_modelled.py run --seeds 0 1 2 --staleness 1 2 --steps 12
+    python bench/async_modelled.py summary --results runs/bench_async/modelled.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import asyncio
 import json
 import statistics
@@ -48,30 +55,7 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from async_vs_sync import Spec, build_config, summarise  # noqa: E402
-
-
-class ModelledLatencyEngine:
-    """An engine whose requests take ``a + b * new_tokens`` seconds: the tokens come from ``inner``, the time
-    from the latency model (the inner engine's own compute counts toward it)."""
-
-    def __init__(self, inner: Any, a: float, b: float) -> None:
-        self.inner = inner
-        self.a = a
-        self.b = b
-        self.busy_s = 0.0  # modelled seconds of requests (summed over requests)
-
-    def __getattr__(self, name: str) -> Any:  # weight updates, close, ...
-        return getattr(self.inner, name)
-
-    async def generate(self, prompt_ids: Any, params: Any) -> Any:
-        t0 = time.perf_counter()
-        res = await self.inner.generate(prompt_ids, params)
-        target = self.a + self.b * len(res.token_ids)
-        self.busy_s += target
-        left = target - (time.perf_counter() - t0)
-        if left > 0:
-            await asyncio.sleep(left)
-        return res
+from modelled_engine import ModelledLatencyEngine, RolloutHost, pin_cores  # noqa: E402
 
 
 def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -122,57 +106,39 @@ def calibrate(args: argparse.Namespace) -> dict[str, Any]:
     return fit
 
 
-def pin_cores() -> tuple[int, int] | None:
-    """(engine core, trainer core): two cores of this process's set, or None when it has fewer (or no affinity)."""
-    try:
-        cores = sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return None
-    return (cores[0], cores[1]) if len(cores) >= 2 else None
+def run_one(spec: Spec, work: Path, a: float, b: float, where: str = "process",
+            pin: tuple[int, int] | None = None) -> dict[str, Any]:
+    """One training run on the demo task with the modelled engine: its summary, the engine's modelled busy
+    seconds and how far its real compute overran the model.
 
-
-def _pinned(fn: Any, core: int) -> Any:
-    """``fn`` run on ``core`` (the decode thread pins itself on entry: the engine's own core)."""
-    def run(*args: Any, **kwargs: Any) -> Any:
-        os.sched_setaffinity(0, {core})
-        return fn(*args, **kwargs)
-    return run
-
-
-def run_one(spec: Spec, work: Path, a: float, b: float, pin: tuple[int, int] | None = None) -> dict[str, Any]:
-    """One training run on the demo task with the modelled engine; its summary and the engine's busy share.
-
-    ``pin``: the engine decodes on one core and the trainer updates on the other, one thread each (the
-    hardware split of a disaggregated setup, where generation cannot take the trainer's cores); both modes
-    run under the same split."""
+    ``where``: the real engine in a rollout replica of its own (``replica``) or in the trainer's process
+    (``thread``), see :mod:`modelled_engine`. ``pin``: (engine core, trainer core), one thread of torch each;
+    both modes of a comparison run under the same split."""
     import shutil
 
-    from memrl.engines.hf import HFEngine
-    from memrl.models.resolve import load_model
     from memrl.train.trainer import Trainer
     from memrl_demo.run import DEMO_THREADS, deterministic
 
     with deterministic(spec.seed, threads=1 if pin else DEMO_THREADS):
-        if pin:
-            os.sched_setaffinity(0, {pin[1]})  # this thread updates; threads it starts inherit the core
         cfg = build_config(spec, work)
         shutil.rmtree(cfg.trainer.output_dir, ignore_errors=True)
-        model = load_model(cfg.model.path, device="cpu")
-        model.eval()
-        inner = HFEngine(model, pad_token_id=0, max_batch_size=cfg.engine.max_batch_size, seed=cfg.trainer.seed)
-        if pin:
-            inner._generate_batch = _pinned(inner._generate_batch, pin[0])  # type: ignore[method-assign]
-        engine = ModelledLatencyEngine(inner, a, b)
-        trainer = Trainer(cfg, engine=engine, tracker_console=Console(stderr=True, quiet=True))
-        t0 = time.perf_counter()
-        trainer.run()
-        wall = time.perf_counter() - t0
+        host = RolloutHost(cfg, where, pin)
+        try:
+            engine = ModelledLatencyEngine(host.engine, a, b)
+            trainer = Trainer(cfg, engine=engine, tracker_console=Console(stderr=True, quiet=True))
+            host.attach(trainer)
+            t0 = time.perf_counter()
+            trainer.run()
+            wall = time.perf_counter() - t0
+        finally:
+            host.close()
     rows = [json.loads(x) for x in (Path(cfg.trainer.output_dir) / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if "train_tokens" in r]
-    return {"spec": spec.__dict__, "label": spec.label, "modelled_engine_s": engine.busy_s, **summarise(rows, wall)}
+    return {"spec": spec.__dict__, "label": spec.label, "engine": where, "pinned": bool(pin), "a_s": a, "b_s": b,
+            "modelled_engine_s": engine.busy_s, "overrun_s": engine.overrun_s, **summarise(rows, wall)}
 
 
-def balance(args: argparse.Namespace, b0_ms: float = 60.0) -> dict[str, Any]:
+def balance(args: argparse.Namespace, pin: tuple[int, int] | None, b0_ms: float = 60.0) -> dict[str, Any]:
     """``b`` such that a synchronous step waits for generation as long as it updates.
 
     A probe run at ``b0`` measures the wait for rollouts G0 and the update T per step. The
@@ -180,8 +146,8 @@ def balance(args: argparse.Namespace, b0_ms: float = 60.0) -> dict[str, Any]:
     of model calls, so it scales with ``b`` minus the fixed part: ``b = b0 (T - G_a) / (G0 - G_a)``,
     with ``G_a`` the share of ``a`` (``a`` per model turn of an episode, the turns run in sequence).
     """
-    spec = Spec(args.seeds[0], args.lr, None, "none", "interrupt", 32, steps=args.probe_steps)
-    probe = run_one(spec, args.work, args.a_s, b0_ms / 1000, None if args.no_pin else pin_cores())
+    spec = Spec(args.seeds[0], args.lr, None, "none", "interrupt", 32, steps=args.probe_steps or args.steps)
+    probe = run_one(spec, args.work, args.a_s, b0_ms / 1000, args.engine, pin)
     steps = max(1, len(probe["rewards"]))
     g0, t = probe["rollout_s"] / steps, probe["update_s"] / steps
     g_a = args.a_s * probe.get("turns", 5.0)
@@ -192,28 +158,81 @@ def balance(args: argparse.Namespace, b0_ms: float = 60.0) -> dict[str, Any]:
             "concurrency": "-", "threads": "-"}
 
 
-def print_table(results: list[dict[str, Any]], fit: dict[str, Any]) -> None:
+def _tail(rewards: list[float]) -> float:
+    return statistics.fmean(rewards[-max(1, len(rewards) // 3):])
+
+
+def _ratios(results: list[dict[str, Any]]) -> dict[int, dict[int, float]]:
+    """η -> seed -> async/sync trained tokens/s (against the same seed's synchronous run)."""
+    base = {r["spec"]["seed"]: r["tok_s"] for r in results if r["spec"]["eta"] is None}
+    out: dict[int, dict[int, float]] = {}
+    for r in results:
+        seed, eta = r["spec"]["seed"], r["spec"]["eta"]
+        if eta is not None and seed in base:
+            out.setdefault(eta, {})[seed] = r["tok_s"] / base[seed]
+    return out
+
+
+def print_runs(results: list[dict[str, Any]], fit: dict[str, Any]) -> None:
+    """One row per run: throughput, its ratio to the same seed's sync run, the time split, staleness."""
+    where = {f"{r['engine']}{' pinned' if r['pinned'] else ''}" for r in results}
     print(f"\nmodelled engine: L(n) = {fit['a_s']:.3f} s + {1000 * fit['b_s_per_token']:.1f} ms x n per request "
-          f"({fit['model']}; {fit['concurrency']} requests at once, {fit['threads']} threads)\n")
-    print("| seed | run | wall s | trained tok/s | vs sync | waiting for rollouts s | update s | sync s | "
+          f"({fit['model']}); real engine: {', '.join(sorted(where))}\n")
+    print("| seed | run | wall s | trained tok/s | vs sync | waiting for rollouts s | update s | weight sync s | "
           "staleness 0/1/2 | producer idle | reward, last third |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    base = {r["spec"]["seed"]: r["tok_s"] for r in results if r["spec"]["eta"] is None}
+    ratios = _ratios(results)
     for r in results:
         stale = "/".join(f"{r['stale'].get(k, 0):.0f}" for k in ("0", "1", "2")) if r["stale"] else "-"
         idle = f"{100 * r['idle']:.0f}%" if r["idle"] is not None else "-"
-        tail = statistics.fmean(r["rewards"][-max(1, len(r["rewards"]) // 3):])
-        ratio = r["tok_s"] / base[r["spec"]["seed"]] if r["spec"]["seed"] in base else float("nan")
-        print(f"| {r['spec']['seed']} | {r['label']} | {r['wall_s']:.1f} | {r['tok_s']:.1f} | {ratio:.2f}x | "
-              f"{r['rollout_s']:.1f} | {r['update_s']:.1f} | {r['sync_s']:.1f} | {stale} | {idle} | {tail:.3f} |")
-    print("\nreward of the trained episodes per step:")
+        eta, seed = r["spec"]["eta"], r["spec"]["seed"]
+        ratio = 1.0 if eta is None else ratios.get(eta, {}).get(seed, float("nan"))
+        print(f"| {seed} | {r['label']} | {r['wall_s']:.1f} | {r['tok_s']:.1f} | {ratio:.2f}x | "
+              f"{r['rollout_s']:.1f} | {r['update_s']:.1f} | {r['sync_s']:.1f} | {stale} | {idle} | "
+              f"{_tail(r['rewards']):.3f} |")
+
+
+def print_summary(results: list[dict[str, Any]]) -> None:
+    """Per η: async/sync over seeds (min, median), the time split per step, and the learning curves against the
+    synchronous runs' seed-to-seed spread."""
+    ratios = _ratios(results)
+    by_eta: dict[int | None, list[dict[str, Any]]] = {}
     for r in results:
-        print(f"  s{r['spec']['seed']} {r['label']:>24}: " + " ".join(f"{x:.2f}" for x in r["rewards"]))
+        by_eta.setdefault(r["spec"]["eta"], []).append(r)
+    print("\n| run | seeds | async/sync min | median | per step: waiting s | update s | weight sync s | "
+          "reward, last third (mean ± sd over seeds) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for eta, rs in sorted(by_eta.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+        steps = sum(len(r["rewards"]) for r in rs) or 1
+        tails = [_tail(r["rewards"]) for r in rs]
+        sd = statistics.stdev(tails) if len(tails) > 1 else 0.0
+        vals = sorted(ratios.get(eta, {}).values()) if eta is not None else [1.0]
+        print(f"| {rs[0]['label']} | {','.join(str(r['spec']['seed']) for r in rs)} | {min(vals):.2f}x | "
+              f"{statistics.median(vals):.2f}x | {sum(r['rollout_s'] for r in rs) / steps:.2f} | "
+              f"{sum(r['update_s'] for r in rs) / steps:.2f} | {sum(r['sync_s'] for r in rs) / steps:.2f} | "
+              f"{statistics.fmean(tails):.3f} ± {sd:.3f} |")
+    sync = by_eta.get(None, [])
+    print("\nreward of the trained episodes per step (mean over seeds; sync's min-max over seeds in brackets):")
+    if sync:
+        n = min(len(r["rewards"]) for r in sync)
+        lo = [min(r["rewards"][i] for r in sync) for i in range(n)]
+        hi = [max(r["rewards"][i] for r in sync) for i in range(n)]
+        print("  sync band: " + " ".join(f"[{a:.2f}-{b:.2f}]" for a, b in zip(lo, hi)))
+    for eta, rs in sorted(by_eta.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+        n = min(len(r["rewards"]) for r in rs)
+        mean = [statistics.fmean(r["rewards"][i] for r in rs) for i in range(n)]
+        inside = "" if eta is None or not sync else (
+            f"  ({sum(lo[i] <= m <= hi[i] for i, m in enumerate(mean[:len(lo)]))}/{min(n, len(lo))} steps inside "
+            "the sync band)")
+        print(f"  {rs[0]['label']:>22}: " + " ".join(f"{x:.2f}" for x in mean) + inside)
+    print("\nper seed:")
+    for r in results:
+        print(f"  s{r['spec']['seed']} {r['label']:>22}: " + " ".join(f"{x:.2f}" for x in r["rewards"]))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["calibrate", "run"])
+    p.add_argument("what", choices=["calibrate", "run", "summary"], help="summary: print the tables of --results")
     p.add_argument("--work", type=Path, default=Path("runs/bench_async"))
     p.add_argument("--calib-model", default=str(Path.home() / ".cache/memrl/smollm2-135m-instruct"))
     p.add_argument("--concurrency", type=int, default=64, help="requests at once (the demo's engine.concurrency)")
@@ -226,39 +245,56 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--staleness", type=int, nargs="+", default=[1, 2])
     p.add_argument("--off-policy", default="decoupled", choices=["none", "decoupled", "tis"])
+    p.add_argument("--engine", default="process", choices=["process", "replica", "thread"], help="where the real "
+                   "engine runs: process (default): a child process of its own reached over a pipe (disaggregated "
+                   "hardware); replica: a memrl Ray rollout replica (the same, with Ray's per-request overhead); "
+                   "thread: in the trainer's process, sharing its interpreter lock")
+    p.add_argument("--chunk", type=int, default=32, help="trainer.async.partial_chunk_tokens (interrupt): a weight "
+                   "push waits for the pieces in flight, so short pieces model an engine that interrupts requests "
+                   "for an update (AReaL); a continuation piece pays no prefill (--a-s) under the same weights")
     p.add_argument("--a-s", type=float, default=0.05, help="modelled seconds per request (queue + prefill)")
     p.add_argument("--b-ms", default="balance", help="modelled ms per generated token (a decode step), or "
                    "'balance' (default): chosen by a short synchronous probe so that the modelled generation of a "
                    "step takes as long as this machine's update of it (the regime a disaggregated setup is sized "
                    "for), whatever the machine's speed")
-    p.add_argument("--probe-steps", type=int, default=4, help="steps of the balance probe")
+    p.add_argument("--probe-steps", type=int, default=None, help="steps of the balance probe (default --steps: the "
+                   "update gets faster over the first steps, so a shorter probe overestimates it)")
     p.add_argument("--no-pin", action="store_true", help="let generation and the update share every core (by "
-                   "default the engine decodes on one core and the trainer on another, one thread each)")
+                   "default the engine runs on one core and the trainer on another, one torch thread each)")
     p.add_argument("--fit", type=Path, default=None, help="use a calibrated latency.json instead")
-    p.add_argument("--results", type=Path, default=None, help="JSON lines (default WORK/modelled.jsonl)")
+    p.add_argument("--results", type=Path, default=None, help="JSON lines, appended (default WORK/modelled.jsonl)")
     args = p.parse_args()
     if args.what == "calibrate":
         calibrate(args)
         return
+    out = args.results or args.work / "modelled.jsonl"
+    if args.what == "summary":
+        results = [json.loads(x) for x in out.read_text().splitlines() if x.strip()]
+        b = sorted({round(1000 * r["b_s"], 1) for r in results})
+        print_runs(results, {"a_s": results[0]["a_s"], "b_s_per_token": results[0]["b_s"],
+                             "model": f"b per run: {', '.join(map(str, b))} ms"})
+        print_summary(results)
+        return
+    pin = None if args.no_pin else pin_cores()  # once: a pinned run narrows this process's own core set
     if args.fit is not None:
         fit = json.loads(args.fit.read_text())
     elif args.b_ms == "balance":
-        fit = balance(args)
+        fit = balance(args, pin)
     else:
-        fit = {"a_s": args.a_s, "b_s_per_token": float(args.b_ms) / 1000, "model": "fixed (--a-s, --b-ms)",
-               "concurrency": "-", "threads": "-"}
-    out = args.results or args.work / "modelled.jsonl"
+        fit = {"a_s": args.a_s, "b_s_per_token": float(args.b_ms) / 1000, "model": "fixed (--a-s, --b-ms)"}
+    out.parent.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in args.seeds:
         for eta in [None, *args.staleness]:
-            spec = Spec(seed, args.lr, eta, args.off_policy if eta is not None else "none", "interrupt", 32,
+            spec = Spec(seed, args.lr, eta, args.off_policy if eta is not None else "none", "interrupt", args.chunk,
                         steps=args.steps)
-            res = run_one(spec, args.work, fit["a_s"], fit["b_s_per_token"], None if args.no_pin else pin_cores())
+            res = run_one(spec, args.work, fit["a_s"], fit["b_s_per_token"], args.engine, pin)
             results.append(res)
             with out.open("a") as fh:
                 fh.write(json.dumps(res) + "\n")
             print(f"{spec.name}: {res['wall_s']:.0f}s {res['tok_s']:.1f} tok/s", file=sys.stderr, flush=True)
-    print_table(results, fit)
+    print_runs(results, fit)
+    print_summary(results)
 
 
 if __name__ == "__main__":
