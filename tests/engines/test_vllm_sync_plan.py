@@ -3,13 +3,16 @@ writes, metrics."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 import pytest
 import torch
 
 from memrl.config import ConfigError
 from memrl.engines.vllm_args import check_cpu_layout
 from memrl.engines.vllm_gpu_sync import ipc_plan, ipc_update_info, pack_bucket
-from memrl.engines.vllm_inplace import layout_of, map_shared, write_shared
+from memrl.engines.vllm_inplace import balance, layout_of, map_shared, write_shared
 from memrl.engines.vllm_sync import ShmSlots, choose_path, copy_into, layer_key, plan_buckets, with_aliases, \
     write_bucket
 from memrl.train.engine_sync import SYNC_PATH_CODES, pool_sync_stats, sync_stats
@@ -201,6 +204,11 @@ def test_in_place_writes_each_served_tensor_where_the_worker_said(tmp_path):
     assert write_shared(shared, state) == 8 + 24
     assert shared.buf[:8].view(torch.bfloat16).tolist() == [7.0] * 4
     assert torch.equal(shared.buf[64:88].view(F32).view(3, 2), emb)
+    shared.buf.zero_()
+    with ThreadPoolExecutor(2) as pool:  # the same bytes from two copying threads
+        assert write_shared(shared, state, pool, lanes=2) == 8 + 24
+    assert shared.buf[:8].view(torch.bfloat16).tolist() == [7.0] * 4
+    assert torch.equal(shared.buf[64:88].view(F32).view(3, 2), emb)
     assert layout_of(state) == (list(state), [[3, 2], [2, 2], [3, 2]], ["float32", "float32", "float32"])
 
 
@@ -211,3 +219,17 @@ def test_plain_layout_needs_the_cpu_build_and_eager_mode():
         check_cpu_layout("plain", cpu=False, engine_args={"enforce_eager": True})
     with pytest.raises(ConfigError, match="needs engine.vllm.enforce_eager=true"):
         check_cpu_layout("plain", cpu=True, engine_args={"enforce_eager": False})
+
+
+def test_copy_lanes_cover_every_byte_once_with_even_loads():
+    srcs = [np.arange(n, dtype=np.uint8) for n in (3 * 2**20, 2**20 + 5, 1000, 10, 0)]
+    dsts = [np.zeros_like(a) for a in srcs]
+    lanes = balance(list(zip(dsts, srcs, strict=True)), 2)
+    loads = [sum(s.nbytes for _, s in lane) for lane in lanes]
+    assert sum(loads) == sum(a.nbytes for a in srcs) and abs(loads[0] - loads[1]) <= 1010  # big arrays were cut
+    assert max(s.nbytes for lane in lanes for _, s in lane) <= 1.5 * 2**20
+    for lane in lanes:
+        for d, s in lane:
+            np.copyto(d, s)
+    assert all(np.array_equal(d, s) for d, s in zip(dsts, srcs, strict=True))
+    assert len(balance([(dsts[0], srcs[0])], 1)[0]) == 1  # one lane: nothing cut

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,19 +53,70 @@ def map_shared(answer: tuple[str, int, list[Any]], state: Mapping[str, Any]) -> 
                          [(n, list(t.shape)) for n, t in state.items()])
 
 
-def write_shared(shared: SharedWeights, state: Mapping[str, Any]) -> int:
-    """Copy every served tensor of ``state`` into the engine's parameters; returns the bytes written."""
-    return sum(copy_into(shared.buf, off, state[name], dtype, shape)
-               for name, (off, dtype, shape) in shared.entries.items())
+SPLIT = 2**20  # arrays from this size are cut across the copying threads
+
+
+def balance(jobs: list[tuple[Any, Any]], lanes: int) -> list[list[tuple[Any, Any]]]:
+    """``jobs`` (destination, source) byte arrays dealt into ``lanes`` lists of about equal bytes, the largest
+    first; an array from :data:`SPLIT` bytes is cut into ``lanes`` pieces so one big tensor cannot hold a lane."""
+    pieces: list[tuple[Any, Any]] = []
+    for dst, src in jobs:
+        step = -(-src.nbytes // lanes) if src.nbytes >= SPLIT and lanes > 1 else max(src.nbytes, 1)
+        pieces += [(dst[i: i + step], src[i: i + step]) for i in range(0, src.nbytes, step)]
+    out: list[list[tuple[Any, Any]]] = [[] for _ in range(lanes)]
+    load = [0] * lanes
+    for dst, src in sorted(pieces, key=lambda p: -p[1].nbytes):
+        k = load.index(min(load))
+        out[k].append((dst, src))
+        load[k] += src.nbytes
+    return out
+
+
+def _copy_all(pairs: list[tuple[Any, Any]]) -> None:
+    import numpy as np
+
+    for dst, src in pairs:
+        np.copyto(dst, src)
+
+
+def write_shared(shared: SharedWeights, state: Mapping[str, Any], pool: ThreadPoolExecutor | None = None,
+                 lanes: int = 1) -> int:
+    """Copy every served tensor of ``state`` into the engine's parameters; returns the bytes written.
+
+    Host tensors already in the served dtype are copied as bytes by numpy in ``lanes`` threads of ``pool`` (numpy's
+    copy releases the GIL): a few hundred plain ``memcpy`` calls split evenly over the cores, where torch
+    would open a parallel region per tensor. Anything else (another device or dtype) is copied by torch.
+    """
+    import torch
+
+    jobs = []
+    sent = 0
+    for name, (off, dtype, shape) in shared.entries.items():
+        t = state[name].detach()
+        if t.device.type == "cpu" and str(t.dtype) == f"torch.{dtype}" and t.is_contiguous():
+            src = t.reshape(-1).view(torch.uint8).numpy()
+            jobs.append((shared.buf[off: off + src.nbytes].numpy(), src))
+            sent += src.nbytes
+        else:
+            sent += copy_into(shared.buf, off, t, dtype, shape)
+    if pool is None or lanes == 1:
+        _copy_all(jobs)
+    else:
+        list(pool.map(_copy_all, balance(jobs, lanes)))
+    return sent
 
 
 class InPlaceSync:
     """One engine's in-place path: planned on the first sync that can use it, refused for good if it cannot."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, threads: int | None = None) -> None:
+        import torch
+
         self.root = root
         self.shared: SharedWeights | None = None
         self.refused = False
+        self.lanes = threads or max(1, torch.get_num_threads())  # as many copying threads as torch would use
+        self.pool = ThreadPoolExecutor(self.lanes, thread_name_prefix="memrl-sync")
 
     async def applies(self, engine: Any, state: Mapping[str, Any]) -> bool:
         """Whether ``state`` can be written in place into ``engine`` (an ``AsyncLLM`` with one plain-layout
@@ -80,9 +132,10 @@ class InPlaceSync:
         assert self.shared is not None, "applies() first"
         await pause(engine)
         try:
-            return await asyncio.to_thread(write_shared, self.shared, state)
+            return await asyncio.to_thread(write_shared, self.shared, state, self.pool, self.lanes)
         finally:
             await engine.resume_generation()
 
     def close(self) -> None:
         self.shared = None
+        self.pool.shutdown(wait=False)
