@@ -26,6 +26,7 @@ other threads move to the engine core; outside it they run on either core.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -48,6 +49,7 @@ class ModelledLatencyEngine:
         self.busy_s = 0.0  # modelled seconds of requests (summed over requests)
         self.overrun_s = 0.0  # seconds the real engine took beyond the model (the model was too fast for it)
         self.cached: set[tuple[int, ...]] = set()  # prompt + output of requests since the last weight update
+        self.inflight: set[asyncio.Event] = set()  # one per request in flight, set to cut it short
 
     def __getattr__(self, name: str) -> Any:  # close, stats, ...
         return getattr(self.inner, name)
@@ -64,17 +66,38 @@ class ModelledLatencyEngine:
         self.cached.add(prompt + tuple(new_ids))
         return (0.0 if hit else self.a) + self.b * len(new_ids)
 
+    def interrupt(self) -> None:
+        """A weight update is waiting: every request in flight returns the tokens its modelled decode has
+        produced by now (AReaL pauses SGLang/vLLM with an abort; memrl's gate calls this)."""
+        for cut in self.inflight:
+            cut.set()
+
     async def generate(self, prompt_ids: Any, params: Any) -> Any:
+        from memrl.engines.base import GenerationResult
+
         t0 = time.perf_counter()
-        res = await self.inner.generate(prompt_ids, params)
-        target = self.latency(prompt_ids, res.token_ids)
-        self.busy_s += target
-        left = target - (time.perf_counter() - t0)
-        if left > 0:
-            await asyncio.sleep(left)
-        else:
-            self.overrun_s -= left
-        return res
+        cut = asyncio.Event()
+        self.inflight.add(cut)
+        try:
+            res = await self.inner.generate(prompt_ids, params)
+            target = self.latency(prompt_ids, res.token_ids)
+            left = target - (time.perf_counter() - t0)
+            if left <= 0:
+                self.overrun_s -= left
+            elif not cut.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(cut.wait(), left)
+        finally:
+            self.inflight.discard(cut)
+        elapsed = time.perf_counter() - t0
+        if not cut.is_set() or elapsed >= target:
+            self.busy_s += target
+            return res
+        # cut short: the tokens decoded by now (the first comes after the prefill part of the latency)
+        self.busy_s += elapsed
+        prefill = target - self.b * len(res.token_ids)
+        k = max(0, min(len(res.token_ids), int((elapsed - prefill) / self.b))) if self.b > 0 else 0
+        return GenerationResult(res.token_ids[:k], res.logprobs[:k], "abort", dict(res.meta))
 
 
 def pin_cores() -> tuple[int, int] | None:

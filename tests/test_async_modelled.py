@@ -57,6 +57,25 @@ def test_a_request_takes_a_plus_b_per_token_and_a_continuation_skips_the_prefill
     assert eng.busy_s == pytest.approx(0.08) and eng.overrun_s == 0.0
 
 
+def test_an_interrupt_returns_the_tokens_the_modelled_decode_has_produced_so_far():
+    eng = ModelledLatencyEngine(Instant(10), a=0.05, b=0.02)  # a 10-token request takes 0.25 s
+
+    async def go():
+        task = asyncio.ensure_future(eng.generate([1, 2], SamplingParams(max_new_tokens=10)))
+        await asyncio.sleep(0.05 + 0.02 * 4 + 0.01)  # prefill, then 4 tokens and a half
+        t0 = time.perf_counter()
+        eng.interrupt()
+        res = await task
+        return res, time.perf_counter() - t0
+
+    res, waited = asyncio.run(go())
+    assert res.finish_reason == "abort" and waited < 0.02
+    assert 3 <= len(res.token_ids) <= 5 and res.token_ids == list(range(2, 2 + len(res.token_ids)))
+    assert len(res.logprobs) == len(res.token_ids) and eng.inflight == set()
+    done = asyncio.run(eng.generate([1, 2], SamplingParams(max_new_tokens=10)))  # no interrupt: all of it
+    assert done.finish_reason == "length" and len(done.token_ids) == 10
+
+
 def test_engine_process_generates_what_the_in_process_engine_does_and_takes_new_weights():
     from memrl.engines.hf import HFEngine
     from memrl.models.resolve import load_model

@@ -136,6 +136,60 @@ def test_a_weight_update_waits_for_pieces_in_flight_and_new_pieces_wait_for_it()
     assert segments == [[2, 0], [2, 0], [2, 1], [2, 1]] and len(res.token_ids) == 8
 
 
+class _Interruptible:
+    """Counts up one token per 10 ms; ``interrupt()`` makes every request in flight return what it has."""
+
+    def __init__(self, abort_at: int | None = None) -> None:
+        self.cut = asyncio.Event()
+        self.abort_at = abort_at  # a request that aborts by itself (an engine failure) after this many tokens
+
+    def interrupt(self) -> None:
+        self.cut.set()
+
+    async def generate(self, prompt, params):
+        out = []
+        while len(out) < params.max_new_tokens:
+            if self.cut.is_set() or len(out) == self.abort_at:
+                self.cut.clear()
+                return GenerationResult(out, [-0.5] * len(out), "abort")
+            await asyncio.sleep(0.01)
+            out.append(prompt[-1] + len(out) + 1)
+        return GenerationResult(out, [-0.5] * len(out), "length")
+
+
+def test_an_update_cuts_pieces_short_on_an_engine_that_can_interrupt():
+    async def go():
+        engine = _Interruptible()
+        gate, clock, held = WeightGate(engine.interrupt), PolicyClock(0), []
+        view = VersionedEngine(engine, gate, clock, chunk=32)
+
+        async def update():
+            await asyncio.sleep(0.035)  # ~3 tokens into the 10-token call
+            t0 = time.perf_counter()
+            async with gate.update():
+                held.append(time.perf_counter() - t0)
+                clock.version = 1
+
+        res, _ = await asyncio.gather(view.generate([5], SamplingParams(max_new_tokens=10)), update())
+        return res, view, gate, held
+
+    res, view, gate, held = asyncio.run(go())
+    first = view.segments[0][0]
+    assert 1 <= first <= 5 and held[0] < 0.02  # the update did not wait for the other tokens
+    assert view.segments == [[first, 0], [10 - first, 1]] and view.interrupted == 1 and gate.interrupts == 1
+    assert res.token_ids == [6 + i for i in range(first)] + [5 + first + 1 + i for i in range(10 - first)]
+    assert res.finish_reason == "length" and len(res.logprobs) == 10
+
+
+def test_an_abort_the_gate_did_not_cause_is_returned_as_it_is():
+    async def go():
+        view = VersionedEngine(_Interruptible(abort_at=3), WeightGate(), PolicyClock(0), chunk=32)
+        return await view.generate([5], SamplingParams(max_new_tokens=10)), view
+
+    res, view = asyncio.run(go())
+    assert res.finish_reason == "abort" and res.token_ids == [6, 7, 8] and view.interrupted == 0
+
+
 def _write_async_config(tmp, name):
     cfg = {
         "model": {"path": "tiny"},

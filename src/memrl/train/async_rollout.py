@@ -113,7 +113,8 @@ class AsyncRollout:
     # -- producer side (its own thread and loop) ------------------------------------------------------
     def _thread(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
-        self.gate = WeightGate()
+        # partial_rollouts=interrupt: an engine that can cut its requests short does so for each update
+        self.gate = WeightGate(getattr(self.engine, "interrupt", None) if self.chunk is not None else None)
         self._wake = asyncio.Event()
         started.set()
         task = self.loop.create_task(self._produce())
@@ -170,6 +171,7 @@ class AsyncRollout:
                 traj = await self.runner.episode(group.idx, k, step=group.step, round_=0, engine=views[k])
             if traj is not None:
                 traj.info["policy_versions"] = views[k].segments
+                traj.info["interrupted_pieces"] = views[k].interrupted
             return traj
 
         try:
@@ -239,7 +241,8 @@ class AsyncRollout:
             kept += g.episodes
         stats = {"dropped_groups": float(dropped), "gen_rounds": 1.0, "rollout_episodes": float(len(finished)),
                  "async/buffer_groups": float(depth), "async/dropped_stale": float(stale),
-                 "async/producer_idle": min(1.0, idle / span), "async/span_s": span, "async/trainer_wait_s": time.perf_counter() - t0,
+                 "async/producer_idle": min(1.0, idle / span),
+                 "async/interrupted_pieces": float(sum(t.info.get("interrupted_pieces", 0) for t in finished)), "async/span_s": span, "async/trainer_wait_s": time.perf_counter() - t0,
                  "async/staleness_mean": (sum(k * c for k, c in staleness.items()) / max(1, sum(staleness.values())))}
         for lag in range(self.eta + 1):
             stats[f"async/staleness_{lag}"] = float(staleness.get(lag, 0))

@@ -13,6 +13,10 @@ is half done, every model call of an episode goes through a :class:`VersionedEng
   request whose prompt is the original prompt plus the tokens so far. Token-in/token-out
   makes the continuation exact: after an update the new weights go on from the very
   tokens the old ones produced, and each piece records its own version.
+  If the engine can cut its requests short (an ``interrupt()`` method, as AReaL pauses
+  SGLang/vLLM with an abort), a waiting update calls it: the pieces in flight return at
+  once with the tokens they have (finish reason ``"abort"``), so the update does not wait
+  for them to finish, and each call goes on from those tokens under the new weights.
 
 The gate lives on the rollout producer's event loop; the trainer thread reaches it
 through ``asyncio.run_coroutine_threadsafe``.
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from memrl.engines.base import Engine, GenerationResult, SamplingParams
@@ -31,11 +35,13 @@ from memrl.engines.base import Engine, GenerationResult, SamplingParams
 class WeightGate:
     """Many generation pieces at once, or one weight update; a waiting update goes before new pieces."""
 
-    def __init__(self) -> None:
+    def __init__(self, interrupt: Callable[[], None] | None = None) -> None:
         self._cond = asyncio.Condition()
         self._pieces = 0
         self._updating = False
         self._update_waiting = 0
+        self.interrupt = interrupt  # cuts the engine's requests in flight short (None: wait for them)
+        self.interrupts = 0  # how many times it was called: a piece that saw it change was cut by it
 
     @contextlib.asynccontextmanager
     async def piece(self) -> AsyncIterator[None]:
@@ -53,6 +59,9 @@ class WeightGate:
     async def update(self) -> AsyncIterator[None]:
         async with self._cond:
             self._update_waiting += 1
+            if self._pieces and self.interrupt is not None:
+                self.interrupts += 1
+                self.interrupt()
             try:
                 await self._cond.wait_for(lambda: self._pieces == 0 and not self._updating)
             finally:
@@ -89,6 +98,7 @@ class VersionedEngine:
         self.clock = clock
         self.chunk = chunk
         self.segments: list[list[int]] = []  # [tokens, version] per piece, in the order generated
+        self.interrupted = 0  # pieces a weight update cut short
 
     def __getattr__(self, name: str) -> Any:  # anything else a workflow asks of its engine
         return getattr(self.engine, name)
@@ -98,7 +108,7 @@ class VersionedEngine:
         return min((v for n, v in self.segments if n), default=None)
 
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
-        if self.chunk is None or params.max_new_tokens <= self.chunk:
+        if self.chunk is None:
             async with self.gate.piece():
                 version = self.clock.version
                 res = await self.engine.generate(prompt_ids, params)
@@ -110,11 +120,14 @@ class VersionedEngine:
         while True:
             n = min(self.chunk, params.max_new_tokens - len(ids))
             async with self.gate.piece():
-                version = self.clock.version
+                version, cuts = self.clock.version, self.gate.interrupts
                 res = await self.engine.generate(prompt + ids, params.with_(
                     max_new_tokens=n, seed=piece_seed(params.seed, len(ids))))
             self.segments.append([len(res.token_ids), version])
             ids += res.token_ids
             logprobs += res.logprobs
+            if res.finish_reason == "abort" and self.gate.interrupts != cuts and len(ids) < params.max_new_tokens:
+                self.interrupted += 1
+                continue  # cut short by a weight update: the new weights go on from these tokens
             if res.finish_reason != "length" or len(res.token_ids) < n or len(ids) >= params.max_new_tokens:
                 return GenerationResult(ids, logprobs, res.finish_reason, dict(res.meta))
