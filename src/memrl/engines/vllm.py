@@ -105,6 +105,8 @@ class VLLMEngine:
         self._thread.start()
         try:
             self.engine = asyncio.run_coroutine_threadsafe(self._start(dict(engine_args)), self._loop).result()
+            if cpu_layout == "plain":
+                asyncio.run_coroutine_threadsafe(self._plain_layout(), self._loop).result()
         except BaseException:
             self._stop_loop()
             raise
@@ -160,16 +162,17 @@ class VLLMEngine:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
-        if self.cpu_layout == "plain":
-            try:  # memrl.engines.vllm_plain: every later load is final where all of the model's layers took it
-                self.direct_loads = all(d for _, d in await engine.collective_rpc("memrl_plain_layout"))
-            except BaseException:
-                engine.shutdown()
-                raise
-            if self.direct_loads and self._tensor_parallel == 1:
-                self._inplace = InPlaceSync(shm_root() or tempfile.gettempdir())
-        return engine
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**kw))
+
+    async def _plain_layout(self) -> None:
+        """memrl.engines.vllm_plain in every worker: each later load is final where all the model's layers took it."""
+        try:
+            self.direct_loads = all(d for _, d in await self.engine.collective_rpc("memrl_plain_layout"))
+        except BaseException:
+            self.engine.shutdown()
+            raise
+        if self.direct_loads and self._tensor_parallel == 1:
+            self._inplace = InPlaceSync(shm_root() or tempfile.gettempdir())
 
     async def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the engine's loop and wait for it on the caller's loop."""
