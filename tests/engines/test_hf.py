@@ -172,6 +172,50 @@ def test_cancelled_request_leaves_the_batch_and_short_ones_are_answered_first(ti
     assert eng.stats.generated_tokens < 50_000
 
 
+def test_interrupt_returns_the_tokens_so_far_and_a_continuation_matches_the_whole(tiny_model):
+    """interrupt(): a decoding row leaves at its next step with its tokens (abort); greedy decoding then
+    goes on from them to the same tokens an uninterrupted request gives."""
+    model, tok = tiny_model
+    eng = HFEngine(model, long_new_tokens=200_000)
+    ps = prompts(tok)
+    n = 400
+    params = SamplingParams(max_new_tokens=n, greedy=True)
+
+    async def go():
+        whole = await eng.generate(ps[0], params)
+        task = asyncio.ensure_future(eng.generate(ps[0], params))
+        while not eng._lanes[0].running:  # decoding has started
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.05)
+        eng.interrupt()
+        cut = await asyncio.wait_for(task, 60)
+        rest = await eng.generate(ps[0] + cut.token_ids, params.with_(max_new_tokens=n - len(cut.token_ids)))
+        await eng.close()
+        return whole, cut, rest
+
+    whole, cut, rest = run(go())
+    assert whole.finish_reason == "length" and len(whole.token_ids) == n  # no stop token: all n were decoded
+    assert cut.finish_reason == "abort" and 0 < len(cut.token_ids) < n
+    assert cut.token_ids == whole.token_ids[: len(cut.token_ids)] and len(cut.logprobs) == len(cut.token_ids)
+    assert cut.token_ids + rest.token_ids == whole.token_ids
+
+
+def test_interrupt_answers_queued_requests_with_no_tokens(tiny_model):
+    model, tok = tiny_model
+    eng = HFEngine(model, batch_wait_s=0.5)  # the request waits in the queue for batch-mates
+
+    async def go():
+        task = asyncio.ensure_future(eng.generate(prompts(tok)[0], GREEDY))
+        await asyncio.sleep(0.05)
+        eng.interrupt()
+        res = await asyncio.wait_for(task, 5)
+        await eng.close()
+        return res
+
+    res = run(go())
+    assert res.finish_reason == "abort" and res.token_ids == [] and eng.stats.requests == 0
+
+
 def test_mixed_sampling_parameters_in_one_batch_match_each_request_alone(tiny_model):
     """Batch-wide sampling keeps each row's temperature/top-k/top-p and seed: same ids as decoded alone."""
     model, tok = tiny_model

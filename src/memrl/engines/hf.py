@@ -171,6 +171,19 @@ class HFEngine:
                 raise KeyError(f"update_weights: unknown parameter names {result.unexpected_keys[:5]}")
             self.weight_version += 1
 
+    def interrupt(self) -> None:
+        """Cut every request short: queued ones return no tokens, decoding ones the tokens they have, at the
+        next decode step, each with finish reason ``"abort"`` (asynchronous training's weight update calls
+        this so it need not wait for the turns in flight; they go on under the new weights). Call it on
+        the event loop the requests were made on."""
+        for lane in self._lanes:
+            for req in lane.running:
+                req.cut = True
+            for req in lane.pending:
+                if not req.future.done():
+                    req.future.set_result(GenerationResult([], [], "abort", {"weight_version": self.weight_version}))
+            lane.pending.clear()
+
     async def idle(self) -> None:
         """Return once the batches decoding now have ended (cancelled rows leave at their next step)."""
         async with self._between_batches():

@@ -25,6 +25,7 @@ class Request:
     params: SamplingParams
     future: asyncio.Future[GenerationResult]
     generator: torch.Generator | None
+    cut: bool = False  # set by HFEngine.interrupt: leave at the next step with the tokens so far
 
 
 Answer = Callable[[Request, GenerationResult], None]
@@ -81,7 +82,7 @@ class BatchRows:
     def start(self) -> list[int]:
         """Finish the rows with nothing to decode (cancelled already, or no new tokens asked); the others."""
         for i, r in enumerate(self.reqs):
-            if r.future.done():
+            if r.future.done() or r.cut:
                 self.finish(i, "abort")
             elif r.params.max_new_tokens == 0:
                 self.finish(i, "length")
@@ -110,7 +111,7 @@ class BatchRows:
         next_tokens = [pad_token_id] * len(active)
         live = []
         for j, i in enumerate(active):
-            if self.reqs[i].future.done():  # cancelled by its caller: stop decoding this row
+            if self.reqs[i].future.done() or self.reqs[i].cut:  # cancelled, or interrupted: stop decoding it
                 self.finish(i, "abort")
             else:
                 live.append(j)
