@@ -138,22 +138,23 @@ def run_one(spec: Spec, work: Path, a: float, b: float, where: str = "process",
             "modelled_engine_s": engine.busy_s, "overrun_s": engine.overrun_s, **summarise(rows, wall)}
 
 
-def balance(args: argparse.Namespace, pin: tuple[int, int] | None, b0_ms: float = 60.0) -> dict[str, Any]:
-    """``b`` such that a synchronous step waits for generation as long as it updates.
+def balance(args: argparse.Namespace, pin: tuple[int, int] | None, seed: int, b0_ms: float = 60.0) -> dict[str, Any]:
+    """``b`` such that a synchronous step of seed ``seed`` waits for generation as long as it updates (per seed:
+    the update's cost follows the lengths of that seed's episodes, 0.6-0.8 s/step here).
 
     A probe run at ``b0`` measures the wait for rollouts G0 and the update T per step. The
     wait is the per-request part ``a`` (fixed) plus ``b`` times the tokens of the step's chain
     of model calls, so it scales with ``b`` minus the fixed part: ``b = b0 (T - G_a) / (G0 - G_a)``,
     with ``G_a`` the share of ``a`` (``a`` per model turn of an episode, the turns run in sequence).
     """
-    spec = Spec(args.seeds[0], args.lr, None, "none", "interrupt", 32, steps=args.probe_steps or args.steps)
+    spec = Spec(seed, args.lr, None, "none", "interrupt", 32, steps=args.probe_steps or args.steps)
     probe = run_one(spec, args.work, args.a_s, b0_ms / 1000, args.engine, pin)
     steps = max(1, len(probe["rewards"]))
     g0, t = probe["rollout_s"] / steps, probe["update_s"] / steps
     g_a = args.a_s * probe.get("turns", 5.0)
     b = max(1e-3, b0_ms / 1000 * max(t - g_a, 1e-3) / max(g0 - g_a, 1e-3))
-    print(f"balance probe ({steps} sync steps at b={b0_ms:.0f} ms): wait for rollouts {g0:.2f} s/step, update "
-          f"{t:.2f} s/step -> b = {1000 * b:.1f} ms per token", file=sys.stderr, flush=True)
+    print(f"balance probe (seed {seed}, {steps} sync steps at b={b0_ms:.0f} ms): wait for rollouts {g0:.2f} "
+          f"s/step, update {t:.2f} s/step -> b = {1000 * b:.1f} ms per token", file=sys.stderr, flush=True)
     return {"a_s": args.a_s, "b_s_per_token": b, "model": f"balanced on this machine (update {t:.2f} s/step)",
             "concurrency": "-", "threads": "-"}
 
@@ -250,8 +251,9 @@ def main() -> None:
                    "hardware); replica: a memrl Ray rollout replica (the same, with Ray's per-request overhead); "
                    "thread: in the trainer's process, sharing its interpreter lock")
     p.add_argument("--chunk", type=int, default=32, help="trainer.async.partial_chunk_tokens (interrupt): a weight "
-                   "push waits for the pieces in flight, so short pieces model an engine that interrupts requests "
-                   "for an update (AReaL); a continuation piece pays no prefill (--a-s) under the same weights")
+                   "push cuts the pieces in flight short at the tokens their modelled decode has reached (the "
+                   "engine's interrupt, as AReaL aborts requests for an update); a continuation piece pays no "
+                   "prefill (--a-s) under the same weights")
     p.add_argument("--a-s", type=float, default=0.05, help="modelled seconds per request (queue + prefill)")
     p.add_argument("--b-ms", default="balance", help="modelled ms per generated token (a decode step), or "
                    "'balance' (default): chosen by a short synchronous probe so that the modelled generation of a "
@@ -278,13 +280,14 @@ def main() -> None:
     pin = None if args.no_pin else pin_cores()  # once: a pinned run narrows this process's own core set
     if args.fit is not None:
         fit = json.loads(args.fit.read_text())
-    elif args.b_ms == "balance":
-        fit = balance(args, pin)
-    else:
+    elif args.b_ms != "balance":
         fit = {"a_s": args.a_s, "b_s_per_token": float(args.b_ms) / 1000, "model": "fixed (--a-s, --b-ms)"}
     out.parent.mkdir(parents=True, exist_ok=True)
-    results = []
+    results, bs = [], []
     for seed in args.seeds:
+        if args.fit is None and args.b_ms == "balance":
+            fit = balance(args, pin, seed)
+            bs.append(f"{1000 * fit['b_s_per_token']:.1f}")
         for eta in [None, *args.staleness]:
             spec = Spec(seed, args.lr, eta, args.off_policy if eta is not None else "none", "interrupt", args.chunk,
                         steps=args.steps)
@@ -293,6 +296,9 @@ def main() -> None:
             with out.open("a") as fh:
                 fh.write(json.dumps(res) + "\n")
             print(f"{spec.name}: {res['wall_s']:.0f}s {res['tok_s']:.1f} tok/s", file=sys.stderr, flush=True)
+    if bs:
+        fit = {**fit, "model": f"balanced per seed on this machine: b = {', '.join(bs)} ms for seeds "
+               f"{', '.join(map(str, args.seeds))}"}
     print_runs(results, fit)
     print_summary(results)
 
