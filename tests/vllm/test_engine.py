@@ -77,6 +77,24 @@ def test_stop_tokens_and_length_limits_match_hf(engine):
     assert got.token_ids == want.token_ids and got.token_ids[-1] == stop and got.finish_reason == "stop"
 
 
+def test_interrupt_returns_the_tokens_so_far(engine):
+    """interrupt() aborts the requests in flight: each returns its tokens so far (abort), the greedy prefix."""
+    long = SamplingParams(max_new_tokens=3000, greedy=True)
+
+    async def go():
+        task = asyncio.ensure_future(engine.generate(PROMPTS[0], long))
+        await asyncio.sleep(0.5)
+        engine.interrupt()
+        cut = await asyncio.wait_for(task, 60)
+        ref = await engine.generate(PROMPTS[0], long.with_(max_new_tokens=max(1, len(cut.token_ids))))
+        return cut, ref
+
+    cut, ref = asyncio.run(go())
+    assert cut.finish_reason == "abort" and 0 < len(cut.token_ids) < 3000
+    assert cut.token_ids == ref.token_ids and len(cut.logprobs) == len(cut.token_ids)
+    assert max(abs(a - b) for a, b in zip(cut.logprobs, ref.logprobs)) < 1e-4
+
+
 def test_update_weights_serves_the_new_weights(engine):
     model = base_model()
     before = asyncio.run(greedy(engine))

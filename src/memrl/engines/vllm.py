@@ -97,6 +97,7 @@ class VLLMEngine:
         self.last_sync: dict[str, float] = {}
         self._ids = itertools.count()
         self._tag = uuid.uuid4().hex[:8]
+        self._inflight: set[str] = set()  # request ids now generating (touched on the engine's loop only)
         self._lora: Any = None
         self._lora_root: Path | None = None
         self._closed = False
@@ -200,18 +201,32 @@ class VLLMEngine:
         import vllm
 
         sp = vllm.SamplingParams(**to_vllm_params(params))
-        final = None
-        async for out in self.engine.generate({"prompt_token_ids": prompt_ids}, sp,
-                                              request_id=f"memrl-{self._tag}-{next(self._ids)}",
-                                              lora_request=self._lora):
-            final = out
+        final, reason, rid = None, None, f"memrl-{self._tag}-{next(self._ids)}"
+        self._inflight.add(rid)
+        try:
+            async for out in self.engine.generate({"prompt_token_ids": prompt_ids}, sp, request_id=rid,
+                                                  lora_request=self._lora):
+                reason = out.outputs[0].finish_reason
+                if final is None or len(out.outputs[0].token_ids) >= len(final.outputs[0].token_ids):
+                    final = out  # cumulative outputs: an abort's last one may carry no tokens
+        finally:
+            self._inflight.discard(rid)
         if final is None:
             return GenerationResult([], [], "abort")
         o = final.outputs[0]
         ids = list(o.token_ids)
         lps = [float(step[t].logprob) if step and t in step else 0.0 for t, step in zip(ids, o.logprobs or [])]
-        reason = o.finish_reason if o.finish_reason in ("stop", "length") else "abort"
-        return GenerationResult(ids, lps, reason)  # type: ignore[arg-type]
+        return GenerationResult(ids, lps, reason if reason in ("stop", "length") else "abort")  # type: ignore[arg-type]
+
+    def interrupt(self) -> None:
+        """Abort every request in flight; each returns the tokens it has (finish reason ``"abort"``), as
+        AReaL's pause does before a weight update. Safe from any thread."""
+        if not self._closed:
+            asyncio.run_coroutine_threadsafe(self._abort_inflight(), self._loop)
+
+    async def _abort_inflight(self) -> None:
+        if self._inflight:
+            await self.engine.abort(list(self._inflight))
 
     # -- weight sync ---------------------------------------------------------------------------
     async def update_weights(self, state_dict: Mapping[str, Any]) -> None:
