@@ -88,7 +88,7 @@ def test_ctrl_c_keeps_finished_episodes_and_says_how_to_resume(tmp_path, setup):
     with FakeServer("ok", hold_after=2) as server:
         proc = subprocess.Popen([sys.executable, "-m", "memrl.cli.main",
                                  *map(str, _openai_args(data, tok, server.url, out))],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_hear_ctrl_c)
         first = out / "episodes" / "3" / "0.json"
         deadline = time.monotonic() + 240
         while not (first.is_file() and server.requests > 2) and proc.poll() is None and time.monotonic() < deadline:
@@ -113,6 +113,12 @@ def test_ctrl_c_keeps_finished_episodes_and_says_how_to_resume(tmp_path, setup):
 
 # A thread other than the main one takes the SIGINT (POSIX lets the kernel pick any thread: torch and tokenizers
 # start several), while the loop waits on a 60 s timer as the OpenAI engine waits for a held answer.
+def _hear_ctrl_c() -> None:
+    """The child takes SIGINT as a terminal's Ctrl-C even when the suite runs as a background job (``make test &``:
+    the shell ignores SIGINT there, the child inherits that and Python then installs no KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 _SIGINT_ON_A_THREAD = """
 import asyncio, signal, sys, threading, time
 from pathlib import Path
@@ -142,7 +148,7 @@ except BaseException as exc:
 
 def test_ctrl_c_taken_by_another_thread_still_stops_eval_at_once(tmp_path):
     r = subprocess.run([sys.executable, "-c", _SIGINT_ON_A_THREAD, str(tmp_path)], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, preexec_fn=_hear_ctrl_c)
     lines = r.stderr.strip().splitlines()
     assert lines[-3:-1] == ["engine closed", f"interrupted — re-run the same command to resume (finished episodes "
                                              f"are kept in {tmp_path})"], r.stderr
