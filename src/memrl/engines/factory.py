@@ -3,8 +3,9 @@
 Each kind registers a builder ``build(cfg, model) -> Engine`` with :func:`register_engine`
 (``model``: an in-process policy to wrap, or None) and, if it can also serve a helper model beside
 the policy (user simulator, NL judge), a ``side(cfg, spec, tokenizer, where) -> Engine`` (``spec``:
-that model's config section, e.g. ``env.user``; ``where``: its dotted path, for error messages). Heavy backends are imported inside their builders, so registering costs
-nothing and ``engine.kind`` is validated without importing vLLM.
+that model's config section, e.g. ``env.user``; ``where``: its dotted path, for error messages).
+Heavy backends are imported inside their builders, so registering costs nothing and
+``engine.kind`` is validated without importing vLLM.
 """
 
 from __future__ import annotations

@@ -242,7 +242,8 @@ class AsyncRollout:
         stats = {"dropped_groups": float(dropped), "gen_rounds": 1.0, "rollout_episodes": float(len(finished)),
                  "async/buffer_groups": float(depth), "async/dropped_stale": float(stale),
                  "async/producer_idle": min(1.0, idle / span),
-                 "async/interrupted_pieces": float(sum(t.info.get("interrupted_pieces", 0) for t in finished)), "async/span_s": span, "async/trainer_wait_s": time.perf_counter() - t0,
+                 "async/interrupted_pieces": float(sum(t.info.get("interrupted_pieces", 0) for t in finished)),
+                 "async/span_s": span, "async/trainer_wait_s": time.perf_counter() - t0,
                  "async/staleness_mean": (sum(k * c for k, c in staleness.items()) / max(1, sum(staleness.values())))}
         for lag in range(self.eta + 1):
             stats[f"async/staleness_{lag}"] = float(staleness.get(lag, 0))
