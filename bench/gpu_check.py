@@ -72,6 +72,9 @@ def sections(gpus: int, vllm: bool, smoke: bool) -> list[tuple[str, str, dict[st
                         f"one MemAgent GRPO step, {shape}, {'LoRA' if lora else 'full fine-tuning'}, HF engine: "
                         "rollout/logprob/update/sync seconds, peak GPU memory, engine-vs-trainer log-prob mismatch",
                         {"fn": "grpo_step", "shape": shape, "lora": lora, **base}))
+    out.append((f"async-{small}", f"sync vs async (staleness 1, interrupt), {small}, LoRA, HF engine beside the "
+                "trainer on one device: trained tokens/s over steps 2-5 and the time split",
+                {"fn": "async_overlap", "shape": small, **base}))
     if vllm:
         out.append((f"grpo-{small}-lora-vllm", f"the same step, {small}, LoRA, in-process vLLM engine (colocated): "
                     "its time split and engine-vs-trainer mismatch",
@@ -94,6 +97,7 @@ def run_section(name: str, spec: dict[str, Any], timeout: int) -> list[dict[str,
         except subprocess.TimeoutExpired:
             return [{"check": name, "setting": "", "result": f"FAILED: over {timeout} s"}]
         if proc.returncode != 0:
+            print("\n".join(proc.stderr.strip().splitlines()[-25:]), file=sys.stderr, flush=True)
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
             return [{"check": name, "setting": "", "result": f"FAILED: {tail}"}]
         return json.loads(Path(out.name).read_text())
@@ -151,15 +155,15 @@ def main() -> int:
         print(f"then one table, printed and written to {Path(args.results) / f'gpu-{datetime.date.today()}.md'}")
         return 0
     rows: list[dict[str, str]] = []
+    out = Path(args.results) / f"gpu-{datetime.date.today()}.md"
     for name, _, spec in plan:
         print(f"gpu-check: {name} ...", file=sys.stderr, flush=True)
         rows += run_section(name, dict(spec), args.timeout)
-    table = render(rows, device_header(args.smoke))
-    print(table)
+        if not args.smoke:  # after every section, so a run cut short keeps what it measured
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(render(rows, device_header(args.smoke)) + "\n")
+    print(render(rows, device_header(args.smoke)))
     if not args.smoke:
-        out = Path(args.results) / f"gpu-{datetime.date.today()}.md"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(table + "\n")
         print(f"\nwritten to {out}")
     return 0
 

@@ -196,6 +196,7 @@ def grpo_step(shape: str, device: str, dtype: str, lora: bool, engine: str = "hf
     mode = f"{'LoRA r=16' if lora else 'full'}, {engine} engine" + (f", FSDP over NCCL x{gpus}" if gpus > 1 else "")
     setting = f"{shape} {dtype}, {mode}"
     if proc.returncode != 0:
+        print("\n".join(proc.stderr.strip().splitlines()[-25:]), file=sys.stderr, flush=True)
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
         return [{"check": "MemAgent GRPO step", "setting": setting, "result": f"FAILED: {tail}"}]
     rows = [json.loads(x) for x in (tmp / "run" / "metrics.jsonl").read_text().splitlines() if x.strip()]
@@ -219,3 +220,58 @@ def grpo_step(shape: str, device: str, dtype: str, lora: bool, engine: str = "hf
 def skipped(check: str, why: str) -> list[Row]:
     """A row for a section this machine cannot run."""
     return [{"check": check, "setting": "", "result": why}]
+
+
+def _timed_train(cfg: dict[str, Any], tmp: Path) -> tuple[list[dict[str, Any]], list[float]]:
+    """``memrl train`` on ``cfg``; the metrics rows and the moment each appeared (polled), so the time between
+    the first and last step leaves model loading and the unoverlapped first step out."""
+    import yaml
+
+    (tmp / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+    metrics = Path(cfg["trainer"]["output_dir"]) / "metrics.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "memrl.cli.main", "train", str(tmp / "cfg.yaml")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    seen: list[float] = []
+    while proc.poll() is None:
+        lines = metrics.read_text().count("\n") if metrics.exists() else 0
+        seen += [time.perf_counter()] * (lines - len(seen))
+        time.sleep(0.05)
+    err = proc.stderr.read() if proc.stderr else ""
+    if proc.returncode != 0:
+        raise RuntimeError((err.strip().splitlines() or ["no output"])[-1][:200])
+    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+    seen += [time.perf_counter()] * (len(rows) - len(seen))
+    keep = [i for i, r in enumerate(rows) if "train_tokens" in r]
+    return [rows[i] for i in keep], [seen[i] for i in keep]
+
+
+def async_overlap(shape: str, device: str, dtype: str, steps: int = 5, smoke: bool = False) -> list[Row]:
+    """Sync vs async (staleness 1, interrupt) on the GRPO step of ``grpo_step`` with LoRA and the HF engine,
+    engine and trainer sharing the device: trained tokens/s over steps 2..N and the time split."""
+    steps = 3 if smoke else steps
+    rows: list[Row] = []
+    rates: dict[str, float] = {}
+    for mode in ("sync", "async"):
+        tmp = Path(tempfile.mkdtemp(prefix=f"memrl-gpu-{mode}-"))
+        cfg = grpo_config(tmp, str(model_dir(shape, dtype)), device, dtype, True, "hf", smoke)
+        cfg["trainer"].update(total_steps=steps, mode=mode)
+        if mode == "async":
+            cfg["trainer"]["async"] = {"max_staleness": 1, "partial_rollouts": "interrupt"}
+            cfg["algorithm"]["off_policy"] = "decoupled"
+        setting = f"{shape} {dtype}, LoRA r=16, HF engine, {mode}" + (" (η = 1, interrupt)" if mode == "async" else "")
+        try:
+            got, at = _timed_train(cfg, tmp)
+        except RuntimeError as e:
+            rows.append({"check": "async vs sync", "setting": setting, "result": f"FAILED: {e}"})
+            continue
+        span = at[-1] - at[0]
+        tokens = sum(r["train_tokens"] for r in got[1:])
+        rates[mode] = tokens / max(span, 1e-9)
+        split = " / ".join(f"{sum(r.get(k, 0.0) for r in got[1:]) / max(len(got) - 1, 1):.2f}"
+                           for k in ("time/rollout", "time/logprob", "time/update", "time/sync"))
+        ratio = f" = {rates['async'] / rates['sync']:.2f}x sync" if mode == "async" and "sync" in rates else ""
+        rows.append({"check": "async vs sync", "setting": setting,
+                     "result": f"{span / max(len(got) - 1, 1):.1f} s/step, {rates[mode]:.0f} trained tok/s{ratio} "
+                               f"(steps 2-{len(got)}); rollout/logprob/update/sync {split} s"})
+    return rows

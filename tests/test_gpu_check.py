@@ -52,6 +52,8 @@ def test_the_plan_follows_the_machine():
     four = {name: (what, spec) for name, what, spec in gpu_check.sections(4, vllm=True, smoke=False)}
     assert four["fsdp"][1]["gpus"] == 4 and "FSDP over NCCL on 4 GPUs" in four["fsdp"][0]
     assert four["grpo-qwen2.5-0.5b-lora-vllm"][1]["engine"] == "vllm"
+    assert one["async-qwen2.5-0.5b"] == {"fn": "async_overlap", "shape": "qwen2.5-0.5b", "device": "cuda",
+                                         "dtype": "bfloat16", "smoke": False}
     assert "nccl from a second GPU" in four["sync"][0]
     for fn in {spec["fn"] for _, spec in four.values()}:
         assert callable(getattr(gpu_sections, fn))
@@ -61,6 +63,28 @@ def test_decode_bound_is_batch_times_bandwidth_over_weight_bytes():
     # 8 sequences share each step's pass over 1 GB of weights on a 2 TB/s device: 16 000 tokens/s
     assert gpu_sections.decode_bound(8, 10**9, 2e12) == pytest.approx(16_000)
     assert gpu_sections.decode_bound(1, 2 * 10**9, 3.35e12) == pytest.approx(1675)
+
+
+def test_the_table_is_written_after_every_section(tmp_path, monkeypatch):
+    # a run cut short (a device lease ending) keeps the rows of the sections it finished
+    plan = [("a", "", {"fn": "skipped", "check": "first", "why": "one"}),
+            ("b", "", {"fn": "skipped", "check": "second", "why": "two"})]
+    seen: list[str] = []
+    out = tmp_path / f"gpu-{gpu_check.datetime.date.today()}.md"
+
+    def fake_run(name, spec, timeout):
+        seen.append(out.read_text() if out.exists() else "")
+        return [{"check": spec["check"], "setting": "", "result": spec["why"]}]
+
+    monkeypatch.setattr(gpu_check, "sections", lambda *a, **k: plan)
+    monkeypatch.setattr(gpu_check, "run_section", fake_run)
+    monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(gpu_check, "device_header", lambda smoke: "header")
+    monkeypatch.setattr(gpu_sections, "has_vllm", lambda: False)
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--results", str(tmp_path)])
+    assert gpu_check.main() == 0
+    assert seen[0] == "" and "| first |  | one |" in seen[1] and "second" not in seen[1]
+    assert "| second |  | two |" in out.read_text()
 
 
 def test_a_failing_section_becomes_a_row():
