@@ -107,7 +107,7 @@ def calibrate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run_one(spec: Spec, work: Path, a: float, b: float, where: str = "process",
-            pin: tuple[int, int] | None = None) -> dict[str, Any]:
+            pin: tuple[int, int] | None = None, inflight: int | None = None) -> dict[str, Any]:
     """One training run on the demo task with the modelled engine: its summary, the engine's modelled busy
     seconds and how far its real compute overran the model.
 
@@ -121,6 +121,8 @@ def run_one(spec: Spec, work: Path, a: float, b: float, where: str = "process",
 
     with deterministic(spec.seed, threads=1 if pin else DEMO_THREADS):
         cfg = build_config(spec, work)
+        if inflight:
+            cfg.engine.concurrency = inflight
         shutil.rmtree(cfg.trainer.output_dir, ignore_errors=True)
         host = RolloutHost(cfg, where, pin)
         try:
@@ -138,23 +140,44 @@ def run_one(spec: Spec, work: Path, a: float, b: float, where: str = "process",
             "modelled_engine_s": engine.busy_s, "overrun_s": engine.overrun_s, **summarise(rows, wall)}
 
 
+def _probe(args: argparse.Namespace, pin: tuple[int, int] | None, seed: int, b: float) -> tuple[float, float]:
+    """(wait for rollouts, update) seconds per step of a synchronous run at ``b`` seconds per token."""
+    spec = Spec(seed, args.lr, None, "none", "interrupt", 32, steps=args.probe_steps or args.steps)
+    probe = run_one(spec, args.work, args.a_s, b, args.engine, pin, args.inflight)
+    steps = max(1, len(probe["rewards"]))
+    return probe["rollout_s"] / steps, probe["update_s"] / steps
+
+
+def solve_b(b0: float, g0: float, b1: float, g1: float, t: float) -> float:
+    """``b`` at which the line through the two probes (b0, g0) and (b1, g1) reaches the update time ``t``: the
+    wait is a fixed part (``a`` per model turn, the workflow's Python, the real engine's compute where it outruns
+    the model) plus a part proportional to ``b``, so two probes pin both down."""
+    slope = (g1 - g0) / (b1 - b0) if b1 != b0 else 0.0
+    if slope <= 0:
+        return b1
+    return max(1e-3, b0 + (t - g0) / slope)
+
+
 def balance(args: argparse.Namespace, pin: tuple[int, int] | None, seed: int, b0_ms: float = 60.0) -> dict[str, Any]:
     """``b`` such that a synchronous step of seed ``seed`` waits for generation as long as it updates (per seed:
     the update's cost follows the lengths of that seed's episodes, 0.6-0.8 s/step here).
 
-    A probe run at ``b0`` measures the wait for rollouts G0 and the update T per step. The
-    wait is the per-request part ``a`` (fixed) plus ``b`` times the tokens of the step's chain
-    of model calls, so it scales with ``b`` minus the fixed part: ``b = b0 (T - G_a) / (G0 - G_a)``,
-    with ``G_a`` the share of ``a`` (``a`` per model turn of an episode, the turns run in sequence).
+    A probe run at ``b0`` measures the wait for rollouts G0 and the update T per step; a first guess
+    scales the part of G0 above ``a`` (``a`` per model turn, the turns run in sequence) to T. A second
+    probe at that guess measures G1, and :func:`solve_b` puts ``b`` where the line through both probes
+    meets T. (One probe alone left generation 9-16% longer than the update: part of the wait does not
+    scale with ``b``, so the runs were generation-bound rather than balanced.)
     """
-    spec = Spec(seed, args.lr, None, "none", "interrupt", 32, steps=args.probe_steps or args.steps)
-    probe = run_one(spec, args.work, args.a_s, b0_ms / 1000, args.engine, pin)
-    steps = max(1, len(probe["rewards"]))
-    g0, t = probe["rollout_s"] / steps, probe["update_s"] / steps
-    g_a = args.a_s * probe.get("turns", 5.0)
-    b = max(1e-3, b0_ms / 1000 * max(t - g_a, 1e-3) / max(g0 - g_a, 1e-3))
-    print(f"balance probe (seed {seed}, {steps} sync steps at b={b0_ms:.0f} ms): wait for rollouts {g0:.2f} "
-          f"s/step, update {t:.2f} s/step -> b = {1000 * b:.1f} ms per token", file=sys.stderr, flush=True)
+    b0 = b0_ms / 1000
+    g0, t0 = _probe(args, pin, seed, b0)
+    g_a = args.a_s * 5.0  # the demo's episodes make ~5 model turns in sequence
+    b1 = max(1e-3, b0 * max(t0 - g_a, 1e-3) / max(g0 - g_a, 1e-3))
+    g1, t1 = _probe(args, pin, seed, b1)
+    t = (t0 + t1) / 2
+    b = solve_b(b0, g0, b1, g1, t)
+    print(f"balance probes (seed {seed}, sync): b={1000 * b0:.1f} ms -> wait for rollouts {g0:.2f} s/step, update "
+          f"{t0:.2f}; b={1000 * b1:.1f} ms -> {g1:.2f}, update {t1:.2f} -> b = {1000 * b:.1f} ms per token",
+          file=sys.stderr, flush=True)
     return {"a_s": args.a_s, "b_s_per_token": b, "model": f"balanced on this machine (update {t:.2f} s/step)",
             "concurrency": "-", "threads": "-"}
 
@@ -163,14 +186,16 @@ def _tail(rewards: list[float]) -> float:
     return statistics.fmean(rewards[-max(1, len(rewards) // 3):])
 
 
-def _ratios(results: list[dict[str, Any]]) -> dict[int, dict[int, float]]:
-    """η -> seed -> async/sync trained tokens/s (against the same seed's synchronous run)."""
-    base = {r["spec"]["seed"]: r["tok_s"] for r in results if r["spec"]["eta"] is None}
+def _ratios(results: list[dict[str, Any]], key: str = "tok_s") -> dict[int, dict[int, float]]:
+    """η -> seed -> async/sync trained tokens/s (against the same seed's synchronous run). ``key``: ``tok_s`` over
+    the whole run (wall clock of ``trainer.run``), or ``steady_tok_s`` over steps 2..N (``time/step``): the rate
+    a long run settles at, without the first step (nothing to overlap it with) and the run's setup."""
+    base = {r["spec"]["seed"]: r[key] for r in results if r["spec"]["eta"] is None and key in r}
     out: dict[int, dict[int, float]] = {}
     for r in results:
         seed, eta = r["spec"]["seed"], r["spec"]["eta"]
-        if eta is not None and seed in base:
-            out.setdefault(eta, {})[seed] = r["tok_s"] / base[seed]
+        if eta is not None and seed in base and key in r:
+            out.setdefault(eta, {})[seed] = r[key] / base[seed]
     return out
 
 
@@ -179,16 +204,17 @@ def print_runs(results: list[dict[str, Any]], fit: dict[str, Any]) -> None:
     where = {f"{r['engine']}{' pinned' if r['pinned'] else ''}" for r in results}
     print(f"\nmodelled engine: L(n) = {fit['a_s']:.3f} s + {1000 * fit['b_s_per_token']:.1f} ms x n per request "
           f"({fit['model']}); real engine: {', '.join(sorted(where))}\n")
-    print("| seed | run | wall s | trained tok/s | vs sync | waiting for rollouts s | update s | weight sync s | "
-          "staleness 0/1/2 | producer idle | reward, last third |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    ratios = _ratios(results)
+    print("| seed | run | wall s | trained tok/s | vs sync | steady vs sync | waiting for rollouts s | update s | "
+          "weight sync s | staleness 0/1/2 | producer idle | reward, last third |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    ratios, steady = _ratios(results), _ratios(results, "steady_tok_s")
     for r in results:
         stale = "/".join(f"{r['stale'].get(k, 0):.0f}" for k in ("0", "1", "2")) if r["stale"] else "-"
         idle = f"{100 * r['idle']:.0f}%" if r["idle"] is not None else "-"
         eta, seed = r["spec"]["eta"], r["spec"]["seed"]
         ratio = 1.0 if eta is None else ratios.get(eta, {}).get(seed, float("nan"))
-        print(f"| {seed} | {r['label']} | {r['wall_s']:.1f} | {r['tok_s']:.1f} | {ratio:.2f}x | "
+        ss = 1.0 if eta is None else steady.get(eta, {}).get(seed, float("nan"))
+        print(f"| {seed} | {r['label']} | {r['wall_s']:.1f} | {r['tok_s']:.1f} | {ratio:.2f}x | {ss:.2f}x | "
               f"{r['rollout_s']:.1f} | {r['update_s']:.1f} | {r['sync_s']:.1f} | {stale} | {idle} | "
               f"{_tail(r['rewards']):.3f} |")
 
@@ -196,20 +222,23 @@ def print_runs(results: list[dict[str, Any]], fit: dict[str, Any]) -> None:
 def print_summary(results: list[dict[str, Any]]) -> None:
     """Per η: async/sync over seeds (min, median), the time split per step, and the learning curves against the
     synchronous runs' seed-to-seed spread."""
-    ratios = _ratios(results)
+    ratios, steady = _ratios(results), _ratios(results, "steady_tok_s")
     by_eta: dict[int | None, list[dict[str, Any]]] = {}
     for r in results:
         by_eta.setdefault(r["spec"]["eta"], []).append(r)
-    print("\n| run | seeds | async/sync min | median | per step: waiting s | update s | weight sync s | "
-          "reward, last third (mean ± sd over seeds) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| run | seeds | async/sync min | median | steady state (steps 2..N) min | median | per step: waiting s "
+          "| update s | weight sync s | reward, last third (mean ± sd over seeds) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for eta, rs in sorted(by_eta.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
         steps = sum(len(r["rewards"]) for r in rs) or 1
         tails = [_tail(r["rewards"]) for r in rs]
         sd = statistics.stdev(tails) if len(tails) > 1 else 0.0
         vals = sorted(ratios.get(eta, {}).values()) if eta is not None else [1.0]
+        svals = sorted(steady.get(eta, {}).values()) if eta is not None else [1.0]
+        svals = svals or [float("nan")]
         print(f"| {rs[0]['label']} | {','.join(str(r['spec']['seed']) for r in rs)} | {min(vals):.2f}x | "
-              f"{statistics.median(vals):.2f}x | {sum(r['rollout_s'] for r in rs) / steps:.2f} | "
+              f"{statistics.median(vals):.2f}x | {min(svals):.2f}x | {statistics.median(svals):.2f}x | "
+              f"{sum(r['rollout_s'] for r in rs) / steps:.2f} | "
               f"{sum(r['update_s'] for r in rs) / steps:.2f} | {sum(r['sync_s'] for r in rs) / steps:.2f} | "
               f"{statistics.fmean(tails):.3f} ± {sd:.3f} |")
     sync = by_eta.get(None, [])
@@ -263,6 +292,8 @@ def main() -> None:
                    "update gets faster over the first steps, so a shorter probe overestimates it)")
     p.add_argument("--no-pin", action="store_true", help="let generation and the update share every core (by "
                    "default the engine runs on one core and the trainer on another, one torch thread each)")
+    p.add_argument("--inflight", type=int, default=None, help="episodes in flight (engine.concurrency; the demo's "
+                   "64 is one step's worth)")
     p.add_argument("--fit", type=Path, default=None, help="use a calibrated latency.json instead")
     p.add_argument("--results", type=Path, default=None, help="JSON lines, appended (default WORK/modelled.jsonl)")
     args = p.parse_args()
@@ -291,7 +322,7 @@ def main() -> None:
         for eta in [None, *args.staleness]:
             spec = Spec(seed, args.lr, eta, args.off_policy if eta is not None else "none", "interrupt", args.chunk,
                         steps=args.steps)
-            res = run_one(spec, args.work, fit["a_s"], fit["b_s_per_token"], args.engine, pin)
+            res = run_one(spec, args.work, fit["a_s"], fit["b_s_per_token"], args.engine, pin, args.inflight)
             results.append(res)
             with out.open("a") as fh:
                 fh.write(json.dumps(res) + "\n")

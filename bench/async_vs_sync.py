@@ -100,6 +100,9 @@ def summarise(rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:
         "rewards": [round(r.get("reward", float("nan")), 4) for r in rows],
         "stale": {}, "idle": None,
     }
+    later = rows[1:]
+    if later and all("time/step" in r for r in later):  # steady state: the first step (no overlap possible) left out
+        out["steady_tok_s"] = sum(r["train_tokens"] for r in later) / max(sum(r["time/step"] for r in later), 1e-9)
     for key in GAUGES:
         pairs = [(r[key], w) for r, w in zip(rows, weights) if key in r]
         if pairs:

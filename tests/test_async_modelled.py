@@ -105,15 +105,34 @@ def test_engine_process_generates_what_the_in_process_engine_does_and_takes_new_
 
 
 def test_summary_ratios_are_per_seed_against_that_seeds_sync_run(capsys):
-    def run(seed, eta, tok_s):
+    def run(seed, eta, tok_s, steady):
         return {"spec": {"seed": seed, "eta": eta}, "label": "sync" if eta is None else f"η={eta}",
-                "tok_s": tok_s, "rewards": [0.1, 0.2, 0.3], "rollout_s": 3.0, "update_s": 6.0, "sync_s": 0.3,
-                "wall_s": 9.0, "stale": {}, "idle": None, "engine": "process", "pinned": True}
+                "tok_s": tok_s, "steady_tok_s": steady, "rewards": [0.1, 0.2, 0.3], "rollout_s": 3.0,
+                "update_s": 6.0, "sync_s": 0.3, "wall_s": 9.0, "stale": {}, "idle": None, "engine": "process",
+                "pinned": True}
 
-    results = [run(0, None, 100.0), run(0, 1, 160.0), run(1, None, 200.0), run(1, 1, 300.0),
-               run(2, None, 50.0), run(2, 1, 85.0)]
+    results = [run(0, None, 100.0, 100.0), run(0, 1, 160.0, 180.0), run(1, None, 200.0, 200.0),
+               run(1, 1, 300.0, 340.0), run(2, None, 50.0, 50.0), run(2, 1, 85.0, 95.0)]
     assert async_modelled._ratios(results) == {1: {0: 1.6, 1: 1.5, 2: 1.7}}
+    assert async_modelled._ratios(results, "steady_tok_s") == {1: {0: 1.8, 1: 1.7, 2: 1.9}}
     async_modelled.print_summary(results)
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| η=1"))
-    assert "| 1.50x | 1.60x |" in row  # min and median over the three seeds
+    assert "| 1.50x | 1.60x | 1.70x | 1.80x |" in row  # min and median over the three seeds: whole run, steady
     assert "| 1.00 | 2.00 | 0.10 | 0.300 ± 0.000 |" in row  # per step: 9 s waiting, 18 s update, 0.9 s sync in 9 steps
+
+
+def test_steady_state_throughput_leaves_the_first_step_out():
+    from async_vs_sync import summarise
+
+    rows = [{"train_tokens": 100.0, "time/step": 5.0}, {"train_tokens": 300.0, "time/step": 1.0},
+            {"train_tokens": 100.0, "time/step": 1.0}]
+    out = summarise(rows, wall=8.0)
+    assert out["tok_s"] == 500 / 8.0 and out["steady_tok_s"] == 400 / 2.0
+    assert "steady_tok_s" not in summarise([{"train_tokens": 100.0}, {"train_tokens": 100.0}], wall=1.0)
+
+
+def test_balance_puts_b_where_the_line_through_two_probes_meets_the_update():
+    # wait = 0.4 s fixed + 20 s per (s/token): probes at b = 0.06 (1.6 s) and 0.02 (0.8 s); update 0.6 s -> b = 0.01
+    assert async_modelled.solve_b(0.06, 1.6, 0.02, 0.8, 0.6) == pytest.approx(0.01)
+    assert async_modelled.solve_b(0.06, 1.6, 0.02, 0.8, 0.3) == 1e-3  # below the fixed part: the smallest b
+    assert async_modelled.solve_b(0.06, 1.0, 0.02, 1.0, 0.5) == 0.02  # no slope to follow: the second probe

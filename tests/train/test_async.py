@@ -279,3 +279,19 @@ def test_every_async_step_logs_the_reward_of_the_episodes_it_trained(tmp_path):
     assert steps[2]["rollout_episodes"] == 0 and "reward_finished" not in steps[2]
     assert steps[1]["rollout_episodes"] > 0 and 0 <= steps[1]["reward_finished"] <= 1
     assert all(m["train_rows"] > 0 for m in steps)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_every_step_logs_its_wall_time_covering_its_parts(tmp_path, mode):
+    """``time/step`` (what steady-state throughput over steps 2..N is measured with) spans the whole step."""
+    over = {"trainer__total_steps": 2, "trainer__mode": mode}
+    if mode == "async":
+        over["trainer__max_staleness"] = 1
+    cfg = config(tmp_path, **over)
+    Trainer(cfg).run()
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "train_tokens" in r]
+    assert len(rows) == 2
+    for r in rows:
+        parts = sum(r[k] for k in ("time/rollout", "time/logprob", "time/update", "time/sync"))
+        assert 0 < parts <= r["time/step"] + 1e-6

@@ -107,6 +107,27 @@ def test_prompts_from_user_file(tiny_model, tmp_path):
         asyncio.run(memagent(sample(""), eng, tok, WorkflowConfig(prompts=str(f))))
 
 
+def test_a_prompt_file_is_parsed_once_per_version(tmp_path, monkeypatch):
+    """Workflows ask for their prompts every episode; the file is parsed again only when it changes."""
+    import os
+
+    from memrl.workflows import templates
+
+    parses = []
+    real = templates.yaml.safe_load
+    monkeypatch.setattr(templates.yaml, "safe_load", lambda text: parses.append(text) or real(text))
+    f = tmp_path / "prompts.yaml"
+    f.write_text("final: 'AAAA'\n")
+    defaults = {"final": "default", "memory": "m"}
+    assert templates.load_prompts(f, defaults) == {"final": "AAAA", "memory": "m"}
+    assert templates.load_prompts(str(f), defaults)["final"] == "AAAA"
+    assert len(parses) == 1
+    f.write_text("final: 'BBBB'\n")  # same size: the modification time tells the versions apart
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert templates.load_prompts(f, defaults)["final"] == "BBBB" and len(parses) == 2
+
+
 def test_with_real_tiny_model_conversation_count(tiny_model):
     model, tok = tiny_model
     eng = HFEngine(model)

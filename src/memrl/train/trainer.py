@@ -227,9 +227,11 @@ class Trainer:
                     self.tracker.log(0, {"eval/accuracy": self.evaluate()})
                 while not self._stopping(stop, saved):
                     self.step += 1
+                    began = time.perf_counter()
                     last = self.train_step()
                     if t.eval.every and self.step % t.eval.every == 0 and self.dist.main:
                         last["eval/accuracy"] = self.evaluate()
+                    last["time/step"] = time.perf_counter() - began  # throughput over steps 2..N leaves warm-up out
                     self.tracker.log(self.step, last)
                     saved = self.step % t.save_every == 0 or self.trained_steps >= t.total_steps
                     if saved and (self.dist.main or self.sharded):

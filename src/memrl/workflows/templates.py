@@ -90,15 +90,30 @@ def apply_chat(tokenizer: Any, text: str) -> str:
     return text + "\n"
 
 
+_PARSED: dict[tuple[str, int, int], Any] = {}  # (path, mtime_ns, size) -> the file's YAML
+
+
+def _parsed(p: Path) -> Any:
+    """The YAML of prompt file ``p``, parsed once per version of the file: workflows ask for their prompts every
+    episode, and parsing on each call cost ~1 ms of interpreter time that async training's update waited for."""
+    st = p.stat()
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _PARSED:
+        if len(_PARSED) > 64:
+            _PARSED.clear()
+        _PARSED[key] = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    return _PARSED[key]
+
+
 def load_prompts(path: str | Path | None, defaults: Mapping[str, str]) -> dict[str, str]:
-    """Defaults overridden by a user's YAML file; unknown names are an error."""
+    """Defaults overridden by a user's YAML file (re-read when it changes); unknown names are an error."""
     prompts = dict(defaults)
     if path is None:
         return prompts
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"prompt file not found: {p}")
-    data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    data = _parsed(p)
     if not isinstance(data, dict):
         raise ValueError(f"{p}: expected a mapping of template names to text")
     for key, value in data.items():
