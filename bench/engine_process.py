@@ -32,6 +32,10 @@ def _serve(conn: Any, model_path: str, max_batch_size: int, seed: int, core: int
     """The child: one HF engine answering the pipe until told to close (or the parent goes away)."""
     if core is not None:
         os.sched_setaffinity(0, {core})
+        # The engine's compute stands in for a device. On its core it yields to the trainer's host threads
+        # (workflows, request client), which real hardware gives cores of their own: a host thread preempted
+        # here while it holds the trainer's interpreter lock would stall the update on the other core.
+        os.nice(19)
     import torch
 
     from memrl.engines.hf import HFEngine

@@ -20,6 +20,7 @@ keys are the template names (``memory``, ``final``, ``no_memory``, ...).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -97,7 +98,7 @@ def _parsed(p: Path) -> Any:
     """The YAML of prompt file ``p``, parsed once per version of the file: workflows ask for their prompts every
     episode, and parsing on each call cost ~1 ms of interpreter time that async training's update waited for."""
     st = p.stat()
-    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    key = (os.path.abspath(p), st.st_mtime_ns, st.st_size)
     if key not in _PARSED:
         if len(_PARSED) > 64:
             _PARSED.clear()
