@@ -20,8 +20,9 @@ its own. This bench models that:
    See :mod:`modelled_engine` for exactly what runs where.
 
 The latency model used by ``run`` is ``--a-s`` + ``--b-ms`` per token. By default ``b`` is
-*balanced*: a synchronous probe run as long as the measured ones (the update gets faster over
-the first steps) measures this machine's update time per step, and ``b`` is set so that the
+*balanced*: two synchronous probes as long as the measured runs (the update gets faster over
+the first steps) measure this machine's update time per step and the wait for rollouts at two
+values of ``b``, and ``b`` is set where the line through them meets the update, so that the
 modelled generation of a step (~5 sequential model calls of 4-8 tokens) takes as long: the regime
 a disaggregated setup is sized for, on a fast or a loaded machine alike (a fixed ``b`` gives a
 different regime on each). ``--b-ms 60`` fixes it; ``--fit WORK/latency.json`` uses the calibrated
@@ -29,7 +30,8 @@ line. The speed-up of perfect overlap is (G + T) / max(G, T) for generation G an
 step (2x at G = T); the time split it prints says which regime a run was in.
 
 It prints, per run, trained tokens/s, the async/sync ratio against the same seed's synchronous
-run, the time split (trainer waiting for rollouts, update, weight sync); per η the ratio's min and
+run over the whole run and in the steady state (steps 2..N, from each step's ``time/step``: the
+first step cannot overlap anything in either mode), the time split (trainer waiting for rollouts, update, weight sync); per η the ratio's min and
 median over seeds; and the learning curves (reward of the trained episodes) against the
 synchronous runs' seed-to-seed band. ``summary`` prints the tables of a results file again.
 
