@@ -23,49 +23,27 @@ from memrl.engines.base import GenerationResult, SamplingParams
 
 
 class _Replica:
-    """One engine in its own process: an HF engine, or vLLM (tensor-parallel over the actor's GPUs)."""
+    """One engine in its own process, built by its kind's ``replica`` builder (``memrl.engines.hosted``): an HF
+    engine, or vLLM (tensor-parallel over the actor's GPUs)."""
 
     def __init__(self, model_path: str, dtype: str, device: str | None, weights: Any, max_batch_size: int,
                  seed: int, kind: str = "hf", options: Mapping[str, Any] | None = None) -> None:
-        self.kind = kind
-        self.device = device or "cpu"
-        self._pending: Any = None
+        from memrl.engines.factory import engine_kind
+
+        build = engine_kind(kind).replica
+        if build is None:
+            raise ValueError(f"engine.kind={kind} cannot run in a rollout replica")
+        self.host = build(model_path, dtype, device, weights, max_batch_size, seed, options)
+        self.engine: Any = self.host.engine
+        self.device = self.host.device
         self.sync: Any = None  # the broadcast group, under weight_sync=collective
-        if kind == "vllm":
-            from memrl.config.schema import MemRLConfig
-            from memrl.engines.vllm import VLLMEngine
-            from memrl.engines.vllm_args import on_cpu, require_vllm
-
-            require_vllm()
-            cfg = MemRLConfig.model_validate((options or {})["config"])
-            if cfg.engine.tensor_parallel_size > 1:
-                # the actor already holds its GPUs: vLLM's workers are its own processes, not more Ray actors
-                cfg.engine.vllm.args = {"distributed_executor_backend": "mp", **cfg.engine.vllm.args}
-            self.engine: Any = VLLMEngine.from_config(cfg, model_path)
-            self.device = "cpu" if on_cpu() else "cuda"  # the platform vLLM runs on (its CPU build, or CUDA)
-            self._pending = weights  # loaded on the first call (the engine's methods are async)
-            return
-        from memrl.engines.hf import HFEngine
-        from memrl.models.resolve import load_model
-
-        self.model = load_model(model_path, dtype=dtype, device=self.device)
-        if weights is not None:
-            self.model.load_state_dict(weights, strict=False)
-        self.model.eval()
-        pad = getattr(self.model.config, "pad_token_id", None)
-        self.engine = HFEngine(self.model, pad_token_id=pad, max_batch_size=max_batch_size, seed=seed)
-
-    async def _ready(self) -> None:
-        if self._pending is not None:
-            weights, self._pending = self._pending, None
-            await self.engine.update_weights(weights)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
-        await self._ready()
+        await self.host.ready()
         return await self.engine.generate(prompt_ids, params)
 
     async def load_weights(self, weights: Mapping[str, Any]) -> int:
-        self._pending = None  # newer than any pending start-up weights
+        self.host.pending = None  # newer than any pending start-up weights
         await self.engine.update_weights(weights)
         return len(weights)
 
@@ -77,7 +55,7 @@ class _Replica:
 
     async def receive_weights(self, layout: list[Any], bucket_mb: float) -> int:
         weights = self.sync.receive(layout, bucket_mb)  # blocks this actor until rank 0 has sent everything
-        self._pending = None
+        self.host.pending = None
         await self.engine.update_weights(weights)
         return len(weights)
 
@@ -88,19 +66,10 @@ class _Replica:
 
     async def sleep(self) -> None:
         """Colocated placement: give the accelerator back to the trainer during the update."""
-        if self.kind == "vllm":
-            await self.engine.sleep(1)  # weights to host memory, KV cache dropped
-        elif self.device != "cpu":
-            import torch
-
-            self.model.to("cpu")
-            torch.cuda.empty_cache()
+        await self.host.sleep()
 
     async def wake(self) -> None:
-        if self.kind == "vllm":
-            await self.engine.wake_up()
-        elif self.device != "cpu":
-            self.model.to(self.device)
+        await self.host.wake()
 
     def pid(self) -> int:
         import os

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from memrl.config.registry import ENGINES
 from memrl.engines.base import Engine
+from memrl.engines.hosted import Hosted, HostedHF, HostedVLLM, vllm_replica_gpus
 
 if TYPE_CHECKING:
     from memrl.config.schema import MemRLConfig
@@ -29,21 +30,33 @@ class EngineKind:
 
     ``receives_weights``: whether the trainer can push new weights into it (a remote server cannot), so
     training with it is refused before anything loads.
+    ``replica``: how it runs inside a rollout replica (``cluster.rollout_replicas``), a
+    :class:`~memrl.engines.hosted.Hosted` builder; None: it cannot. ``replica_gpus(cfg)``: the GPUs one
+    replica asks for when ``cluster.replica_gpus`` leaves it open (None: none).
+    ``wraps_policy``: it can generate with the trained policy module itself, in the trainer's process; its
+    ``build(cfg, model, pad_token_id=...)`` then gets that module (or a copy) and the tokenizer's pad id.
     """
 
     build: Builder
     side: Builder | None = None
     receives_weights: bool = True
+    replica: Callable[..., Hosted] | None = None
+    replica_gpus: Callable[[MemRLConfig], int] | None = None
+    wraps_policy: bool = False
 
     def __call__(self, cfg: MemRLConfig, model: Any = None) -> Engine:
         return self.build(cfg, model)
 
 
-def register_engine(name: str, *, side: Builder | None = None,
-                    receives_weights: bool = True) -> Callable[[Builder], EngineKind]:
-    """Decorator: register ``build(cfg, model) -> Engine`` as ``engine.kind=name``."""
+def register_engine(name: str, *, side: Builder | None = None, receives_weights: bool = True,
+                    replica: Callable[..., Hosted] | None = None,
+                    replica_gpus: Callable[[MemRLConfig], int] | None = None,
+                    wraps_policy: bool = False) -> Callable[[Builder], EngineKind]:
+    """Decorator: register ``build(cfg, model) -> Engine`` as ``engine.kind=name`` (the keywords: see
+    :class:`EngineKind`)."""
     def decorate(build: Builder) -> EngineKind:
-        return ENGINES.register(name, EngineKind(build, side, receives_weights))
+        return ENGINES.register(name, EngineKind(build, side, receives_weights, replica, replica_gpus,
+                                                 wraps_policy))
     return decorate
 
 
@@ -79,14 +92,18 @@ def _hf_side(cfg: MemRLConfig, spec: Any, tokenizer: Any, where: str) -> Engine:
                     seed=cfg.trainer.seed)
 
 
-@register_engine("hf", side=_hf_side)
-def _hf(cfg: MemRLConfig, model: Any = None) -> Engine:
-    """Batching transformers in-process: loads model.path or wraps the trained policy."""
+@register_engine("hf", side=_hf_side, replica=HostedHF, wraps_policy=True)
+def _hf(cfg: MemRLConfig, model: Any = None, pad_token_id: int | None = None) -> Engine:
+    """Batching transformers in-process: loads model.path or wraps the trained policy.
+
+    The trainer passes the policy with its tokenizer's pad id.
+    """
     from memrl.engines.hf import HFEngine
     from memrl.models.resolve import load_model
 
     model = model if model is not None else load_model(cfg.model.path, cfg.model.dtype, cfg.engine.device)
-    return HFEngine(model, max_batch_size=cfg.engine.max_batch_size, seed=cfg.trainer.seed)
+    return HFEngine(model, pad_token_id=pad_token_id, max_batch_size=cfg.engine.max_batch_size,
+                    seed=cfg.trainer.seed)
 
 
 def _openai_side(cfg: MemRLConfig, spec: Any, tokenizer: Any, where: str) -> Engine:
@@ -109,7 +126,7 @@ def _openai(cfg: MemRLConfig, model: Any = None) -> Engine:
                         api_key_env=cfg.engine.api_key_env, **openai_options(cfg))
 
 
-@register_engine("vllm")
+@register_engine("vllm", replica=HostedVLLM, replica_gpus=vllm_replica_gpus)
 def _vllm(cfg: MemRLConfig, model: Any = None) -> Engine:
     """vLLM in-process (engine.vllm.*), weights synced from the trainer."""
     from memrl.engines.vllm import VLLMEngine

@@ -17,8 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from memrl.config import MemRLConfig
+from memrl.config import ConfigError, MemRLConfig
+from memrl.config.registry import ENGINES
 from memrl.engines.base import Engine
+from memrl.engines.factory import build_engine as build_configured
+from memrl.engines.factory import engine_kind
 from memrl.train.engine_sync import adapter_payload, syncs_adapter
 from memrl.train.policy import merged_state_dict
 
@@ -71,28 +74,24 @@ def build_engine(cfg: MemRLConfig, policy: Any, given: Engine | None, *, resumed
         from memrl.dist.pool import RayEnginePool
         from memrl.dist.ray_support import init_ray
 
-        status = init_ray(c.address)
         e = cfg.engine
-        vllm = e.kind == "vllm"
-        engine_gpus = 0
-        if vllm:
-            from memrl.engines.vllm_args import on_cpu, require_vllm
-
-            require_vllm()
-            engine_gpus = 0 if on_cpu() else e.tensor_parallel_size  # vLLM's CPU build needs no GPU
+        kind = engine_kind(e.kind)
+        if kind.replica is None:
+            raise ConfigError(f"cluster.rollout_replicas: engine.kind={e.kind} cannot run in a rollout replica; "
+                              f"choose {', '.join(n for n in ENGINES.names if engine_kind(n).replica)}")
+        status = init_ray(c.address)
+        engine_gpus = kind.replica_gpus(cfg) if kind.replica_gpus else 0
         pool = RayEnginePool(cfg.model.path, c.rollout_replicas, dtype=cfg.model.dtype,
                              device=cfg.engine.device, weights=merged_state_dict(policy),
                              num_cpus=c.replica_cpus,
                              num_gpus=c.replica_gpus or engine_gpus,
-                             kind=e.kind, engine_options={"config": cfg.model_dump(mode="json")} if vllm else None,
+                             kind=e.kind, engine_options={"config": cfg.model_dump(mode="json")},
                              max_batch_size=cfg.engine.max_batch_size, seed=cfg.trainer.seed,
                              retries=cfg.engine.retries, weight_sync=c.weight_sync,
                              sync_backend="nccl" if c.replica_gpus > 0 and device.type == "cuda" else "gloo")
         status += f"; {c.rollout_replicas} rollout replica(s), {trainer_ranks} trainer rank(s)"
         return RolloutEngine(pool, False, pool, status)
-    if given is None and cfg.engine.kind == "hf":
-        from memrl.engines.hf import HFEngine
-
+    if given is None and engine_kind(cfg.engine.kind).wraps_policy:
         model, shared = policy, True
         if sharded or own_copy:
             # a sharded policy cannot generate on rank 0 alone, and an asynchronous run updates the policy while
@@ -103,9 +102,7 @@ def build_engine(cfg: MemRLConfig, policy: Any, given: Engine | None, *, resumed
             shared = False
             model.load_state_dict(merged_state_dict(policy), strict=False)
             model.eval()
-        return RolloutEngine(HFEngine(model, pad_token_id=pad_id, max_batch_size=cfg.engine.max_batch_size,
-                                      seed=cfg.trainer.seed), shared)
-    from memrl.engines.factory import build_engine as build_configured
+        return RolloutEngine(engine_kind(cfg.engine.kind).build(cfg, model, pad_token_id=pad_id), shared)
 
     built = given if given is not None else build_configured(cfg)
     if resumed:  # it holds model.path's weights (or the caller's): the checkpoint's are newer
