@@ -23,3 +23,6 @@ def rank_main(rank: int, raw: dict[str, Any], world: int, port: int, scripted: b
         trainer.run()
     finally:
         trainer.dist.close()
+    from memrl.dist.ddp import exit_rank_cleanly
+
+    exit_rank_cleanly()  # as memrl's own launcher does

@@ -59,3 +59,19 @@ def test_two_gloo_ranks_match_one_process(tmp_path, strategy):
     assert wa.keys() == wb.keys()
     for k in wa:
         torch.testing.assert_close(wa[k], wb[k], atol=1e-5, rtol=1e-4)
+
+
+def test_a_finished_rank_runs_its_exit_handlers_then_leaves_at_once(tmp_path):
+    import subprocess
+    import sys
+
+    marker = tmp_path / "handler_ran"
+    code = (f"import atexit, pathlib\n"
+            f"atexit.register(lambda: pathlib.Path({str(marker)!r}).write_text('yes'))\n"
+            f"from memrl.dist.ddp import exit_rank_cleanly\n"
+            f"print('before', flush=True)\n"
+            f"exit_rank_cleanly()\n"
+            f"print('never')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout == "before\n"
+    assert marker.read_text() == "yes"

@@ -59,6 +59,9 @@ def _rank_main(rank: int, raw: dict[str, Any], world: int, port: int, result: An
         if rank == 0:
             result["__error__"] = (type(err).__name__, str(err))
         raise
+    from memrl.dist.ddp import exit_rank_cleanly
+
+    exit_rank_cleanly()  # finished or interrupted and saved: nothing is left to tear down that can fail
 
 
 def train(cfg: MemRLConfig) -> tuple[int, dict[str, float]]:
