@@ -28,12 +28,9 @@ class _Replica:
 
     def __init__(self, model_path: str, dtype: str, device: str | None, weights: Any, max_batch_size: int,
                  seed: int, kind: str = "hf", options: Mapping[str, Any] | None = None) -> None:
-        from memrl.engines.factory import engine_kind
+        from memrl.engines.factory import replica_builder
 
-        build = engine_kind(kind).replica
-        if build is None:
-            raise ValueError(f"engine.kind={kind} cannot run in a rollout replica")
-        self.host = build(model_path, dtype, device, weights, max_batch_size, seed, options)
+        self.host = replica_builder(kind)(model_path, dtype, device, weights, max_batch_size, seed, options)
         self.engine: Any = self.host.engine
         self.device = self.host.device
         self.sync: Any = None  # the broadcast group, under weight_sync=collective

@@ -76,6 +76,20 @@ def trainable_engine_kinds() -> tuple[str, ...]:
     return tuple(n for n in ENGINES.names if engine_kind(n).receives_weights)
 
 
+def replica_engine_kinds() -> tuple[str, ...]:
+    """The registered kinds that can run in a rollout replica (what ``cluster.rollout_replicas`` may use)."""
+    return tuple(n for n in ENGINES.names if engine_kind(n).replica is not None)
+
+
+def replica_builder(name: str) -> Callable[..., Hosted]:
+    """The ``replica`` builder of kind ``name``; a one-line error naming the kinds that have one."""
+    build = engine_kind(name).replica
+    if build is None:
+        raise ValueError(f"engine.kind={name} cannot run in a rollout replica; choose "
+                         f"{', '.join(replica_engine_kinds())}")
+    return build
+
+
 def openai_options(cfg: MemRLConfig) -> dict[str, Any]:
     """The ``engine`` section's concurrency, patience and retry settings for an :class:`OpenAIEngine`."""
     e = cfg.engine

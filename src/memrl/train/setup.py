@@ -18,10 +18,9 @@ import numpy as np
 import torch
 
 from memrl.config import ConfigError, MemRLConfig
-from memrl.config.registry import ENGINES
 from memrl.engines.base import Engine
 from memrl.engines.factory import build_engine as build_configured
-from memrl.engines.factory import engine_kind
+from memrl.engines.factory import engine_kind, replica_builder
 from memrl.train.engine_sync import adapter_payload, syncs_adapter
 from memrl.train.policy import merged_state_dict
 
@@ -70,15 +69,16 @@ def build_engine(cfg: MemRLConfig, policy: Any, given: Engine | None, *, resumed
     (asynchronous training generates while the policy updates).
     """
     c = cfg.cluster
-    if given is None and c.rollout_replicas > 0:
+    kind = engine_kind(cfg.engine.kind) if given is None else None
+    if kind is not None and c.rollout_replicas > 0:
         from memrl.dist.pool import RayEnginePool
         from memrl.dist.ray_support import init_ray
 
         e = cfg.engine
-        kind = engine_kind(e.kind)
-        if kind.replica is None:
-            raise ConfigError(f"cluster.rollout_replicas: engine.kind={e.kind} cannot run in a rollout replica; "
-                              f"choose {', '.join(n for n in ENGINES.names if engine_kind(n).replica)}")
+        try:
+            replica_builder(e.kind)
+        except ValueError as err:
+            raise ConfigError(f"cluster.rollout_replicas: {err}") from None
         status = init_ray(c.address)
         engine_gpus = kind.replica_gpus(cfg) if kind.replica_gpus else 0
         pool = RayEnginePool(cfg.model.path, c.rollout_replicas, dtype=cfg.model.dtype,
@@ -91,7 +91,7 @@ def build_engine(cfg: MemRLConfig, policy: Any, given: Engine | None, *, resumed
                              sync_backend="nccl" if c.replica_gpus > 0 and device.type == "cuda" else "gloo")
         status += f"; {c.rollout_replicas} rollout replica(s), {trainer_ranks} trainer rank(s)"
         return RolloutEngine(pool, False, pool, status)
-    if given is None and engine_kind(cfg.engine.kind).wraps_policy:
+    if kind is not None and kind.wraps_policy:
         model, shared = policy, True
         if sharded or own_copy:
             # a sharded policy cannot generate on rank 0 alone, and an asynchronous run updates the policy while
@@ -102,7 +102,7 @@ def build_engine(cfg: MemRLConfig, policy: Any, given: Engine | None, *, resumed
             shared = False
             model.load_state_dict(merged_state_dict(policy), strict=False)
             model.eval()
-        return RolloutEngine(engine_kind(cfg.engine.kind).build(cfg, model, pad_token_id=pad_id), shared)
+        return RolloutEngine(kind.build(cfg, model, pad_token_id=pad_id), shared)
 
     built = given if given is not None else build_configured(cfg)
     if resumed:  # it holds model.path's weights (or the caller's): the checkpoint's are newer
