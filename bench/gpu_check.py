@@ -97,9 +97,9 @@ def run_section(name: str, spec: dict[str, Any], timeout: int) -> list[dict[str,
         except subprocess.TimeoutExpired:
             return [{"check": name, "setting": "", "result": f"FAILED: over {timeout} s"}]
         if proc.returncode != 0:
-            print("\n".join(proc.stderr.strip().splitlines()[-25:]), file=sys.stderr, flush=True)
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
-            return [{"check": name, "setting": "", "result": f"FAILED: {tail}"}]
+            from gpu_sections import failure_tail
+
+            return [{"check": name, "setting": "", "result": f"FAILED: {failure_tail(proc.stderr)}"}]
         return json.loads(Path(out.name).read_text())
 
 

@@ -29,6 +29,14 @@ Row = dict[str, str]
 CONCURRENCY = (1, 8, 64)
 
 
+def failure_tail(stderr: str) -> str:
+    """The error line of a failed child (its stderr's last, cut to 200 characters), after printing the last 25
+    lines of that stderr to ours so the whole error can be read."""
+    lines = stderr.strip().splitlines()
+    print("\n".join(lines[-25:]), file=sys.stderr, flush=True)
+    return (lines or ["no output"])[-1][:200]
+
+
 def has_vllm() -> bool:
     try:
         import vllm  # noqa: F401
@@ -196,9 +204,7 @@ def grpo_step(shape: str, device: str, dtype: str, lora: bool, engine: str = "hf
     mode = f"{'LoRA r=16' if lora else 'full'}, {engine} engine" + (f", FSDP over NCCL x{gpus}" if gpus > 1 else "")
     setting = f"{shape} {dtype}, {mode}"
     if proc.returncode != 0:
-        print("\n".join(proc.stderr.strip().splitlines()[-25:]), file=sys.stderr, flush=True)
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        return [{"check": "MemAgent GRPO step", "setting": setting, "result": f"FAILED: {tail}"}]
+        return [{"check": "MemAgent GRPO step", "setting": setting, "result": f"FAILED: {failure_tail(proc.stderr)}"}]
     rows = [json.loads(x) for x in (tmp / "run" / "metrics.jsonl").read_text().splitlines() if x.strip()]
     last = [r for r in rows if "time/update" in r][-1]
     split = " / ".join(f"{last.get(k, float('nan')):.2f}" for k in
@@ -239,7 +245,7 @@ def _timed_train(cfg: dict[str, Any], tmp: Path) -> tuple[list[dict[str, Any]], 
         time.sleep(0.05)
     err = proc.stderr.read() if proc.stderr else ""
     if proc.returncode != 0:
-        raise RuntimeError((err.strip().splitlines() or ["no output"])[-1][:200])
+        raise RuntimeError(failure_tail(err))
     rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
     seen += [time.perf_counter()] * (len(rows) - len(seen))
     keep = [i for i, r in enumerate(rows) if "train_tokens" in r]
