@@ -28,6 +28,7 @@ from memrl.rl.losses import (
     register_kl,
     register_loss_agg,
 )
+from memrl.rl.rollout_corr import rollout_correction
 from memrl.rl.objective import objective_metric_names, policy_objective
 from memrl.rl.offpolicy import (
     OFF_POLICY_KINDS,
@@ -75,6 +76,7 @@ __all__ = [
     "register_kl",
     "register_loss_agg",
     "register_off_policy",
+    "rollout_correction",
     "tis_policy_loss",
     "truncated_is_weights",
 ]
