@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -65,6 +65,61 @@ def _write_token_report(path: Path, reports: list[FileReport]) -> None:
         fh.write("\n")
 
 
+MIN_DISTANCE_OPT = typer.Option(
+    None, "--min-distance", help="ReMemR1's distance variant: evidence documents at least D positions apart (memrl: "
+    "placed so, in reverse supporting-fact order unless --evidence-order says otherwise; --protocol rememr1: "
+    "ReMemR1's filter of the drawn samples, instead of its variants 100,200,400,800,1600).")
+EVIDENCE_ORDER_OPT = typer.Option(None, "--evidence-order", help="Order of the evidence documents: reverse "
+                                  "(ReMemR1's variants; default with --min-distance), forward or any (default without).")
+REMEMR1_NAMES_OPT = typer.Option(False, "--rememr1-names", help="Name eval files as ReMemR1 does: "
+                                 "eval_{dataset}_{N}.json, eval_{dataset}_{N}_min_distance_{D}.json "
+                                 "(always so under --protocol rememr1).")
+PROTOCOL_OPT = typer.Option(
+    "memrl", "--protocol", help="Whose generator: memrl (its own: per-sample shuffles, token-budget training "
+    "file, placed distance variants), memagent (MemAgent's RULER-HQA eval files and 200-document training "
+    "file) or rememr1 (ReMemR1's test files and distance variants). The papers' protocols reproduce their "
+    "scripts byte for byte and read their document template from --memagent-repo / --rememr1-repo.")
+MEMAGENT_REPO_OPT = typer.Option(None, "--memagent-repo", envvar="MEMRL_MEMAGENT_REPO", help="A checkout of "
+                                 "github.com/BytedTsinghua-SIA/MemAgent (read, never imported) for --protocol memagent.")
+REMEMR1_REPO_OPT = typer.Option(None, "--rememr1-repo", envvar="MEMRL_REMEMR1_REPO", help="A checkout of "
+                                "github.com/syr-cn/ReMemR1 (read, never imported) for --protocol rememr1.")
+
+
+def _refuse_memrl_only(protocol: str, fmt: str, allow_repeats: bool, question_distractors: bool,
+                       evidence_order: Optional[str]) -> None:
+    """Options of memrl's own generator that a paper's script has no counterpart for, named in one line."""
+    given = [flag for flag, on in (("--format", fmt != "json"), ("--allow-repeats", allow_repeats),
+                                   ("--no-question-distractors", not question_distractors),
+                                   ("--evidence-order", evidence_order is not None)) if on]
+    if given:
+        raise ValueError(f"{given[0]}: only --protocol memrl has this option ({protocol}'s script has no such "
+                         "choice); leave it out")
+
+
+def _synth_paper(protocol: str, console: Console, opts: dict[str, Any]) -> list[FileReport]:
+    """``--protocol memagent|rememr1``: plan (reads the checkout and input), print notices, write."""
+    from memrl.data.paper_synth import plan_paper_synthesis
+
+    with busy(console, f"reading {opts['input_path']}"):
+        plan = plan_paper_synthesis(protocol, **opts)
+    console.print(f"{len(plan.questions)} questions, paragraph pool of {len(plan.pool):,} ({protocol}'s generator)")
+    for notice in plan.notices:
+        console.print(notice, highlight=False, markup=False)
+    record_outputs(plan.out, plan.output_names() + ["token_report.json"])
+    with progress(console, "synth", total=plan.total_samples, noun="samples") as bar:
+        return plan.run(bar.advance)
+
+
+def _synth_memrl(console: Console, opts: dict[str, Any]) -> list[FileReport]:
+    """memrl's own generator (the default protocol)."""
+    with busy(console, f"reading {opts['input_path']}"):
+        plan = plan_synthesis(**opts)
+    console.print(f"{len(plan.synth.questions)} questions, paragraph pool of {len(plan.synth.pool):,}")
+    record_outputs(plan.out, plan.output_names() + ["token_report.json"])
+    with progress(console, "synth", total=plan.total_samples, noun="samples") as bar:
+        return plan.run(bar.advance)
+
+
 @app.command("synth")
 @user_errors
 def synth(
@@ -74,13 +129,15 @@ def synth(
     docs: str = typer.Option("", "--docs", "-d", help="Comma-separated document counts, one eval file each "
                              "(RULER-HQA uses 50,100,200,400,800,1600,3200,6400)."),
     train_tokens: Optional[str] = typer.Option(None, "--train-tokens", help="Also write a training file whose "
-                                               "contexts fill this token budget (e.g. 32k, as MemAgent's 32K set)."),
+                                               "contexts fill this token budget (e.g. 32k, as MemAgent's 32K set; "
+                                               "--protocol memagent: its 200-document file instead)."),
     pool: list[Path] = typer.Option([], "--pool", help="Extra distractor paragraphs (JSONL of {title, text}, or "
                                     "HotpotQA-schema). Repeatable. Needed for large --docs."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "-t", help="Tokenizer for exact token counts: "
                                             "a model folder, hub id or tokenizer.json. Without it counts are "
                                             "approximate."),
-    seed: int = typer.Option(42, help="Seed; each sample's documents depend only on (seed, N, question)."),
+    seed: int = typer.Option(42, help="Seed; memrl: each sample's documents depend only on (seed, N, question); "
+                             "papers: their scripts' random.seed."),
     allow_repeats: bool = typer.Option(False, "--allow-repeats", help="Allow a paragraph to appear more than "
                                        "once when N exceeds the distinct paragraphs available."),
     question_distractors: bool = typer.Option(True, "--question-distractors/--no-question-distractors",
@@ -89,41 +146,40 @@ def synth(
     fmt: str = typer.Option("json", "--format", help="Eval file format: json (MemAgent's eval_N.json), jsonl "
                             "or parquet. The training file is always verl-style parquet."),
     max_samples: Optional[int] = typer.Option(None, "--max-samples", help="Use only the first K questions "
-                                              "(all paragraphs still feed the distractor pool)."),
+                                              "(all paragraphs still feed the distractor pool); --protocol "
+                                              "rememr1: its n_subset (K of 5K questions drawn per N)."),
     dataset: str = typer.Option("hotpotqa", "--dataset", help="hotpotqa or 2wiki (2WikiMultihopQA): the name "
                                 "used by --rememr1-names."),
-    min_distance: Optional[int] = typer.Option(None, "--min-distance", help="ReMemR1's distance variant: evidence "
-                                               "documents at least D positions apart (in reverse supporting-fact "
-                                               "order unless --evidence-order says otherwise)."),
-    evidence_order: Optional[str] = typer.Option(None, "--evidence-order", help="Order of the evidence documents: "
-                                                 "reverse (ReMemR1's variants; default with --min-distance), "
-                                                 "forward or any (default without)."),
-    rememr1_names: bool = typer.Option(False, "--rememr1-names", help="Name eval files as ReMemR1 does: "
-                                       "eval_{dataset}_{N}.json, eval_{dataset}_{N}_min_distance_{D}.json."),
+    min_distance: Optional[int] = MIN_DISTANCE_OPT,
+    evidence_order: Optional[str] = EVIDENCE_ORDER_OPT,
+    rememr1_names: bool = REMEMR1_NAMES_OPT,
+    protocol: str = PROTOCOL_OPT,
+    memagent_repo: Optional[Path] = MEMAGENT_REPO_OPT,
+    rememr1_repo: Optional[Path] = REMEMR1_REPO_OPT,
 ) -> None:
     """Synthesize long-context QA: gold + distractor paragraphs as N numbered documents per question.
 
     Writes DIR/eval_{N}.json for each N (MemAgent/RULER-HQA eval layout; ReMemR1's names with
-    --rememr1-names), optionally
-    DIR/train_{K}k.parquet (verl RL layout), and DIR/token_report.json.
+    --rememr1-names), optionally DIR/train_{K}k.parquet (verl RL layout), and DIR/token_report.json.
     """
     _check_synth_options(fmt, evidence_order, max_samples)
     budget = parse_token_budget(train_tokens) if train_tokens else None
+    opts: dict[str, Any] = dict(input_path=input, out=out, docs=parse_docs(docs), train_tokens=budget, pool_files=pool,
+                                tokenizer=tokenizer, seed=seed, max_samples=max_samples, dataset=dataset,
+                                min_distance=min_distance, rememr1_names=rememr1_names)
+    if protocol != "memrl":
+        _refuse_memrl_only(protocol, fmt, allow_repeats, question_distractors, evidence_order)
+        opts.update(memagent_repo=memagent_repo, rememr1_repo=rememr1_repo)
     check_writable_dir(out)  # before reading a large input, not after
     console = Console(stderr=True)
-    with busy(console, f"reading {input}"):
-        plan = plan_synthesis(
-            input, out, parse_docs(docs), train_tokens=budget, pool_files=pool, tokenizer=tokenizer,
-            seed=seed, allow_repeats=allow_repeats, include_question_distractors=question_distractors,
-            fmt=fmt, max_samples=max_samples, dataset=dataset, min_distance=min_distance,  # type: ignore[arg-type]
-            evidence_order=evidence_order, rememr1_names=rememr1_names,  # type: ignore[arg-type]
-        )
-    console.print(f"{len(plan.synth.questions)} questions, paragraph pool of {len(plan.synth.pool):,}")
-    record_outputs(plan.out, plan.output_names() + ["token_report.json"])
-    with progress(console, "synth", total=plan.total_samples, noun="samples") as bar:
-        reports = plan.run(bar.advance)
-    _write_token_report(plan.out / "token_report.json", reports)
+    if protocol == "memrl":
+        opts.update(allow_repeats=allow_repeats, include_question_distractors=question_distractors, fmt=fmt,
+                    evidence_order=evidence_order)
+        reports = _synth_memrl(console, opts)
+    else:
+        reports = _synth_paper(protocol, console, opts)
+    _write_token_report(out / "token_report.json", reports)
     Console(width=None if sys.stdout.isatty() else 120).print(report_table(reports))
-    console.print(f"wrote {len(reports)} files and token_report.json to {plan.out}")
+    console.print(f"wrote {len(reports)} files and token_report.json to {out}")
 __import__("memrl.cli.data_ruler", fromlist=["register"]).register(app)  # memrl data ruler
 __import__("memrl.cli.data_filter", fromlist=["register"]).register(app)  # memrl data filter

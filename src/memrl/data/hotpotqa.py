@@ -40,6 +40,9 @@ class QAExample:
     type: str | None = None
     level: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The title of every supporting fact (one per cited sentence, repeats kept): ReMemR1 counts
+    # evidence per sentence, so a paragraph cited twice is two evidence entries there.
+    fact_titles: list[str] = field(default_factory=list)
 
     @property
     def gold_paragraphs(self) -> list[Paragraph]:
@@ -92,32 +95,41 @@ def _paragraphs(rec: dict[str, Any], file: Path, row: int) -> list[Paragraph]:
     return paragraphs
 
 
-def _gold_titles(rec: dict[str, Any], paragraphs: list[Paragraph], file: Path, row: int) -> list[str]:
-    """The titles ``supporting_facts`` cite, in first-cited order; each must be one of the paragraphs."""
+def _fact_titles(rec: dict[str, Any], paragraphs: list[Paragraph], file: Path, row: int,
+                 strict: bool) -> list[str]:
+    """The title of each of ``supporting_facts``, in order; with ``strict`` each must be one of the paragraphs.
+
+    ReMemR1's script skips a question that cites a title missing from its context instead of
+    failing, so its protocol reads with ``strict=False`` and does the skipping itself.
+    """
     facts = rec.get("supporting_facts", [])
     if not isinstance(facts, list):
         raise DataError(file, row, "supporting_facts", f"expected a list, got {type_name(facts)}")
     titles = {p.title for p in paragraphs}
-    gold_titles: list[str] = []
+    out: list[str] = []
     for j, fact in enumerate(facts):
         if not isinstance(fact, (list, tuple)) or not fact or not isinstance(fact[0], str):
             raise DataError(file, row, f"supporting_facts[{j}]", "expected a [title, sentence_id] pair")
-        if fact[0] not in titles:
+        if strict and fact[0] not in titles:
             raise DataError(file, row, f"supporting_facts[{j}]", f"title {fact[0]!r} is not in context")
-        if fact[0] not in gold_titles:
-            gold_titles.append(fact[0])
-    return gold_titles
+        out.append(fact[0])
+    return out
 
 
-def parse_hotpotqa_record(rec: dict[str, Any], file: Path, row: int) -> QAExample:
-    """Validate one record; every problem names ``file:row:field``."""
+def parse_hotpotqa_record(rec: dict[str, Any], file: Path, row: int, strict_facts: bool = True) -> QAExample:
+    """Validate one record; every problem names ``file:row:field``.
+
+    ``gold_titles`` are the cited titles found in the context, each once, in first-cited order.
+    """
     qid = rec.get("_id", rec.get("id", str(row)))
     question = _req(rec, "question", file, row)
     if not isinstance(question, str) or not question.strip():
         raise DataError(file, row, "question", f"expected a non-empty string, got {type_name(question)}")
     answers = _answers(rec, file, row)
     paragraphs = _paragraphs(rec, file, row)
-    gold_titles = _gold_titles(rec, paragraphs, file, row)
+    fact_titles = _fact_titles(rec, paragraphs, file, row, strict_facts)
+    titles = {p.title for p in paragraphs}
+    gold_titles = [t for k, t in enumerate(fact_titles) if t in titles and t not in fact_titles[:k]]
 
     known = {"_id", "id", "question", "answer", "answers", "context", "supporting_facts", "type", "level"}
     return QAExample(
@@ -129,6 +141,7 @@ def parse_hotpotqa_record(rec: dict[str, Any], file: Path, row: int) -> QAExampl
         type=rec.get("type"),
         level=rec.get("level"),
         extra={k: v for k, v in rec.items() if k not in known},
+        fact_titles=fact_titles,
     )
 
 

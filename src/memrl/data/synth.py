@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import os
 import random
-import statistics
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from memrl.io.atomic import remove_stale_temps, staging_dir
@@ -31,34 +30,12 @@ from memrl.data.longctx import DOC_SEPARATOR, Format, LongContextSample, SampleW
 from memrl.data.names import eval_file_name, parse_token_budget, train_file_name
 from memrl.data.questions import ParagraphPool, Question, load_questions
 from memrl.data.surrogates import check_surrogates
+from memrl.data.synth_report import FileReport, file_report
 from memrl.data.tokens import TokenCounter, load_token_counter
 from memrl.data.twowiki import dataset_name
 
 __all__ = ["FileReport", "ParagraphPool", "Question", "SynthPlan", "Synthesizer", "load_questions",
            "parse_token_budget", "plan_synthesis", "train_file_name"]
-
-
-@dataclass
-class FileReport:
-    """What one synthesized file holds, for the token report."""
-
-    path: str
-    kind: str
-    num_samples: int
-    docs: int | None = None
-    docs_min: int = 0
-    docs_max: int = 0
-    tokens_min: int = 0
-    tokens_mean: float = 0.0
-    tokens_max: int = 0
-    tokens_total: int = 0
-    tokenizer: str = ""
-    token_counts: list[int] = field(default_factory=list, repr=False)
-
-    def to_dict(self) -> dict[str, object]:
-        d = asdict(self)
-        d.pop("token_counts")
-        return d
 
 
 ProgressFn = Callable[[int], None]
@@ -248,14 +225,7 @@ class Synthesizer:
                 ndocs.append(len(docs))
                 if progress:
                     progress(1)
-        return FileReport(
-            path=str(path), kind=kind, num_samples=len(counts),
-            docs=ndocs[0] if len(set(ndocs)) == 1 else None,
-            docs_min=min(ndocs), docs_max=max(ndocs),
-            tokens_min=min(counts), tokens_mean=round(statistics.fmean(counts), 1),
-            tokens_max=max(counts), tokens_total=sum(counts),
-            tokenizer=self.counter.name, token_counts=counts,
-        )
+        return file_report(path, kind, counts, ndocs, self.counter.name)
 
     def write_eval_file(self, n: int, path: Path, fmt: Format = "json",
                         progress: ProgressFn | None = None) -> FileReport:

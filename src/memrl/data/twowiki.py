@@ -65,8 +65,12 @@ def to_official(rec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_multihop(path: str | Path) -> Iterator[QAExample]:
-    """Yield validated examples from HotpotQA or 2WikiMultihopQA in any layout above (JSON, JSONL, parquet)."""
+def read_multihop(path: str | Path, strict_facts: bool = True) -> Iterator[QAExample]:
+    """Yield validated examples from HotpotQA or 2WikiMultihopQA in any layout above (JSON, JSONL, parquet).
+
+    ``strict_facts=False`` lets a supporting fact cite a title that is not in the context (ReMemR1 skips
+    such questions rather than failing).
+    """
     p = Path(path)
     for row, rec in iter_records(p):
-        yield parse_hotpotqa_record(to_official(rec), p, row)
+        yield parse_hotpotqa_record(to_official(rec), p, row, strict_facts)

@@ -1,0 +1,106 @@
+"""Run the papers' own data scripts (from ``../shared/originals``) to make golden outputs inside a test.
+
+The scripts import hub tokenizers, pandas, HF ``datasets`` and a process-pool helper at module
+level; those are replaced by stand-ins here (a whitespace "tokenizer", a DataFrame that keeps its
+rows, a ``load_dataset`` that returns the test's questions, a one-process map). Nothing of theirs
+is copied into memrl: the test loads their files from the shared folder and skips when it is absent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import random
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ORIGINALS = Path(os.environ.get("MEMRL_SHARED_ORIGINALS", REPO.parent / "shared" / "originals"))
+MEMAGENT_DATA = ORIGINALS / "memagent" / "taskutils" / "memory_data"
+REMEMR1_DATA = ORIGINALS / "rememr1" / "taskutils" / "data_synthesis"
+
+
+def require_originals() -> Path:
+    if not (MEMAGENT_DATA / "different_docs_eval.py").is_file() or not (REMEMR1_DATA / "process_test.py").is_file():
+        pytest.skip(f"the originals' scripts are not at {ORIGINALS} (set MEMRL_SHARED_ORIGINALS to run these tests)")
+    return ORIGINALS
+
+
+class _Tokenizer:
+    def __call__(self, texts: list[str]) -> dict[str, list[list[int]]]:
+        return {"input_ids": [[0] * len(t.split()) for t in texts]}
+
+
+class _DataFrame:
+    """pandas stand-in: ``DataFrame(rows).to_parquet(path)`` keeps the rows (written as JSON for the test)."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def to_parquet(self, path: str) -> None:
+        Path(path + ".rows.json").write_text(json.dumps(self.rows, ensure_ascii=False))
+
+
+class _Executor:
+    """``utils.TqdmExecutor`` in one process: every call in order, as with a single worker."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def run(self, func: Any, *iters: Any, **const: Any) -> list[Any]:
+        return [func(*args, **const) for args in zip(*iters)]
+
+
+def _stub_modules(flashrag_rows: list[dict[str, Any]] | None) -> dict[str, types.ModuleType]:
+    transformers = types.ModuleType("transformers")
+    transformers.AutoTokenizer = types.SimpleNamespace(from_pretrained=lambda *a, **k: _Tokenizer())
+    pandas = types.ModuleType("pandas")
+    pandas.DataFrame = _DataFrame
+    utils = types.ModuleType("utils")
+    utils.TqdmExecutor = _Executor
+    datasets = types.ModuleType("datasets")
+    datasets.load_dataset = lambda *a, **k: {"dev": list(flashrag_rows or [])}
+    tqdm = types.ModuleType("tqdm")
+    tqdm.tqdm = lambda it, *a, **k: it
+    return {"transformers": transformers, "pandas": pandas, "utils": utils, "datasets": datasets, "tqdm": tqdm}
+
+
+@contextlib.contextmanager
+def original_module(path: Path, flashrag_rows: list[dict[str, Any]] | None = None) -> Iterator[Any]:
+    """The script at ``path`` loaded with stand-ins, the global RNG saved and restored around it."""
+    stubs = _stub_modules(flashrag_rows)
+    saved = {name: sys.modules.get(name) for name in stubs}
+    state = random.getstate()
+    sys.modules.update(stubs)
+    try:
+        spec = importlib.util.spec_from_file_location(f"_original_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        random.setstate(state)
+        for name, mod in saved.items():
+            if mod is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = mod
+
+
+def to_flashrag(rec: dict[str, Any]) -> dict[str, Any]:
+    """An official HotpotQA row in FlashRAG's layout (what ReMemR1's script reads from the hub)."""
+    return {
+        "id": rec["_id"], "question": rec["question"], "golden_answers": [rec["answer"]],
+        "metadata": {
+            "type": rec.get("type"), "level": rec.get("level"),
+            "supporting_facts": {"title": [t for t, _ in rec["supporting_facts"]],
+                                 "sent_id": [s for _, s in rec["supporting_facts"]]},
+            "context": {"title": [t for t, _ in rec["context"]], "sentences": [s for _, s in rec["context"]]},
+        },
+    }
