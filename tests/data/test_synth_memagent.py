@@ -1,0 +1,164 @@
+"""``memrl data synth --protocol memagent`` against MemAgent's own scripts, run here on the shared 53 questions.
+
+Golden files come from ``different_docs_eval.py`` / ``processing.py`` in ``../shared/originals``
+(loaded with stand-ins for their hub tokenizer, pandas and process pool; run in one process), and
+memrl's CLI output must equal them byte for byte (eval files) or row for row (the training parquet).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from memrl.cli.main import app
+from tests.data.paper_originals import MEMAGENT_DATA, ORIGINALS, original_module, require_originals
+
+SIZES = [50, 200, 600, 700]  # the pool of the 53 questions has 521 paragraphs: 600 and 700 take all of it
+
+
+def _synth(args: list[str], repo: Path | None):
+    env = {"MEMRL_MEMAGENT_REPO": str(repo) if repo else None}  # None: unset for the call
+    return CliRunner().invoke(app, ["data", "synth", "--protocol", "memagent", *args], env=env)
+
+
+@pytest.fixture(scope="module")
+def golden_eval(tmp_path_factory, hotpot_file) -> Path:
+    """``different_docs_eval.generate_dataset`` for every size in turn after ``random.seed(42)``, as its main does."""
+    require_originals()
+    out = tmp_path_factory.mktemp("memagent_golden")
+    with original_module(MEMAGENT_DATA / "different_docs_eval.py") as script:
+        random.seed(42)
+        qas, docs = script.read_hotpotqa(str(hotpot_file))
+        for n in SIZES:
+            script.generate_dataset(list(range(len(qas))), str(out / f"eval_{n}"), n, qas, docs)
+    return out
+
+
+def test_eval_files_are_byte_identical_to_memagents(tmp_path, hotpot_file, golden_eval):
+    out = tmp_path / "out"
+    r = _synth(["--input", str(hotpot_file), "--docs", ",".join(map(str, SIZES)), "--out", str(out)],
+               ORIGINALS / "memagent")
+    assert r.exit_code == 0, r.output
+    for n in SIZES:
+        mine, theirs = (out / f"eval_{n}.json").read_bytes(), (golden_eval / f"eval_{n}.json").read_bytes()
+        assert mine == theirs, f"eval_{n}.json differs from MemAgent's"
+    assert "the pool has 521 paragraphs" in r.output
+
+
+def _gold_slots(rec: dict, question: dict) -> list[int]:
+    docs = rec["context"].split("\n\nDocument ")
+    own = {f"{t}\n{''.join(s)}" for t, s in question["context"]}
+    return [k for k, d in enumerate(docs) if d.split(":\n", 1)[1] in own]
+
+
+def test_every_sample_of_a_size_puts_its_paragraphs_in_the_same_slots(tmp_path, hotpot_file, golden_eval):
+    """The fixed Random(4) permutation: at N=50 the question's ten paragraphs sit in slots 10, 17, ..., 47."""
+    out = tmp_path / "out"
+    assert _synth(["-i", str(hotpot_file), "-d", "50", "-o", str(out)], ORIGINALS / "memagent").exit_code == 0
+    questions = json.loads(hotpot_file.read_text())
+    recs = json.loads((out / "eval_50.json").read_text())
+    slots = {rec["index"]: _gold_slots(rec, questions[rec["index"]]) for rec in recs}
+    full = [i for i, q in enumerate(questions) if len(q["context"]) == 10]
+    assert len(full) == 52 and {tuple(slots[i]) for i in full} == {(10, 17, 26, 28, 36, 40, 41, 42, 43, 47)}
+    assert slots[27] == [26, 40]  # the one question with two paragraphs: the permutation's images of 0 and 1
+    assert list(recs[0]) == ["context", "input", "answers", "num_docs", "index"]
+
+
+def test_max_samples_takes_the_first_questions(tmp_path, hotpot_file):
+    """``--max-samples K`` is the script run on indices 0..K-1 (every paragraph still in the pool)."""
+    require_originals()
+    out, gold = tmp_path / "out", tmp_path / "gold"
+    gold.mkdir()
+    with original_module(MEMAGENT_DATA / "different_docs_eval.py") as script:
+        random.seed(7)
+        qas, docs = script.read_hotpotqa(str(hotpot_file))
+        for n in (100, 300):
+            script.generate_dataset(list(range(5)), str(gold / f"eval_{n}"), n, qas, docs)
+    r = _synth(["-i", str(hotpot_file), "-d", "300,100", "--max-samples", "5", "--seed", "7", "-o", str(out)],
+               ORIGINALS / "memagent")
+    assert r.exit_code == 0, r.output
+    for n in (100, 300):
+        assert (out / f"eval_{n}.json").read_bytes() == (gold / f"eval_{n}.json").read_bytes()
+
+
+def test_training_file_equals_processing_py(tmp_path, hotpot_file):
+    """200 documents per question at fixed slots, processing.py's record; --train-tokens is announced as unused."""
+    import pyarrow.parquet as pq
+
+    require_originals()
+    gold = tmp_path / "gold"
+    gold.mkdir()
+    with original_module(MEMAGENT_DATA / "processing.py") as script:
+        random.seed(42)
+        qas, docs = script.read_hotpotqa(str(hotpot_file))
+        script.generate_dataset(80000, str(gold / "train"), 200, qas, docs)
+    theirs = json.loads((gold / "train.parquet.rows.json").read_text())
+    out = tmp_path / "out"
+    r = _synth(["-i", str(hotpot_file), "--train-tokens", "32k", "-o", str(out)], ORIGINALS / "memagent")
+    assert r.exit_code == 0, r.output
+    assert "--train-tokens does not apply" in r.output
+    mine = pq.read_table(out / "train_32k.parquet").to_pylist()
+    assert len(mine) == len(theirs) == 53
+    assert mine == theirs
+    assert all(row["context"].count("\n\nDocument ") == 199 for row in mine)
+
+
+def test_the_document_template_comes_from_the_checkout(tmp_path, hotpot_file):
+    """memrl has no copy of MemAgent's template: an edited checkout changes the output."""
+    require_originals()
+    repo = tmp_path / "MemAgent"
+    shutil.copytree(ORIGINALS / "memagent", repo)
+    script = repo / "taskutils" / "memory_data" / "different_docs_eval.py"
+    script.chmod(0o644)
+    text = script.read_text()
+    old = next(n.value.value for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Assign)
+               and getattr(n.targets[0], "id", "") == "DOCUMENT_PROMPT")
+    script.write_text(text.replace(repr(old).strip("'"), "Passage {i} -> {document}"))
+    r = _synth(["-i", str(hotpot_file), "-d", "50", "-o", str(tmp_path / "out")], repo)
+    assert r.exit_code == 0, r.output
+    rec = json.loads((tmp_path / "out" / "eval_50.json").read_text())[0]
+    assert rec["context"].startswith("Passage 1 -> ") and "\n\nPassage 50 -> " in rec["context"]
+
+
+def test_missing_checkout_is_one_line_naming_where_to_get_it(tmp_path, hotpot_file):
+    r = _synth(["-i", str(hotpot_file), "-d", "50", "-o", str(tmp_path / "out")], None)
+    assert r.exit_code == 2
+    line = r.output.strip()
+    assert "\n" not in line and "--memagent-repo" in line and "MEMRL_MEMAGENT_REPO" in line
+    assert "https://github.com/BytedTsinghua-SIA/MemAgent" in line and "76b7a65" in line
+    assert not (tmp_path / "out" / "eval_50.json").exists()
+
+
+@pytest.mark.parametrize("args, flag", [(["--format", "jsonl"], "--format"), (["--allow-repeats"], "--allow-repeats"),
+                                        (["--min-distance", "10"], "--min-distance"),
+                                        (["--protocol", "ruler"], "--protocol")])
+def test_options_the_script_lacks_are_refused(tmp_path, hotpot_file, args, flag):
+    r = _synth(["-i", str(hotpot_file), "-d", "50", "-o", str(tmp_path / "out"), *args], ORIGINALS / "memagent")
+    assert r.exit_code == 2 and flag in r.output, r.output
+
+
+def test_src_holds_none_of_the_scripts_text():
+    """The originals' template and prompt strings are read at run time, never pasted into memrl's source."""
+    require_originals()
+    texts = set()
+    for script in (MEMAGENT_DATA / "different_docs_eval.py", MEMAGENT_DATA / "processing.py",
+                   MEMAGENT_DATA / "filter.py",
+                   ORIGINALS / "rememr1" / "taskutils" / "data_synthesis" / "process_test.py"):
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and \
+                    isinstance(node.value.value, str) and len(node.value.value) > 12:
+                texts.add(node.value.value)
+    assert texts
+    src = Path(__file__).resolve().parents[2] / "src"
+    for path in src.rglob("*.py"):
+        code = path.read_text()
+        literals = {n.value for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Constant)
+                    and isinstance(n.value, str)}
+        for text in texts:
+            assert text not in literals and text not in code, f"{path} holds the original's text {text!r}"
