@@ -7,13 +7,22 @@ short closed-book prompt; a question is dropped when any of ``--tries`` answers 
 on ``--metric`` against its gold answers. The kept samples are written unchanged in the
 input's layout (eval ``input/answers`` or verl ``prompt/reward_model``), and a report
 of what was dropped goes next to the output.
+
+``--protocol memagent`` is MemAgent's own filter (``taskutils/memory_data/filter.py`` and
+``filter2.py``): a base model (``--model``) and an instruct model (``--instruct-model``) each answer
+twice at temperature 1.0, top_p 0.7, up to 512 tokens, prompted with the template of its
+``filter.py`` (read from the user's checkout, ``--memagent-repo``); a question is dropped when any of
+the four responses is right by the boxed score (MemAgent's strict boxed match) or contains a gold
+answer (case-insensitive). ``--max-kept K`` keeps the first K survivors, as ``filter2.py``'s ``head``.
+MemAgent asks its server for both answers of a model in one request (``n=2``); memrl asks twice,
+which samples the same distribution.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -28,7 +37,11 @@ CLOSED_BOOK_PROMPT = (
     "Question:\n{question}\n\n"
     "Reply with a short answer inside \\boxed{}, for example \\boxed{Paris}."
 )
-METRICS = ("em", "sub_em", "f1")
+METRICS = ("em", "sub_em", "f1", "memagent")
+PROTOCOLS = ("memrl", "memagent")
+# Per protocol: tries, temperature, top_p, max_new_tokens, metric (flags given on the command line win).
+DEFAULTS = {"memrl": (1, 0.0, 1.0, 256, "sub_em"), "memagent": (2, 1.0, 0.7, 512, "memagent")}
+MEMAGENT_FILTER_SCRIPT = "taskutils/memory_data/filter.py"
 
 
 @dataclass
@@ -43,37 +56,84 @@ class FilterReport:
     total: int = 0
     kept: int = 0
     dropped: list[dict[str, Any]] = field(default_factory=list)
+    protocol: str = "memrl"
+    models: list[str] = field(default_factory=list)
+    sampling: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         share = round(100 * len(self.dropped) / self.total, 2) if self.total else 0.0
-        return {"input": self.input, "output": self.output, "model": self.model, "metric": self.metric,
-                "tries": self.tries, "total": self.total, "kept": self.kept, "dropped": len(self.dropped),
+        return {"input": self.input, "output": self.output, "protocol": self.protocol, "model": self.model,
+                "models": self.models or [self.model], "metric": self.metric, "tries": self.tries, **self.sampling,
+                "total": self.total, "kept": self.kept, "dropped": len(self.dropped),
                 "dropped_percent": share, "dropped_questions": self.dropped}
 
 
-async def answered_without_context(samples: Sequence[Any], engine: Any, tokenizer: Any, *, metric: str = "sub_em",
-                                   tries: int = 1, temperature: float = 0.0, max_new_tokens: int = 256,
-                                   concurrency: int = 64) -> list[str | None]:
-    """Per sample: the closed-book answer that scored 1 on ``metric`` (``None`` when no try did)."""
-    from memrl.engines.base import SamplingParams
+@dataclass
+class Asking:
+    """How a question is put to a model without its document, and when the reply shows it knew the answer."""
+
+    prompt: Callable[[Any, str], list[int]]  # (tokenizer, question) -> prompt ids
+    knows: Callable[[str, Sequence[str]], str | None]  # (reply, golds) -> what was right, or None
+    tries: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+
+
+def memrl_asking(metric: str, tries: int, temperature: float, top_p: float, max_new_tokens: int) -> Asking:
+    """memrl's own filter: its closed-book prompt; the boxed answer scores 1 on ``metric``."""
     from memrl.rewards.qa import extract_boxed, score_answer
-    from memrl.workflows.common import decode, encode_text, stop_token_ids, strip_stop
+    from memrl.workflows.common import encode_text
     from memrl.workflows.templates import TokenTemplate
 
-    template = TokenTemplate(CLOSED_BOOK_PROMPT, tokenizer)
+    templates: dict[int, TokenTemplate] = {}  # per tokenizer: the template's pieces are tokenized once
+
+    def prompt(tokenizer: Any, question: str) -> list[int]:
+        template = templates.setdefault(id(tokenizer), TokenTemplate(CLOSED_BOOK_PROMPT, tokenizer))
+        return template.render(question=encode_text(tokenizer, question))
+
+    def knows(reply: str, golds: Sequence[str]) -> str | None:
+        answer = extract_boxed(reply)
+        return answer if getattr(score_answer(answer, list(golds)), metric) >= 1.0 else None
+
+    return Asking(prompt, knows, tries, temperature, top_p, max_new_tokens)
+
+
+def memagent_asking(template: str, tries: int, temperature: float, top_p: float, max_new_tokens: int) -> Asking:
+    """MemAgent's filter: its template as one chat user turn; right by strict boxed match or by containment."""
+    from memrl.rewards.published import memagent_strict_reward
+    from memrl.workflows.common import encode_text
+    from memrl.workflows.templates import apply_chat
+
+    def prompt(tokenizer: Any, question: str) -> list[int]:
+        return encode_text(tokenizer, apply_chat(tokenizer, template.format(prompt=question)))
+
+    def knows(reply: str, golds: Sequence[str]) -> str | None:
+        boxed = any(memagent_strict_reward(reply, [g]) > 0 for g in golds)
+        return reply if boxed or any(g.lower() in reply.lower() for g in golds) else None
+
+    return Asking(prompt, knows, tries, temperature, top_p, max_new_tokens)
+
+
+async def answered_without_context(samples: Sequence[Any], engine: Any, tokenizer: Any, asking: Asking,
+                                   concurrency: int = 64) -> list[str | None]:
+    """Per sample: the closed-book answer that showed the model knew it (``None`` when no try did)."""
+    from memrl.engines.base import SamplingParams
+    from memrl.workflows.common import decode, stop_token_ids, strip_stop
+
     stops = stop_token_ids(tokenizer)
-    params = SamplingParams(max_new_tokens=max_new_tokens, stop_token_ids=stops, temperature=temperature,
-                            greedy=temperature == 0)
+    params = SamplingParams(max_new_tokens=asking.max_new_tokens, stop_token_ids=stops,
+                            temperature=asking.temperature, top_p=asking.top_p, greedy=asking.temperature == 0)
     sem = asyncio.Semaphore(concurrency)
 
     async def one(sample: Any) -> str | None:
-        prompt = template.render(question=encode_text(tokenizer, sample.question))
-        for _ in range(tries):
+        prompt = asking.prompt(tokenizer, sample.question)
+        for _ in range(asking.tries):
             async with sem:
                 res = await engine.generate(prompt, params)
-            answer = extract_boxed(decode(tokenizer, strip_stop(res.token_ids, stops)))
-            if getattr(score_answer(answer, sample.answers), metric) >= 1.0:
-                return answer
+            hit = asking.knows(decode(tokenizer, strip_stop(res.token_ids, stops)), sample.answers)
+            if hit is not None:
+                return hit
         return None
 
     return list(await asyncio.gather(*(one(s) for s in samples)))
@@ -107,8 +167,8 @@ def _check_options(input: Path, out: Path, metric: str, tries: int, max_new_toke
 
 
 def _write_kept(samples: Sequence[Any], hits: Sequence[str | None], report: FilterReport, out: Path,
-                schema: str) -> Path:
-    """Write the samples no try answered to ``out`` and the report beside it (its path)."""
+                schema: str, max_kept: int | None = None) -> Path:
+    """Write the samples no try answered (the first ``max_kept`` of them) to ``out``, the report beside it."""
     from memrl.data import SampleWriter
     from memrl.io.atomic import atomic_write
     from memrl.data.stream import LazySample
@@ -120,6 +180,7 @@ def _write_kept(samples: Sequence[Any], hits: Sequence[str | None], report: Filt
         else:
             report.dropped.append({"index": sample.index, "question": sample.question,
                                    "answers": list(sample.answers), "closed_book_answer": hit})
+    kept = kept[:max_kept] if max_kept is not None else kept
     report.kept = len(kept)
     out.parent.mkdir(parents=True, exist_ok=True)
     with SampleWriter(out, schema, out.suffix[1:]) as writer:  # type: ignore[arg-type]
@@ -132,6 +193,66 @@ def _write_kept(samples: Sequence[Any], hits: Sequence[str | None], report: Filt
     return report_path
 
 
+def resolve_asking(protocol: str, metric: str | None, tries: int | None, temperature: float | None,
+                   top_p: float | None, max_new_tokens: int | None, memagent_repo: Path | None) -> Asking:
+    """The protocol's defaults, overridden by the flags given; MemAgent's template from the checkout."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    d_tries, d_temp, d_top_p, d_max, d_metric = DEFAULTS[protocol]
+    picked = (d_tries if tries is None else tries, d_temp if temperature is None else temperature,
+              d_top_p if top_p is None else top_p, d_max if max_new_tokens is None else max_new_tokens)
+    metric = metric or d_metric
+    if metric not in METRICS:
+        raise ValueError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
+    if not 0 < picked[2] <= 1:
+        raise ValueError(f"--top-p must be in (0, 1], got {picked[2]}")
+    if metric != "memagent":
+        return memrl_asking(metric, *picked)
+    from memrl.data.originals import MEMAGENT, checkout, read_string_constant
+
+    template = read_string_constant(MEMAGENT, checkout(MEMAGENT, memagent_repo), MEMAGENT_FILTER_SCRIPT, "TEMPLATE")
+    return memagent_asking(template, *picked)
+
+
+def ask_models(models: Sequence[str], samples: Sequence[Any], asking: Asking, engine: str | None,
+               base_url: str | None, concurrency: int) -> list[str | None]:
+    """Each model in turn (one engine loaded at a time); a sample's hit is the first model's that knew it."""
+    from memrl.cli.common import resolve_config
+    from memrl.engines.factory import build_engine
+    from memrl.models.resolve import load_tokenizer
+
+    hits: list[str | None] = [None] * len(samples)
+    for model in models:
+        cfg = resolve_config(None, None, {"model.path": model, "engine.kind": engine, "engine.base_url": base_url,
+                                          "engine.concurrency": concurrency})
+        tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+        eng = build_engine(cfg)
+        todo = [k for k, h in enumerate(hits) if h is None]
+
+        async def main() -> list[str | None]:
+            try:
+                return await answered_without_context([samples[k] for k in todo], eng, tokenizer, asking,
+                                                      concurrency=concurrency)
+            finally:
+                await eng.close()
+
+        for k, hit in zip(todo, asyncio.run(main())):
+            hits[k] = hit
+    return hits
+
+
+PROTOCOL_OPT = typer.Option("memrl", "--protocol", help="memrl (one model, one greedy try, its own prompt, "
+                            "--metric on the boxed answer) or memagent (MemAgent's filter: --model and "
+                            "--instruct-model, two tries each at T 1.0, top_p 0.7, 512 tokens, its prompt from "
+                            "--memagent-repo; dropped if any reply is right by boxed match or contains a gold).")
+INSTRUCT_OPT = typer.Option(None, "--instruct-model", help="A second model asked as well (MemAgent asks a base "
+                            "and an instruct model); dropped if either knew the answer.")
+MEMAGENT_REPO_OPT = typer.Option(None, "--memagent-repo", envvar="MEMRL_MEMAGENT_REPO", help="A checkout of "
+                                 "github.com/BytedTsinghua-SIA/MemAgent, for --protocol memagent's prompt.")
+MAX_KEPT_OPT = typer.Option(None, "--max-kept", help="Keep only the first K questions that survive (MemAgent "
+                            "keeps 8192 training and 128 dev questions).")
+
+
 @user_errors
 def filter_cmd(
     input: Path = typer.Option(..., "--input", "-i", help="Long-context QA file (eval or verl training layout)."),
@@ -139,47 +260,52 @@ def filter_cmd(
                               "id or alias (with --engine openai: the tokenizer source)."),
     out: Path = typer.Option(..., "--out", "-o", help="Filtered file (.json, .jsonl or .parquet); the report goes "
                              "to OUT.filter.json."),
-    metric: str = typer.Option("sub_em", "--metric", help="What counts as answered: em | sub_em | f1 (=1)."),
-    tries: int = typer.Option(1, "--tries", help="Answers per question; dropped if any is right."),
-    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (use > 0 with --tries > 1)."),
-    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Answer budget."),
+    metric: Optional[str] = typer.Option(None, "--metric", help="What counts as answered: em | sub_em | f1 (=1) on "
+                                         "the boxed answer, or memagent (boxed match or containment). Default: "
+                                         "sub_em; memagent under --protocol memagent."),
+    tries: Optional[int] = typer.Option(None, "--tries", help="Answers per question and model; dropped if any is "
+                                        "right (default 1; 2 under --protocol memagent)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="0 = greedy (default; 1.0 under "
+                                                "--protocol memagent)."),
+    top_p: Optional[float] = typer.Option(None, "--top-p", help="Nucleus sampling (default 1; 0.7 under "
+                                          "--protocol memagent)."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Answer budget (default 256; 512 "
+                                                 "under --protocol memagent)."),
     engine: Optional[str] = typer.Option(None, "--engine", "-e", help="hf (default) | openai | vllm."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="openai engine: server URL ending in /v1."),
     concurrency: int = typer.Option(64, "--concurrency", help="Questions in flight at once."),
+    protocol: str = PROTOCOL_OPT,
+    instruct_model: Optional[str] = INSTRUCT_OPT,
+    memagent_repo: Optional[Path] = MEMAGENT_REPO_OPT,
+    max_kept: Optional[int] = MAX_KEPT_OPT,
 ) -> None:
     """Drop questions the model answers correctly without the document (MemAgent's training-data filter)."""
-    from memrl.cli.common import resolve_config
     from memrl.data.stream import read_samples_lazily
-    from memrl.engines.factory import build_engine
-    from memrl.models.resolve import load_tokenizer
 
-    _check_options(input, out, metric, tries, max_new_tokens, concurrency)
+    asking = resolve_asking(protocol, metric, tries, temperature, top_p, max_new_tokens, memagent_repo)
+    _check_options(input, out, metric or DEFAULTS[protocol][4], asking.tries, asking.max_new_tokens, concurrency)
+    if max_kept is not None and max_kept < 1:
+        raise ValueError(f"--max-kept must be >= 1, got {max_kept}")
     console = Console(stderr=True)
+    models = [model] + ([instruct_model] if instruct_model else [])
+    if protocol == "memagent" and not instruct_model:
+        console.print("note: MemAgent asks a base and an instruct model; only --model was given, so only it is "
+                      "asked (add --instruct-model)", highlight=False, markup=False)
     samples = list(read_samples_lazily(input))  # questions and answers only: contexts stay on disk
-    schema = _schema(input)
-    cfg = resolve_config(None, None, {"model.path": model, "engine.kind": engine, "engine.base_url": base_url,
-                                      "engine.concurrency": concurrency})
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
-    eng = build_engine(cfg)
-    console.print(f"asking {model} {len(samples)} questions without their documents ({tries} tr"
-                  f"{'y' if tries == 1 else 'ies'}, {metric})", highlight=False)
-
-    async def main() -> list[str | None]:
-        try:
-            return await answered_without_context(samples, eng, tokenizer, metric=metric, tries=tries,
-                                                  temperature=temperature, max_new_tokens=max_new_tokens,
-                                                  concurrency=concurrency)
-        finally:
-            await eng.close()
-
+    console.print(f"asking {' and '.join(models)} {len(samples)} questions without their documents "
+                  f"({asking.tries} tr{'y' if asking.tries == 1 else 'ies'} each, {metric or DEFAULTS[protocol][4]})",
+                  highlight=False)
     try:
-        hits = asyncio.run(main())
+        hits = ask_models(models, samples, asking, engine, base_url, concurrency)
     except KeyboardInterrupt:
         console.print("interrupted: nothing written", highlight=False, markup=False)
         raise typer.Exit(130) from None
-    report = FilterReport(str(input), str(out), model, metric, tries, total=len(samples))
-    report_path = _write_kept(samples, hits, report, out, schema)
+    report = FilterReport(str(input), str(out), model, metric or DEFAULTS[protocol][4], asking.tries,
+                          total=len(samples), protocol=protocol, models=models,
+                          sampling={"temperature": asking.temperature, "top_p": asking.top_p,
+                                    "max_new_tokens": asking.max_new_tokens})
+    report_path = _write_kept(samples, hits, report, out, _schema(input), max_kept)
     d = report.to_dict()
     typer.echo(f"kept {d['kept']} of {d['total']} questions; dropped {d['dropped']} ({d['dropped_percent']}%) "
-               f"that {model} answered without the document")
+               f"that {' or '.join(models)} answered without the document")
     console.print(f"wrote {out} and {report_path}", highlight=False)
