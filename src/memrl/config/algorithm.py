@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from memrl.config.rollout_corr import RolloutCorrectionConfig
 from memrl.config.registry import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, OFF_POLICY, registered
 from memrl.config.section import Section
 
@@ -45,6 +46,9 @@ class AlgorithmConfig(Section):
     tis_cap: float = Field(2.0, gt=0, description="tis: truncation C of the importance weight (verl's default 2).")
     tis_level: TisLevel = Field("token", description="tis: one weight per token, or per "
                                                     "sequence from the summed log-ratio.")
+    rollout_correction: RolloutCorrectionConfig = Field(
+        default_factory=RolloutCorrectionConfig, description="verl 0.9's rollout correction (importance weights, "
+        "rejection, bypass) on the trainer/engine log-ratio; see the guide 'Engine and trainer disagree'.")
 
     @model_validator(mode="after")
     def _off_policy_options(self) -> "AlgorithmConfig":
@@ -53,6 +57,9 @@ class AlgorithmConfig(Section):
         if self.behav_imp_weight_cap is not None and option not in _options_of(self.off_policy):
             readers = [n for n in OFF_POLICY.names if option in _options_of(n)]
             raise ValueError(f"{option} needs off_policy={' or '.join(readers)} (off_policy is {self.off_policy!r})")
+        if self.rollout_correction.enabled and self.off_policy != "none":
+            raise ValueError(f"rollout_correction and off_policy={self.off_policy!r} both correct the engine's "
+                             "log-probs: use one (off_policy: none with rollout_correction, or no rollout_correction)")
         return self
 
 

@@ -18,6 +18,7 @@ import torch
 
 from memrl.rl.losses import agg_loss, kl_penalty
 from memrl.rl.offpolicy import off_policy_correction, off_policy_kwargs
+from memrl.rl.rollout_loss import BYPASS_STATS, bypass_policy_loss, weighted_policy_loss
 
 if TYPE_CHECKING:
     from memrl.config.algorithm import AlgorithmConfig
@@ -27,7 +28,26 @@ BASE_METRICS = ("pg_loss", "clipfrac", "clipfrac_lower", "ppo_kl", "entropy", "k
 
 def objective_metric_names(algorithm: AlgorithmConfig) -> tuple[str, ...]:
     """The keys :func:`policy_objective` returns under ``algorithm``, in a fixed order (for reductions over ranks)."""
-    return BASE_METRICS + off_policy_correction(algorithm.off_policy).stats
+    extra = BYPASS_STATS if algorithm.rollout_correction.bypass_mode else ()
+    return BASE_METRICS + off_policy_correction(algorithm.off_policy).stats + extra
+
+
+def _policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
+                 response_mask: torch.Tensor, algorithm: AlgorithmConfig, behaviour_log_prob: torch.Tensor | None,
+                 is_weights: torch.Tensor | None, norm_length: int | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The policy-gradient term: rollout correction (bypass, or weighted PPO) when on, else the off-policy kind."""
+    rc = algorithm.rollout_correction
+    kw = off_policy_kwargs(algorithm, norm_length)
+    if rc.enabled:
+        clip = {k: kw[k] for k in ("cliprange_low", "cliprange_high", "clip_ratio_c", "loss_agg_mode", "norm_length")}
+        if rc.bypass_mode:
+            if behaviour_log_prob is None:
+                raise ValueError("rollout_correction.bypass_mode needs the engine's log-probs (behaviour_log_prob)")
+            return bypass_policy_loss(log_prob, behaviour_log_prob, advantages, response_mask, rc, **clip)
+        return weighted_policy_loss(log_prob, old_log_prob, advantages, response_mask, is_weights, **clip)
+    correction = off_policy_correction(algorithm.off_policy)
+    return correction(log_prob, old_log_prob, behaviour_log_prob if correction.uses_behaviour else None,
+                      advantages, response_mask, **kw)
 
 
 def policy_objective(
@@ -41,6 +61,7 @@ def policy_objective(
     ref_log_prob: torch.Tensor | None = None,
     behaviour_log_prob: torch.Tensor | None = None,
     norm_length: int | None = None,
+    is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``(loss, metrics)`` of one micro-batch; all tensors ``[B, T]`` over target positions.
 
@@ -50,10 +71,9 @@ def policy_objective(
     correction reads them. ``metrics`` has :func:`objective_metric_names` keys; ``pg_loss``,
     ``entropy`` and ``kl`` are the aggregated terms before their coefficients.
     """
-    correction = off_policy_correction(algorithm.off_policy)
     mode = algorithm.loss_agg_mode
-    pg, stats = correction(log_prob, old_log_prob, behaviour_log_prob if correction.uses_behaviour else None,
-                           advantages, response_mask, **off_policy_kwargs(algorithm, norm_length))
+    pg, stats = _policy_loss(log_prob, old_log_prob, advantages, response_mask, algorithm, behaviour_log_prob,
+                             is_weights, norm_length)
     if algorithm.entropy_coef == 0:
         entropy = entropy.detach()
     ent_mean = agg_loss(entropy, response_mask, mode, norm_length=norm_length)
@@ -69,5 +89,5 @@ def policy_objective(
         loss = loss + algorithm.kl_coef * kl
     metrics = {"pg_loss": pg, "clipfrac": stats["clipfrac"], "clipfrac_lower": stats["clipfrac_lower"],
                "ppo_kl": stats["ppo_kl"], "entropy": ent_mean, "kl": kl}
-    metrics.update((k, stats[k]) for k in correction.stats)
+    metrics.update((k, stats[k]) for k in objective_metric_names(algorithm)[len(BASE_METRICS):])
     return loss, metrics

@@ -68,7 +68,7 @@ def _check_inputs(log_prob: torch.Tensor, **tensors: torch.Tensor | None) -> Non
             raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)} like log_prob")
 
 
-def _clipped_token_losses(
+def clipped_token_losses(
     log_ratio: torch.Tensor,
     advantages: torch.Tensor,
     response_mask: torch.Tensor,
@@ -133,7 +133,7 @@ def decoupled_policy_loss(
     valid = response_mask.bool()
     low = cliprange if cliprange_low is None else cliprange_low
     high = cliprange if cliprange_high is None else cliprange_high
-    losses, stats = _clipped_token_losses(log_prob - prox, advantages, response_mask, low, high, clip_ratio_c)
+    losses, stats = clipped_token_losses(log_prob - prox, advantages, response_mask, low, high, clip_ratio_c)
     kept = valid
     if behav_imp_weight_cap is not None:  # decided on the exact weight; inf (overflow) is over any cap
         kept = valid & (torch.exp(behav_log_ratio) <= behav_imp_weight_cap)
@@ -192,7 +192,7 @@ def tis_policy_loss(
     weights, over_cap = truncated_is_weights(old_log_prob, behaviour_log_prob, response_mask, tis_cap, tis_level)
     low = cliprange if cliprange_low is None else cliprange_low
     high = cliprange if cliprange_high is None else cliprange_high
-    losses, stats = _clipped_token_losses(log_prob - old_log_prob.detach(), advantages.detach(), response_mask,
+    losses, stats = clipped_token_losses(log_prob - old_log_prob.detach(), advantages.detach(), response_mask,
                                           low, high, clip_ratio_c)
     loss = agg_loss(losses * weights, response_mask, loss_agg_mode, norm_length)
     stats["is_weight_mean"] = masked_mean(weights, response_mask).detach()

@@ -23,38 +23,9 @@ from __future__ import annotations
 
 import torch
 
+from memrl.config.rollout_corr import IS_LEVELS, parse_is_threshold
 from memrl.rl.rollout_metrics import SAFETY_BOUND, is_metrics, offpolicy_metrics, vmasked_mean, vmasked_sum
 from memrl.rl.rollout_rs import rejection_mask
-
-IS_LEVELS = ("token", "sequence")
-
-
-def parse_is_threshold(spec: str | float) -> tuple[float, float | None]:
-    """``2.0`` -> (2.0, None) (TIS); ``"0.5_5.0"`` -> (5.0, 0.5) (IcePop)."""
-    if isinstance(spec, bool):
-        raise TypeError("rollout_is_threshold must be a number or a 'lower_upper' string, not a boolean")
-    if isinstance(spec, (int, float)):
-        upper, lower = float(spec), None
-    elif isinstance(spec, str):
-        text = spec.strip()
-        if not text:
-            raise ValueError("rollout_is_threshold must not be empty")
-        try:
-            if "_" in text:
-                low_s, up_s = text.split("_", 1)
-                upper, lower = float(up_s), float(low_s)
-            else:
-                upper, lower = float(text), None
-        except ValueError:
-            raise ValueError(f"rollout_is_threshold {spec!r} is neither a number nor 'lower_upper'") from None
-    else:
-        raise TypeError("rollout_is_threshold must be a number or a 'lower_upper' string")
-    if upper <= 0:
-        raise ValueError(f"rollout_is_threshold: the upper bound must be positive, got {upper}")
-    if lower is not None and not 0 < lower <= upper:
-        raise ValueError(f"rollout_is_threshold: need 0 < lower <= upper, got {spec!r}")
-    return upper, lower
-
 
 def _batch_normalise(weights: torch.Tensor, mask: torch.Tensor, level: str) -> tuple[torch.Tensor, float]:
     """Weights rescaled to mean 1 over tokens (token level) or over rows (sequence level)."""

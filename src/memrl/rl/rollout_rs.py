@@ -16,77 +16,11 @@ Several options are comma-chained (``"token_k1,seq_mean_k3"``) and all must pass
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
+from memrl.config.rollout_corr import parse_rs_options, parse_rs_thresholds
 from memrl.rl.rollout_metrics import SAFETY_BOUND, rs_metrics, vmasked_mean, vmasked_sum
-
-RS_OPTIONS: tuple[str, ...] = (
-    "token_k1", "token_k2", "token_k3",
-    "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
-    "seq_mean_k1", "seq_mean_k2", "seq_mean_k3",
-    "seq_max_k2", "seq_max_k3",
-)
-
-
-@dataclass(frozen=True)
-class RsBound:
-    """One option's bounds: ``lower`` only for ``*_k1`` (a ratio), ``upper`` always."""
-
-    lower: float | None
-    upper: float
-
-
-def parse_rs_options(rollout_rs: str) -> list[str]:
-    """``"token_k1, seq_mean_k3"`` -> the distinct options in order; an unknown name is refused."""
-    if not isinstance(rollout_rs, str):
-        raise ValueError("rollout_rs must be a non-empty string (comma separated for multiple options)")
-    names = [opt.strip() for opt in rollout_rs.split(",") if opt.strip()]
-    if not names:
-        raise ValueError("rollout_rs must name at least one option")
-    for name in names:
-        if name not in RS_OPTIONS:
-            raise ValueError(f"rollout_rs: unknown option {name!r}; choose from {', '.join(RS_OPTIONS)}")
-    return list(dict.fromkeys(names))
-
-
-def _one_bound(option: str, spec: str) -> RsBound:
-    if option.endswith("k1"):
-        lower_s, upper_s = spec.split("_", 1) if "_" in spec else (str(1.0 / float(spec)), spec)
-        try:
-            lower, upper = float(lower_s), float(upper_s)
-        except ValueError:
-            raise ValueError(f"rollout_rs_threshold: {spec!r} is not a number for option {option!r}") from None
-        if lower <= 0 or upper <= 0 or lower > upper:
-            raise ValueError(f"rollout_rs_threshold for {option!r} must be 0 < lower <= upper, got {spec!r}")
-        return RsBound(lower, upper)
-    if "_" in spec:
-        raise ValueError(f"rollout_rs_threshold for {option!r} takes one upper bound (no '_'), got {spec!r}")
-    try:
-        upper = float(spec)
-    except ValueError:
-        raise ValueError(f"rollout_rs_threshold: {spec!r} is not a number for option {option!r}") from None
-    if upper <= 0:
-        raise ValueError(f"rollout_rs_threshold for {option!r} must be positive, got {spec!r}")
-    return RsBound(None, upper)
-
-
-def parse_rs_thresholds(options: list[str], spec: str | float | None) -> dict[str, RsBound]:
-    """One bound per option from ``"0.5_2.0,0.01"``; a single entry is shared by every option."""
-    if spec is None:
-        raise ValueError("rollout_rs_threshold is required when rollout_rs is set")
-    if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
-        raise TypeError("rollout_rs_threshold must be a number or a string of comma-separated thresholds")
-    parts = [str(spec)] if not isinstance(spec, str) else [p.strip() for p in spec.split(",") if p.strip()]
-    if not parts:
-        raise ValueError("rollout_rs_threshold must hold at least one threshold")
-    if len(parts) not in (1, len(options)):
-        raise ValueError(f"rollout_rs_threshold: give one threshold for all options or exactly {len(options)} "
-                         f"(one per rollout_rs option), got {len(parts)}")
-    parts = parts * len(options) if len(parts) == 1 else parts
-    return {opt: _one_bound(opt, part) for opt, part in zip(options, parts)}
-
 
 def _seq_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Largest value over a row's valid tokens (0 for a row with none)."""

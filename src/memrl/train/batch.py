@@ -31,6 +31,8 @@ class Row:
     old_logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
+    is_weights: torch.Tensor | None = None  # rollout correction's importance weights over target positions
+    train_mask: torch.Tensor | None = None  # the loss mask after rollout correction's rejection (target positions)
     extra: dict[str, float] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -39,6 +41,11 @@ class Row:
     @property
     def num_response(self) -> int:
         return sum(self.loss_mask)
+
+    @property
+    def num_trained(self) -> int:
+        """Response tokens the loss reads: all of them, less those rollout correction rejected."""
+        return self.num_response if self.train_mask is None else int(self.train_mask.sum())
 
 
 def rows_from_trajectories(trajectories: Sequence[Trajectory]) -> list[Row]:

@@ -26,6 +26,7 @@ from memrl.engines.base import Engine
 from memrl.train import state
 from memrl.train.assembly import RunParts, as_config, build_run  # noqa: F401 (as_config re-exported)
 from memrl.train.batch import Row, rows_from_trajectories
+from memrl.train.correction import mismatch_warning
 from memrl.train.engine_sync import engine_weights
 from memrl.train.guards import RolloutTally
 from memrl.train.preflight import RESUMABLE_CHANGES, check_config  # noqa: F401 (re-exported)
@@ -123,6 +124,8 @@ class Trainer:
         t3 = time.perf_counter()
         self._check_finite(upd)
         metrics.update(upd)
+        if self.step == 1 and self.dist.main:  # the engine still has the trainer's weights: only rounding differs
+            self._warn_mismatch(upd.get("logprob_mismatch", 0.0))
         metrics["time/update"] = t3 - t2 - upd["time/logprob"]
         tc = self.cfg.trainer
         if self.dist.main and tc.rollouts_every and self.step % tc.rollouts_every == 0:
@@ -140,6 +143,13 @@ class Trainer:
         metrics["train_tokens"] = float(sum(r.num_response for r in rows))
         metrics["data_position"] = float(self.sampler.position)
         return metrics
+
+    def _warn_mismatch(self, mismatch: float) -> None:
+        dtype = str(next(self.policy.parameters()).dtype).removeprefix("torch.")
+        line = mismatch_warning(mismatch, dtype, temperature=self.cfg.sampling.temperature or 1.0,
+                                engine=self.cfg.engine.kind)
+        if line:
+            self.tracker.console.print(f"warning: {line}", style="yellow", highlight=False, markup=False)
 
     def _check_finite(self, upd: dict[str, float]) -> None:
         """Count steps whose every mini-batch was dropped for a non-finite loss; stop after too many."""

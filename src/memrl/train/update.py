@@ -24,6 +24,7 @@ from memrl.rl.losses import loss_aggregation
 from memrl.rl.objective import objective_metric_names, policy_objective
 from memrl.rl.offpolicy import off_policy_correction
 from memrl.train.batch import Row, collate, iter_chunks, micro_batches, row_tensor, token_logprobs
+from memrl.train.correction import apply_rollout_correction, mismatch_metrics
 from memrl.train.policy import Reference
 
 
@@ -59,14 +60,20 @@ class PolicyUpdate:
     def __call__(self, rows: list[Row], step: int) -> dict[str, float]:
         """PPO epochs over mini-batches of ``rows``; the step's metrics (losses token-weighted over ranks)."""
         cfg, a = self.cfg, self.cfg.algorithm
-        plan = _Plan(on_policy=a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1,
+        rc = a.rollout_correction
+        weighted = rc.enabled and not rc.bypass_mode  # verl's decoupled mode: needs old log-probs before the update
+        plan = _Plan(on_policy=a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1 and not weighted,
                      temperature=cfg.sampling.temperature or 1.0, norm_length=self.norm_length,
                      per_token=loss_aggregation(a.loss_agg_mode).per_token,
-                     behaviour=off_policy_correction(a.off_policy).uses_behaviour)
+                     behaviour=off_policy_correction(a.off_policy).uses_behaviour or rc.bypass_mode,
+                     weighted=weighted)
         t0 = time.perf_counter()
         self.policy.eval()
+        correction: dict[str, float] = {}
         if not plan.on_policy:  # one update per batch: the update pass's own log-probs are the old ones
             self._logprobs(rows, "old_logprobs", self.policy)
+        if weighted:
+            correction = apply_rollout_correction(rows, rc)
         if a.kl_coef > 0:
             with self.reference.model() as ref:
                 self._logprobs(rows, "ref_logprobs", ref)
@@ -81,12 +88,12 @@ class PolicyUpdate:
         if tally.grad_norms:  # the schedule counts trainer steps that updated the weights
             self.scheduler.step()
         self.policy.eval()
-        return self._metrics(tally, logprob_time)
+        return {**mismatch_metrics(rows), **correction, **self._metrics(tally, logprob_time)}
 
     def _mini_batch(self, rows: list[Row], mini: list[int], plan: _Plan, tally: _Tally) -> None:
         """One optimizer step over this rank's share of the mini-batch ``mini`` (dropped on every rank if non-finite)."""
         mrows = [rows[i] for i in mini]
-        n_tok = sum(r.num_response for r in mrows) or 1  # global counts: each rank's loss is its share
+        n_tok = sum(r.num_trained for r in mrows) or 1  # global counts: each rank's loss is its share
         n_rows = len(mrows)
         if self.dist.active:
             mine = shard_by_tokens([len(r) for r in mrows], self.dist.world)[self.dist.rank]
@@ -138,7 +145,7 @@ class PolicyUpdate:
         # generated positions only; a sharded (FSDP) policy runs whole: its root hooks gather weights
         logp, ent = token_logprobs(self.policy, batch, plan.temperature, with_entropy=True,
                                    response_only=not self.sharded)
-        mask = batch.loss_mask
+        mask = row_tensor(group, "train_mask", width, self.device) if plan.weighted else batch.loss_mask
         old = logp.detach() if plan.on_policy else row_tensor(group, "old_logprobs", width, self.device)
         if plan.on_policy and not dummy:  # the trainer's log-probs, kept for the rollout records
             for i, r in enumerate(group):
@@ -149,7 +156,8 @@ class PolicyUpdate:
             logp, old, adv, mask, a, entropy=ent, norm_length=plan.norm_length,
             ref_log_prob=row_tensor(group, "ref_logprobs", width, self.device) if a.kl_coef > 0 else None,
             # the engine's sampling log-probs are the behaviour policy's
-            behaviour_log_prob=behaviour_logprobs(group, width, self.device) if plan.behaviour else None)
+            behaviour_log_prob=behaviour_logprobs(group, width, self.device) if plan.behaviour else None,
+            is_weights=_weights(group, width, self.device) if plan.weighted else None)
         # FSDP averages gradients over ranks; times world, that is the sum DDP-style ranks take
         loss = loss * (0.0 if dummy else scale * (self.dist.world if self.sharded else 1))
         return loss, terms, logp, mask
@@ -178,6 +186,7 @@ class _Plan:
     norm_length: int | None
     per_token: bool
     behaviour: bool
+    weighted: bool = False  # rollout correction (decoupled): rows carry is_weights and train_mask
 
 
 @dataclass
@@ -205,6 +214,13 @@ def _mismatch(rows: list[Row], logp: torch.Tensor, mask: torch.Tensor) -> float:
         n = eng.numel()
         total += float(((eng - logp[i, :n].detach()).abs() * mask[i, :n]).sum())
     return total
+
+
+def _weights(rows: list[Row], width: int, device: torch.device) -> torch.Tensor | None:
+    """The rows' rollout-correction weights ``[B, width]``, or None when the correction computes none."""
+    if all(r.is_weights is None for r in rows):
+        return None
+    return row_tensor(rows, "is_weights", width, device)
 
 
 def behaviour_logprobs(rows: list[Row], width: int, device: torch.device) -> torch.Tensor:
