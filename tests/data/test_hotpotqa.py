@@ -65,3 +65,22 @@ def test_paragraph_pool_jsonl(tmp_path, shared_data):
     bad.write_text('{"title": "a", "text": "ok"}\n{"title": "b"}\n')
     with pytest.raises(DataError, match=r"pool\.jsonl:2:text"):
         list(read_paragraph_pool(bad))
+
+
+def test_fact_titles_keep_every_cited_sentence_and_lenient_reading(tmp_path):
+    """``fact_titles`` has one entry per supporting fact (ReMemR1's evidence); unknown titles pass only leniently."""
+    from memrl.data.twowiki import read_multihop
+
+    rec = make_example(0)
+    rec["supporting_facts"] = [["Title 0-1", 0], ["Title 0-0", 1], ["Title 0-1", 1]]
+    path = tmp_path / "q.json"
+    path.write_text(json.dumps([rec]))
+    ex = next(read_multihop(path))
+    assert ex.fact_titles == ["Title 0-1", "Title 0-0", "Title 0-1"]
+    assert ex.gold_titles == ["Title 0-1", "Title 0-0"]
+    rec["supporting_facts"].append(["Missing", 0])
+    path.write_text(json.dumps([rec]))
+    with pytest.raises(DataError, match="supporting_facts\\[3\\]"):
+        next(read_multihop(path))
+    ex = next(read_multihop(path, strict_facts=False))
+    assert ex.fact_titles[-1] == "Missing" and ex.gold_titles == ["Title 0-1", "Title 0-0"]

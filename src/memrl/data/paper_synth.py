@@ -132,6 +132,8 @@ def plan_paper_synthesis(protocol: str, input_path: str | Path, out: str | Path,
     source = str(input_path)
     questions, pool = _load(Path(input_path), pool_files, protocol)
     plan = PaperPlan(protocol, questions, pool, Path(out), load_token_counter(tokenizer), seed, eval_t, train_t)
+    if protocol == "memagent" and max_samples is not None:
+        del questions[max_samples:]  # the script's indices 0..K-1; every paragraph stays in the pool
     for n in sizes:
         check_own_fits(questions, n, len(pool), source)
         if n >= len(pool):
@@ -140,8 +142,6 @@ def plan_paper_synthesis(protocol: str, input_path: str | Path, out: str | Path,
     if protocol == "rememr1":
         _plan_rememr1(plan, sizes, name, max_samples, min_distance, source)
         return plan
-    if max_samples is not None:
-        del questions[max_samples:]
     plan.eval_sizes = sizes
     plan.eval_names = {n: eval_file_name(n, "json", dataset=name if rememr1_names else None) for n in sizes}
     if train_tokens:

@@ -25,6 +25,7 @@ memrl draws in the single-process order. Without ``--max-samples`` every questio
 from __future__ import annotations
 
 import random
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,11 +70,15 @@ def usable(q: PaperQuestion) -> bool:
 
 @dataclass
 class Layout:
-    """One drawn sample: its documents (pool ids, context order) and ReMemR1's evidence fields."""
+    """One drawn sample: its documents (pool ids, context order) and ReMemR1's evidence fields.
+
+    Every drawn sample is held until the variants are filtered (as the script holds them, contexts
+    and all); the ids are a 4-byte ``array``, so 5 x 128 questions at all eight sizes take ~33 MB.
+    """
 
     question: PaperQuestion
     n: int
-    docs: list[int]
+    docs: array
     fields: dict[str, Any]
 
 
@@ -88,7 +93,7 @@ def layout(rng: random.Random, pool: PaperPool, q: PaperQuestion, n: int, source
         raise DataError(source, q.row, "supporting_facts",
                         "ReMemR1's min_distance needs at least two supporting facts; this question has "
                         f"{len(ordered)}")
-    return Layout(q, n, [ids[p] for p in perm], {
+    return Layout(q, n, array("i", [ids[p] for p in perm]), {
         "is_ordered": evidence == ordered,
         "is_reverse_ordered": evidence == sorted(evidence, reverse=True),
         "min_distance": min(abs(ordered[i + 1] - ordered[i]) for i in range(len(ordered) - 1)),
