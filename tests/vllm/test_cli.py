@@ -216,8 +216,12 @@ def stop(server: subprocess.Popen) -> None:
         server.kill()
 
 
-def test_openai_engine_against_a_real_vllm_server():
-    """``--engine openai`` on ``vllm.entrypoints.openai.api_server``: the HF engine's greedy answers."""
+@pytest.mark.parametrize("mode", ["raw_logprobs", "processed_logprobs"])
+def test_openai_engine_against_a_real_vllm_server(mode):
+    """``--engine openai`` on ``vllm.entrypoints.openai.api_server``: the HF engine's greedy answers, and the
+    start-up probe tells vLLM's default raw log-probs (refused at temperature 0.6) from processed ones."""
+    from memrl.engines.base import EngineError
+    from memrl.engines.openai import OpenAIEngine
     from memrl.models.resolve import resolve_model_path
 
     port = free_port()
@@ -225,11 +229,17 @@ def test_openai_engine_against_a_real_vllm_server():
     server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server",
                                "--model", resolve_model_path("tiny32"), "--host", "127.0.0.1", "--port", str(port),
                                "--dtype", "float32", "--max-model-len", "4096", "--enforce-eager",
-                               "--served-model-name", "tiny32"],
+                               "--served-model-name", "tiny32", "--logprobs-mode", mode],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
         wait_healthy(server, port)
-        greedy_through_openai_equals_hf(port, "tiny32")
+        eng = OpenAIEngine(f"http://127.0.0.1:{port}/v1", "tiny32", api_key_env=None)
+        if mode == "raw_logprobs":  # vLLM's default
+            with pytest.raises(EngineError, match="--logprobs-mode processed_logprobs"):
+                eng.check_logprobs(0.6)
+            greedy_through_openai_equals_hf(port, "tiny32")
+        else:
+            assert eng.check_logprobs(0.6) == "temperature-scaled"
     finally:
         stop(server)
 

@@ -72,5 +72,8 @@ class EngineConfig(Section):
     retries: int = Field(3, ge=0, description="openai: retries of a failed request (transport error, 429, 5xx, "
                          "a server that stopped answering).")
     backoff_s: float = Field(0.5, ge=0, description="openai: first retry delay, doubled each retry (capped at 60 s).")
+    logprob_check: bool = Field(True, description="openai: at start, ask the server (two temperatures) whether its "
+                                "log-probs are temperature-scaled as the trainer's; refuse raw ones when "
+                                "sampling.temperature is not 1.")
     device: str | None = None
     vllm: VLLMOptions = Field(default_factory=VLLMOptions)

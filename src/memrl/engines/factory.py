@@ -136,8 +136,12 @@ def _openai(cfg: MemRLConfig, model: Any = None) -> Engine:
 
     if not cfg.engine.base_url:
         raise ValueError("engine.kind=openai needs engine.base_url (e.g. http://127.0.0.1:8000/v1)")
-    return OpenAIEngine(cfg.engine.base_url, model=cfg.engine.served_model or cfg.model.path,
-                        api_key_env=cfg.engine.api_key_env, **openai_options(cfg))
+    engine = OpenAIEngine(cfg.engine.base_url, model=cfg.engine.served_model or cfg.model.path,
+                          api_key_env=cfg.engine.api_key_env, **openai_options(cfg))
+    temperature = cfg.sampling.temperature
+    if cfg.engine.logprob_check and temperature not in (0.0, 1.0):
+        engine.check_logprobs(temperature)
+    return engine
 
 
 @register_engine("vllm", replica=HostedVLLM, replica_gpus=vllm_replica_gpus)

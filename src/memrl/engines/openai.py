@@ -68,6 +68,7 @@ class OpenAIEngine:
         if key:
             headers["Authorization"] = f"Bearer {key}"
         self._concurrency = concurrency
+        self.logprob_definition = "unchecked"  # check_logprobs() records what the server returns
         self._client_args: dict[str, Any] = dict(
             base_url=self.base_url,
             headers=headers,
@@ -87,6 +88,21 @@ class OpenAIEngine:
         if found is None:
             found = (httpx.AsyncClient(**self._client_args), asyncio.Semaphore(self._concurrency))
             self._per_loop[loop] = found
+        return found
+
+    def check_logprobs(self, temperature: float) -> str:
+        """Probe the server's log-prob definition; raw ones at ``temperature != 1`` are refused (EngineError)."""
+        import sys
+
+        from memrl.engines.logprob_probe import RAW, UNKNOWN, probe_server, refusal
+
+        found = probe_server(self.base_url, self.model, self._client_args["headers"], self.probe_timeout_s)
+        self.logprob_definition = found
+        if found == RAW:
+            raise EngineError(refusal(self.base_url, temperature))
+        if found == UNKNOWN:
+            print(f"note: could not tell whether {self.base_url} returns temperature-scaled log-probs (no top "
+                  "log-probs at two temperatures); vLLM needs --logprobs-mode processed_logprobs", file=sys.stderr)
         return found
 
     def __repr__(self) -> str:  # never show headers (the key)

@@ -93,6 +93,7 @@ class VLLMEngine:
             # this process and its own engine) only with this switch, as vLLM's own IPC example sets it
             os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
         self.lora_enabled = bool(engine_args.get("enable_lora"))
+        self.logprobs_mode = str(engine_args.get("logprobs_mode", "raw_logprobs"))  # vLLM's default when unset
         self.weight_version = 0
         self.last_sync: dict[str, float] = {}
         self._ids = itertools.count()
@@ -120,7 +121,7 @@ class VLLMEngine:
         require_vllm()
         from memrl.config import ConfigError
         from memrl.engines.vllm_args import build_engine_args, check_cpu_layout, check_extra_args, engine_arg_names, \
-            on_cpu, plan_sync_path, sleep_available
+            filtering_notice, on_cpu, plan_sync_path, sleep_available
         from memrl.models.resolve import resolve_model_path
 
         o = cfg.engine.vllm
@@ -137,6 +138,9 @@ class VLLMEngine:
         sync_path, trainer_gpu = plan_sync_path(cfg)
         args = build_engine_args(cfg, path, cpu=on_cpu(), sleep=sleep, sync_path=sync_path)
         layout = check_cpu_layout(o.cpu_layout, cpu=on_cpu(), engine_args=args)
+        notice = filtering_notice(str(args["logprobs_mode"]), cfg.sampling.top_p, cfg.sampling.top_k)
+        if notice:
+            print(notice, file=sys.stderr)
         return cls(args, sleep_enabled=sleep, bucket_bytes=o.bucket_mb * 2**20, sync_path=sync_path,
                    trainer_gpu=trainer_gpu, cpu_layout=layout)
 
@@ -148,11 +152,11 @@ class VLLMEngine:
         ``sync_path`` ``ipc``/``nccl`` starts vLLM's weight-transfer engine of that backend;
         ``trainer_gpu``: the CUDA device the weights are sent from; ``cpu_layout``: ``engine.vllm.cpu_layout``.
         """
-        from memrl.engines.vllm_args import WORKER_EXTENSION
+        from memrl.engines.vllm_args import LOGPROBS_MODE, WORKER_EXTENSION
         from memrl.models.resolve import resolve_model_path
 
         args = {"model": resolve_model_path(model), "dtype": dtype, "worker_extension_cls": WORKER_EXTENSION,
-                **engine_args}
+                "logprobs_mode": LOGPROBS_MODE, **engine_args}
         if sync_path in ("ipc", "nccl"):
             args.setdefault("weight_transfer_config", {"backend": sync_path})
         return cls(args, sleep_enabled=bool(args.get("enable_sleep_mode")), sync_path=sync_path,

@@ -17,6 +17,9 @@ from memrl.config import ConfigError
 from memrl.config.schema import MemRLConfig
 
 WORKER_EXTENSION = "memrl.engines.vllm_worker.MemrlWorkerExtension"
+# vLLM's default (raw_logprobs) reports log-probs of the logits *before* temperature; the trainer scores
+# tokens under logits / temperature. processed_logprobs is that distribution (after top-k/top-p, if on).
+LOGPROBS_MODE = "processed_logprobs"
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM's LoRA kernels are built for
 
 
@@ -57,6 +60,26 @@ def sleep_available() -> bool:
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_sleep_mode_available())
+
+
+def logprob_definition(mode: str, *, top_p: float = 1.0, top_k: int = 0) -> str:
+    """What the engine's log-probs are, in words: the trainer's own definition, or how they differ from it."""
+    if mode == "processed_logprobs":
+        if top_p < 1.0 or top_k > 0:
+            return ("temperature-scaled, renormalised over the top-k/top-p set (the trainer's are unfiltered: "
+                    "they differ by the log of the kept probability mass)")
+        return "temperature-scaled, unfiltered (the trainer's definition)"
+    if mode == "raw_logprobs":
+        return "raw: before temperature (the trainer's differ at any temperature but 1)"
+    return f"{mode}: logits, not log-probs (every correction that reads them is wrong)"
+
+
+def filtering_notice(mode: str, top_p: float, top_k: int) -> str | None:
+    """One line at start when no vLLM mode gives the unfiltered temperature-scaled log-prob the trainer computes."""
+    if mode == "processed_logprobs" and not (top_p < 1.0 or top_k > 0):
+        return None
+    return (f"note: vLLM log-probs are {logprob_definition(mode, top_p=top_p, top_k=top_k)}; "
+            f"sampling.top_p={top_p:g} sampling.top_k={top_k}")
 
 
 def lora_rank(r: int) -> int:
@@ -128,6 +151,7 @@ def build_engine_args(cfg: MemRLConfig, model_path: str, *, cpu: bool, sleep: bo
         "enforce_eager": o.enforce_eager,
         "worker_extension_cls": WORKER_EXTENSION,
         "enable_sleep_mode": sleep,
+        "logprobs_mode": LOGPROBS_MODE,
     }
     if not cpu:
         kw["gpu_memory_utilization"] = cfg.engine.gpu_memory_utilization
