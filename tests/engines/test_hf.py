@@ -293,3 +293,20 @@ def test_a_prompt_sent_several_times_is_prefilled_once_and_each_copy_samples_on_
         assert t.logprobs == pytest.approx(a.logprobs, abs=1e-5)
     assert together[3].token_ids == together[4].token_ids  # greedy copies agree
     assert len({tuple(t.token_ids) for t in together[:3]}) > 1  # seeded copies do not
+
+
+@pytest.mark.parametrize("top_p", [1.0, 0.8])
+def test_logprobs_are_temperature_scaled_and_unfiltered(tiny_model, top_p):
+    tiny_model, _ = tiny_model
+    """The engine's log-prob of a sampled token is log_softmax(logits / T), whatever top-p kept: the trainer's."""
+    eng = HFEngine(tiny_model)
+    prompt = [5, 6, 7, 8, 9]
+    res = asyncio.run(eng.generate(prompt, SamplingParams(max_new_tokens=12, temperature=0.6, top_p=top_p, seed=4)))
+    ids = torch.tensor([prompt + res.token_ids])
+    with torch.no_grad():
+        logits = tiny_model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+    want = torch.log_softmax(logits / 0.6, -1).gather(-1, torch.tensor(res.token_ids).unsqueeze(-1)).squeeze(-1)
+    raw = torch.log_softmax(logits, -1).gather(-1, torch.tensor(res.token_ids).unsqueeze(-1)).squeeze(-1)
+    got = torch.tensor(res.logprobs)
+    assert (got - want).abs().max() < 1e-4
+    assert (got - raw).abs().mean() > 1e-2  # and not the raw (T = 1) values
