@@ -16,6 +16,7 @@ assistant's earlier tool calls (a JSON string in the API) become objects.
 
 # No ``from __future__ import annotations`` here: pydantic reads these annotations at run time.
 import json
+import math
 from typing import Any, Optional, Union
 
 from memrl.serve.errors import APIError
@@ -68,8 +69,18 @@ def sampling_overrides(body: RequestBody) -> dict[str, float]:
     for name in ("temperature", "top_p"):
         value = getattr(body, name)
         if name in body.model_fields_set and value is not None:
-            out[name] = float(value)
+            out[name] = _sampling_value(name, float(value))
     return out
+
+
+def _sampling_value(name: str, value: float) -> float:
+    """A 400 naming the field, as ``memrl serve`` answers: NaN or inf would otherwise reach the engine and fail
+    the call with a 503, which discards the whole episode."""
+    if name == "temperature" and not (math.isfinite(value) and value >= 0):
+        raise bad(name, f"must be a finite number >= 0, got {value}")
+    if name == "top_p" and not (math.isfinite(value) and 0 < value <= 1):
+        raise bad(name, f"must be a finite number in (0, 1], got {value}")
+    return value
 
 
 def check_tools(body: GatewayChatBody) -> Optional[list[dict[str, Any]]]:

@@ -19,6 +19,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+DRAIN_BYTES = 256 * 2**20  # past this an oversized body is cut off (connection closed) rather than read to its end
+
 
 async def _send_json(send: Send, status: int, body: dict[str, Any]) -> None:
     data = json.dumps(body).encode()
@@ -46,6 +48,7 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._drain(receive, 0)
             await self._too_large(send)
             return
         chunks: list[bytes] = []
@@ -56,6 +59,8 @@ class BodyLimit:
                 return  # gone before the body arrived: nothing to answer
             size += len(message.get("body", b""))
             if size > self.max_bytes:
+                if message.get("more_body", False):
+                    await self._drain(receive, size)
                 await self._too_large(send)
                 return
             chunks.append(message.get("body", b""))
@@ -71,6 +76,18 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _drain(self, receive: Receive, size: int) -> None:
+        """Read and drop the rest of the body (up to DRAIN_BYTES) before answering: a server that answers while
+        the client is still sending closes the connection under it, and the client sees a connection error
+        instead of the 413."""
+        while size <= DRAIN_BYTES:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
 
     async def _too_large(self, send: Send) -> None:
         mb = self.max_bytes / 2**20
