@@ -93,9 +93,12 @@ def _graded_by_env(workflow: dict[str, Any]) -> bool:
     name = str(workflow.get("name", ""))
     if name not in WORKFLOWS.names:
         return False
-    from memrl.workflows import get_workflow
+    from memrl.workflows.registry import registered, workflow_class
 
-    return bool(get_workflow(name).uses_env)
+    try:  # the class says it: building the workflow would validate options the folder need not hold
+        return bool(workflow_class(registered(name)).uses_env)
+    except (ValueError, ImportError):
+        return False
 
 
 def _grader_of(path: Path, warn: Any) -> Grader | None:
