@@ -67,3 +67,36 @@ def test_a_run_recorded_with_old_keys_resumes_and_nested_keys_can_be_allowed(tmp
     assert seen and "trainer.eval.n changed from 1 to 4" in seen[0]
     with pytest.raises(ConfigError, match="not a setting"):
         load_config(None, ["trainer.allow_changes=[trainer.eval.nope]"])
+
+
+@pytest.mark.parametrize("old, new", [("trainer.eval_every", "trainer.eval.every"),
+                                      ("workflow.chunk_tokens", "workflow.options.chunk_tokens")])
+def test_an_old_and_a_new_name_given_together_are_refused_naming_both(tmp_path, old, new):
+    def nested(key: str, value: int) -> dict:
+        head, _, rest = key.partition(".")
+        return {head: nested(rest, value)} if rest else {key: value}
+
+    raw = nested(old, 3)
+    for section, body in nested(new, 5).items():  # both spellings in one file
+        for k, v in body.items():
+            raw[section][k] = v
+    f = tmp_path / "both.yaml"
+    f.write_text(yaml.safe_dump(raw))
+    both = f"{old} and {new} are the same setting"
+    with pytest.raises(ConfigError, match=both):
+        load_config(f)
+    for overrides in ([f"{old}=3", f"{new}=5"], [f"{new}=5", f"{old}=3"]):  # both on the command line
+        with pytest.raises(ConfigError, match=both):
+            load_config(None, overrides)
+    with pytest.raises(ValueError, match=both):  # a dict given to memrl.Trainer
+        MemRLConfig.model_validate(raw)
+    f.write_text(yaml.safe_dump(nested(old, 3)))  # the file's old key, overridden by the new one: the override wins
+    assert load_config(f, [f"{new}=5"]).model_dump(mode="json")[new.split(".")[0]] == \
+        load_config(None, [f"{new}=5"]).model_dump(mode="json")[new.split(".")[0]]
+
+
+def test_a_misspelt_flat_workflow_key_suggests_the_option():
+    with pytest.raises(ConfigError, match=r"'workflow.chunk_tokns': did you mean 'workflow.options.chunk_tokens'\?"):
+        load_config(None, ["workflow.chunk_tokns=3"])
+    with pytest.raises(ConfigError, match=r"did you mean 'workflow.name'\?"):
+        load_config(None, ["workflow.nam=memagent"])

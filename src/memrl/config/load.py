@@ -16,7 +16,7 @@ from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from memrl.config.renames import ALSO, migrate, moved_key, notice
+from memrl.config.renames import ALSO, both_given, migrate, moved_key, notice
 from memrl.config.section import external_fields
 from memrl.config.schema import FIXED_ON_RESUME, MemRLConfig, check_resume_keys  # noqa: F401 (their old home)
 
@@ -73,7 +73,14 @@ def all_keys(model: type[BaseModel] = MemRLConfig, prefix: str = "") -> list[str
 def _unknown_key_error(dotted: str, model: type[BaseModel], prefix: str) -> ConfigError:
     name = dotted.rsplit(".", 1)[-1]
     siblings = list(external_fields(model))
-    close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.5)
+    if prefix == "workflow.":  # a misspelt option written flat (workflow.chunk_tokns): the option is meant
+        from memrl.plugins import workflow_support
+
+        siblings += [f"options.{k}" for k in sorted(workflow_support("LEGACY_KEYS"))]
+        by_leaf = {s.rsplit(".", 1)[-1]: s for s in siblings}
+        close = [by_leaf[c] for c in difflib.get_close_matches(name, list(by_leaf), n=1, cutoff=0.5)]
+    else:
+        close = difflib.get_close_matches(name, siblings, n=1, cutoff=0.5)
     if close:
         hint = f"did you mean '{prefix}{close[0]}'?"
     else:
@@ -83,7 +90,7 @@ def _unknown_key_error(dotted: str, model: type[BaseModel], prefix: str) -> Conf
         if near:
             hint = f"did you mean '{near[0]}'?"
         else:
-            valid = ", ".join(f"{prefix}{s}" for s in siblings)
+            valid = ", ".join(f"{prefix}{s}" for s in external_fields(model))
             hint = f"valid keys here: {valid}"
     return ConfigError(f"unknown config key '{dotted}': {hint}")
 
@@ -101,8 +108,11 @@ def check_keys(raw: Any, model: type[BaseModel] = MemRLConfig, prefix: str = "")
     if not isinstance(raw, dict):
         return
     if model is MemRLConfig:
-        _old_workflow_keys(raw)
-        migrate(raw)  # keys that moved into nested sections (env.user_model -> env.user.model)
+        try:
+            _old_workflow_keys(raw)
+            migrate(raw)  # keys that moved into nested sections (env.user_model -> env.user.model)
+        except ValueError as err:  # an old and a new name of one setting, both given
+            raise ConfigError(str(err)) from None
     fields = external_fields(model)
     for key, value in raw.items():
         dotted = f"{prefix}{key}"
@@ -113,6 +123,21 @@ def check_keys(raw: Any, model: type[BaseModel] = MemRLConfig, prefix: str = "")
             check_keys(value, sub, dotted + ".")
 
 
+def current_key(key: str) -> str:
+    """``key`` under its current name: an old flat key (``trainer.eval_every``, ``workflow.chunk_tokens``)
+    as the one it moved to; any other key unchanged."""
+    parts = key.split(".")
+    if len(parts) != 2:
+        return key
+    if parts[0] == "workflow" and parts[1] not in ("name", "options"):
+        from memrl.plugins import workflow_support
+
+        if parts[1] in workflow_support("LEGACY_KEYS"):  # an old flat key: the option of that name
+            return f"workflow.options.{parts[1]}"
+    moved = moved_key(parts[0], parts[1])
+    return f"{parts[0]}.{moved[0]}.{moved[1]}" if moved is not None else key
+
+
 def apply_override(raw: dict[str, Any], override: str) -> None:
     """Apply one ``a.b.c=value`` override to the nested dict ``raw`` in place."""
     if "=" not in override:
@@ -120,19 +145,13 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
     key, _, value = override.partition("=")
     key = key.strip()
     parts = key.split(".")
-    if len(parts) == 2 and parts[0] == "workflow" and parts[1] not in ("name", "options"):
-        from memrl.plugins import workflow_support
-
-        if parts[1] in workflow_support("LEGACY_KEYS"):  # an old flat key: the option of that name
-            notice(f"workflow.{parts[1]}=... is now workflow.options.{parts[1]}=...")
-            parts = ["workflow", "options", parts[1]]
-    moved = moved_key(parts[0], parts[1]) if len(parts) == 2 else None
-    if moved is not None:  # an old flat key: where it lives now (user_api_key_env also keys the judge)
-        notice(f"{key}=... is now {parts[0]}.{moved[0]}.{moved[1]}=...")
+    new = current_key(key)
+    if new != key:  # an old flat key: where it lives now (user_api_key_env also keys the judge)
+        notice(f"{key}=... is now {new}=...")
         also = ALSO.get((parts[0], parts[1]))
         if also is not None:
             apply_override(raw, f"{parts[0]}.{also[0]}.{also[1]}={value}")
-        parts = [parts[0], *moved]
+        parts = new.split(".")
     if not key or any(not p for p in parts):
         raise ConfigError(f"override {override!r} has an empty key part")
     node = raw
@@ -199,7 +218,12 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] | Itera
         source = f" in {p}"
         check_keys(raw)
     given: dict[str, str] = {}
+    named: dict[str, str] = {}  # current key -> the spelling first given for it
     for override in overrides:
+        key = override.partition("=")[0].strip()
+        first = named.setdefault(current_key(key), key)
+        if first != key:  # one setting under its old and its new name: which value was meant is unknowable
+            raise ConfigError(both_given(key if key != current_key(key) else first, current_key(key)))
         apply_override(raw, override)
         given[override.partition("=")[0].strip()] = override
     try:

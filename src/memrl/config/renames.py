@@ -41,6 +41,12 @@ def moved_key(section: str, key: str) -> tuple[str, str] | None:
     return MOVED.get(section, {}).get(key)
 
 
+def both_given(old: str, new: str) -> str:
+    """The one-line refusal of a setting given under its old and its new name at once: which one was meant
+    cannot be known, and quietly taking either trains with a value the user may not have chosen."""
+    return f"{old} and {new} are the same setting (old and new name) and both are given: keep only {new}"
+
+
 def migrate_section(section: str, data: dict[str, Any]) -> dict[str, Any]:
     """A section's dict with its old flat keys moved into their nested sections (each with a notice)."""
     table = MOVED.get(section, {})
@@ -50,10 +56,12 @@ def migrate_section(section: str, data: dict[str, Any]) -> dict[str, Any]:
     data = dict(data)
     for key in old:
         sub, leaf = table[key]
+        if isinstance(data.get(sub), dict) and leaf in data[sub]:
+            raise ValueError(both_given(f"{section}.{key}", f"{section}.{sub}.{leaf}"))
         notice(f"config key {section}.{key} is now {section}.{sub}.{leaf} (read as such; update the file)")
         value = data.pop(key)
         nested = dict(data.get(sub) or {})
-        nested[leaf] = value  # the flat key was written last where both appear (a dump updated in code)
+        nested[leaf] = value
         data[sub] = nested
         also = ALSO.get((section, key))
         if also is not None:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
-from memrl.config.renames import notice
+from memrl.config.renames import both_given, notice
 from memrl.workflows.api import Workflow
 from memrl.workflows.builtins import QAWorkflow
 from memrl.workflows.options import LEGACY_KEYS, LegacyOptions  # noqa: F401 (reached by memrl.plugins)
@@ -67,8 +67,10 @@ def migrate_workflow_keys(data: dict[str, Any]) -> dict[str, Any]:
     data = dict(data)
     options = dict(data.get("options") or {})
     for key in old:
+        if key in options:
+            raise ValueError(both_given(f"workflow.{key}", f"workflow.options.{key}"))
         notice(f"config key workflow.{key} is now workflow.options.{key} (read as such; update the file)")
-        options.setdefault(key, data.pop(key))
+        options[key] = data.pop(key)
     data["options"] = options
     name = data.get("name", "memagent")
     try:
