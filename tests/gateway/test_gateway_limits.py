@@ -5,6 +5,7 @@ naming the field (not a 503 that discards the episode), and an oversized body re
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import httpx
 import pytest
@@ -58,3 +59,51 @@ def test_an_oversized_request_is_a_413_through_the_openai_sdk(gateway, tools_tok
     err, ok = asyncio.run(go())
     assert err.status_code == 413 and "larger than" in err.body["message"]
     assert ok.choices[0].message.content == "fine"
+
+
+class _SlowTemplate:
+    """The real tokenizer, except that rendering a huge chat waits until the other episode has been answered."""
+
+    def __init__(self, tok, big: int) -> None:
+        self._tok, self._big = tok, big
+        self.other_done = threading.Event()
+        self.saw_other_done: bool | None = None
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+    def __len__(self) -> int:
+        return len(self._tok)
+
+    def apply_chat_template(self, messages, **kwargs):
+        if sum(len(m.get("content") or "") for m in messages) > self._big:
+            self.saw_other_done = self.other_done.wait(timeout=5)  # on the shared loop this can only time out
+            messages = [{"role": "user", "content": "short"}]
+        return self._tok.apply_chat_template(messages, **kwargs)
+
+
+@pytest.mark.timeout(120)
+def test_a_huge_prompt_is_tokenized_off_the_shared_loop(gateway, tools_tokenizer):
+    from memrl.workflows.api import OFF_LOOP_CHARS
+
+    slow = _SlowTemplate(tools_tokenizer, OFF_LOOP_CHARS)
+    engine = scripted(tools_tokenizer, "ok")
+
+    async def big():
+        async with open_episode(gateway, engine, slow) as (_, _endpoint, client):
+            return await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "word " * (OFF_LOOP_CHARS // 4)}], max_tokens=4)
+
+    async def small():
+        async with open_episode(gateway, engine, slow) as (_, _endpoint, client):
+            for i in range(3):
+                await client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"hi {i}"}],
+                                                     max_tokens=4)
+            slow.other_done.set()
+
+    async def step():  # both episodes on one loop, as a training step runs them
+        return await asyncio.gather(big(), small())
+
+    answer, _ = asyncio.run(step())
+    assert answer.choices[0].message.content == "ok"
+    assert slow.saw_other_done is True  # the other episode was answered while the big prompt was tokenized

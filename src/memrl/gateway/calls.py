@@ -11,6 +11,7 @@ was sampled), tool calls are parsed from it, and the log-probs are the recorded 
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from memrl.gateway.tool_parser import split_tool_calls
 from memrl.serve.answers import Answers
 from memrl.serve.errors import APIError
 from memrl.serve.limits import ServeLimits, check_window, model_window, parse_prompts
+from memrl.workflows.api import OFF_LOOP_CHARS, prompt_chars
 
 _BIG = 10**9
 _token_bytes: dict[int, tuple[Any, int]] = {}
@@ -111,7 +113,10 @@ async def model_call(session: Session, req: CallRequest) -> dict[str, Any]:
     ep = session.episode
     settings = session.settings
     limits = limits_for(ep.engine, ep.tokenizer)
-    ids = encode_prompt(session, req, limits)
+    if prompt_chars(req.prompt) > OFF_LOOP_CHARS:  # the episode loop is shared: tokenize megabytes off it
+        ids = await asyncio.to_thread(encode_prompt, session, req, limits)
+    else:
+        ids = encode_prompt(session, req, limits)
     budget = completion_budget(len(ids), req.max_tokens, settings.max_tokens, limits)
     stops = None
     if req.stop_token_ids or req.ignore_eos:

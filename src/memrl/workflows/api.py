@@ -18,11 +18,13 @@ config's ``workflow.options``; its samples are plain records (``load_samples``).
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import difflib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from memrl.engines.base import Engine, GenerationResult, SamplingParams
 from memrl.plugins import finite_number
@@ -34,6 +36,39 @@ class NoOptions(BaseModel):
     """The options of a workflow that declares none: any key is a typo."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+def strict_options(model: type[BaseModel]) -> type[BaseModel]:
+    """``model``, or where it does not say what unknown keys mean, a subclass of it that refuses them.
+
+    pydantic's default drops unknown keys, so ``revise_token=4`` would train with the default of
+    ``revise_tokens``; a model that sets ``extra`` itself (even ``"allow"``) is taken at its word.
+    """
+    if not (isinstance(model, type) and issubclass(model, BaseModel)) or "extra" in model.model_config:
+        return model
+
+    class Strict(model):  # type: ignore[misc, valid-type]
+        model_config = ConfigDict(extra="forbid")
+
+    Strict.__name__, Strict.__qualname__ = model.__name__, model.__qualname__
+    Strict.__module__, Strict.__doc__ = model.__module__, model.__doc__
+    return Strict
+
+
+def options_error(exc: ValidationError, workflow: str, model: type[BaseModel], prefix: str = "") -> str:
+    """One line for the first problem of ``exc``: an unknown option gets the nearest name (``prefix`` is where
+    options live: ``workflow.options.`` in a config, nothing for constructor keywords)."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(err["loc"][0]), list(model.model_fields), n=1, cutoff=0.5)
+        hint = f"did you mean '{prefix}{close[0]}'?" if close else \
+            f"{workflow} takes: {', '.join(model.model_fields) or 'no options'}"
+        return f"unknown option '{prefix}{where}' of workflow {workflow!r}: {hint}"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if not where:
+        return msg
+    return f"{prefix}{where}: {msg}" if prefix else f"option {where!r} of workflow {workflow!r}: {msg}"
 
 
 class Generation(str):
@@ -80,6 +115,21 @@ def chat_ids(tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Seque
     if isinstance(out, Mapping) or hasattr(out, "input_ids"):  # transformers may return a BatchEncoding
         out = out["input_ids"]
     return [int(t) for t in out]
+
+
+# Prompts longer than this (characters) are tokenized in a worker thread: every episode of a step shares one event
+# loop, and tokenizing megabytes on it stalls all the others (short prompts stay inline: a thread costs more).
+OFF_LOOP_CHARS = 64 * 1024
+
+
+def prompt_chars(prompt: Any) -> int:
+    """Characters of text in a prompt given as text, chat messages (their string contents) or token ids (0)."""
+    if isinstance(prompt, str):
+        return len(prompt)
+    if isinstance(prompt, Sequence):
+        return sum(prompt_chars(m.get("content")) if isinstance(m, Mapping) else
+                   len(m) if isinstance(m, str) else 0 for m in prompt)
+    return 0
 
 
 class Episode:
@@ -137,7 +187,10 @@ class Episode:
         ``merge=True`` extends the last conversation instead when the new prompt starts with
         all of its tokens (a chat continued turn by turn is then one training sequence).
         """
-        ids = self.encode(prompt, tools)
+        if prompt_chars(prompt) > OFF_LOOP_CHARS:  # the loop is every episode's: a 5 MB prompt must not stall it
+            ids = await asyncio.to_thread(self.encode, prompt, tools)
+        else:
+            ids = self.encode(prompt, tools)
         stops = tuple(stop_token_ids) if stop_token_ids is not None else self.stops
         changes: dict[str, Any] = {"max_new_tokens": int(max_new_tokens), "stop_token_ids": stops}
         if temperature is not None:
@@ -206,15 +259,27 @@ class Workflow:
     Options: ClassVar[type[BaseModel]] = NoOptions
     uses_env: ClassVar[bool] = False  # episodes depend on the config's env section (domain, split, grading)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "Options" in cls.__dict__:  # a plain `class Options(BaseModel)` would drop a typo'd key silently
+            cls.Options = strict_options(cls.Options)
+
     def __init__(self, **options: Any) -> None:
-        self.options = self.Options(**options)
+        self.options = self._validated(options)
         self.config: Any = None  # the whole run config, set by setup() (None from plain Python)
         self.services: dict[str, Any] = {}
+
+    def _validated(self, options: Mapping[str, Any]) -> BaseModel:
+        """The options as this workflow's model; a one-line ValueError (nearest name for a typo) otherwise."""
+        try:
+            return self.Options(**dict(options))
+        except ValidationError as exc:
+            raise ValueError(options_error(exc, self.label, self.Options)) from None
 
     def with_options(self, options: Mapping[str, Any]) -> Workflow:
         """A copy whose options are these (validated); the original is unchanged."""
         twin = copy.copy(self)
-        twin.options = self.Options(**dict(options))
+        twin.options = self._validated(options)
         return twin
 
     def bind(self, config: Any) -> Workflow:
