@@ -63,7 +63,7 @@ def test_options_are_checked_in_one_line():
         AgentWorkflow(program=f"{P}:nope")
     with pytest.raises(ValueError, match="unknown tool parser 'mistral'"):
         AgentWorkflow(program=f"{P}:two_calls", tool_parser="mistral")
-    with pytest.raises(ValueError, match="Extra inputs"):
+    with pytest.raises(ValueError, match="unknown option 'max_call' of workflow 'agent': did you mean 'max_calls'"):
         AgentWorkflow(program=f"{P}:two_calls", max_call=3)
 
 

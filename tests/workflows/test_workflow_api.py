@@ -104,6 +104,45 @@ def test_options_are_validated_with_the_nearest_name():
         WorkflowConfig(name="tests.workflows.test_workflow_api:Twice", options={"first_token": 4})
 
 
+class Revise(Workflow):
+    """A user's Options model that says nothing about unknown keys (pydantic's default drops them)."""
+
+    class Options(BaseModel):
+        revise_tokens: int = 8
+
+    async def run(self, ep: Episode) -> None:
+        ep.reward(0.0)
+
+
+def test_a_plain_options_model_refuses_typos_with_the_nearest_name():
+    assert Revise(revise_tokens=3).options.revise_tokens == 3
+    with pytest.raises(ValueError, match=r"^unknown option 'revise_token' of workflow 'Revise': did you mean "
+                                         r"'revise_tokens'\?$"):
+        Revise(revise_token=3)
+    with pytest.raises(ValueError, match="did you mean 'revise_tokens'"):
+        Revise().with_options({"revise_token": 3})
+    with pytest.raises(ValueError, match=r"^option 'revise_tokens' of workflow 'Revise': Input should be a valid"):
+        Revise(revise_tokens="many")
+    with pytest.raises(ConfigError, match="unknown option 'workflow.options.revise_token' of workflow .*did you mean "
+                                          "'workflow.options.revise_tokens'"):
+        load_config(None, ["workflow.name=tests.workflows.test_workflow_api:Revise",
+                           "workflow.options.revise_token=4"])
+
+
+def test_the_example_workflow_refuses_a_misspelt_option(monkeypatch):
+    from typer.testing import CliRunner
+
+    from memrl.cli.main import app
+
+    monkeypatch.syspath_prepend("examples/custom_workflow")
+    bad = CliRunner().invoke(app, ["config", "show", "examples/custom_workflow/recall.yaml",
+                                   "workflow.options.note_tokenz=4"])
+    assert bad.exit_code == 2 and "did you mean 'workflow.options.note_tokens'" in bad.output
+    good = CliRunner().invoke(app, ["config", "show", "examples/custom_workflow/recall.yaml",
+                                    "workflow.options.note_tokens=4"])
+    assert good.exit_code == 0, good.output
+
+
 def test_old_flat_keys_load_as_options_with_a_notice(capsys, monkeypatch):
     from memrl.config import renames
 

@@ -8,7 +8,6 @@ signature ``(sample, engine, tokenizer, config, *, sampling, sample_id, group_id
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -16,7 +15,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ValidationError
 
 from memrl.config.renames import both_given, notice
-from memrl.workflows.api import Workflow
+from memrl.workflows.api import Workflow, options_error
 from memrl.workflows.builtins import QAWorkflow
 from memrl.workflows.options import LEGACY_KEYS, LegacyOptions  # noqa: F401 (reached by memrl.plugins)
 
@@ -84,17 +83,6 @@ def migrate_workflow_keys(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _one_line(exc: ValidationError, name: str, model: type[BaseModel]) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    if err["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(str(err["loc"][0]), list(model.model_fields), n=1, cutoff=0.5)
-        hint = f"did you mean 'workflow.options.{close[0]}'?" if close else \
-            f"{name} takes: {', '.join(model.model_fields) or 'no options'}"
-        return f"unknown option 'workflow.options.{where}' of workflow {name!r}: {hint}"
-    return f"workflow.options.{where}: {err['msg']}"
-
-
 def options_model(name: str, raw: Mapping[str, Any]) -> BaseModel:
     """``raw`` validated by the options model of workflow ``name``; a one-line ValueError otherwise."""
     obj = registered(name)
@@ -103,7 +91,7 @@ def options_model(name: str, raw: Mapping[str, Any]) -> BaseModel:
     try:
         return model(**{**base, **dict(raw)})
     except ValidationError as exc:
-        raise ValueError(_one_line(exc, name, model)) from None
+        raise ValueError(options_error(exc, name, model, "workflow.options.")) from None
 
 
 def checked_options(name: str, raw: Mapping[str, Any]) -> dict[str, Any]:
