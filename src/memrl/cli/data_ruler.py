@@ -60,6 +60,62 @@ def _write_files(out: Path, names: list[str], lengths: list[int], counter: Any, 
     return reports
 
 
+def _paper_tasks(protocol: str, tasks: Optional[str], squad: Optional[Path], hotpotqa: Optional[Path],
+                 console: Console) -> list[str]:
+    """The tasks under a paper's protocol: default its run script's table, QA tasks skipped without their file."""
+    from memrl.data.ruler import parse_tasks
+    from memrl.data.ruler_paper import PAPER_TABLES
+
+    if tasks is None:
+        names = list(PAPER_TABLES[protocol])
+        for name, given, flag in (("qa_1", squad, "--squad"), ("qa_2", hotpotqa, "--hotpotqa")):
+            if name in names and given is None:
+                names.remove(name)
+                console.print(f"{name} skipped: pass {flag} FILE to include it")
+        return names
+    names = parse_tasks(tasks)
+    if "qa_1" in names and squad is None:
+        raise ValueError("task qa_1 needs --squad FILE (SQuAD v2.0 JSON, as RULER's json/squad.json)")
+    if "qa_2" in names and hotpotqa is None:
+        raise ValueError("task qa_2 needs --hotpotqa FILE (HotpotQA JSON, as RULER's json/hotpotqa.json)")
+    return names
+
+
+def _paper_text(protocol: str, repo: Optional[Path], names: list[str], essay: Optional[Path],
+                console: Console) -> Any:
+    """The original's text (one-line error without a checkout), checked against the tasks asked for."""
+    from memrl.data.ruler_paper_text import ESSAY_HINT, load_paper_text, sentence_splitter
+
+    text = load_paper_text(protocol, repo)
+    unknown = [n for n in names if n not in text.configs]
+    if unknown:
+        raise ValueError(f"--tasks: {', '.join(unknown)} not in {text.flavour.original.name}'s synthetic.yaml")
+    needs_essay = [n for n in names if (text.configs[n].get("args") or {}).get("type_haystack") == "essay"]
+    if needs_essay and essay is None:
+        raise ValueError(f"--essay: {', '.join(needs_essay)} need Paul Graham's essays; pass {ESSAY_HINT}")
+    if needs_essay:
+        console.print(f"essay sentences: {sentence_splitter()[1]}")
+    return text
+
+
+def _write_paper(out: Path, text: Any, names: list[str], lengths: list[int], counter: Any, samples: int,
+                 seed: int, chunks: int, inputs: Any, console: Console) -> list[Any]:
+    """``--protocol ruler|memagent``: the original's generator per (task, length); their reports."""
+    from memrl.data.ruler_paper import write_paper_task_file
+
+    reports = []
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        for name in names:
+            for length in lengths:
+                bar = progress.add_task(f"{name} {length}", total=samples)
+                reports.append(write_paper_task_file(
+                    out, name, length, counter, text=text, samples=samples, seed=seed, inputs=inputs, chunks=chunks,
+                    progress=lambda k, b=bar: progress.advance(b, k)))
+                progress.remove_task(bar)
+    return reports
+
+
 def _report_table(reports: list[Any], tokenizer_name: str) -> Table:
     table = Table(title=f"RULER files ({tokenizer_name})")
     for col in ("file", "samples", "target", "tokens min", "tokens mean", "tokens max"):
@@ -70,57 +126,119 @@ def _report_table(reports: list[Any], tokenizer_name: str) -> Table:
     return table
 
 
+_HELP = {
+    "tokenizer": "Tokenizer whose tokens fill each length: a model folder, hub id, alias (tiny) or tokenizer.json. "
+                 "Without it lengths are approximate (words + punctuation).",
+    "tasks": "Comma-separated tasks: niah_single_1-3, niah_multikey_1-3, niah_multivalue, niah_multiquery, vt, cwe, "
+             "fwe, qa_1 (SQuAD), qa_2 (HotpotQA); 'memagent' = MemAgent's table, 'all' = every task. Default: "
+             "MemAgent's table (qa_1 only with --squad); under --protocol ruler RULER's 13 tasks (QA only with its "
+             "file).",
+    "samples": "Samples per task and length (QA: at most the number of questions in the file). Default: 128 "
+               "(memrl, memagent), 500 (ruler), as the run scripts.",
+    "seed": "Seed. memrl: sample i depends only on (seed, task, length, i); ruler|memagent: the scripts' "
+            "--random_seed.",
+    "squad": "SQuAD's official JSON (v2.0; v1.1 under memrl), needed for qa_1; memrl does not ship SQuAD.",
+    "hotpotqa": "HotpotQA-schema questions for qa_2.",
+    "pool": "Extra QA documents (JSONL of {title, text}, or HotpotQA-schema); repeatable. Needed for long QA "
+            "targets (memrl protocol only).",
+    "essay": "Prose for the essay haystack (text file, or JSON/JSONL with a text field), e.g. Paul Graham's essays "
+             "as in RULER. Default: generated essay-like sentences. Under --protocol ruler|memagent: RULER's "
+             "PaulGrahamEssays.json (made by its scripts/data/synthetic/json/download_paulgraham_essay.py).",
+    "protocol": "Whose generator: memrl (memrl's own wording and sizing), ruler (NVIDIA RULER at c3f5e3b: the "
+                "samples its scripts write for the seed), memagent (MemAgent's RULER copy at 76b7a65).",
+    "ruler_repo": "--protocol ruler: a checkout of github.com/NVIDIA/RULER, whose templates memrl reads "
+                  "(default: $MEMRL_RULER_REPO).",
+    "memagent_repo": "--protocol memagent: a checkout of github.com/BytedTsinghua-SIA/MemAgent (default: "
+                     "$MEMRL_MEMAGENT_REPO).",
+    "english_words": "--protocol ruler, cwe beyond wonderwords' 8.5K words: RULER's json/english_words.json "
+                     "(a Git LFS file).",
+    "chunks": "--protocol ruler|memagent: the samples split over N processes' draws (seed+i each), as the "
+              "prepare scripts' --chunk_amount (MemAgent's run uses 8).",
+}
+
+
 def ruler(
     out: Path = typer.Option(..., "--out", "-o", help="Output folder (created if missing)."),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "-t", help="Tokenizer whose tokens fill each "
-                                            "length: a model folder, hub id, alias (tiny) or tokenizer.json. "
-                                            "Without it lengths are approximate (words + punctuation)."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", "-t", help=_HELP["tokenizer"]),
     lengths: str = typer.Option("8k,16k,32k,64k,128k,256k,512k", "--lengths", "-l",
                                 help="Target lengths in tokens (k = 1024), comma-separated."),
-    tasks: Optional[str] = typer.Option(None, "--tasks", help="Comma-separated tasks: niah_single_1-3, "
-                                        "niah_multikey_1-3, niah_multivalue, niah_multiquery, vt, cwe, fwe, qa_1 "
-                                        "(SQuAD), qa_2 (HotpotQA); 'memagent' = MemAgent's table, 'all' = every "
-                                        "task. Default: MemAgent's table (qa_1 only with --squad)."),
-    samples: int = typer.Option(128, "--samples", "-n", help="Samples per task and length (QA: at most the "
-                                "number of questions in the file)."),
-    seed: int = typer.Option(42, help="Seed; sample i depends only on (seed, task, length, i)."),
-    squad: Optional[Path] = typer.Option(None, "--squad", help="SQuAD's official JSON (v1.1 or v2.0), needed "
-                                         "for qa_1; memrl does not ship SQuAD."),
-    hotpotqa: Optional[Path] = typer.Option(None, "--hotpotqa", help="HotpotQA-schema questions for qa_2."),
-    pool: list[Path] = typer.Option([], "--pool", help="Extra QA documents (JSONL of {title, text}, or "
-                                    "HotpotQA-schema); repeatable. Needed for long QA targets."),
-    essay: Optional[Path] = typer.Option(None, "--essay", help="Prose for the essay haystack (text file, or "
-                                         "JSON/JSONL with a text field), e.g. Paul Graham's essays as in RULER. "
-                                         "Default: generated essay-like sentences."),
+    tasks: Optional[str] = typer.Option(None, "--tasks", help=_HELP["tasks"]),
+    samples: Optional[int] = typer.Option(None, "--samples", "-n", help=_HELP["samples"]),
+    seed: int = typer.Option(42, help=_HELP["seed"]),
+    squad: Optional[Path] = typer.Option(None, "--squad", help=_HELP["squad"]),
+    hotpotqa: Optional[Path] = typer.Option(None, "--hotpotqa", help=_HELP["hotpotqa"]),
+    pool: list[Path] = typer.Option([], "--pool", help=_HELP["pool"]),
+    essay: Optional[Path] = typer.Option(None, "--essay", help=_HELP["essay"]),
+    protocol: str = typer.Option("memrl", "--protocol", help=_HELP["protocol"]),
+    ruler_repo: Optional[Path] = typer.Option(None, "--ruler-repo", help=_HELP["ruler_repo"]),
+    memagent_repo: Optional[Path] = typer.Option(None, "--memagent-repo", help=_HELP["memagent_repo"]),
+    english_words: Optional[Path] = typer.Option(None, "--english-words", help=_HELP["english_words"]),
+    chunks: int = typer.Option(1, "--chunks", help=_HELP["chunks"]),
 ) -> None:
-    """Write RULER-style samples as DIR/ruler_{task}_{length}.jsonl (memrl's eval layout) + ruler_report.json.
+    """Write RULER samples as DIR/ruler_{task}_{length}.jsonl (memrl's eval layout) + ruler_report.json.
 
-    Each sample's context, question and the task's answer room fit the target length in the given tokenizer's tokens.
+    --protocol memrl (default): memrl's own generator; each sample's context, question and answer room fit the
+    target length. --protocol ruler|memagent: the original's generator, record for record.
     """
-    from memrl.data.ruler import file_name, parse_lengths
-    from memrl.data.ruler_base import RulerSources
-    from memrl.data.ruler_text import EssaySource, load_essay_sentences
-    from memrl.data.tokens import load_token_counter
+    from memrl.data.ruler import parse_lengths
 
-    if samples < 1:
-        raise ValueError(f"--samples must be >= 1, got {samples}")
+    samples = _check_options(protocol, samples, chunks, pool)
     target_lengths = parse_lengths(lengths)
     console = Console(stderr=True)
-    names = _task_names(tasks, squad, hotpotqa, console)
-    _check_file(squad, "--squad")
-    _check_file(hotpotqa, "--hotpotqa")
-    _check_file(essay, "--essay")
-    for p in pool:
-        _check_file(p, "--pool")
+    paper = protocol != "memrl"
+    names = _paper_tasks(protocol, tasks, squad, hotpotqa, console) if paper else \
+        _task_names(tasks, squad, hotpotqa, console)
+    for path, flag in ((squad, "--squad"), (hotpotqa, "--hotpotqa"), (essay, "--essay"),
+                       (english_words, "--english-words"), *((p, "--pool") for p in pool)):
+        _check_file(path, flag)
     check_writable_dir(out)
-    sources = RulerSources(
-        essay=EssaySource(load_essay_sentences(essay) if essay else None),
-        squad=None if squad is None else str(squad), hotpotqa=None if hotpotqa is None else str(hotpotqa),
-        pool=[str(p) for p in pool])
+    text = _paper_text(protocol, ruler_repo if protocol == "ruler" else memagent_repo, names, essay, console) \
+        if paper else None
+    counter = _counter(out, tokenizer, names, target_lengths, console)
+    if text is not None:
+        from memrl.data.ruler_paper_run import PaperInputs
+
+        inputs = PaperInputs(*(None if p is None else str(p) for p in (essay, english_words, squad, hotpotqa)))
+        reports = _write_paper(out, text, names, target_lengths, counter, samples, seed, chunks, inputs, console)
+    else:
+        from memrl.data.ruler_base import RulerSources
+        from memrl.data.ruler_text import EssaySource, load_essay_sentences
+
+        sources = RulerSources(
+            essay=EssaySource(load_essay_sentences(essay) if essay else None),
+            squad=None if squad is None else str(squad), hotpotqa=None if hotpotqa is None else str(hotpotqa),
+            pool=[str(p) for p in pool])
+        reports = _write_files(out, names, target_lengths, counter, samples, seed, sources, console)
+    _finish(out, reports, counter, console)
+
+
+def _check_options(protocol: str, samples: Optional[int], chunks: int, pool: list[Path]) -> int:
+    """The protocol, and the sample count (default: the protocol's run script's); one-line errors."""
+    if protocol not in ("memrl", "ruler", "memagent"):
+        raise ValueError(f"--protocol must be memrl, ruler or memagent, got {protocol!r}")
+    samples = samples if samples is not None else (500 if protocol == "ruler" else 128)
+    if samples < 1:
+        raise ValueError(f"--samples must be >= 1, got {samples}")
+    if chunks < 1 or chunks > samples:
+        raise ValueError(f"--chunks must be between 1 and --samples ({samples}), got {chunks}")
+    if protocol != "memrl" and pool:
+        raise ValueError(f"--pool does not apply under --protocol {protocol} (the original's pool is the QA file)")
+    return samples
+
+
+def _counter(out: Path, tokenizer: Optional[str], names: list[str], lengths: list[int], console: Console) -> Any:
+    """The token counter, loaded once the output folder has been claimed for the files to come."""
+    from memrl.data.ruler import file_name
+    from memrl.data.tokens import load_token_counter
+
     with console.status(f"loading tokenizer {tokenizer or '(approximate counts)'}"):
         counter = load_token_counter(tokenizer)
-    record_outputs(out, [file_name(t, n) for t in names for n in target_lengths] + [REPORT])
-    reports = _write_files(out, names, target_lengths, counter, samples, seed, sources, console)
+    record_outputs(out, [file_name(t, n) for t in names for n in lengths] + [REPORT])
+    return counter
+
+
+def _finish(out: Path, reports: list[Any], counter: Any, console: Console) -> None:
+    """The report file and table."""
     with atomic_write(out / REPORT) as fh:
         json.dump([r.to_dict() for r in reports], fh, indent=2)
         fh.write("\n")
