@@ -60,7 +60,9 @@ def train_cmd(
     if idle:
         print(f"note: {idle} step(s) trained nothing and did not count toward trainer.total_steps="
               f"{cfg.trainer.total_steps}", file=sys.stderr)
-    typer.echo(f"done: step {step}, reward {last['reward']:.3f}; checkpoints in {where}, metrics in "
+    failed = int(last.get("failed_episodes", 0))  # a run that lost episodes says so where it says it is done
+    lost = f", {failed} failed episode(s) (tracebacks in {cfg.trainer.output_dir}/failures)" if failed else ""
+    typer.echo(f"done: step {step}, reward {last['reward']:.3f}{lost}; checkpoints in {where}, metrics in "
                f"{cfg.trainer.output_dir}/metrics.jsonl" + (f", rollouts in {rollouts}" if rollouts.is_dir() else ""))
 
 
