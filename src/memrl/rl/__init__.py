@@ -16,6 +16,14 @@ from memrl.rl.advantages import (
     episode_advantages,
     get_estimator,
     register_adv_est,
+    turn_advantages,
+)
+from memrl.rl.turn_credit import (
+    TurnRows,
+    gigpo_advantages,
+    group_norm,
+    step_reinforce_advantages,
+    turn_returns,
 )
 from memrl.rl.dapo import keep_groups, overlong_penalty
 from memrl.rl.functional import entropy_from_logits, logprobs_from_logits, masked_mean, masked_var, masked_whiten
@@ -47,6 +55,7 @@ __all__ = [
     "AdvantageEstimator",
     "LossAggregation",
     "OffPolicyCorrection",
+    "TurnRows",
     "agg_loss",
     "broadcast",
     "combine_step_advantages",
@@ -59,6 +68,8 @@ __all__ = [
     "entropy_from_logits",
     "episode_advantages",
     "get_estimator",
+    "gigpo_advantages",
+    "group_norm",
     "keep_groups",
     "kl_penalty",
     "logprobs_from_logits",
@@ -77,6 +88,9 @@ __all__ = [
     "register_loss_agg",
     "register_off_policy",
     "rollout_correction",
+    "step_reinforce_advantages",
     "tis_policy_loss",
     "truncated_is_weights",
+    "turn_advantages",
+    "turn_returns",
 ]

@@ -11,6 +11,8 @@ Two layers:
   :func:`broadcast` copies it to every generated token of every conversation of
   that episode. :func:`combine_step_advantages` adds ReMemR1's per-turn
   state advantage.
+* per-turn estimators (``gigpo``, ``step_reinforce``; :mod:`memrl.rl.turn_credit`) have a ``turns``
+  stage instead: one advantage per conversation row from the batch's turns (:class:`TurnRows`).
 
 Estimators of the second layer are registered by name with :func:`register_adv_est`
 (``algorithm.adv_estimator`` picks one); a plug-in decorates its own function the same way or is
@@ -28,6 +30,7 @@ import torch
 
 from memrl.config.registry import ADV_ESTIMATORS
 from memrl.rl.functional import masked_whiten
+from memrl.rl.turn_credit import TurnRows, gigpo_rows, step_reinforce_rows
 
 
 def spread(per_row: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0) -> torch.Tensor:
@@ -42,23 +45,28 @@ class AdvantageEstimator:
     ``episode(scores, group_ids, *, epsilon)`` gets each episode's scalar score and group and
     returns one value per episode; ``tokens(per_row, mask, *, gamma)`` gets each conversation row's
     episode value and the ``[C, T]`` float mask of generated tokens. ``needs_group`` marks estimators
-    that compare episodes of a group (meaningless with ``algorithm.n=1``). Calling the object calls
-    ``episode``.
+    that compare episodes of a group (meaningless with ``algorithm.n=1``). ``turns(rows: TurnRows, *,
+    gamma, episode_weight, step_weight)``, where set, gives each conversation row its own value instead
+    (per-turn credit); the episode stage then only serves callers that want one value per episode.
+    Calling the object calls ``episode``.
     """
 
     fn: Callable[..., torch.Tensor]
     tokens: Callable[..., torch.Tensor] = spread
     needs_group: bool = False
+    turns: Callable[..., torch.Tensor] | None = None
 
     def __call__(self, scores: torch.Tensor, group_ids: Sequence[Hashable], **kw: Any) -> torch.Tensor:
         return self.fn(scores, group_ids, **kw)
 
 
-def register_adv_est(name: str, *, tokens: Callable[..., torch.Tensor] = spread,
-                     needs_group: bool = False) -> Callable[[Callable[..., torch.Tensor]], AdvantageEstimator]:
-    """Decorator: register ``fn(scores, group_ids, *, epsilon) -> per-episode values`` as ``name``."""
+def register_adv_est(name: str, *, tokens: Callable[..., torch.Tensor] = spread, needs_group: bool = False,
+                     turns: Callable[..., torch.Tensor] | None = None,
+                     ) -> Callable[[Callable[..., torch.Tensor]], AdvantageEstimator]:
+    """Decorator: register ``fn(scores, group_ids, *, epsilon) -> per-episode values`` as ``name``
+    (``turns``: a per-turn stage, see :class:`AdvantageEstimator`)."""
     def decorate(fn: Callable[..., torch.Tensor]) -> AdvantageEstimator:
-        return ADV_ESTIMATORS.register(name, AdvantageEstimator(fn, tokens, needs_group))
+        return ADV_ESTIMATORS.register(name, AdvantageEstimator(fn, tokens, needs_group, turns))
     return decorate
 
 
@@ -197,6 +205,30 @@ def reinforce_plus_plus_baseline(scores: torch.Tensor, group_ids: Sequence[Hasha
                                  epsilon: float = 1e-6) -> torch.Tensor:
     """REINFORCE++-baseline: score - group mean on every token, whitened over the batch."""
     return group_center(scores, group_ids)
+
+
+@register_adv_est("gigpo", needs_group=True, turns=gigpo_rows)
+def gigpo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
+    """GiGPO (ROLL's numbers): group-normalised episode score plus the step return normalised among the
+    turns sharing an anchor state (``ep.generate(..., state=)``), weighted by ``algorithm.episode_weight``
+    / ``step_weight``. Per episode (callers wanting one value), GRPO."""
+    return group_normalize(scores, group_ids, True, epsilon)
+
+
+@register_adv_est("step_reinforce", needs_group=True, turns=step_reinforce_rows)
+def step_reinforce(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
+    """ROLL's step_reinforce: each turn's discounted return (``algorithm.turn_gamma``) normalised in its
+    prompt group. Per episode (callers wanting one value), GRPO."""
+    return group_normalize(scores, group_ids, True, epsilon)
+
+
+def turn_advantages(estimator: str, rows: TurnRows, *, gamma: float = 1.0, episode_weight: float = 1.0,
+                    step_weight: float = 1.0) -> torch.Tensor | None:
+    """One advantage per conversation row from the estimator's per-turn stage; None if it has none."""
+    turns = get_estimator(estimator).turns
+    if turns is None:
+        return None
+    return turns(rows, gamma=gamma, episode_weight=episode_weight, step_weight=step_weight)
 
 
 def episode_advantages(scores: torch.Tensor, group_ids: Sequence[Hashable], estimator: str = "grpo",
