@@ -14,12 +14,21 @@ pool form the group anew.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from memrl.dist.ray_support import require_ray
+from memrl.dist.replicas import ReplicaHealth, Slots, warn_stderr
 from memrl.engines.base import GenerationResult, SamplingParams
+
+FIT_WAIT_S = 10.0  # how long a replacement waits for the cluster to have room for it before the slot is dropped
+
+
+async def _awaitable(ref: Any) -> Any:
+    """An ObjectRef as a coroutine (``asyncio.wait_for`` wants one)."""
+    return await ref
 
 
 class _Replica:
@@ -68,6 +77,12 @@ class _Replica:
     async def wake(self) -> None:
         await self.host.wake()
 
+    def where(self) -> tuple[str, list[str]]:
+        """(node IP, GPU ids Ray gave this replica): checked against the trainer's under placement=split."""
+        import ray
+
+        return ray.util.get_node_ip_address(), [str(g) for g in ray.get_gpu_ids()]
+
     def pid(self) -> int:
         import os
 
@@ -75,13 +90,21 @@ class _Replica:
 
 
 class RayEnginePool:
-    """R engine replicas as Ray actors; least-outstanding-requests routing; restart and retry on death."""
+    """R engine replicas as Ray actors; least-outstanding-requests routing; restart and retry on death.
+
+    Every call to a replica is bounded (``call_timeout_s`` + ``timeout_per_token_s`` per requested token), and
+    so is the wait for a replacement: one that the cluster has no room for (a node was lost and no other has
+    spare resources) is given up with one warning and the run goes on with the other replicas, so a step and
+    the first SIGTERM's "finishing the current step" always end. Replica health: see :mod:`memrl.dist.replicas`.
+    """
 
     def __init__(self, model_path: str, replicas: int, *, dtype: str = "auto", device: str | None = None,
                  weights: Mapping[str, Any] | None = None, num_cpus: float = 1, num_gpus: float = 0,
                  max_batch_size: int = 32, seed: int = 0, retries: int = 3, weight_sync: str = "object_store",
                  sync_backend: str = "gloo", bucket_mb: float = 256, kind: str = "hf",
-                 engine_options: Mapping[str, Any] | None = None) -> None:
+                 engine_options: Mapping[str, Any] | None = None, call_timeout_s: float = 600.0,
+                 timeout_per_token_s: float = 0.0, replace_timeout_s: float = 600.0,
+                 health: ReplicaHealth | None = None, warn: Callable[[str], None] = warn_stderr) -> None:
         ray = require_ray()
         if weight_sync not in ("object_store", "collective"):
             raise ValueError(f"weight_sync must be object_store or collective, not {weight_sync!r}")
@@ -95,53 +118,142 @@ class RayEnginePool:
         self.model_path, self.dtype, self.device = model_path, dtype, device
         self.num_cpus, self.num_gpus = num_cpus, num_gpus
         self.max_batch_size, self.seed, self.retries = max_batch_size, seed, retries
+        self.call_timeout_s, self.timeout_per_token_s = call_timeout_s, timeout_per_token_s
+        self.replace_timeout_s, self.warn = replace_timeout_s, warn
+        self.slots = Slots(replicas, health or ReplicaHealth())
+        self._version = 0  # weight updates so far; a replacement started from older weights catches up
+        self._put_version = 0
+        self._spawned_at = [0] * replicas
         self._weights = ray.put({k: v.detach().cpu() for k, v in weights.items()}) if weights else None
-        self.actors = [self._spawn(i) for i in range(replicas)]
+        self.actors: list[Any] = [self._spawn(i) for i in range(replicas)]
         self.outstanding = [0] * replicas
         self.served = [0] * replicas
         self.restarts = 0
         self.last_sync_s = 0.0
         ray.get([a.pid.remote() for a in self.actors])  # fail here, not mid-rollout, if a replica cannot start
 
-    def _spawn(self, i: int) -> Any:
-        if self._latest is not None:  # collective mode: a replacement starts from the last synced weights
+    def _weights_ref(self) -> Any:
+        """The latest weights in the object store (collective mode puts them there only when a replica needs
+        them: a replacement)."""
+        if self._latest is not None and self._put_version != self._version:
             self._weights = self._ray.put({k: v.detach().cpu() for k, v in self._latest.items()})
-            self._latest = None
+            self._put_version = self._version
+        return self._weights
+
+    def _spawn(self, i: int) -> Any:
+        self._spawned_at[i] = self._version
         return self._actor_cls.options(num_cpus=self.num_cpus, num_gpus=self.num_gpus, max_concurrency=1000).remote(
-            self.model_path, self.dtype, self.device, self._weights, self.max_batch_size, self.seed + i, self.kind,
-            self.engine_options)
+            self.model_path, self.dtype, self.device, self._weights_ref(), self.max_batch_size, self.seed + i,
+            self.kind, self.engine_options)
 
     def _errors(self) -> tuple[type[BaseException], ...]:
         exc = self._ray.exceptions
         return tuple(getattr(exc, n) for n in ("RayActorError", "ActorDiedError", "ActorUnavailableError")
                      if hasattr(exc, n))
 
-    def _replace(self, i: int, dead: Any) -> None:
-        if self.actors[i] is dead:  # several requests can see the same death: replace it once
-            self.restarts += 1
-            self.actors[i] = self._spawn(i)
+    def live_actors(self) -> list[Any]:
+        return [self.actors[i] for i in self.slots.live()]
+
+    async def _fits(self) -> bool:
+        """Whether the cluster has room for one more replica now (polled briefly: a dead actor's resources
+        come back a moment after its death is reported)."""
+        deadline = time.monotonic() + FIT_WAIT_S
+        while True:
+            free = self._ray.available_resources()
+            if free.get("CPU", 0) + 1e-6 >= self.num_cpus and free.get("GPU", 0) + 1e-6 >= self.num_gpus:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.25)
+
+    def _drop(self, i: int, why: str) -> None:
+        self.slots.set_state(i, "dropped")
+        left = len(self.slots.live()) + len(self.slots.pending())
+        self.warn(f"rollout replica {i} could not be replaced ({why}); "
+                  + (f"going on with {left} replica(s)" if left else "no replica is left, stopping the run"))
+
+    async def _replace(self, i: int, old: Any, why: str = "it died") -> None:
+        """A new actor in slot ``i`` with the latest weights, or the slot dropped when the cluster has no room."""
+        if self.actors[i] is not old or self.slots.state[i] != "live":
+            return  # several requests saw the same death: it is being (or was) replaced once
+        self.slots.set_state(i, "pending")
+        self.restarts += 1
+        self._kill(old)
+        if not await self._fits():
+            gpus = f", {self.num_gpus:g} GPU" if self.num_gpus else ""
+            self._drop(i, f"{why}; the cluster has no free {self.num_cpus:g} CPU{gpus} for a new one")
+            return
+        actor = self.actors[i] = self._spawn(i)
+        try:
+            await asyncio.wait_for(_awaitable(actor.pid.remote()), self.replace_timeout_s)
+            if self._spawned_at[i] != self._version:  # weights were updated while it started
+                await actor.load_weights.remote(self._weights_ref())
+        except asyncio.TimeoutError:
+            self._kill(actor)
+            self._drop(i, f"{why}; its replacement was not running after {self.replace_timeout_s:g} s")
+            return
+        except self._errors():
+            self._drop(i, f"{why}; its replacement died while starting")
+            return
+        self.slots.set_state(i, "live")
+
+    def _kill(self, actor: Any) -> None:
+        try:
+            self._ray.kill(actor)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+    async def _call(self, i: int, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
+        timeout = self.call_timeout_s + self.timeout_per_token_s * params.max_new_tokens
+        ref = self.actors[i].generate.remote(prompt_ids, params)
+        try:
+            return await asyncio.wait_for(_awaitable(ref), timeout)
+        except asyncio.TimeoutError:
+            with contextlib.suppress(Exception):
+                self._ray.cancel(ref)
+            raise TimeoutError(f"rollout replica {i} did not answer within {timeout:g} s "
+                               "(engine.timeout_s + engine.timeout_per_token_s per token)") from None
 
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
-        last: BaseException | None = None
-        for _ in range(self.retries + 1):
-            i = min(range(len(self.actors)), key=lambda k: self.outstanding[k])
+        """Least-outstanding routing. A dead replica is replaced and the request sent again; a request that fails
+        on one replica is tried once more on another, and counts against the first only if that one answers."""
+        failed: dict[int, tuple[Any, BaseException]] = {}  # slot: (the actor that failed, its error)
+        deaths = 0
+        while True:
+            i = await self.slots.pick(lambda k: self.outstanding[k], set(failed))
+            if i is None or len(failed) >= 2:  # it fails wherever it goes: the request's own fault
+                raise next(reversed(failed.values()))[1]
             actor = self.actors[i]
             self.outstanding[i] += 1
             try:
-                out = await actor.generate.remote(list(prompt_ids), params)
-                self.served[i] += 1
-                return out
+                out = await self._call(i, list(prompt_ids), params)
             except self._errors() as err:
-                last = err
-                self._replace(i, actor)
+                deaths += 1
+                if deaths > self.retries:
+                    raise RuntimeError(f"rollout replica failed {deaths} times in a row") from err
+                await self._replace(i, actor)
+                continue
+            except Exception as err:  # noqa: BLE001 - the replica's error (or timeout): try another replica
+                failed[i] = (actor, err)
+                continue
             finally:
                 self.outstanding[i] -= 1
-        raise RuntimeError(f"rollout replica failed {self.retries + 1} times in a row") from last
+            self.served[i] += 1
+            self.slots.succeeded(i)
+            for j, (bad, err) in failed.items():
+                if self.actors[j] is not bad or self.slots.state[j] != "live":
+                    continue  # that replica was replaced meanwhile: the new one is not to blame
+                if self.slots.blame(j, err):
+                    self.warn(f"rollout replica {j} failed {self.slots.failures[j]} of its last "
+                              f"{self.slots.requests[j]} requests ({type(err).__name__}); restarting it")
+                    await self._replace(j, self.actors[j], "it kept failing")
+            return out
 
     async def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         """Every replica gets ``state_dict``; dead replicas are replaced and the sync retried."""
         t0 = time.perf_counter()
         collective = self.weight_sync == "collective"
+        self._version += 1
         if collective:
             self._latest = state_dict
             from memrl.dist.weight_sync import layout_of
@@ -150,9 +262,10 @@ class RayEnginePool:
         else:
             self._weights = self._ray.put({k: v.detach().cpu() for k, v in state_dict.items()})
         for _ in range(self.retries + 1):
-            if collective and self._group_members != self.actors:
-                self._open_group()
-            actors = list(self.actors)
+            live = self.slots.live()
+            actors = [self.actors[i] for i in live]
+            if collective and self._group_members != actors:
+                self._open_group(actors)
             sent: BaseException | None = None
             if collective:
                 refs = [a.receive_weights.remote(layout, self.bucket_mb) for a in actors]
@@ -167,8 +280,8 @@ class RayEnginePool:
             other = [r for r in results if isinstance(r, BaseException) and not isinstance(r, self._errors())]
             if other and not (sent is not None or dead):
                 raise other[0]
-            for i in dead:  # a replacement starts from the latest weights
-                self._replace(i, actors[i])
+            for k in dead:  # a replacement starts from the latest weights
+                await self._replace(live[k], actors[k])
             if sent is not None or other:
                 self._group_members = []  # re-form the group on the next attempt
                 continue
@@ -178,7 +291,7 @@ class RayEnginePool:
             raise RuntimeError(f"weight sync failed {self.retries + 1} times in a row")
         self.last_sync_s = time.perf_counter() - t0
 
-    def _open_group(self) -> None:
+    def _open_group(self, actors: list[Any]) -> None:
         """(Re-)form the broadcast group: trainer rank 0, replica i rank i+1."""
         from memrl.dist.ddp import free_port
         from memrl.dist.weight_sync import SyncGroup
@@ -187,25 +300,25 @@ class RayEnginePool:
             self._group.close()
         host = self._ray.util.get_node_ip_address()
         port = free_port()
-        world = len(self.actors) + 1
-        refs = [a.join_sync.remote(host, port, i + 1, world, self.sync_backend) for i, a in enumerate(self.actors)]
+        world = len(actors) + 1
+        refs = [a.join_sync.remote(host, port, i + 1, world, self.sync_backend) for i, a in enumerate(actors)]
         device = "cuda" if self.sync_backend == "nccl" else "cpu"
         self._group = SyncGroup(host, port, 0, world, self.sync_backend, device=device)
         self._ray.get(refs)
-        self._group_members = list(self.actors)
+        self._group_members = list(actors)
 
     def sleep(self) -> None:
-        self._ray.get([a.sleep.remote() for a in self.actors])
+        self._ray.get([a.sleep.remote() for a in self.live_actors()])
 
     def wake(self) -> None:
-        self._ray.get([a.wake.remote() for a in self.actors])
+        self._ray.get([a.wake.remote() for a in self.live_actors()])
 
     def stats(self) -> dict[str, float]:
-        return {"replicas": float(len(self.actors)), "replica_restarts": float(self.restarts),
+        return {"replicas": float(len(self.slots.live())), "replica_restarts": float(self.restarts),
                 **{f"replica{i}_requests": float(n) for i, n in enumerate(self.served)}}
 
     async def close(self) -> None:
         if self._group is not None:
             self._group.close()
         for a in self.actors:
-            self._ray.kill(a)
+            self._kill(a)

@@ -72,7 +72,7 @@ def build_engine(cfg: MemRLConfig, policy: Any, given: Engine | None, *, resumed
     kind = engine_kind(cfg.engine.kind) if given is None else None
     if kind is not None and c.rollout_replicas > 0:
         from memrl.dist.pool import RayEnginePool
-        from memrl.dist.ray_support import init_ray
+        from memrl.dist.ray_support import init_ray, require_ray
 
         e = cfg.engine
         try:
@@ -81,6 +81,10 @@ def build_engine(cfg: MemRLConfig, policy: Any, given: Engine | None, *, resumed
             raise ConfigError(f"cluster.rollout_replicas: {err}") from None
         status = init_ray(c.address)
         engine_gpus = kind.replica_gpus(cfg) if kind.replica_gpus else 0
+        from memrl.dist.placement import check_no_shared_gpu, hold_trainer_gpus
+
+        held, trainer_gpus = hold_trainer_gpus(require_ray(), c.placement, c.replica_gpus or engine_gpus,
+                                               device.type == "cuda", trainer_ranks)
         pool = RayEnginePool(cfg.model.path, c.rollout_replicas, dtype=cfg.model.dtype,
                              device=cfg.engine.device, weights=merged_state_dict(policy),
                              num_cpus=c.replica_cpus,
@@ -88,7 +92,11 @@ def build_engine(cfg: MemRLConfig, policy: Any, given: Engine | None, *, resumed
                              kind=e.kind, engine_options={"config": cfg.model_dump(mode="json")},
                              max_batch_size=cfg.engine.max_batch_size, seed=cfg.trainer.seed,
                              retries=cfg.engine.retries, weight_sync=c.weight_sync,
-                             sync_backend="nccl" if c.replica_gpus > 0 and device.type == "cuda" else "gloo")
+                             sync_backend="nccl" if c.replica_gpus > 0 and device.type == "cuda" else "gloo",
+                             call_timeout_s=e.timeout_s, timeout_per_token_s=e.timeout_per_token_s,
+                             replace_timeout_s=e.timeout_s)
+        check_no_shared_gpu(require_ray(), pool.actors, trainer_gpus)
+        pool.held = held  # the trainer's GPUs stay reserved as long as the pool lives
         status += f"; {c.rollout_replicas} rollout replica(s), {trainer_ranks} trainer rank(s)"
         return RolloutEngine(pool, False, pool, status)
     if kind is not None and kind.wraps_policy:
