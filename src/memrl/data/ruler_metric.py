@@ -8,6 +8,13 @@ the golds are alternative phrasings of one answer). RULER uses ``all`` for the N
 variable-tracking, CWE and FWE tasks and ``part`` for QA; MemAgent's own RULER
 script applies ``all`` to the answer it extracts from the final response, which
 is what :func:`prediction_text` picks out here.
+
+Under ``eval.protocol memagent`` the scores are MemAgent's ``ruler_general.py`` instead
+(:func:`memagent_score`): the answer is extracted from the response (after its last
+``</think>``) by ``workflow.answer_format`` with no fallback to the whole response (no answer
+scores 0); QA is normalised, bidirectional sub-EM against ``answers[0]`` only (``"Pa"`` for gold
+``["Paris"]`` scores 1); the other tasks are ``string_match_all`` on the raw answer (lowercased,
+no other clean-up), rounded to two decimals per item as the script does.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from memrl.rewards.published import after_think, extract_answer, score_published
 from memrl.rewards.qa import extract_boxed
 
 METRICS = ("string_match_all", "string_match_part")
@@ -59,3 +67,22 @@ def prediction_text(final_text: str | None) -> str:
     """
     boxed = extract_boxed(final_text)
     return boxed if boxed is not None else (final_text or "")
+
+
+def memagent_score(metric: str, final_text: str | None, golds: Sequence[str], fmt: str = "boxed") -> tuple[str | None,
+                                                                                                          float]:
+    """(the extracted answer, its score) as MemAgent's RULER script scores one response.
+
+    ``string_match_part`` marks QA (MemAgent branches on "qa" in the split name): sub-EM of the
+    published protocol against the first gold. Other tasks: RULER's ``string_match_all`` without
+    RULER's clean-up, 0 when nothing was extracted.
+    """
+    if metric not in METRICS:
+        raise ValueError(f"unknown RULER metric {metric!r}; expected one of {', '.join(METRICS)}")
+    answer = extract_answer(after_think((final_text or "").strip()), fmt)
+    if not answer or not golds:
+        return answer, 0.0
+    if metric == "string_match_part":
+        return answer, score_published(final_text, golds, fmt).sub_em
+    # per item rounded to two decimals, as the script's calc_metrics does for a batch of one
+    return answer, round(sum(1.0 for g in golds if g.lower() in answer.lower()) / len(golds), 2)

@@ -7,9 +7,16 @@ skips them), failures go to ``OUT/failures/`` and are retried next time, transcr
 episode failed. What differs is the score: RULER's ``string_match_all`` (NIAH, vt,
 cwe, fwe: the fraction of gold strings in the answer) or ``string_match_part`` (QA: any
 gold in the answer), case-insensitive substring tests on the answer the workflow extracted
-(``\\boxed{}`` by default; the whole final response when nothing was extracted). The
-report is a task x length table of mean scores (percent) with the macro average over
-tasks per length, as MemAgent's RULER table.
+(``\\boxed{}`` by default; the whole final response when nothing was extracted). Under
+``eval.protocol memagent`` the scores are MemAgent's own (:func:`memrl.data.ruler_metric.memagent_score`:
+QA is normalised sub-EM on the first gold, nothing extracted scores 0); the episodes on disk are
+re-scored when the protocol changes. The report is a task x length table of mean scores (percent)
+with the macro average over tasks per length, as MemAgent's RULER table.
+
+Files written by ``memrl data ruler --protocol ruler`` carry RULER's whole prompt in ``input``
+(haystack included) and the prompt without the haystack in ``question``: the agent is asked
+``question``. Episodes are named by their line in the file, since RULER's niah ``index`` is a
+character offset, not a sample number.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from memrl.config.schema import MemRLConfig
 from memrl.data import LongContextSample
 from memrl.io.atomic import atomic_write
 from memrl.data.ruler import TASKS, parse_file_name
-from memrl.data.ruler_metric import prediction_text, score
+from memrl.data.ruler_metric import memagent_score, prediction_text, score
 from memrl.data.stream import read_samples_lazily
 from memrl.engines.base import Engine, EngineDeadError
 from memrl.eval.runner import (
@@ -105,12 +112,31 @@ def scored_prediction(info: dict[str, Any]) -> str:
     return prediction_text(info.get("final_text"))
 
 
-def ruler_record(traj: Trajectory, sample: LongContextSample, key: Key, seconds: float) -> dict[str, Any]:
+def protocol_score(info: dict[str, Any], metric: str, golds: list[str], protocol: str = "memrl",
+                   fmt: str = "boxed") -> tuple[str | None, float]:
+    """(what was scored, its score) under ``eval.protocol``: MemAgent's script for ``memagent``, RULER's otherwise."""
+    if protocol == "memagent":
+        return memagent_score(metric, info.get("final_text"), golds, fmt)
+    prediction = scored_prediction(info)
+    return prediction, score(metric, prediction, golds)
+
+
+def ruler_record(traj: Trajectory, sample: LongContextSample, key: Key, seconds: float, protocol: str = "memrl",
+                 fmt: str = "boxed") -> dict[str, Any]:
     """The runner's episode record plus the RULER score of its final answer."""
     metric = metric_for(sample, key[0])
-    prediction = scored_prediction(traj.info)
+    prediction, value = protocol_score(traj.info, metric, sample.answers, protocol, fmt)
     return {**episode_record(traj, sample.num_docs, seconds), "task": key[0], "length": key[1],
-            "metric": metric, "prediction": prediction, "ruler_score": score(metric, prediction, sample.answers)}
+            "metric": metric, "prediction": prediction, "ruler_score": value, "protocol": protocol}
+
+
+def agent_sample(sample: LongContextSample, position: int) -> LongContextSample:
+    """The sample the agent sees: RULER-protocol files ask ``question`` (the prompt less its haystack)."""
+    question = sample.extra.get("question")
+    if isinstance(question, str) and question.strip():
+        sample.question = question
+    sample.index = position  # set in place: a sample read lazily keeps its context on disk
+    return sample
 
 
 def _unfinished(files: dict[Key, Path], out: Path,
@@ -118,14 +144,14 @@ def _unfinished(files: dict[Key, Path], out: Path,
     """The (task, length) samples with no finished episode under ``out``, contexts left on disk until run."""
     todo: list[tuple[Key, LongContextSample]] = []
     for key, path in files.items():
-        for sample in islice(read_samples_lazily(path), max_samples):
-            if not _is_done(out / "episodes" / _folder(key) / f"{sample.index}.json"):
-                todo.append((key, sample))
+        for position, sample in enumerate(islice(read_samples_lazily(path), max_samples)):
+            if not _is_done(out / "episodes" / _folder(key) / f"{position}.json"):
+                todo.append((key, agent_sample(sample, position)))
     return todo
 
 
 def _write_episode(out: Path, key: Key, sample: LongContextSample, traj: Trajectory, tokenizer: Any,
-                   seconds: float, error: str | None) -> None:
+                   seconds: float, error: str | None, protocol: str = "memrl", fmt: str = "boxed") -> None:
     """The transcript, and the episode record or (``error``) the failure record that a resume retries."""
     name = f"{_folder(key)}/{sample.index}"
     with atomic_write(out / "transcripts" / f"{name}.txt") as fh:
@@ -133,7 +159,7 @@ def _write_episode(out: Path, key: Key, sample: LongContextSample, traj: Traject
     failure = out / "failures" / f"{name}.json"
     if error is None:
         with atomic_write(out / "episodes" / f"{name}.json") as fh:
-            json.dump(ruler_record(traj, sample, key, seconds), fh)
+            json.dump(ruler_record(traj, sample, key, seconds, protocol, fmt), fh)
         failure.unlink(missing_ok=True)
     else:
         with atomic_write(failure) as fh:
@@ -177,7 +203,8 @@ async def run_ruler_suite(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data
                 error = "".join(traceback.format_exception_only(exc)).strip()
                 traj = Trajectory([], 0.0, str(sample.index), str(sample.index),
                                   info={"question": sample.question, "answers": sample.answers, "error": error})
-            _write_episode(out, key, sample, traj, tokenizer, time.perf_counter() - t0, error)
+            _write_episode(out, key, sample, traj, tokenizer, time.perf_counter() - t0, error, cfg.eval.protocol,
+                           cfg.workflow.answer_format)
             if error is not None:
                 errors.append(error)
 
@@ -196,13 +223,22 @@ def _mean(values: list[float]) -> float | None:
     return round(statistics.fmean(values), 2) if values else None
 
 
+def _rescored(episode: dict[str, Any], protocol: str, fmt: str) -> dict[str, Any]:
+    """The episode scored under ``protocol`` (recomputed from its final text when it was scored under another)."""
+    info = episode.get("info") or {}
+    if episode.get("protocol", "memrl") == protocol or not info.get("answers"):
+        return episode
+    prediction, value = protocol_score(info, episode["metric"], list(info["answers"]), protocol, fmt)
+    return {**episode, "prediction": prediction, "ruler_score": value, "protocol": protocol}
+
+
 def aggregate_ruler(cfg: MemRLConfig, out: Path, keys: list[Key]) -> dict[str, Any]:
     """Scores of what is on disk, per task and length, and the average over tasks per length."""
     by_task: dict[str, dict[str, dict[str, Any]]] = {}
     for key in keys:
         folder = out / "episodes" / _folder(key)
         eps = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
-        eps = [e for e in eps if "ruler_score" in e]
+        eps = [_rescored(e, cfg.eval.protocol, cfg.workflow.answer_format) for e in eps if "ruler_score" in e]
         done = {p.stem for p in folder.glob("*.json")}
         failed = {p.stem for p in (out / "failures" / _folder(key)).glob("*.json")} - done
         tokens = [e["metrics"].get("context_tokens_original", e["metrics"].get("context_tokens", 0.0)) for e in eps]
@@ -217,7 +253,7 @@ def aggregate_ruler(cfg: MemRLConfig, out: Path, keys: list[Key]) -> dict[str, A
     for n in lengths:
         scores = [row[str(n)]["score"] for row in by_task.values() if row.get(str(n), {}).get("score") is not None]
         average[str(n)] = _mean(scores)
-    results = {"suite": "ruler", "model": cfg.model.path, "workflow": cfg.workflow.name, "engine": cfg.engine.kind,
+    results = {"suite": "ruler", "protocol": cfg.eval.protocol, "model": cfg.model.path, "workflow": cfg.workflow.name, "engine": cfg.engine.kind,
                "lengths": lengths, "tasks": list(by_task), "by_task": by_task, "average": average,
                "config": _fingerprint(cfg)}
     with atomic_write(out / "results.json") as fh:
@@ -236,8 +272,10 @@ def markdown_table(results: dict[str, Any]) -> str:
     """Rows = tasks, columns = lengths, cells = RULER score %; a last row averages the tasks."""
     lengths = results["lengths"]
     head = "| task | metric | " + " | ".join(_length_label(n) for n in lengths) + " |"
-    lines = [f"**{results['workflow']}** on `{results['model']}`: RULER (score %, "
-             "string_match_all; QA string_match_part)", "", head, "|---|---|" + "---:|" * len(lengths)]
+    scoring = ("MemAgent's scoring: string_match_all; QA sub-EM on the first gold" if results.get("protocol") ==
+               "memagent" else "string_match_all; QA string_match_part")
+    lines = [f"**{results['workflow']}** on `{results['model']}`: RULER (score %, {scoring})", "", head,
+             "|---|---|" + "---:|" * len(lengths)]
     failed = 0
     for task, row in results["by_task"].items():
         cells = []
