@@ -197,6 +197,8 @@ class TrainerConfig(Section):
     max_nan_steps: int = Field(3, ge=1, description="Stop after this many non-finite losses in a row.")
     max_failed_steps: int = Field(3, ge=1, description="Stop (non-zero exit) after this many steps in a row "
                                   "in which every episode failed or nothing was trainable.")
+    stop_grace_s: float = Field(30.0, gt=0, description="After a first SIGINT/SIGTERM, seconds the current step's "
+                                "episodes may still run before they are failed and the last finished step is saved.")
     eval: TrainEvalConfig = Field(default_factory=TrainEvalConfig)
     tensorboard: bool = False
     wandb_project: str | None = None

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import traceback
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from memrl.eval.records import ROLLOUTS, save_eval_rollout
 from memrl.eval.report import summarize, write_reports
 from memrl.eval.transcript import render_transcript
 from memrl.rewards.published import METRIC_LABELS, score_protocol
+from memrl.train.rollout import one_line, own_failure
 from memrl.types import Trajectory
 from memrl.workflows import build_workflow
 
@@ -278,11 +278,11 @@ async def run_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data_dir: P
                 traj = await workflow.episode(sample, engine=engine, tokenizer=tokenizer,
                                               sampling=repeat_sampling(sampling, repeat))
                 error = None
-            except EngineDeadError:
-                dead.set()
-                raise
-            except Exception as exc:  # one broken episode must not stop the eval
-                error = "".join(traceback.format_exception_only(exc)).strip()
+            except BaseException as exc:  # one broken episode must not stop the eval
+                if not own_failure(exc):
+                    dead.set()  # a dead engine or Ctrl-C: queued episodes must not start
+                    raise
+                error = one_line(exc)
                 traj = _failed_trajectory(sample, error)
             _write_episode(out, tokenizer, traj, sample, n, repeat, time.perf_counter() - t0, error, rollouts)
             if error is not None:

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from memrl.config import MemRLConfig
-from memrl.engines.base import Engine, EngineDeadError
+from memrl.engines.base import Engine
 from memrl.eval.passk import is_success, pass_hat_ks
 from memrl.eval.records import ROLLOUTS, save_eval_rollout
 from memrl.eval.runner import AllEpisodesFailedError, episode_name, gather_cancelling, repeat_sampling, sampling_params
 from memrl.io.atomic import atomic_write
-from memrl.train.rollout import metric_means
+from memrl.train.rollout import metric_means, one_line, own_failure
 from memrl.types import Trajectory
 from memrl.workflows.api import Workflow
 
@@ -52,9 +52,9 @@ async def run_workflow_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, wo
             try:
                 traj = await workflow.episode(samples[i], engine=engine, tokenizer=tokenizer,
                                               sampling=repeat_sampling(base, r), sample_id=str(i), group_id=str(i))
-            except EngineDeadError:
-                raise
-            except Exception as exc:  # recorded, not scored, tried again by the next run
+            except BaseException as exc:  # recorded, not scored, tried again by the next run
+                if not own_failure(exc):
+                    raise  # a dead engine, Ctrl-C
                 _failure(out, name, exc, time.perf_counter() - t0)
             else:
                 _finished(out, name, traj, time.perf_counter() - t0, tokenizer if rollouts else None)
@@ -82,7 +82,7 @@ def _finished(out: Path, name: str, traj: Trajectory, seconds: float, tokenizer:
 def _failure(out: Path, name: str, exc: BaseException, seconds: float) -> None:
     text = "".join(traceback.format_exception(exc)).strip()
     _write(out / "failures" / f"{name}.json",
-           json.dumps({"error": text.splitlines()[-1], "traceback": text, "seconds": round(seconds, 3)}))
+           json.dumps({"error": one_line(exc), "traceback": text, "seconds": round(seconds, 3)}))
 
 
 def _write(path: Path, text: str) -> None:

@@ -25,9 +25,8 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from memrl.gateway.command import MAX_LINE_BYTES, CommandError, run_command
 from memrl.gateway.server import Endpoint
-
-_STDERR_LINES = 20
 
 
 class AgentProgramError(RuntimeError):
@@ -111,8 +110,10 @@ async def call_function(fn: Callable[..., Awaitable[Any]], endpoint: Endpoint, m
         try:
             outcome: tuple[Any, BaseException | None] = (loop.run_until_complete(task), None)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting episode
-            outcome = (None, exc)
+            outcome = (None, exc if isinstance(exc, Exception) else _stopped_itself(exc, what))
         finally:
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: no "Task exception was never retrieved" at exit
             loop.close()
         with contextlib.suppress(concurrent.futures.InvalidStateError):  # the episode stopped waiting
             done.set_result(outcome[0]) if outcome[1] is None else done.set_exception(outcome[1])
@@ -125,37 +126,53 @@ async def call_function(fn: Callable[..., Awaitable[Any]], endpoint: Endpoint, m
             with contextlib.suppress(RuntimeError):  # the program's loop has already closed
                 stop()
         raise
+    except AgentProgramError:
+        raise
     except Exception as exc:
         message = " ".join(str(exc).split())[:300]
         raise AgentProgramError(f"{what} raised {type(exc).__name__}: {message}{_where(exc)}") from exc
 
 
+def _stopped_itself(exc: BaseException, what: str) -> AgentProgramError:
+    """A program's own ``sys.exit()``, KeyboardInterrupt or CancelledError, as the failure of its episode.
+
+    The program runs in a thread of its own, where no signal ever raises KeyboardInterrupt and
+    only the episode's timeout cancels it (and then nobody waits for this): so these come from the
+    program, and must end its episode only, not the run.
+    """
+    detail = " ".join(str(exc).split())[:300]
+    err = AgentProgramError(f"{what} raised {type(exc).__name__}" + (f": {detail}" if detail else "")
+                            + _where(exc) + " (an agent program must return a reward, not stop the process)")
+    err.__cause__ = exc
+    return err
+
+
 async def call_command(command: Sequence[str], endpoint: Endpoint, model_name: str, sample: Any, what: str) -> Any:
-    """Run ``command`` with the episode's endpoint in its environment; the JSON on its last stdout line."""
+    """Run ``command`` with the episode's endpoint in its environment; the JSON on its last stdout line.
+
+    It runs in a process group of its own, killed when the episode ends (:mod:`memrl.gateway.command`).
+    """
     env = {**os.environ, "OPENAI_BASE_URL": endpoint.base_url, "OPENAI_API_KEY": endpoint.api_key,
            "MEMRL_MODEL": model_name}
+    stdin = json.dumps(plain_sample(sample), ensure_ascii=False, default=str).encode()
     try:
-        proc = await asyncio.create_subprocess_exec(*command, stdin=asyncio.subprocess.PIPE,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                                                    env=env)
-    except OSError as exc:
-        raise AgentProgramError(f"{what}: cannot start it ({exc.strerror or exc})") from None
-    try:
-        out, err = await proc.communicate(json.dumps(plain_sample(sample), ensure_ascii=False, default=str).encode())
-    finally:
-        if proc.returncode is None:  # cancelled (timeout, Ctrl-C): never leave the process behind
-            proc.kill()
-            await proc.wait()
-    tail = "\n".join(err.decode(errors="replace").strip().splitlines()[-_STDERR_LINES:])
-    if proc.returncode != 0:
-        raise AgentProgramError(f"{what} exited with status {proc.returncode}" + (f"; stderr:\n{tail}" if tail else ""))
-    lines = [line for line in out.decode(errors="replace").splitlines() if line.strip()]
-    if not lines:
+        code, last, tail = await run_command(command, env, stdin)
+    except CommandError as exc:
+        raise AgentProgramError(f"{what}: {exc}") from None
+    if code != 0:
+        status = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        raise AgentProgramError(f"{what} {status}" + (f"; stderr:\n{tail}" if tail else ""))
+    if last is None:
         raise AgentProgramError(f"{what} printed nothing: its last stdout line must be the reward as JSON")
+    line, cut = last
+    if cut:
+        raise AgentProgramError(f"{what}: last stdout line is over {MAX_LINE_BYTES >> 20} MB; print the result "
+                                "as one short JSON line")
+    text = line.decode(errors="replace")
     try:
-        return json.loads(lines[-1])
+        return json.loads(text)
     except json.JSONDecodeError:
-        raise AgentProgramError(f"{what}: last stdout line {lines[-1][:80]!r} is not JSON (a number or "
+        raise AgentProgramError(f"{what}: last stdout line {text[:80]!r} is not JSON (a number or "
                                 '{"reward": r, "metrics": {...}})') from None
 
 

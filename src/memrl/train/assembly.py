@@ -30,7 +30,7 @@ from memrl.train.rollout import RolloutRunner
 from memrl.train.sampler import ResumableSampler
 from memrl.train.setup import build_engine, build_optimizer, seed_everything
 from memrl.train.sources import RolloutSource, rollout_source
-from memrl.train.tracking import Tracker
+from memrl.train.tracking import Tracker, print_warning
 from memrl.train.update import PolicyUpdate
 from memrl.workflows.api import Workflow
 from memrl.workflows.registry import as_workflow
@@ -143,7 +143,7 @@ def build_run(cfg: Any, *, workflow: Any = None, train: list[Any] | None = None,
     from rich.console import Console
 
     console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-    warn = (lambda msg: console.print(f"[yellow]warning:[/yellow] {msg}", highlight=False))  # noqa: E731
+    warn = (lambda msg: print_warning(console, msg))  # noqa: E731 (messages carry user text: never markup)
     # rank 0 chooses the checkpoint before any model loads; the others use the same one
     found = dist.broadcast(state.choose_checkpoint(cfg, run_dir, warn) if dist.main else None)
     seed_everything(cfg.trainer.seed)
@@ -153,7 +153,7 @@ def build_run(cfg: Any, *, workflow: Any = None, train: list[Any] | None = None,
     wf.setup(cfg)
     samples, eval_samples = load_data(cfg, wf, tokenizer, train, eval, warn)
     sampler = ResumableSampler(len(samples), cfg.trainer.seed)
-    runner = RolloutRunner(cfg, wf, samples, sampler, tokenizer, lambda msg: console.print(msg, highlight=False))
+    runner = RolloutRunner(cfg, wf, samples, sampler, tokenizer, lambda msg: print_warning(console, msg, ""))
     if found is not None:  # weights first: engines built next start from them
         checkpoint.load_weights(policy, found[1])
     sharded = cfg.cluster.strategy == "fsdp" and torch.distributed.is_initialized()

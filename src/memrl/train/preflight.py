@@ -20,7 +20,7 @@ from memrl.workflows.tool_budget import check_tool_prompt_budget, tool_prompt_fl
 # Config keys that may change between a run and its resumption.
 RESUMABLE_CHANGES = {*(f"trainer.{k}" for k in ("total_steps", "save_every", "eval.every", "keep_checkpoints",
                                                  "tensorboard", "wandb_project", "max_nan_steps", "max_failed_steps",
-                                                 "rollouts_every", "rollouts_per_step", "allow_changes",
+                                                 "stop_grace_s", "rollouts_every", "rollouts_per_step", "allow_changes",
                                                  "output_dir")),  # a moved or renamed run resumes where it is now
                      *(f"cluster.{k}" for k in ("address", "rollout_replicas", "replica_cpus", "replica_gpus",
                                                 "trainers", "backend", "placement", "strategy", "weight_sync"))}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -20,11 +21,51 @@ from memrl.engines.base import Engine, EngineDeadError, SamplingParams
 from memrl.rl.dapo import keep_groups
 from memrl.train.guards import RolloutTally
 from memrl.train.sampler import ResumableSampler
+from memrl.train.signals import stop_requested_at
 from memrl.types import Trajectory
 from memrl.workflows.api import Workflow
 from memrl.workflows.registry import as_workflow
 
 MAX_FAILURE_FILES = 200  # tracebacks kept per run: enough to debug, bounded if every episode fails
+
+
+class EpisodeStopped(RuntimeError):
+    """The run was asked to stop and this episode outlived ``trainer.stop_grace_s``."""
+
+
+def own_failure(exc: BaseException) -> bool:
+    """Whether an exception out of an episode is that episode's failure (recorded; the run goes on).
+
+    Any ``Exception`` but a dead engine; also a workflow's own ``sys.exit()``, ``KeyboardInterrupt`` or
+    ``CancelledError`` (user code run inside an episode must not end the run). Not a cancellation of the
+    episode's task: that is Ctrl-C (``asyncio.run`` turns it into one) or the run stopping, and must
+    propagate.
+    """
+    if isinstance(exc, EngineDeadError):
+        return False
+    if isinstance(exc, Exception):
+        return True
+    if isinstance(exc, (SystemExit, KeyboardInterrupt, asyncio.CancelledError)):
+        task = asyncio.current_task()
+        return task is not None and task.cancelling() == 0
+    return False
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line: a multi-line message (a command's stderr) keeps its first and last lines,
+    so the exit status and the last thing it printed are both in the warning."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else ""
+    if len(lines) > 1:
+        text += f" ... {lines[-1]}"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def _cut_on_stop(scope: asyncio.Timeout, grace_s: float) -> None:
+    """End the episode under ``scope`` ``grace_s`` seconds after the run was asked to stop."""
+    while (at := stop_requested_at()) is None:
+        await asyncio.sleep(0.5)
+    scope.reschedule(asyncio.get_running_loop().time() + max(0.0, at + grace_s - time.monotonic()))
 
 
 def episode_seed(seed: int, step: int, round_: int, idx: int, k: int) -> int:
@@ -64,21 +105,30 @@ class RolloutRunner:
         seed = episode_seed(self.cfg.trainer.seed, step, round_, idx, k)
         self.tally.attempted += 1
         try:
-            return await self.workflow.episode(self.samples[idx], engine=engine or self.engine,
-                                               tokenizer=self.tokenizer,
-                                               sampling=sampling_params(self.cfg).with_(seed=seed),
-                                               sample_id=str(idx), group_id=group_id or f"{step}:{round_}:{idx}")
-        except EngineDeadError:
-            raise  # every later episode would fail too: stop the run
-        except Exception:  # an episode failing must not stop training
+            async with asyncio.timeout(None) as scope:
+                watch = asyncio.ensure_future(_cut_on_stop(scope, self.cfg.trainer.stop_grace_s))
+                try:
+                    return await self.workflow.episode(self.samples[idx], engine=engine or self.engine,
+                                                       tokenizer=self.tokenizer,
+                                                       sampling=sampling_params(self.cfg).with_(seed=seed),
+                                                       sample_id=str(idx),
+                                                       group_id=group_id or f"{step}:{round_}:{idx}")
+                finally:
+                    watch.cancel()
+        except BaseException as exc:
+            if not own_failure(exc):
+                raise  # a dead engine (every later episode would fail too) or this task's cancellation
+            if isinstance(exc, TimeoutError) and scope.expired():
+                exc = EpisodeStopped(f"the run is stopping and this episode was still running "
+                                     f"{self.cfg.trainer.stop_grace_s:g} s later (trainer.stop_grace_s)")
             self.failed_episodes += 1
             self.tally.failed += 1
-            self.tally.last_error = traceback.format_exc(limit=2).strip().splitlines()[-1]
-            where = self._keep_traceback(step, idx, k)
-            self.warn(f"[yellow]episode of sample {idx} failed:[/yellow] {self.tally.last_error}{where}")
+            self.tally.last_error = one_line(exc)
+            where = self._keep_traceback(step, idx, k, exc)
+            self.warn(f"episode of sample {idx} failed: {self.tally.last_error}{where}")
             return None
 
-    def _keep_traceback(self, step: int, idx: int, k: int) -> str:
+    def _keep_traceback(self, step: int, idx: int, k: int, exc: BaseException) -> str:
         """The whole traceback in RUN/failures/ (the first MAX_FAILURE_FILES of a run), for the warning to name."""
         folder = Path(self.cfg.trainer.output_dir) / "failures"
         try:
@@ -86,7 +136,7 @@ class RolloutRunner:
                 return ""
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"step{step:06d}-sample{idx}-{k}.txt"
-            path.write_text(traceback.format_exc(), encoding="utf-8")
+            path.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
         except OSError:
             return ""
         return f" (traceback: {path})"

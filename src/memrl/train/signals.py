@@ -11,10 +11,26 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
+from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
+_HARD_EXIT_HOOKS: list[Callable[[], None]] = []
+_stop_at: list[float] = []  # monotonic time of the first stop signal of the active StopRequest (empty: none)
+
+
+def on_hard_exit(hook: Callable[[], None]) -> None:
+    """Run ``hook`` before a second signal ends the process at once (``os._exit`` skips atexit): agent
+    commands run in process groups of their own, which nothing else would stop."""
+    _HARD_EXIT_HOOKS.append(hook)
+
+
+def stop_requested_at() -> float | None:
+    """When (``time.monotonic()``) the training loop was asked to stop, or None: running episodes read it
+    to end within ``trainer.stop_grace_s``."""
+    return _stop_at[0] if _stop_at else None
 
 
 class TrainingInterrupted(Exception):
@@ -57,25 +73,44 @@ class _SignalScope:
 
 class StopRequest(_SignalScope):
     """While active, SIGINT/SIGTERM ask the loop to stop instead of killing it (``signum`` records the signal;
-    it stays None outside the main thread, where no handler can be installed)."""
+    it stays None outside the main thread, where no handler can be installed).
 
-    def __init__(self) -> None:
+    Episodes still running ``grace_s`` after the signal are failed (:func:`stop_requested_at`), so a
+    hung agent cannot hold the stop for its whole ``timeout_s``: container runtimes send SIGKILL
+    after a grace period of their own (Kubernetes: 30 s).
+    """
+
+    def __init__(self, grace_s: float = 30.0) -> None:
         super().__init__()
         self.signum: int | None = None
+        self.grace_s = grace_s
 
     def __enter__(self) -> StopRequest:
         super().__enter__()
+        _stop_at.clear()
         return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        super().__exit__(exc_type, exc, tb)
+        _stop_at.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self.signum is not None:
             # os.write: a handler may run while the console is mid-print, and print() is not reentrant
             os.write(2, f"\n{name} again: exiting now without a checkpoint\n".encode())
+            for hook in list(_HARD_EXIT_HOOKS):
+                try:
+                    hook()
+                except Exception:  # noqa: BLE001 - exiting at once matters more than any one hook
+                    pass
             os._exit(128 + signum)
         self.signum = signum
-        os.write(2, f"\n{name}: finishing the current step, then saving a checkpoint "
-                    f"(send it again to exit at once)\n".encode())
+        _stop_at[:] = [time.monotonic()]
+        os.write(2, f"\n{name}: finishing the current step (episodes still running in {self.grace_s:g} s are "
+                    f"failed: trainer.stop_grace_s), then saving a checkpoint (send it again to exit at once)\n"
+                    .encode())
 
 
 class StageInterrupted(Exception):

@@ -22,6 +22,14 @@ CONSOLE_KEYS = [("reward", "reward", "{:.3f}"), ("acc", "eval/accuracy", "{:.1f}
                 ("sync", "time/sync", "{:.2f}s")]
 
 
+def print_warning(console: Console, text: str, label: str = "warning:") -> None:
+    """``label`` in yellow, then ``text`` exactly as it is: an episode's error, a command's stderr or a sample
+    may hold ``[/INST]``, which rich would read as a closing tag and fail on (MarkupError)."""
+    from rich.text import Text
+
+    console.print(Text.assemble((label, "yellow"), " " if label and text else "", text), highlight=False)
+
+
 class Tracker:
     def __init__(self, run_dir: Path, resume_step: int, tensorboard: bool = False, wandb_project: str | None = None,
                  config: dict[str, Any] | None = None, console: Console | None = None,
@@ -62,8 +70,7 @@ class Tracker:
         """
         if not self.path.is_file():
             return
-        rows = read_rows(self.path, warn=lambda msg: self.console.print(f"[yellow]warning:[/yellow] {msg}",
-                                                                        highlight=False))
+        rows = read_rows(self.path, warn=lambda msg: print_warning(self.console, msg))
         keep = [r for r in rows if step > 0 and r["step"] <= step]
         with atomic_write(self.path) as fh:
             fh.write("".join(json.dumps(r) + "\n" for r in keep))

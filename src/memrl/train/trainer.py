@@ -35,6 +35,7 @@ from memrl.train.rollouts import save_step_rollouts
 from memrl.train.scoring import assign_advantages, without_non_finite
 from memrl.train.signals import StopRequest, TrainingInterrupted
 from memrl.train.sources import RolloutSource
+from memrl.train.tracking import print_warning
 from memrl.types import Trajectory
 from memrl.workflows import Workflow
 
@@ -111,8 +112,8 @@ class Trainer:
         warning = self.idle.record(bool(rows), tally)  # run() stops after trainer.max_failed_steps idle steps
         if warning:
             self.state.idle_steps += 1  # verl/AReaL count steps that update the policy: this one does not
-            self.tracker.console.print(f"[yellow]{warning}; skipping the update (a step that trains nothing does "
-                                       "not count toward trainer.total_steps)[/yellow]", highlight=False)
+            self.tracker.console.print(f"{warning}; skipping the update (a step that trains nothing does not count "
+                                       "toward trainer.total_steps)", style="yellow", highlight=False, markup=False)
             metrics.update({"time/logprob": 0.0, "time/update": 0.0, "time/sync": 0.0, "skipped_updates": 1.0,
                             "data_position": float(self.sampler.position),
                             "idle_steps": float(self.state.idle_steps)})
@@ -192,8 +193,7 @@ class Trainer:
         self.tally.failed += len(bad)
         self.tally.last_error = (f"workflow {self.workflow.label!r} returned reward {bad[0].reward} for sample "
                                  f"{bad[0].sample_id}: a reward must be a finite number")
-        self.tracker.console.print(f"[yellow]{len(bad)} episode(s) failed:[/yellow] {self.tally.last_error}",
-                                   highlight=False)
+        print_warning(self.tracker.console, self.tally.last_error, f"{len(bad)} episode(s) failed:")
         return without_non_finite(trajs)[0], all_trajs
 
     def _count_too_long(self, trajs: list[Trajectory], metrics: dict[str, float]) -> None:
@@ -232,7 +232,7 @@ class Trainer:
             self.tracker.console.print(f"resumed from step {self.resumed_from} ({self.run_dir})")
         saved = True  # the step we start from is either a checkpoint or step 0 (nothing to save)
         try:
-            with StopRequest() as stop:
+            with StopRequest(t.stop_grace_s) as stop:
                 if t.eval.every and self.step == 0 and self.dist.main:  # the curve starts from the untrained policy
                     self.tracker.log(0, {"eval/accuracy": self.evaluate()})
                 while not self._stopping(stop, saved):

@@ -1,0 +1,101 @@
+"""Whatever an episode's code raises fails that episode only, printed as it is; stopping a run is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+import time
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from memrl.train import signals
+from memrl.train.guards import NothingTrainableError
+from memrl.train.rollout import RolloutRunner, one_line
+from memrl.train.sampler import ResumableSampler
+from memrl.train.signals import StopRequest
+from memrl.train.trainer import Trainer
+from tests.train.helpers import config
+from tests.train.test_run_guards import failing_engine
+
+
+def run_failing(tmp_path, exc: BaseException) -> tuple[str, NothingTrainableError]:
+    out = io.StringIO()
+    trainer = Trainer(config(tmp_path, trainer__total_steps=3, trainer__max_failed_steps=1), engine=failing_engine(exc),
+                      tracker_console=Console(file=out, width=400))
+    with pytest.raises(NothingTrainableError) as err:
+        trainer.run()
+    return out.getvalue(), err.value
+
+
+def test_an_error_text_with_brackets_is_printed_as_it_is(tmp_path):
+    printed, err = run_failing(tmp_path, RuntimeError("[INST] 2+2 [/INST]"))  # rich would read a closing tag
+    assert "episode of sample" in printed and "RuntimeError: [INST] 2+2 [/INST]" in printed
+    assert "last error: RuntimeError: [INST] 2+2 [/INST]" in printed and "[/INST]" in str(err)
+
+
+@pytest.mark.parametrize("exc,name", [(SystemExit(3), "SystemExit: 3"), (KeyboardInterrupt(), "KeyboardInterrupt"),
+                                      (asyncio.CancelledError(), "CancelledError")])
+def test_code_that_stops_itself_fails_its_episode_only(tmp_path, exc, name):
+    printed, err = run_failing(tmp_path, exc)
+    assert f"every episode failed (last error: {name})" in str(err)
+    files = sorted((tmp_path / "run" / "failures").iterdir())
+    assert len(files) == 8  # prompts_per_step 2 x n 4, one traceback each
+    assert all(f.read_text().count("Traceback (most recent call last)") == 1 for f in files)
+
+
+class Sleeps:
+    """A workflow whose episodes hang (an agent waiting on a tool that never answers)."""
+
+    async def episode(self, sample, **kw):
+        await asyncio.sleep(3600)
+
+
+def runner(tmp_path, grace: float) -> tuple[RolloutRunner, list[str]]:
+    cfg = SimpleNamespace(trainer=SimpleNamespace(seed=0, stop_grace_s=grace, output_dir=str(tmp_path)),
+                          sampling=SimpleNamespace(temperature=1.0, top_p=1.0, top_k=-1))
+    said: list[str] = []
+    return RolloutRunner(cfg, Sleeps(), [{}], ResumableSampler(1, 0), None, said.append), said
+
+
+def test_a_cancelled_episode_is_not_a_failure(tmp_path):
+    run, said = runner(tmp_path, 30)
+
+    async def main():
+        task = asyncio.ensure_future(run.episode(0, 0, step=1, round_=0))
+        await asyncio.sleep(0.1)
+        task.cancel()  # Ctrl-C under asyncio.run, or the run stopping
+        await task
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(main())
+    assert run.failed_episodes == 0 and not said
+
+
+def test_a_stop_request_ends_hung_episodes_after_the_grace_period(tmp_path, monkeypatch):
+    run, said = runner(tmp_path, 0.5)
+    monkeypatch.setattr(signals, "_stop_at", [time.monotonic()])  # as the first SIGTERM sets it
+    start = time.perf_counter()
+    assert asyncio.run(run.episode(0, 0, step=1, round_=0)) is None
+    assert time.perf_counter() - start < 5 and run.failed_episodes == 1
+    assert "EpisodeStopped: the run is stopping and this episode was still running 0.5 s later " \
+           "(trainer.stop_grace_s)" in said[0]
+
+
+def test_the_first_signal_says_how_long_running_episodes_may_take(capfd):
+    with StopRequest(12) as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        assert stop.signum == signal.SIGTERM and signals.stop_requested_at() is not None
+    assert signals.stop_requested_at() is None
+    err = capfd.readouterr().err
+    assert "SIGTERM: finishing the current step (episodes still running in 12 s are failed: trainer.stop_grace_s)" \
+           in err
+
+
+def test_one_line_keeps_the_first_and_last_lines():
+    exc = RuntimeError("command 'a' exited with status 3; stderr:\nfirst\nlast")
+    assert one_line(exc) == "RuntimeError: command 'a' exited with status 3; stderr: ... last"
