@@ -81,6 +81,10 @@ class Registry:
     def names(self) -> tuple[str, ...]:
         return tuple(self._builtins)
 
+    def target(self, name: str) -> str:
+        """The import path behind a built-in name (any other name is its own path)."""
+        return self._builtins.get(name, name)
+
     def validate(self, name: str) -> str:
         """``name`` if it is a built-in or a loadable plug-in (imported now to find out), else ValueError."""
         if name not in self._builtins:

@@ -143,6 +143,18 @@ def test_the_example_workflow_refuses_a_misspelt_option(monkeypatch):
     assert good.exit_code == 0, good.output
 
 
+async def calculator(client, sample):
+    """An agent program (what workflow.options.program names), not a workflow."""
+    return 1.0
+
+
+def test_an_agent_program_named_as_a_workflow_points_to_the_agent_workflow():
+    with pytest.raises(ConfigError, match=r"is an agent program, not a workflow: run it with workflow.name: agent "
+                                          r"and workflow.options.program: 'tests.workflows.test_workflow_api:calculator'"):
+        load_config(None, ["workflow.name=tests.workflows.test_workflow_api:calculator"])
+    assert load_config(None, ["workflow.name=tests.workflows.test_workflow_api:legacy"])  # the old signature still runs
+
+
 def test_old_flat_keys_load_as_options_with_a_notice(capsys, monkeypatch):
     from memrl.config import renames
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memrl.config import MemRLConfig, load_config
+from memrl.models.resolve import quiet_hub_progress  # noqa: F401 (its old home; the Trainer calls it too)
 
 
 def resolve_config(config: Path | None, overrides: list[str] | None, flags: dict[str, object]) -> MemRLConfig:
@@ -26,17 +27,3 @@ def _literal(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(str(v) for v in value) + "]"
     return str(value)
-
-
-def quiet_hub_progress() -> None:
-    """No per-file "Loading weights"/"Writing model shards" bars from transformers and the Hub:
-    memrl prints its own progress, and those bars drown it (MEMRL_HF_PROGRESS=1 keeps them)."""
-    import os
-
-    if os.environ.get("MEMRL_HF_PROGRESS") == "1":
-        return
-    from huggingface_hub.utils import disable_progress_bars
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    disable_progress_bars()

@@ -7,9 +7,10 @@ reported with its full dotted path and the nearest valid key.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -198,24 +199,40 @@ def _format_validation_error(exc: ValidationError, source: str, given: dict[str,
     return ConfigError(f"invalid config{source if file_only else ''}: " + "; ".join(lines))
 
 
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A YAML file's mapping of sections, unchecked; a one-line :class:`ConfigError` for a missing or bad file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    if loaded is None:
+        loaded = {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{p}: top level must be a mapping of sections, got {type(loaded).__name__}")
+    return loaded
+
+
+def config_from_dict(raw: Mapping[str, Any], source: str = "") -> MemRLConfig:
+    """A config from a dict of sections (``memrl.Trainer({...})``), checked as a file is: an unknown key gets
+    the nearest name and every problem is one line, not pydantic's multi-line report."""
+    tree = copy.deepcopy(dict(raw))
+    check_keys(tree)
+    try:
+        return MemRLConfig.model_validate(tree)
+    except ValidationError as exc:
+        raise _format_validation_error(exc, source, {}) from None
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] | Iterable[str] = ()) -> MemRLConfig:
     """Read YAML (optional), apply overrides, validate; raise :class:`ConfigError` on any problem."""
     raw: dict[str, Any] = {}
     source = ""
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
-        try:
-            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-        if loaded is None:
-            loaded = {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{p}: top level must be a mapping of sections, got {type(loaded).__name__}")
-        raw = loaded
-        source = f" in {p}"
+        raw = read_config_file(path)
+        source = f" in {path}"
         check_keys(raw)
     given: dict[str, str] = {}
     named: dict[str, str] = {}  # current key -> the spelling first given for it

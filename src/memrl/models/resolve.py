@@ -52,6 +52,21 @@ def resolve_model_path(spec: str) -> str:
     return spec
 
 
+def quiet_hub_progress() -> None:
+    """No per-file "Loading weights"/"Writing model shards" bars from transformers and the Hub: memrl
+    prints its own progress (the CLI and ``memrl.Trainer`` alike), and those bars drown it
+    (MEMRL_HF_PROGRESS=1 keeps them)."""
+    import os
+
+    if os.environ.get("MEMRL_HF_PROGRESS") == "1":
+        return
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    disable_progress_bars()
+
+
 def load_tokenizer(spec: str) -> Any:
     """A ``transformers`` tokenizer from a folder, hub id or alias."""
     from transformers import AutoTokenizer

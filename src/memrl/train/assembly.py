@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +23,10 @@ from memrl.config import ConfigError, MemRLConfig
 from memrl.dist.ddp import DistContext
 from memrl.engines.base import Engine
 from memrl.train import checkpoint, state
+from memrl.train.arguments import as_config, checked_records, run_workflow  # noqa: F401 (as_config: its old home)
 from memrl.train.engine_sync import WeightSync
 from memrl.train.guards import IdleStreak
+from memrl.models.resolve import quiet_hub_progress
 from memrl.train.policy import Reference, build_policy
 from memrl.train.preflight import check_config, check_dataset_size
 from memrl.train.rollout import RolloutRunner
@@ -33,7 +36,9 @@ from memrl.train.sources import RolloutSource, rollout_source
 from memrl.train.tracking import Tracker, print_warning
 from memrl.train.update import PolicyUpdate
 from memrl.workflows.api import Workflow
-from memrl.workflows.registry import as_workflow
+
+
+_BUILDING = threading.RLock()  # see build_run
 
 
 class QuietTracker:
@@ -86,17 +91,6 @@ class RunParts:
     tracker: Any
 
 
-def as_config(config: Any) -> MemRLConfig:
-    """A MemRLConfig from itself, a dict of sections, or a YAML path."""
-    if isinstance(config, MemRLConfig):
-        return config
-    if isinstance(config, (str, Path)):
-        from memrl.config import load_config
-
-        return load_config(config)
-    return MemRLConfig.model_validate(dict(config or {}))
-
-
 def load_data(cfg: MemRLConfig, wf: Workflow, tokenizer: Any, train: list[Any] | None, eval: list[Any] | None,
               warn: Callable[[str], None]) -> tuple[list[Any], list[Any]]:
     """The training and held-out samples: given ones, else the workflow's own; checked before any episode."""
@@ -134,10 +128,19 @@ def _engine(cfg: MemRLConfig, dist: DistContext, policy: Any, given: Engine | No
 def build_run(cfg: Any, *, workflow: Any = None, train: list[Any] | None = None, eval: list[Any] | None = None,
               policy: Any = None, tokenizer: Any = None, engine: Engine | None = None,
               console: Any = None) -> RunParts:
-    """Every part of a run, built in the order the module docstring explains."""
-    cfg = as_config(cfg)
-    wf = as_workflow(workflow) if workflow is not None else cfg.workflow.build()
+    """Every part of a run, built in the order the module docstring explains; one run at a time per process
+    (transformers' lazy imports and model init are not thread-safe, and the seed is global)."""
+    with _BUILDING:
+        return _build_run(cfg, workflow=workflow, train=train, eval=eval, policy=policy, tokenizer=tokenizer,
+                          engine=engine, console=console)
+
+
+def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, tokenizer: Any,
+               engine: Engine | None, console: Any) -> RunParts:
+    train, eval = checked_records(train, "train"), checked_records(eval, "eval")
+    cfg, wf = run_workflow(cfg, workflow)
     check_config(cfg, wf, has_samples=train is not None)
+    quiet_hub_progress()
     dist = DistContext.from_env(cfg.cluster.backend, group_of_one=cfg.cluster.strategy == "fsdp")
     run_dir = Path(cfg.trainer.output_dir)
     from rich.console import Console

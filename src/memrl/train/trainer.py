@@ -253,7 +253,8 @@ class Trainer:
             self.tracker.close()
         return last
 
-    fit = run  # the name other trainers use
+    fit = run  # the names other trainers use (TRL: trainer.train())
+    train = run
 
     def _stopping(self, stop: StopRequest, saved: bool) -> bool:
         """Whether the run is complete; if rank 0 got a signal, checkpoint the last finished step and raise.

@@ -39,8 +39,23 @@ def check_workflow(obj: Any) -> str | None:
     if isinstance(obj, Workflow) or (inspect.isclass(obj) and issubclass(obj, Workflow)):
         return None
     if inspect.iscoroutinefunction(obj) or inspect.iscoroutinefunction(getattr(obj, "__call__", None)):
-        return None  # the old function signature, adapted for one release (memrl.workflows.registry)
+        return _agent_program(obj)  # else the old function signature, adapted for one release
     return "a workflow must be a memrl.Workflow subclass (or instance) with async def run(self, ep)"
+
+
+def _agent_program(fn: Any) -> str | None:
+    """The hint for an agent program (``async def fn(client, sample)``) named as a workflow: an old-style workflow
+    function takes (sample, engine, tokenizer, config), a program runs behind ``workflow.name: agent``."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return None
+    if len(params) >= 4:
+        return None
+    spec = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+    return (f"an async function of ({', '.join(p.name for p in params)}) is an agent program, not a workflow: "
+            f"run it with workflow.name: agent and workflow.options.program: '{spec}'")
 
 
 def registered(name: str) -> Any:
