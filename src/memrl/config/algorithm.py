@@ -21,7 +21,12 @@ class AlgorithmConfig(Section):
         "'package.module:function'.")
     n: int = Field(8, ge=1, description="Episodes per prompt (the GRPO group); MemAgent uses 16.")
     epsilon: float = Field(1e-6, gt=0, description="Added to the group std (grpo).")
-    gamma: float = Field(1.0, ge=0, le=1, description="Discount for reinforce_plus_plus.")
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount: per token for reinforce_plus_plus, per turn "
+                         "(conversation) for gigpo and step_reinforce (ROLL's step_reward_gamma, 0.95 in its examples).")
+    episode_weight: float = Field(1.0, ge=0, description="gigpo: weight of the episode score normalised in its "
+                                  "prompt group (ROLL's episode_reward_weight).")
+    step_weight: float = Field(1.0, ge=0, description="gigpo: weight of the turn's discounted return normalised "
+                               "among the group's turns with the same anchor state (ROLL's step_reward_weight).")
     clip_ratio_low: float = Field(0.2, ge=0, lt=1, description="PPO clips the ratio below at 1 - clip_ratio_low, "
                                   "which must stay positive.")
     clip_ratio_high: float = Field(0.2, ge=0, description="DAPO clip-higher uses 0.28.")
@@ -57,6 +62,9 @@ class AlgorithmConfig(Section):
         if self.behav_imp_weight_cap is not None and option not in _options_of(self.off_policy):
             readers = [n for n in OFF_POLICY.names if option in _options_of(n)]
             raise ValueError(f"{option} needs off_policy={' or '.join(readers)} (off_policy is {self.off_policy!r})")
+        if self.step_rewards and getattr(ADV_ESTIMATORS.get(self.adv_estimator), "turns", None) is not None:
+            raise ValueError(f"step_rewards (ReMemR1's state advantages) and adv_estimator={self.adv_estimator!r} "
+                             "both give each turn its own advantage: use one")
         if self.rollout_correction.enabled and self.off_policy != "none":
             raise ValueError(f"rollout_correction and off_policy={self.off_policy!r} both correct the engine's "
                              "log-probs: use one (off_policy: none with rollout_correction, or no rollout_correction)")

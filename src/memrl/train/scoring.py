@@ -1,5 +1,6 @@
 """Advantages of a step: one value per episode within its group, given to every generated token of every
-conversation of that episode (or, with ReMemR1's step rewards, mixed with each conversation's own reward).
+conversation of that episode (or, with ReMemR1's step rewards, mixed with each conversation's own reward;
+or, with a per-turn estimator such as gigpo, one value per conversation from its turn reward and anchor).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ import math
 import torch
 
 from memrl.config import MemRLConfig
-from memrl.rl.advantages import broadcast, combine_step_advantages, episode_advantages
+from memrl.rl.advantages import (broadcast, combine_step_advantages, episode_advantages, get_estimator,
+                                  turn_advantages)
+from memrl.rl.turn_credit import TurnRows
 from memrl.train.batch import Row
 from memrl.types import Trajectory
 
@@ -36,7 +39,12 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
     for i, r in enumerate(rows):
         mask[i, : len(r) - 1] = torch.tensor(r.loss_mask[1:], dtype=torch.float32)
     conv_episode = [r.episode for r in rows]
-    if a.step_rewards:
+    per_turn = turn_advantages(a.adv_estimator, turn_rows(trajs, rows), gamma=a.gamma,
+                               episode_weight=a.episode_weight, step_weight=a.step_weight) \
+        if get_estimator(a.adv_estimator).turns is not None else None
+    if per_turn is not None:
+        tok = per_turn.unsqueeze(-1) * mask
+    elif a.step_rewards:
         alpha, scale = state_advantage or (1.0, 1.0)
         per_row = combine_step_advantages(ep_adv, torch.tensor([r.step_reward for r in rows]), conv_episode,
                                           groups, [r.step for r in rows], alpha, scale)
@@ -45,3 +53,13 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
         tok = broadcast(ep_adv, conv_episode, mask, a.adv_estimator, a.gamma)
     for i, r in enumerate(rows):
         r.advantages = tok[i, : len(r) - 1].clone()
+
+
+def turn_rows(trajs: list[Trajectory], rows: list[Row]) -> TurnRows:
+    """The turns of a batch as the per-turn estimators read them: each row's episode, conversation
+    position, group and anchor state; each episode's outcome reward and all its conversations' rewards."""
+    convs = [trajs[r.episode].conversations[r.step] for r in rows]
+    return TurnRows(episode=[r.episode for r in rows], turn=[r.step for r in rows],
+                    group=[trajs[r.episode].group_id for r in rows], state=[c.state for c in convs],
+                    scores=[t.reward for t in trajs],
+                    turn_rewards=[[float(c.reward or 0.0) for c in t.conversations] for t in trajs])

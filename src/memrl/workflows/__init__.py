@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memrl.workflows.api import Episode, Generation, Workflow
+from memrl.workflows.api import Episode, Generation, Workflow, anchor
 
 def get_workflow(name: str) -> Workflow:
     """The workflow registered under ``name`` (or the plug-in at ``package.module:Name``), default options."""
@@ -24,4 +24,4 @@ def load_samples(cfg: Any, split: str) -> list[Any]:
     return build_workflow(cfg, services=False).load_samples(split)
 
 
-__all__: list[Any] = ["Episode", "Generation", "Workflow", "build_workflow", "get_workflow", "load_samples"]
+__all__: list[Any] = ["Episode", "Generation", "Workflow", "anchor", "build_workflow", "get_workflow", "load_samples"]

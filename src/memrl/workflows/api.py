@@ -21,7 +21,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import difflib
-from collections.abc import Callable, Mapping, Sequence
+import hashlib
+import json
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -181,11 +183,13 @@ class Episode:
     async def generate(self, prompt: Sequence[int] | str | Sequence[Mapping[str, Any]], *, max_new_tokens: int,
                        tools: Sequence[Any] | None = None, temperature: float | None = None,
                        top_p: float | None = None, stop_token_ids: Sequence[int] | None = None,
-                       merge: bool = False) -> Generation:
+                       merge: bool = False, state: Hashable | None = None) -> Generation:
         """One model call, recorded as a conversation of this episode; returns what was generated.
 
         ``merge=True`` extends the last conversation instead when the new prompt starts with
         all of its tokens (a chat continued turn by turn is then one training sequence).
+        ``state``: the turn's anchor state, what the agent saw (e.g. :func:`anchor` of it); ``gigpo``
+        compares the turns of a prompt group that share one. A merged turn keeps its conversation's first.
         """
         if prompt_chars(prompt) > OFF_LOOP_CHARS:  # the loop is every episode's: a 5 MB prompt must not stall it
             ids = await asyncio.to_thread(self.encode, prompt, tools)
@@ -201,6 +205,8 @@ class Episode:
         self.calls += 1
         result = await self.engine.generate(ids, params)
         conv = self._record(ids, result, merge)
+        if state is not None and conv.state is None:
+            conv.meta["state"] = str(state)
         text = decode(self.tokenizer, strip_stop(result.token_ids, stops))
         return Generation(text, result=result, stops=stops, prompt_ids=ids, conversation=conv)
 
@@ -218,6 +224,14 @@ class Episode:
     def reward(self, value: float) -> None:
         """The episode's outcome reward (a finite number); the last call wins."""
         self._reward = finite_number(value, f"workflow {self.workflow!r}: ep.reward got")
+
+    def turn_reward(self, value: float) -> None:
+        """A reward of the latest conversation's own (added to what it has: merged turns sum), for the
+        per-turn estimators; the episode's outcome reward (:meth:`reward`) is separate and still needed."""
+        if not self.conversations:
+            raise ValueError(f"workflow {self.workflow!r}: ep.turn_reward before any ep.generate")
+        conv = self.conversations[-1]
+        conv.reward = (conv.reward or 0.0) + finite_number(value, f"workflow {self.workflow!r}: ep.turn_reward got")
 
     def metric(self, name: str, value: float) -> None:
         """A scalar logged as the mean over a step's episodes under ``name`` in metrics.jsonl."""
@@ -239,6 +253,13 @@ class Episode:
                    "response_tokens": float(sum(c.num_generated for c in self.conversations)), **self.metrics}
         return Trajectory(conversations=self.conversations, reward=self._reward, sample_id=self.sample_id,
                           group_id=self.group_id, metrics=metrics, info=dict(self.info))
+
+
+def anchor(*parts: Any) -> str:
+    """A short stable hash of what defines a turn's state (``ep.generate(..., state=anchor(...))``):
+    equal parts give equal keys across episodes and processes (no Python ``hash`` salt)."""
+    blob = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha1(blob.encode("utf-8")).hexdigest()[:16]
 
 
 def default_id(sample: Any) -> str:
