@@ -209,16 +209,19 @@ def reinforce_plus_plus_baseline(scores: torch.Tensor, group_ids: Sequence[Hasha
 
 @register_adv_est("gigpo", needs_group=True, turns=gigpo_rows)
 def gigpo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
-    """GiGPO (ROLL's numbers): group-normalised episode score plus the step return normalised among the
-    turns sharing an anchor state (``ep.generate(..., state=)``), weighted by ``algorithm.episode_weight``
-    / ``step_weight``. Per episode (callers wanting one value), GRPO."""
+    """GiGPO, per turn: episode score normalised in the group plus the turn's return normalised by anchor state.
+
+    ROLL's numbers (:func:`memrl.rl.gigpo_advantages`); anchors come from ``ep.generate(..., state=)``,
+    the weights are ``algorithm.episode_weight`` / ``step_weight``. Per episode (callers wanting one
+    value), GRPO."""
     return group_normalize(scores, group_ids, True, epsilon)
 
 
 @register_adv_est("step_reinforce", needs_group=True, turns=step_reinforce_rows)
 def step_reinforce(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
-    """ROLL's step_reinforce: each turn's discounted return (``algorithm.turn_gamma``) normalised in its
-    prompt group. Per episode (callers wanting one value), GRPO."""
+    """Step-REINFORCE, per turn: the turn's discounted return (gamma) normalised in its prompt group.
+
+    ROLL's ``step_reinforce``. Per episode (callers wanting one value), GRPO."""
     return group_normalize(scores, group_ids, True, epsilon)
 
 
