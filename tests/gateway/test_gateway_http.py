@@ -96,8 +96,8 @@ def test_bad_requests_get_400_and_the_episode_goes_on(gateway, tools_tokenizer):
                 with pytest.raises(openai.BadRequestError) as err:
                     await client.chat.completions.create(model="m", **kwargs)
                 messages.append(err.value.body["message"])
-            with pytest.raises(openai.BadRequestError):
-                await client.chat.completions.create(model="m", messages=user, stream=True)
+            with pytest.raises(openai.BadRequestError, match="stream_options: only with stream: true"):
+                await client.chat.completions.create(model="m", messages=user, stream_options={"include_usage": True})
             with pytest.raises(openai.BadRequestError):
                 await client.completions.create(model="m", prompt=["one", "two"])
             raw = httpx.AsyncClient(headers={"Authorization": f"Bearer {endpoint.api_key}",

@@ -9,6 +9,7 @@ request that fails for any other reason gets a 503 and fails its episode: nothin
 
 # No ``from __future__ import annotations`` here: FastAPI reads these annotations at run time.
 import asyncio
+import functools
 from typing import Any
 
 import fastapi
@@ -17,7 +18,9 @@ from fastapi import Depends, Request
 from memrl.gateway.calls import CallRequest, model_call
 from memrl.gateway.requests import (GatewayChatBody, GatewayCompletionBody, chat_messages, check_common, check_tools,
                                     requested_max_tokens, sampling_overrides)
+from memrl.gateway.routes import add_protocol_routes, authorization, stream_chat
 from memrl.gateway.sessions import Session, Sessions
+from memrl.gateway.sse import stream_usage
 from memrl.serve.errors import APIError, error_response, install_error_handlers
 from memrl.serve.fields import chat_logprobs, completion_logprobs, stop_strings
 from memrl.serve.limits import check_token_ids
@@ -75,17 +78,20 @@ def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int 
     app.get("/health")(health)
 
     def session_of(episode_id: str, request: Request) -> Session:
-        return sessions.get(episode_id, request.headers.get("authorization", ""))
+        return sessions.get(episode_id, authorization(request.headers))
 
     @app.get("/episodes/{episode_id}/v1/models")
     async def models(session: Session = Depends(session_of)) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "memrl"}]}
 
     @app.post("/episodes/{episode_id}/v1/chat/completions")
-    async def chat(body: GatewayChatBody, session: Session = Depends(session_of)) -> dict[str, Any]:
-        check_common(body)
+    async def chat(body: GatewayChatBody, session: Session = Depends(session_of)) -> Any:
+        check_common(body, streams=True)
+        usage = stream_usage(body.stream_options, bool(body.stream))
         req = _request_of("chat", body, chat_logprobs(body), "top_logprobs", chat_messages(body.messages),
                           model=model_name, tools=check_tools(body))
+        if body.stream:
+            return await stream_chat(session, functools.partial(_call, sessions), req, usage)
         return await _call(sessions, session, req)
 
     @app.post("/episodes/{episode_id}/v1/completions")
@@ -95,4 +101,5 @@ def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int 
                           model=model_name, add_special_tokens=body.add_special_tokens)
         return await _call(sessions, session, req)
 
+    add_protocol_routes(app, session_of, functools.partial(_call, sessions), model_name)
     return app

@@ -29,6 +29,7 @@ class GatewayChatBody(ChatBody):
     tools: Optional[list[Any]] = None
     tool_choice: Union[str, dict[str, Any], None] = None
     parallel_tool_calls: Optional[bool] = None
+    stream_options: Optional[dict[str, Any]] = None  # with stream: true (memrl.gateway.sse)
 
 
 class GatewayCompletionBody(CompletionBody):
@@ -39,10 +40,10 @@ def bad(param: str, message: str, code: str = "invalid_value") -> APIError:
     return APIError(400, f"{param}: {message}", code=code, param=param)
 
 
-def check_common(body: RequestBody) -> None:
-    """What neither endpoint accepts while training (the reason is in the message)."""
+def check_common(body: RequestBody, streams: bool = False) -> None:
+    """What neither endpoint accepts while training (the reason is in the message); ``streams``: stream is served."""
     reject_unsupported(body)
-    if body.stream:
+    if body.stream and not streams:
         raise bad("stream", "streaming is not supported by the training gateway; send stream=false", "unsupported")
     if body.n not in (None, 1):
         raise bad("n", f"one completion per call while training (n=1), got {body.n}", "unsupported")

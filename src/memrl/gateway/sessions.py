@@ -47,6 +47,7 @@ class Session:
     failure: BaseException | None = None  # what makes the episode fail once the program returns
     inflight: set[concurrent.futures.Future[Any]] = field(default_factory=set)
     closed: bool = False
+    responses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # /v1/responses kept for chaining
 
     def fail(self, error: BaseException) -> None:
         """Remember the first reason the episode must fail (a later one is a consequence)."""

@@ -1,0 +1,110 @@
+"""The Responses and Messages routes, and streaming for them and for chat completions.
+
+Each request is checked whole (a 400 naming the field) before it is handed to the episode;
+it then runs as one chat call of that episode (``call``: the chat endpoint's own path, with
+its call cap and failure handling), so what is recorded is the same whatever API or
+``stream`` setting the program used. The Messages API is served at ``.../v1/messages`` and
+at ``.../v1/v1/messages``: the ``anthropic`` SDK adds ``/v1`` to its base URL itself, so a
+program may give it the episode's base URL as it is, or without its ``/v1``.
+"""
+
+# No ``from __future__ import annotations`` here: FastAPI reads these annotations at run time.
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Optional
+
+from fastapi import Depends
+from fastapi.responses import StreamingResponse
+
+from memrl.gateway import messages as anthropic_messages
+from memrl.gateway import responses as openai_responses
+from memrl.gateway.adapters import on_episode, token_pieces
+from memrl.gateway.calls import CallRequest
+from memrl.gateway.requests import sampling_overrides
+from memrl.gateway.sessions import Session
+from memrl.gateway.sse import chat_events, messages_events, responses_events
+
+Call = Callable[[Session, CallRequest], Awaitable[dict[str, Any]]]
+
+
+def authorization(headers: Mapping[str, str]) -> str:
+    """The key to check, as ``Bearer KEY``: the Authorization header, else Anthropic's ``x-api-key``."""
+    auth = headers.get("authorization", "")
+    key = headers.get("x-api-key")
+    return f"Bearer {key}" if key and not auth else auth
+
+
+async def recorded(session: Session, call: Call, req: CallRequest) -> tuple[dict[str, Any], list[int]]:
+    """The chat answer of ``req`` and its generated ids (asked for here, shown only if the program asked)."""
+    answer = await call(session, dataclasses.replace(req, return_token_ids=True))
+    choice = answer["choices"][0]
+    ids = list(choice.get("token_ids") or [])
+    if not req.return_token_ids:
+        choice.pop("token_ids", None)
+        choice.pop("prompt_token_ids", None)
+    return answer, ids
+
+
+async def pieces(session: Session, ids: Sequence[int]) -> list[str]:
+    """The decoding of ``ids`` token by token, done on the episode's loop (which owns its tokenizer)."""
+    return await on_episode(session, lambda: token_pieces(session.episode.tokenizer, ids), [])  # type: ignore
+
+
+def event_stream(events: list[str]) -> StreamingResponse:
+    return StreamingResponse(iter(events), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def stream_chat(session: Session, call: Call, req: CallRequest, include_usage: bool) -> StreamingResponse:
+    """A chat completion with ``stream: true``: generated and recorded whole, then sent as chunks."""
+    answer, ids = await recorded(session, call, req)
+    return event_stream(chat_events(answer, await pieces(session, ids), include_usage))
+
+
+async def answer_responses(body: openai_responses.ResponsesBody, session: Session, call: Call, model: str) -> Any:
+    """``POST /v1/responses``: the Response object, or its events."""
+    max_tokens = openai_responses.check(body)
+    tools = openai_responses.tools_of(body)
+    overrides = sampling_overrides(body)  # type: ignore[arg-type]
+    prompt, history = openai_responses.chat_request(session, body)
+    req = CallRequest("chat", prompt, tools=tools, max_tokens=max_tokens, overrides=overrides, model=model)
+    answer, ids = await recorded(session, call, req)
+    resp = openai_responses.response_object(answer, body, session, history)
+    if not body.stream:
+        return resp
+    return event_stream(responses_events(resp, await pieces(session, ids)))
+
+
+async def answer_messages(body: anthropic_messages.MessagesBody, session: Session, call: Call, model: str) -> Any:
+    """``POST /v1/messages``: the Message object, or its events."""
+    stops = anthropic_messages.check(body)
+    tools = anthropic_messages.tools_of(body)
+    overrides = sampling_overrides(body)  # type: ignore[arg-type]
+    prompt = anthropic_messages.chat_messages(body)
+    req = CallRequest("chat", prompt, tools=tools, max_tokens=body.max_tokens, overrides=overrides, stops=stops,
+                      model=model)
+    answer, ids = await recorded(session, call, req)
+    cut = stops and answer["choices"][0]["finish_reason"] == "stop" and not (ids and ids[-1] in session.episode.stops)
+    text = await pieces(session, ids) if cut or body.stream else []
+    message = anthropic_messages.message_object(answer, _met(stops, "".join(text)) if cut else None)
+    if not body.stream:
+        return message
+    return event_stream(messages_events(message, text))
+
+
+def _met(stops: list[str], text: str) -> Optional[str]:
+    """The stop sequence the answer was cut at: the one that comes first in the generated text."""
+    found = [(text.find(s), i) for i, s in enumerate(stops) if s in text]
+    return stops[min(found)[1]] if found else stops[0]
+
+
+def add_protocol_routes(app: Any, session_of: Callable[..., Session], call: Call, model: str) -> None:
+    """Register ``/v1/responses`` and ``/v1/messages`` on the gateway ``app``."""
+    async def responses(body: openai_responses.ResponsesBody, session: Session = Depends(session_of)) -> Any:
+        return await answer_responses(body, session, call, model)
+
+    async def messages(body: anthropic_messages.MessagesBody, session: Session = Depends(session_of)) -> Any:
+        return await answer_messages(body, session, call, model)
+
+    app.post("/episodes/{episode_id}/v1/responses")(responses)
+    app.post("/episodes/{episode_id}/v1/messages")(messages)
+    app.post("/episodes/{episode_id}/v1/v1/messages")(messages)
