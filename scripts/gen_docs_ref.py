@@ -104,14 +104,15 @@ def config_markdown() -> str:
              "values and `memrl config schema` this table as text; see [Configuration](../guides/configuration.md)",
              "for how files and overrides combine.", ""]
     lines += ["Sections: " + ", ".join(f"[`{n}`](#{anchor(n)})" for n in MemRLConfig.model_fields), ""]
-    current = None
+    groups: dict[str, list[Any]] = {}  # a section's fields after its nested sections join its one table
     for row in rows:
-        group = group_of(row)
-        if group != current:
-            lines += ([""] if current else []) + group_heading(group, docs.get(group, ""),
-                                                               bool(current and current.startswith("workflow.options:")))
-            current = group
-        lines.append(row_line(row))
+        groups.setdefault(group_of(row), []).append(row)
+    current = None
+    for group, members in groups.items():
+        lines += ([""] if current else []) + group_heading(group, docs.get(group, ""),
+                                                           bool(current and current.startswith("workflow.options:")))
+        current = group
+        lines += [row_line(row) for row in members]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -38,3 +38,20 @@ def test_cli_reference_covers_every_command() -> None:
                     "memrl data synth", "memrl config show", "memrl demo", "memrl export"):
         assert f"`{command}`" in text, f"{command} missing from the CLI reference"
     assert "`--allow-changes`" in text
+
+
+def test_each_section_once_and_every_workflow_named() -> None:
+    """A section's fields after its nested sections stay in its one table; `workflow.name` and `memrl eval
+    --workflow` name every registered workflow and the import-path form."""
+    import re
+
+    from memrl.plugins import WORKFLOWS
+
+    gen = load_generator()
+    text = gen.config_markdown()
+    headings = re.findall(r"^#+ (.+)$", text, re.M)
+    assert sorted(h for h in set(headings) if headings.count(h) > 1) == []
+    name_row = next(line for line in text.splitlines() if line.startswith("| `workflow.name` "))
+    eval_row = next(line for line in gen.cli_markdown().splitlines() if line.startswith("| `--workflow`, `-w` "))
+    for row in (name_row, eval_row):
+        assert all(re.search(rf"\b{n}\b", row) for n in WORKFLOWS.names) and "package.module:" in row, row

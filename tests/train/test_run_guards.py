@@ -205,7 +205,7 @@ def test_prompts_over_the_token_budget_are_counted_then_stop_the_run(tmp_path):
     with pytest.raises(NothingTrainableError) as err:
         trainer.run()
     msg = str(err.value)
-    assert "4 of 4 episodes" in msg and "workflow.max_total_tokens=" in msg and "\n" not in msg
+    assert "4 of 4 episodes" in msg and "workflow.options.max_total_tokens=" in msg and "\n" not in msg
     rows = read_metrics(tmp_path / "run")
     assert [r["prompt_too_long"] for r in rows] == [4.0, 4.0] and rows[0]["failed_episodes"] == 0
     assert "4 of 4 episodes cut before generating" in out.getvalue()

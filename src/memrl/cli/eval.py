@@ -18,17 +18,21 @@ from memrl.cli.errors import user_errors
 @user_errors
 def eval_cmd(
     config: Optional[Path] = typer.Argument(None, help="YAML config (optional)."),
-    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted overrides, e.g. workflow.chunk_tokens=2000."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted overrides, e.g. workflow.options.chunk_tokens=2000."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder, hub id or alias "
                                         "(tiny, smollm2-135m-instruct). With --engine openai: the tokenizer "
                                         "source and default served model name."),
     workflow: Optional[str] = typer.Option(None, "--workflow", "-w", help="memagent | rememr1 | full_context | "
-                                           "tool_agent (tasks of --domain/--split, --trials each, pass^k)."),
+                                           "tool_agent (tasks of --domain/--split, --trials each, pass^k) | agent "
+                                           "(a program: workflow.options.program or command), or your own as "
+                                           "package.module:Class."),
     data: Optional[Path] = typer.Option(None, "--data", help="Folder with eval_{N}.json files (from memrl data synth) or "
                               "ReMemR1's eval_{dataset}_{N}.json; also a prefix (DIR/eval_hotpotqa) or a pattern "
-                              "with {n} (min-distance files); --suite ruler: the RULER data folder."),
+                              "with {n} (min-distance files); --suite ruler: the RULER data folder; or one file of samples "
+                              "(JSONL, JSON or parquet) for any workflow."),
     docs: Optional[str] = typer.Option(None, "--docs", "-d", help="Comma-separated document counts to evaluate "
-                                       "(required for --suite qa); --suite ruler: context lengths (default: all)."),
+                                       "(--suite qa on a folder of eval_{N}.json files; not with --data FILE); "
+                                       "--suite ruler: context lengths (default: all)."),
     suite: str = typer.Option("qa", "--suite", help="qa (long-context QA files) | ruler (RULER tasks)."),
     tasks: Optional[str] = typer.Option(None, "--tasks", help="--suite ruler: comma-separated task names "
                                         "(default: all)."),
@@ -61,7 +65,9 @@ def eval_cmd(
     restart: bool = typer.Option(False, "--restart", help="Delete earlier results in --out first (only what "
                                  "memrl wrote there; refuses if the folder holds anything else)."),
 ) -> None:
-    """Evaluate a workflow on eval_{N} files; writes results.json, results.md, accuracy.png, transcripts and rollouts.
+    """Evaluate a workflow on long-context QA files (eval_{N}.json), RULER, tool-agent tasks or one file of samples.
+
+    Writes results.json, results.md (with accuracy.png for QA), transcripts and rollouts to --out.
 
     Interrupted runs resume: finished episodes are kept and skipped; failed ones are tried again.
     """

@@ -66,7 +66,8 @@ class WorkflowConfig(Section):
     """
 
     name: registered(WORKFLOWS) = Field(
-        "memagent", description="memagent | rememr1 | full_context | tool_agent, or your own workflow as "
+        "memagent", description="memagent | rememr1 | full_context | tool_agent | agent (any program that talks to "
+        "an OpenAI-compatible API: workflow.options.program or command), or your own workflow as "
         "'package.module:ClassName' (a memrl.Workflow subclass).")
     options: dict[str, Any] = Field(default_factory=dict, description="The workflow's options (its Options "
                                     "model; `memrl config schema` lists the built-ins'); unknown keys fail.")

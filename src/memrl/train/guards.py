@@ -44,8 +44,8 @@ class RolloutTally:
                     "trainer.max_failed_steps to tolerate more such steps")
         if self.prompt_too_long:
             return (f"{self.prompt_too_long} of {self.attempted} episodes ended before generating a token: the prompt "
-                    f"is longer than workflow.max_total_tokens={cfg.workflow.max_total_tokens}; raise "
-                    "workflow.max_total_tokens")
+                    f"is longer than workflow.options.max_total_tokens={cfg.workflow.max_total_tokens}; raise "
+                    "workflow.options.max_total_tokens")
         if cfg.algorithm.dynamic_sampling and self.dropped_groups:
             return (f"dynamic sampling dropped every group (equal rewards in each) in "
                     f"{cfg.algorithm.max_gen_batches} rollout round(s); raise algorithm.max_gen_batches or set "

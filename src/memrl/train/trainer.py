@@ -202,7 +202,7 @@ class Trainer:
         if self.tally.prompt_too_long:
             self.tracker.console.print(
                 f"[yellow]{self.tally.prompt_too_long} of {self.tally.attempted} episodes cut before generating: "
-                f"the prompt exceeded workflow.max_total_tokens={self.cfg.workflow.max_total_tokens}[/yellow]")
+                f"the prompt exceeded workflow.options.max_total_tokens={self.cfg.workflow.max_total_tokens}[/yellow]")
 
     def evaluate(self) -> float:
         """Accuracy (%) of the configured reward on ``data.eval_file`` (greedy unless trainer.eval.temperature)."""
