@@ -180,3 +180,28 @@ def test_memrl_protocol_stays_the_default(tmp_path: Path) -> None:
     rec = _read(tmp_path / "ruler_vt_1024.jsonl")[0]
     assert "protocol" not in rec and rec["length"] == 1024
     assert ORIGINALS  # the shared folder is not needed for memrl's own protocol
+
+
+@pytest.mark.parametrize("flavour", ["ruler", "memagent"])
+def test_src_holds_none_of_the_generators_text(flavour: str) -> None:
+    """Templates, answer prefixes, the needle, the noise and the document header are read at run time, never pasted."""
+    import ast
+    import runpy
+
+    from tests.data.ruler_originals import SYNTHETIC
+
+    require(flavour)
+    texts = set()
+    for task in runpy.run_path(str(SYNTHETIC[flavour] / "constants.py"))["TASKS"].values():
+        texts.update(v for k, v in task.items() if k in ("template", "answer_prefix") and len(v) > 12)
+    for script in ("niah.py", "variable_tracking.py", "qa.py"):
+        for node in ast.walk(ast.parse((SYNTHETIC[flavour] / script).read_text())):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and \
+                    isinstance(node.value.value, str) and len(node.value.value) > 12:
+                texts.add(node.value.value)
+    assert len(texts) >= 12
+    pieces = {p for t in texts for p in t.split("{") if len(p) > 40}  # the sentences between the slots too
+    for path in (Path(__file__).resolve().parents[2] / "src").rglob("*.py"):
+        code = path.read_text()
+        for text in texts | pieces:
+            assert text not in code, f"{path} holds the original's text {text[:60]!r}"
