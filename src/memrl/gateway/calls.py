@@ -24,6 +24,7 @@ from memrl.serve.answers import Answers
 from memrl.serve.errors import APIError
 from memrl.serve.limits import ServeLimits, check_window, model_window, parse_prompts
 from memrl.workflows.api import OFF_LOOP_CHARS, prompt_chars
+from memrl.workflows.common import anchor
 
 _BIG = 10**9
 _token_bytes: dict[int, tuple[Any, int]] = {}
@@ -123,7 +124,8 @@ async def model_call(session: Session, req: CallRequest) -> dict[str, Any]:
         stops = [*req.stop_token_ids, *([] if req.ignore_eos else ep.stops)]
     overrides = req.overrides if settings.request_sampling else {}
     try:
-        gen = await ep.generate(ids, max_new_tokens=budget, stop_token_ids=stops, merge=settings.merge, **overrides)
+        gen = await ep.generate(ids, max_new_tokens=budget, stop_token_ids=stops, merge=settings.merge,
+                                state=anchor(req.prompt), **overrides)  # gigpo's anchor: what the program sent
     except ValueError as exc:  # the engine or the sampling parameters refused this request
         raise APIError(400, str(exc)[:300], code="invalid_value") from None
     except EngineDeadError as exc:

@@ -21,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import difflib
-import hashlib
-import json
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -31,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from memrl.engines.base import Engine, GenerationResult, SamplingParams
 from memrl.plugins import finite_number
 from memrl.types import Conversation, Trajectory
-from memrl.workflows.common import decode, encode_text, stop_token_ids, strip_stop, turn_seed
+from memrl.workflows.common import anchor, decode, encode_text, stop_token_ids, strip_stop, turn_seed  # noqa: F401
 
 
 class NoOptions(BaseModel):
@@ -253,13 +251,6 @@ class Episode:
                    "response_tokens": float(sum(c.num_generated for c in self.conversations)), **self.metrics}
         return Trajectory(conversations=self.conversations, reward=self._reward, sample_id=self.sample_id,
                           group_id=self.group_id, metrics=metrics, info=dict(self.info))
-
-
-def anchor(*parts: Any) -> str:
-    """A short stable hash of what defines a turn's state (``ep.generate(..., state=anchor(...))``):
-    equal parts give equal keys across episodes and processes (no Python ``hash`` salt)."""
-    blob = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
-    return hashlib.sha1(blob.encode("utf-8")).hexdigest()[:16]
 
 
 def default_id(sample: Any) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -12,6 +14,13 @@ from memrl.rewards.published import extract_answer
 from memrl.rewards.qa import QAScores, score_answer
 from memrl.text.tokens import decode, encode_text, stop_token_ids, strip_stop  # noqa: F401  (re-exported)
 from memrl.types import Conversation, Trajectory
+
+
+def anchor(*parts: Any) -> str:
+    """A short stable hash of what defines a turn's state (``ep.generate(..., state=anchor(...))``):
+    equal parts give equal keys across episodes and processes (no Python ``hash`` salt)."""
+    blob = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha1(blob.encode("utf-8")).hexdigest()[:16]
 
 
 def turn_seed(params: SamplingParams, turn: int) -> SamplingParams:

@@ -31,6 +31,7 @@ from memrl.engines.base import Engine, SamplingParams
 from memrl.types import Conversation, Trajectory
 from memrl.workflows.common import (
     ContextChunks,
+    anchor,
     cached_prompts,
     decode,
     encode_text,
@@ -191,7 +192,8 @@ async def memagent(
         prompt = slots.render(p.memory, question=question, memory=memory, chunk=slots.chunk(chunk))
         res = await engine.generate(prompt, turn_seed(mem_params, k))
         conversations.append(Conversation.from_prompt_response(
-            prompt, res.token_ids, res.logprobs, meta={"kind": "memory", "chunk": k, "finish": res.finish_reason}))
+            prompt, res.token_ids, res.logprobs, meta={"kind": "memory", "chunk": k, "finish": res.finish_reason,
+                                                       "state": anchor(sample.question, k, slots.memory_text(memory))}))
         memory = slots.memory(res.token_ids)
         memory_truncated += res.finish_reason == "length"
         empty_memory += not memory
@@ -200,7 +202,8 @@ async def memagent(
     final_params = sampling.with_(max_new_tokens=config.final_tokens, stop_token_ids=p.stops)
     res = await engine.generate(prompt, turn_seed(final_params, len(conversations)))
     conversations.append(Conversation.from_prompt_response(
-        prompt, res.token_ids, res.logprobs, meta={"kind": "final", "finish": res.finish_reason}))
+        prompt, res.token_ids, res.logprobs, meta={"kind": "final", "finish": res.finish_reason,
+                                                   "state": anchor(sample.question, "final", slots.memory_text(memory))}))
     return qa_trajectory(
         sample, tokenizer, conversations, res, p.stops, config.reward, sample_id=sample_id, group_id=group_id,
         metrics={"context_tokens": float(chunks.kept), "context_tokens_original": float(chunks.original),

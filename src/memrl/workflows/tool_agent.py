@@ -31,7 +31,7 @@ from memrl.envs.progress import episode_reward, progress_reward
 from memrl.envs.tasks import Task
 from memrl.envs.user_sim import UserSimulator, ends_conversation
 from memrl.types import Conversation, Trajectory
-from memrl.workflows.common import decode, encode_text, stop_token_ids, strip_stop, turn_seed
+from memrl.workflows.common import anchor, decode, encode_text, stop_token_ids, strip_stop, turn_seed
 from memrl.text.tool_calls import (FORMATS, ParsedTurn, TemplateFormat, get_parser, openai_messages,
                                         read_openai_call)
 
@@ -215,6 +215,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
         opening += await _user_turn(sample, env, opening, base.seed)
     messages += opening
     side.start(env.policy, env.tool_schemas(), messages)
+    side.conv.meta["state"] = anchor(env.db_hash(), len(messages))  # the episode's one conversation starts here
 
     stats = {"turns": 0.0, "tool_calls": 0.0, "invalid_tool_calls": 0.0, "tool_errors": 0.0,
              "turn_truncated": 0.0, "user_turns": 0.0, "user_tool_calls": 0.0,
