@@ -69,3 +69,14 @@ def test_bad_sample_rows(tmp_path):
     p.write_text('{"context": "c", "input": "q", "answers": []}\n')
     with pytest.raises(DataError, match=r":1:answers"):
         list(read_samples(p))
+
+
+@pytest.mark.parametrize("row, field", [('{"input": "q", "answers": ["x"]}', "context"),
+                                        ('{"context": "c", "input": "q"}', "answers"),
+                                        ('{"context": "c", "question": "q"}', "input")])
+def test_a_missing_field_is_named_with_what_a_record_holds(tmp_path, row, field):
+    p = tmp_path / "few.jsonl"
+    p.write_text('{"context": "c", "input": "q", "answers": ["x"]}\n' + row + "\n")
+    with pytest.raises(DataError, match=rf"few\.jsonl:2:{field}: missing field.*a long-context record needs context "
+                                        r"\(the document text\), input \(the question\) and answers"):
+        list(read_samples(p))

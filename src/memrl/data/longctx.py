@@ -85,8 +85,14 @@ def _answers(value: Any, file: Path, row: int, name: str) -> list[str]:
     raise DataError(file, row, name, f"expected a non-empty list of strings, got {type_name(value)}")
 
 
+NEEDS = ("a long-context record needs context (the document text), input (the question) and answers "
+         "(a list of gold answers)")
+
+
 def parse_sample(rec: dict[str, Any], file: Path, row: int) -> LongContextSample:
     """Read either schema (detected by its keys)."""
+    if "context" not in rec:  # a record of another shape: say what is missing and what a record holds
+        raise DataError(file, row, "context", f"missing field; {NEEDS}")
     context = rec.get("context")
     if not isinstance(context, str):
         raise DataError(file, row, "context", f"expected a string, got {type_name(context)}")
@@ -94,7 +100,9 @@ def parse_sample(rec: dict[str, Any], file: Path, row: int) -> LongContextSample
         question = rec["input"]
         if not isinstance(question, str) or not question.strip():
             raise DataError(file, row, "input", "expected a non-empty question string")
-        answers = _answers(rec.get("answers"), file, row, "answers")
+        if "answers" not in rec:
+            raise DataError(file, row, "answers", f"missing field; {NEEDS}")
+        answers = _answers(rec["answers"], file, row, "answers")
         known = {"context", "input", "answers", "num_docs", "index", "id", "gold_docs"}
         return LongContextSample(
             index=int(rec.get("index", row - 1)),
@@ -127,7 +135,7 @@ def parse_sample(rec: dict[str, Any], file: Path, row: int) -> LongContextSample
             gold_docs=list(info.get("gold_docs") or []),
             extra={"data_source": rec.get("data_source", "hotpotqa")},
         )
-    raise DataError(file, row, "input", "missing field (neither eval 'input' nor train 'prompt' schema)")
+    raise DataError(file, row, "input", f"missing field (neither eval 'input' nor train 'prompt' schema); {NEEDS}")
 
 
 def read_samples(path: str | Path) -> Iterator[LongContextSample]:
