@@ -1,0 +1,20 @@
+"""The calculator agent written with the OpenAI Agents SDK (``Agent`` + ``Runner.run``), which speaks Responses.
+
+The agent's model is the episode's client: ``OpenAIResponsesModel(client.model_name, client)``.
+Tracing is off: it would send each run to OpenAI.
+"""
+
+from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool
+
+
+@function_tool
+def add(a: float, b: float) -> float:
+    """a + b"""
+    return a + b
+
+
+async def solve(client, sample: dict) -> float:
+    agent = Agent(name="calculator", instructions="Use the add tool, then give the final number.", tools=[add],
+                  model=OpenAIResponsesModel(client.model_name, openai_client=client))
+    result = await Runner.run(agent, sample["question"], max_turns=4, run_config=RunConfig(tracing_disabled=True))
+    return float(str(sample["answer"]) in str(result.final_output))

@@ -1,0 +1,200 @@
+"""/v1/responses, /v1/messages and stream=true through the real SDKs (openai, anthropic, openai-agents).
+
+Each call's recorded prompt ids are the chat template's ids of the chat messages the request
+means (the same as the equivalent chat completion), and a streamed call records what the
+same call unstreamed records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from memrl.testing.scripted import ScriptedEngine
+from memrl.workflows.api import chat_ids
+from tests.gateway.conftest import open_episode, openai
+
+anthropic = pytest.importorskip("anthropic", reason="pip install 'memrl[dev]'")
+
+CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
+FINAL = "The sum is 3. END of it"
+SCHEMA = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}
+CHAT_TOOLS = [{"type": "function", "function": {"name": "add", "description": "a + b", "parameters": SCHEMA}}]
+
+
+def tool_then_text(tok) -> ScriptedEngine:
+    """Calls ``add`` until a tool result is in the prompt, then answers FINAL."""
+    def answer(prompt, params):
+        text = FINAL if "<|im_start|>tool" in tok.decode(prompt) else CALL
+        return tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+    return ScriptedEngine(answer)
+
+
+def prompt_ids(conv) -> list[int]:
+    return list(conv.token_ids[:conv.prompt_length])
+
+
+def chat_call(call_id: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": "add", "arguments": {"a": 1, "b": 2}}}
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_responses_tools_chaining_and_stream(gateway, tools_tokenizer):
+    tok = tools_tokenizer
+    tools = [{"type": "function", "name": "add", "description": "a + b", "parameters": SCHEMA}]
+
+    async def go():
+        async with open_episode(gateway, tool_then_text(tok), tok, merge=False) as (ep, _, client):
+            first = await client.responses.create(model="m", instructions="Use add.", input="1 + 2?", tools=tools)
+            out = [{"type": "function_call_output", "call_id": first.output[0].call_id, "output": "3"}]
+            second = await client.responses.create(model="m", previous_response_id=first.id, input=out, tools=tools,
+                                                   max_output_tokens=64)
+            stream = await client.responses.create(model="m", previous_response_id=first.id, input=out,
+                                                   tools=tools, max_output_tokens=64, stream=True)
+            events = [e async for e in stream]
+            return ep, first, second, events
+
+    ep, first, second, events = run(go())
+    call = first.output[0]
+    assert [o.type for o in first.output] == ["function_call"] and call.name == "add"
+    assert json.loads(call.arguments) == {"a": 1, "b": 2} and first.output_text == ""
+    assert second.output_text == FINAL and second.status == "completed" and second.usage.output_tokens > 0
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == FINAL
+    assert events[-1].type == "response.completed" and events[-1].response.output_text == FINAL
+    history = [{"role": "user", "content": "1 + 2?"},
+               {"role": "assistant", "content": "", "tool_calls": [chat_call(call.call_id)]},
+               {"role": "tool", "tool_call_id": call.call_id, "content": "3"}]
+    one, two, three = ep.conversations
+    assert prompt_ids(one) == chat_ids(tok, [{"role": "system", "content": "Use add."}, history[0]], CHAT_TOOLS)
+    assert prompt_ids(two) == chat_ids(tok, history, CHAT_TOOLS)  # instructions are not carried over
+    assert list(three.token_ids) == list(two.token_ids) and list(three.logprobs) == list(two.logprobs)
+
+
+def test_openai_agents_runner_with_a_function_tool(gateway, tools_tokenizer):
+    agents = pytest.importorskip("agents", reason="pip install 'memrl[dev]'")
+    tok = tools_tokenizer
+
+    @agents.function_tool
+    def add(a: float, b: float) -> float:
+        """a + b"""
+        return a + b
+
+    async def go():
+        async with open_episode(gateway, tool_then_text(tok), tok, merge=False) as (ep, _, client):
+            agent = agents.Agent(name="calc", instructions="Use add.", tools=[add],
+                                 model=agents.OpenAIResponsesModel("m", openai_client=client))
+            result = await agents.Runner.run(agent, "1 + 2?", run_config=agents.RunConfig(tracing_disabled=True))
+            return ep, result
+
+    ep, result = run(go())
+    assert result.final_output == FINAL and len(ep.conversations) == 2
+    messages = ep.conversations[1].meta["messages"]
+    assert messages[0] == {"role": "system", "content": "Use add."} and messages[-1]["role"] == "tool"
+    assert messages[-1]["content"] == "3.0" and messages[-2]["tool_calls"][0]["function"]["name"] == "add"
+    assert prompt_ids(ep.conversations[1]) == chat_ids(tok, messages, ep.conversations[1].meta["tools"])
+
+
+def test_anthropic_messages_tool_use_then_result(gateway, tools_tokenizer):
+    tok = tools_tokenizer
+    tools = [{"name": "add", "description": "a + b", "input_schema": SCHEMA}]
+
+    async def go():
+        async with open_episode(gateway, tool_then_text(tok), tok, merge=False) as (ep, endpoint, _):
+            claude = anthropic.AsyncAnthropic(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+            user = {"role": "user", "content": "1 + 2?"}
+            first = await claude.messages.create(model="m", max_tokens=128, system="Use add.", messages=[user],
+                                                 tools=tools)
+            use = first.content[0]
+            turns = [user, {"role": "assistant", "content": [use.model_dump(exclude_none=True)]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "3"}]}]
+            second = await claude.messages.create(model="m", max_tokens=128, system=[{"type": "text", "text": "Use add."}],
+                                                  messages=turns, tools=tools, stop_sequences=["END", "XYZ"])
+            async with claude.messages.stream(model="m", max_tokens=128, messages=turns, tools=tools) as stream:
+                texts = [t async for t in stream.text_stream]
+                final = await stream.get_final_message()
+            return ep, first, second, texts, final
+
+    ep, first, second, texts, final = run(go())
+    use = first.content[0]
+    assert first.stop_reason == "tool_use" and use.type == "tool_use" and use.input == {"a": 1, "b": 2}
+    assert second.stop_reason == "stop_sequence" and second.stop_sequence == "END"
+    assert second.content[0].text == "The sum is 3. "
+    assert "".join(texts) == FINAL and len(texts) > 3 and final.stop_reason == "end_turn"
+    system = {"role": "system", "content": "Use add."}
+    history = [{"role": "user", "content": "1 + 2?"},
+               {"role": "assistant", "content": "", "tool_calls": [chat_call(use.id)]},
+               {"role": "tool", "tool_call_id": use.id, "content": "3"}]
+    one, two, three = ep.conversations
+    assert prompt_ids(one) == chat_ids(tok, [system, history[0]], CHAT_TOOLS)
+    assert prompt_ids(two) == chat_ids(tok, [system, *history], CHAT_TOOLS)
+    assert prompt_ids(three) == chat_ids(tok, history, CHAT_TOOLS)
+
+
+def test_chat_stream_records_what_the_unstreamed_call_records(gateway, tools_tokenizer):
+    tok = tools_tokenizer
+    messages = [{"role": "user", "content": "1 + 2?"}]
+
+    async def go(stream: bool):
+        async with open_episode(gateway, tool_then_text(tok), tok, merge=False) as (ep, _, client):
+            r = await client.chat.completions.create(model="m", messages=messages, tools=CHAT_TOOLS, stream=stream,
+                                                     **({"stream_options": {"include_usage": True}} if stream else {}))
+            return ep, [c async for c in r] if stream else r
+
+    plain_ep, plain = run(go(False))
+    ep, chunks = run(go(True))
+    assert [list(c.token_ids) for c in ep.conversations] == [list(c.token_ids) for c in plain_ep.conversations]
+    assert prompt_ids(ep.conversations[0]) == chat_ids(tok, messages, CHAT_TOOLS)
+    calls = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []]
+    assert [(t.function.name, json.loads(t.function.arguments)) for t in calls] == [("add", {"a": 1, "b": 2})]
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[-2].choices[0].finish_reason == "tool_calls"
+    assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
+    assert plain.choices[0].message.tool_calls[0].function.name == "add"
+
+
+def test_refused_fields_are_named_and_record_nothing(gateway, tools_tokenizer):
+    tok = tools_tokenizer
+
+    async def go():
+        async with open_episode(gateway, tool_then_text(tok), tok) as (ep, endpoint, client):
+            raw = httpx.AsyncClient(headers={"x-api-key": endpoint.api_key, "anthropic-version": "2023-06-01"})
+            answers = []
+            for path, body in BAD:
+                r = await raw.post(endpoint.base_url + path, json=body)
+                answers.append((r.status_code, r.json()["error"]["param"]))
+            wrong = await raw.post(endpoint.base_url + "/messages", headers={"x-api-key": "sk-ep-wrong"},
+                                   json={"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+            await raw.aclose()
+            return ep, answers, wrong
+
+    ep, answers, wrong = run(go())
+    assert answers == [(400, param) for param in EXPECTED]
+    assert wrong.status_code == 401 and not ep.conversations
+
+
+USER = [{"role": "user", "content": "hi"}]
+BAD = [
+    ("/responses", {"input": "hi", "conversation": "conv_1"}),
+    ("/responses", {"input": "hi", "tools": [{"type": "web_search"}]}),
+    ("/responses", {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}),
+    ("/responses", {"input": "hi", "tool_choice": "required"}),
+    ("/responses", {"input": "hi", "previous_response_id": "resp_nope"}),
+    ("/responses", {"input": [{"type": "reasoning", "summary": []}]}),
+    ("/responses", {"input": "hi", "max_output_tokens": 0}),
+    ("/responses", {"input": "hi", "temperature": -1}),
+    ("/messages", {"max_tokens": 4, "messages": USER, "top_k": 5}),
+    ("/messages", {"max_tokens": 4, "messages": USER, "thinking": {"type": "enabled", "budget_tokens": 9}}),
+    ("/messages", {"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}),
+    ("/messages", {"max_tokens": 4, "messages": USER, "tool_choice": {"type": "any"}}),
+    ("/messages", {"messages": USER}),
+    ("/messages", {"max_tokens": 4, "messages": USER, "stop_sequences": [""]}),
+    ("/chat/completions", {"messages": USER, "stream_options": {"include_usage": True}}),
+]
+EXPECTED = ["conversation", "tools[0].type", "input[0].content[0]", "tool_choice", "previous_response_id",
+            "input[0].type", "max_output_tokens", "temperature", "top_k", "thinking", "messages[0].content[0].type",
+            "tool_choice", "max_tokens", "stop_sequences[0]", "stream_options"]
