@@ -78,6 +78,26 @@ def test_turn_rewards_and_states_reach_the_rollout_records(tmp_path: Path, estim
         assert len({round(a, 6) for a in got}) > 2  # turns of one episode differ
 
 
+def test_the_cli_trains_the_same_workflow_under_gigpo(tmp_path: Path) -> None:
+    data = tmp_path / "words.jsonl"
+    data.write_text("".join(json.dumps(w) + "\n" for w in WORDS))
+    from typer.testing import CliRunner
+
+    from memrl.cli.main import app
+
+    out = CliRunner().invoke(app, ["train", "model.path=tiny", "engine.device=cpu",
+                          "workflow.name=tests.train.test_turn_credit_train:Steps", f"data.train_file={data}",
+                          "algorithm.n=4", "algorithm.adv_estimator=gigpo", "algorithm.gamma=0.9",
+                          "algorithm.step_weight=0.5", "trainer.total_steps=2", "trainer.prompts_per_step=2",
+                          "trainer.rollouts_per_step=8", f"trainer.output_dir={tmp_path / 'run'}"])
+    assert out.exit_code == 0, (out.output[-2000:], out.exception)
+    files = sorted((tmp_path / "run" / "rollouts").glob("*.jsonl"))
+    assert len(files) == 2
+    for f in files:
+        want, got = _expected([json.loads(line) for line in f.read_text().splitlines()], "gigpo")
+        assert got == pytest.approx(want, abs=1e-6)
+
+
 def test_turn_reward_needs_a_conversation_and_adds_up() -> None:
     from memrl.testing import ScriptedEngine
 
