@@ -58,9 +58,13 @@ def test_responses_tools_chaining_and_stream(gateway, tools_tokenizer):
             stream = await client.responses.create(model="m", previous_response_id=first.id, input=out,
                                                    tools=tools, max_output_tokens=64, stream=True)
             events = [e async for e in stream]
-            return ep, first, second, events
+            cut = await client.responses.create(model="m", input="1 + 2?", max_output_tokens=2)
+            return ep, first, second, events, cut
 
-    ep, first, second, events = run(go())
+    ep, first, second, events, cut = run(go())
+    # a cut answer is the policy's answer (the Agents SDK would raise on "incomplete" and discard the episode)
+    assert cut.status == "completed" and cut.incomplete_details.reason == "max_output_tokens"
+    assert cut.usage.output_tokens == 2 and second.incomplete_details is None
     call = first.output[0]
     assert [o.type for o in first.output] == ["function_call"] and call.name == "add"
     assert json.loads(call.arguments) == {"a": 1, "b": 2} and first.output_text == ""
@@ -70,7 +74,7 @@ def test_responses_tools_chaining_and_stream(gateway, tools_tokenizer):
     history = [{"role": "user", "content": "1 + 2?"},
                {"role": "assistant", "content": "", "tool_calls": [chat_call(call.call_id)]},
                {"role": "tool", "tool_call_id": call.call_id, "content": "3"}]
-    one, two, three = ep.conversations
+    one, two, three, _ = ep.conversations
     assert prompt_ids(one) == chat_ids(tok, [{"role": "system", "content": "Use add."}, history[0]], CHAT_TOOLS)
     assert prompt_ids(two) == chat_ids(tok, history, CHAT_TOOLS)  # instructions are not carried over
     assert list(three.token_ids) == list(two.token_ids) and list(three.logprobs) == list(two.logprobs)

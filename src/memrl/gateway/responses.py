@@ -129,7 +129,12 @@ def chat_request(session: Session, body: ResponsesBody) -> tuple[list[dict[str, 
 
 def response_object(answer: dict[str, Any], body: ResponsesBody, session: Session,
                     history: list[dict[str, Any]]) -> dict[str, Any]:
-    """The Response the SDK parses, from the chat answer; kept for ``previous_response_id`` unless store is false."""
+    """The Response the SDK parses, from the chat answer; kept for ``previous_response_id`` unless store is false.
+
+    An answer cut at the token budget is ``completed`` with ``incomplete_details.reason: max_output_tokens``
+    (OpenAI says ``incomplete``): while training, a long answer is the policy's answer to be rewarded, and the
+    Agents SDK raises on an ``incomplete`` response, which would discard the episode instead.
+    """
     choice = answer["choices"][0]
     message = choice["message"]
     resp_id = f"resp_{uuid.uuid4().hex}"
@@ -148,7 +153,7 @@ def response_object(answer: dict[str, Any], body: ResponsesBody, session: Sessio
         session.responses[resp_id] = [*history, stored_message(message)]
     return {
         "id": resp_id, "object": "response", "created_at": int(time.time()), "model": answer["model"],
-        "status": "incomplete" if cut else "completed",
+        "status": "completed",  # even when cut: see response_object's docstring
         "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "error": None,
         "instructions": body.instructions, "output": output, "previous_response_id": body.previous_response_id,
         "tools": body.tools or [], "tool_choice": body.tool_choice or "auto",
