@@ -84,7 +84,9 @@ def eval_cmd(
         "eval.protocol": protocol, "eval.repeats": repeats, "env.domain": domains[0] if domains else None,
         "env.eval_split": split, "env.data_dir": data_dir,
     }), None if restart else recorded_settings(out))  # re-scoring a folder keeps the sampling it was run with
-    on_tasks = cfg.workflow.build().uses_env  # a tool agent: every task of --domain, --trials each
+    built = cfg.workflow.build()
+    on_tasks = built.uses_env  # a tool agent: every task of --domain, --trials each
+    _check_data_exists(data, built)
     _check_flags_apply(on_tasks, {
         "--data": data, "--docs": docs, "--max-samples": max_samples, "--tasks": tasks,
         "--suite": None if suite == "qa" else suite, "--repeats": repeats}, trials)
@@ -111,6 +113,18 @@ def eval_cmd(
             _ruler(cfg, data, docs, tasks, out, max_samples, restart, console)
             return
         _qa(cfg, data, docs, out, max_samples, restart, console, rollouts)
+
+
+def _check_data_exists(data: Path | None, workflow: Any) -> None:
+    """A --data path that names nothing, refused as such (a workflow reading its own file of samples was sent
+    on to the QA suite, which asked for --docs). A QA prefix or ``{n}`` pattern names files, not itself."""
+    from memrl.eval.files import EXTENSIONS
+    from memrl.workflows.builtins import QAWorkflow
+
+    if data is None or data.exists() or "{n}" in str(data):
+        return
+    if not isinstance(workflow, QAWorkflow) or data.suffix.lstrip(".") in EXTENSIONS:
+        raise ValueError(f"--data {data}: no such file")
 
 
 def _check_flags_apply(tools: bool, qa_flags: dict[str, object], trials: int) -> None:

@@ -23,8 +23,10 @@ Started = Callable[[int, int], None]
 Advance = Callable[[], None]
 
 
-def prepare_out(out: Path, restart: bool, outputs: Iterable[str], cfg: Any = None) -> None:
-    """A writable ``out``, cleared of memrl's own files with ``--restart``, bound to ``cfg``'s settings."""
+def prepare_out(out: Path, restart: bool, outputs: Iterable[str], cfg: Any = None,
+                data: dict[str, str] | None = None) -> None:
+    """A writable ``out``, cleared of memrl's own files with ``--restart``, bound to ``cfg``'s settings and to
+    the ``data`` its results come from (``memrl.eval.files.data_record``)."""
     from memrl.data.outdir import check_writable_dir, clear_outputs, record_outputs
     from memrl.eval.runner import check_resume
 
@@ -33,7 +35,7 @@ def prepare_out(out: Path, restart: bool, outputs: Iterable[str], cfg: Any = Non
         clear_outputs(out, "--restart")
     record_outputs(out, outputs)
     if cfg is not None:
-        check_resume(out, cfg)
+        check_resume(out, cfg, data)
 
 
 def out_lock(out: Path, console: Console) -> contextlib.AbstractContextManager[Any]:

@@ -13,6 +13,7 @@ from memrl.cli.eval_common import prepare_out, run_with_progress
 def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Console, rollouts: bool) -> None:
     """Mean reward, accuracy and pass^k of the config's workflow over the file's samples."""
     from memrl.engines.factory import build_engine
+    from memrl.eval.files import data_record
     from memrl.eval.workflow_eval import WORKFLOW_EVAL_OUTPUTS, run_workflow_eval
     from memrl.models.resolve import load_tokenizer
     from memrl.workflows import build_workflow
@@ -20,7 +21,8 @@ def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Co
     if data is not None:
         cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"eval_file": str(data)})})
     workflow = build_workflow(cfg)
-    prepare_out(out, restart, WORKFLOW_EVAL_OUTPUTS, cfg)
+    source = Path(cfg.data.eval_file)  # results of another file (or of this one, changed) must not mix in
+    prepare_out(out, restart, WORKFLOW_EVAL_OUTPUTS, cfg, data_record(source) if source.is_file() else None)
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
     eng = build_engine(cfg)
     console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · "

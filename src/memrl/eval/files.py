@@ -16,6 +16,7 @@ both datasets, so ``--data`` may name more than a folder:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -52,3 +53,39 @@ def match_eval_file(data: Path, n: int) -> Path | None:
     if data.parent.is_dir() and data.name:
         return _first_file([data.parent / f"{data.name}_{n}.{ext}" for ext in EXTENSIONS])
     return None
+
+
+def check_eval_file(path: Path) -> Path:
+    """``path``, refused in one line when it is empty or does not start as JSON or JSONL records.
+
+    A file that is not JSON scans as holding no records, so the eval printed "0 episodes" and
+    exited 0, as if it had evaluated something. Only the first bytes are read (eval files may be
+    gigabytes); parquet files are checked by their reader.
+    """
+    if path.suffix == ".parquet":
+        return path
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 16).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if not head:
+        raise ValueError(f"{path}: the eval file is empty (make it with memrl data synth)")
+    if head[:1] not in (b"[", b"{"):
+        raise ValueError(f"{path}: not a JSON or JSONL file of samples (it starts with {head[:20]!r})")
+    return path
+
+
+def data_record(path: Path) -> dict[str, str]:
+    """What ``eval_config.yaml`` records of an eval's data: the file's absolute path and its content's sha256."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return {"file": str(Path(path).resolve()), "sha256": digest.hexdigest()}
+
+
+def check_same_data(out: Path, was: dict[str, str] | None, now: dict[str, str]) -> None:
+    """Refuse, in one line, to add results of other data to a folder (they would be averaged together)."""
+    if not was or was == now:
+        return
+    what = (f"{was.get('file')}, which has changed since (sha256 {str(was.get('sha256'))[:12]}, now "
+            f"{now['sha256'][:12]})" if was.get("file") == now["file"] else f"{was.get('file')}, not {now['file']}")
+    raise ValueError(f"--data: {out} holds results of {what}; use another --out, or pass --restart to replace them")

@@ -35,7 +35,7 @@ from memrl.data import LongContextSample
 from memrl.io.atomic import atomic_write
 from memrl.data.stream import read_samples_lazily
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
-from memrl.eval.files import match_eval_file
+from memrl.eval.files import check_eval_file, check_same_data, match_eval_file
 from memrl.eval.records import ROLLOUTS, save_eval_rollout
 from memrl.eval.report import summarize, write_reports
 from memrl.eval.transcript import render_transcript
@@ -49,7 +49,7 @@ def find_eval_file(data_dir: Path, n: int) -> Path:
     """``eval_{n}.*`` in a folder, or ReMemR1's ``eval_{dataset}_{n}`` files (see :mod:`memrl.eval.files`)."""
     found_file = match_eval_file(data_dir, n)
     if found_file is not None:
-        return found_file
+        return check_eval_file(found_file)
     found = sorted(p.name for p in data_dir.glob("eval_*.*")) if data_dir.is_dir() else []
     raise FileNotFoundError(f"no eval_{n}.json/.jsonl/.parquet in {data_dir} (found: {', '.join(found) or 'none'}); "
                             f"create it with: memrl data synth --docs {n} --out {data_dir} ...")
@@ -142,18 +142,24 @@ EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", ROLLO
                 "accuracy.png")
 
 
-def check_resume(out: Path, cfg: MemRLConfig) -> None:
+def check_resume(out: Path, cfg: MemRLConfig, data: dict[str, str] | None = None) -> None:
+    """Refuse results of another config in ``out``; a new folder records ``cfg``'s settings (and ``data``,
+    :func:`~memrl.eval.files.data_record`), an older folder without a data record gets this one."""
     path = out / "eval_config.yaml"
     fp = _fingerprint(cfg)
     if path.is_file():
         old = yaml.safe_load(path.read_text())
+        old = old if isinstance(old, dict) else {}
+        was_data = old.pop("data", None)
         if old != fp:
             diff = [f"{sec}.{k}" for sec in fp for k in fp[sec] if (old.get(sec) or {}).get(k) != fp[sec][k]]
             raise ConfigError(f"{out} holds results of a different config (changed: {', '.join(diff)}); "
                               "use another --out or pass --restart")
-    else:
-        with atomic_write(path) as fh:
-            yaml.safe_dump(fp, fh, sort_keys=False)
+        if data is None or was_data == data:
+            return
+        check_same_data(out, was_data, data)  # an older folder without a data record gets this one
+    with atomic_write(path) as fh:
+        yaml.safe_dump({**fp, **({"data": data} if data else {})}, fh, sort_keys=False)
 
 
 def episode_record(traj: Trajectory, n: int, seconds: float) -> dict[str, Any]:
@@ -218,6 +224,8 @@ def _todo(files: dict[int, Path], out: Path, max_samples: int | None,
     total = 0
     for n, path in files.items():
         samples = list(read_samples_lazily(path))[:max_samples]  # contexts stay on disk until an episode reads them
+        if not samples:
+            raise ValueError(f"{path}: the eval file holds no samples")
         total += len(samples) * repeats
         todo += [(n, s, r) for s in samples for r in range(repeats)
                  if not _is_done(out / "episodes" / str(n) / f"{episode_name(s.index, r)}.json")]
