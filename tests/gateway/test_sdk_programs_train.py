@@ -46,3 +46,9 @@ def test_sdk_program_trains_two_steps(tmp_path, monkeypatch, tiny_model, program
         assert conv["token_ids"][:n] == ids and conv["loss_mask"][n - 1] == 0 and conv["loss_mask"][n] == 1
     first = convs[0]["meta"]["messages"]
     assert first[-1] == {"role": "user", "content": SAMPLES[0]["question"]}
+
+
+def test_the_guide_shows_each_program_as_it_is():
+    guide = (EXAMPLE.parents[1] / "docs" / "guides" / "train-your-agent.md").read_text()
+    for name in ("claude_messages.py", "responses_tools.py", "agents_sdk.py", "streaming_chat.py"):
+        assert (EXAMPLE / name).read_text().rstrip() in guide, f"docs/guides/train-your-agent.md: {name} differs"
