@@ -121,3 +121,11 @@ def test_gigpo_equals_roll(weights: tuple[float, float], method: str) -> None:
                             step_weight=1, method=method, estimator="step_reinforce")
     sr = step_reinforce_advantages(returns, [p[1] for p in per_step], method=method)  # type: ignore[arg-type]
     torch.testing.assert_close(sr, roll_sr, rtol=0, atol=1e-6)
+
+
+def test_step_rewards_and_a_per_turn_estimator_are_refused_together() -> None:
+    from memrl.config.algorithm import AlgorithmConfig
+
+    assert AlgorithmConfig(adv_estimator="gigpo", episode_weight=0.5).step_weight == 1.0
+    with pytest.raises(ValueError, match="both give each turn its own advantage"):
+        AlgorithmConfig(step_rewards=True, adv_estimator="gigpo")
