@@ -174,11 +174,15 @@ def test_refused_fields_are_named_and_record_nothing(gateway, tools_tokenizer):
             wrong = await raw.post(endpoint.base_url + "/messages", headers={"x-api-key": "sk-ep-wrong"},
                                    json={"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
             await raw.aclose()
+            async with open_episode(gateway, tool_then_text(tok), tok) as (other, _, other_client):
+                theirs = await other_client.responses.create(model="m", input="hi", max_output_tokens=2)
+            with pytest.raises(openai.BadRequestError, match="previous_response_id: no stored response"):
+                await client.responses.create(model="m", input="hi", previous_response_id=theirs.id)
             return ep, answers, wrong
 
     ep, answers, wrong = run(go())
     assert answers == [(400, param) for param in EXPECTED]
-    assert wrong.status_code == 401 and not ep.conversations
+    assert wrong.status_code == 401 and not ep.conversations  # another episode's response is not this one's
 
 
 USER = [{"role": "user", "content": "hi"}]
