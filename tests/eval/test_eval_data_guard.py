@@ -88,3 +88,41 @@ def test_a_qa_eval_file_that_holds_no_samples_is_an_error(tmp_path, text, says):
     assert r.exit_code != 0, r.output
     line = r.output.strip().splitlines()[-1]
     assert line.startswith(f"error: {tmp_path / 'data' / 'eval_3.json'}: {says}"), r.output
+
+
+_SIGTERM = """
+import asyncio, os, signal, sys, time
+from pathlib import Path
+from rich.console import Console
+from memrl.cli.eval_common import run_with_progress
+from memrl.gateway.command import run_command
+
+class Engine:
+    async def close(self):
+        pass
+
+CODE = f"import os, time; open({sys.argv[2]!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+
+async def run(started, advance):
+    started(1, 0)
+    asyncio.get_running_loop().call_later(1.5, os.kill, os.getpid(), signal.SIGTERM)
+    await run_command([sys.executable, "-c", CODE], dict(os.environ), b"")
+
+try:
+    run_with_progress(Console(stderr=True, width=400), Path(sys.argv[1]), Engine(), run)
+except BaseException as exc:
+    print(f"{type(exc).__name__} {getattr(exc, 'exit_code', '')}", file=sys.stderr)
+"""
+
+
+def test_sigterm_stops_an_eval_and_its_agent_commands(tmp_path):
+    import subprocess
+
+    from tests.gateway.test_program_faults import _wait_dead
+
+    pidfile = tmp_path / "command.pid"
+    r = subprocess.run([sys.executable, "-c", _SIGTERM, str(tmp_path), str(pidfile)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.stderr.strip().splitlines()[-1] == "Exit 143", r.stderr
+    assert "interrupted — re-run the same command to resume" in r.stderr
+    assert _wait_dead(int(pidfile.read_text())), "the agent command outlived the eval"

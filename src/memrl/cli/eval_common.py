@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable
+import signal
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,21 @@ def out_lock(out: Path, console: Console) -> contextlib.AbstractContextManager[A
                        lambda msg: console.print(f"notice: {msg}", highlight=False, markup=False))
 
 
+@contextlib.contextmanager
+def sigterm_cancels(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """While active, SIGTERM cancels the running main task as Ctrl-C does: episodes end through their own
+    cleanup (an agent command's process group is killed) instead of the process dying under them."""
+    task = asyncio.current_task()
+    if task is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
 def run_with_progress(console: Console, out: Path, engine: Any,
                       run: Callable[[Started, Advance], Awaitable[dict[str, Any]]], noun: str = "episodes") -> dict:
     """Run ``run(started, advance)`` under a progress bar; close the engine; turn endings into exit codes."""
@@ -63,17 +80,18 @@ def run_with_progress(console: Console, out: Path, engine: Any,
                 bar.update(total=total, completed=done)
 
             async def main() -> dict[str, Any]:
-                with signals_wake_loop(asyncio.get_running_loop()):  # Ctrl-C stops a loop waiting on a long timer
+                loop = asyncio.get_running_loop()
+                with signals_wake_loop(loop), sigterm_cancels(loop):  # Ctrl-C stops a loop waiting on a long timer
                     try:
                         return await run(started, bar.advance)
                     finally:
                         await engine.close()
 
             return asyncio.run(main())
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError) as stop:
         console.print(f"interrupted — re-run the same command to resume (finished {noun} are kept in {out})",
                       highlight=False, markup=False)
-        raise typer.Exit(130) from None
+        raise typer.Exit(130 if isinstance(stop, KeyboardInterrupt) else 128 + signal.SIGTERM) from None
     except EngineDeadError as exc:
         console.print(f"error: the engine is gone ({exc}); stopped. Finished {noun} are kept in {out}; "
                       "re-run the same command to resume", highlight=False, markup=False)
