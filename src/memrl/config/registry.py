@@ -1,5 +1,5 @@
 """Named plug-ins the config chooses by name: advantage estimators, loss aggregations, KL estimators,
-off-policy corrections and engine kinds.
+off-policy corrections, engine kinds and teacher engine kinds.
 
 Each kind has one :class:`NameRegistry`. A built-in is registered where it is defined, by a
 decorator (``@register_adv_est("grpo")``, verl's ``core_algos`` pattern), so its name is written
@@ -109,3 +109,4 @@ LOSS_AGGREGATIONS = NameRegistry("loss_agg_mode", "memrl.rl.losses")
 KL_ESTIMATORS = NameRegistry("KL estimator", "memrl.rl.losses")
 OFF_POLICY = NameRegistry("off_policy kind", "memrl.rl.offpolicy")
 ENGINES = NameRegistry("engine kind", "memrl.engines.factory")
+TEACHERS = NameRegistry("teacher engine kind", "memrl.train.teacher")

@@ -16,6 +16,7 @@ from memrl.config.engine import EngineConfig, VLLMOptions
 from memrl.config.registry import registered
 from memrl.config.section import Section, external_fields
 from memrl.config.sides import AsyncConfig, JudgeConfig, TrainEvalConfig, UserSimConfig
+from memrl.config.teacher import TeacherConfig
 from memrl.plugins import DOMAINS, REWARDS, WORKFLOWS
 
 __all__ = ["AlgorithmConfig", "EngineConfig", "VLLMOptions", "Section"]  # re-exported: their old home
@@ -251,6 +252,7 @@ class MemRLConfig(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    teacher: TeacherConfig = Field(default_factory=TeacherConfig)
     lora: LoraConfig = Field(default_factory=LoraConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)

@@ -26,6 +26,7 @@ from memrl.rl.turn_credit import (
     turn_returns,
 )
 from memrl.rl.dapo import keep_groups, overlong_penalty
+from memrl.rl.distill import discounted_future_sum, distill_advantages, reverse_kl
 from memrl.rl.functional import entropy_from_logits, logprobs_from_logits, masked_mean, masked_var, masked_whiten
 from memrl.rl.losses import (
     LossAggregation,
@@ -65,6 +66,8 @@ __all__ = [
     "compute_reinforce_plus_plus_outcome_advantage",
     "compute_rloo_outcome_advantage",
     "decoupled_policy_loss",
+    "discounted_future_sum",
+    "distill_advantages",
     "entropy_from_logits",
     "episode_advantages",
     "get_estimator",
@@ -87,6 +90,7 @@ __all__ = [
     "register_kl",
     "register_loss_agg",
     "register_off_policy",
+    "reverse_kl",
     "rollout_correction",
     "step_reinforce_advantages",
     "tis_policy_loss",

@@ -34,6 +34,7 @@ from memrl.train.sampler import ResumableSampler
 from memrl.train.setup import build_engine, build_optimizer, seed_everything
 from memrl.train.sources import RolloutSource, rollout_source
 from memrl.train.tracking import Tracker, print_warning
+from memrl.train.teacher import build_teacher
 from memrl.train.update import PolicyUpdate
 from memrl.workflows.api import Workflow
 
@@ -177,7 +178,7 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
         sampler.position, idle.streak = run_state.data_position, run_state.idle_streak
         runner.pending = list(run_state.pending)  # an asynchronous run's samples not trained on yet
     updater = PolicyUpdate(cfg, policy, optimizer, scheduler, reference, dist, sharded=sharded, pad_id=pad_id,
-                           device=device, norm_length=wf.norm_tokens())
+                           device=device, norm_length=wf.norm_tokens(), teacher=build_teacher(cfg, tokenizer, device))
     weight_sync = WeightSync(cfg, eng, pool, policy, push=sync_engine, sharded=sharded, main=dist.main)
     tracker = Tracker(run_dir, run_state.step, cfg.trainer.tensorboard, cfg.trainer.wandb_project,
                       cfg.model_dump(mode="json"), console=console, total_steps=cfg.trainer.total_steps) \

@@ -26,6 +26,7 @@ from memrl.rl.offpolicy import off_policy_correction
 from memrl.train.batch import Row, collate, iter_chunks, micro_batches, row_tensor, token_logprobs
 from memrl.train.correction import apply_rollout_correction, mismatch_metrics
 from memrl.train.policy import Reference
+from memrl.train.teacher import Teacher
 
 
 class PolicyUpdate:
@@ -33,8 +34,9 @@ class PolicyUpdate:
 
     def __init__(self, cfg: MemRLConfig, policy: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                  reference: Reference, dist: DistContext, *, sharded: bool, pad_id: int,
-                 device: torch.device, norm_length: int | None = None) -> None:
+                 device: torch.device, norm_length: int | None = None, teacher: Teacher | None = None) -> None:
         self.cfg = cfg
+        self.teacher = teacher  # on-policy distillation (teacher.*): sets the rows' advantages before the epochs
         self.norm_length = norm_length  # the workflow's longest response (seq-mean-token-sum-norm); None: padded width
         self.policy = policy
         self.optimizer = optimizer
@@ -62,7 +64,8 @@ class PolicyUpdate:
         cfg, a = self.cfg, self.cfg.algorithm
         rc = a.rollout_correction
         weighted = rc.enabled and not rc.bypass_mode  # verl's decoupled mode: needs old log-probs before the update
-        plan = _Plan(on_policy=a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1 and not weighted,
+        distills = self.teacher is not None and self.teacher.reads_trainer_logprobs  # so does the teacher's signal
+        plan = _Plan(on_policy=a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1 and not (weighted or distills),
                      temperature=cfg.sampling.temperature or 1.0, norm_length=self.norm_length,
                      per_token=loss_aggregation(a.loss_agg_mode).per_token,
                      behaviour=off_policy_correction(a.off_policy).uses_behaviour or rc.bypass_mode,
@@ -77,6 +80,8 @@ class PolicyUpdate:
         if a.kl_coef > 0:
             with self.reference.model() as ref:
                 self._logprobs(rows, "ref_logprobs", ref)
+        if self.teacher is not None:
+            correction.update(self.teacher.apply(rows, plan.temperature))
         logprob_time = time.perf_counter() - t0
         self.policy.train()
         tally = _Tally()
