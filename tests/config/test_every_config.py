@@ -22,7 +22,8 @@ TINY = ["model.path=tiny", "model.dtype=float32", "engine.kind=hf", "lora.enable
         "cluster.rollout_replicas=0", "cluster.trainers=1", "trainer.total_steps=1", "trainer.prompts_per_step=1",
         "trainer.mini_batches=1", "algorithm.n=2", "algorithm.dynamic_sampling=false", "trainer.eval_every=0",
         "trainer.gradient_checkpointing=false", "trainer.micro_batch_tokens=65536", "trainer.mode=sync"]
-QA = {"memagent_grpo.yaml", "memagent_paper.yaml", "rememr1_paper.yaml"}
+QA = {"memagent_grpo.yaml", "memagent_paper.yaml", "rememr1_paper.yaml", "memagent_distill.yaml"}
+QA_EXTRA = {"memagent_distill.yaml": ["teacher.model=tiny", "teacher.dtype=float32"]}  # the teacher, tiny too
 TOOLS = {"tau2_telecom_solo_grpo.yaml": "telecom", "tool_agent_demo.yaml": None, "config.yaml": None}
 
 
@@ -57,7 +58,7 @@ def test_qa_config_trains_one_step_on_tiny(name, tmp_path):
                "workflow.options.final_tokens=8", "workflow.options.question_tokens=16",
                "workflow.options.max_chunks=2"]
     _trains(REPO / "configs" / name, tmp_path, [f"data.train_file={_qa_file(tmp_path)}", "data.eval_file=null",
-                                                *budgets])
+                                                *budgets, *QA_EXTRA.get(name, [])])
 
 
 @pytest.mark.timeout(600)
