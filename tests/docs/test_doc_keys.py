@@ -7,7 +7,7 @@ import re
 from tests.docs.blocks import DOCS, REPO
 from tests.docs.test_reference_fresh import load_generator
 
-SECTIONS = "model|data|workflow|env|sampling|eval|engine|algorithm|lora|trainer|cluster"
+SECTIONS = "model|data|workflow|env|sampling|eval|engine|algorithm|teacher|lora|trainer|cluster"
 KEY = re.compile(rf"(?<![\w./-])((?:{SECTIONS})\.[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)")
 FREE_FORM = ("env.tool_options.", "engine.vllm.args.")  # dictionaries the domain / vLLM check themselves
 # Named on purpose: a method, the typos in the error examples, the pre-options spelling the notice maps,

@@ -122,3 +122,16 @@ def test_teacher_options_without_a_teacher_and_other_vocabularies_are_refused():
     other.add_tokens(["<extra>"])
     with pytest.raises(ConfigError, match=r"teacher\.model='x': its tokenizer's vocabulary differs"):
         check_same_vocabulary(load_tokenizer("tiny"), other, "x")
+
+
+def test_config_schema_names_the_teacher_section():
+    from typer.testing import CliRunner
+
+    from memrl.cli.main import app
+
+    r = CliRunner().invoke(app, ["config", "schema", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    by_key = {row["key"]: row for row in json.loads(r.stdout) if row["workflow"] is None}
+    assert {"teacher.model", "teacher.engine", "teacher.mode", "teacher.weight"} <= set(by_key)
+    assert by_key["teacher.model"]["default"] is None and "hf" in by_key["teacher.engine"]["choices"]
+    assert by_key["teacher.mode"]["default"] == "replace"
