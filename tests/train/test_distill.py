@@ -135,3 +135,46 @@ def test_config_schema_names_the_teacher_section():
     assert {"teacher.model", "teacher.engine", "teacher.mode", "teacher.weight"} <= set(by_key)
     assert by_key["teacher.model"]["default"] is None and "hf" in by_key["teacher.engine"]["choices"]
     assert by_key["teacher.mode"]["default"] == "replace"
+
+
+def _fake_vllm(model):
+    """An httpx transport answering /v1/completions as vLLM does with prompt_logprobs=0, from ``model``."""
+    import httpx
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        assert request.url.path == "/v1/completions" and body["prompt_logprobs"] == 0 and body["max_tokens"] == 1
+        ids = body["prompt"]
+        with torch.no_grad():
+            row = Row(ids, [1] * len(ids), [0.0] * len(ids), 0, 0)
+            lps = _alone(model, row, 1.0).tolist()
+        entries = [None] + [{str(tok): {"logprob": lp, "rank": 1, "decoded_token": "?"}}
+                            for tok, lp in zip(ids[1:], lps)]
+        return httpx.Response(200, json={"choices": [{"text": "x", "prompt_logprobs": entries}]})
+
+    return httpx.MockTransport(handle)
+
+
+def test_openai_teacher_reads_vllm_prompt_logprobs_equal_to_the_hf_teacher(teacher_path):
+    from memrl.train.teacher_http import OpenAITeacher
+
+    model = load_model(teacher_path, dtype="float32", device="cpu")
+    tokenizer = load_tokenizer("tiny")
+    ids = [tokenizer.encode(text) for text in ("the key is 42", "Memory: the value is blue. Question: what is it?")]
+    rows = [Row(x, [0, 0] + [1] * (len(x) - 2), [0.0] * len(x), 0, 0) for x in ids]  # two prompt tokens
+    served = OpenAITeacher("http://teacher/v1", "t", "k", transport=_fake_vllm(model)).logprobs(rows, 1.0)
+    local = HFTeacher(model, tokenizer.pad_token_id, 16384).logprobs(rows, 1.0)
+    for r, a, b in zip(rows, served, local):
+        mask = torch.tensor(r.loss_mask[1:], dtype=torch.bool)
+        assert a.shape == b.shape and torch.allclose(a[mask], b[mask], atol=1e-5)
+
+
+def test_openai_teacher_needs_a_base_url_and_temperature_one(teacher_path):
+    from memrl.train.teacher import openai_teacher
+
+    with pytest.raises(ValueError, match=r"teacher\.base_url is required with teacher\.engine=openai"):
+        MemRLConfig.model_validate({"teacher": {"model": "tiny", "engine": "openai"}})
+    cfg = MemRLConfig.model_validate({"teacher": {"model": teacher_path, "engine": "openai",
+                                                  "base_url": "http://teacher/v1"}, "sampling": {"temperature": 0.7}})
+    with pytest.raises(ConfigError, match=r"teacher\.engine=openai: .* sampling\.temperature must be 1 \(it is 0\.7\)"):
+        openai_teacher(cfg, load_tokenizer("tiny"), torch.device("cpu"))

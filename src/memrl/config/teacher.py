@@ -21,11 +21,16 @@ class TeacherConfig(Section):
     model: str | None = Field(None, description="Teacher model (HF folder/id or alias, same tokenizer as "
                               "model.path); null: no distillation.")
     engine: registered(TEACHERS) = Field("hf", description="How the teacher scores tokens: hf (an in-process "
-                                         "transformers model beside the policy) or an import path to a builder "
+                                         "transformers model beside the policy), openai (a vLLM server's prompt "
+                                         "log-probs at teacher.base_url) or an import path to a builder "
                                          "(cfg, tokenizer, device) -> scorer (memrl.train.teacher).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="hf: the teacher's "
                                                                      "weights dtype.")
     device: str | None = Field(None, description="hf: the teacher's device (default: the trainer's).")
+    base_url: str | None = Field(None, description="openai: server root, e.g. http://127.0.0.1:8001/v1.")
+    served_model: str | None = Field(None, description="openai: model name sent in requests (default: "
+                                     "teacher.model).")
+    api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
     mode: Literal["replace", "add"] = Field("replace", description="replace: the distillation advantage alone "
                                             "(rewards are still computed and logged); add: added to the RL "
                                             "advantage of algorithm.adv_estimator.")
@@ -49,4 +54,6 @@ class TeacherConfig(Section):
             changed = sorted(k for k, f in fields.items() if k != "model" and getattr(self, k) != f.default)
             if changed:
                 raise ValueError(f"teacher.{changed[0]} is set but teacher.model is not: name the teacher model")
+        if self.engine == "openai" and not self.base_url:
+            raise ValueError("teacher.base_url is required with teacher.engine=openai (the server's /v1 root)")
         return self

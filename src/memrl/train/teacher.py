@@ -10,7 +10,7 @@ old log-probs exist and before the PPO epochs, so every policy loss, aggregation
 applies to it unchanged.
 
 Teacher engines are registered by name (``teacher.engine``): ``hf`` loads the teacher in-process
-beside the policy. Yours: ``@register_teacher("name")`` on a builder ``(cfg, tokenizer, device) ->
+beside the policy; ``openai`` asks a vLLM server for prompt log-probs (:mod:`memrl.train.teacher_http`). Yours: ``@register_teacher("name")`` on a builder ``(cfg, tokenizer, device) ->
 scorer`` whose ``logprobs(rows, temperature)`` returns each row's log-probs over its target positions.
 """
 
@@ -71,6 +71,21 @@ def hf_teacher(cfg: MemRLConfig, tokenizer: Any, device: torch.device) -> HFTeac
         p.requires_grad_(False)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return HFTeacher(model.eval(), pad_id, cfg.trainer.micro_batch_tokens)
+
+
+@register_teacher("openai")
+def openai_teacher(cfg: MemRLConfig, tokenizer: Any, device: torch.device) -> Any:
+    """An OpenAI-compatible server returning prompt log-probs (vLLM) at ``teacher.base_url``."""
+    from memrl.models.resolve import load_tokenizer
+    from memrl.train.teacher_http import OpenAITeacher
+
+    t = cfg.teacher
+    if (cfg.sampling.temperature or 1.0) != 1.0:
+        raise ConfigError(f"teacher.engine=openai: the server's prompt log-probs are of the unscaled distribution, "
+                          f"so sampling.temperature must be 1 (it is {cfg.sampling.temperature:g}); or use "
+                          "teacher.engine=hf")
+    check_same_vocabulary(tokenizer, load_tokenizer(t.model), t.model)
+    return OpenAITeacher.from_env(t.base_url, t.served_model or t.model, t.api_key_env)
 
 
 def check_same_vocabulary(student: Any, teacher: Any, name: str) -> None:
