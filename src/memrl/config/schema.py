@@ -259,17 +259,21 @@ class MemRLConfig(Section):
 
     @model_validator(mode="after")
     def _async_correction(self) -> "MemRLConfig":
-        """Asynchronous runs (max_staleness >= 1) correct their stale samples unless the config chose how.
+        """Asynchronous runs (max_staleness >= 1) clip against the policy that drew each sample, unless told otherwise.
 
-        Trained as on-policy, a sample drawn one version earlier pushes on tokens the current policy has
-        already moved away from, with full weight: on the demo's seed 1 the gradient norm jumped from 1.9 to
-        33.5 the step after a large update, and held-out accuracy fell from 90.6% to 53.1%. AReaL's decoupled
-        objective weights each token by pi_prox / pi_behav, which damps exactly those (docs/guides/async.md).
+        Trained as on-policy (one epoch: the ratio to the recomputed policy is 1, so PPO's clip never acts), a
+        sample drawn one version earlier pushes with full weight on tokens the current policy has already moved:
+        on the demo's seed 1 the gradient norm jumped from 1.9 to 33.5 the step after a large update and held-out
+        accuracy fell from 90.6% to 53.1%. PPO clipped against the engine's log-probs (verl's bypass mode,
+        ``ppo_clip``) is the trust region of the behaviour policy; AReaL's decoupled weights alone still collapsed
+        on a perturbed seed 1 (docs/guides/async.md). A config that names ``algorithm.off_policy`` or any
+        ``algorithm.rollout_correction`` setting keeps its own choice.
         """
         a = self.algorithm
+        rc = a.rollout_correction
         if (self.trainer.mode == "async" and self.trainer.async_.max_staleness >= 1
-                and "off_policy" not in a.model_fields_set and not a.rollout_correction.enabled):
-            a.off_policy = "decoupled"
+                and "off_policy" not in a.model_fields_set and not rc.model_fields_set):
+            rc.bypass_mode = True
         return self
 
 
