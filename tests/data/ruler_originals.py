@@ -59,6 +59,16 @@ class WordCounter:
         return sum(1 for _ in _TOKEN.finditer(text))
 
 
+class HFTokenizer:
+    """RULER's ``hf`` tokenizer (``tokenizer.py``): ``text_to_tokens`` is ``AutoTokenizer.tokenize``."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def text_to_tokens(self, text: str) -> list[str]:
+        return self.tokenizer.tokenize(text)
+
+
 class _Tokenizer:
     def text_to_tokens(self, text: str) -> list[str]:
         return _TOKEN.findall(text)
@@ -90,7 +100,7 @@ def _argv(flavour: str, task: str, length: int, samples: int, seed: int, out: Pa
     return SCRIPTS[cfg["task"]], argv
 
 
-def _stubs(captured: list[Any], splitter: Any) -> dict[str, types.ModuleType]:
+def _stubs(captured: list[Any], splitter: Any, tokenizer: Any) -> dict[str, types.ModuleType]:
     def module(name: str, **attrs: Any) -> types.ModuleType:
         m = types.ModuleType(name)
         m.__dict__.update(attrs)
@@ -100,7 +110,7 @@ def _stubs(captured: list[Any], splitter: Any) -> dict[str, types.ModuleType]:
         captured.append(records)
 
     stubs = {
-        "tokenizer": module("tokenizer", select_tokenizer=lambda *a, **k: _Tokenizer()),
+        "tokenizer": module("tokenizer", select_tokenizer=lambda *a, **k: tokenizer),
         "manifest_utils": module("manifest_utils", write_manifest=write),
         "synthetic.nemo": module("synthetic.nemo", write_manifest=write, read_manifest=lambda p: []),
         "nltk": module("nltk"),
@@ -166,13 +176,14 @@ def place_inputs(flavour: str, work: Path, files: dict[str, Path]) -> Path:
 
 
 def run_original(flavour: str, task: str, length: int, samples: int, seed: int, work: Path,
-                 files: dict[str, Path], splitter: Any, pre_samples: int = 0) -> list[dict[str, Any]]:
+                 files: dict[str, Path], splitter: Any, pre_samples: int = 0,
+                 tokenizer: Any = None) -> list[dict[str, Any]]:
     """The records the original's script writes for ``task`` at ``length`` (one process, one chunk)."""
     work.mkdir(parents=True, exist_ok=True)
     syn = place_inputs(flavour, work, files)
     script, argv = _argv(flavour, task, length, samples, seed, work / "out", pre_samples)
     captured: list[Any] = []
-    with _isolated(_stubs(captured, splitter), [str(syn), str(work)], work):
+    with _isolated(_stubs(captured, splitter, tokenizer or _Tokenizer()), [str(syn), str(work)], work):
         sys.argv[:] = [str(syn / script), *argv]
         runpy.run_path(str(syn / script), run_name="__main__")
     assert len(captured) == 1, "the script wrote no manifest"

@@ -100,6 +100,25 @@ def test_cwe_beyond_wonderwords_reads_english_words(inputs: dict[str, Path], tmp
         paper_records(text, "cwe", 131072, WordCounter(), samples=1, seed=42, inputs=without)
 
 
+@pytest.mark.parametrize("flavour", ["ruler", "memagent"])
+def test_a_real_tokenizer_gives_the_same_records(flavour: str, inputs: dict[str, Path], tmp_path: Path) -> None:
+    """With a Hugging Face tokenizer: RULER counts ``tokenize(text)``, memrl ``encode`` without special tokens."""
+    from memrl.data.tokens import load_token_counter
+    from memrl.models.resolve import load_tokenizer
+
+    from tests.data.ruler_originals import HFTokenizer
+
+    repo = require(flavour)
+    text = load_paper_text(flavour, repo)
+    # tiny's tokens are short: ten documents or cwe's few-shot list overflow 4K (the originals then retry forever)
+    for task, length in (("fwe", 4096), ("cwe", 16384), ("qa_2", 16384)):
+        orig = run_original(flavour, task, length, 2, 42, tmp_path / task, inputs, simple_sentences,
+                            tokenizer=HFTokenizer(load_tokenizer("tiny")))
+        mine = paper_records(text, task, length, load_token_counter("tiny"), samples=2, seed=42,
+                             inputs=_paper_inputs(inputs))
+        assert [r.original for r in mine] == orig, _diff(orig, [r.original for r in mine])
+
+
 def test_key_vocabulary_is_wonderwords_pairs_sorted() -> None:
     """niah's keys: ``sorted(set(adj-noun))`` over wonderwords, indexed without building it."""
     from wonderwords import random_word
