@@ -123,6 +123,7 @@ def test_sigterm_stops_an_eval_and_its_agent_commands(tmp_path):
     pidfile = tmp_path / "command.pid"
     r = subprocess.run([sys.executable, "-c", _SIGTERM, str(tmp_path), str(pidfile)], capture_output=True, text=True,
                        timeout=60)
-    assert r.stderr.strip().splitlines()[-1] == "Exit 143", r.stderr
+    # (asyncio's child watcher may log about the closed loop after it: only the exit line matters here)
+    assert "Exit 143" in r.stderr.strip().splitlines(), r.stderr
     assert "interrupted — re-run the same command to resume" in r.stderr
     assert _wait_dead(int(pidfile.read_text())), "the agent command outlived the eval"

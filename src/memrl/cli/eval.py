@@ -86,10 +86,10 @@ def eval_cmd(
     }), None if restart else recorded_settings(out))  # re-scoring a folder keeps the sampling it was run with
     built = cfg.workflow.build()
     on_tasks = built.uses_env  # a tool agent: every task of --domain, --trials each
-    _check_data_exists(data, built)
-    _check_flags_apply(on_tasks, {
+    _check_flags_apply(on_tasks, {  # first: a flag the workflow ignores is the error, not whether its file exists
         "--data": data, "--docs": docs, "--max-samples": max_samples, "--tasks": tasks,
         "--suite": None if suite == "qa" else suite, "--repeats": repeats}, trials)
+    _check_data_exists(data, built)
     quiet_hub_progress()
     console = Console(stderr=True)
     if cfg.eval.repeats > 1 and cfg.sampling.temperature == 0:
