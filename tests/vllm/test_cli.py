@@ -75,7 +75,8 @@ def test_async_training_on_vllm_overlaps_and_syncs(tmp_path):
     its policy version, and every update reaches the engine."""
     path = tmp_path / "exp.yaml"
     cfg = train_config(tmp_path, 3)
-    cfg["trainer"].update(mode="async", max_staleness=1, partial_chunk_tokens=2)
+    cfg["trainer"]["mode"] = "async"
+    cfg["trainer"]["async"].update(max_staleness=1, partial_chunk_tokens=2)
     path.write_text(yaml.safe_dump(cfg))
     r = memrl("train", path)
     assert r.returncode == 0, r.stderr[-3000:]
