@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 from memrl.data.longctx import LongContextSample, SampleWriter
@@ -240,10 +241,18 @@ class RulerFileReport:
 def write_task_file(out: Path, task: str, length: int, counter: TokenCounter, *, samples: int, seed: int,
                     sources: RulerSources, progress: Callable[[int], None] | None = None) -> RulerFileReport:
     """Write ``out/ruler_{task}_{length}.jsonl`` atomically; returns its token report."""
+    return write_samples_file(out, task, length, counter,
+                              generate(task, length, counter, samples=samples, seed=seed, sources=sources), progress)
+
+
+def write_samples_file(out: Path, task: str, length: int, counter: TokenCounter, samples: Iterable[Any],
+                       progress: Callable[[int], None] | None = None) -> RulerFileReport:
+    """Write ``samples`` (each with ``extra["tokens"]``) to ``out/ruler_{task}_{length}.jsonl`` atomically, any
+    protocol's generator; returns the file's token report."""
     path = out / file_name(task, length)
     counts: list[int] = []
     with SampleWriter(path, fmt="jsonl") as writer:
-        for sample in generate(task, length, counter, samples=samples, seed=seed, sources=sources):
+        for sample in samples:
             writer.write(sample)
             counts.append(int(sample.extra["tokens"]))
             if progress:

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from memrl.data.longctx import LongContextSample, SampleWriter
-from memrl.data.ruler import RulerFileReport, file_name
+from memrl.data.longctx import LongContextSample
+from memrl.data.ruler import RulerFileReport, write_samples_file
 from memrl.data.ruler_paper_niah import niah_records
 from memrl.data.ruler_paper_qa import qa_records
 from memrl.data.ruler_paper_run import PaperInputs, PaperRecord, PaperRun
@@ -99,15 +99,5 @@ def write_paper_task_file(out: Path, task: str, length: int, counter: TokenCount
                           samples: int, seed: int, inputs: PaperInputs, chunks: int = 1,
                           progress: Callable[[int], None] | None = None) -> RulerFileReport:
     """Write ``out/ruler_{task}_{length}.jsonl`` atomically; returns its token report."""
-    path = out / file_name(task, length)
-    counts: list[int] = []
-    with SampleWriter(path, fmt="jsonl") as writer:
-        for sample in paper_samples(text, task, length, counter, samples=samples, seed=seed, inputs=inputs,
-                                    chunks=chunks):
-            writer.write(sample)
-            counts.append(int(sample.extra["tokens"]))
-            if progress:
-                progress(1)
-    return RulerFileReport(str(path), task, length, len(counts), min(counts, default=0),
-                           round(sum(counts) / len(counts), 1) if counts else 0.0, max(counts, default=0),
-                           counter.name)
+    return write_samples_file(out, task, length, counter, paper_samples(
+        text, task, length, counter, samples=samples, seed=seed, inputs=inputs, chunks=chunks), progress)
