@@ -1,4 +1,4 @@
-"""The gateway's HTTP routes: ``/episodes/<id>/v1/{chat/completions,completions,models}``.
+"""The gateway's HTTP routes: ``/episodes/<id>/v1/{chat/completions,completions,models}`` (either streamed).
 
 Each episode has its own base URL and key. The episode is looked up before the body is
 read, so an unknown or finished episode gets a 404 and a wrong key a 401 whatever the body;
@@ -18,9 +18,9 @@ from fastapi import Depends, Request
 from memrl.gateway.calls import CallRequest, model_call
 from memrl.gateway.requests import (GatewayChatBody, GatewayCompletionBody, chat_messages, check_common, check_tools,
                                     requested_max_tokens, sampling_overrides)
-from memrl.gateway.routes import add_protocol_routes, authorization, stream_chat
+from memrl.gateway.routes import add_protocol_routes, authorization, event_stream, pieces, recorded, stream_chat
 from memrl.gateway.sessions import Session, Sessions
-from memrl.gateway.sse import stream_usage
+from memrl.gateway.sse import completion_events, stream_usage
 from memrl.serve.errors import APIError, error_response, install_error_handlers
 from memrl.serve.fields import chat_logprobs, completion_logprobs, stop_strings
 from memrl.serve.limits import check_token_ids
@@ -95,10 +95,15 @@ def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int 
         return await _call(sessions, session, req)
 
     @app.post("/episodes/{episode_id}/v1/completions")
-    async def completions(body: GatewayCompletionBody, session: Session = Depends(session_of)) -> dict[str, Any]:
-        check_common(body)
+    async def completions(body: GatewayCompletionBody, session: Session = Depends(session_of)) -> Any:
+        options = (body.model_extra or {}).pop("stream_options", None)  # a field of streamed calls only
+        check_common(body, streams=True)
+        usage = stream_usage(options, bool(body.stream))
         req = _request_of("completion", body, completion_logprobs(body), "logprobs", body.prompt,
                           model=model_name, add_special_tokens=body.add_special_tokens)
+        if body.stream:  # generated and recorded whole, as unstreamed; then sent as text_completion chunks
+            answer, ids = await recorded(session, functools.partial(_call, sessions), req)
+            return event_stream(completion_events(answer, await pieces(session, ids), usage))
         return await _call(sessions, session, req)
 
     add_protocol_routes(app, session_of, functools.partial(_call, sessions), model_name)

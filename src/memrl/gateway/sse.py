@@ -2,7 +2,8 @@
 
 A streamed call is generated and recorded exactly as the same call unstreamed (the
 episode's conversation cannot tell them apart); its answer is then sent as the events its
-API defines: chat completion chunks ending in ``data: [DONE]``, the Responses API's
+API defines: chat completion chunks or text completion chunks (``/v1/completions``), each
+ending in ``data: [DONE]``, the Responses API's
 ``response.*`` events, or the Messages API's ``message_start`` ... ``message_stop``. The text
 arrives token by token (the recorded tokens' decoding, see :func:`~memrl.gateway.adapters.token_pieces`);
 a tool call's arguments arrive in one delta.
@@ -51,6 +52,28 @@ def chat_events(answer: dict[str, Any], pieces: Sequence[str], include_usage: bo
     chunks += [chunk({"tool_calls": [{"index": k, **call}]}) for k, call in enumerate(message.get("tool_calls") or [])]
     last = {k: choice[k] for k in ("logprobs", "token_ids", "prompt_token_ids") if choice.get(k) is not None}
     chunks.append(chunk({}, choice["finish_reason"], **last))
+    if include_usage:
+        chunks.append({**head, "choices": [], "usage": answer["usage"]})
+    return [_data(c) for c in chunks] + ["data: [DONE]\n\n"]
+
+
+def completion_events(answer: dict[str, Any], pieces: Sequence[str], include_usage: bool) -> list[str]:
+    """A text completion as OpenAI's streamed ``text_completion`` chunks: text pieces, finish (, usage).
+
+    Every chunk carries the answer's id; the log-probs and token ids the program asked for come
+    whole on the finishing chunk (as :func:`chat_events` does), so they are the recorded ones.
+    """
+    choice = answer["choices"][0]
+    head = {"id": answer["id"], "object": "text_completion", "created": answer["created"], "model": answer["model"]}
+    tail = {"usage": None} if include_usage else {}
+
+    def chunk(text: str, finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
+                                     **extra}], **tail}
+
+    chunks = [chunk(p) for p in aligned(pieces, choice.get("text") or "")]
+    last = {k: choice[k] for k in ("logprobs", "token_ids", "prompt_token_ids") if choice.get(k) is not None}
+    chunks.append(chunk("", choice["finish_reason"], **last))
     if include_usage:
         chunks.append({**head, "choices": [], "usage": answer["usage"]})
     return [_data(c) for c in chunks] + ["data: [DONE]\n\n"]
