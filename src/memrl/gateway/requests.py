@@ -5,9 +5,16 @@ The bodies are ``memrl serve``'s (every field honoured or refused by name, see
 ``parallel_tool_calls``. A few fields mean something else while training and are refused
 with the reason rather than ignored: ``seed`` (each call is seeded from the episode's
 seed), ``top_k`` (the trainer's sampling decides it), ``n > 1`` (one episode is one chain
-of calls), ``stream``, ``tool_choice: "required"`` or a named function (that needs
-constrained decoding). The ``model`` name is not checked: every call goes to the policy
-being trained, whatever name the program was written for.
+of calls), ``tool_choice: "required"`` or a named function (that needs constrained
+decoding). The ``model`` name is not checked: every call goes to the policy being
+trained, whatever name the program was written for.
+
+Chat completions also get the fields frameworks send (LangChain's ``ChatOpenAI`` options,
+the Agents SDK's chat model): those that never change an answer (``store``, ``metadata``,
+``prompt_cache_key``, ...; :data:`CHAT_NO_OPS`) are accepted, and those that would change
+what is sampled in a way the recorded log-probs do not show, or that need constrained
+decoding, are refused with the reason (:data:`CHAT_REFUSED`): a framework that sets one
+learns why at its first call instead of being trained on answers it did not ask for.
 
 Messages are made ready for a Hugging Face chat template the way vLLM does it: text
 content parts are joined, ``developer`` is a system message, and the arguments of an
@@ -40,9 +47,53 @@ def bad(param: str, message: str, code: str = "invalid_value") -> APIError:
     return APIError(400, f"{param}: {message}", code=code, param=param)
 
 
+_SAMPLING = "changes the distribution tokens are sampled from; the trainer's sampling applies to every call"
+# Chat-completion fields that change nothing here, at these values (an empty tuple: any value; null is accepted).
+CHAT_NO_OPS: dict[str, tuple[Any, ...]] = {
+    "user": (), "metadata": (), "store": (),  # store: OpenAI keeps the completion for its evals; nothing is kept
+    "prompt_cache_key": (), "prompt_cache_retention": (), "safety_identifier": (),
+    "service_tier": ("auto", "default"), "modalities": (["text"],), "response_format": ({"type": "text"},),
+    "frequency_penalty": (0,), "presence_penalty": (0,), "repetition_penalty": (1,), "min_p": (0,),
+    "min_tokens": (0,), "logit_bias": ({},), "functions": ([],), "function_call": ("none",), "echo": (False,),
+    "best_of": (1,), "include_stop_str_in_output": (False,), "add_generation_prompt": (True,),
+    "continue_final_message": (False,),
+}
+# Chat-completion fields refused at any other value, with the reason.
+CHAT_REFUSED: dict[str, str] = {
+    "response_format": "structured output (json_object, json_schema) needs constrained decoding, which the "
+                       "training gateway does not do",
+    "reasoning_effort": "the policy's chat template decides how it reasons; leave it out",
+    "verbosity": "the policy decides its answer's length; leave it out",
+    "modalities": "the policy answers text only",
+    "functions": "the legacy function-calling fields: send tools", "function_call": "send tool_choice",
+    "frequency_penalty": _SAMPLING, "presence_penalty": _SAMPLING, "repetition_penalty": _SAMPLING,
+    "min_p": _SAMPLING, "min_tokens": _SAMPLING, "logit_bias": _SAMPLING,
+}
+
+
+def _same(value: Any, ok: Any) -> bool:
+    """Equal, where a boolean equals only the same boolean (``store: 0`` is not ``false``)."""
+    if isinstance(value, bool) or isinstance(ok, bool):
+        return value is ok
+    return bool(value == ok)
+
+
+def refuse_chat_extra(body: RequestBody) -> None:
+    """A 400 naming the first extra field of a chat body that is neither null nor a no-op (:data:`CHAT_NO_OPS`)."""
+    for key, value in (body.model_extra or {}).items():
+        allowed = CHAT_NO_OPS.get(key)
+        if value is None or (allowed is not None and (not allowed or any(_same(value, ok) for ok in allowed))):
+            continue
+        only = f" (accepted only as {', '.join(repr(v) for v in allowed)} or null)" if allowed else ""
+        raise bad(key[:100], CHAT_REFUSED.get(key, "not supported by the training gateway") + only, "unsupported")
+
+
 def check_common(body: RequestBody, streams: bool = False) -> None:
     """What neither endpoint accepts while training (the reason is in the message); ``streams``: stream is served."""
-    reject_unsupported(body)
+    if isinstance(body, ChatBody):
+        refuse_chat_extra(body)
+    else:
+        reject_unsupported(body)
     if body.stream and not streams:
         raise bad("stream", "streaming is not supported by the training gateway; send stream=false", "unsupported")
     if body.n not in (None, 1):
@@ -56,11 +107,11 @@ def check_common(body: RequestBody, streams: bool = False) -> None:
 
 def requested_max_tokens(body: RequestBody) -> Optional[int]:
     """``max_completion_tokens`` or ``max_tokens`` when the program sent one (None: the gateway's default)."""
-    value = getattr(body, "max_completion_tokens", None)
+    value, name = getattr(body, "max_completion_tokens", None), "max_completion_tokens"
     if value is None and "max_tokens" in body.model_fields_set:
-        value = body.max_tokens
+        value, name = body.max_tokens, "max_tokens"
     if value is not None and value < 1:
-        raise bad("max_tokens", f"must be >= 1, got {value}")
+        raise bad(name, f"must be >= 1, got {value}")
     return value
 
 
