@@ -1,0 +1,1 @@
+"""A Tinker-compatible training server over memrl (``memrl tinker``)."""
