@@ -87,7 +87,8 @@ def test_chat_openai_with_bound_tools(gateway, tools_tokenizer):
         assert [(c["name"], c["args"]) for c in first.tool_calls] == [("add", {"a": 1, "b": 2})]
         assert second.content == FINAL and not second.tool_calls
         assert bodies[0]["max_completion_tokens"] == 64 and bodies[0]["stream"] is stream
-        assert bodies[1]["messages"][-1] == {"content": "3.0", "role": "tool", "tool_call_id": first.tool_calls[0]["id"]}
+        tool_message = {"content": "3.0", "role": "tool", "tool_call_id": first.tool_calls[0]["id"]}
+        assert bodies[1]["messages"][-1] == tool_message
         assert_recorded_as_sent(ep, bodies, tok)
         if stream:
             assert second.usage_metadata["output_tokens"] == len(tok.encode(FINAL, add_special_tokens=False)) + 1

@@ -12,6 +12,10 @@ line. What a careless or hostile command can do, and what this module does about
   second SIGTERM/SIGINT ends the trainer at once (:func:`memrl.train.signals.on_hard_exit`);
 * it prints gigabytes: only the last stdout line (at most :data:`MAX_LINE_BYTES`) and the last
   :data:`STDERR_LINES` stderr lines are kept, as the output streams in.
+
+The endpoint is given under the names each SDK reads by itself (:func:`sdk_environment`), so
+a CLI agent built on the ``openai`` SDK, LangChain, LiteLLM or the ``anthropic`` SDK runs
+unchanged, with no flag pointing it at the gateway.
 """
 
 from __future__ import annotations
@@ -115,17 +119,37 @@ class _Protocol(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
+def sdk_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the episode's ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` also under the names other SDKs read.
+
+    ``OPENAI_API_BASE``: the older name of the base URL (LiteLLM, LangChain's ``ChatOpenAI``, which
+    prefers it to ``OPENAI_BASE_URL``). ``ANTHROPIC_BASE_URL``: the base URL without its ``/v1``, as the
+    ``anthropic`` SDK (and Claude Code) append ``/v1/messages`` themselves; ``ANTHROPIC_API_KEY`` and
+    ``ANTHROPIC_AUTH_TOKEN``: the episode's key. They replace values inherited from the trainer's
+    environment: an SDK that kept a real provider's URL or token would bypass the gateway (nothing
+    trained, the user's key spent) or send a token the gateway refuses.
+    """
+    base, key = env.get("OPENAI_BASE_URL"), env.get("OPENAI_API_KEY")
+    if not base or key is None:
+        return env
+    root = base.rstrip("/")
+    root = root[:-len("/v1")] if root.endswith("/v1") else root
+    return {**env, "OPENAI_API_BASE": base, "ANTHROPIC_BASE_URL": root, "ANTHROPIC_API_KEY": key,
+            "ANTHROPIC_AUTH_TOKEN": key}
+
+
 async def run_command(command: Sequence[str], env: dict[str, str],
                       stdin: bytes) -> tuple[int, tuple[bytes, bool] | None, str]:
     """(exit status, (last stdout line, cut short) or None, last stderr lines) of one run of ``command``.
 
-    The process group is killed when this returns or is cancelled (a timeout, a stopping run).
+    The process group is killed when this returns or is cancelled (a timeout, a stopping run). ``env`` gets
+    the endpoint under every SDK's names (:func:`sdk_environment`).
     """
     loop = asyncio.get_running_loop()
     try:
         transport, proto = await loop.subprocess_exec(lambda: _Protocol(loop), *command, stdin=asyncio.subprocess.PIPE,
                                                       stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                                                      env=env, start_new_session=True)
+                                                      env=sdk_environment(env), start_new_session=True)
     except OSError as exc:
         raise CommandError(f"cannot start it ({exc.strerror or exc})") from None
     pgid = transport.get_pid()  # start_new_session: the command leads a group of its own
