@@ -16,6 +16,7 @@ import fastapi
 from fastapi import Depends, Request
 
 from memrl.gateway.calls import CallRequest, model_call
+from memrl.gateway.online_routes import add_reward_routes
 from memrl.gateway.requests import (GatewayChatBody, GatewayCompletionBody, chat_messages, check_common, check_tools,
                                     requested_max_tokens, sampling_overrides)
 from memrl.gateway.routes import add_protocol_routes, authorization, event_stream, pieces, recorded, stream_chat
@@ -69,8 +70,9 @@ def _request_of(kind: str, body: Any, k: Any, param: str, prompt: Any, *, model:
                        return_token_ids=body.return_token_ids, model=model, **extra)
 
 
-def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int = 8 * 2**20) -> Any:
-    """The ASGI app serving the open episodes of ``sessions``."""
+def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int = 8 * 2**20, online: Any = None) -> Any:
+    """The ASGI app serving the open episodes of ``sessions`` (and, given ``online``, an online session's
+    ``/rl/*`` routes: :mod:`memrl.gateway.online_routes`)."""
     app = fastapi.FastAPI(title="memrl gateway", docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
@@ -107,4 +109,5 @@ def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int 
         return await _call(sessions, session, req)
 
     add_protocol_routes(app, session_of, functools.partial(_call, sessions), model_name)
+    add_reward_routes(app, sessions, online, model_name)
     return app

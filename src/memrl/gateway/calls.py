@@ -136,6 +136,8 @@ async def model_call(session: Session, req: CallRequest) -> dict[str, Any]:
         raise APIError(503, f"generation failed ({type(exc).__name__}); this episode will be discarded",
                        code="generation_failed") from None
     conv = getattr(gen, "conversation", None)
+    if conv is not None:
+        session.recorded.append(conv)  # call i's conversation: where a per-call reward for i goes
     if conv is not None and req.kind == "chat":
         conv.meta["messages"] = req.prompt
         if req.tools:

@@ -5,7 +5,9 @@ client whose base URL and key are the episode's (``client.model_name`` is the se
 also in ``$MEMRL_MODEL``). A command (any language) gets ``OPENAI_BASE_URL``,
 ``OPENAI_API_KEY`` and ``MEMRL_MODEL`` in its environment and the sample as JSON on stdin,
 and prints its result as JSON on its last stdout line. Either result is the reward (a
-number) or ``{"reward": r, "metrics": {"name": value, ...}}``.
+number) or ``{"reward": r, "metrics": {"name": value, ...}, "turn_rewards": [...]}``: per-call
+rewards (:mod:`memrl.gateway.online_rewards`), which a program may also post while it runs to
+``client.reward_url`` (``$MEMRL_REWARD_URL``, the episode's ``POST .../reward``).
 
 Anything a program does wrong is an :class:`AgentProgramError` naming the program and what
 happened, which fails the episode and leaves the run going.
@@ -26,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from memrl.gateway.command import MAX_LINE_BYTES, CommandError, run_command
+from memrl.gateway.online_rewards import BadField, turn_rewards_of
 from memrl.gateway.server import Endpoint
 
 
@@ -43,8 +46,9 @@ def load_program(spec: str) -> Callable[..., Awaitable[Any]]:
     return fn  # type: ignore[no-any-return]
 
 
-def parse_result(value: Any, what: str) -> tuple[float, dict[str, float]]:
-    """(reward, metrics) of a program's result: a number, or ``{"reward": r, "metrics": {...}}``."""
+def parse_result(value: Any, what: str) -> tuple[float, dict[str, float], list[tuple[int, float]]]:
+    """(reward, metrics, per-call rewards) of a program's result: a number, or
+    ``{"reward": r, "metrics": {...}, "turn_rewards": [{"call": i, "reward": r}, ...]}``."""
     if isinstance(value, dict):
         if "reward" not in value:
             raise AgentProgramError(f"{what} returned a dict without a 'reward' key (keys: {sorted(value)[:8]})")
@@ -54,8 +58,19 @@ def parse_result(value: Any, what: str) -> tuple[float, dict[str, float]]:
         bad = [k for k, v in metrics.items() if isinstance(v, bool) or not isinstance(v, (int, float))]
         if bad:
             raise AgentProgramError(f"{what} returned metric {bad[0]!r} that is not a number")
-        return _number(value["reward"], what), {str(k): float(v) for k, v in metrics.items()}
-    return _number(value, what), {}
+        turns: list[tuple[int, float]] = []
+        if value.get("turn_rewards") is not None:
+            try:
+                turns = turn_rewards_of(value["turn_rewards"])
+            except BadField as exc:
+                raise AgentProgramError(f"{what} returned {exc}") from None
+        return _number(value["reward"], what), {str(k): float(v) for k, v in metrics.items()}, turns
+    return _number(value, what), {}, []
+
+
+def reward_url(base_url: str) -> str:
+    """The episode's ``POST .../reward`` (per-call rewards) next to its ``.../v1`` base URL."""
+    return base_url.rstrip("/").removesuffix("/v1") + "/reward"
 
 
 def _number(value: Any, what: str) -> float:
@@ -98,6 +113,7 @@ async def call_function(fn: Callable[..., Awaitable[Any]], endpoint: Endpoint, m
 
         client = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
         client.model_name = model_name  # type: ignore[attr-defined]
+        client.reward_url = reward_url(endpoint.base_url)  # type: ignore[attr-defined]
         try:
             return await fn(client, plain_sample(sample))
         finally:
@@ -153,7 +169,7 @@ async def call_command(command: Sequence[str], endpoint: Endpoint, model_name: s
     It runs in a process group of its own, killed when the episode ends (:mod:`memrl.gateway.command`).
     """
     env = {**os.environ, "OPENAI_BASE_URL": endpoint.base_url, "OPENAI_API_KEY": endpoint.api_key,
-           "MEMRL_MODEL": model_name}
+           "MEMRL_MODEL": model_name, "MEMRL_REWARD_URL": reward_url(endpoint.base_url)}
     stdin = json.dumps(plain_sample(sample), ensure_ascii=False, default=str).encode()
     try:
         code, last, tail = await run_command(command, env, stdin)

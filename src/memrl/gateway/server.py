@@ -33,7 +33,10 @@ class Endpoint:
 class Gateway:
     """An OpenAI-compatible endpoint per open episode, served from a background thread."""
 
-    def __init__(self, model_name: str = "policy", *, max_body_mb: float = 8.0, start_timeout_s: float = 30.0) -> None:
+    def __init__(self, model_name: str = "policy", *, max_body_mb: float = 8.0, start_timeout_s: float = 30.0,
+                 host: str = HOST, port: int = 0, online: Any = None) -> None:
+        """``online``: an :class:`~memrl.gateway.online.OnlineEpisodes` to serve ``/rl/*`` for (then ``host`` and
+        ``port`` are where external agents reach it; 0: a free port)."""
         import uvicorn
 
         from memrl.gateway.app import create_gateway_app
@@ -41,9 +44,11 @@ class Gateway:
 
         self.model_name = model_name
         self.sessions = Sessions()
-        self._sock = bind_socket(HOST, 0)
+        self.online = online
+        self._sock = bind_socket(host, port)
+        self.host = host
         self.port = int(self._sock.getsockname()[1])
-        app = create_gateway_app(self.sessions, model_name, max_body_bytes=int(max_body_mb * 2**20))
+        app = create_gateway_app(self.sessions, model_name, max_body_bytes=int(max_body_mb * 2**20), online=online)
         config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=1,
                                 lifespan="off")
         self._server = uvicorn.Server(config)
@@ -53,7 +58,7 @@ class Gateway:
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 self.close()
-                raise RuntimeError(f"the agent gateway did not start on {HOST}:{self.port}")
+                raise RuntimeError(f"the agent gateway did not start on {host}:{self.port}")
             time.sleep(0.01)
 
     def _serve(self) -> None:
@@ -61,7 +66,9 @@ class Gateway:
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        """Where this process reaches the gateway (a wildcard bind is reached on the loopback address)."""
+        host = HOST if self.host in ("0.0.0.0", "") else "[::1]" if self.host == "::" else self.host
+        return f"http://{host}:{self.port}"
 
     @contextlib.contextmanager
     def episode(self, episode: Any, settings: CallSettings | None = None) -> Iterator[Endpoint]:

@@ -14,22 +14,28 @@ Each episode opens its own base URL and key on the run's gateway (:mod:`memrl.ga
 program's calls are recorded as that episode's conversations, and what it returns is the
 reward. A call whose prompt extends the previous call's prompt and answer token for token
 extends that conversation (``merge``); any other call (a summary, a rewritten memory, a
-sub-agent) is a new conversation of the same episode.
+sub-agent) is a new conversation of the same episode. Per-call rewards (``turn_rewards``,
+returned or posted: :mod:`memrl.gateway.online_rewards`) go to the calls' conversations.
+
+``mode: online`` runs no program: external agents ask the run for episodes and post their
+rewards (:mod:`memrl.gateway.online`, :mod:`memrl.gateway.online_run`).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memrl.engines.base import EngineDeadError
+from memrl.gateway.online_rewards import BadField, apply_turn_rewards, resolve_calls
+from memrl.gateway.online_run import open_online_gateway, run_online
 from memrl.gateway.program import (AgentProgramError, call_command, call_function, describe, load_program,
                                    parse_result)
 from memrl.gateway.server import Gateway
-from memrl.gateway.sessions import CallSettings
+from memrl.gateway.sessions import CallSettings, Session
 from memrl.gateway.tool_parser import resolve_tool_parser
 from memrl.workflows.api import Episode, Workflow
 
@@ -60,9 +66,25 @@ class AgentOptions(BaseModel):
                                    "trainer's sampling applies to every call.")
     served_name: str = Field("policy", description="The model name the gateway reports (client.model_name, "
                              "$MEMRL_MODEL); requests may name any model.")
+    mode: Literal["program", "online"] = Field("program", description="program: run program/command once per "
+                                               "episode; online: external agents ask for episodes (POST /rl/episodes "
+                                               "with the session key, $MEMRL_SESSION_KEY or printed at start) and "
+                                               "post their rewards (POST /rl/episodes/{id}/reward).")
+    host: str = Field("127.0.0.1", description="online: the address the endpoint listens on (0.0.0.0: every "
+                      "interface; agents on other machines need one).")
+    port: int = Field(0, ge=0, le=65535, description="online: the endpoint's port (0: a free one, printed at start "
+                      "and written to RUN/online.json).")
+    episode_timeout_s: float = Field(600.0, gt=0, description="online: seconds from an episode's hand-out to its "
+                                     "reward; past them it is dropped (its group trains without it) and a late "
+                                     "reward gets a 410.")
 
     @model_validator(mode="after")
     def _one_program(self) -> AgentOptions:
+        if self.mode == "online":
+            if self.program is not None or self.command is not None:
+                raise ValueError("workflow.options.mode online runs no program: external agents run the episodes; "
+                                 "leave out workflow.options.program and command")
+            return self
         if (self.program is None) == (self.command is None):
             raise ValueError("give exactly one of workflow.options.program ('package.module:function') or "
                              "workflow.options.command ([executable, args...])")
@@ -101,15 +123,37 @@ class AgentWorkflow(Workflow):
 
     def build_services(self, config: Any) -> dict[str, Any]:
         os.environ["MEMRL_MODEL"] = self.options.served_name
+        if self.options.mode == "online":
+            return {"gateway": open_online_gateway(self.options, config)}
         return {"gateway": Gateway(self.options.served_name)}
 
     async def run(self, ep: Episode) -> None:
         o = self.options
-        what = describe(o.program, o.command)
         gateway = ep.services.get("gateway") if hasattr(ep.services, "get") else None
         gateway = gateway or shared_gateway()
         settings = CallSettings(max_calls=o.max_calls, max_tokens=o.max_tokens, merge=o.merge,
                                 request_sampling=o.request_sampling, tool_parser=resolve_tool_parser(o.tool_parser))
+        if o.mode == "online":
+            outcome, session = await run_online(ep, gateway, settings, o.episode_timeout_s)
+            what = f"online episode {session.id}"
+            _raise_failure(session.failure, what, None)  # e.g. the call cap: the agent's reward cannot save it
+            reward, metrics, pairs = outcome.reward, outcome.metrics, session.online.pairs
+        else:
+            what = describe(o.program, o.command)
+            reward, metrics, pairs, session = await self._program_episode(ep, gateway, settings, what)
+        if not ep.conversations:
+            raise AgentProgramError(f"{what} returned without calling the model: the episode has nothing to train on")
+        assert reward is not None
+        ep.reward(reward)
+        apply_turn_rewards([*session.turn_rewards, *pairs])  # posted while it ran, then with its result
+        for key, value in metrics.items():
+            ep.metric(key, value)
+        ep.metric("model_calls", session.calls)
+        ep.metric("invalid_tool_calls", session.invalid_tool_calls)
+
+    async def _program_episode(self, ep: Episode, gateway: Gateway, settings: CallSettings,
+                               what: str) -> tuple[float, dict[str, float], list[tuple[Any, float]], Session]:
+        """Run the program for ``ep``: (reward, metrics, its returned (conversation, turn reward)s, session)."""
         with gateway.episode(ep, settings) as endpoint:
             session = endpoint.session
             try:
@@ -118,14 +162,12 @@ class AgentWorkflow(Workflow):
                 _raise_failure(session.failure, what, exc)
                 raise
         _raise_failure(session.failure, what, None)  # e.g. the call cap, when the program caught the error
-        reward, metrics = parse_result(result, what)
-        if not ep.conversations:
-            raise AgentProgramError(f"{what} returned without calling the model: the episode has nothing to train on")
-        ep.reward(reward)
-        for key, value in metrics.items():
-            ep.metric(key, value)
-        ep.metric("model_calls", session.calls)
-        ep.metric("invalid_tool_calls", session.invalid_tool_calls)
+        reward, metrics, turns = parse_result(result, what)
+        try:
+            pairs = resolve_calls(session.recorded, turns)
+        except BadField as exc:
+            raise AgentProgramError(f"{what} returned {exc}") from None
+        return reward, metrics, pairs, session
 
     async def _launch(self, endpoint: Any, sample: Any, what: str) -> Any:
         """The program's result, within ``timeout_s``."""
