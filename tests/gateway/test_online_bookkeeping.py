@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import time
 
 import httpx
@@ -138,3 +139,27 @@ def test_options():
     with pytest.raises(ValueError, match="port"):
         AgentWorkflow(mode="online", port=70000)
     assert AgentWorkflow(mode="online").options.episode_timeout_s == 600.0
+
+
+def test_the_session_key_is_printed_once_and_written_nowhere(tmp_path, monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    from memrl.gateway.online_run import open_online_gateway
+
+    monkeypatch.delenv("MEMRL_SESSION_KEY", raising=False)
+    options = AgentWorkflow(mode="online").options
+    gw = open_online_gateway(options, SimpleNamespace(trainer=SimpleNamespace(output_dir=str(tmp_path / "run"))))
+    try:
+        key = gw.online.session_key
+        printed = capsys.readouterr().err
+        assert key.startswith("sk-rl-") and printed.count(key) == 1 and f":{gw.port}/rl/episodes" in printed
+        where = json.loads((tmp_path / "run" / "online.json").read_text())
+        assert where["url"] == gw.url and key not in json.dumps(where)
+        ok = httpx.get(f"{gw.url}/rl/status", headers={"Authorization": f"Bearer {key}"})
+        assert ok.json()["waiting"] == 0
+    finally:
+        gw.close()
+    monkeypatch.setenv("MEMRL_SESSION_KEY", "sk-from-env")
+    gw = open_online_gateway(options, None)
+    gw.close()
+    assert "sk-from-env" not in capsys.readouterr().err and gw.online.session_key == "sk-from-env"
