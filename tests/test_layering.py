@@ -15,7 +15,8 @@ Layers, lowest first (a package's modules all sit in its layer):
 5. ``memrl.workflows``;
 6. ``memrl.train``, ``memrl.dist`` (multi-process training: it launches the trainer);
 7. ``memrl.eval``, ``memrl.serve``, ``memrl.view``, ``memrl.gateway`` (an OpenAI endpoint per episode,
-   built on ``serve``; its workflow is reached through the registry by name);
+   built on ``serve``; its workflow is reached through the registry by name), ``memrl.tinker`` (the
+   Tinker API server, built on ``serve``, ``engines`` and ``train.logits``);
 8. ``memrl.cli``, and ``memrl_demo`` (the demo, installed beside the library; ``memrl demo`` loads it).
 
 An edge is every ``import`` / ``from ... import`` anywhere in a module: at the top, inside a
@@ -51,7 +52,7 @@ LAYERS: dict[str, int] = {
     "memrl.data": 4, "memrl.envs": 4, "memrl.text": 4,
     "memrl.workflows": 5,
     "memrl.train": 6, "memrl.dist": 6,
-    "memrl.eval": 7, "memrl.serve": 7, "memrl.view": 7, "memrl.gateway": 7,
+    "memrl.eval": 7, "memrl.serve": 7, "memrl.view": 7, "memrl.gateway": 7, "memrl.tinker": 7,
     "memrl.cli": 8, "memrl_demo": 8,
 }
 

@@ -1,0 +1,56 @@
+"""``memrl tinker``: a local server for the Tinker API, so scripts written for Tinker train here."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from memrl.cli.errors import user_errors
+
+
+@user_errors
+def tinker_cmd(
+    model: str = typer.Option(..., "--model", "-m", help="Base model: folder, hub id or alias (tiny, "
+                              "smollm2-135m-instruct). Scripts name it as base_model (the alias, or the path "
+                              "the server prints)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)."),
+    port: int = typer.Option(8000, "--port", help="TCP port (1..65535)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="The key clients must send (TINKER_API_KEY; "
+                                          "starts with 'tml-'). Default: $MEMRL_TINKER_API_KEY, else a new one "
+                                          "printed once."),
+    state_dir: str = typer.Option("runs/tinker", "--state-dir", help="Folder for checkpoints "
+                                  "(tinker://<run>/weights/<name> lives in <state-dir>/runs/<run>/weights/<name>)."),
+    engine: str = typer.Option("hf", "--engine", help="hf (in-process transformers; the only engine served)."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16."),
+    lora_alpha: float = typer.Option(32.0, "--lora-alpha", help="LoRA scale numerator (scale = alpha / rank)."),
+    max_loras: int = typer.Option(16, "--max-loras", help="Live LoRA training clients at once."),
+    max_datums: int = typer.Option(1024, "--max-datums", help="Datums per forward_backward request (the SDK "
+                                   "splits bigger batches)."),
+    max_num_samples: int = typer.Option(64, "--max-num-samples", help="Largest num_samples of one sample call."),
+    micro_tokens: int = typer.Option(8192, "--micro-tokens", help="Padded tokens per forward pass (memory bound)."),
+    max_body_mb: float = typer.Option(64.0, "--max-body-mb", help="Largest request body, in MB (413 beyond)."),
+    access_log: bool = typer.Option(False, "--access-log", help="One stderr line per request."),
+) -> None:
+    """Serve the Tinker API (the `tinker` SDK's ServiceClient) for one base model, with LoRA training.
+
+    Point a Tinker script at it with ServiceClient(base_url="http://127.0.0.1:8000") and
+    TINKER_API_KEY set to the server's key. Several LoRA training clients share the base model, each
+    with its own adapter and AdamW state; forward_backward takes cross_entropy, importance_sampling,
+    ppo and cispo; sampling clients sample from saved weights with memrl's log-probs. Checkpoints are
+    safetensors + JSON under --state-dir and survive a restart. Ctrl-C stops gracefully.
+    """
+    from memrl.tinker.server import serve
+
+    for flag, value in (("--max-loras", max_loras), ("--max-datums", max_datums),
+                        ("--max-num-samples", max_num_samples), ("--micro-tokens", micro_tokens)):
+        if value < 1:
+            raise ValueError(f"{flag} {value}: must be >= 1")
+    if not max_body_mb > 0:
+        raise ValueError(f"--max-body-mb {max_body_mb}: must be > 0")
+    if not lora_alpha > 0:
+        raise ValueError(f"--lora-alpha {lora_alpha}: must be > 0")
+    limits = {"max_loras": max_loras, "max_datums": max_datums, "max_num_samples": max_num_samples,
+              "micro_tokens": micro_tokens, "max_body_bytes": int(max_body_mb * 2**20)}
+    serve(model, host=host, port=port, api_key=api_key, state_dir=state_dir, engine=engine, dtype=dtype,
+          lora_alpha=lora_alpha, limits=limits, access_log=access_log)

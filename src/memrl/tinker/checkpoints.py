@@ -1,0 +1,164 @@
+"""Checkpoints on disk, and the ``tinker://`` paths that name them.
+
+``tinker://<model_id>/weights/<name>`` (``save_state``: adapter + optimizer) and
+``tinker://<model_id>/sampler_weights/<name>`` (``save_weights_for_sampler``: adapter only) resolve to
+``<state_dir>/runs/<model_id>/{weights,sampler_weights}/<name>/`` (``:`` in a model id becomes ``_``).
+A checkpoint folder holds ``adapter.safetensors`` (LoRA tensors under peft's names without the adapter
+name), ``optimizer.safetensors`` (AdamW's ``step``/``exp_avg``/``exp_avg_sq`` per tensor, for
+``weights``) and ``meta.json`` (base model, LoRA shape, time). No pickle anywhere: a checkpoint is
+data, never code. Each folder is built in a temp sibling and renamed into place, so a crash or Ctrl-C
+mid-save leaves either the old checkpoint or the new one, never half of one; a restarted server on
+the same ``--state-dir`` finds every checkpoint by its path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from memrl.io.atomic import atomic_dir, atomic_write
+
+KINDS = {"weights": "training", "sampler_weights": "sampler"}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,200}$")
+
+
+class CheckpointError(ValueError):
+    """A path that names no checkpoint here, or a name that cannot be one; the message says which."""
+
+
+def check_name(name: str, field_name: str = "path") -> str:
+    if not _NAME.match(name or ""):
+        raise CheckpointError(f"{field_name}: checkpoint names are 1-128 of A-Z a-z 0-9 . _ - (got {name!r})")
+    return name
+
+
+def run_dir(state_dir: Path, model_id: str) -> Path:
+    if not _MODEL_ID.match(model_id):
+        raise CheckpointError(f"not a model id of this server: {model_id!r}")
+    return state_dir / "runs" / model_id.replace(":", "_")
+
+
+def tinker_path(model_id: str, kind: str, name: str) -> str:
+    return f"tinker://{model_id}/{kind}/{name}"
+
+
+def parse_path(path: str) -> tuple[str, str, str]:
+    """``tinker://<model_id>/<kind>/<name>`` -> ``(model_id, kind, name)``, or a one-line error."""
+    if not path.startswith("tinker://"):
+        raise CheckpointError(f"path: expected tinker://<model_id>/weights/<name>, got {path!r}")
+    parts = path[len("tinker://"):].split("/")
+    if len(parts) != 3 or parts[1] not in KINDS:
+        raise CheckpointError(f"path: expected tinker://<model_id>/(weights|sampler_weights)/<name>, got {path!r}")
+    return parts[0], parts[1], check_name(parts[2])
+
+
+def folder_of(state_dir: Path, path: str) -> tuple[str, str, Path]:
+    """``(model_id, kind, folder)`` of an existing checkpoint, or ``CheckpointError`` saying it is not there."""
+    model_id, kind, name = parse_path(path)
+    folder = run_dir(state_dir, model_id) / kind / name
+    if not (folder / "meta.json").is_file():
+        raise CheckpointError(f"no checkpoint at {path} (looked in {folder})")
+    return model_id, kind, folder
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(path) as fh:
+        json.dump(data, fh, indent=1, sort_keys=True)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write_run(state_dir: Path, model_id: str, info: dict[str, Any]) -> None:
+    write_json(run_dir(state_dir, model_id) / "run.json", info)
+
+
+def save(state_dir: Path, model_id: str, kind: str, name: str, adapter: dict[str, torch.Tensor],
+         optimizer: dict[str, torch.Tensor] | None, meta: dict[str, Any], overwrite: bool) -> str:
+    """Write one checkpoint folder atomically and return its ``tinker://`` path."""
+    from safetensors.torch import save_file
+
+    check_name(name)
+    folder = run_dir(state_dir, model_id) / kind / name
+    path = tinker_path(model_id, kind, name)
+    if folder.exists() and not overwrite:
+        raise CheckpointError(f"a checkpoint named {name!r} exists already at {path} (pass overwrite=True)")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    trash = folder.with_name(f".{name}.old-{os.getpid()}-{time.monotonic_ns()}")
+    if folder.exists():  # overwrite: move the old one aside first, so the rename below lands
+        os.replace(folder, trash)
+    with atomic_dir(folder) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in adapter.items()}, str(tmp / "adapter.safetensors"))
+        if optimizer is not None:
+            save_file({k: v.detach().cpu().contiguous() for k, v in optimizer.items()},
+                      str(tmp / "optimizer.safetensors"))
+        write_json(tmp / "meta.json", {**meta, "tinker_path": path, "time": time.time(), "kind": kind})
+    shutil.rmtree(trash, ignore_errors=True)
+    return path
+
+
+def load(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:
+    """``(meta, adapter tensors, optimizer tensors or None)`` of a checkpoint folder."""
+    from safetensors.torch import load_file
+
+    meta = read_json(folder / "meta.json") or {}
+    adapter = load_file(str(folder / "adapter.safetensors"))
+    opt_file = folder / "optimizer.safetensors"
+    return meta, adapter, (load_file(str(opt_file)) if opt_file.is_file() else None)
+
+
+def _checkpoint_info(folder: Path, kind: str) -> dict[str, Any] | None:
+    meta = read_json(folder / "meta.json")
+    if meta is None:
+        return None
+    size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    return {"checkpoint_id": f"{kind}/{folder.name}", "checkpoint_type": KINDS[kind],
+            "time": iso_time(meta.get("time", 0.0)), "tinker_path": meta.get("tinker_path", ""),
+            "size_bytes": size, "public": False, "user_metadata": meta.get("user_metadata") or None}
+
+
+def list_checkpoints(state_dir: Path, model_id: str) -> list[dict[str, Any]]:
+    """Every finished checkpoint of one training run, oldest first (the REST ``Checkpoint`` shape)."""
+    out = []
+    for kind in KINDS:
+        base = run_dir(state_dir, model_id) / kind
+        for folder in sorted(base.iterdir()) if base.is_dir() else []:
+            if folder.is_dir() and not folder.name.startswith("."):
+                info = _checkpoint_info(folder, kind)
+                if info is not None:
+                    out.append(info)
+    return sorted(out, key=lambda c: c["time"])
+
+
+def list_runs(state_dir: Path) -> list[dict[str, Any]]:
+    """The ``run.json`` of every training run ever created under ``state_dir``."""
+    root = state_dir / "runs"
+    runs = [read_json(d / "run.json") for d in sorted(root.iterdir())] if root.is_dir() else []
+    return [r for r in runs if r]
+
+
+def delete(state_dir: Path, model_id: str, checkpoint_id: str) -> None:
+    kind, _, name = checkpoint_id.partition("/")
+    if kind not in KINDS:
+        raise CheckpointError(f"checkpoint_id: expected weights/<name> or sampler_weights/<name>, got {checkpoint_id!r}")
+    folder = run_dir(state_dir, model_id) / kind / check_name(name, "checkpoint_id")
+    if not folder.is_dir():
+        raise CheckpointError(f"no checkpoint {checkpoint_id!r} in run {model_id!r}")
+    shutil.rmtree(folder)
+
+
+def iso_time(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(t)))

@@ -1,0 +1,118 @@
+"""Start ``memrl tinker``: check the flags, load the model once, resolve the API key, serve until Ctrl-C.
+
+Everything a user can get wrong (a port in use, ``--engine vllm``, a key the SDK would refuse) is
+refused in one line before the model loads. The key comes from ``--api-key`` or
+``MEMRL_TINKER_API_KEY``; with neither, one is generated and printed once (it is never logged
+otherwise). Ctrl-C (or SIGTERM) stops taking requests, answers the pending polls, fails the queued
+requests, lets the running one finish (a checkpoint being written is completed or not there at all),
+and exits; a new server on the same ``--state-dir`` finds every saved checkpoint by its path.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from dataclasses import replace
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from memrl.serve.server import bind_socket, check_port, url_of
+from memrl.tinker.limits import TinkerLimits
+from memrl.tinker.service import TinkerService
+
+KEY_ENV = "MEMRL_TINKER_API_KEY"
+
+
+def resolve_key(api_key: str | None) -> tuple[str, bool]:
+    """``(key, generated)``: the given key (``--api-key``, else ``$MEMRL_TINKER_API_KEY``) or a new one."""
+    key = api_key or os.environ.get(KEY_ENV) or None
+    if key is None:
+        return "tml-" + secrets.token_urlsafe(24), True
+    if not key.startswith("tml-"):
+        raise ValueError("--api-key: the tinker SDK sends only keys that start with 'tml-' (e.g. tml-local-123)")
+    if len(key) < 8:
+        raise ValueError("--api-key: use at least 8 characters")
+    return key, False
+
+
+def check_engine(engine: str) -> None:
+    if engine != "hf":
+        raise ValueError(f"--engine {engine}: memrl tinker trains and samples one in-process transformers model "
+                         "(--engine hf); vLLM is not served here")
+
+
+def build_service(model: str, state_dir: str | Path, *, dtype: str = "auto", device: str | None = None,
+                  lora_alpha: float = 32.0, limits: dict[str, int] | None = None, poll_s: float = 20.0) -> TinkerService:
+    """Load ``model`` (folder, hub id or alias), wrap it for LoRA tenants, and build the service."""
+    from memrl.engines.hf import HFEngine
+    from memrl.models.resolve import load_model, load_tokenizer, resolve_model_path
+    from memrl.serve.limits import model_window
+    from memrl.tinker.tenants import ModelHost
+
+    resolved = resolve_model_path(model)
+    # A folder is named by its absolute path, so the SDK's get_tokenizer() loads it without the hub.
+    name = str(Path(resolved).resolve()) if Path(resolved).is_dir() else model
+    net = load_model(model, dtype=dtype, device=device)
+    tokenizer = load_tokenizer(model)
+    window = model_window(net)
+    if window is None:
+        raise ValueError(f"--model {model}: its config declares no max_position_embeddings")
+    host = ModelHost(net, tokenizer, lora_alpha=lora_alpha)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else None
+    engine = HFEngine(host.model, pad_token_id=pad)
+    vocab = int(host.model.get_input_embeddings().num_embeddings)
+    lim = replace(TinkerLimits(max_model_len=window, vocab_size=vocab), **(limits or {}))
+    Path(state_dir).mkdir(parents=True, exist_ok=True)
+    return TinkerService(host, engine, base_name=name, aliases={model, resolved, name}, tokenizer_id=name,
+                         state_dir=Path(state_dir), limits=lim, poll_s=poll_s)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, plus: announce the address once listening, and answer pending polls on Ctrl-C."""
+
+    def __init__(self, config: uvicorn.Config, app: Any, banner: str) -> None:
+        super().__init__(config)
+        self._app = app
+        self._banner = banner
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            print(self._banner, file=sys.stderr, flush=True)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._app.state.draining = True
+        print("memrl tinker: stopping (the running request finishes, queued ones fail)", file=sys.stderr, flush=True)
+        super().handle_exit(sig, frame)
+
+
+def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
+          state_dir: str = "runs/tinker", engine: str = "hf", dtype: str = "auto", lora_alpha: float = 32.0,
+          limits: dict[str, int] | None = None, access_log: bool = False) -> None:
+    """Serve the Tinker API for ``model`` (blocking)."""
+    from memrl.tinker.app import create_app
+    from memrl.tinker.wire import require_sdk
+
+    check_port(port)
+    check_engine(engine)
+    key, generated = resolve_key(api_key)
+    require_sdk()
+    sock = bind_socket(host, port)
+    try:
+        svc = build_service(model, state_dir, dtype=dtype, lora_alpha=lora_alpha, limits=limits)
+        app = create_app(svc, key, access_log=access_log)
+        url = url_of(sock)
+        lines = [f"memrl tinker: serving {svc.base_name} on {url} (checkpoints in {Path(state_dir).resolve()})",
+                 f"  in your script: ServiceClient(base_url={url!r}); base_model={svc.base_name!r}"]
+        if generated:
+            lines.append(f"  API key (generated, shown once): export TINKER_API_KEY={key}")
+        else:
+            lines.append("  API key: the one given (--api-key or $MEMRL_TINKER_API_KEY); set TINKER_API_KEY to it")
+        config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=3)
+        _Server(config, app, "\n".join(lines)).run(sockets=[sock])
+    finally:
+        sock.close()
