@@ -11,6 +11,7 @@ from memrl.cli import demo as demo_cli
 from memrl.cli import eval as eval_cli
 from memrl.cli import serve as serve_cli
 from memrl.cli import sft as sft_cli
+from memrl.cli import tinker as tinker_cli
 from memrl.cli import train as train_cli
 from memrl.cli import view as view_cli
 
@@ -29,6 +30,7 @@ app.command("eval")(eval_cli.eval_cmd)
 app.command("serve")(serve_cli.serve_cmd)
 app.command("train")(train_cli.train_cmd)
 app.command("sft")(sft_cli.sft_cmd)
+app.command("tinker")(tinker_cli.tinker_cmd)
 app.command("rft")(sft_cli.rft_cmd)
 app.command("export")(train_cli.export_cmd)
 app.command("plot")(train_cli.plot_cmd)
