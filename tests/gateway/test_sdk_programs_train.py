@@ -1,7 +1,8 @@
 """examples/agent_program's calculator agent written with each SDK trains 2 GRPO steps on the tiny model.
 
-The anthropic SDK (Messages), the openai SDK's Responses API, the OpenAI Agents SDK and the
-openai SDK streaming: each builds its client from the episode's ``client.base_url`` /
+The anthropic SDK (Messages), the openai SDK's Responses API, the OpenAI Agents SDK, the
+openai SDK streaming, LangChain's ``ChatOpenAI`` with bound tools and LangGraph's prebuilt
+agent: each builds its client from the episode's ``client.base_url`` /
 ``client.api_key``, no episode fails, and every recorded prompt is the chat template's ids
 of the messages the call meant, followed by the sampled answer.
 """
@@ -17,13 +18,17 @@ from memrl import Trainer
 from memrl.workflows.api import chat_ids
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent_program"
+# LangGraph 1.x warns that create_react_agent has a successor in langchain.agents (create_agent); it still works.
+MOVED = pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
 SAMPLES = [json.loads(line) for line in (EXAMPLE / "arithmetic.jsonl").read_text().splitlines()[:1]]
 
 
 @pytest.mark.parametrize("program,needs", [("claude_messages:solve", "anthropic"),
                                            ("responses_tools:solve", "openai"),
                                            ("agents_sdk:solve", "agents"),
-                                           ("streaming_chat:solve", "openai")])
+                                           ("streaming_chat:solve", "openai"),
+                                           ("langchain_tools:solve", "langchain_openai"),
+                                           pytest.param("langgraph_agent:solve", "langgraph", marks=MOVED)])
 def test_sdk_program_trains_two_steps(tmp_path, monkeypatch, tiny_model, program, needs):
     pytest.importorskip(needs, reason="pip install 'memrl[dev]'")
     monkeypatch.syspath_prepend(str(EXAMPLE))
@@ -50,5 +55,6 @@ def test_sdk_program_trains_two_steps(tmp_path, monkeypatch, tiny_model, program
 
 def test_the_guide_shows_each_program_as_it_is():
     guide = (EXAMPLE.parents[1] / "docs" / "guides" / "train-your-agent.md").read_text()
-    for name in ("claude_messages.py", "responses_tools.py", "agents_sdk.py", "streaming_chat.py"):
+    for name in ("claude_messages.py", "responses_tools.py", "agents_sdk.py", "streaming_chat.py",
+                 "langchain_tools.py", "langgraph_agent.py"):
         assert (EXAMPLE / name).read_text().rstrip() in guide, f"docs/guides/train-your-agent.md: {name} differs"
