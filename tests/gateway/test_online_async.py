@@ -1,0 +1,73 @@
+"""Online mode under ``trainer.mode: async``: staleness is bounded as for any asynchronous run.
+
+An agent keeps one episode, after its first model call, until the trainer has stepped twice, then
+rewards it: that episode's tokens are two policy versions old, more than max_staleness = 1, so its
+group is dropped (``async/dropped_stale``) rather than trained on; every other group trains.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import httpx
+
+from memrl import Trainer
+
+KEY = "sk-rl-async-test"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def _agent(url: str, metrics: Path, stop: threading.Event, seen: list) -> None:
+    """Run every episode handed out; hold the first one until two steps are logged."""
+    with httpx.Client(timeout=60) as http:
+        try:
+            _episodes(http, url, metrics, stop, seen)
+        except httpx.TransportError:  # the run finished and closed its endpoint
+            pass
+
+
+def _episodes(http: httpx.Client, url: str, metrics: Path, stop: threading.Event, seen: list) -> None:
+    held = None
+    while not stop.is_set():
+        if held is not None and metrics.is_file() and len(metrics.read_text().splitlines()) >= 2:
+            seen.append(http.post(held["reward_url"], headers=AUTH, json={"reward": 1.0}).status_code)
+            held = None
+        r = http.post(f"{url}/rl/episodes", headers=AUTH, json={"wait_s": 0.5})
+        if r.status_code != 200:
+            continue
+        ep = r.json()
+        call = http.post(f"{ep['base_url']}/completions", json={"prompt": ep["sample"]["q"], "max_tokens": 3},
+                         headers={"Authorization": f"Bearer {ep['api_key']}"})
+        if call.status_code != 200:  # the run finished and closed its episodes
+            continue
+        if not seen and held is None:
+            held = ep
+            continue
+        reward = float(len(call.json()["choices"][0]["text"]) % 2)
+        seen.append(http.post(ep["reward_url"], headers=AUTH, json={"reward": reward}).status_code)
+
+
+def test_a_held_episode_is_dropped_as_stale(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("MEMRL_SESSION_KEY", KEY)
+    run = tmp_path / "run"
+    cfg = {"model": {"path": "tiny"}, "engine": {"device": "cpu"}, "algorithm": {"n": 2},
+           "workflow": {"name": "agent", "options": {"mode": "online", "max_tokens": 3, "episode_timeout_s": 120}},
+           "trainer": {"total_steps": 4, "prompts_per_step": 1, "lr": 1e-3, "output_dir": str(run), "mode": "async",
+                       "async": {"max_staleness": 1}}}
+    trainer = Trainer(cfg, train=[{"q": "a"}, {"q": "b"}, {"q": "c"}])
+    url = json.loads((run / "online.json").read_text())["url"]
+    stop, seen = threading.Event(), []
+    agent = threading.Thread(target=_agent, args=(url, run / "metrics.jsonl", stop, seen), daemon=True)
+    agent.start()
+    try:
+        trainer.train()
+    finally:
+        stop.set()
+        agent.join(timeout=30)
+    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert sum(m.get("async/dropped_stale", 0) for m in steps) == 2  # the held episode's whole group
+    assert all(m.get("async/staleness_mean", 0) <= 1 for m in steps) and set(seen) == {200}
+    assert max(m["step"] for m in steps) == 5  # 4 trained; the step whose only group was stale trained nothing
+    assert all(m["failed_episodes"] == 0 for m in steps)
