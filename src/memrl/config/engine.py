@@ -60,6 +60,11 @@ class EngineConfig(Section):
     served_model: str | None = Field(None, description="openai: model name sent in requests.")
     api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
     max_batch_size: int = Field(32, gt=0, description="hf: requests decoded together.")
+    decode: Literal["auto", "eager", "static"] = Field(
+        "auto", description="hf: how decode steps run. static = a preallocated KV cache with fixed shapes per "
+        "batch-size bucket, one CUDA graph per bucket on a GPU (no per-token Python or kernel-launch cost; same "
+        "tokens and log-probs); eager = the growing cache, one kernel launch per op; auto = static on a CUDA "
+        "device for sdpa/eager attention without sliding windows, else eager.")
     tensor_parallel_size: int = Field(1, ge=1, description="vllm: GPUs per engine (tensor parallel); with "
                                       "cluster.rollout_replicas each replica takes this many.")
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="vllm: share of each GPU the engine "

@@ -26,6 +26,11 @@ request that causes the error fails. A request whose caller is cancelled (a
 client that disconnected, a server that shuts down) leaves its batch at the
 next decode step instead of decoding to ``max_new_tokens``.
 
+Decoding on a GPU: ``decode="auto"`` (``engine.decode``) runs the decode steps over a static KV cache with
+one CUDA graph per batch-size bucket (:mod:`memrl.engines.hf_static`), which removes the per-token Python
+and kernel-launch cost the eager loop pays; ``eager`` keeps the loop below everywhere, ``static`` takes the
+static path on a CPU too (without graphs). Both give the same tokens and log-probs up to float rounding.
+
 Reproducibility: a request with a ``seed`` draws from its own generator, so it
 gets the same token ids whatever batch it lands in. Its log-probs agree to float
 rounding only (about 1e-6 in float32 on CPU): matrix kernels may sum a row in a
@@ -45,7 +50,8 @@ from typing import Any
 import torch
 
 from memrl.engines.base import GenerationResult, SamplingParams
-from memrl.engines.hf_batch import Answer, BatchRows, Request, left_padded, prefill
+from memrl.engines.hf_batch import Answer, BatchRows, EagerStepper, Request, left_padded, prefill
+from memrl.engines.hf_static import StaticDecoder, resolve_decode
 from memrl.engines.kv_cache import release_freed_memory, reserved_cache
 
 
@@ -108,6 +114,7 @@ class HFEngine:
         seed: int = 0,
         long_new_tokens: int = 4096,
         reserve_new_tokens: int = 1024,
+        decode: str = "auto",
     ) -> None:
         self.model = model
         self.cache_kw = cache_keyword(model)
@@ -127,6 +134,9 @@ class HFEngine:
         self.reserve_new_tokens = reserve_new_tokens
         self._generator = torch.Generator().manual_seed(seed)
         self._lanes = (_Lane(), _Lane())  # short, long
+        self.decode = decode  # auto | eager | static (memrl.engines.hf_static)
+        resolve_decode(decode, model, torch.device("cpu"))  # a bad name, or static for a model it cannot run
+        self._static: StaticDecoder | None = None
 
     @classmethod
     def from_pretrained(cls, spec: str, dtype: str = "auto", device: str | None = None, **kwargs: Any) -> HFEngine:
@@ -183,6 +193,12 @@ class HFEngine:
                 if not req.future.done():
                     req.future.set_result(GenerationResult([], [], "abort", {"weight_version": self.weight_version}))
             lane.pending.clear()
+
+    def release_static(self) -> None:
+        """Free the static decode's cache and graphs (a hosted replica going to sleep); the next batch
+        allocates and captures them again."""
+        if self._static is not None:
+            self._static.pool = None
 
     async def idle(self) -> None:
         """Return once the batches decoding now have ended (cancelled rows leave at their next step)."""
@@ -302,32 +318,35 @@ class HFEngine:
         self.stats.batches += 1
         self.stats.batch_sizes.append(len(reqs))
         self.stats.prompt_tokens += sum(len(r.prompt) for r in reqs)
-
-        longest_new = max((reqs[i].params.max_new_tokens for i in active), default=0)
+        if not active:
+            return rows.results()
+        longest_new = max(reqs[i].params.max_new_tokens for i in active)
         # the cache grows past this reserve only if rows go on decoding
-        cache = reserved_cache(input_ids.shape[1] + min(longest_new, self.reserve_new_tokens))
-        if active:
-            keep = torch.tensor(active, device=device)
-            input_ids, attention, positions = input_ids[keep], attention[keep], positions[keep]
+        reserve = input_ids.shape[1] + min(longest_new, self.reserve_new_tokens)
+        keep = torch.tensor(active, device=device)
+        input_ids, attention, positions = input_ids[keep], attention[keep], positions[keep]
+        with self._static_claim() as static:
+            cache = reserved_cache(input_ids.shape[1] if static else reserve)  # static: the prompt only
             logits = prefill(self.model, self.cache_kw, cache, [reqs[i].prompt for i in active],
                              input_ids, attention, positions)
-            last_pos = positions[:, -1]
-        while active:
-            next_tokens = rows.step(active, logits, self._generator, self.pad_token_id)
-            self.stats.generated_tokens += sum(1 for i in active if rows.reasons[i] != "abort")
-            still = [j for j, i in enumerate(active) if rows.reasons[i] is None]
-            if not still:
-                break
-            if len(still) < len(active):  # drop the finished rows from the batch and the cache
-                idx = torch.tensor(still, device=device)
-                cache.batch_select_indices(idx)
-                attention, last_pos = attention[idx], last_pos[idx]
-                next_tokens = [next_tokens[j] for j in still]
-                active = [active[j] for j in still]
-            attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=1)
-            last_pos = last_pos + 1
-            tokens = torch.tensor(next_tokens, dtype=torch.long, device=device)[:, None]
-            out = self.model(input_ids=tokens, attention_mask=attention, position_ids=last_pos[:, None],
-                             **{self.cache_kw: cache}, use_cache=True)
-            logits = out.logits[:, -1, :]
+            stepper: Any = (static.start(cache, attention, positions[:, -1], reserve) if static else
+                            EagerStepper(self.model, self.cache_kw, cache, attention, positions[:, -1]))
+            del cache
+            while True:
+                next_tokens = rows.step(active, logits, self._generator, self.pad_token_id)
+                self.stats.generated_tokens += sum(1 for i in active if rows.reasons[i] != "abort")
+                still = [j for j, i in enumerate(active) if rows.reasons[i] is None]
+                if not still:
+                    break
+                if len(still) < len(active):  # drop the finished rows from the batch and the cache
+                    stepper.drop(still)
+                    next_tokens = [next_tokens[j] for j in still]
+                    active = [active[j] for j in still]
+                logits = stepper.forward(next_tokens)
         return rows.results()
+
+    def _static_claim(self) -> contextlib.AbstractContextManager[StaticDecoder | None]:
+        """The static decoder for this batch, or None: eager by ``decode``, or another batch holds it."""
+        if self._static is None and resolve_decode(self.decode, self.model, self.device):
+            self._static = StaticDecoder(self.model, self.cache_kw, graphs=self.device.type == "cuda")
+        return self._static.claim() if self._static is not None else contextlib.nullcontext(None)

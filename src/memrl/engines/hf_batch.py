@@ -65,6 +65,34 @@ def prefill(model: Any, cache_kw: str, cache: Any, prompts: Sequence[list[int]],
     return logits
 
 
+class EagerStepper:
+    """The eager decode step over a growing cache: the batch's attention mask gains a column per token.
+
+    :class:`memrl.engines.hf_static.StaticDecoder` has the same ``drop``/``forward`` over preallocated
+    tensors, so ``HFEngine._decode`` drives either.
+    """
+
+    def __init__(self, model: Any, cache_kw: str, cache: Any, attention: torch.Tensor,
+                 last_pos: torch.Tensor) -> None:
+        self.model, self.cache_kw, self.cache = model, cache_kw, cache
+        self.attention, self.last_pos = attention, last_pos
+
+    def drop(self, keep: list[int]) -> None:
+        """Keep only the rows ``keep`` (indices among the live rows) in the batch and the cache."""
+        idx = torch.tensor(keep, device=self.attention.device)
+        self.cache.batch_select_indices(idx)
+        self.attention, self.last_pos = self.attention[idx], self.last_pos[idx]
+
+    def forward(self, next_tokens: list[int]) -> torch.Tensor:
+        """Feed each live row its token; the next-token logits ``[n, vocab]``."""
+        self.attention = torch.cat([self.attention, self.attention.new_ones((len(next_tokens), 1))], dim=1)
+        self.last_pos = self.last_pos + 1
+        tokens = torch.tensor(next_tokens, dtype=torch.long, device=self.attention.device)[:, None]
+        out = self.model(input_ids=tokens, attention_mask=self.attention, position_ids=self.last_pos[:, None],
+                         **{self.cache_kw: self.cache}, use_cache=True)
+        return out.logits[:, -1, :]
+
+
 class BatchRows:
     """What each row of a batch has generated, and why it stopped (``None`` while it decodes).
 

@@ -57,6 +57,7 @@ class HostedHF(Hosted):
         if self.device != "cpu":
             import torch
 
+            self.engine.release_static()
             self.model.to("cpu")
             torch.cuda.empty_cache()
 

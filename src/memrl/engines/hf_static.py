@@ -1,0 +1,317 @@
+"""The HF engine's static-cache decode: fixed shapes per batch-size bucket, one CUDA graph per bucket on a GPU.
+
+Why: the eager decode step (:class:`memrl.engines.hf_batch.EagerStepper`) is launch-bound on a GPU. Each
+token costs hundreds of small kernels launched from Python, plus a cache that grows and a mask rebuilt
+every step; on one H200 the qwen2.5-0.5b shape decoded 34 tok/s for one sequence and 1,371 at 64 in flight,
+under 1% of what the memory bandwidth allows (``bench/results/gpu-2026-11-26.md``). Here every tensor a
+decode step touches is preallocated and keeps its shape, so the whole forward pass of a step can be
+captured once as a CUDA graph and replayed with one launch.
+
+Layout. A pool holds, per layer, keys and values ``[rows, kv_heads, length, head_dim]``; an additive mask
+``[rows, length]`` (0: attend, dtype min: not); the fed-back token and position of each row; and the
+cache column the step writes. Prompts are prefilled as today (:func:`memrl.engines.hf_batch.prefill`,
+left padded, shared prompts prefilled once) and copied into columns ``0..width-1``; decode step ``t``
+writes column ``width + t`` for every row, so all rows share one write column, a device tensor the
+graph reads. A batch of ``n`` live rows runs in the smallest power-of-two bucket ``b >= n``: the rows
+past ``n`` are dummies whose outputs are ignored. A finished row is dropped by moving the live rows to
+the front (keys, values, mask, position), as the eager loop's ``batch_select_indices`` does, so the
+batch steps down the buckets as rows end. The length is a power of two >= prompt width + reserve; a
+batch that decodes past it doubles it (copying the live rows; the graphs of the old length go).
+
+What stays as today: token choice (``BatchRows.step``: the same batched sampling, per-request
+generators, stop tokens, interrupt and cancel at the next step), the prefill, the log-prob definition.
+The logits differ from the eager loop's only by float rounding (the attention sums over masked slots
+whose weight is exactly 0), so seeded requests get the same tokens (tests/engines/test_hf_static.py).
+
+On a CPU the same code runs without graphs. Graphs read the weights' memory in place: an in-place update
+(the optimizer, ``update_weights``) is seen by the next replay; a replaced tensor, a train/eval switch or
+a LoRA merge/unmerge changes the model's fingerprint and the graphs are captured again. If a capture
+fails, decoding goes on eagerly over the same static cache and ``graph_error`` says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+MIN_LENGTH = 256  # shortest cache length: fewer distinct lengths, fewer captures
+DECODE_MODES = ("auto", "eager", "static")
+
+
+def bucket(n: int) -> int:
+    """The smallest power of two >= ``n``: the batch size a step of ``n`` live rows runs at."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def length_for(need: int, minimum: int = MIN_LENGTH) -> int:
+    """Cache length for ``need`` positions: a power of two, at least ``minimum``."""
+    return max(bucket(need), minimum)
+
+
+def static_unsupported(model: Any) -> str | None:
+    """Why the static decode cannot run ``model`` (None when it can).
+
+    It feeds the model a ready 4-D additive mask and one shared cache column, so it needs an attention that
+    takes such a mask (sdpa, eager) and a model whose layers all attend to the full past: a sliding window
+    would be applied by the model's own mask builder, which the 4-D mask skips.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cfg = getattr(base, "config", None)
+    impl = getattr(cfg, "_attn_implementation", None) or "eager"
+    if impl not in ("sdpa", "eager"):
+        return f"attention implementation {impl!r} (static decode needs sdpa or eager)"
+    types = getattr(cfg, "layer_types", None) or []
+    if any(t != "full_attention" for t in types):
+        return "layers with sliding-window or other non-full attention"
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
+        return "a sliding-window model"
+    return None
+
+
+def resolve_decode(mode: str, model: Any, device: torch.device) -> bool:
+    """Whether a batch decodes on the static path: ``static`` always (ValueError if the model cannot), ``eager``
+    never, ``auto`` on a CUDA device when the model can."""
+    if mode not in DECODE_MODES:
+        raise ValueError(f"engine decode must be one of {', '.join(DECODE_MODES)}, not {mode!r}")
+    why = static_unsupported(model)
+    if mode == "static" and why:
+        raise ValueError(f"engine.decode=static cannot run this model: {why}")
+    return mode == "static" or (mode == "auto" and device.type == "cuda" and why is None)
+
+
+def _slot_layer_class() -> type:
+    """A cache layer over a slice of the pool: writes the step's keys/values at the shared column, returns all.
+
+    A ``DynamicLayer`` subclass, as :mod:`memrl.engines.kv_cache`'s, so ``DynamicCache`` accepts it in every
+    transformers 5.x (the call ``update(key, value, layer_idx, ...)`` changed its trailing arguments)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class SlotLayer(DynamicLayer):
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, column: torch.Tensor) -> None:
+            super().__init__()
+            self.keys, self.values, self.column = keys, values, column
+            self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            self.keys.index_copy_(2, self.column, key_states)
+            self.values.index_copy_(2, self.column, value_states)
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return int(self.keys.shape[-2])
+
+        def get_mask_sizes(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
+            return int(self.keys.shape[-2]), 0
+
+    return SlotLayer
+
+
+@dataclass
+class Pool:
+    """The preallocated tensors of one (rows, length) shape, and the graphs captured over them."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    mask: torch.Tensor  # [rows, length] additive, the model's dtype
+    tokens: torch.Tensor  # [rows, 1] long: the token each row feeds back
+    positions: torch.Tensor  # [rows, 1] long: its position id
+    column: torch.Tensor  # [1] long: the cache column this step writes
+    graphs: dict[int, tuple[Any, torch.Tensor]] = field(default_factory=dict)  # bucket -> (graph, logits)
+    mempool: Any = None
+
+    @property
+    def rows(self) -> int:
+        return int(self.mask.shape[0])
+
+    @property
+    def length(self) -> int:
+        return int(self.mask.shape[1])
+
+    @classmethod
+    def allocate(cls, like: Sequence[torch.Tensor], rows: int, length: int) -> Pool:
+        """Zeroed buffers shaped after ``like`` (one prefilled key tensor per layer ``[n, heads, width, dim]``)."""
+        def kv() -> list[torch.Tensor]:
+            return [k.new_zeros(rows, k.shape[1], length, k.shape[3]) for k in like]
+
+        first = like[0]
+        return cls(kv(), kv(), first.new_zeros(rows, length),
+                   torch.zeros(rows, 1, dtype=torch.long, device=first.device),
+                   torch.zeros(rows, 1, dtype=torch.long, device=first.device),
+                   torch.zeros(1, dtype=torch.long, device=first.device))
+
+
+class StaticDecoder:
+    """The static-cache decode of one engine; one batch at a time (``claim``), the eager loop for the others.
+
+    ``start`` loads a prefilled batch and returns the stepper; ``drop`` and ``forward`` are the eager
+    stepper's (:class:`memrl.engines.hf_batch.EagerStepper`) so the engine's loop drives either.
+    """
+
+    def __init__(self, model: Any, cache_kw: str, graphs: bool, min_length: int = MIN_LENGTH) -> None:
+        self.model, self.cache_kw, self.min_length = model, cache_kw, min_length
+        self.graphs = graphs
+        self.graph_error: str | None = None
+        self.captures = 0
+        self.pool: Pool | None = None
+        self._fingerprint: tuple[Any, ...] | None = None
+        self._lock = threading.Lock()
+        self.n = 0  # live rows, at the front of the pool
+        self.col = 0  # the next column to write
+
+    @contextlib.contextmanager
+    def claim(self) -> Any:
+        """Yield this decoder if no other batch is using it, else None (that batch decodes eagerly)."""
+        if not self._lock.acquire(blocking=False):
+            yield None
+            return
+        try:
+            yield self
+        finally:
+            self._lock.release()
+
+    # -- one batch ----------------------------------------------------------------
+    def start(self, cache: Any, attention: torch.Tensor, last_pos: torch.Tensor, reserve: int) -> StaticDecoder:
+        """Copy a prefilled batch (``cache`` of prompt width ``attention.shape[1]``) into the pool.
+
+        ``reserve``: positions the batch is expected to need (width + new tokens, as the eager reserve).
+        """
+        keys = [layer.keys for layer in cache.layers]
+        values = [layer.values for layer in cache.layers]
+        n, width = attention.shape
+        self._check_model()
+        pool = self._pool_for(keys, bucket(n), max(reserve, width + 1))
+        for dst, src in zip(pool.keys + pool.values, keys + values):
+            dst[:n, :, :width].copy_(src)
+        pool.mask[:n].fill_(torch.finfo(pool.mask.dtype).min)
+        pool.mask[:n, :width].masked_fill_(attention.bool(), 0.0)
+        pool.positions[:n, 0].copy_(last_pos)
+        self.n, self.col = n, width
+        return self
+
+    def drop(self, keep: list[int]) -> None:
+        """Keep only the rows ``keep`` (indices among the live rows), moved to the front of the pool."""
+        pool = self.pool
+        assert pool is not None
+        idx = torch.tensor(keep, device=pool.mask.device)
+        for t in (*pool.keys, *pool.values, pool.mask, pool.positions):
+            t[: len(keep)].copy_(t[: self.n].index_select(0, idx))
+        self.n = len(keep)
+
+    def forward(self, next_tokens: list[int]) -> torch.Tensor:
+        """Feed each live row its token; the next-token logits ``[n, vocab]``."""
+        if self.col >= self.pool.length:  # type: ignore[union-attr]
+            self._grow()
+        pool = self.pool
+        assert pool is not None
+        n = self.n
+        pool.tokens[:n, 0].copy_(torch.tensor(next_tokens, dtype=torch.long))
+        pool.positions[:n] += 1
+        pool.mask[:n, self.col] = 0.0
+        pool.column.fill_(self.col)
+        logits = self._run(bucket(n))
+        self.col += 1
+        return logits[:n]
+
+    # -- the pool -----------------------------------------------------------------
+    def _pool_for(self, like: Sequence[torch.Tensor], rows: int, need: int) -> Pool:
+        """The current pool if it has the rows and a length within 4x of ``need``; else a new one."""
+        want = length_for(need, self.min_length)
+        old = self.pool
+        if old is not None and old.rows >= rows and want <= old.length <= 4 * want:
+            return old
+        rows = max(rows, old.rows if old is not None else 0)
+        self.pool = None  # free the old buffers and graphs before the new ones are allocated
+        del old
+        self.pool = Pool.allocate(like, rows, want)
+        return self.pool
+
+    def _grow(self) -> None:
+        """Double the length mid-batch: the live rows' keys, values and mask move to a new pool."""
+        old = self.pool
+        assert old is not None
+        self.pool = None
+        new = Pool.allocate(old.keys, old.rows, 2 * old.length)
+        n, length = self.n, old.length
+        for dst, src in zip(new.keys + new.values, old.keys + old.values):
+            dst[:n, :, :length].copy_(src[:n])
+        new.mask[:n].fill_(torch.finfo(new.mask.dtype).min)
+        new.mask[:n, :length].copy_(old.mask[:n])
+        new.positions.copy_(old.positions)
+        self.pool = new
+
+    def _check_model(self) -> None:
+        """Forget the graphs when the model is no longer the one they were captured on."""
+        fp = model_fingerprint(self.model)
+        if fp != self._fingerprint and self.pool is not None:
+            self.pool.graphs.clear()
+        self._fingerprint = fp
+
+    # -- the step -----------------------------------------------------------------
+    def _forward(self, b: int) -> torch.Tensor:
+        """One decode step of the first ``b`` rows of the pool, eagerly (also what a graph records)."""
+        pool = self.pool
+        assert pool is not None
+        from transformers import DynamicCache
+
+        layer = _slot_layer_class()
+        cache = DynamicCache()
+        cache.layers = [layer(k[:b], v[:b], pool.column) for k, v in zip(pool.keys, pool.values)]
+        cache.layer_class_to_replicate = None
+        out = self.model(input_ids=pool.tokens[:b], attention_mask=pool.mask[:b, None, None, :],
+                         position_ids=pool.positions[:b], **{self.cache_kw: cache}, use_cache=True)
+        return out.logits[:, -1, :]
+
+    def _run(self, b: int) -> torch.Tensor:
+        pool = self.pool
+        assert pool is not None
+        if not self.graphs:
+            return self._forward(b)
+        if b not in pool.graphs:
+            try:
+                pool.graphs[b] = self._capture(b)
+            except Exception as exc:  # e.g. an op that synchronises inside the model: go on without graphs
+                self.graphs, self.graph_error = False, f"{type(exc).__name__}: {exc}"
+                log.warning("static decode: CUDA graph capture failed (%s); decoding eagerly", self.graph_error)
+                return self._forward(b)
+        graph, logits = pool.graphs[b]
+        graph.replay()
+        return logits
+
+    def _capture(self, b: int) -> tuple[Any, torch.Tensor]:
+        """Record the step of bucket ``b`` as a CUDA graph, after two warm-up runs on a side stream.
+
+        The warm-ups write the column this step writes anyway, with the same inputs, so they change nothing.
+        """
+        pool = self.pool
+        assert pool is not None
+        if pool.mempool is None:
+            pool.mempool = torch.cuda.graph_pool_handle()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._forward(b)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool.mempool, capture_error_mode="thread_local"):
+            logits = self._forward(b)
+        self.captures += 1
+        return graph, logits
+
+
+def model_fingerprint(model: Any) -> tuple[Any, ...]:
+    """What a captured graph depends on beyond the weights' values: where they live, train/eval, LoRA state."""
+    ptrs = tuple(p.data_ptr() for p in model.parameters())
+    lora = tuple((tuple(getattr(m, "merged_adapters", ())), bool(getattr(m, "disable_adapters", False)),
+                  str(getattr(m, "active_adapters", "")))
+                 for m in model.modules() if hasattr(m, "merged_adapters"))
+    return ptrs, bool(model.training), lora

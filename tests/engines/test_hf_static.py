@@ -1,0 +1,187 @@
+"""The static-cache decode (memrl.engines.hf_static) gives today's tokens and log-probs on the CPU.
+
+Each test runs the same requests through two engines over one model: ``decode="eager"`` (the growing
+cache) and ``decode="static"`` (preallocated cache, batch-size buckets; on a GPU one CUDA graph per
+bucket, here the same code without graphs). Tokens must be equal and log-probs equal to float rounding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from memrl.engines.base import SamplingParams
+from memrl.engines.hf import HFEngine
+from memrl.engines.hf_static import StaticDecoder, bucket, length_for, model_fingerprint
+
+ATOL = 1e-5  # float32 on the CPU: the attention sums over masked slots whose weight is exactly 0
+
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], list(range(20, 61)), [3] * 7, [100, 101], list(range(40, 52))]
+MIXED = [SamplingParams(max_new_tokens=30, temperature=0.6, top_p=0.9, seed=1),
+         SamplingParams(max_new_tokens=7, temperature=1.0, top_p=0.95, seed=2, top_logprobs=3),
+         SamplingParams(max_new_tokens=12, greedy=True),
+         SamplingParams(max_new_tokens=45, temperature=1.0, top_k=20, top_p=0.95, seed=3),
+         SamplingParams(max_new_tokens=3, temperature=0.6, seed=9),
+         SamplingParams(max_new_tokens=20, temperature=1.0)]  # unseeded: the engine's generator, in row order
+
+
+def llama(attn: str = "sdpa") -> torch.nn.Module:
+    """A tiny random Llama (grouped-query attention: 4 heads over 2 key/value heads), float32."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      attn_implementation=attn)
+    return LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(params=["qwen2", "llama-sdpa", "llama-eager"])
+def model(request, tiny_model):
+    return tiny_model[0] if request.param == "qwen2" else llama(request.param.split("-")[1])
+
+
+def both(model, requests, **engine_kw):
+    """The results of ``requests`` [(prompt, params)], all in flight at once, under eager and static decode."""
+    async def go(mode):
+        eng = HFEngine(model, decode=mode, **engine_kw)
+        out = await asyncio.gather(*(eng.generate(p, s) for p, s in requests))
+        await eng.close()
+        return out, eng
+
+    return asyncio.run(go("eager")), asyncio.run(go("static"))
+
+
+def assert_same(eager, static):
+    for e, s in zip(eager, static):
+        assert s.token_ids == e.token_ids and s.finish_reason == e.finish_reason
+        assert s.logprobs == pytest.approx(e.logprobs, abs=ATOL)
+        assert len(s.meta.get("top_logprobs", [])) == len(e.meta.get("top_logprobs", []))
+        for st, et in zip(s.meta.get("top_logprobs", []), e.meta.get("top_logprobs", [])):
+            assert [t for t, _ in st] == [t for t, _ in et]
+            assert [v for _, v in st] == pytest.approx([v for _, v in et], abs=ATOL)
+
+
+def test_mixed_sampling_lengths_and_stop_tokens_give_the_eager_tokens_and_logprobs(model):
+    """Seeded T=0.6/1.0 with top-p and top-k, greedy, unseeded; six prompt lengths in one batch; one stop token."""
+    (eager, e_eng), _ = both(model, [(PROMPTS[0], MIXED[0])])
+    stop = eager[0].token_ids[10]
+    requests = list(zip(PROMPTS, MIXED))
+    requests[0] = (PROMPTS[0], MIXED[0].with_(stop_token_ids=(stop,)))
+    (eager, e_eng), (static, s_eng) = both(model, requests)
+    assert max(e_eng.stats.batch_sizes) == max(s_eng.stats.batch_sizes) == 6  # one batch: several in flight
+    assert s_eng._static is not None and s_eng._static.captures == 0  # static path taken, no graphs on a CPU
+    assert eager[0].finish_reason == "stop" and len(eager[0].token_ids) <= 11
+    assert_same(eager, static)
+
+
+def test_rows_that_finish_step_the_batch_down_the_buckets(tiny_model, monkeypatch):
+    """Rows end at 3, 7, 12, 20, 30, 45 tokens: live rows move to the front, buckets 8 -> 4 -> 2 -> 1."""
+    buckets: list[int] = []
+    real = StaticDecoder._run
+
+    def spy(self, b):
+        if not buckets or buckets[-1] != b:
+            buckets.append(b)
+        return real(self, b)
+
+    monkeypatch.setattr(StaticDecoder, "_run", spy)
+    (eager, _), (static, _) = both(tiny_model[0], list(zip(PROMPTS, MIXED)))
+    assert buckets == [8, 4, 2, 1]
+    assert_same(eager, static)
+
+
+def test_a_batch_that_decodes_past_its_length_doubles_it(tiny_model):
+    """Reserve 4 new tokens: length 256; 300 tokens cross it mid-batch (the live rows move to 512)."""
+    requests = [([5, 6, 7], SamplingParams(max_new_tokens=300, temperature=1.0, seed=5)),
+                ([8, 9], SamplingParams(max_new_tokens=280, greedy=True))]
+    (eager, _), (static, s_eng) = both(tiny_model[0], requests, reserve_new_tokens=4)
+    assert s_eng._static.pool.length == 512
+    assert_same(eager, static)
+
+
+def test_interrupt_returns_the_tokens_so_far_and_a_continuation_matches_the_whole(tiny_model):
+    model, _ = tiny_model
+    eng = HFEngine(model, decode="static", long_new_tokens=200_000)
+    prompt, n = PROMPTS[0], 200
+    params = SamplingParams(max_new_tokens=n, greedy=True)
+
+    async def go():
+        whole = await eng.generate(prompt, params)
+        task = asyncio.ensure_future(eng.generate(prompt, params))
+        while not eng._lanes[0].running:  # decoding has started
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.05)
+        eng.interrupt()
+        cut = await asyncio.wait_for(task, 60)
+        rest = await eng.generate(prompt + cut.token_ids, params.with_(max_new_tokens=n - len(cut.token_ids)))
+        await eng.close()
+        return whole, cut, rest
+
+    whole, cut, rest = asyncio.run(go())
+    (eager, _), _ = both(model, [(prompt, params)])
+    assert whole.token_ids == eager[0].token_ids and whole.logprobs == pytest.approx(eager[0].logprobs, abs=ATOL)
+    assert cut.finish_reason == "abort" and 0 < len(cut.token_ids) < n
+    assert cut.token_ids == whole.token_ids[: len(cut.token_ids)] and len(cut.logprobs) == len(cut.token_ids)
+    assert cut.token_ids + rest.token_ids == whole.token_ids
+
+
+def test_the_pool_is_reused_across_batches_and_follows_new_weights(tiny_model):
+    """A second batch reuses the pool; after update_weights both paths decode with the new weights."""
+    from memrl.models.resolve import load_model
+
+    model = load_model("tiny", device="cpu")
+    eager, static = HFEngine(model, decode="eager"), HFEngine(model, decode="static")
+    reqs = list(zip(PROMPTS[:3], MIXED[:3]))
+    new = {k: v + 0.05 * torch.randn_like(v) for k, v in model.state_dict().items() if k.endswith("weight")}
+
+    async def go():
+        first = await asyncio.gather(*(static.generate(p, s) for p, s in reqs))
+        pool = static._static.pool
+        await static.update_weights(new)  # the same model object: eager sees the update too
+        e = await asyncio.gather(*(eager.generate(p, s) for p, s in reqs))
+        s = await asyncio.gather(*(static.generate(p, s) for p, s in reqs))
+        reused = static._static.pool is pool
+        await eager.close()
+        await static.close()
+        return first, e, s, reused
+
+    first, e, s, reused = asyncio.run(go())
+    assert reused
+    assert_same(e, s)
+    assert [r.token_ids for r in first] != [r.token_ids for r in s]  # the weights did change
+
+
+def test_the_fingerprint_sees_train_mode_and_replaced_tensors():
+    model = llama()
+    fp = model_fingerprint(model)
+    model.train()
+    assert model_fingerprint(model) != fp
+    model.eval()
+    assert model_fingerprint(model) == fp
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
+    assert model_fingerprint(model) != fp
+
+
+def test_decode_option_in_the_config_and_the_engine(tiny_model):
+    from memrl.config import MemRLConfig
+    from memrl.engines.factory import build_engine
+
+    assert bucket(1) == 1 and bucket(5) == 8 and bucket(64) == 64 and length_for(300) == 512 and length_for(3) == 256
+    cfg = MemRLConfig.model_validate({"model": {"path": "tiny"}, "engine": {"decode": "static"}})
+    assert cfg.engine.decode == "static" and MemRLConfig().engine.decode == "auto"
+    with pytest.raises(Exception, match="decode"):
+        MemRLConfig.model_validate({"engine": {"decode": "graphs"}})
+    assert build_engine(cfg, tiny_model[0]).decode == "static"
+    with pytest.raises(ValueError, match="one of auto, eager, static"):
+        HFEngine(tiny_model[0], decode="fast")
+    eng = HFEngine(tiny_model[0])  # auto on a CPU: the eager loop
+    asyncio.run(eng.generate([5, 6], SamplingParams(max_new_tokens=2, greedy=True)))
+    assert eng._static is None
+    sliding = llama()
+    sliding.config.sliding_window, sliding.config.use_sliding_window = 16, True
+    with pytest.raises(ValueError, match="sliding-window"):
+        HFEngine(sliding, decode="static")
+    assert HFEngine(sliding).decode == "auto"  # auto keeps such a model on the eager loop
