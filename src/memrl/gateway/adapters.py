@@ -16,14 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from memrl.gateway.requests import bad
+from memrl.gateway.requests import bad, same_value
 from memrl.gateway.sessions import Session
-
-
-def _same(value: Any, ok: Any) -> bool:
-    if isinstance(value, bool) or isinstance(ok, bool):
-        return value is ok
-    return bool(value == ok)
 
 
 def refuse_unknown(body: BaseModel, no_ops: dict[str, tuple[Any, ...]], api: str) -> None:
@@ -35,7 +29,7 @@ def refuse_unknown(body: BaseModel, no_ops: dict[str, tuple[Any, ...]], api: str
         if value is None:
             continue
         allowed = no_ops.get(key)
-        if allowed is not None and (not allowed or any(_same(value, ok) for ok in allowed)):
+        if allowed is not None and (not allowed or any(same_value(value, ok) for ok in allowed)):
             continue
         only = f" (accepted only as {', '.join(repr(v) for v in allowed)} or null)" if allowed else ""
         raise bad(key[:100], f"not supported by the training gateway's {api}{only}", "unsupported")

@@ -71,7 +71,7 @@ CHAT_REFUSED: dict[str, str] = {
 }
 
 
-def _same(value: Any, ok: Any) -> bool:
+def same_value(value: Any, ok: Any) -> bool:
     """Equal, where a boolean equals only the same boolean (``store: 0`` is not ``false``)."""
     if isinstance(value, bool) or isinstance(ok, bool):
         return value is ok
@@ -82,7 +82,7 @@ def refuse_chat_extra(body: RequestBody) -> None:
     """A 400 naming the first extra field of a chat body that is neither null nor a no-op (:data:`CHAT_NO_OPS`)."""
     for key, value in (body.model_extra or {}).items():
         allowed = CHAT_NO_OPS.get(key)
-        if value is None or (allowed is not None and (not allowed or any(_same(value, ok) for ok in allowed))):
+        if value is None or (allowed is not None and (not allowed or any(same_value(value, ok) for ok in allowed))):
             continue
         only = f" (accepted only as {', '.join(repr(v) for v in allowed)} or null)" if allowed else ""
         raise bad(key[:100], CHAT_REFUSED.get(key, "not supported by the training gateway") + only, "unsupported")
