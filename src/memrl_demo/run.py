@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import statistics
 import sys
 import time
@@ -37,6 +38,7 @@ from typing import Any
 from rich.console import Console
 
 from memrl.config import MemRLConfig
+from memrl.config.algorithm import AlgorithmConfig
 from memrl.config.schema import WorkflowConfig
 from memrl.data import write_samples
 from memrl.io.atomic import atomic_write
@@ -59,6 +61,12 @@ SFT_BATCH = 32
 # format (\\boxed{ lost its brace), every episode then scored 0 and GRPO had nothing left to learn from.
 RL_LR = 3e-4
 DEMO_THREADS = 2  # the README's numbers are measured with 2 threads (make demo's 2-core target)
+DEFAULT_ESTIMATOR: str = AlgorithmConfig.model_fields["adv_estimator"].default
+
+
+def estimator_suffix(estimator: str) -> str:
+    """``""`` for the default estimator, else ``_<name>`` with characters a folder name should not hold as ``_``."""
+    return "" if estimator == DEFAULT_ESTIMATOR else "_" + re.sub(r"[^A-Za-z0-9_.-]", "_", estimator)
 
 
 @dataclass(frozen=True)
@@ -168,19 +176,29 @@ async def accuracy(model: Any, tokenizer: Any, samples: list[Any]) -> float:
 
 def run_demo(out: Path, *, rl_steps: int = 40, seed: int = 0, console: Console | None = None,
              scale: DemoScale = DemoScale(), threads: int = DEMO_THREADS, asynchronous: bool = False,
-             max_staleness: int = 1) -> dict[str, float]:
+             max_staleness: int = 1, estimator: str = DEFAULT_ESTIMATOR) -> dict[str, float]:
     """The whole demo in ``out`` (resumes stage by stage); returns the summary it writes.
 
     ``asynchronous``: the RL stage runs with ``trainer.mode=async`` (η = ``max_staleness``) in
     ``out/rl_async``, after the same data, model and warm start. Its numbers can differ a little
     from run to run: which episodes finish first, and so which are trained at each step, depends on timing.
+    ``estimator``: ``algorithm.adv_estimator`` of the RL stage; another than the default trains in its own
+    folder (``out/rl_<estimator>``, summary ``summary_<estimator>.json``) from the same warm start.
     """
     from memrl.data.outdir import record_outputs
 
-    record_outputs(out, DEMO_OUTPUTS)
+    stage = rl_stage(estimator, asynchronous)
+    record_outputs(out, (*DEMO_OUTPUTS, *stage))
     with deterministic(seed, threads):
         return _run(out, rl_steps, seed, console or Console(stderr=True, width=None if sys.stderr.isatty() else 160),
-                    scale, max_staleness if asynchronous else None)
+                    scale, max_staleness if asynchronous else None, estimator)
+
+
+def rl_stage(estimator: str, asynchronous: bool = False) -> tuple[str, str]:
+    """(RL folder, summary file) of a run: ``rl``/``summary.json`` with the default estimator, else
+    suffixed by the estimator's name (an import path's odd characters as ``_``), ``_async`` first."""
+    suffix = ("_async" if asynchronous else "") + estimator_suffix(estimator)
+    return f"rl{suffix}", f"summary{suffix}.json"
 
 
 def warm_start(out: Path, seed: int, console: Console, scale: DemoScale = DemoScale()
@@ -227,17 +245,17 @@ def _sft_phase(model: Any, tok: Any, phase: SftPhase, seed: int, console: Consol
 
 
 def rl_config(out: Path, sft_dir: Path, paths: dict[str, Path], rl_steps: int, seed: int, scale: DemoScale,
-              staleness: int | None) -> MemRLConfig:
-    """The GRPO stage's config (``staleness``: None for synchronous training, else η of asynchronous)."""
+              staleness: int | None, estimator: str = DEFAULT_ESTIMATOR) -> MemRLConfig:
+    """The RL stage's config (``staleness``: None for synchronous training, else η of asynchronous)."""
     return MemRLConfig.model_validate({
         "model": {"path": str(sft_dir)},
         "data": {"train_file": str(paths["train"]), "eval_file": str(paths["heldout"])},
         "workflow": WORKFLOW,
         "sampling": {"temperature": 1.0},
-        "algorithm": {"adv_estimator": "grpo", "n": scale.episodes_per_prompt, "loss_agg_mode": "token-mean"},
+        "algorithm": {"adv_estimator": estimator, "n": scale.episodes_per_prompt, "loss_agg_mode": "token-mean"},
         "trainer": {"lr": RL_LR, "total_steps": rl_steps, "prompts_per_step": scale.prompts_per_step,
                     "save_every": 10, "eval": {"every": 10, "samples": scale.eval_samples}, "seed": seed,
-                    "output_dir": str(out / ("rl" if staleness is None else "rl_async")),
+                    "output_dir": str(out / rl_stage(estimator, staleness is not None)[0]),
                     "micro_batch_tokens": 32768,
                     **({} if staleness is None else {"mode": "async", "async": {"max_staleness": staleness}})},
         "engine": {"max_batch_size": 64, "device": "cpu"},
@@ -245,7 +263,7 @@ def rl_config(out: Path, sft_dir: Path, paths: dict[str, Path], rl_steps: int, s
 
 
 def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale,
-         staleness: int | None) -> dict[str, float]:
+         staleness: int | None, estimator: str) -> dict[str, float]:
     from memrl.models.resolve import load_model
     from memrl.train.tracking import plot_run
     from memrl.train.trainer import Trainer
@@ -255,10 +273,10 @@ def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale
     before = asyncio.run(accuracy(load_model(str(sft_dir), device="cpu"), tok, held))
     console.print(f"held-out accuracy after the warm start: [bold]{before:.1f}%[/bold]")
 
-    cfg = rl_config(out, sft_dir, paths, rl_steps, seed, scale, staleness)
+    cfg = rl_config(out, sft_dir, paths, rl_steps, seed, scale, staleness, estimator)
     rl_dir = Path(cfg.trainer.output_dir)
     mode = "" if staleness is None else f", asynchronous with max staleness {staleness}"
-    console.print(f"MemAgent GRPO: {rl_steps} steps x {scale.prompts_per_step} prompts x "
+    console.print(f"MemAgent RL ({estimator}): {rl_steps} steps x {scale.prompts_per_step} prompts x "
                   f"{scale.episodes_per_prompt} episodes{mode} (run folder {rl_dir})")
     trainer = Trainer(cfg, tracker_console=console)
     trainer.run()
@@ -267,9 +285,9 @@ def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale
     summary = {"heldout_before": before, "heldout_after": after, "lift": after - before,
                "seconds": round(time.perf_counter() - t0, 1), "cpu_seconds": round(time.process_time() - cpu0, 1),
                "rl_steps": rl_steps, "heldout_docs": len(held),
-               "seed": seed, "mode": "sync" if staleness is None else "async",
+               "seed": seed, "estimator": estimator, "mode": "sync" if staleness is None else "async",
                **({} if staleness is None else {"max_staleness": staleness})}
-    with atomic_write(out / ("summary.json" if staleness is None else "summary_async.json")) as fh:
+    with atomic_write(out / rl_stage(estimator, staleness is not None)[1]) as fh:
         json.dump(summary, fh, indent=2)
     console.print(f"\n[bold]held-out accuracy (docs ~3x longer than training): {before:.1f}% -> {after:.1f}% "
                   f"({after - before:+.1f} points)[/bold] in {summary['seconds']:.0f} s wall, {summary['cpu_seconds']:.0f} s CPU"

@@ -30,7 +30,7 @@ from rich.console import Console
 from memrl.config import MemRLConfig
 from memrl.config.schema import WorkflowConfig
 from memrl.io.atomic import atomic_write
-from memrl_demo.run import DEMO_THREADS, deterministic
+from memrl_demo.run import DEFAULT_ESTIMATOR, DEMO_THREADS, deterministic, rl_stage
 from memrl_demo.tools_tasks import library_files, read_plans, write_domain
 
 WORKFLOW = dict(name="tool_agent", options=dict(max_turns=5, turn_tokens=40, max_total_tokens=1024,
@@ -65,15 +65,18 @@ def _console() -> Console:
 
 def run_tools_demo(out: Path, *, rl_steps: int = 60, seed: int = 0, reward: str = "tau2",
                    console: Console | None = None, scale: ToolsScale = ToolsScale(),
-                   threads: int = DEMO_THREADS) -> dict[str, Any]:
-    """The whole tools demo in ``out`` (resumes stage by stage); returns the summary it writes."""
+                   threads: int = DEMO_THREADS, estimator: str = DEFAULT_ESTIMATOR) -> dict[str, Any]:
+    """The whole tools demo in ``out`` (resumes stage by stage); returns the summary it writes.
+
+    ``estimator``: ``algorithm.adv_estimator`` of the RL stage; another than the default trains in its own
+    folder (``out/rl_<estimator>``, summary ``summary_<estimator>.json``) from the same warm start."""
     from memrl.data.outdir import record_outputs
 
     if reward not in REWARDS:
         raise ValueError(f"--reward must be one of {', '.join(REWARDS)}, not {reward!r}")
-    record_outputs(out, DEMO_OUTPUTS)
+    record_outputs(out, (*DEMO_OUTPUTS, *rl_stage(estimator)))
     with deterministic(seed, threads):
-        return _run(out, rl_steps, seed, reward, console or _console(), scale)
+        return _run(out, rl_steps, seed, reward, console or _console(), scale, estimator)
 
 
 def _warm_start(out: Path, init: Path, domain: Any, train: list[Any], tok: Any, seed: int, scale: ToolsScale,
@@ -100,17 +103,22 @@ def _warm_start(out: Path, init: Path, domain: Any, train: list[Any], tok: Any, 
     return sft_dir
 
 
-def rl_config(out: Path, sft_dir: Path, rl_steps: int, seed: int, reward: str, scale: ToolsScale) -> MemRLConfig:
-    """The Trainer's config: GRPO on the training tickets of the demo's library copy."""
+def rl_config(out: Path, sft_dir: Path, rl_steps: int, seed: int, reward: str, scale: ToolsScale,
+              estimator: str = DEFAULT_ESTIMATOR) -> MemRLConfig:
+    """The Trainer's config: GRPO (or ``estimator``) on the training tickets of the demo's library copy.
+
+    Every checkpoint is kept (a few MB each), so held-out success can be measured along the run afterwards
+    (``bench/turn_credit.py``)."""
     return MemRLConfig.model_validate({
         "model": {"path": str(sft_dir)},
         "workflow": WORKFLOW,
         "env": {"domain": "library", "data_dir": str(out / "data"), "train_split": "train", "eval_split": "test",
                 "solo": True, **({} if reward == "tau2" else {"reward": reward})},
         "sampling": {"temperature": 1.0},
-        "algorithm": {"adv_estimator": "grpo", "n": scale.episodes_per_prompt, "loss_agg_mode": "token-mean"},
+        "algorithm": {"adv_estimator": estimator, "n": scale.episodes_per_prompt, "loss_agg_mode": "token-mean"},
         "trainer": {"lr": scale.rl_lr, "total_steps": rl_steps, "prompts_per_step": scale.prompts_per_step,
-                    "save_every": 10, "eval": {"every": 0}, "seed": seed, "output_dir": str(out / "rl"),
+                    "save_every": 10, "keep_checkpoints": max(1, -(-rl_steps // 10)), "eval": {"every": 0},
+                    "seed": seed, "output_dir": str(out / rl_stage(estimator)[0]),
                     "micro_batch_tokens": 32768},
         "engine": {"max_batch_size": 64, "device": "cpu"},
     })
@@ -122,7 +130,8 @@ def _line(name: str, s: dict[str, Any]) -> str:
             f"{s['turns']:.2f} turns/episode ({kinds})")
 
 
-def _run(out: Path, rl_steps: int, seed: int, reward: str, console: Console, scale: ToolsScale) -> dict[str, Any]:
+def _run(out: Path, rl_steps: int, seed: int, reward: str, console: Console, scale: ToolsScale,
+         estimator: str) -> dict[str, Any]:
     from memrl_demo.tools_data import corpus
     from memrl_demo.tools_eval import heldout
     from memrl_demo.tools_model import build_model
@@ -153,21 +162,22 @@ def _run(out: Path, rl_steps: int, seed: int, reward: str, console: Console, sca
     before = heldout(load_model(str(sft_dir), device="cpu"), tok, domain, workflow)
     console.print(_line("held-out before RL", before))
 
-    cfg = rl_config(out, sft_dir, rl_steps, seed, reward, scale)
+    cfg = rl_config(out, sft_dir, rl_steps, seed, reward, scale, estimator)
+    rl_dir, summary_name = Path(cfg.trainer.output_dir), rl_stage(estimator)[1]
     what = "tau2-bench reward" if reward == "tau2" else "progress reward (fraction of checks passed, not tau2)"
-    console.print(f"GRPO on {what}: {rl_steps} steps x {scale.prompts_per_step} tickets x "
-                  f"{scale.episodes_per_prompt} episodes (run folder {out / 'rl'})")
+    console.print(f"RL ({estimator}) on {what}: {rl_steps} steps x {scale.prompts_per_step} tickets x "
+                  f"{scale.episodes_per_prompt} episodes (run folder {rl_dir})")
     trainer = Trainer(cfg, tracker_console=console)
     trainer.run()
     after = heldout(trainer.policy, tok, domain, workflow)
     console.print(_line("held-out after RL ", after))
-    curve = plot_run(out / "rl", keys=("reward", "tool_call_validity", "turns", "response_tokens"))
-    summary = {"task": "tools", "reward": reward, "heldout_before": before["success"],
+    curve = plot_run(rl_dir, keys=("reward", "tool_call_validity", "turns", "response_tokens"))
+    summary = {"task": "tools", "reward": reward, "estimator": estimator, "heldout_before": before["success"],
                "heldout_after": after["success"], "lift": after["success"] - before["success"],
                "before": before, "after": after, "seconds": round(time.perf_counter() - t0, 1),
                "cpu_seconds": round(time.process_time() - c0, 1), "rl_steps": rl_steps,
                "heldout_tickets": len(test), "train_tickets": len(train), "seed": seed, "scale": asdict(scale)}
-    with atomic_write(out / "summary.json") as fh:
+    with atomic_write(out / summary_name) as fh:
         json.dump(summary, fh, indent=2)
     console.print(f"\n[bold]held-out success (tau2 reward, {len(test)} test tickets never trained on): "
                   f"{before['success']:.1f}% -> {after['success']:.1f}% ({summary['lift']:+.1f} points)[/bold] "

@@ -6,6 +6,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -29,6 +30,11 @@ def demo(
                                       "its numbers can vary a little between runs (timing decides which "
                                       "episodes finish first)."),
     max_staleness: int = typer.Option(1, "--max-staleness", min=0, help="With --async: trainer.async.max_staleness."),
+    estimator: str = typer.Option(None, "--estimator", help="algorithm.adv_estimator of the RL stage (default "
+                                  "grpo): a registered name (memrl config schema lists them, e.g. gigpo: "
+                                  "turn-level credit by anchor state) or an import path. Another than the "
+                                  "default trains in OUT/rl_<estimator> and writes summary_<estimator>.json, "
+                                  "after the same warm start."),
     fresh: bool = typer.Option(False, "--fresh", help="Delete the demo's earlier outputs in --out first (only what "
                                "the demo wrote; refuses if the folder holds anything else)."),
 ) -> None:
@@ -49,22 +55,34 @@ def demo(
         raise typer.BadParameter("--async applies to --task needle only", param_hint="--async")
     if task == "needle" and reward != "tau2":
         raise typer.BadParameter("--reward applies to --task tools only", param_hint="--reward")
+    given: dict[str, Any] = {} if steps is None else {"rl_steps": steps}  # else each demo's own default
+    if estimator is not None:
+        given["estimator"] = checked_estimator(estimator)
     out = out or Path("runs/demo" if task == "needle" else "runs/demo_tools")
     check_writable_dir(out)
-    steps_given = {} if steps is None else {"rl_steps": steps}  # else each demo's own default
     with stopped_cleanly():
         if task == "tools":
             from memrl_demo.tools_run import run_tools_demo
 
             if fresh:
                 clear_outputs(out, "--fresh")
-            run_tools_demo(out, seed=seed, reward=reward, **steps_given)
+            run_tools_demo(out, seed=seed, reward=reward, **given)
             return
         from memrl_demo.run import LEGACY_DEMO, run_demo
 
         if fresh:
             clear_outputs(out, "--fresh", legacy=LEGACY_DEMO)
-        run_demo(out, seed=seed, asynchronous=asynchronous, max_staleness=max_staleness, **steps_given)
+        run_demo(out, seed=seed, asynchronous=asynchronous, max_staleness=max_staleness, **given)
+
+
+def checked_estimator(name: str) -> str:
+    """``name`` if the advantage-estimator registry knows it (or it is a loadable import path), else a usage error."""
+    from memrl.config.registry import ADV_ESTIMATORS
+
+    try:
+        return ADV_ESTIMATORS.validate(name)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--estimator") from None
 
 
 @contextlib.contextmanager

@@ -6,8 +6,10 @@ Without a tokenizer the record's decoded ``text`` fields are shown instead.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 # Record fields shown as the episode's summary when present (short, human-facing).
@@ -96,19 +98,59 @@ def _summary(record: dict[str, Any]) -> dict[str, Any]:
     return {k: info[k] for k in INFO_KEYS if k in info and info[k] not in (None, "", [])}
 
 
-def run_episode(record: dict[str, Any], ep_id: str, tokenizer: Any | None) -> dict[str, Any]:
-    """A rollout record (see :mod:`memrl.io.records`) as the page shows it."""
+def anchor_key(state: Any) -> str | None:
+    """A conversation's anchor state (``meta.state``, from ``ep.generate(..., state=)``) as one string, or None."""
+    if state is None or state == "":
+        return None
+    return state if isinstance(state, str) else json.dumps(state, sort_keys=True, default=str)
+
+
+def _conv_meta(conv: dict[str, Any]) -> dict[str, Any]:
+    meta = conv.get("meta")
+    return meta if isinstance(meta, dict) else {}
+
+
+def anchor_counts(records: Iterable[Any]) -> Counter[tuple[str, str]]:
+    """How many conversations of the given records (one step's saved episodes) share each anchor state
+    within their group: ``{(group_id, state): count}``. GiGPO compares the turns of one anchor group
+    (the trainer scopes anchors to the prompt group); a file keeps only some of a step's episodes, so
+    these are the saved turns sharing it, a lower bound of the trained group."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for rec in records:
+        if not isinstance(rec, dict) or not isinstance(rec.get("conversations"), list):
+            continue
+        for c in rec["conversations"]:
+            key = anchor_key(_conv_meta(c).get("state")) if isinstance(c, dict) else None
+            if key is not None:
+                counts[(str(rec.get("group_id", "")), key)] += 1
+    return counts
+
+
+def run_episode(record: dict[str, Any], ep_id: str, tokenizer: Any | None,
+                anchors: Mapping[tuple[str, str], int] | None = None) -> dict[str, Any]:
+    """A rollout record (see :mod:`memrl.io.records`) as the page shows it.
+
+    Each conversation carries its turn reward, the advantage it was trained with and its anchor state
+    (``state``), with ``anchor_shared``: the saved conversations of its group at this step with the same
+    state (``anchors``, from :func:`anchor_counts` over the step's file). ``advantages`` lists every
+    conversation's advantage when they differ (a per-turn estimator such as gigpo), else it is None.
+    """
     info = record.get("info") or {}
+    group = str(record.get("group_id", ""))
     convs = []
     for k, c in enumerate(record.get("conversations") or []):
+        state = anchor_key(_conv_meta(c).get("state"))
         convs.append({"index": k, "reward": c.get("reward"), "meta": c.get("meta") or {},
-                      "advantage": c.get("advantage"), **_conv_stats(c),
-                      "spans": conversation_spans(c, tokenizer)})
+                      "advantage": c.get("advantage"), "state": state,
+                      "anchor_shared": (anchors or {}).get((group, state)) if state is not None else None,
+                      **_conv_stats(c), "spans": conversation_spans(c, tokenizer)})
     advs = [c["advantage"] for c in convs if c.get("advantage") is not None]
     return {"id": ep_id, "step": record.get("step"), "pick": record.get("pick"),
             "policy_version": record.get("policy_version"), "sample_id": str(record.get("sample_id", "")),
-            "group_id": str(record.get("group_id", "")), "reward": record.get("reward"),
-            "advantage": advs[0] if advs else None, "length": sum(c["generated"] for c in convs),
+            "group_id": group, "reward": record.get("reward"),
+            "advantage": advs[0] if advs else None,
+            "advantages": [c["advantage"] for c in convs] if len(set(advs)) > 1 else None,
+            "length": sum(c["generated"] for c in convs),
             "metrics": record.get("metrics") or {}, "breakdown": info.get("reward_breakdown") or {},
             "summary": _summary(record), "messages": info.get("messages") or [], "conversations": convs}
 

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from memrl.io.metrics import read_metrics
-from memrl.view.episodes import (conversation_spans, eval_episode, run_episode,  # noqa: F401
+from memrl.view.episodes import (anchor_counts, conversation_spans, eval_episode, run_episode,  # noqa: F401
                                   token_strings, transcript_conversations)
 from memrl.view.grading import folder_grader, grader_view
 from memrl.view.records import read_json_object, read_jsonl, shown_or_skipped, usable_rollout
@@ -153,12 +153,14 @@ def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_std
     grader = None if lazy else folder_grader(run_dir, warn)
     episodes = []
     for path in files:
-        for i, (line, rec) in enumerate(read_jsonl(path, warn)):
+        records = read_jsonl(path, warn)
+        anchors = anchor_counts(rec for _, rec in records)
+        for i, (line, rec) in enumerate(records):
             ep_id, where = f"{int(path.stem.split('_')[1])}-{i}", f"{path}:{line}"
             if not usable_rollout(rec, where, warn):
                 continue
-            ep = shown_or_skipped(lambda: summary_only(run_episode(rec, ep_id, None)) if lazy
-                                  else graded(run_episode(rec, ep_id, tok), rec, grader, warn), where, warn)
+            ep = shown_or_skipped(lambda: summary_only(run_episode(rec, ep_id, None, anchors)) if lazy
+                                  else graded(run_episode(rec, ep_id, tok, anchors), rec, grader, warn), where, warn)
             if ep is not None:
                 episodes.append(ep)
     return {"kind": "run", "title": run_dir.resolve().name, "source": str(run_dir), "tokenizer": spec,
@@ -260,7 +262,9 @@ def load_episode(path: Path, ep_id: str, tokenizer: str | None = None,
     if not usable_rollout(rec, f"{file}:{line}", warn):
         return None
     tok = get_tokenizer(tokenizer or run_tokenizer_spec(path), warn)
-    return shown_or_skipped(lambda: graded(run_episode(rec, ep_id, tok), rec, folder_grader(path, warn), warn),
+    anchors = anchor_counts(r for _, r in records)
+    return shown_or_skipped(lambda: graded(run_episode(rec, ep_id, tok, anchors), rec, folder_grader(path, warn),
+                                           warn),
                             f"{file}:{line}", warn)
 
 

@@ -40,8 +40,23 @@ function sentMessages(msgs) {
   }));
 }
 
+function given(v) {
+  return v !== null && v !== undefined;
+}
+
+// the turn's anchor state (ep.generate(..., state=)): GiGPO compares the turns of a group that share it
+function anchorPill(c) {
+  if (!given(c.state)) return null;
+  const shared = given(c.anchor_shared) ? c.anchor_shared : null;
+  const pill = el("span", "pill anchor" + (shared > 1 ? " shared" : ""),
+    "anchor " + c.state.slice(0, 8) + (shared > 1 ? " ×" + shared : shared === 1 ? " (alone)" : ""));
+  pill.title = visible("anchor state " + c.state + (shared === null ? "" : ` · ${shared} saved turn${shared === 1 ? "" : "s"} ` +
+    "of this group at this step share it (the trainer compares all of the group's turns that do)"));
+  return pill;
+}
+
 function conversation(c, n) {
-  const { messages: sent, tools, ...rest } = c.meta || {};
+  const { messages: sent, tools, state: _anchor, ...rest } = c.meta || {};
   const meta = Object.entries(rest).filter(([, v]) => v === null || typeof v !== "object")
     .map(([k, v]) => `${k} ${v}`).join(" · ");
   const head = el("div", "conv-head",
@@ -49,8 +64,10 @@ function conversation(c, n) {
     el("span", "muted", `${fmt(c.tokens)} tokens, ${fmt(c.generated)} generated`),
     c.mean_logprob !== undefined ? el("span", "muted", "mean log-prob " + fmt(c.mean_logprob)) : null,
     c.max_mismatch !== undefined ? el("span", "muted", "max |Δ| " + fmt(c.max_mismatch)) : null,
-    c.advantage !== null && c.advantage !== undefined ? el("span", "pill adv", "advantage " + fmt(c.advantage)) : null,
-    c.reward !== null && c.reward !== undefined ? el("span", "pill", "reward " + fmt(c.reward)) : null);
+    anchorPill(c),
+    given(c.advantage) ? el("span", "pill adv", "advantage " + fmt(c.advantage)) : null,
+    given(c.reward) ? el("span", "pill turn-reward", "turn reward " + fmt(c.reward)) : null);
+  head.id = "conv-" + c.index;
   const body = el("div", "conv-body");
   if (Array.isArray(sent) && sent.length) {
     const what = `messages as the program sent them (${fmt(sent.length)})` + (Array.isArray(tools) && tools.length ? ` · ${fmt(tools.length)} tools` : "");
@@ -118,6 +135,38 @@ function graderView(g) {
   return box;
 }
 
+// an episode's advantage: one value, or the range of its turns' where a per-turn estimator gave them apart
+function advantagePill(e) {
+  if (Array.isArray(e.advantages)) {
+    const xs = e.advantages.filter((v) => typeof v === "number");
+    const pill = el("span", "pill adv", `advantage per turn ${fmt(Math.min(...xs))} … ${fmt(Math.max(...xs))}`);
+    pill.title = "each conversation was trained with its own advantage: " + e.advantages.map((v) => fmt(v)).join(", ");
+    return pill;
+  }
+  return given(e.advantage) ? el("span", "pill adv", "advantage " + fmt(e.advantage)) : null;
+}
+
+// one row per conversation where any has a turn reward, an advantage of its own or an anchor state
+function turnTable(e) {
+  const convs = e.conversations || [];
+  const any = (f) => convs.some((c) => given(c[f]));
+  if (!convs.length || !(any("state") || any("reward") || Array.isArray(e.advantages))) return null;
+  const t = el("table", "kv turn-table");
+  t.appendChild(el("tr", null, ...["turn", "kind", "turn reward", "advantage", "anchor", "saved turns sharing it"]
+    .map((h) => el("th", null, h))));
+  for (const c of convs) {
+    const link = el("a", null, String(c.index + 1));
+    link.href = "#conv-" + c.index;
+    link.addEventListener("click", (ev) => { ev.preventDefault(); const n = document.getElementById("conv-" + c.index); if (n) n.scrollIntoView(); });
+    const anchor = given(c.state) ? el("code", null, c.state.slice(0, 12)) : el("span", "muted", "–");
+    if (given(c.state)) anchor.title = visible(c.state);
+    t.appendChild(el("tr", "turn-row", el("td", null, link), el("td", null, (c.meta && c.meta.kind) || ""),
+      el("td", null, given(c.reward) ? fmt(c.reward) : "–"), el("td", "turn-adv", given(c.advantage) ? fmt(c.advantage) : "–"),
+      el("td", null, anchor), el("td", null, given(c.anchor_shared) ? fmt(c.anchor_shared) : "–")));
+  }
+  return t;
+}
+
 function episodeView(e, onHeat) {
   const n = e.conversations.length;
   const toggle = el("div", "heat-toggle", "heat map: ");
@@ -133,7 +182,7 @@ function episodeView(e, onHeat) {
     el("h2", null, "Episode " + e.id),
     el("div", "badges",
       el("span", "pill reward " + (e.reward > 0 ? "pos" : "zero"), "reward " + fmt(e.reward)),
-      e.advantage !== null && e.advantage !== undefined ? el("span", "pill adv", "advantage " + fmt(e.advantage)) : null,
+      advantagePill(e),
       e.step !== null && e.step !== undefined ? el("span", "pill", (DATA.kind === "run" ? "step " : "docs ") + e.step) : null,
       PICK_SHOWN(e) ? el("span", "pill pick-" + e.pick, e.pick) : null,
       el("span", "pill", "sample " + e.sample_id),
@@ -147,6 +196,8 @@ function episodeView(e, onHeat) {
   if (Object.keys(e.breakdown).length) side.appendChild(el("div", null, el("h3", null, "Reward breakdown"), kv(e.breakdown, "breakdown")));
   if (Object.keys(e.summary).length) side.appendChild(el("div", null, el("h3", null, "Summary"), kv(e.summary)));
   if (Object.keys(e.metrics).length) side.appendChild(el("details", "metrics", el("summary", null, "metrics"), kv(e.metrics)));
+  const turns = turnTable(e);
+  if (turns) side.appendChild(el("div", "turns", el("h3", null, "Turns: reward, advantage, anchor state"), turns));
   out.appendChild(side);
   if (e.grader) out.appendChild(graderView(e.grader));
   if (e.messages.length) out.appendChild(el("div", null, el("h3", null, "Messages and tool calls"), messages(e.messages)));

@@ -73,10 +73,11 @@ function groupView(key, episodes) {
     const col = el("div", "group-col",
       el("div", "col-head", link,
         el("span", "pill reward " + (e.reward > 0 ? "pos" : "zero"), "reward " + fmt(e.reward)),
-        DATA.kind === "run" ? el("span", "pill adv", "advantage " + fmt(e.advantage))
+        DATA.kind === "run" ? (Array.isArray(e.advantages) ? advantagePill(e) : el("span", "pill adv", "advantage " + fmt(e.advantage)))
           : el("span", "pill adv", "vs mean " + fmt(vsMean)),
         PICK_SHOWN(e) ? el("span", "pill pick-" + e.pick, e.pick) : null,
         el("span", "muted", fmt(e.length) + " tok")),
+      Array.isArray(e.advantages) ? el("div", "col-turns muted small", "per turn: " + e.advantages.map((v) => fmt(v)).join(" · ")) : null,
       e.summary && (e.summary.answer || e.summary.final_text)
         ? el("div", "col-answer", el("span", "muted", "answer "), String(e.summary.answer || e.summary.final_text)) : null,
       e.lazy ? el("div", "muted", "loading…") : el("pre", "col-text", responseText(e)));
