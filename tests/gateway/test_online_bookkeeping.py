@@ -131,6 +131,17 @@ def test_requests_are_checked_before_anything_changes(online, tools_tokenizer):
     assert empty.status_code == 503 and empty.headers["retry-after"] == "1" and time.monotonic() - start >= 0.3
 
 
+def test_an_episode_that_failed_refuses_its_reward(online, tools_tokenizer):
+    done = _start(online, tools_tokenizer, [{"q": 1}], max_calls=1)
+    with httpx.Client(timeout=30) as http:
+        got = _claim(http, online).json()
+        assert _call(http, got).status_code == 200 and _call(http, got).status_code == 403
+        r = http.post(got["reward_url"], headers=AUTH, json={"reward": 1.0})
+    assert r.status_code == 410 and r.json()["error"]["code"] == "episode_failed" and "max_calls" in r.text
+    (result,) = done.result(timeout=30)
+    assert "made more than 1 model calls" in str(result)
+
+
 def test_options():
     with pytest.raises(ValueError, match="mode online runs no program"):
         AgentWorkflow(mode="online", program="tests.gateway.programs:two_calls")

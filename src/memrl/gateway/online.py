@@ -143,6 +143,11 @@ class OnlineEpisodes:
             if outcome.reward is None:
                 record.session.turn_rewards.extend(pairs)
                 return record
+            if record.session.failure is not None:  # e.g. past max_calls: its workflow fails it whatever the reward
+                record.state = ENDED
+                _resolve(record.outcome, outcome)
+                raise APIError(410, f"episode {record.id!r} failed ({record.session.failure}); it will not be "
+                               "trained on", code="episode_failed")
             if not record.session.recorded:
                 raise APIError(400, f"reward: episode {record.id!r} has made no model call yet, so there is nothing "
                                "to train on; make its calls on base_url first", code="no_model_call", param="reward")
