@@ -1,6 +1,6 @@
 """A ``memrl tinker`` server in this process (uvicorn in a thread) and ``tinker`` SDK clients for it.
 
-The server loads the ``tiny`` model once per test module; each test gets a ``ServiceClient`` of its
+The server loads the ``tiny`` model once per test session; each test gets a ``ServiceClient`` of its
 own session. The SDK runs its own event loop in a background thread, so the server's loop and the
 client's never share a thread.
 """
@@ -57,10 +57,14 @@ class Running:
         self.thread.join(timeout=30)
 
 
-@pytest.fixture(scope="module")
+# Small limits, so that the limit tests need no second server: a 1 MB body, 8 datums a request, 4 samples.
+LIMITS = {"max_body_bytes": 2**20, "max_datums": 8, "max_num_samples": 4}
+
+
+@pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     pytest.importorskip("tinker")
-    running = Running(tmp_path_factory.mktemp("tinker-state"))
+    running = Running(tmp_path_factory.mktemp("tinker-state"), limits=LIMITS, poll_s=2.0)
     yield running
     running.stop()
 

@@ -113,6 +113,10 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str
         else:
             lines.append("  API key: the one given (--api-key or $MEMRL_TINKER_API_KEY); set TINKER_API_KEY to it")
         config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=3)
-        _Server(config, app, "\n".join(lines)).run(sockets=[sock])
+        try:
+            _Server(config, app, "\n".join(lines)).run(sockets=[sock])
+        except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down: exit as Ctrl-C does
+            print("memrl tinker: stopped", file=sys.stderr, flush=True)
+            raise SystemExit(130) from None
     finally:
         sock.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -117,7 +118,9 @@ class ModelHost:
         cfg = LoraConfig(r=lora.rank, lora_alpha=self.lora_alpha, lora_dropout=0.0,
                          target_modules=_regex(self.targets(lora)))
         devices = [self.device] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices, enabled=lora.seed is not None):
+        with torch.random.fork_rng(devices=devices, enabled=lora.seed is not None), warnings.catch_warnings():
+            # LoRA on a head tied to the input embedding adapts the head only: what train_unembed asks for.
+            warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
             if lora.seed is not None:
                 torch.manual_seed(lora.seed)
             self.model.add_adapter(name, cfg)
