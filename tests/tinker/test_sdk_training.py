@@ -154,3 +154,37 @@ def test_refusals_name_the_problem(server, client):
             [bad], "cross_entropy").result(timeout=60)
     with pytest.raises(tinker.AuthenticationError):
         service_client(server.url, key="tml-not-the-key").create_lora_training_client(base_model="tiny").result(30)
+
+
+def test_custom_loss_runs_through_cross_entropy(client):
+    """The SDK runs ``forward_backward_custom`` as forward + cross_entropy with weights -dL/dlogprobs."""
+    tc = client.create_lora_training_client(base_model="tiny", rank=4, seed=5).result(timeout=60)
+    d = datum(tc.get_tokenizer().encode(TEXT))
+    before = nll(tc, d)
+
+    def mean_nll(data, logprobs):
+        loss = -sum(lp.sum() for lp in logprobs) / sum(len(lp) for lp in logprobs)
+        return loss, {"mean_nll": float(loss)}
+
+    out = tc.forward_backward_custom([d], mean_nll).result(timeout=60)
+    assert out.metrics["mean_nll"] == pytest.approx(before / (len(d.loss_fn_inputs["target_tokens"].tolist())),
+                                                    rel=1e-4)
+    tc.optim_step(types.AdamParams(learning_rate=1e-2)).result(timeout=60)
+    assert nll(tc, d) < before
+
+
+def test_stop_strings_cut_after_the_token_that_completes_them(server):
+    from memrl.engines.base import GenerationResult
+    from memrl.tinker.sampling import cut_at_strings, stops
+
+    tok = server.svc.host.tokenizer
+    eos = (tok.eos_token_id,)
+    assert stops(None, tok, eos) == (eos, []) and stops([], tok, eos) == ((), [])
+    assert stops([5, 7], tok, eos) == ((5, 7), [])
+    ids = tok.encode(" lazy dog. The quick")
+    one_token = tok.decode(ids[:1])
+    ids_stop, strings = stops([one_token, "dog. The"], tok, eos)
+    assert ids_stop == (*eos, ids[0]) and strings == ["dog. The"]
+    seq = cut_at_strings(GenerationResult(ids, [-1.0] * len(ids), "length"), strings, tok)
+    assert seq.stop_reason == "stop" and "dog. The" in tok.decode(seq.tokens)
+    assert "dog. The" not in tok.decode(seq.tokens[:-1]) and len(seq.logprobs) == len(seq.tokens)

@@ -89,8 +89,10 @@ def check_datums(data: list[Datum], limits: TinkerLimits) -> None:
 
 
 def check_sampling(prompt: list[int], num_samples: int, max_tokens: int | None, temperature: float, top_p: float,
-                   top_k: int, limits: TinkerLimits) -> int:
+                   top_k: int, limits: TinkerLimits, seed: int | None = None) -> int:
     """The sampling fields' ranges; returns ``max_tokens``."""
+    if seed is not None and not 0 <= seed < 2**63 - limits.max_num_samples:
+        raise bad("sampling_params.seed", "must be between 0 and 2**63 - 1 minus the samples (sample i uses seed + i)")
     if not 1 <= num_samples <= limits.max_num_samples:
         raise bad("num_samples", f"must be between 1 and {limits.max_num_samples} (--max-num-samples), got {num_samples}")
     if max_tokens is None:

@@ -124,7 +124,7 @@ def _job(svc: Any, body: s.Sample) -> SampleJob:
             raise bad(f"prompt.chunks[{k}]", f"{chunk.type} chunks are not served (token chunks only)")
         prompt += chunk.tokens
     sp = body.sampling_params
-    check_sampling(prompt, body.num_samples, sp.max_tokens, sp.temperature, sp.top_p, sp.top_k, svc.limits)
+    check_sampling(prompt, body.num_samples, sp.max_tokens, sp.temperature, sp.top_p, sp.top_k, svc.limits, sp.seed)
     if body.prompt_logprobs_last_n is not None and not 1 <= body.prompt_logprobs_last_n <= len(prompt) - 1:
         raise bad("prompt_logprobs_last_n", f"must be between 1 and len(prompt) - 1 = {len(prompt) - 1}")
     for name in ("topk_prompt_logprobs", "topk_sample_logprobs"):
