@@ -152,8 +152,9 @@ function turnTable(e) {
   const any = (f) => convs.some((c) => given(c[f]));
   if (!convs.length || !(any("state") || any("reward") || Array.isArray(e.advantages))) return null;
   const t = el("table", "kv turn-table");
-  t.appendChild(el("tr", null, ...["turn", "kind", "turn reward", "advantage", "anchor", "saved turns sharing it"]
-    .map((h) => el("th", null, h))));
+  const heads = el("tr", null, ...["turn", "kind", "turn reward", "advantage", "anchor", "shared"].map((h) => el("th", null, h)));
+  heads.lastChild.title = "saved conversations of this group at this step with the same anchor state";
+  t.appendChild(heads);
   for (const c of convs) {
     const link = el("a", null, String(c.index + 1));
     link.href = "#conv-" + c.index;
