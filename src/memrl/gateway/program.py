@@ -3,7 +3,8 @@
 A function ``async def fn(client: openai.AsyncOpenAI, sample: dict) -> float | dict`` gets a
 client whose base URL and key are the episode's (``client.model_name`` is the served name,
 also in ``$MEMRL_MODEL``). A command (any language) gets ``OPENAI_BASE_URL``,
-``OPENAI_API_KEY`` and ``MEMRL_MODEL`` in its environment and the sample as JSON on stdin,
+``OPENAI_API_KEY`` and ``MEMRL_MODEL`` in its environment (and the endpoint under other SDKs'
+names: :func:`memrl.gateway.command.sdk_environment`) and the sample as JSON on stdin,
 and prints its result as JSON on its last stdout line. Either result is the reward (a
 number) or ``{"reward": r, "metrics": {"name": value, ...}, "turn_rewards": [...]}``: per-call
 rewards (:mod:`memrl.gateway.online_rewards`), which a program may also post while it runs to

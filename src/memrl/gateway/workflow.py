@@ -51,7 +51,8 @@ class AgentOptions(BaseModel):
     program: str | None = Field(None, description="'package.module:function': async def fn(client: "
                                 "openai.AsyncOpenAI, sample: dict) -> float | {'reward': r, 'metrics': {...}}.")
     command: list[str] | None = Field(None, description="A process to run per episode instead: OPENAI_BASE_URL, "
-                                      "OPENAI_API_KEY and MEMRL_MODEL in its environment, the sample as JSON on "
+                                      "OPENAI_API_KEY and MEMRL_MODEL in its environment (also OPENAI_API_BASE, "
+                                      "ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY/AUTH_TOKEN), the sample as JSON on "
                                       "stdin, the result as JSON on its last stdout line.")
     max_calls: int = Field(64, ge=1, description="Model calls per episode; one more fails the episode.")
     timeout_s: float = Field(600.0, gt=0, description="Seconds per episode before the program is stopped and the "
