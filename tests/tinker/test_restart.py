@@ -28,8 +28,9 @@ TEXT = "Memory: the key is 42 and the value is blue."
 
 
 def memrl(*args: str, env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "memrl.cli.main", "tinker", *args], env={**os.environ, **(env or {})},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen([sys.executable, "-m", "memrl.cli.main", "tinker", *args],
+                            env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kw)
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -153,7 +153,8 @@ def list_runs(state_dir: Path) -> list[dict[str, Any]]:
 def delete(state_dir: Path, model_id: str, checkpoint_id: str) -> None:
     kind, _, name = checkpoint_id.partition("/")
     if kind not in KINDS:
-        raise CheckpointError(f"checkpoint_id: expected weights/<name> or sampler_weights/<name>, got {checkpoint_id!r}")
+        raise CheckpointError("checkpoint_id: expected weights/<name> or sampler_weights/<name>, "
+                              f"got {checkpoint_id!r}")
     folder = run_dir(state_dir, model_id) / kind / check_name(name, "checkpoint_id")
     if not folder.is_dir():
         raise CheckpointError(f"no checkpoint {checkpoint_id!r} in run {model_id!r}")

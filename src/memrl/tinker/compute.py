@@ -76,7 +76,7 @@ def batch_logprobs(model: Any, data: list[Datum]) -> list[torch.Tensor]:
         picked = torch.cat([hidden[i, : len(data[i].tokens)] for i in flat])
         targets = torch.cat([_targets(data[i], device) for i in flat])
         lp, _ = head_logprobs(head, picked, targets)
-        for i, part in zip(flat, torch.split(lp, [len(data[i].tokens) for i in flat])):
+        for i, part in zip(flat, torch.split(lp, [len(data[i].tokens) for i in flat]), strict=True):
             out[i] = part
     for i, d in enumerate(data):
         if out[i] is None:  # [T, K] targets (top-k distillation): the head over this datum's positions
@@ -119,7 +119,7 @@ def run_datums(model: Any, data: list[Datum], loss_fn: str, config: dict[str, An
         with torch.set_grad_enabled(backward):
             logprobs = batch_logprobs(model, [data[i] for i in group])
             losses = []
-            for i, lp in zip(group, logprobs):
+            for i, lp in zip(group, logprobs, strict=True):
                 inputs = {k: torch.as_tensor(v, dtype=torch.long if k in _INT_KEYS else torch.float32, device=device)
                           for k, v in data[i].inputs.items()}
                 loss, metrics = tinker_loss(loss_fn, lp, inputs, config)
@@ -135,7 +135,8 @@ def run_datums(model: Any, data: list[Datum], loss_fn: str, config: dict[str, An
     return StepResult(outputs, metrics)
 
 
-def adam_step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter], hp: dict[str, float]) -> dict[str, float]:
+def adam_step(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
+              hp: dict[str, float]) -> dict[str, float]:
     """One AdamW step with this call's hyperparameters (Tinker sends them every step), then zero the grads."""
     for group in optimizer.param_groups:
         group["lr"] = hp["learning_rate"]

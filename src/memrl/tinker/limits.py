@@ -94,7 +94,8 @@ def check_sampling(prompt: list[int], num_samples: int, max_tokens: int | None, 
     if seed is not None and not 0 <= seed < 2**63 - limits.max_num_samples:
         raise bad("sampling_params.seed", "must be between 0 and 2**63 - 1 minus the samples (sample i uses seed + i)")
     if not 1 <= num_samples <= limits.max_num_samples:
-        raise bad("num_samples", f"must be between 1 and {limits.max_num_samples} (--max-num-samples), got {num_samples}")
+        raise bad("num_samples", f"must be between 1 and {limits.max_num_samples} (--max-num-samples), "
+                                 f"got {num_samples}")
     if max_tokens is None:
         raise bad("sampling_params.max_tokens", "is required by this server")
     if max_tokens < 0:

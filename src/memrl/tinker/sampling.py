@@ -107,7 +107,7 @@ def prompt_scores(model: Any, job: SampleJob) -> tuple[list[float], TopK | None]
     top: TopK | None = None
     if job.topk_prompt > 0:
         v, i = logp[:-1].topk(min(job.topk_prompt, logp.shape[-1]), dim=-1)
-        rows = [list(zip(a, b)) for a, b in zip(i.tolist(), v.tolist())]
+        rows = [list(zip(a, b, strict=True)) for a, b in zip(i.tolist(), v.tolist(), strict=True)]
         top = [None] * first + rows[first - 1:]
     return values, top
 

@@ -296,7 +296,9 @@ class TinkerService:
                 raise ValueError(f"{body.path} was trained on {meta.get('base_model')!r}; this server loads "
                                  f"{self.base_name!r}")
             lora = LoraSpec.from_dict(meta.get("lora") or {})
-            tenant = self.tenants.get(model_id) or await self._add_tenant(model_id, session_id, lora, body.user_metadata)
+            tenant = self.tenants.get(model_id)
+            if tenant is None:
+                tenant = await self._add_tenant(model_id, session_id, lora, body.user_metadata)
             if tenant.lora.to_dict() | {"seed": None} != lora.to_dict() | {"seed": None}:
                 raise ValueError(f"{body.path} has LoRA {lora}, this training client {tenant.lora}")
             await asyncio.to_thread(self.host.load_state, tenant.adapter, tensors)

@@ -116,7 +116,7 @@ class Worker:
                     outcomes = await self.run_group(jobs[0].group, jobs)
             except Exception as exc:  # a group that failed as a whole
                 outcomes = [exc] * len(jobs)
-            for job, outcome in zip(jobs, outcomes):
+            for job, outcome in zip(jobs, outcomes, strict=True):
                 self._finish(job.rid, outcome)
 
     def _finish(self, rid: str, outcome: Any) -> None:
