@@ -98,6 +98,7 @@ def row(task: str, seed: int, estimator: str, work: Path) -> dict[str, Any]:
     if task == "needle":
         r["to90"] = first_step(m, "eval/accuracy", 90.0)
         r["reward_to90"] = first_step(m, "reward", 0.9)
+        r["reward_1_20"] = statistics.fmean(x["reward"] for x in m if "reward" in x and x["step"] <= 20)
         r["curve"] = {int(x["step"]): x["eval/accuracy"] for x in m if "eval/accuracy" in x}
     else:
         curve = tools_curve(out, run)
@@ -112,11 +113,13 @@ def fmt_step(v: int | None) -> str:
 
 
 def print_table(task: str, rows: list[dict[str, Any]]) -> None:
-    extra = "reward>=0.9" if task == "needle" else "train reward first/last 10"
+    extra = "first step with reward >= 0.9; mean reward steps 1-20" if task == "needle" \
+        else "train reward first/last 10"
     print(f"| seed | estimator | held-out before -> after | lift | steps to 90% held-out | {extra} | "
           "held-out along the run | wall (CPU) s |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
-        ex = fmt_step(r["reward_to90"]) if task == "needle" else "%.3f -> %.3f" % r["reward_first_last10"]
+        ex = f"{fmt_step(r['reward_to90'])}; {r['reward_1_20']:.3f}" if task == "needle" \
+            else "%.3f -> %.3f" % r["reward_first_last10"]
         curve = " ".join(f"{v:.0f}" for _, v in sorted(r["curve"].items()))
         print(f"| {r['seed']} | {r['estimator']} | {r['before']:.1f}% -> {r['after']:.1f}% | {r['lift']:+.1f} | "
               f"{fmt_step(r['to90'])} | {ex} | {curve} | {r['seconds']:.0f} ({r['cpu']:.0f}) |")
@@ -176,9 +179,11 @@ async def _tools_batch(out: Path, model_dir: Path, seed: int, prompts: int, n: i
 
 def anchor_stats(batch: list[tuple[int, Any]], gamma: float = 1.0) -> dict[str, float]:
     """How GiGPO's anchor groups look on one batch: turns, anchors, turns sharing theirs, and the turns whose
-    step term is non-zero and differs from the episode term (what GiGPO adds to GRPO)."""
+    step term is non-zero and differs from the episode term (what GiGPO adds to GRPO), and the cosine between
+    GiGPO's per-turn advantages and GRPO's (its episode's on every turn): 1.0 is GRPO rescaled."""
     import torch
 
+    from memrl.rl.advantages import group_normalize
     from memrl.rl.turn_credit import TurnRows, group_norm
 
     ep, turn, group, state = [], [], [], []
@@ -191,20 +196,23 @@ def anchor_stats(batch: list[tuple[int, Any]], gamma: float = 1.0) -> dict[str, 
     sizes = {k: keys.count(k) for k in set(keys)}
     step = group_norm(rows.step_returns(gamma), keys)
     episode = group_norm(torch.tensor([float(rows.scores[e]) for e in ep]), group)
+    grpo = group_normalize(torch.tensor([float(s) for s in rows.scores]), [g for g, _ in batch])[ep]
+    gigpo = episode + step
+    cos = float(torch.nn.functional.cosine_similarity(gigpo, grpo, dim=0)) if grpo.abs().sum() > 0 else float("nan")
     shared = [sizes[k] > 1 for k in keys]
     return {"turns": len(keys), "anchors": len(sizes), "shared": sum(shared) / len(keys),
             "mean_size": statistics.fmean(sizes[k] for k in keys),
             "step_nonzero": float((step != 0).float().mean()),
             "step_differs": float(((step - episode).abs() > 1e-4).float().mean()),
-            "first_turn_size": statistics.fmean(sizes[k] for k, t in zip(keys, turn) if t == 0)}
+            "first_turn_size": statistics.fmean(sizes[k] for k, t in zip(keys, turn) if t == 0), "cosine": cos}
 
 
 def anchors(task: str, seeds: list[int], work: Path, estimator: str) -> None:
     from memrl_demo.run import deterministic
 
     print("\n| seed | policy | turns | anchor states | turns sharing their anchor | mean anchor group (per turn) | "
-          "first turn's anchor group | step term non-zero | step term differs from episode term |\n"
-          "|---|---|---|---|---|---|---|---|---|")
+          "first turn's anchor group | step term non-zero | step term differs from episode term | "
+          "cosine(GiGPO, GRPO) over the turns |\n|---|---|---|---|---|---|---|---|---|---|")
     sample = _needle_batch if task == "needle" else _tools_batch
     for seed in seeds:
         out = work / f"{task}_seed{seed}"
@@ -214,7 +222,7 @@ def anchors(task: str, seeds: list[int], work: Path, estimator: str) -> None:
                 st = anchor_stats(asyncio.run(sample(out, model, seed, 8, 8)))
             print(f"| {seed} | {name} | {st['turns']} | {st['anchors']} | {100 * st['shared']:.0f}% | "
                   f"{st['mean_size']:.1f} | {st['first_turn_size']:.1f} | {100 * st['step_nonzero']:.0f}% | "
-                  f"{100 * st['step_differs']:.0f}% |", flush=True)
+                  f"{100 * st['step_differs']:.0f}% | {st['cosine']:.3f} |", flush=True)
 
 
 def main() -> None:
