@@ -154,6 +154,24 @@ def test_the_pool_is_reused_across_batches_and_follows_new_weights(tiny_model):
     assert [r.token_ids for r in first] != [r.token_ids for r in s]  # the weights did change
 
 
+def test_long_and_short_batches_keep_a_pool_each(tiny_model):
+    """Short, long, short: the third batch reuses the first batch's pool (and would reuse its graphs)."""
+    eng = HFEngine(tiny_model[0], decode="static")
+    short = [(PROMPTS[0], SamplingParams(max_new_tokens=4, greedy=True))]
+    long = [(list(range(10, 380)) * 2, SamplingParams(max_new_tokens=300, greedy=True))]
+
+    async def go():
+        pools = []
+        for reqs in (short, long, short):
+            await asyncio.gather(*(eng.generate(p, s) for p, s in reqs))
+            pools.append(eng._static.pool)
+        await eng.close()
+        return pools
+
+    first, second, third = asyncio.run(go())
+    assert (first.length, second.length) == (256, 2048) and third is first and eng._static.pools == [second, first]
+
+
 def test_the_fingerprint_sees_train_mode_and_replaced_tensors():
     model = llama()
     fp = model_fingerprint(model)

@@ -198,7 +198,7 @@ class HFEngine:
         """Free the static decode's cache and graphs (a hosted replica going to sleep); the next batch
         allocates and captures them again."""
         if self._static is not None:
-            self._static.pool = None
+            self._static.release()
 
     async def idle(self) -> None:
         """Return once the batches decoding now have ended (cancelled rows leave at their next step)."""

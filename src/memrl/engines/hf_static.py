@@ -16,7 +16,8 @@ graph reads. A batch of ``n`` live rows runs in the smallest power-of-two bucket
 past ``n`` are dummies whose outputs are ignored. A finished row is dropped by moving the live rows to
 the front (keys, values, mask, position), as the eager loop's ``batch_select_indices`` does, so the
 batch steps down the buckets as rows end. The length is a power of two >= prompt width + reserve; a
-batch that decodes past it doubles it (copying the live rows; the graphs of the old length go).
+batch that decodes past it doubles it (copying the live rows; the graphs of the old length go). The two
+pools used last stay, with their graphs: a batch takes one whose length is within 4x of what it needs.
 
 What stays as today: token choice (``BatchRows.step``: the same batched sampling, per-request
 generators, stop tokens, interrupt and cancel at the next step), the prefill, the log-prob definition.
@@ -43,6 +44,7 @@ import torch
 log = logging.getLogger(__name__)
 
 MIN_LENGTH = 256  # shortest cache length: fewer distinct lengths, fewer captures
+KEEP_POOLS = 2  # pools of different lengths kept with their graphs
 DECODE_MODES = ("auto", "eager", "static")
 
 
@@ -161,7 +163,8 @@ class StaticDecoder:
         self.graphs = graphs
         self.graph_error: str | None = None
         self.captures = 0
-        self.pool: Pool | None = None
+        self.pool: Pool | None = None  # the current batch's
+        self.pools: list[Pool] = []  # the last KEEP_POOLS used, most recent last
         self._fingerprint: tuple[Any, ...] | None = None
         self._lock = threading.Lock()
         self.n = 0  # live rows, at the front of the pool
@@ -223,21 +226,29 @@ class StaticDecoder:
 
     # -- the pool -----------------------------------------------------------------
     def _pool_for(self, like: Sequence[torch.Tensor], rows: int, need: int) -> Pool:
-        """The current pool if it has the rows and a length within 4x of ``need``; else a new one."""
+        """A kept pool with the rows and a length within 4x of ``need``, else a new one (the least recently
+        used goes). Two are kept because MemAgent alternates long chunk turns and short final turns: one pool
+        would be reallocated, and its graphs captured again, at every switch."""
         want = length_for(need, self.min_length)
-        old = self.pool
-        if old is not None and old.rows >= rows and want <= old.length <= 4 * want:
-            return old
-        rows = max(rows, old.rows if old is not None else 0)
-        self.pool = None  # free the old buffers and graphs before the new ones are allocated
-        del old
-        self.pool = Pool.allocate(like, rows, want)
-        return self.pool
+        fits = [p for p in self.pools if p.rows >= rows and want <= p.length <= 4 * want]
+        if fits:
+            pool = fits[-1]
+            self.pools.remove(pool)
+        else:
+            same = [p for p in self.pools if p.length == want]  # too few rows: replaced by a larger one
+            rows = max([rows, *(p.rows for p in same)])
+            self.pools = [p for p in self.pools if p not in same][-(KEEP_POOLS - 1):]
+            self.pool = None  # free the dropped buffers and graphs before the new ones are allocated
+            pool = Pool.allocate(like, rows, want)
+        self.pools.append(pool)
+        self.pool = pool
+        return pool
 
     def _grow(self) -> None:
         """Double the length mid-batch: the live rows' keys, values and mask move to a new pool."""
         old = self.pool
         assert old is not None
+        self.pools = [p for p in self.pools if p is not old][-(KEEP_POOLS - 1):]
         self.pool = None
         new = Pool.allocate(old.keys, old.rows, 2 * old.length)
         n, length = self.n, old.length
@@ -246,13 +257,19 @@ class StaticDecoder:
         new.mask[:n].fill_(torch.finfo(new.mask.dtype).min)
         new.mask[:n, :length].copy_(old.mask[:n])
         new.positions.copy_(old.positions)
+        self.pools.append(new)
         self.pool = new
+
+    def release(self) -> None:
+        """Free every pool and its graphs (the next batch allocates and captures again)."""
+        self.pool, self.pools = None, []
 
     def _check_model(self) -> None:
         """Forget the graphs when the model is no longer the one they were captured on."""
         fp = model_fingerprint(self.model)
-        if fp != self._fingerprint and self.pool is not None:
-            self.pool.graphs.clear()
+        if fp != self._fingerprint:
+            for pool in self.pools:
+                pool.graphs.clear()
         self._fingerprint = fp
 
     # -- the step -----------------------------------------------------------------
