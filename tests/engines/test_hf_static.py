@@ -208,7 +208,7 @@ def test_decode_option_in_the_config_and_the_engine(tiny_model):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_smollm2_static_decode_equals_eager_on_long_prompts():
-    """The real model (SmolLM2-135M-Instruct, `make smol`), float32: four 250-400-token haystack prompts of
+    """The real model (SmolLM2-135M-Instruct, `make smol`), float32: four 350-490-token haystack prompts of
     different lengths, seeded T=0.7 top-p 0.95 (real_curve's rollouts), T=1.0, greedy, 24 new tokens."""
     import importlib.util
 
