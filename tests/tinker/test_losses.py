@@ -244,6 +244,19 @@ def test_importance_sampling_has_memrl_bypass_reinforce_gradient(seed):
     torch.testing.assert_close(g_ours, g_memrl, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cispo_under_its_cap_has_importance_sampling_gradient(seed):
+    """With every ratio under CISPO's cap (4), -sg(r) A grad p is -r A grad p: the two RL runs of
+    docs/benchmarks.md coincide until rounding parts them."""
+    p, q, adv = _random_datum(seed, spread=1.0)
+    grads = []
+    for loss_fn in ("cispo", "importance_sampling"):
+        logp = p.clone().requires_grad_(True)
+        loss, _ = tinker_loss(loss_fn, logp, {"target_tokens": torch.arange(12), "logprobs": q, "advantages": adv})
+        grads.append(torch.autograd.grad(loss, logp)[0])
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-6, atol=1e-6)
+
+
 def test_cross_entropy_equals_torch_and_memrl_logprobs():
     """With memrl's log-probs of the targets, -(w * logp).sum() is torch's per-token cross-entropy, weighted."""
     g = torch.Generator().manual_seed(0)
