@@ -19,10 +19,10 @@ from memrl.engines.hf_static import StaticDecoder, bucket, length_for, model_fin
 ATOL = 1e-5  # float32 on the CPU: the attention sums over masked slots whose weight is exactly 0
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], list(range(20, 61)), [3] * 7, [100, 101], list(range(40, 52))]
-MIXED = [SamplingParams(max_new_tokens=30, temperature=0.6, top_p=0.9, seed=1),
+MIXED = [SamplingParams(max_new_tokens=16, temperature=0.6, top_p=0.9, seed=1),
          SamplingParams(max_new_tokens=7, temperature=1.0, top_p=0.95, seed=2, top_logprobs=3),
          SamplingParams(max_new_tokens=12, greedy=True),
-         SamplingParams(max_new_tokens=45, temperature=1.0, top_k=20, top_p=0.95, seed=3),
+         SamplingParams(max_new_tokens=24, temperature=1.0, top_k=20, top_p=0.95, seed=3),
          SamplingParams(max_new_tokens=3, temperature=0.6, seed=9),
          SamplingParams(max_new_tokens=20, temperature=1.0)]  # unseeded: the engine's generator, in row order
 
@@ -43,10 +43,13 @@ def model(request, tiny_model):
     return tiny_model[0] if request.param == "qwen2" else llama(request.param.split("-")[1])
 
 
-def both(model, requests, **engine_kw):
-    """The results of ``requests`` [(prompt, params)], all in flight at once, under eager and static decode."""
+def both(model, requests, min_length=None, **engine_kw):
+    """The results of ``requests`` [(prompt, params)], all in flight at once, under eager and static decode
+    (``min_length``: the static cache's shortest length, 256 by default)."""
     async def go(mode):
         eng = HFEngine(model, decode=mode, **engine_kw)
+        if mode == "static" and min_length:
+            eng._static = StaticDecoder(model, eng.cache_kw, graphs=False, min_length=min_length)
         out = await asyncio.gather(*(eng.generate(p, s) for p, s in requests))
         await eng.close()
         return out, eng
@@ -78,7 +81,7 @@ def test_mixed_sampling_lengths_and_stop_tokens_give_the_eager_tokens_and_logpro
 
 
 def test_rows_that_finish_step_the_batch_down_the_buckets(tiny_model, monkeypatch):
-    """Rows end at 3, 7, 12, 20, 30, 45 tokens: live rows move to the front, buckets 8 -> 4 -> 2 -> 1."""
+    """Rows end at 3, 7, 12, 16, 20, 24 tokens: live rows move to the front, buckets 8 -> 4 -> 2 -> 1."""
     buckets: list[int] = []
     real = StaticDecoder._run
 
@@ -94,11 +97,11 @@ def test_rows_that_finish_step_the_batch_down_the_buckets(tiny_model, monkeypatc
 
 
 def test_a_batch_that_decodes_past_its_length_doubles_it(tiny_model):
-    """Reserve 4 new tokens: length 256; 300 tokens cross it mid-batch (the live rows move to 512)."""
-    requests = [([5, 6, 7], SamplingParams(max_new_tokens=300, temperature=1.0, seed=5)),
-                ([8, 9], SamplingParams(max_new_tokens=280, greedy=True))]
-    (eager, _), (static, s_eng) = both(tiny_model[0], requests, reserve_new_tokens=4)
-    assert s_eng._static.pool.length == 512
+    """Reserve 4 new tokens, shortest length 16: 40 tokens cross 16 and 32 mid-batch (live rows move on)."""
+    requests = [([5, 6, 7], SamplingParams(max_new_tokens=40, temperature=1.0, seed=5)),
+                ([8, 9], SamplingParams(max_new_tokens=30, greedy=True))]
+    (eager, _), (static, s_eng) = both(tiny_model[0], requests, min_length=16, reserve_new_tokens=4)
+    assert s_eng._static.pool.length == 64 and len(s_eng._static.pools) == 1
     assert_same(eager, static)
 
 
@@ -170,6 +173,53 @@ def test_long_and_short_batches_keep_a_pool_each(tiny_model):
 
     first, second, third = asyncio.run(go())
     assert (first.length, second.length) == (256, 2048) and third is first and eng._static.pools == [second, first]
+
+
+class FakeGraph:
+    """A CUDA graph's contract on the CPU: the step reads the pool's tensors as they are at replay time and
+    rewrites the one logits tensor returned at capture."""
+
+    def __init__(self, step, replays):
+        self.step, self.replays = step, replays
+        self.logits = step().clone()
+
+    def replay(self):
+        self.replays.append(1)
+        self.logits.copy_(self.step())
+
+
+@pytest.mark.parametrize("capture", ["works", "fails"])
+def test_the_graph_path_replays_one_graph_per_bucket_or_falls_back(tiny_model, monkeypatch, capture):
+    """With graphs on (faked: no GPU here) each bucket is captured once and replayed per step; a capture that
+    raises turns graphs off and decodes eagerly. Tokens and log-probs are the eager engine's either way."""
+    import memrl.engines.hf_static as hs
+
+    replays: list[int] = []
+
+    def fake_capture(step, pool):
+        if capture == "fails":
+            raise RuntimeError("operation not permitted when stream is capturing")
+        graph = FakeGraph(step, replays)
+        return graph, graph.logits
+
+    monkeypatch.setattr(hs, "capture_graph", fake_capture)
+    model, requests = tiny_model[0], list(zip(PROMPTS, MIXED))
+
+    async def go():
+        eng = HFEngine(model, decode="static")
+        eng._static = StaticDecoder(model, eng.cache_kw, graphs=True)
+        out = await asyncio.gather(*(eng.generate(p, s) for p, s in requests))
+        await eng.close()
+        return out, eng._static
+
+    (eager, _), _ = both(model, requests)
+    static, decoder = asyncio.run(go())
+    assert_same(eager, static)
+    if capture == "works":
+        assert decoder.captures == 4 and sorted(decoder.pool.graphs) == [1, 2, 4, 8]
+        assert len(replays) == max(len(r.token_ids) for r in eager) - 1  # every step after the prefill's
+    else:
+        assert not decoder.graphs and "not permitted" in decoder.graph_error and decoder.captures == 0
 
 
 def test_the_fingerprint_sees_train_mode_and_replaced_tensors():

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,25 +304,32 @@ class StaticDecoder:
         return logits
 
     def _capture(self, b: int) -> tuple[Any, torch.Tensor]:
-        """Record the step of bucket ``b`` as a CUDA graph, after two warm-up runs on a side stream.
-
-        The warm-ups write the column this step writes anyway, with the same inputs, so they change nothing.
-        """
         pool = self.pool
         assert pool is not None
-        if pool.mempool is None:
-            pool.mempool = torch.cuda.graph_pool_handle()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self._forward(b)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool.mempool, capture_error_mode="thread_local"):
-            logits = self._forward(b)
+        graph, logits = capture_graph(lambda: self._forward(b), pool)
         self.captures += 1
         return graph, logits
+
+
+def capture_graph(step: Callable[[], torch.Tensor], pool: Pool) -> tuple[Any, torch.Tensor]:
+    """Record ``step`` (one decode step over ``pool``'s tensors) as a CUDA graph in the pool's memory pool,
+    after two warm-up runs on a side stream; (graph, the logits tensor each replay rewrites).
+
+    The warm-ups write the cache column this step writes anyway, with the same inputs, so they change nothing.
+    ``thread_local``: the trainer may launch kernels from its own thread meanwhile (asynchronous training).
+    """
+    if pool.mempool is None:
+        pool.mempool = torch.cuda.graph_pool_handle()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool.mempool, capture_error_mode="thread_local"):
+        logits = step()
+    return graph, logits
 
 
 def model_fingerprint(model: Any) -> tuple[Any, ...]:
