@@ -222,6 +222,16 @@ def test_the_graph_path_replays_one_graph_per_bucket_or_falls_back(tiny_model, m
         assert not decoder.graphs and "not permitted" in decoder.graph_error and decoder.captures == 0
 
 
+def test_a_static_cache_that_does_not_fit_leaves_the_batch_to_the_eager_loop(tiny_model, monkeypatch):
+    def no_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(StaticDecoder, "start", no_memory)
+    (eager, _), (static, s_eng) = both(tiny_model[0], list(zip(PROMPTS[:3], MIXED[:3])))
+    assert_same(eager, static)
+    assert s_eng._static is not None and s_eng._static.pools == []
+
+
 def test_the_fingerprint_sees_train_mode_and_replaced_tensors():
     model = llama()
     fp = model_fingerprint(model)

@@ -329,8 +329,7 @@ class HFEngine:
             cache = reserved_cache(input_ids.shape[1] if static else reserve)  # static: the prompt only
             logits = prefill(self.model, self.cache_kw, cache, [reqs[i].prompt for i in active],
                              input_ids, attention, positions)
-            stepper: Any = (static.start(cache, attention, positions[:, -1], reserve) if static else
-                            EagerStepper(self.model, self.cache_kw, cache, attention, positions[:, -1]))
+            stepper = self._stepper(static, cache, attention, positions[:, -1], reserve)
             del cache
             while True:
                 next_tokens = rows.step(active, logits, self._generator, self.pad_token_id)
@@ -344,6 +343,17 @@ class HFEngine:
                     active = [active[j] for j in still]
                 logits = stepper.forward(next_tokens)
         return rows.results()
+
+    def _stepper(self, static: StaticDecoder | None, cache: Any, attention: torch.Tensor, last_pos: torch.Tensor,
+                 reserve: int) -> StaticDecoder | EagerStepper:
+        """The static decoder loaded with the prefilled batch, or the eager stepper over its cache (also when
+        the static cache does not fit in the accelerator's memory beside the trainer: its pools are freed)."""
+        if static is not None:
+            try:
+                return static.start(cache, attention, last_pos, reserve)
+            except torch.cuda.OutOfMemoryError:
+                static.release()
+        return EagerStepper(self.model, self.cache_kw, cache, attention, last_pos)
 
     def _static_claim(self) -> contextlib.AbstractContextManager[StaticDecoder | None]:
         """The static decoder for this batch, or None: eager by ``decode``, or another batch holds it."""
