@@ -148,6 +148,13 @@ def test_unsupported_losses_refused(name):
     assert issubclass(UnsupportedLoss, ValueError)
 
 
+@pytest.mark.parametrize("name", ["gspo", "stable_reinforce"])
+def test_cookbook_rl_losses_refused_with_what_to_pass(name):
+    """rl_loop offers both; the one line says which loss_fn to pass instead."""
+    with pytest.raises(UnsupportedLoss, match=r"pass loss_fn='importance_sampling'.*rl_loop"):
+        tinker_loss(name, torch.zeros(2), _rl_inputs(Q, A))
+
+
 @pytest.mark.parametrize(("loss_fn", "inputs", "config", "match"), [
     ("cross_entropy", {"target_tokens": torch.tensor([1, 2])}, None, "missing: weights"),
     ("ppo", {"target_tokens": torch.tensor([1, 2]), "logprobs": torch.zeros(2)}, None, "missing: advantages"),

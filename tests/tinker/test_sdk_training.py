@@ -148,6 +148,12 @@ def test_refusals_name_the_problem(server, client):
     d = datum(tc.get_tokenizer().encode(TEXT))
     with pytest.raises(tinker.BadRequestError, match="'dro' is not supported"):
         tc.forward_backward([d], "dro").result(timeout=60)
+    with pytest.raises(tinker.BadRequestError, match="'stable_reinforce' is not supported.*pass "
+                                                     "loss_fn='importance_sampling'"):
+        tc.forward_backward([d], "stable_reinforce").result(timeout=60)
+    recording = client.create_sampling_client(base_model="tiny", record_stability_info=True).result(timeout=60)
+    with pytest.raises(tinker.BadRequestError, match="record_stability_info: .*loss_fn='importance_sampling'"):
+        recording.sample(types.ModelInput.from_ints([1, 2]), 1, types.SamplingParams(max_tokens=2)).result(60)
     bad = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3]), loss_fn_inputs={"target_tokens": [2, 3]})
     with pytest.raises(tinker.BadRequestError, match=r"data\[0\]\.loss_fn_inputs\.target_tokens"):
         client.create_lora_training_client(base_model="tiny", rank=2).result(timeout=60).forward_backward(

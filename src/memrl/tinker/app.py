@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import time
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -28,6 +28,7 @@ from memrl.serve.middleware import AccessLog, BodyLimit
 from memrl.tinker import samplers
 from memrl.tinker import schemas as s
 from memrl.tinker.rest import add_rest_routes
+from memrl.tinker.futures import timing_line
 from memrl.tinker.service import TinkerService
 from memrl.tinker.wire import PROTO, decompress, parse_forward_backward, parse_forward_backward_json
 
@@ -76,6 +77,8 @@ def create_app(svc: TinkerService, api_key: str, *, access_log: bool = False, gr
 
     app = FastAPI(title="memrl tinker", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.draining = False
+    if access_log:
+        svc.futures.on_retrieved = lambda rid, entry: print(timing_line(rid, entry), file=sys.stderr, flush=True)
     install_error_handlers(app)
     _service_routes(app, svc)
     _training_routes(app, svc)
@@ -127,14 +130,11 @@ def _service_routes(app: FastAPI, svc: TinkerService) -> None:
 
     @app.post("/api/v1/retrieve_future")
     async def retrieve(body: s.RetrieveFuture, request: Request) -> Any:
-        deadline = time.monotonic() + svc.poll_s
-        entry = None
-        while entry is None and time.monotonic() < deadline and not app.state.draining:
-            try:
-                entry = await svc.futures.wait(body.request_id, min(1.0, deadline - time.monotonic()))
-            except KeyError:
-                raise APIError(404, f"unknown request_id {body.request_id!r} (results are kept in memory: a "
-                                    "restarted server has none from before)", param="request_id") from None
+        try:
+            entry = await svc.futures.wait(body.request_id, svc.poll_s, stop=lambda: bool(app.state.draining))
+        except KeyError:
+            raise APIError(404, f"unknown request_id {body.request_id!r} (results are kept in memory: a "
+                                "restarted server has none from before)", param="request_id") from None
         if entry is None:
             return {"type": "try_again", "request_id": body.request_id, "queue_state": "active"}
         if entry.error is not None:

@@ -47,10 +47,14 @@ LOSSES: tuple[str, ...] = ("cross_entropy", "importance_sampling", "ppo", "cispo
 
 # Tinker's other built-in names, refused in one line each: the reason says what is missing.
 REFUSED: dict[str, str] = {
-    "gspo": "its default clip thresholds are not published, so its numbers could not be matched",
-    "dro": "its definition is not published with the SDK or the cookbook",
-    "stable_reinforce": "it needs the sampler's stability records and provenance spans, which memrl's "
-                        "sampler does not keep",
+    "gspo": "Tinker publishes neither its formula nor its default clip thresholds (the SDK names only a "
+            "sequence_ratio_mask input), so its numbers cannot be matched; pass loss_fn='importance_sampling' "
+            "(cookbook rl_loop: loss_fn=importance_sampling), or 'ppo'/'cispo' with clip thresholds in loss_fn_config",
+    "dro": "its definition is not published with the SDK or the cookbook; pass loss_fn='importance_sampling' "
+           "or 'ppo'",
+    "stable_reinforce": "its objective is not published (it reads stability records Tinker keeps at sampling "
+                        "time); pass loss_fn='importance_sampling', the same REINFORCE with the sampler's "
+                        "importance ratio (cookbook rl_loop and rl.train: loss_fn=importance_sampling), or 'cispo'",
     "custom": "custom loss graphs are not supported; forward_backward_custom runs on the client "
               "and needs only cross_entropy here",
 }

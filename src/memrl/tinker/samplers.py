@@ -141,7 +141,16 @@ def _job(svc: Any, body: s.Sample) -> SampleJob:
 
 
 def submit_sample(svc: Any, body: s.Sample) -> dict[str, Any]:
-    """Queue an ``asample``; the answer carries one sequence id per sample, as the SDK expects."""
+    """Queue an ``asample``; the answer carries one sequence id per sample, as the SDK expects.
+
+    ``record_stability_info`` is refused here, at the first sample, rather than after a whole batch
+    of sampling when the ``stable_reinforce`` step it exists for would be refused.
+    """
+    if body.record_stability_info:
+        raise APIError(400, "record_stability_info: loss_fn 'stable_reinforce' is not served, so its stability "
+                            "records are not kept; sample without them and train with "
+                            "loss_fn='importance_sampling' (cookbook rl_loop: loss_fn=importance_sampling)",
+                       param="record_stability_info")
     found = _resolve_sampler(svc, body)
     job = _job(svc, body)
     if svc.worker.stopping:

@@ -136,6 +136,7 @@ class Sample(Body):
     target_prompt_logprobs: Optional[Any] = None
     prompt_alt_tokens_k: int = 0
     prompt_logprobs_last_n: Optional[int] = None
+    record_stability_info: Optional[bool] = None
 
 
 class RetrieveFuture(Body):

@@ -47,7 +47,7 @@ def check_engine(engine: str) -> None:
 
 def build_service(model: str, state_dir: str | Path, *, dtype: str = "auto", device: str | None = None,
                   lora_alpha: float = 32.0, limits: dict[str, int] | None = None,
-                  poll_s: float = 20.0) -> TinkerService:
+                  poll_s: float = 30.0) -> TinkerService:
     """Load ``model`` (folder, hub id or alias), wrap it for LoRA tenants, and build the service."""
     from memrl.engines.hf import HFEngine
     from memrl.models.resolve import load_model, load_tokenizer, resolve_model_path

@@ -64,7 +64,7 @@ class TinkerService:
     """Sessions, training runs and samplers on one base model; requests run on one worker."""
 
     def __init__(self, host: ModelHost, engine: Any, *, base_name: str, aliases: set[str], tokenizer_id: str,
-                 state_dir: Path, limits: TinkerLimits, poll_s: float = 20.0, session_ttl_s: float = 900.0) -> None:
+                 state_dir: Path, limits: TinkerLimits, poll_s: float = 30.0, session_ttl_s: float = 900.0) -> None:
         from memrl.tinker.samplers import run_sample_group
 
         self.host, self.engine = host, engine

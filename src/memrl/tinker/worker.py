@@ -108,6 +108,8 @@ class Worker:
                 await self._wake.wait()
                 continue
             jobs = self._take()
+            for job in jobs:
+                self.futures.started(job.rid)
             try:
                 if jobs[0].group is None:
                     assert jobs[0].run is not None
