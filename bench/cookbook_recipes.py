@@ -1,4 +1,4 @@
-"""tinker-cookbook's ``sl_loop`` and ``rl_loop`` recipes, unchanged, against ``memrl tinker`` on local data.
+"""tinker-cookbook's ``sl_loop``, ``rl_loop`` and multi-turn recipes, unchanged, against ``memrl tinker`` locally.
 
 The recipes are run as their own modules (``python -m tinker_cookbook.recipes.sl_loop key=value ...``)
 with only their documented chz arguments; nothing of the cookbook is edited or imported here. What
@@ -18,6 +18,11 @@ they would fetch from the hub is supplied locally, by their own lookup paths:
   model (SmolLM2-135M-Instruct by default) and the recipe runs with ``cwd=WORK``: its tokenizer is
   the served model's, and the renderer is the table's ``role_colon`` (``User: ...\\n\\nAssistant:``).
   The server is started on the same path, so client and server agree on every token id.
+* **Multi-turn.** ``multiplayer_rl.guess_number`` (guess a hidden integer in [0, 1024) in up to 10
+  turns, told "Too low"/"Too high"; reward 1 for the right number, -1 for a reply not of the form
+  ``Guess: N``) needs no data set. Its command line has no ``base_url``, so the SDK's own
+  ``TINKER_BASE_URL`` points it at the server, and ``renderer_name=role_colon`` replaces its Qwen
+  renderer; it trains through the cookbook's ``rl.train`` (``importance_sampling``, LoRA rank 32).
 
 Run it with an interpreter that has memrl, ``tinker`` and tinker-cookbook (0.6.1 pins
 ``tml-renderers>=0.4.1``, which is not on PyPI here, so it is installed with ``--no-deps``: see
@@ -27,6 +32,7 @@ last step of ``sl_loop`` and the reward of every ``rl_loop`` step, read from the
 
     .venv-tinker/bin/python bench/cookbook_recipes.py
     .venv-tinker/bin/python bench/cookbook_recipes.py --recipes rl --rl-steps 10 --rl-loss cispo
+    .venv-tinker/bin/python bench/cookbook_recipes.py --model tiny --recipes sl rl guess
 """
 
 from __future__ import annotations
@@ -143,22 +149,25 @@ def _env(work: Path) -> dict[str, str]:
     return env
 
 
-def run_recipe(python: str, work: Path, recipe: str, args: dict[str, Any]) -> list[dict[str, Any]]:
+def run_recipe(python: str, work: Path, recipe: str, args: dict[str, Any],
+               env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Run ``tinker_cookbook.recipes.<recipe>`` with chz ``key=value`` arguments; its metrics.jsonl rows."""
-    log_path = work / "runs" / recipe
+    name = recipe.split(".")[-2] if recipe.endswith(".train") else recipe
+    log_path = work / "runs" / name
     if log_path.exists():
         shutil.rmtree(log_path)  # the recipes resume from a log_path's checkpoints
     argv = [python, "-m", f"tinker_cookbook.recipes.{recipe}", f"log_path={log_path}",
             *(f"{k}={v}" for k, v in args.items())]
     print("$", " ".join(argv), flush=True)
     t0 = time.monotonic()
-    with (work / f"{recipe}.log").open("w") as out:
-        rc = subprocess.run(argv, cwd=work, env=_env(work), stdout=out, stderr=subprocess.STDOUT).returncode
-    print(f"  exit {rc} in {time.monotonic() - t0:.0f} s (log {work / f'{recipe}.log'})", flush=True)
+    with (work / f"{name}.log").open("w") as out:
+        rc = subprocess.run(argv, cwd=work, env=_env(work) | (env or {}), stdout=out,
+                            stderr=subprocess.STDOUT).returncode
+    print(f"  exit {rc} in {time.monotonic() - t0:.0f} s (log {work / f'{name}.log'})", flush=True)
     rows_file = log_path / "metrics.jsonl"
     rows = [json.loads(x) for x in rows_file.read_text().splitlines()] if rows_file.is_file() else []
     if rc != 0:
-        tail = (work / f"{recipe}.log").read_text(errors="replace").splitlines()[-15:]
+        tail = (work / f"{name}.log").read_text(errors="replace").splitlines()[-15:]
         print("  " + "\n  ".join(tail))
     return rows
 
@@ -173,8 +182,9 @@ def report(recipe: str, rows: list[dict[str, Any]]) -> None:
         print(f"sl_loop: {len(nll)} steps, train_mean_nll {nll[0]:.3f} -> {nll[-1]:.3f} "
               f"(per step: {', '.join(f'{x:.3f}' for x in nll)})")
     else:
-        rewards = [r["reward/total"] for r in rows if "reward/total" in r]
-        print(f"rl_loop: {len(rewards)} steps, reward/total per step: {', '.join(f'{x:.3f}' for x in rewards)}"
+        key = "env/all/reward/total" if recipe == "guess_number" else "reward/total"
+        rewards = [r[key] for r in rows if key in r]
+        print(f"{recipe}: {len(rewards)} steps, {key} per step: {', '.join(f'{x:.3f}' for x in rewards)}"
               f" (first half mean {_mean(rewards[: len(rewards) // 2]):.3f},"
               f" second half {_mean(rewards[len(rewards) // 2:]):.3f})")
     seconds = [r["time_total"] if "time_total" in r else r.get("time/total") for r in rows]
@@ -194,7 +204,8 @@ def main() -> None:
                    help="the interpreter that runs the recipes (default: this one)")
     p.add_argument("--work", type=Path, default=ROOT / "runs" / "tinker_cookbook")
     p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--recipes", nargs="+", choices=["sl", "rl"], default=["sl", "rl"])
+    p.add_argument("--recipes", nargs="+", choices=["sl", "rl", "guess"], default=["sl", "rl"],
+                   help="guess: multiplayer_rl.guess_number, the multi-turn recipe (no data set)")
     p.add_argument("--sl-steps", type=int, default=12)
     p.add_argument("--sl-batch", type=int, default=8)
     p.add_argument("--sl-lr", type=float, default=1e-3)
@@ -206,6 +217,11 @@ def main() -> None:
                    choices=["importance_sampling", "cispo"], help="rl_loop's loss_fn (its default, "
                    "stable_reinforce, is refused by memrl tinker)")
     p.add_argument("--rl-max-tokens", type=int, default=48)
+    p.add_argument("--guess-steps", type=int, default=6)
+    p.add_argument("--guess-batch", type=int, default=2, help="games (hidden numbers) per step")
+    p.add_argument("--guess-group", type=int, default=4, help="plays of each game per step")
+    p.add_argument("--guess-lr", type=float, default=4e-4)
+    p.add_argument("--guess-max-tokens", type=int, default=16, help="tokens per turn")
     p.add_argument("--lora-rank", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
@@ -226,6 +242,13 @@ def main() -> None:
                 **common, "batch_size": a.rl_batch, "group_size": a.rl_group, "learning_rate": a.rl_lr,
                 "max_tokens": a.rl_max_tokens, "loss_fn": a.rl_loss})
             report("rl_loop", rows)
+        if "guess" in a.recipes:
+            rows = run_recipe(a.cookbook_python, work, "multiplayer_rl.guess_number.train", {
+                "model_name": ALIAS, "renderer_name": "role_colon", "batch_size": a.guess_batch,
+                "group_size": a.guess_group, "learning_rate": a.guess_lr, "max_tokens": a.guess_max_tokens,
+                "max_steps": a.guess_steps, "eval_every": 0, "save_every": 0,
+                "behavior_if_log_dir_exists": "delete"}, env={"TINKER_BASE_URL": common["base_url"]})
+            report("guess_number", rows)
     finally:
         server.terminate()
         try:
