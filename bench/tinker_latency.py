@@ -88,7 +88,8 @@ def run_steps(url: str, steps: int, n: int, tokens: int, counter: TryAgainCounte
     import tinker
 
     sc = tinker.ServiceClient(base_url=url, api_key=API_KEY)
-    base = sc.create_rest_client().get_server_capabilities().result().supported_models[0].model_name
+    rest = tinker.RestClient(base_url=url, api_key=API_KEY)
+    base = rest.get_server_capabilities().result().supported_models[0].model_name
     tc = sc.create_lora_training_client(base_model=base, rank=8).result()
     vocab = len(tc.get_tokenizer())
     rows = []
