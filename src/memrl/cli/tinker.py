@@ -28,9 +28,11 @@ def tinker_cmd(
     max_datums: int = typer.Option(1024, "--max-datums", help="Datums per forward_backward request (the SDK "
                                    "splits bigger batches)."),
     max_num_samples: int = typer.Option(64, "--max-num-samples", help="Largest num_samples of one sample call."),
-    micro_tokens: int = typer.Option(8192, "--micro-tokens", help="Padded tokens per forward pass (memory bound)."),
+    micro_tokens: int = typer.Option(2048, "--micro-tokens", help="Padded tokens per forward pass (the memory "
+                                     "bound: their activations are kept for the backward pass)."),
     max_body_mb: float = typer.Option(64.0, "--max-body-mb", help="Largest request body, in MB (413 beyond)."),
-    access_log: bool = typer.Option(False, "--access-log", help="One stderr line per request."),
+    access_log: bool = typer.Option(False, "--access-log", help="One stderr line per request, and one per finished "
+                                    "operation: ms queued, running, and until the client fetched it."),
 ) -> None:
     """Serve the Tinker API (the `tinker` SDK's ServiceClient) for one base model, with LoRA training.
 

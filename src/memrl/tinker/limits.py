@@ -22,13 +22,15 @@ from memrl.tinker.wire import Datum, bad
 class TinkerLimits:
     """``max_model_len``: longest sequence; ``vocab_size``: token ids below it; ``max_datums`` and
     ``max_request_tokens``: one forward/backward request; ``micro_tokens``: padded tokens per forward
-    pass inside it; ``max_num_samples``: one sample request; ``max_loras``: live training clients."""
+    pass inside it (its activations are kept for the backward pass: 8192 padded tokens of SmolLM2-135M in
+    float32 took the server past 22 GB on a 23 GB machine, so the default is 2048); ``max_num_samples``:
+    one sample request; ``max_loras``: live training clients."""
 
     max_model_len: int
     vocab_size: int
     max_datums: int = 1024
     max_request_tokens: int = 1_000_000
-    micro_tokens: int = 8192
+    micro_tokens: int = 2048
     max_num_samples: int = 64
     max_loras: int = 16
     max_body_bytes: int = 64 * 2**20
