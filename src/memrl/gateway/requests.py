@@ -27,7 +27,7 @@ import math
 from typing import Any, Optional, Union
 
 from memrl.serve.errors import APIError
-from memrl.serve.fields import ChatBody, CompletionBody, RequestBody, reject_unsupported
+from memrl.serve.fields import ChatBody, CompletionBody, RequestBody, reject_unsupported, same_value
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -69,13 +69,6 @@ CHAT_REFUSED: dict[str, str] = {
     "frequency_penalty": _SAMPLING, "presence_penalty": _SAMPLING, "repetition_penalty": _SAMPLING,
     "min_p": _SAMPLING, "min_tokens": _SAMPLING, "logit_bias": _SAMPLING,
 }
-
-
-def same_value(value: Any, ok: Any) -> bool:
-    """Equal, where a boolean equals only the same boolean (``store: 0`` is not ``false``)."""
-    if isinstance(value, bool) or isinstance(ok, bool):
-        return value is ok
-    return bool(value == ok)
 
 
 def refuse_chat_extra(body: RequestBody) -> None:

@@ -73,8 +73,8 @@ def _bad(param: str, message: str) -> APIError:
     return APIError(400, f"{param}: {message}", code="invalid_value", param=param)
 
 
-def _same(value: Any, ok: Any) -> bool:
-    """Equal, where a boolean equals only the same boolean (``best_of: true`` is not 1)."""
+def same_value(value: Any, ok: Any) -> bool:
+    """Equal, where a boolean equals only the same boolean (``best_of: true`` is not 1, ``store: 0`` not false)."""
     if isinstance(value, bool) or isinstance(ok, bool):
         return value is ok
     return bool(value == ok)
@@ -86,7 +86,7 @@ def reject_unsupported(body: RequestBody) -> None:
         if key in _ALWAYS_ACCEPTED or value is None:
             continue
         allowed = _NO_OP_VALUES.get(key)
-        if allowed is not None and any(_same(value, ok) for ok in allowed):
+        if allowed is not None and any(same_value(value, ok) for ok in allowed):
             continue
         only = f" (accepted only as {', '.join(repr(v) for v in allowed)} or null)" if allowed else ""
         raise APIError(400, f"{key[:100]}: not supported by memrl serve{only}", code="unsupported", param=key[:100])
