@@ -48,6 +48,7 @@ class CallRequest:
     return_token_ids: bool = False
     add_special_tokens: bool = False
     model: str = "policy"
+    parallel_tool_calls: bool = True  # False: answer with the first parsed call only (vLLM's behaviour)
 
 
 def limits_for(engine: Any, tokenizer: Any) -> ServeLimits:
@@ -166,7 +167,8 @@ def _answer(session: Session, req: CallRequest, prompt: list[int], res: Generati
         split = split_tool_calls(text, session.settings.tool_parser)
         session.invalid_tool_calls += split.invalid
         if split.tool_calls:
-            message = {"role": "assistant", "content": split.content, "tool_calls": split.tool_calls}
+            calls = split.tool_calls if req.parallel_tool_calls else split.tool_calls[:1]
+            message = {"role": "assistant", "content": split.content, "tool_calls": calls}
             choice["finish_reason"] = "tool_calls"
     choice["message"] = message
     if req.logprobs is not None:

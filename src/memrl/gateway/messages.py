@@ -58,6 +58,11 @@ def check(body: MessagesBody) -> list[str]:
     return list(stops)
 
 
+def one_tool_use(body: MessagesBody) -> bool:
+    """``tool_choice.disable_parallel_tool_use``: answer with at most one ``tool_use`` block."""
+    return bool((body.tool_choice or {}).get("disable_parallel_tool_use", False))
+
+
 def tools_of(body: MessagesBody) -> Optional[list[dict[str, Any]]]:
     """The request's tools in chat form (None: none, or ``tool_choice: {"type": "none"}``)."""
     choice = (body.tool_choice or {}).get("type", "auto")

@@ -66,7 +66,8 @@ async def answer_responses(body: openai_responses.ResponsesBody, session: Sessio
     tools = openai_responses.tools_of(body)
     overrides = sampling_overrides(body)  # type: ignore[arg-type]
     prompt, history = openai_responses.chat_request(session, body)
-    req = CallRequest("chat", prompt, tools=tools, max_tokens=max_tokens, overrides=overrides, model=model)
+    req = CallRequest("chat", prompt, tools=tools, max_tokens=max_tokens, overrides=overrides, model=model,
+                      parallel_tool_calls=body.parallel_tool_calls is not False)
     answer, ids = await recorded(session, call, req)
     resp = openai_responses.response_object(answer, body, session, history)
     if not body.stream:
@@ -81,7 +82,7 @@ async def answer_messages(body: anthropic_messages.MessagesBody, session: Sessio
     overrides = sampling_overrides(body)  # type: ignore[arg-type]
     prompt = anthropic_messages.chat_messages(body)
     req = CallRequest("chat", prompt, tools=tools, max_tokens=body.max_tokens, overrides=overrides, stops=stops,
-                      model=model)
+                      model=model, parallel_tool_calls=not anthropic_messages.one_tool_use(body))
     answer, ids = await recorded(session, call, req)
     cut = stops and answer["choices"][0]["finish_reason"] == "stop" and not (ids and ids[-1] in session.episode.stops)
     text = await pieces(session, ids) if cut or body.stream else []
