@@ -6,7 +6,10 @@ trains from the same data and warm start (the demo reuses finished stages)::
     memrl demo --task TASK --seed S --out WORK/TASK_seedS [--estimator E]
 
 and its summary (``summary.json`` for grpo, ``summary_<E>.json`` otherwise) is read back; a run whose
-summary exists is not run again. Besides before -> after and the lift, the table gives
+summary exists is not run again. With ``--record turns`` (tools only) the RL stage records each model call
+as its own conversation anchored at the database and context (``workflow.options.record=turns``, what gives
+GiGPO turns to credit); those runs go to ``rl[_<E>]_turns`` and ``summary[_<E>]_turns.json`` beside the
+episode-recorded ones, which are kept. Besides before -> after and the lift, the table gives
 
 * needle: the first step whose held-out accuracy (the trainer's eval, every 10 steps on 32 held-out
   documents) reaches 90%, and the first step whose training reward (mean of the step's 64 episodes)
@@ -20,6 +23,7 @@ state with another of their group: where none do, GiGPO's step term is empty and
 
     python bench/turn_credit.py --task needle --seeds 0 1 2 --anchors
     python bench/turn_credit.py --task tools --seeds 0 1 2 --anchors
+    python bench/turn_credit.py --task tools --seeds 0 1 2 --record turns --anchors
     python bench/distill_demo.py --seeds 0 1 2     # on-policy distillation against GRPO (needle)
 """
 
@@ -31,25 +35,26 @@ import json
 import statistics
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 GRPO = "grpo"  # the demo's default estimator: its summary is summary.json, its run rl/
 
 
-def stage(estimator: str) -> tuple[str, str]:
+def stage(estimator: str, record: str = "episode") -> tuple[str, str]:
     from memrl_demo.run import rl_stage
 
-    return rl_stage(estimator)
+    return rl_stage(estimator, record=record)
 
 
-def run_one(task: str, seed: int, estimator: str, work: Path) -> dict[str, Any]:
+def run_one(task: str, seed: int, estimator: str, work: Path, record: str = "episode") -> dict[str, Any]:
     """The demo's summary for (seed, estimator), running ``memrl demo`` first unless it exists."""
     out = work / f"{task}_seed{seed}"
-    path = out / stage(estimator)[1]
+    path = out / stage(estimator, record)[1]
     if not path.is_file():
         cmd = [sys.executable, "-m", "memrl.cli.main", "demo", "--task", task, "--seed", str(seed), "--out", str(out),
-               "--estimator", estimator]
+               "--estimator", estimator, *(["--record", record] if record != "episode" else [])]
         print("$ " + " ".join(cmd[2:]), file=sys.stderr, flush=True)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -88,12 +93,13 @@ def tools_curve(out: Path, run: Path) -> dict[int, float]:
     return curve
 
 
-def row(task: str, seed: int, estimator: str, work: Path) -> dict[str, Any]:
-    s = run_one(task, seed, estimator, work)
+def row(task: str, seed: int, estimator: str, work: Path, record: str = "episode") -> dict[str, Any]:
+    s = run_one(task, seed, estimator, work, record)
     out = work / f"{task}_seed{seed}"
-    run = out / stage(estimator)[0]
+    run = out / stage(estimator, record)[0]
     m = metrics(run)
-    r = {"seed": seed, "estimator": estimator, "before": s["heldout_before"], "after": s["heldout_after"],
+    label = estimator if record == "episode" else f"{estimator} ({record})"
+    r = {"seed": seed, "estimator": label, "before": s["heldout_before"], "after": s["heldout_after"],
          "lift": s["lift"], "seconds": s["seconds"], "cpu": s["cpu_seconds"]}
     if task == "needle":
         r["to90"] = first_step(m, "eval/accuracy", 90.0)
@@ -156,7 +162,8 @@ async def _needle_batch(out: Path, model_dir: Path, seed: int, prompts: int, n: 
     return [(g, t) for (g, _), t in zip(jobs, trajs)]
 
 
-async def _tools_batch(out: Path, model_dir: Path, seed: int, prompts: int, n: int) -> list[tuple[int, Any]]:
+async def _tools_batch(out: Path, model_dir: Path, seed: int, prompts: int, n: int,
+                       record: str = "episode") -> list[tuple[int, Any]]:
     from memrl.config.schema import WorkflowConfig
     from memrl.engines.base import SamplingParams
     from memrl.engines.hf import HFEngine
@@ -168,7 +175,7 @@ async def _tools_batch(out: Path, model_dir: Path, seed: int, prompts: int, n: i
     tok, domain = load_tokenizer(str(out / "sft_model")), load_domain("library", out / "data")
     tasks = domain.get_tasks("train")[:prompts]
     eng = HFEngine(load_model(str(model_dir), device="cpu"), pad_token_id=tok.pad_token_id)
-    wf = WorkflowConfig(**WORKFLOW).opts
+    wf = WorkflowConfig(name="tool_agent", options={**WORKFLOW["options"], "record": record}).opts
     jobs = [(g, tool_agent(TaskSample(domain, t, solo=True), eng, tok, wf,
                            sampling=SamplingParams(seed=seed * 10_000 + g * n + k)))
             for g, t in enumerate(tasks) for k in range(n)]
@@ -207,16 +214,16 @@ def anchor_stats(batch: list[tuple[int, Any]], gamma: float = 1.0) -> dict[str, 
             "first_turn_size": statistics.fmean(sizes[k] for k, t in zip(keys, turn) if t == 0), "cosine": cos}
 
 
-def anchors(task: str, seeds: list[int], work: Path, estimator: str) -> None:
+def anchors(task: str, seeds: list[int], work: Path, estimator: str, record: str = "episode") -> None:
     from memrl_demo.run import deterministic
 
     print("\n| seed | policy | turns | anchor states | turns sharing their anchor | mean anchor group (per turn) | "
           "first turn's anchor group | step term non-zero | step term differs from episode term | "
           "cosine(GiGPO, GRPO) over the turns |\n|---|---|---|---|---|---|---|---|---|---|")
-    sample = _needle_batch if task == "needle" else _tools_batch
+    sample = _needle_batch if task == "needle" else partial(_tools_batch, record=record)
     for seed in seeds:
         out = work / f"{task}_seed{seed}"
-        last = sorted((out / stage(estimator)[0] / "checkpoints").glob("step_*"))
+        last = sorted((out / stage(estimator, record)[0] / "checkpoints").glob("step_*"))
         for name, model in (("warm start", out / "sft_model"), (f"{estimator} {last[-1].name}", last[-1] / "model")):
             with deterministic(seed):
                 st = anchor_stats(asyncio.run(sample(out, model, seed, 8, 8)))
@@ -232,11 +239,16 @@ def main() -> None:
     ap.add_argument("--estimators", nargs="+", default=[GRPO, "gigpo"])
     ap.add_argument("--work", type=Path, default=Path("runs/turn_credit"))
     ap.add_argument("--anchors", action="store_true", help="also count anchor-group sizes (last estimator's runs)")
+    ap.add_argument("--record", default="episode", choices=("episode", "turns"),
+                    help="tools: the RL stage's workflow.options.record (turns: one conversation per model call, "
+                    "in rl[_<estimator>]_turns beside the episode runs)")
     args = ap.parse_args()
-    rows = [row(args.task, seed, est, args.work) for seed in args.seeds for est in args.estimators]
+    if args.record != "episode" and args.task != "tools":
+        ap.error("--record turns applies to --task tools only")
+    rows = [row(args.task, seed, est, args.work, args.record) for seed in args.seeds for est in args.estimators]
     print_table(args.task, rows)
     if args.anchors:
-        anchors(args.task, args.seeds, args.work, args.estimators[-1])
+        anchors(args.task, args.seeds, args.work, args.estimators[-1], args.record)
 
 
 if __name__ == "__main__":

@@ -194,10 +194,12 @@ def run_demo(out: Path, *, rl_steps: int = 40, seed: int = 0, console: Console |
                     scale, max_staleness if asynchronous else None, estimator)
 
 
-def rl_stage(estimator: str, asynchronous: bool = False) -> tuple[str, str]:
+def rl_stage(estimator: str, asynchronous: bool = False, record: str = "episode") -> tuple[str, str]:
     """(RL folder, summary file) of a run: ``rl``/``summary.json`` with the default estimator, else
-    suffixed by the estimator's name (an import path's odd characters as ``_``), ``_async`` first."""
+    suffixed by the estimator's name (an import path's odd characters as ``_``), ``_async`` first;
+    ``_turns`` last for the tools demo's turn-by-turn recording (``--record turns``)."""
     suffix = ("_async" if asynchronous else "") + estimator_suffix(estimator)
+    suffix += "_turns" if record == "turns" else ""
     return f"rl{suffix}", f"summary{suffix}.json"
 
 

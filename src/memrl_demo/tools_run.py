@@ -38,6 +38,7 @@ WORKFLOW = dict(name="tool_agent", options=dict(max_turns=5, turn_tokens=40, max
 # Top-level entries the tools demo writes in --out: --fresh deletes these and nothing else.
 DEMO_OUTPUTS = ("data", "model_init", "sft_model", "rl", "summary.json")
 REWARDS = ("tau2", "progress")
+RECORDS = ("episode", "turns")  # workflow.options.record of the RL stage
 
 
 @dataclass(frozen=True)
@@ -65,18 +66,24 @@ def _console() -> Console:
 
 def run_tools_demo(out: Path, *, rl_steps: int = 60, seed: int = 0, reward: str = "tau2",
                    console: Console | None = None, scale: ToolsScale = ToolsScale(),
-                   threads: int = DEMO_THREADS, estimator: str = DEFAULT_ESTIMATOR) -> dict[str, Any]:
+                   threads: int = DEMO_THREADS, estimator: str = DEFAULT_ESTIMATOR,
+                   record: str = "episode") -> dict[str, Any]:
     """The whole tools demo in ``out`` (resumes stage by stage); returns the summary it writes.
 
     ``estimator``: ``algorithm.adv_estimator`` of the RL stage; another than the default trains in its own
-    folder (``out/rl_<estimator>``, summary ``summary_<estimator>.json``) from the same warm start."""
+    folder (``out/rl_<estimator>``, summary ``summary_<estimator>.json``) from the same warm start.
+    ``record``: the RL stage's ``workflow.options.record``; ``turns`` (each model call its own conversation,
+    what gives gigpo turns to credit) trains in ``out/rl[_<estimator>]_turns``, summary
+    ``summary[_<estimator>]_turns.json``."""
     from memrl.data.outdir import record_outputs
 
     if reward not in REWARDS:
         raise ValueError(f"--reward must be one of {', '.join(REWARDS)}, not {reward!r}")
-    record_outputs(out, (*DEMO_OUTPUTS, *rl_stage(estimator)))
+    if record not in RECORDS:
+        raise ValueError(f"--record must be one of {', '.join(RECORDS)}, not {record!r}")
+    record_outputs(out, (*DEMO_OUTPUTS, *rl_stage(estimator, record=record)))
     with deterministic(seed, threads):
-        return _run(out, rl_steps, seed, reward, console or _console(), scale, estimator)
+        return _run(out, rl_steps, seed, reward, console or _console(), scale, estimator, record)
 
 
 def _warm_start(out: Path, init: Path, domain: Any, train: list[Any], tok: Any, seed: int, scale: ToolsScale,
@@ -104,21 +111,23 @@ def _warm_start(out: Path, init: Path, domain: Any, train: list[Any], tok: Any, 
 
 
 def rl_config(out: Path, sft_dir: Path, rl_steps: int, seed: int, reward: str, scale: ToolsScale,
-              estimator: str = DEFAULT_ESTIMATOR) -> MemRLConfig:
-    """The Trainer's config: GRPO (or ``estimator``) on the training tickets of the demo's library copy.
+              estimator: str = DEFAULT_ESTIMATOR, record: str = "episode") -> MemRLConfig:
+    """The Trainer's config: GRPO (or ``estimator``) on the training tickets of the demo's library copy,
+    each episode recorded as one conversation or (``record="turns"``) one per model call.
 
     Every checkpoint is kept (a few MB each), so held-out success can be measured along the run afterwards
     (``bench/turn_credit.py``)."""
+    workflow = WORKFLOW if record == "episode" else {**WORKFLOW, "options": {**WORKFLOW["options"], "record": record}}
     return MemRLConfig.model_validate({
         "model": {"path": str(sft_dir)},
-        "workflow": WORKFLOW,
+        "workflow": workflow,
         "env": {"domain": "library", "data_dir": str(out / "data"), "train_split": "train", "eval_split": "test",
                 "solo": True, **({} if reward == "tau2" else {"reward": reward})},
         "sampling": {"temperature": 1.0},
         "algorithm": {"adv_estimator": estimator, "n": scale.episodes_per_prompt, "loss_agg_mode": "token-mean"},
         "trainer": {"lr": scale.rl_lr, "total_steps": rl_steps, "prompts_per_step": scale.prompts_per_step,
                     "save_every": 10, "keep_checkpoints": max(1, -(-rl_steps // 10)), "eval": {"every": 0},
-                    "seed": seed, "output_dir": str(out / rl_stage(estimator)[0]),
+                    "seed": seed, "output_dir": str(out / rl_stage(estimator, record=record)[0]),
                     "micro_batch_tokens": 32768},
         "engine": {"max_batch_size": 64, "device": "cpu"},
     })
@@ -131,7 +140,7 @@ def _line(name: str, s: dict[str, Any]) -> str:
 
 
 def _run(out: Path, rl_steps: int, seed: int, reward: str, console: Console, scale: ToolsScale,
-         estimator: str) -> dict[str, Any]:
+         estimator: str, record: str = "episode") -> dict[str, Any]:
     from memrl_demo.tools_data import corpus
     from memrl_demo.tools_eval import heldout
     from memrl_demo.tools_model import build_model
@@ -162,18 +171,20 @@ def _run(out: Path, rl_steps: int, seed: int, reward: str, console: Console, sca
     before = heldout(load_model(str(sft_dir), device="cpu"), tok, domain, workflow)
     console.print(_line("held-out before RL", before))
 
-    cfg = rl_config(out, sft_dir, rl_steps, seed, reward, scale, estimator)
-    rl_dir, summary_name = Path(cfg.trainer.output_dir), rl_stage(estimator)[1]
+    cfg = rl_config(out, sft_dir, rl_steps, seed, reward, scale, estimator, record)
+    rl_dir, summary_name = Path(cfg.trainer.output_dir), rl_stage(estimator, record=record)[1]
     what = "tau2-bench reward" if reward == "tau2" else "progress reward (fraction of checks passed, not tau2)"
-    console.print(f"RL ({estimator}) on {what}: {rl_steps} steps x {scale.prompts_per_step} tickets x "
+    how = estimator + (", each model call its own conversation" if record == "turns" else "")
+    console.print(f"RL ({how}) on {what}: {rl_steps} steps x {scale.prompts_per_step} tickets x "
                   f"{scale.episodes_per_prompt} episodes (run folder {rl_dir})")
     trainer = Trainer(cfg, tracker_console=console)
     trainer.run()
     after = heldout(trainer.policy, tok, domain, workflow)
     console.print(_line("held-out after RL ", after))
     curve = plot_run(rl_dir, keys=("reward", "tool_call_validity", "turns", "response_tokens"))
-    summary = {"task": "tools", "reward": reward, "estimator": estimator, "heldout_before": before["success"],
-               "heldout_after": after["success"], "lift": after["success"] - before["success"],
+    summary = {"task": "tools", "reward": reward, "estimator": estimator, "record": record,
+               "heldout_before": before["success"], "heldout_after": after["success"],
+               "lift": after["success"] - before["success"],
                "before": before, "after": after, "seconds": round(time.perf_counter() - t0, 1),
                "cpu_seconds": round(time.process_time() - c0, 1), "rl_steps": rl_steps,
                "heldout_tickets": len(test), "train_tickets": len(train), "seed": seed, "scale": asdict(scale)}

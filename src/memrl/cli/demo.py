@@ -35,6 +35,10 @@ def demo(
                                   "turn-level credit by anchor state) or an import path. Another than the "
                                   "default trains in OUT/rl_<estimator> and writes summary_<estimator>.json, "
                                   "after the same warm start."),
+    record: str = typer.Option(None, "--record", help="--task tools: workflow.options.record of the RL stage: "
+                               "episode (default: one conversation per episode) or turns (each model call its own "
+                               "conversation with its anchor state, so gigpo credits turns); turns trains in "
+                               "OUT/rl[_<estimator>]_turns and writes summary[_<estimator>]_turns.json."),
     fresh: bool = typer.Option(False, "--fresh", help="Delete the demo's earlier outputs in --out first (only what "
                                "the demo wrote; refuses if the folder holds anything else)."),
 ) -> None:
@@ -47,14 +51,7 @@ def demo(
     """
     from memrl.data.outdir import check_writable_dir, clear_outputs
 
-    if task not in ("needle", "tools"):
-        raise typer.BadParameter(f"--task must be needle or tools, not {task!r}", param_hint="--task")
-    if reward not in ("tau2", "progress"):
-        raise typer.BadParameter(f"--reward must be tau2 or progress, not {reward!r}", param_hint="--reward")
-    if asynchronous and task != "needle":
-        raise typer.BadParameter("--async applies to --task needle only", param_hint="--async")
-    if task == "needle" and reward != "tau2":
-        raise typer.BadParameter("--reward applies to --task tools only", param_hint="--reward")
+    checked_flags(task, reward, asynchronous, record)
     given: dict[str, Any] = {} if steps is None else {"rl_steps": steps}  # else each demo's own default
     if estimator is not None:
         given["estimator"] = checked_estimator(estimator)
@@ -66,13 +63,29 @@ def demo(
 
             if fresh:
                 clear_outputs(out, "--fresh")
-            run_tools_demo(out, seed=seed, reward=reward, **given)
+            run_tools_demo(out, seed=seed, reward=reward, record=record or "episode", **given)
             return
         from memrl_demo.run import LEGACY_DEMO, run_demo
 
         if fresh:
             clear_outputs(out, "--fresh", legacy=LEGACY_DEMO)
         run_demo(out, seed=seed, asynchronous=asynchronous, max_staleness=max_staleness, **given)
+
+
+def checked_flags(task: str, reward: str, asynchronous: bool, record: str | None) -> None:
+    """A usage error, before anything runs, for a value a flag does not take or a flag the task does not have."""
+    if task not in ("needle", "tools"):
+        raise typer.BadParameter(f"--task must be needle or tools, not {task!r}", param_hint="--task")
+    if reward not in ("tau2", "progress"):
+        raise typer.BadParameter(f"--reward must be tau2 or progress, not {reward!r}", param_hint="--reward")
+    if asynchronous and task != "needle":
+        raise typer.BadParameter("--async applies to --task needle only", param_hint="--async")
+    if task == "needle" and reward != "tau2":
+        raise typer.BadParameter("--reward applies to --task tools only", param_hint="--reward")
+    if record is not None and task != "tools":
+        raise typer.BadParameter("--record applies to --task tools only", param_hint="--record")
+    if record not in (None, "episode", "turns"):
+        raise typer.BadParameter(f"--record must be episode or turns, not {record!r}", param_hint="--record")
 
 
 def checked_estimator(name: str) -> str:

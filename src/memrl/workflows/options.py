@@ -101,6 +101,12 @@ class ToolAgentOptions(OptionsModel):
         "tokens", description="'tokens' (token ids in and out, tool_format/tool_parser; what training needs) or "
         "'openai_chat' (OpenAI chat messages and tool_calls over /v1/chat/completions, engine.kind=openai; eval "
         "and serving only, the server's template and tool parser decide the prompt).")
+    record: Literal["episode", "turns"] = Field(
+        "episode", description="How an episode is recorded for training: 'episode' (one conversation, the turns "
+        "inside one growing context) or 'turns' (each model call its own conversation: the whole context so far "
+        "as prompt, that call's tokens trained, anchored at the database state and the context the agent saw, "
+        "so gigpo can credit turns). The episode runs the same either way; tool_protocol=openai_chat records "
+        "nothing.")
 
 
 class LegacyOptions(MemAgentOptions, RememR1Options, FullContextOptions, ToolAgentOptions):

@@ -7,6 +7,12 @@ its length limit) is encoded as its own segment and appended with loss 0.
 Earlier turns are never re-tokenized, so the trainer scores exactly the tokens
 the engine produced.
 
+With ``workflow.options.record=turns`` the episode runs the same, but each model
+call is recorded as a conversation of its own: the whole context so far as its
+prompt (the ids the engine was given), that call's tokens trained, and its anchor
+state the database and that context, so ``gigpo`` compares turns that acted from
+the same place.
+
 With ``workflow.tool_protocol=openai_chat`` the same episode runs against any
 OpenAI-compatible chat server instead: the context is OpenAI chat messages, the
 tools go in ``tools=`` and calls come back as ``message.tool_calls``. The message
@@ -74,13 +80,14 @@ class _TokenSide:
     user turns and the end token of a cut turn are encoded as loss-0 segments.
     """
 
-    def __init__(self, engine: Engine, tokenizer: Any, config: Any) -> None:
-        self.engine, self.tokenizer, self.config = engine, tokenizer, config
+    def __init__(self, engine: Engine, tokenizer: Any, config: Any, env: Any) -> None:
+        self.engine, self.tokenizer, self.config, self.env = engine, tokenizer, config, env
         self.fmt = TemplateFormat(tokenizer) if config.tool_format == "template" else FORMATS[config.tool_format]
         self.parse = get_parser(config.tool_parser)
         self.stops = stop_token_ids(tokenizer)
         self.conv = Conversation()
         self.end_ids: list[int] = []
+        self.turns: list[Conversation] | None = [] if getattr(config, "record", "episode") == "turns" else None
 
     def start(self, policy: str, tools: list[dict[str, Any]], messages: list[Message]) -> None:
         self.conv.append(encode_text(self.tokenizer, self.fmt.prompt(policy, tools, messages)), generated=False)
@@ -92,12 +99,27 @@ class _TokenSide:
     async def respond(self, params: SamplingParams) -> tuple[ParsedTurn, bool]:
         """The model's next turn, parsed; and whether it hit the turn's token limit."""
         res = await self.engine.generate(self.conv.token_ids, params)
+        if self.turns is not None:
+            self._record_turn(res)
         self.conv.append(res.token_ids, generated=True, logprobs=res.logprobs)
         truncated = False
         if not res.token_ids or res.token_ids[-1] not in self.stops:
             truncated = res.finish_reason == "length"
             self.conv.append(self.end_ids, generated=False)  # close the turn so the next segment is well formed
         return self.parse(decode(self.tokenizer, strip_stop(res.token_ids, self.stops))), truncated
+
+    def _record_turn(self, res: Any) -> None:
+        """``record=turns``: this call as its own conversation, the context so far as its prompt, anchored at
+        the database state and that context (shared by the episodes that reached both alike)."""
+        prompt = list(self.conv.token_ids)
+        self.turns.append(Conversation.from_prompt_response(  # type: ignore[union-attr]
+            prompt, res.token_ids, res.logprobs,
+            meta={"finish": res.finish_reason, "state": anchor(self.env.db_hash(), prompt)}))
+
+    def conversations(self) -> list[Conversation]:
+        """What the episode trains on: the one growing context, or with ``record=turns`` each call's own
+        conversation (the prompt-only context when no call was made)."""
+        return self.turns or [self.conv]
 
     def tool_results(self, results: list[str], errors: list[str]) -> None:
         self._add(self.fmt.after_tool_results(results + [f"Error: {err}" for err in errors]))
@@ -182,6 +204,9 @@ class _ChatSide:
     def final_text(self) -> str:
         return "\n".join(t for t in self._texts if t)
 
+    def conversations(self) -> list[Conversation]:
+        return [self.conv]
+
 
 def _echo_call(raw: Any, call_id: str) -> dict[str, Any]:
     """A server's tool call as it goes back in the assistant message: its id, name and arguments text as sent."""
@@ -201,10 +226,10 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
     if not sample.solo and sample.user is None:
         raise ValueError("tool_agent outside solo mode needs a user simulator (env.user.model)")
     chat = getattr(config, "tool_protocol", "tokens") == "openai_chat"
-    side: _TokenSide | _ChatSide = _ChatSide(engine, config) if chat else _TokenSide(engine, tokenizer, config)
     messages = history_messages(task)
     env = task_env(domain, task, solo=sample.solo)
     env.set_state(task.initial_state, messages)
+    side: _TokenSide | _ChatSide = _ChatSide(engine, config) if chat else _TokenSide(engine, tokenizer, config, env)
     base = (sampling or SamplingParams()).with_(stop_token_ids=side.stops)
 
     opening: list[Message] = []
@@ -282,20 +307,20 @@ async def _user_reply(sample: TaskSample, env: Any, messages: list[Message], sta
 async def _graded(sample: TaskSample, messages: list[Message], ending: str, stats: dict[str, float], side: Any,
                   sample_id: str | None, group_id: str | None) -> Trajectory:
     """Grade the episode with τ²-bench's rules and assemble it."""
-    task, domain, conv = sample.task, sample.domain, side.conv
+    task, domain, convs = sample.task, sample.domain, side.conversations()
     grade = await evaluate_async(domain, task, messages, ending=ending, solo=sample.solo, partial=sample.partial,
                                  nl_judge=sample.nl_judge)
     # the tau2-bench reward stays in metrics["tau2_reward"]
     reward = episode_reward(sample.reward, grade, side.final_text(), sample)
     attempted = stats["tool_calls"]
     valid = attempted - stats["invalid_tool_calls"] - stats["tool_errors"]
-    metrics = {**stats, "num_conversations": 1.0, "response_tokens": float(side.response_tokens),
+    metrics = {**stats, "num_conversations": float(len(convs)), "response_tokens": float(side.response_tokens),
                "tool_call_validity": valid / attempted if attempted else 0.0,
                "made_tool_call": float(attempted > 0),
                "db_match": float(bool(grade.db_match)), "nl_unchecked": float(grade.nl_unchecked),
                "completed": float(ending in ("agent_stop", "user_stop", "transfer")),
                "tau2_reward": grade.reward, "progress": progress_reward(grade)}
-    return Trajectory(conversations=[conv], reward=reward,
+    return Trajectory(conversations=convs, reward=reward,
                       sample_id=sample_id if sample_id is not None else task.id,
                       group_id=group_id if group_id is not None else task.id, metrics=metrics,
                       info={"task_id": task.id, "ending": ending, "messages": [m.to_dict() for m in messages],
