@@ -75,7 +75,18 @@ def static_unsupported(model: Any) -> str | None:
         return "layers with sliding-window or other non-full attention"
     if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True):
         return "a sliding-window model"
+    if any("dynamic" in str(kind) for kind in _rope_types(cfg)):
+        return "dynamic RoPE scaling (it compares max(position_ids) on the host every step: no CUDA graph)"
     return None
+
+
+def _rope_types(cfg: Any) -> list[Any]:
+    """The RoPE types of a config: ``rope_parameters`` (transformers 5), per layer type or not, or ``rope_scaling``."""
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    if not isinstance(rope, dict):
+        return []
+    nested = [v for v in rope.values() if isinstance(v, dict)]
+    return [r.get("rope_type", r.get("type")) for r in (nested or [rope])]
 
 
 def resolve_decode(mode: str, model: Any, device: torch.device) -> bool:
@@ -313,22 +324,32 @@ class StaticDecoder:
 
 def capture_graph(step: Callable[[], torch.Tensor], pool: Pool) -> tuple[Any, torch.Tensor]:
     """Record ``step`` (one decode step over ``pool``'s tensors) as a CUDA graph in the pool's memory pool,
-    after two warm-up runs on a side stream; (graph, the logits tensor each replay rewrites).
+    after two warm-up runs on the side stream the capture then uses; (graph, the logits tensor each replay
+    rewrites). Replays run on the caller's stream, after the inputs it wrote there.
 
     The warm-ups write the cache column this step writes anyway, with the same inputs, so they change nothing.
-    ``thread_local``: the trainer may launch kernels from its own thread meanwhile (asynchronous training).
+    One stream for warm-ups and capture: what a kernel sets up per stream on first use (cuBLAS workspaces) is
+    set up before the capture. ``thread_local``: the trainer may launch kernels from its own thread meanwhile
+    (asynchronous training). The pool's device is made current: a capture on another device records nothing.
+    A failed capture leaves its stream current (``torch.cuda.graph`` raises before restoring it): the caller's
+    stream is restored, so the eager fallback runs where it would have.
     """
-    if pool.mempool is None:
-        pool.mempool = torch.cuda.graph_pool_handle()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool.mempool, capture_error_mode="thread_local"):
-        logits = step()
+    with torch.cuda.device(pool.mask.device):
+        if pool.mempool is None:
+            pool.mempool = torch.cuda.graph_pool_handle()
+        caller = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        side.wait_stream(caller)
+        try:
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    step()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool.mempool, stream=side, capture_error_mode="thread_local"):
+                logits = step()
+        finally:
+            torch.cuda.set_stream(caller)
+            caller.wait_stream(side)
     return graph, logits
 
 
