@@ -135,6 +135,27 @@ def _throughput_rows(name: str, engine: Any, shape: str, dtype: str, weight_byte
     return rows
 
 
+async def _greedy(engine: Any, prompts: list[list[int]], new: int) -> list[Any]:
+    from memrl.engines.base import SamplingParams
+
+    params = SamplingParams(max_new_tokens=new, temperature=0.0, seed=0, stop_token_ids=())
+    return list(await asyncio.gather(*(engine.generate(ids, params) for ids in prompts)))
+
+
+def agreement(eager: list[Any], static: list[Any]) -> Row:
+    """Greedy answers of the two paths on the same prompts: leading tokens equal, and the largest log-prob gap
+    over those (on a GPU the kernels differ, so a near tie can flip a token: then the rest differs too)."""
+    same = total = 0
+    gap = 0.0
+    for a, b in zip(eager, static):
+        k = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y),
+                 min(len(a.token_ids), len(b.token_ids)))
+        same, total = same + k, total + len(a.token_ids)
+        gap = max([gap, *(abs(x - y) for x, y in zip(a.logprobs[:k], b.logprobs[:k]))])
+    return {"check": "static = eager (greedy)", "setting": f"{len(eager)} prompts at once",
+            "result": f"{same}/{total} tokens equal before the first difference; largest log-prob difference {gap:.1e}"}
+
+
 def decode(shape: str, device: str, dtype: str, prompt: int = 512, new: int = 128, smoke: bool = False) -> list[Row]:
     """The HF engine's two decode paths on one model (``engine.decode``): eager (growing cache, a kernel launch
     per op) and static (preallocated cache, a CUDA graph per batch-size bucket); tokens/s at 1 and 64 in
@@ -150,8 +171,11 @@ def decode(shape: str, device: str, dtype: str, prompt: int = 512, new: int = 12
     model = load_model(path, dtype=dtype, device=device)
     rows = [{"check": "copy bandwidth", "setting": device, "result": f"{bandwidth / 1e9:.0f} GB/s"}]
     rates: dict[tuple[str, int], float] = {}
+    prompts = [[(11 * i + 3 * j) % 400 + 10 for j in range(prompt // (i + 1))] for i in range(8)]  # mixed lengths
+    answers: dict[str, list[Any]] = {}
     for mode in ("eager", "static"):
         engine = HFEngine(model, decode=mode, max_batch_size=max(DECODE_CONCURRENCY))
+        answers[mode] = asyncio.run(_greedy(engine, prompts, min(new, 64)))
         for c in DECODE_CONCURRENCY:
             asyncio.run(_tokens_per_s(engine, c, c, prompt, 4))  # warm-up; static: captures this bucket's graph
             rate = rates[mode, c] = asyncio.run(_tokens_per_s(engine, c, max(c, 2), prompt, new))
@@ -165,6 +189,7 @@ def decode(shape: str, device: str, dtype: str, prompt: int = 512, new: int = 12
             graphs = ("no decoder" if static is None else f"CUDA graphs: {static.captures} captured" if static.graphs
                       else f"no CUDA graphs ({static.graph_error or 'not on a GPU'})")
             rows.append({"check": "static decode", "setting": f"{shape} {dtype}", "result": graphs})
+            rows.append(agreement(answers["eager"], answers["static"]))
         del engine
     return rows
 

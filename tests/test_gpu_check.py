@@ -168,3 +168,14 @@ def test_smoke_run_fills_the_table_on_the_cpu(tmp_path):
     step = next(ln for ln in rows if ln.startswith("| MemAgent GRPO step"))
     assert "rollout/logprob/update/sync" in step and "FAILED" not in step
     assert any(ln.startswith("| log-prob mismatch engine vs trainer") for ln in rows)
+
+
+def test_agreement_counts_tokens_up_to_the_first_difference():
+    """Hand-checked: the second answer differs at its third token, so 2 + 3 of 6 tokens count, and only
+    log-probs before a difference enter the gap (0.25, not the 5.0 after it)."""
+    from types import SimpleNamespace as R
+
+    eager = [R(token_ids=[1, 2, 3], logprobs=[-0.5, -1.0, -0.25]), R(token_ids=[4, 5, 6], logprobs=[0.0, 0.0, 0.0])]
+    static = [R(token_ids=[1, 2, 3], logprobs=[-0.5, -1.25, -0.25]), R(token_ids=[4, 5, 7], logprobs=[0.0, 0.0, 5.0])]
+    row = gpu_sections.agreement(eager, static)
+    assert row["result"] == "5/6 tokens equal before the first difference; largest log-prob difference 2.5e-01"
