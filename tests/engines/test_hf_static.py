@@ -265,6 +265,22 @@ def test_decode_option_in_the_config_and_the_engine(tiny_model):
     assert HFEngine(sliding).decode == "auto"  # auto keeps such a model on the eager loop
 
 
+def test_the_start_line_names_the_decode_path_and_why(tiny_model):
+    from memrl.engines.hf_static import describe_decode
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    model = tiny_model[0]
+    assert describe_decode("auto", model, cuda) == "hf decode: static KV cache, a CUDA graph per batch-size bucket"
+    assert describe_decode("auto", model, cpu) == "hf decode: eager, one kernel launch per op (cpu, not a GPU)"
+    assert describe_decode("static", model, cpu) == "hf decode: static KV cache (no CUDA graphs off a GPU)"
+    assert describe_decode("eager", model, cuda) == "hf decode: eager, one kernel launch per op (engine.decode=eager)"
+    sliding = llama()
+    sliding.config.sliding_window, sliding.config.use_sliding_window = 16, True
+    assert describe_decode("auto", sliding, cuda) == ("hf decode: eager, one kernel launch per op (a sliding-window "
+                                                      "model)")
+    assert HFEngine(model).describe() == describe_decode("auto", model, model.device)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_smollm2_static_decode_equals_eager_on_long_prompts():

@@ -51,7 +51,7 @@ import torch
 
 from memrl.engines.base import GenerationResult, SamplingParams
 from memrl.engines.hf_batch import Answer, BatchRows, EagerStepper, Request, left_padded, prefill
-from memrl.engines.hf_static import StaticDecoder, resolve_decode
+from memrl.engines.hf_static import StaticDecoder, describe_decode, resolve_decode
 from memrl.engines.kv_cache import release_freed_memory, reserved_cache
 
 
@@ -137,6 +137,10 @@ class HFEngine:
         self.decode = decode  # auto | eager | static (memrl.engines.hf_static)
         resolve_decode(decode, model, torch.device("cpu"))  # a bad name, or static for a model it cannot run
         self._static: StaticDecoder | None = None
+
+    def describe(self) -> str:
+        """The decode path this engine takes (``engine.decode``), for the run's start line."""
+        return describe_decode(self.decode, self.model, self.device)
 
     @classmethod
     def from_pretrained(cls, spec: str, dtype: str = "auto", device: str | None = None, **kwargs: Any) -> HFEngine:

@@ -100,6 +100,15 @@ def resolve_decode(mode: str, model: Any, device: torch.device) -> bool:
     return mode == "static" or (mode == "auto" and device.type == "cuda" and why is None)
 
 
+def describe_decode(mode: str, model: Any, device: torch.device) -> str:
+    """One line saying which decode path ``mode`` takes for ``model`` on ``device``, and why."""
+    if resolve_decode(mode, model, device):
+        graphs = ", a CUDA graph per batch-size bucket" if device.type == "cuda" else " (no CUDA graphs off a GPU)"
+        return f"hf decode: static KV cache{graphs}"
+    why = "engine.decode=eager" if mode == "eager" else static_unsupported(model) or f"{device.type}, not a GPU"
+    return f"hf decode: eager, one kernel launch per op ({why})"
+
+
 def _slot_layer_class() -> type:
     """A cache layer over a slice of the pool: writes the step's keys/values at the shared column, returns all.
 

@@ -100,17 +100,7 @@ def build_engine(cfg: MemRLConfig, policy: Any, given: Engine | None, *, resumed
         status += f"; {c.rollout_replicas} rollout replica(s), {trainer_ranks} trainer rank(s)"
         return RolloutEngine(pool, False, pool, status)
     if kind is not None and kind.wraps_policy:
-        model, shared = policy, True
-        if sharded or own_copy:
-            # a sharded policy cannot generate on rank 0 alone, and an asynchronous run updates the policy while
-            # episodes generate: the engine gets its own full copy
-            from memrl.models.resolve import load_model
-
-            model = load_model(cfg.model.path, dtype=cfg.model.dtype, device=str(device))
-            shared = False
-            model.load_state_dict(merged_state_dict(policy), strict=False)
-            model.eval()
-        return RolloutEngine(kind.build(cfg, model, pad_token_id=pad_id), shared)
+        return _embedded(cfg, kind, policy, device=device, pad_id=pad_id, own=sharded or own_copy)
 
     built = given if given is not None else build_configured(cfg)
     if resumed:  # it holds model.path's weights (or the caller's): the checkpoint's are newer
@@ -119,3 +109,22 @@ def build_engine(cfg: MemRLConfig, policy: Any, given: Engine | None, *, resumed
         else:
             asyncio.run(built.update_weights(merged_state_dict(policy)))
     return RolloutEngine(built, False)
+
+
+def _embedded(cfg: MemRLConfig, kind: Any, policy: Any, *, device: torch.device, pad_id: int,
+              own: bool) -> RolloutEngine:
+    """An engine in this process on the policy module itself, or (``own``) on a full copy of its weights; on a
+    GPU its start line says which decode path it takes."""
+    model, shared = policy, True
+    if own:
+        # a sharded policy cannot generate on rank 0 alone, and an asynchronous run updates the policy while
+        # episodes generate: the engine gets its own full copy
+        from memrl.models.resolve import load_model
+
+        model = load_model(cfg.model.path, dtype=cfg.model.dtype, device=str(device))
+        shared = False
+        model.load_state_dict(merged_state_dict(policy), strict=False)
+        model.eval()
+    eng = kind.build(cfg, model, pad_token_id=pad_id)
+    describe = getattr(eng, "describe", None) if device.type == "cuda" else None
+    return RolloutEngine(eng, shared, status_line=describe() if describe else "")
