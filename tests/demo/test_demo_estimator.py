@@ -10,11 +10,12 @@ import yaml
 from typer.testing import CliRunner
 
 from memrl_demo.run import rl_stage, run_demo
+from tests.demo.conftest import copy_of
 from tests.demo.test_determinism import SMALL
 
 
-def test_another_estimator_trains_from_the_same_warm_start_in_its_own_folder(tmp_path):
-    grpo = run_demo(tmp_path, rl_steps=2, seed=3, scale=SMALL)
+def test_another_estimator_trains_from_the_same_warm_start_in_its_own_folder(tmp_path, small_demo):
+    grpo = copy_of(small_demo, tmp_path)  # run_demo(tmp_path, rl_steps=2, seed=3, scale=SMALL), shared
     sft = (tmp_path / "sft_model" / "model.safetensors").read_bytes()
     gigpo = run_demo(tmp_path, rl_steps=2, seed=3, scale=SMALL, estimator="gigpo")
     assert (tmp_path / "sft_model" / "model.safetensors").read_bytes() == sft  # reused, not retrained

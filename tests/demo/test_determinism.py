@@ -6,6 +6,7 @@ import torch
 from typer.testing import CliRunner
 
 from memrl_demo.run import DemoScale, SftPhase, run_demo
+from tests.demo.conftest import copy_of
 
 SMALL = DemoScale(train_docs=16, heldout_docs=6, sft_phases=(SftPhase("spot", 3e-3, 2, 24, (0, 1)),), prompts_per_step=2,
                   episodes_per_prompt=4, eval_samples=6)
@@ -17,18 +18,19 @@ def _metrics(run):
     return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows]
 
 
-def test_two_short_runs_are_identical(tmp_path):
+def test_two_short_runs_are_identical(tmp_path, small_demo):
+    """Run ``a`` is the session's shared run (tests/demo/conftest.py), made earlier in this process."""
+    a_dir, a = small_demo
     threads = torch.get_num_threads()
-    a = run_demo(tmp_path / "a", rl_steps=2, seed=3, scale=SMALL)
     b = run_demo(tmp_path / "b", rl_steps=2, seed=3, scale=SMALL)
     drop = lambda s: {k: v for k, v in s.items() if k not in ("seconds", "cpu_seconds")}  # noqa: E731
     assert drop(a) == drop(b)
-    ma, mb = _metrics(tmp_path / "a"), _metrics(tmp_path / "b")
+    ma, mb = _metrics(a_dir), _metrics(tmp_path / "b")
     assert len(ma) == 3 and ma == mb  # the step-0 eval and both GRPO steps, loss and grad norm included
-    wa = (tmp_path / "a" / "sft_model" / "model.safetensors").read_bytes()
+    wa = (a_dir / "sft_model" / "model.safetensors").read_bytes()
     assert wa == (tmp_path / "b" / "sft_model" / "model.safetensors").read_bytes()
     assert torch.get_num_threads() == threads and not torch.are_deterministic_algorithms_enabled()  # restored
-    assert (tmp_path / "a" / "data" / "train.jsonl").read_text() != ""
+    assert (a_dir / "data" / "train.jsonl").read_text() != ""
 
 
 def test_fresh_refuses_a_folder_with_user_files(tmp_path):
@@ -42,8 +44,8 @@ def test_fresh_refuses_a_folder_with_user_files(tmp_path):
     assert (tmp_path / "thesis.tex").read_text() == "mine" and (tmp_path / "rl").is_dir()
 
 
-def test_async_demo_reuses_the_warm_start_and_trains_asynchronously(tmp_path):
-    run_demo(tmp_path, rl_steps=2, seed=3, scale=SMALL)
+def test_async_demo_reuses_the_warm_start_and_trains_asynchronously(tmp_path, small_demo):
+    copy_of(small_demo, tmp_path)  # what run_demo(tmp_path, rl_steps=2, seed=3, scale=SMALL) leaves
     sft = (tmp_path / "sft_model" / "model.safetensors").read_bytes()
     summary = run_demo(tmp_path, rl_steps=2, seed=3, scale=SMALL, asynchronous=True, max_staleness=1)
     assert (tmp_path / "sft_model" / "model.safetensors").read_bytes() == sft  # the same warm start, reused
