@@ -47,9 +47,9 @@ def test_eval_writes_outputs_and_resumes(tmp_path, eval_data):
             transcript = (out / "transcripts" / str(n) / f"{s.index}.txt").read_text()
             assert s.question in transcript and f"conversation {expected}/{expected}" in transcript
 
-    # interrupted run: one episode missing -> only it is recomputed
-    victim = out / "episodes" / "200" / "1.json"
-    kept = out / "episodes" / "50" / "0.json"
+    # interrupted run: one episode missing -> only it is recomputed (a 50-docs one: 5 model calls to redo, not 17)
+    victim = out / "episodes" / "50" / "1.json"
+    kept = out / "episodes" / "200" / "0.json"
     kept_before = kept.read_text()
     victim.unlink()
     r = memrl(*cmd)
