@@ -63,8 +63,11 @@ def _nll(tc, datum) -> float:
 
 def test_ctrl_c_then_a_new_server_resumes_from_the_state_dir(tmp_path):
     port = free_port()
+    # started as a shell's `cmd &` starts it, SIGINT ignored: the graceful stop and exit status 130 must not
+    # depend on Python's own Ctrl-C handler being installed
     proc = memrl("--model", "tiny", "--port", str(port), "--state-dir", str(tmp_path),
-                 env={"MEMRL_TINKER_API_KEY": KEY, "TINKER_TELEMETRY": "0"})
+                 env={"MEMRL_TINKER_API_KEY": KEY, "TINKER_TELEMETRY": "0"},
+                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:

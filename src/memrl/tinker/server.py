@@ -79,6 +79,7 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self._app = app
         self._banner = banner
+        self.interrupted = False
 
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets=sockets)
@@ -87,6 +88,7 @@ class _Server(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self._app.state.draining = True
+        self.interrupted = True
         print("memrl tinker: stopping (the running request finishes, queued ones fail)", file=sys.stderr, flush=True)
         super().handle_exit(sig, frame)
 
@@ -114,10 +116,13 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str
         else:
             lines.append("  API key: the one given (--api-key or $MEMRL_TINKER_API_KEY); set TINKER_API_KEY to it")
         config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=3)
+        server = _Server(config, app, "\n".join(lines))
         try:
-            _Server(config, app, "\n".join(lines)).run(sockets=[sock])
-        except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down: exit as Ctrl-C does
+            server.run(sockets=[sock])
+        except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down
+            pass
+        if server.interrupted:  # exit as Ctrl-C does, also where SIGINT was ignored at start (a shell's `cmd &`)
             print("memrl tinker: stopped", file=sys.stderr, flush=True)
-            raise SystemExit(130) from None
+            raise SystemExit(130)
     finally:
         sock.close()
