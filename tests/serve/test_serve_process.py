@@ -69,14 +69,16 @@ def test_public_address_without_key_warns_before_loading(monkeypatch, capsys, tm
 class Server:
     """A ``memrl serve`` subprocess with its output in a file (a full pipe would block its access log)."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, ignore_sigint: bool = False) -> None:
         self.port = free_port()
         self.log = tmp_path / f"serve-{self.port}.log"
         self._out = self.log.open("w")
         self.proc = subprocess.Popen([sys.executable, "-m", "memrl.cli.main", "serve", "--model", "tiny", "--port",
                                       str(self.port), "--api-key-env", "MEMRL_TEST_KEY"],
                                      env={**os.environ, "MEMRL_TEST_KEY": KEY}, stdout=self._out,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT,
+                                     preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+                                     if ignore_sigint else None)
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.time() + 180
         while "listening on" not in self.output():
@@ -116,7 +118,7 @@ LONG = {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 100_000, "temperatur
 
 
 def test_started_server_announces_itself_and_cancels_a_departed_client(tmp_path):
-    server = Server(tmp_path)
+    server = Server(tmp_path, ignore_sigint=True)  # as a shell's `memrl serve ... &` starts it
     try:
         assert f"listening on http://127.0.0.1:{server.port}" in server.output()
         server.send_raw(LONG).close()  # the client gives up on a ~100K-token generation
@@ -127,6 +129,8 @@ def test_started_server_announces_itself_and_cancels_a_departed_client(tmp_path)
         assert r.status_code == 200 and len(r.json()["choices"][0]["token_ids"]) <= 3
         server.wait_for_line("POST /v1/completions 200")
         assert KEY not in server.output()
+        server.proc.send_signal(signal.SIGINT)  # Ctrl-C: a graceful stop, and Ctrl-C's exit status
+        assert server.proc.wait(timeout=60) == 130, server.output()
     finally:
         server.stop()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import signal
 import socket
 import sys
 from types import FrameType
@@ -71,6 +72,7 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self._app = app
         self._url = url
+        self.interrupted = False  # Ctrl-C (SIGINT) asked for the stop
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
@@ -79,6 +81,7 @@ class _Server(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self._app.state.draining = True  # handlers cancel their generations at their next poll
+        self.interrupted = self.interrupted or sig == signal.SIGINT
         super().handle_exit(sig, frame)
 
 
@@ -114,7 +117,13 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, dtype: str = "a
                          access_log=True)
         config = uvicorn.Config(app, log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=max(1, round(graceful_shutdown_s)))
-        _Server(config, app, url_of(sock)).run(sockets=[sock])
+        server = _Server(config, app, url_of(sock))
+        try:
+            server.run(sockets=[sock])
+        except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down
+            pass
+        if server.interrupted:  # Ctrl-C's exit status, also where SIGINT was ignored at start (a shell's `cmd &`)
+            raise SystemExit(130)
     finally:
         sock.close()
 
