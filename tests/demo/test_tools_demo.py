@@ -8,15 +8,20 @@ import json
 import pytest
 
 from memrl_demo.tools_run import ToolsScale, run_tools_demo
+from tests.demo.conftest import tools_warm_start_of
 
 SMALL = ToolsScale(test_per_kind=1, train_per_kind=2, teacher_repeats=1, sft_epochs=1, prompts_per_step=2,
                    episodes_per_prompt=2, vocab_size=800)
 
 
 @pytest.mark.parametrize("reward", ["tau2", "progress"])
-def test_tools_demo_small(tmp_path, reward):
-    out = tmp_path / "demo"
-    summary = run_tools_demo(out, rl_steps=2, seed=0, reward=reward, scale=SMALL)
+def test_tools_demo_small(tmp_path, reward, small_tools_demo):
+    if reward == "tau2":  # this fresh run is the session's: summary = run_tools_demo(out, ..., reward="tau2", ...)
+        out, summary, _ = small_tools_demo
+    else:
+        out = tmp_path / "demo"
+        tools_warm_start_of(small_tools_demo, out)
+        summary = run_tools_demo(out, rl_steps=2, seed=0, reward=reward, scale=SMALL)
     for name in ("data/library/tasks.json", "data/library/split_tasks.json", "model_init/config.json",
                  "sft_model/config.json", "rl/metrics.jsonl", "rl/curves.png", "summary.json"):
         assert (out / name).is_file(), name

@@ -1,5 +1,8 @@
 """``memrl demo --task tools --record turns``: the RL stage records each model call as its own conversation
-(``workflow.options.record=turns``), in its own folder beside the episode-recorded runs."""
+(``workflow.options.record=turns``), in its own folder beside the episode-recorded runs.
+
+The run continues a copy of the session's shared seed-0 warm start (``small_tools_demo``,
+tests/demo/conftest.py): only the RL stage and the held-out evaluations run here."""
 
 from __future__ import annotations
 
@@ -11,11 +14,13 @@ from typer.testing import CliRunner
 
 from memrl_demo.run import rl_stage
 from memrl_demo.tools_run import run_tools_demo
+from tests.demo.conftest import tools_warm_start_of
 from tests.demo.test_tools_demo import SMALL
 
 
-def test_tools_demo_records_turns_in_its_own_folder(tmp_path):
+def test_tools_demo_records_turns_in_its_own_folder(tmp_path, small_tools_demo):
     out = tmp_path / "demo"
+    tools_warm_start_of(small_tools_demo, out)  # data, model_init, sft_model; no rl*/ nor summary*.json
     summary = run_tools_demo(out, rl_steps=1, seed=0, scale=SMALL, estimator="gigpo", record="turns")
     assert rl_stage("gigpo", record="turns") == ("rl_gigpo_turns", "summary_gigpo_turns.json")
     assert rl_stage("grpo", record="turns") == ("rl_turns", "summary_turns.json")
