@@ -65,24 +65,35 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server, plus: announce the address once listening, and drain the app on SIGTERM."""
+class AnnouncingServer(uvicorn.Server):
+    """uvicorn's server, plus: print ``banner`` once listening, drain ``app`` on a signal (its handlers cancel
+    their work at their next poll), and remember whether Ctrl-C asked for the stop."""
 
-    def __init__(self, config: uvicorn.Config, app: Any, url: str) -> None:
+    def __init__(self, config: uvicorn.Config, app: Any, banner: str) -> None:
         super().__init__(config)
         self._app = app
-        self._url = url
-        self.interrupted = False  # Ctrl-C (SIGINT) asked for the stop
+        self._banner = banner
+        self.interrupted = False
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         if self.started:
-            print(f"listening on {self._url}", file=sys.stderr, flush=True)
+            print(self._banner, file=sys.stderr, flush=True)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self._app.state.draining = True  # handlers cancel their generations at their next poll
+        self._app.state.draining = True
         self.interrupted = self.interrupted or sig == signal.SIGINT
         super().handle_exit(sig, frame)
+
+    def run_until_stopped(self, sock: socket.socket) -> bool:
+        """Serve on ``sock`` until a signal stops it; whether that was Ctrl-C. uvicorn re-raises the signal once
+        it has shut down, which does nothing where the shell started the process with SIGINT ignored
+        (``cmd &``): the caller decides the exit status from the answer, not from a KeyboardInterrupt."""
+        try:
+            self.run(sockets=[sock])
+        except KeyboardInterrupt:
+            pass
+        return self.interrupted
 
 
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, dtype: str = "auto",
@@ -117,13 +128,8 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, dtype: str = "a
                          access_log=True)
         config = uvicorn.Config(app, log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=max(1, round(graceful_shutdown_s)))
-        server = _Server(config, app, url_of(sock))
-        try:
-            server.run(sockets=[sock])
-        except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down
-            pass
-        if server.interrupted:  # Ctrl-C's exit status, also where SIGINT was ignored at start (a shell's `cmd &`)
-            raise SystemExit(130)
+        if AnnouncingServer(config, app, f"listening on {url_of(sock)}").run_until_stopped(sock):
+            raise SystemExit(130)  # Ctrl-C's exit status
     finally:
         sock.close()
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import uvicorn
 
-from memrl.serve.server import bind_socket, check_port, url_of
+from memrl.serve.server import AnnouncingServer, bind_socket, check_port, url_of
 from memrl.tinker.limits import TinkerLimits
 from memrl.tinker.service import TinkerService
 
@@ -72,23 +72,10 @@ def build_service(model: str, state_dir: str | Path, *, dtype: str = "auto", dev
                          state_dir=Path(state_dir), limits=lim, poll_s=poll_s)
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server, plus: announce the address once listening, and answer pending polls on Ctrl-C."""
-
-    def __init__(self, config: uvicorn.Config, app: Any, banner: str) -> None:
-        super().__init__(config)
-        self._app = app
-        self._banner = banner
-        self.interrupted = False
-
-    async def startup(self, sockets: Any = None) -> None:
-        await super().startup(sockets=sockets)
-        if self.started:
-            print(self._banner, file=sys.stderr, flush=True)
+class _Server(AnnouncingServer):
+    """memrl serve's server, saying on a signal that pending polls are answered and queued requests fail."""
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self._app.state.draining = True
-        self.interrupted = True
         print("memrl tinker: stopping (the running request finishes, queued ones fail)", file=sys.stderr, flush=True)
         super().handle_exit(sig, frame)
 
@@ -116,13 +103,8 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str
         else:
             lines.append("  API key: the one given (--api-key or $MEMRL_TINKER_API_KEY); set TINKER_API_KEY to it")
         config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=3)
-        server = _Server(config, app, "\n".join(lines))
-        try:
-            server.run(sockets=[sock])
-        except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down
-            pass
-        if server.interrupted:  # exit as Ctrl-C does, also where SIGINT was ignored at start (a shell's `cmd &`)
+        if _Server(config, app, "\n".join(lines)).run_until_stopped(sock):
             print("memrl tinker: stopped", file=sys.stderr, flush=True)
-            raise SystemExit(130)
+            raise SystemExit(130)  # Ctrl-C's exit status
     finally:
         sock.close()
