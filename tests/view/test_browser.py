@@ -36,11 +36,14 @@ def test_run_page_lists_every_episode_and_shows_one_with_its_conversations(run_d
     assert len(toks) == sum(sum(c["loss_mask"]) for c in records[4]["conversations"])
     assert all("engine log-prob" in t["title"] and "trainer" in t["title"] for t in toks)
     assert all("background-color" in t.get("style", "") for t in toks)  # the heat map is on by default
-    # the curves: one path per plotted metric
+    # the curves: one path per plotted metric, the fixed panels' and, folded below them, every other key's
     rows = payload["metrics"]
     plotted = [k for _, keys in CURVE_PANELS for k in keys if any(k in r for r in rows)]
-    assert sorted(p["data-key"] for p in dom.having("series", "path")) == sorted(plotted)
-    assert len(plotted) >= 6
+    more = [k for _, [k] in payload["more_panels"]]
+    assert sorted(p["data-key"] for p in dom.having("series", "path")) == sorted(plotted + more)
+    assert len(plotted) >= 6 and "f1" in more and "rollout_corr/kl" in more
+    folded = dom.having("more-curves", "details")
+    assert len(folded) == 1 and f"{len(more)} more curves" in "".join(dom.text)
 
 
 def test_tool_eval_page_shows_messages_and_tool_calls(tool_eval_dir, tmp_path):

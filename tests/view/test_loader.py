@@ -10,8 +10,8 @@ from memrl.models.resolve import load_tokenizer
 from memrl.eval.transcript import render_transcript
 from memrl.train.tracking import read_metrics
 from memrl.types import Conversation, Trajectory
-from memrl.view.loader import (conversation_spans, load_payload, parse_steps, rollout_files, token_strings,
-                               transcript_conversations)
+from memrl.view.loader import (MORE_LIMIT, conversation_spans, load_payload, more_panels, parse_steps,
+                               rollout_files, token_strings, transcript_conversations)
 from tests.view.conftest import TOOL_MESSAGES
 
 
@@ -138,3 +138,26 @@ def test_steps_and_last_pick_rollout_files(run_dir, tmp_path):
     (tmp_path / "episodes").mkdir()
     with pytest.raises(ValueError, match="eval folder"):
         load_payload(tmp_path, last=2)
+
+
+def test_more_panels_draw_every_other_numeric_key_once_grouped_by_prefix():
+    rows = [{"step": 1, "reward": 0.5, "chunks": 3.0, "rollout_corr/kl": 1e-9, "time/rollout": 2.0,
+             "note": "text", "flag": True, "eval/accuracy": 0.1},
+            {"step": 2, "reward": 0.7, "model_calls": 4, "rollout_corr/ppl": 379.0, "my/thing": None,
+             "chunks": 2.0, "extra/z": 1.0, "extra/a": 2.0}]
+    # fixed panels' keys (reward, time/rollout, eval/accuracy), step, text, booleans and nulls are not repeated
+    assert more_panels(rows) == [("chunks", ["chunks"]), ("model_calls", ["model_calls"]),
+                                 ("extra/a", ["extra/a"]), ("extra/z", ["extra/z"]),
+                                 ("rollout_corr/kl", ["rollout_corr/kl"]), ("rollout_corr/ppl", ["rollout_corr/ppl"])]
+    assert more_panels([]) == []
+    many = [{"step": 1, **{f"tool/{i:04d}": 1.0 for i in range(MORE_LIMIT + 5)}}]
+    assert len(more_panels(many)) == MORE_LIMIT
+
+
+def test_run_payload_offers_the_workflows_own_metrics_as_more_curves(run_dir):
+    payload = load_payload(run_dir)
+    more = [k for _, [k] in payload["more_panels"]]
+    # MemAgent's own metrics (ep.metric), the trainer's other numbers and the rollout corrections' diagnostics
+    assert {"answered", "f1", "empty_memory", "pg_loss", "rollout_corr/kl"} <= set(more)
+    assert not {"reward", "kl", "time/rollout", "step"} & set(more) and len(more) == len(set(more))
+    assert load_payload(run_dir)["more_panels"] == payload["more_panels"]

@@ -42,6 +42,27 @@ CURVE_PANELS: list[tuple[str, list[str]]] = [
 ]
 
 
+MORE_LIMIT = 120  # at most this many extra curves (a metric per tool, say, could make thousands)
+
+
+def more_panels(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """One panel per numeric ``metrics.jsonl`` key that :data:`CURVE_PANELS` does not draw.
+
+    Why: a workflow's own metrics (``ep.metric``: chunks read, tool calls, invalid calls), the rollout
+    corrections' diagnostics and anything a user logs land in metrics.jsonl under names the fixed panels do
+    not know. They are shown one key per panel (their scales differ by orders of magnitude), grouped by the
+    prefix before ``/`` and then by name, so ``rollout_corr/*`` sit together.
+    """
+    drawn = {k for _, keys in CURVE_PANELS for k in keys} | {"step"}
+    seen: dict[str, None] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key not in drawn and isinstance(value, (int, float)) and not isinstance(value, bool):
+                seen.setdefault(key, None)
+    keys = sorted(seen, key=lambda k: (k.split("/")[0] if "/" in k else "", k))
+    return [(k, [k]) for k in keys[:MORE_LIMIT]]
+
+
 def _warn_stderr(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr)
 
@@ -164,7 +185,8 @@ def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_std
             if ep is not None:
                 episodes.append(ep)
     return {"kind": "run", "title": run_dir.resolve().name, "source": str(run_dir), "tokenizer": spec,
-            "per_token": tok is not None, "metrics": metrics, "panels": CURVE_PANELS, "results": None,
+            "per_token": tok is not None, "metrics": metrics, "panels": CURVE_PANELS,
+            "more_panels": more_panels(metrics), "results": None,
             "saved_steps": len(saved), "shown_steps": len(files), "group_size": group_size(run_dir),
             "episodes": episodes}
 
@@ -222,7 +244,7 @@ def load_eval(out: Path, warn: Warn = _warn_stderr, *, lazy: bool = False,
     if results is not None:
         results.pop("per_task", None)  # the episodes show it; keep the page small
     return {"kind": "eval", "title": out.resolve().name, "source": str(out), "tokenizer": spec,
-            "per_token": tok is not None, "metrics": [], "panels": [], "results": results,
+            "per_token": tok is not None, "metrics": [], "panels": [], "more_panels": [], "results": results,
             "plot": results_plot(out, warn), "episodes": episodes}
 
 

@@ -64,5 +64,18 @@ function curves() {
     const c = chart(title, keys, rows);
     if (c) grid.appendChild(c);
   }
-  return el("section", "card", el("h2", null, "Training curves"), grid);
+  return el("section", "card", el("h2", null, "Training curves"), grid, moreCurves(rows));
+}
+
+// every other numeric metrics.jsonl key (a workflow's ep.metric, rollout corrections...), one per panel, folded
+function moreCurves(rows) {
+  const grid = el("div", "curves");
+  for (const [title, keys] of MORE_PANELS) {
+    const c = chart(title, keys, rows);
+    if (c) grid.appendChild(c);
+  }
+  if (!grid.childNodes.length) return null;
+  const n = grid.childNodes.length;
+  const summary = el("summary", null, `${n} more curve${n === 1 ? "" : "s"}: the workflow's own metrics and the rest of metrics.jsonl`);
+  return el("details", "more-curves", summary, grid);
 }

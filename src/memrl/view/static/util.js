@@ -3,6 +3,7 @@
 // text (bidi overrides, zero-width, tags) are shown as visible escapes, so no text can pose as other text.
 const DATA = JSON.parse(document.getElementById("memrl-data").textContent);
 const PANELS = DATA.panels || [];  // [title, [metric keys]] from memrl.view.loader.CURVE_PANELS
+const MORE_PANELS = DATA.more_panels || [];  // the other numeric keys, from memrl.view.loader.more_panels
 const state = { heat: "logprob", current: null };
 const SVG = "http://www.w3.org/2000/svg";
 const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#ca8a04", "#db2777"];
