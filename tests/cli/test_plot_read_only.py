@@ -56,9 +56,9 @@ def test_plot_of_a_read_only_run_is_one_line(run, tmp_path):
 
 
 def test_a_read_only_file_system_error_is_one_line_wherever_it_comes_from(run, monkeypatch):
-    def refuse(run_dir, out):
+    def refuse(run_dirs, out, keys, smooth):
         raise OSError(errno.EROFS, "Read-only file system", str(out))
 
-    monkeypatch.setattr("memrl.train.tracking.plot_run", refuse)
+    monkeypatch.setattr("memrl.train.plots.plot_runs", refuse)
     r = CliRunner().invoke(app, ["plot", str(run), "--out", str(run / "x.png")])
     assert r.exit_code == 2 and r.output.strip() == f"error: {run / 'x.png'}: cannot write the plot (read-only file system)"

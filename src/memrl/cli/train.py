@@ -101,19 +101,46 @@ def export_cmd(
 
 @user_errors
 def plot_cmd(
-    run_dir: Path = typer.Argument(..., help="A training run folder."),
-    out: Optional[Path] = typer.Option(None, "--out", help="PNG path (default RUN_DIR/curves.png)."),
+    run_dirs: list[Path] = typer.Argument(..., help="One training run folder, or several to overlay."),
+    out: Optional[Path] = typer.Option(None, "--out", help="PNG path (default RUN_DIR/curves.png for one run; "
+                                       "required for several)."),
+    metric: Optional[list[str]] = typer.Option(None, "--metric", "-m", help="A metrics.jsonl key to draw, "
+                                               "repeatable (default: reward, eval/accuracy, response_tokens, kl, "
+                                               "entropy, grad_norm where present)."),
+    smooth: int = typer.Option(1, "--smooth", help="Also draw a trailing mean over this many steps (1: off)."),
 ) -> None:
-    """Plot training curves (reward, eval accuracy, lengths, KL, entropy, grad norm) to PNG."""
+    """Plot training curves to PNG: one run, or several overlaid (GRPO vs GiGPO, seed 0 vs 1), and print
+    each run's last and best value per metric.
+
+    Example: memrl plot runs/grpo runs/gigpo --out compare.png -m reward -m eval/accuracy --smooth 5
+    """
     import errno
 
-    from memrl.train.tracking import plot_run
+    from memrl.train.plots import plot_runs
 
-    target = out or run_dir / "curves.png"
+    if out is None and len(run_dirs) > 1:
+        raise ValueError(f"{len(run_dirs)} runs: say where the comparison goes with --out PATH.png "
+                         "(nothing is written into the runs)")
+    target = out or run_dirs[0] / "curves.png"
     try:
-        typer.echo(f"wrote {plot_run(run_dir, target)}")
+        path, table, keys = plot_runs(run_dirs, target, metric, smooth)
     except OSError as exc:  # a read-only run (a shared or archived folder): say where to write instead
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
         hint = "; write the plot elsewhere with --out PATH" if out is None else ""
         raise ValueError(f"{target}: cannot write the plot ({exc.strerror.lower()}){hint}") from None
+    typer.echo(f"wrote {path}")
+    _print_summary(table, keys)
+
+
+def _print_summary(table: list[list[str]], keys: list[str]) -> None:
+    """Per run: its steps and, per metric, the last value and the best with its step."""
+    from rich.console import Console
+    from rich.table import Table
+
+    out = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ["run", "steps", *keys]:
+        out.add_column(name, overflow="fold")
+    for row in table:
+        out.add_row(*row)
+    Console(width=max(100, 26 * (len(keys) + 1))).print(out)

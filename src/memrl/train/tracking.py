@@ -110,31 +110,15 @@ class Tracker:
             self._wandb.finish()
 
 
-def plot_run(run_dir: Path, out: Path | None = None,
-             keys: tuple[str, ...] = ("reward", "eval/accuracy", "response_tokens", "kl", "entropy", "grad_norm")) -> Path:
-    """PNG with one panel per metric over training steps."""
-    import matplotlib
+def plot_run(run_dir: Path, out: Path | None = None, keys: tuple[str, ...] | None = None) -> Path:
+    """PNG with one panel per metric over training steps: ``keys`` that the run has (default: the usual
+    curves), as the demos draw theirs."""
+    from memrl.train.plots import numeric_keys, plot_runs
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from memrl.io.atomic import atomic_path
-
-    rows = read_metrics(run_dir)
-    present = [k for k in keys if any(k in r for r in rows)]
-    if not present:
-        raise ValueError(f"{run_dir}/metrics.jsonl has none of {keys}")
-    fig, axes = plt.subplots(1, len(present), figsize=(3.6 * len(present), 3.2), dpi=110, squeeze=False)
-    for ax, key in zip(axes[0], present):
-        pts = [(r["step"], r[key]) for r in rows if key in r]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-" if key.startswith("eval/") else "-", ms=3)
-        ax.set_title(key)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    fig.suptitle(run_dir.name)
-    fig.tight_layout()
-    out = out or run_dir / "curves.png"
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png")
-    plt.close(fig)
-    return out
+    present = None
+    if keys is not None:
+        have = set(numeric_keys(read_metrics(run_dir)))
+        present = [k for k in keys if k in have]
+        if not present:
+            raise ValueError(f"{run_dir}/metrics.jsonl has none of {keys}")
+    return plot_runs([run_dir], out or run_dir / "curves.png", present)[0]
