@@ -11,9 +11,10 @@ SECTIONS = "model|data|workflow|env|sampling|eval|engine|algorithm|teacher|lora|
 KEY = re.compile(rf"(?<![\w./-])((?:{SECTIONS})\.[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)")
 FREE_FORM = ("env.tool_options.", "engine.vllm.args.")  # dictionaries the domain / vLLM check themselves
 # Named on purpose: a method, the typos in the error examples, the pre-options spelling the notice maps,
-# and the option of the example plug-in workflow examples/custom_workflow/recall.py (not a built-in).
+# the option of the example plug-in workflow examples/custom_workflow/recall.py (not a built-in), and
+# verl-agent's own settings in the algorithms reference's table that maps them to memrl's.
 NOT_KEYS = {"env.step", "trainer.lrr", "workflow.options.chunk_tokns", "workflow.chunk_tokens",
-            "workflow.options.note_tokens"}
+            "workflow.options.note_tokens", "algorithm.gigpo.step_advantage_w", "algorithm.gigpo.mode"}
 GENERATED_OR_HISTORY = {"reference/config.md", "reference/cli.md", "CHANGELOG.md", "guides/async.md"}
 
 

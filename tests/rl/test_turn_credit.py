@@ -129,3 +129,33 @@ def test_step_rewards_and_a_per_turn_estimator_are_refused_together() -> None:
     assert AlgorithmConfig(adv_estimator="gigpo", episode_weight=0.5).step_weight == 1.0
     with pytest.raises(ValueError, match="both give each turn its own advantage"):
         AlgorithmConfig(step_rewards=True, adv_estimator="gigpo")
+
+
+VERL_AGENT = os.environ.get("MEMRL_VERL_AGENT_REPO")
+
+
+@pytest.mark.skipif(not VERL_AGENT, reason="set MEMRL_VERL_AGENT_REPO to a verl-agent checkout to compare with "
+                    "GiGPO's own code (gigpo/core_gigpo.py)")
+@pytest.mark.parametrize("gamma", [0.95, 1.0])
+@pytest.mark.parametrize("step_weight", [1.0, 0.4])
+@pytest.mark.parametrize(("mode", "norm"), [("mean_std_norm", "mean_std"), ("mean_norm", "mean")])
+def test_gigpo_equals_verl_agent(gamma: float, step_weight: float, mode: str, norm: str) -> None:
+    """The trainer's path (TurnRows -> the registered gigpo with algorithm.turn_norm) against verl-agent's
+    compute_gigpo_outcome_advantage, anchors grouped within each prompt group as verl-agent groups them."""
+    from tests.rl.verl_agent_gigpo import verl_agent_gigpo
+
+    for seed in range(3):
+        rewards, episode, groups, states = fixed_batch(seed)
+        va_returns, va_adv = verl_agent_gigpo(Path(str(VERL_AGENT)), rewards, groups, states, gamma=gamma,
+                                              step_weight=step_weight, mode=mode)
+        # memrl's episode: its outcome (here the sum verl-agent's reward manager gives every step) and the
+        # turn rewards that, with the outcome added to the last turn, are the env's per-step rewards
+        rows = TurnRows(episode=[e for e in range(len(rewards)) for _ in rewards[e]],
+                        turn=[t for e in range(len(rewards)) for t in range(len(rewards[e]))],
+                        group=[groups[e] for e in range(len(rewards)) for _ in rewards[e]],
+                        state=[s for e in range(len(rewards)) for s in states[e]], scores=episode,
+                        turn_rewards=[r[:-1] + [r[-1] - episode[e]] for e, r in enumerate(rewards)])
+        torch.testing.assert_close(rows.step_returns(gamma), va_returns, rtol=0, atol=1e-6)
+        ours = turn_advantages("gigpo", rows, gamma=gamma, step_weight=step_weight, norm=norm)
+        assert ours is not None
+        torch.testing.assert_close(ours, va_adv.float(), rtol=0, atol=1e-5)

@@ -40,7 +40,7 @@ def _config(tmp_path: Path, estimator: str) -> dict:
                         "output_dir": str(tmp_path / "run")}}
 
 
-def _expected(records: list[dict], estimator: str) -> tuple[list[float], list[float]]:
+def _expected(records: list[dict], estimator: str, norm: str = "mean_std") -> tuple[list[float], list[float]]:
     """(advantages the pure functions give every generated conversation, those the records hold)."""
     scores, returns, groups, states, recorded = [], [], [], [], []
     for rec in records:
@@ -56,7 +56,8 @@ def _expected(records: list[dict], estimator: str) -> tuple[list[float], list[fl
             states.append(f"{rec['group_id']}|{state}" if state else f"alone#{len(recorded)}")
             recorded.append(c["advantage"])
     if estimator == "gigpo":
-        want = gigpo_advantages(scores, returns, groups, states, episode_weight=1.0, step_weight=0.5)
+        want = gigpo_advantages(scores, returns, groups, states, episode_weight=1.0, step_weight=0.5,
+                                method=norm)  # type: ignore[arg-type]
     else:
         want = step_reinforce_advantages(returns, groups)
     return want.tolist(), recorded
@@ -79,6 +80,7 @@ def test_turn_rewards_and_states_reach_the_rollout_records(tmp_path: Path, estim
 
 
 def test_the_cli_trains_the_same_workflow_under_gigpo(tmp_path: Path) -> None:
+    """Through the CLI, with verl-agent's mean_norm (algorithm.turn_norm=mean): centred, not divided by the std."""
     data = tmp_path / "words.jsonl"
     data.write_text("".join(json.dumps(w) + "\n" for w in WORDS))
     from typer.testing import CliRunner
@@ -88,14 +90,16 @@ def test_the_cli_trains_the_same_workflow_under_gigpo(tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["train", "model.path=tiny", "engine.device=cpu",
                           "workflow.name=tests.train.test_turn_credit_train:Steps", f"data.train_file={data}",
                           "algorithm.n=4", "algorithm.adv_estimator=gigpo", "algorithm.gamma=0.9",
-                          "algorithm.step_weight=0.5", "trainer.total_steps=2", "trainer.prompts_per_step=2",
+                          "algorithm.step_weight=0.5", "algorithm.turn_norm=mean", "trainer.total_steps=2", "trainer.prompts_per_step=2",
                           "trainer.rollouts_per_step=8", f"trainer.output_dir={tmp_path / 'run'}"])
     assert out.exit_code == 0, (out.output[-2000:], out.exception)
     files = sorted((tmp_path / "run" / "rollouts").glob("*.jsonl"))
     assert len(files) == 2
     for f in files:
-        want, got = _expected([json.loads(line) for line in f.read_text().splitlines()], "gigpo")
+        records = [json.loads(line) for line in f.read_text().splitlines()]
+        want, got = _expected(records, "gigpo", norm="mean")
         assert got == pytest.approx(want, abs=1e-6)
+        assert got != pytest.approx(_expected(records, "gigpo")[0], abs=1e-3)  # not the default's numbers
 
 
 def test_turn_reward_needs_a_conversation_and_adds_up() -> None:

@@ -27,6 +27,10 @@ class AlgorithmConfig(Section):
                                   "prompt group (ROLL's episode_reward_weight).")
     step_weight: float = Field(1.0, ge=0, description="gigpo: weight of the turn's discounted return normalised "
                                "among the group's turns with the same anchor state (ROLL's step_reward_weight).")
+    turn_norm: Literal["mean_std", "mean"] = Field(
+        "mean_std", description="gigpo and step_reinforce: how scores and returns are normalised in their groups: "
+        "mean_std = (x - mean) / (std + 1e-6) (verl-agent's gigpo.mode=mean_std_norm, as its examples; ROLL's "
+        "method mean_std), mean = x - mean (verl-agent's mean_norm, ROLL's mean).")
     clip_ratio_low: float = Field(0.2, ge=0, lt=1, description="PPO clips the ratio below at 1 - clip_ratio_low, "
                                   "which must stay positive.")
     clip_ratio_high: float = Field(0.2, ge=0, description="DAPO clip-higher uses 0.28.")

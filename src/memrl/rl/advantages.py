@@ -46,7 +46,7 @@ class AdvantageEstimator:
     returns one value per episode; ``tokens(per_row, mask, *, gamma)`` gets each conversation row's
     episode value and the ``[C, T]`` float mask of generated tokens. ``needs_group`` marks estimators
     that compare episodes of a group (meaningless with ``algorithm.n=1``). ``turns(rows: TurnRows, *,
-    gamma, episode_weight, step_weight)``, where set, gives each conversation row its own value instead
+    gamma, episode_weight, step_weight[, norm])``, where set, gives each conversation row its own value instead
     (per-turn credit); the episode stage then only serves callers that want one value per episode.
     Calling the object calls ``episode``.
     """
@@ -226,12 +226,16 @@ def step_reinforce(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsil
 
 
 def turn_advantages(estimator: str, rows: TurnRows, *, gamma: float = 1.0, episode_weight: float = 1.0,
-                    step_weight: float = 1.0) -> torch.Tensor | None:
-    """One advantage per conversation row from the estimator's per-turn stage; None if it has none."""
+                    step_weight: float = 1.0, norm: str = "mean_std") -> torch.Tensor | None:
+    """One advantage per conversation row from the estimator's per-turn stage; None if it has none.
+
+    ``norm`` (``algorithm.turn_norm``) reaches the stage only when it is not the default ``mean_std``, so a
+    per-turn stage written before the option existed keeps working as long as it is not asked for."""
     turns = get_estimator(estimator).turns
     if turns is None:
         return None
-    return turns(rows, gamma=gamma, episode_weight=episode_weight, step_weight=step_weight)
+    extra = {} if norm == "mean_std" else {"norm": norm}
+    return turns(rows, gamma=gamma, episode_weight=episode_weight, step_weight=step_weight, **extra)
 
 
 def episode_advantages(scores: torch.Tensor, group_ids: Sequence[Hashable], estimator: str = "grpo",

@@ -138,14 +138,17 @@ class TurnRows:
 
 
 def gigpo_rows(rows: TurnRows, *, gamma: float = 1.0, episode_weight: float = 1.0,
-               step_weight: float = 1.0) -> torch.Tensor:
-    """The ``gigpo`` estimator's advantage of each row (:func:`gigpo_advantages` on the batch's turns)."""
+               step_weight: float = 1.0, norm: NormMethod = "mean_std") -> torch.Tensor:
+    """The ``gigpo`` estimator's advantage of each row (:func:`gigpo_advantages` on the batch's turns).
+
+    ``norm`` is ``algorithm.turn_norm``: verl-agent's ``algorithm.gigpo.mode`` ``mean_std_norm`` (its
+    examples' setting) is ``mean_std``, its ``mean_norm`` is ``mean``."""
     scores = [float(rows.scores[e]) for e in rows.episode]
     return gigpo_advantages(scores, rows.step_returns(gamma), rows.group, rows.anchors(),
-                            episode_weight=episode_weight, step_weight=step_weight)
+                            episode_weight=episode_weight, step_weight=step_weight, method=norm)
 
 
 def step_reinforce_rows(rows: TurnRows, *, gamma: float = 1.0, episode_weight: float = 1.0,
-                        step_weight: float = 1.0) -> torch.Tensor:
+                        step_weight: float = 1.0, norm: NormMethod = "mean_std") -> torch.Tensor:
     """The ``step_reinforce`` estimator's advantage of each row (the weights are GiGPO's, unused here)."""
-    return step_reinforce_advantages(rows.step_returns(gamma), rows.group)
+    return step_reinforce_advantages(rows.step_returns(gamma), rows.group, method=norm)
