@@ -8,7 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from memrl.cli.main import app
-from memrl.train.plots import pick_keys, run_labels, smoothed, summary
+from memrl.io.labels import folder_labels
+from memrl.train.plots import pick_keys, smoothed, summary
 
 
 def write_run(folder, rows):
@@ -33,8 +34,8 @@ def test_smoothed_is_a_trailing_mean():
 
 
 def test_labels_take_parents_until_the_runs_differ(tmp_path):
-    assert run_labels([tmp_path / "a" / "run", tmp_path / "b" / "run"]) == ["a/run", "b/run"]
-    assert run_labels([tmp_path / "x", tmp_path / "y"]) == ["x", "y"]
+    assert folder_labels([tmp_path / "a" / "run", tmp_path / "b" / "run"]) == ["a/run", "b/run"]
+    assert folder_labels([tmp_path / "x", tmp_path / "y"]) == ["x", "y"]
 
 
 def test_summary_gives_last_and_best_with_its_step(two_runs):
@@ -70,12 +71,13 @@ def test_two_runs_overlaid_with_their_table(two_runs, tmp_path):
 
 def test_refusals_are_one_line(two_runs, tmp_path):
     r = CliRunner().invoke(app, ["plot", *map(str, two_runs)])
-    assert r.exit_code == 2 and r.output.strip() == ("error: 2 runs: say where the comparison goes with "
-                                                     "--out PATH.png (nothing is written into the runs)")
+    assert r.exit_code == 2 and r.output.strip() == ("error: 2 folders: say where the comparison goes with "
+                                                     "--out PATH.png (nothing is written into them)")
     r = CliRunner().invoke(app, ["plot", str(two_runs[0]), "-m", "rewrad"])
     assert r.exit_code == 2 and "did you mean 'reward'?" in r.output and len(r.output.strip().splitlines()) == 1
     r = CliRunner().invoke(app, ["plot", str(two_runs[0]), "--smooth", "0"])
     assert r.exit_code == 2 and r.output.strip() == "error: --smooth must be at least 1 (steps averaged), not 0"
     r = CliRunner().invoke(app, ["plot", str(tmp_path / "nope"), "--out", str(tmp_path / "x.png")])
-    assert r.exit_code == 2 and "no metrics.jsonl" in r.output and "Traceback" not in r.output
+    assert r.exit_code == 2 and r.output.strip() == (f"error: {tmp_path / 'nope'}: neither a training run (no "
+                                                     "metrics.jsonl) nor an eval folder (no results.json)")
     assert not (tmp_path / "x.png").exists()

@@ -101,46 +101,78 @@ def export_cmd(
 
 @user_errors
 def plot_cmd(
-    run_dirs: list[Path] = typer.Argument(..., help="One training run folder, or several to overlay."),
-    out: Optional[Path] = typer.Option(None, "--out", help="PNG path (default RUN_DIR/curves.png for one run; "
+    folders: list[Path] = typer.Argument(..., help="Training runs (metrics.jsonl) or `memrl eval --out` folders "
+                                         "(results.json): one, or several of one kind to overlay."),
+    out: Optional[Path] = typer.Option(None, "--out", help="PNG path (default FOLDER/curves.png for one folder; "
                                        "required for several)."),
-    metric: Optional[list[str]] = typer.Option(None, "--metric", "-m", help="A metrics.jsonl key to draw, "
-                                               "repeatable (default: reward, eval/accuracy, response_tokens, kl, "
-                                               "entropy, grad_norm where present)."),
-    smooth: int = typer.Option(1, "--smooth", help="Also draw a trailing mean over this many steps (1: off)."),
+    metric: Optional[list[str]] = typer.Option(None, "--metric", "-m", help="What to draw, repeatable. Runs: any "
+                                               "metrics.jsonl key (default: reward, eval/accuracy, response_tokens, "
+                                               "kl, entropy, grad_norm where present). Long-context evals: sub_em "
+                                               "(default), em, f1. RULER evals: average (default) or a task."),
+    smooth: int = typer.Option(1, "--smooth", help="Runs: also draw a trailing mean over this many steps (1: off)."),
 ) -> None:
-    """Plot training curves to PNG: one run, or several overlaid (GRPO vs GiGPO, seed 0 vs 1), and print
-    each run's last and best value per metric.
+    """Plot training curves, or eval results against context length (pass^k against k), to PNG; several
+    folders are overlaid (GRPO vs GiGPO, base vs trained) and a table prints their numbers.
 
-    Example: memrl plot runs/grpo runs/gigpo --out compare.png -m reward -m eval/accuracy --smooth 5
+    Examples: memrl plot runs/grpo runs/gigpo --out compare.png -m reward --smooth 5;
+    memrl plot evals/base evals/trained --out accuracy.png
     """
     import errno
 
-    from memrl.train.plots import plot_runs
-
-    if out is None and len(run_dirs) > 1:
-        raise ValueError(f"{len(run_dirs)} runs: say where the comparison goes with --out PATH.png "
-                         "(nothing is written into the runs)")
-    target = out or run_dirs[0] / "curves.png"
+    kinds = {_folder_kind(f) for f in folders}
+    if len(kinds) > 1:
+        raise ValueError("training runs and eval folders cannot be overlaid: plot them separately")
+    if out is None and len(folders) > 1:
+        raise ValueError(f"{len(folders)} folders: say where the comparison goes with --out PATH.png "
+                         "(nothing is written into them)")
+    target = out or folders[0] / "curves.png"
     try:
-        path, table, keys = plot_runs(run_dirs, target, metric, smooth)
-    except OSError as exc:  # a read-only run (a shared or archived folder): say where to write instead
+        if kinds == {"eval"}:
+            if smooth != 1:
+                raise ValueError("--smooth applies to training runs, not to eval folders")
+            _plot_evals(folders, target, metric)
+        else:
+            _plot_runs(folders, target, metric, smooth)
+    except OSError as exc:  # a read-only folder (a shared or archived one): say where to write instead
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
         hint = "; write the plot elsewhere with --out PATH" if out is None else ""
         raise ValueError(f"{target}: cannot write the plot ({exc.strerror.lower()}){hint}") from None
+
+
+def _folder_kind(folder: Path) -> str:
+    if (folder / "metrics.jsonl").is_file():
+        return "run"
+    if (folder / "results.json").is_file():
+        return "eval"
+    raise ValueError(f"{folder}: neither a training run (no metrics.jsonl) nor an eval folder (no results.json)")
+
+
+def _plot_runs(folders: list[Path], target: Path, metric: Optional[list[str]], smooth: int) -> None:
+    from memrl.train.plots import plot_runs
+
+    path, rows, keys = plot_runs(folders, target, metric, smooth)
     typer.echo(f"wrote {path}")
-    _print_summary(table, keys)
+    _print_table(["run", "steps", *keys], rows)
 
 
-def _print_summary(table: list[list[str]], keys: list[str]) -> None:
-    """Per run: its steps and, per metric, the last value and the best with its step."""
+def _plot_evals(folders: list[Path], target: Path, metric: Optional[list[str]]) -> None:
+    from memrl.eval.compare_plot import plot_evals
+
+    path, tables = plot_evals(folders, target, metric)
+    typer.echo(f"wrote {path}")
+    for name, head, rows in tables:
+        typer.echo(f"{name} (%):")
+        _print_table(head, rows)
+
+
+def _print_table(head: list[str], rows: list[list[str]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    out = Table(box=None, header_style="bold", pad_edge=False)
-    for name in ["run", "steps", *keys]:
-        out.add_column(name, overflow="fold")
-    for row in table:
-        out.add_row(*row)
-    Console(width=max(100, 26 * (len(keys) + 1))).print(out)
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in head:
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console(width=max(100, 26 * len(head))).print(table)

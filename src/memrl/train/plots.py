@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memrl.io.labels import folder_labels
 from memrl.io.metrics import read_metrics
 
 DEFAULT_KEYS = ("reward", "eval/accuracy", "response_tokens", "kl", "entropy", "grad_norm")
@@ -52,16 +53,6 @@ def smoothed(values: list[float], window: int) -> list[float]:
             total -= values[i - window]
         out.append(total / min(i + 1, window))
     return out
-
-
-def run_labels(run_dirs: Sequence[Path]) -> list[str]:
-    """Short distinct names: the folder names, with as many parent folders as it takes to tell them apart."""
-    parts = [p.resolve().parts for p in run_dirs]
-    for depth in range(1, max(len(p) for p in parts) + 1):
-        labels = ["/".join(p[-depth:]) for p in parts]
-        if len(set(labels)) == len(labels):
-            return labels
-    return [str(p) for p in run_dirs]  # the same folder given twice
 
 
 def pick_keys(runs: Sequence[list[dict[str, Any]]], asked: Sequence[str] | None) -> list[str]:
@@ -106,7 +97,7 @@ def plot_runs(run_dirs: Sequence[Path], out: Path, keys: Sequence[str] | None = 
     if smooth < 1:
         raise ValueError(f"--smooth must be at least 1 (steps averaged), not {smooth}")
     runs = [read_metrics(d) for d in run_dirs]
-    labels = run_labels(run_dirs)
+    labels = folder_labels(run_dirs)
     drawn = pick_keys(runs, keys)
     _draw(out, labels, runs, drawn, smooth)
     return out, summary(labels, runs, drawn), drawn
