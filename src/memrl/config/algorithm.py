@@ -7,7 +7,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from memrl.config.rollout_corr import RolloutCorrectionConfig
-from memrl.config.registry import ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, OFF_POLICY, registered
+from memrl.config.registry import (ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, OFF_POLICY, POLICY_LOSSES,
+                                   registered)
 from memrl.config.section import Section
 
 TisLevel = Literal["token", "sequence"]  # memrl.rl.offpolicy reads the same list
@@ -47,6 +48,11 @@ class AlgorithmConfig(Section):
     dynamic_sampling: bool = Field(False, description="DAPO: drop groups whose rewards are all equal, refill.")
     max_gen_batches: int = Field(4, ge=1, description="Dynamic sampling: rollout rounds per step before giving up.")
     step_rewards: bool = Field(False, description="ReMemR1: mix per-turn state advantages (workflow.state_reward_alpha).")
+    policy_loss: registered(POLICY_LOSSES) = Field(
+        "vanilla", description="The policy-gradient loss, verl's policy_loss.loss_mode: vanilla (token-level PPO "
+        "clip), gspo (one clipped ratio per sequence; aggregates per sequence, so loss_agg_mode becomes "
+        "seq-mean-token-mean; verl's GSPO recipe clips at 3e-4/4e-4), cispo (clipped, stop-gradient ratio times "
+        "A log pi), or a name registered with memrl.rl.register_policy_loss / an import path.")
     off_policy: registered(OFF_POLICY) = Field(
         "none", description="Policy loss and its correction for samples the engine drew under other weights: a "
         "registered name (memrl.rl.register_off_policy) or an import path.")
@@ -72,6 +78,31 @@ class AlgorithmConfig(Section):
         if self.rollout_correction.enabled and self.off_policy != "none":
             raise ValueError(f"rollout_correction and off_policy={self.off_policy!r} both correct the engine's "
                              "log-probs: use one (off_policy: none with rollout_correction, or no rollout_correction)")
+        return self._policy_loss_fits()
+
+    @property
+    def replaces_ppo(self) -> bool:
+        """Whether ``policy_loss`` is another loss than the default PPO surrogate (which off_policy kinds and the
+        rollout correction's bypass mode build on)."""
+        return self.policy_loss != type(self).model_fields["policy_loss"].default
+
+    def _policy_loss_fits(self) -> "AlgorithmConfig":
+        """Another policy loss replaces vanilla PPO where verl's would (off_policy none, the rollout correction's
+        weighted mode); a loss with its own aggregation sets loss_agg_mode, and refuses a contradicting one."""
+        if not self.replaces_ppo:
+            return self
+        if self.off_policy != "none" or self.rollout_correction.bypass_mode:
+            where = "rollout_correction.bypass_mode" if self.rollout_correction.bypass_mode else \
+                f"off_policy={self.off_policy!r}"
+            raise ValueError(f"policy_loss={self.policy_loss!r} cannot be combined with {where}, which brings its "
+                             "own loss; use off_policy=none (rollout_correction without bypass_mode weights it)")
+        forced = getattr(POLICY_LOSSES.get(self.policy_loss), "aggregation", None)
+        if forced and self.loss_agg_mode != forced:
+            if "loss_agg_mode" in self.model_fields_set:
+                raise ValueError(f"policy_loss={self.policy_loss!r} aggregates per sequence ({forced}, as verl "
+                                 f"does), but loss_agg_mode={self.loss_agg_mode!r}: leave loss_agg_mode unset "
+                                 f"or set it to {forced}")
+            self.__dict__["loss_agg_mode"] = forced  # so entropy, KL and micro-batch weights aggregate alike
         return self
 
 

@@ -189,12 +189,13 @@ def _format_validation_error(exc: ValidationError, source: str, given: dict[str,
     for err, override in blamed:
         loc = ".".join(str(p) for p in err["loc"])
         msg = str(err["msg"]).removeprefix("Value error, ")
+        where = f"{loc}: " if loc else ""  # a check across sections has no one place
         if override is not None:
-            lines.append(f"{loc}: {msg} (from the command-line setting {override})")
+            lines.append(f"{where}{msg} (from the command-line setting {override})")
         else:
             got = err.get("input")
             shown = "" if isinstance(got, dict) else f" (got {got!r}{source if mixed else ''})"
-            lines.append(f"{loc}: {msg}{shown}")
+            lines.append(f"{where}{msg}{shown}")
     file_only = all(o is None for _, o in blamed)
     return ConfigError(f"invalid config{source if file_only else ''}: " + "; ".join(lines))
 

@@ -273,6 +273,11 @@ class MemRLConfig(Section):
         rc = a.rollout_correction
         if (self.trainer.mode == "async" and self.trainer.async_.max_staleness >= 1
                 and "off_policy" not in a.model_fields_set and not rc.model_fields_set):
+            if a.replaces_ppo:  # bypass mode is a PPO loss of its own: it would silently replace the chosen one
+                raise ValueError(f"asynchronous training clips stale samples with PPO against the engine's log-probs "
+                                 f"(rollout_correction.bypass_mode), which policy_loss={a.policy_loss!r} would "
+                                 "replace: weight it instead with the rollout correction's decoupled mode "
+                                 "(algorithm.rollout_correction.rollout_is=token), or set trainer.async.max_staleness=0")
             rc.bypass_mode = True
         return self
 

@@ -39,6 +39,7 @@ from memrl.rl.losses import (
 )
 from memrl.rl.rollout_corr import rollout_correction
 from memrl.rl.objective import objective_metric_names, policy_objective
+from memrl.rl.policy_losses import PolicyLoss, policy_loss, register_policy_loss
 from memrl.rl.offpolicy import (
     OFF_POLICY_KINDS,
     OffPolicyCorrection,
@@ -56,6 +57,7 @@ __all__ = [
     "AdvantageEstimator",
     "LossAggregation",
     "OffPolicyCorrection",
+    "PolicyLoss",
     "TurnRows",
     "agg_loss",
     "broadcast",
@@ -90,6 +92,8 @@ __all__ = [
     "register_kl",
     "register_loss_agg",
     "register_off_policy",
+    "register_policy_loss",
+    "policy_loss",
     "reverse_kl",
     "rollout_correction",
     "step_reinforce_advantages",

@@ -5,7 +5,7 @@ gradient steps, reductions over ranks) stays in :mod:`memrl.train.update`; this 
 so a new loss is tested on hand-made tensors without a model or an optimizer.
 
 The loss is the registered ``algorithm.off_policy`` correction's policy-gradient loss (``none``:
-verl's clipped PPO surrogate), minus ``entropy_coef`` times the aggregated entropy, plus
+verl's clipped PPO surrogate, or the ``algorithm.policy_loss`` that replaces it: GSPO, CISPO), minus ``entropy_coef`` times the aggregated entropy, plus
 ``kl_coef`` times the aggregated KL to the reference (``kl_estimator``); every term is aggregated
 with ``loss_agg_mode``.
 """
@@ -18,6 +18,7 @@ import torch
 
 from memrl.rl.losses import agg_loss, kl_penalty
 from memrl.rl.offpolicy import off_policy_correction, off_policy_kwargs
+from memrl.rl.policy_losses import policy_loss
 from memrl.rl.rollout_loss import BYPASS_STATS, bypass_policy_loss, weighted_policy_loss
 
 if TYPE_CHECKING:
@@ -38,8 +39,13 @@ def _policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages:
     """The policy-gradient term: rollout correction (bypass, or weighted PPO) when on, else the off-policy kind."""
     rc = algorithm.rollout_correction
     kw = off_policy_kwargs(algorithm, norm_length)
+    clip = {k: kw[k] for k in ("cliprange_low", "cliprange_high", "clip_ratio_c", "loss_agg_mode", "norm_length")}
+    if algorithm.replaces_ppo:  # gspo, cispo...: the config allows them only with off_policy none, no bypass
+        weights = is_weights.detach() if rc.enabled and is_weights is not None else None
+        loss, clipfrac, ppo_kl, lower = policy_loss(algorithm.policy_loss)(
+            old_log_prob.detach(), log_prob, advantages.detach(), response_mask, weights=weights, **clip)
+        return loss, {"clipfrac": clipfrac.detach(), "ppo_kl": ppo_kl.detach(), "clipfrac_lower": lower.detach()}
     if rc.enabled:
-        clip = {k: kw[k] for k in ("cliprange_low", "cliprange_high", "clip_ratio_c", "loss_agg_mode", "norm_length")}
         if rc.bypass_mode:
             if behaviour_log_prob is None:
                 raise ValueError("rollout_correction.bypass_mode needs the engine's log-probs (behaviour_log_prob)")

@@ -1,0 +1,123 @@
+"""Policy-gradient losses selectable by ``algorithm.policy_loss``: verl's ``vanilla``, ``gspo`` and ``cispo``.
+
+Why a choice: the token-level PPO surrogate (``vanilla``) is what GRPO papers use, but two successors are
+now common in verl recipes. GSPO (Qwen, arXiv 2507.18671) clips one importance ratio per *sequence*, the
+geometric mean of its token ratios, which keeps long responses from being dominated by a few tokens
+whose ratio strays; CISPO (MiniMax-M1, arXiv 2506.13585) never drops a token's gradient: it clips the
+ratio, stops its gradient, and weights the REINFORCE term ``A * log pi`` by it.
+
+Each loss follows ``verl/trainer/ppo/core_algos.py`` (``compute_policy_loss_gspo``, ``..._cispo``) step for
+step, so the numbers are verl's (``tests/rl/test_policy_losses.py`` runs verl's own functions from a
+checkout). Every loss takes ``weights``: per-token factors applied to the loss matrix before
+aggregation, verl's ``rollout_is_weights`` (the rollout correction's decoupled mode).
+
+A loss may fix its aggregation (``PolicyLoss.aggregation``): GSPO is always ``seq-mean-token-mean`` in
+verl, whatever ``loss_agg_mode`` says; memrl makes the config say so (:mod:`memrl.config.algorithm`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from memrl.config.registry import POLICY_LOSSES
+from memrl.rl.functional import masked_mean
+from memrl.rl.losses import agg_loss
+from memrl.rl.offpolicy import clipped_token_losses
+
+# (loss, clipfrac, ppo_kl, clipfrac_lower), as memrl.rl.losses.compute_policy_loss returns them
+LossOut = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A registered policy loss: ``fn(old_log_prob, log_prob, advantages, response_mask, *, cliprange_low,
+    cliprange_high, clip_ratio_c, loss_agg_mode, norm_length, weights) -> LossOut``; ``aggregation``: the
+    loss_agg_mode it always uses (None: the configured one)."""
+
+    fn: Callable[..., LossOut]
+    aggregation: str | None = None
+
+    def __call__(self, *args: torch.Tensor, **kw: object) -> LossOut:
+        return self.fn(*args, **kw)
+
+
+def register_policy_loss(name: str, *, aggregation: str | None = None) -> Callable[[Callable[..., LossOut]],
+                                                                                 PolicyLoss]:
+    """Decorator: register a policy loss as ``algorithm.policy_loss=name``."""
+    def decorate(fn: Callable[..., LossOut]) -> PolicyLoss:
+        return POLICY_LOSSES.register(name, PolicyLoss(fn, aggregation))
+    return decorate
+
+
+def policy_loss(name: str) -> PolicyLoss:
+    """The loss ``name`` selects; a plain function given by import path uses the configured aggregation."""
+    obj = POLICY_LOSSES.get(name)
+    return obj if isinstance(obj, PolicyLoss) else PolicyLoss(obj)
+
+
+@register_policy_loss("vanilla")
+def vanilla_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                 response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
+                 clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,
+                 weights: torch.Tensor | None = None) -> LossOut:
+    """The token-level PPO surrogate with clip-higher and the dual clip, each token's loss times its weight
+    (the same steps as :func:`memrl.rl.losses.compute_policy_loss`)."""
+    losses, stats = clipped_token_losses(log_prob - old_log_prob, advantages, response_mask, cliprange_low,
+                                         cliprange_high, clip_ratio_c)
+    if weights is not None:
+        losses = losses * weights
+    return (agg_loss(losses, response_mask, loss_agg_mode, norm_length), stats["clipfrac"], stats["ppo_kl"],
+            stats["clipfrac_lower"])
+
+
+@register_policy_loss("gspo", aggregation="seq-mean-token-mean")
+def gspo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+              response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
+              clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
+              weights: torch.Tensor | None = None) -> LossOut:
+    """GSPO: one ratio per row, ``s = exp(mean_t log(pi / pi_old))``, clipped to ``[1 - low, 1 + high]``.
+
+    Per token the ratio is ``sg(s) * pi_t / sg(pi_t)``, so the value is the sequence's and the gradient
+    flows through each token's log-prob (GSPO-token). The log-ratio is clamped above at 10; there is no
+    dual clip (``clip_ratio_c`` is unused) and ``clipfrac_lower`` is 0, as in verl.
+    """
+    neg_kl = log_prob - old_log_prob
+    lengths = response_mask.sum(dim=-1).clamp(min=1)
+    seq_log_ratio = (neg_kl * response_mask).sum(dim=-1) / lengths
+    log_ratio = torch.clamp(log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1), max=10.0)
+    ratio = torch.exp(log_ratio)
+    l1 = -advantages * ratio
+    l2 = -advantages * torch.clamp(ratio, 1 - cliprange_low, 1 + cliprange_high)
+    losses = torch.maximum(l1, l2)
+    if weights is not None:
+        losses = losses * weights
+    loss = agg_loss(losses, response_mask, "seq-mean-token-mean")
+    clipfrac = masked_mean(torch.gt(l2, l1).float(), response_mask)
+    return loss, clipfrac, masked_mean(-neg_kl, response_mask), torch.zeros((), device=loss.device)
+
+
+@register_policy_loss("cispo")
+def cispo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+               response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
+               clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,
+               weights: torch.Tensor | None = None) -> LossOut:
+    """CISPO: ``-sg(clip(r, 1 - low, 1 + high)) * A * log pi`` per token, ``r = exp(log pi - log pi_old)``.
+
+    Every token keeps a gradient (none is zeroed by the clip); ``clipfrac`` counts the tokens whose ratio
+    the clip changed. The log-ratio is clamped to +-20 before ``exp``; no dual clip, ``clipfrac_lower`` 0.
+    """
+    neg_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(neg_kl)
+    clipped = torch.clamp(ratio, 1 - cliprange_low, 1 + cliprange_high)
+    losses = -clipped.detach() * advantages * log_prob
+    if weights is not None:
+        losses = losses * weights
+    loss = agg_loss(losses, response_mask, loss_agg_mode, norm_length)
+    clipfrac = masked_mean((ratio != clipped).float(), response_mask)
+    return loss, clipfrac, masked_mean(-neg_kl, response_mask), torch.zeros((), device=loss.device)
+
+
+POLICY_LOSS_NAMES: tuple[str, ...] = POLICY_LOSSES.names  # the built-ins (plug-ins may add more)

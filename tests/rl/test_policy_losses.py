@@ -1,0 +1,159 @@
+"""GSPO and CISPO (``algorithm.policy_loss``): hand-checked values and gradients, verl's own functions, the trainer."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from memrl.config import ConfigError, load_config
+from memrl.rl.losses import agg_loss, compute_policy_loss
+from memrl.rl.policy_losses import cispo_loss, gspo_loss, policy_loss, vanilla_loss
+
+CLIP = dict(cliprange_low=0.2, cliprange_high=0.28, clip_ratio_c=3.0)
+
+
+def test_gspo_by_hand():
+    # row 0: two tokens with log-ratios 0.1 and 0.3 -> s = exp(0.2); row 1: one token, log-ratio -0.5 -> exp(-0.5)
+    old = torch.tensor([[-1.0, -2.0], [-1.0, -3.0]])
+    new = torch.tensor([[-0.9, -1.7], [-1.5, -9.0]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    adv = torch.tensor([[1.0, 1.0], [-2.0, -2.0]])
+    loss, clipfrac, ppo_kl, lower = gspo_loss(old, new, adv, mask, **CLIP)
+    s0, s1 = math.exp(0.2), math.exp(-0.5)  # s1 < 0.8: clipped; with A < 0 the clipped term is the max
+    want = 0.5 * (-1.0 * s0 + (-(-2.0) * 0.8))
+    assert loss.item() == pytest.approx(want, abs=1e-6)
+    assert clipfrac.item() == pytest.approx(1 / 3) and lower.item() == 0.0
+    assert ppo_kl.item() == pytest.approx(-(0.1 + 0.3 - 0.5) / 3, abs=1e-6)
+    loss.backward()
+    # row 0 unclipped: d/d logp_t of -A s e^{logp - sg logp} / |y| / B = -A s / (|y| B); row 1 clipped: 0
+    torch.testing.assert_close(new.grad, torch.tensor([[-s0 / 4, -s0 / 4], [0.0, 0.0]]), rtol=0, atol=1e-6)
+
+
+def test_cispo_by_hand():
+    old = torch.tensor([[-1.0, -1.0, -1.0]])
+    new = torch.tensor([[-0.5, -1.0, -1.6]], requires_grad=True)  # ratios e^0.5 (clipped to 1.28), 1, e^-0.6 (to 0.8)
+    mask = torch.ones(1, 3)
+    adv = torch.tensor([[2.0, 2.0, 2.0]])
+    loss, clipfrac, _, lower = cispo_loss(old, new, adv, mask, **CLIP)
+    w = [1.28, 1.0, 0.8]
+    assert loss.item() == pytest.approx(-sum(wi * 2.0 * lp for wi, lp in zip(w, [-0.5, -1.0, -1.6])) / 3, abs=1e-6)
+    assert clipfrac.item() == pytest.approx(2 / 3) and lower.item() == 0.0
+    loss.backward()  # every token keeps a gradient, weighted by its clipped ratio (stopped)
+    torch.testing.assert_close(new.grad, torch.tensor([[-wi * 2.0 / 3 for wi in w]]), rtol=0, atol=1e-6)
+
+
+def test_weights_multiply_each_tokens_loss_and_vanilla_is_ppo():
+    gen = torch.Generator().manual_seed(3)
+    old, new = torch.randn(4, 6, generator=gen), torch.randn(4, 6, generator=gen)
+    adv, mask = torch.randn(4, 6, generator=gen), (torch.rand(4, 6, generator=gen) > 0.3).float()
+    w = torch.rand(4, 6, generator=gen)
+    base = compute_policy_loss(old, new, adv, mask, **CLIP)
+    got = vanilla_loss(old, new, adv, mask, **CLIP)
+    assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(base, got))
+    for fn in (vanilla_loss, gspo_loss, cispo_loss):
+        kw = {**CLIP, "loss_agg_mode": "seq-mean-token-mean"}
+        plain, weighted = fn(old, new, adv, mask, **kw)[0], fn(old, new, adv, mask, weights=w, **kw)[0]
+        assert not torch.isclose(plain, weighted)
+        assert fn(old, new, adv, mask, weights=torch.ones_like(w), **kw)[0].item() == pytest.approx(plain.item())
+
+
+def test_a_row_with_no_token_counts_as_zero_per_sequence():
+    losses = torch.ones(2, 3)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])  # the second row rejected whole
+    assert agg_loss(losses, mask, "seq-mean-token-mean").item() == 0.5
+
+
+def test_config_sets_or_refuses_the_aggregation_and_the_combinations():
+    a = load_config(None, ["algorithm.policy_loss=gspo"]).algorithm
+    assert a.loss_agg_mode == "seq-mean-token-mean" and a.replaces_ppo
+    assert load_config(None, ["algorithm.policy_loss=cispo"]).algorithm.loss_agg_mode == "token-mean"
+    assert not load_config(None, []).algorithm.replaces_ppo
+    assert policy_loss("gspo").aggregation == "seq-mean-token-mean"
+    refused = {("algorithm.policy_loss=gspo", "algorithm.loss_agg_mode=token-mean"): "aggregates per sequence",
+               ("algorithm.policy_loss=cispo", "algorithm.off_policy=decoupled"): "cannot be combined with off_policy",
+               ("algorithm.policy_loss=gspo", "algorithm.rollout_correction.rollout_is=token",
+                "algorithm.rollout_correction.bypass_mode=true"): "cannot be combined with rollout_correction.bypass",
+               ("algorithm.policy_loss=gspo", "trainer.mode=async"): "decoupled mode"}
+    for overrides, words in refused.items():
+        with pytest.raises(ConfigError, match=words):
+            load_config(None, list(overrides))
+    ok = load_config(None, ["algorithm.policy_loss=gspo", "trainer.mode=async",
+                            "algorithm.rollout_correction.rollout_is=token"]).algorithm
+    assert ok.rollout_correction.enabled and not ok.rollout_correction.bypass_mode
+
+
+VERL = os.environ.get("MEMRL_VERL_REPO")
+
+
+def _verl_source(rel: str) -> str:
+    path = Path(str(VERL)) / rel
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    return subprocess.run(["git", "-C", str(VERL), "show", f"v0.9.0:{rel}"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def _chunk(code: str, start: str) -> str:
+    """The top-level block of ``code`` beginning at ``start``, up to the next top-level decorator or def."""
+    i = code.index(start)
+    body = code.index("def ", i) + 4  # past the block's own def (after its decorator, if any)
+    ends = [j for j in (code.find("\n@", body), code.find("\ndef ", body)) if j != -1]
+    return code[i:min(ends)]
+
+
+@pytest.fixture(scope="module")
+def verl_losses() -> types.SimpleNamespace:
+    """verl's agg_loss, compute_policy_loss_gspo and _cispo, run from its source with their imports stubbed."""
+    tf = _verl_source("verl/utils/torch_functional.py")
+    core = _verl_source("verl/trainer/ppo/core_algos.py")
+    verl_f = types.SimpleNamespace()
+    ns_f: dict = {"torch": torch}
+    exec(tf[tf.index("def masked_sum"):tf.index("def masked_var")], ns_f)
+    verl_f.masked_sum, verl_f.masked_mean = ns_f["masked_sum"], ns_f["masked_mean"]
+
+    class ActorConfig:
+        def __init__(self, low: float, high: float) -> None:
+            self.clip_ratio, self.clip_ratio_low, self.clip_ratio_high = 0.2, low, high
+            self.global_batch_info: dict = {}
+
+    from typing import Any, Optional
+    ns: dict = {"torch": torch, "verl_F": verl_f, "Optional": Optional, "Any": Any, "DictConfig": dict,
+                "ActorConfig": ActorConfig, "register_policy_loss": lambda name: (lambda fn: fn)}
+    for start in ("def agg_loss(", '@register_policy_loss("gspo")', '@register_policy_loss("cispo")'):
+        exec(_chunk(core, start), ns)
+    return types.SimpleNamespace(gspo=ns["compute_policy_loss_gspo"], cispo=ns["compute_policy_loss_cispo"],
+                                 config=ActorConfig)
+
+
+@pytest.mark.skipif(not VERL, reason="set MEMRL_VERL_REPO to a verl checkout to compare with verl's own losses")
+@pytest.mark.parametrize("name", ["gspo", "cispo"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("clip", [(0.2, 0.28), (3e-4, 4e-4)])
+def test_equal_to_verl(verl_losses: types.SimpleNamespace, name: str, weighted: bool,
+                       clip: tuple[float, float]) -> None:
+    for seed in range(3):
+        gen = torch.Generator().manual_seed(seed)
+        old = torch.randn(6, 9, generator=gen) * 0.5 - 1.5
+        new0 = old + torch.randn(6, 9, generator=gen) * 0.2
+        adv = torch.randn(6, 1, generator=gen).expand(6, 9).clone()
+        mask = (torch.rand(6, 9, generator=gen) > 0.2).float()
+        mask[:, 0] = 1.0
+        w = torch.rand(6, 9, generator=gen) * 2 if weighted else None
+        new_v, new_m = new0.clone().requires_grad_(), new0.clone().requires_grad_()
+        agg = "seq-mean-token-mean" if name == "gspo" else "token-mean"
+        v_loss, v_metrics = getattr(verl_losses, name)(old, new_v, adv, mask, loss_agg_mode=agg,
+                                                       config=verl_losses.config(*clip), rollout_is_weights=w)
+        loss, clipfrac, ppo_kl, lower = policy_loss(name)(old, new_m, adv, mask, cliprange_low=clip[0],
+                                                          cliprange_high=clip[1], loss_agg_mode=agg, weights=w)
+        torch.testing.assert_close(loss, v_loss, rtol=0, atol=1e-6)
+        v_loss.backward(), loss.backward()
+        torch.testing.assert_close(new_m.grad, new_v.grad, rtol=0, atol=1e-7)
+        assert clipfrac.item() == pytest.approx(v_metrics["actor/pg_clipfrac"], abs=1e-7)
+        assert ppo_kl.item() == pytest.approx(v_metrics["actor/ppo_kl"], abs=1e-6)
+        assert lower.item() == v_metrics["actor/pg_clipfrac_lower"] == 0.0
