@@ -13,7 +13,8 @@ import torch
 
 from memrl.config import ConfigError, load_config
 from memrl.rl.losses import agg_loss, compute_policy_loss
-from memrl.rl.policy_losses import cispo_loss, gspo_loss, policy_loss, vanilla_loss
+from memrl.rl.policy_losses import (cispo_loss, geo_mean_loss, gpg_loss, gspo_loss, policy_loss, sapo_loss,
+                                    vanilla_loss)
 
 CLIP = dict(cliprange_low=0.2, cliprange_high=0.28, clip_ratio_c=3.0)
 
@@ -48,6 +49,39 @@ def test_cispo_by_hand():
     torch.testing.assert_close(new.grad, torch.tensor([[-wi * 2.0 / 3 for wi in w]]), rtol=0, atol=1e-6)
 
 
+def test_sapo_by_hand():
+    # at r = 1 the gate is sigmoid(0) * 4 / tau = 2 / tau and its slope in log pi is A * 1/4 * 4 = A
+    old = torch.tensor([[-1.0], [-2.0]])
+    new = old.clone().requires_grad_()
+    adv = torch.tensor([[1.0], [-1.0]])
+    loss, clipfrac, ppo_kl, lower = sapo_loss(old, new, adv, torch.ones(2, 1), sapo_tau_pos=1.0, sapo_tau_neg=1.05)
+    assert loss.item() == pytest.approx(0.5 * (-2.0 / 1.0 + 2.0 / 1.05), abs=1e-6)
+    assert clipfrac.item() == lower.item() == ppo_kl.item() == 0.0
+    loss.backward()
+    torch.testing.assert_close(new.grad, torch.tensor([[-0.5], [0.5]]), rtol=0, atol=1e-6)
+
+
+def test_geo_mean_by_hand():
+    # log-ratios 0.1 and 0.5 with A > 0 and a 0.2 clip: the second is clipped to 0.2, ratio exp(0.15)
+    old = torch.tensor([[-1.0, -1.0]])
+    new = torch.tensor([[-0.9, -0.5]], requires_grad=True)
+    loss, clipfrac, _, lower = geo_mean_loss(old, new, torch.ones(1, 2), torch.ones(1, 2), cliprange_low=0.2,
+                                             cliprange_high=0.2)
+    assert loss.item() == pytest.approx(-math.exp(0.15), abs=1e-6)
+    assert clipfrac.item() == 0.5 and lower.item() == 0.0
+    loss.backward()  # the clipped token's log-ratio is a constant
+    torch.testing.assert_close(new.grad, torch.tensor([[-math.exp(0.15) / 2, 0.0]]), rtol=0, atol=1e-6)
+
+
+def test_gpg_is_reinforce():
+    new = torch.tensor([[-1.0, -2.0, -3.0]], requires_grad=True)
+    adv = torch.tensor([[0.5, 0.5, 0.5]])
+    loss, *_ = gpg_loss(new.detach(), new, adv, torch.tensor([[1.0, 1.0, 0.0]]))
+    assert loss.item() == pytest.approx(-(0.5 * -1.0 + 0.5 * -2.0) / 2)
+    loss.backward()
+    torch.testing.assert_close(new.grad, torch.tensor([[-0.25, -0.25, 0.0]]))
+
+
 def test_weights_multiply_each_tokens_loss_and_vanilla_is_ppo():
     gen = torch.Generator().manual_seed(3)
     old, new = torch.randn(4, 6, generator=gen), torch.randn(4, 6, generator=gen)
@@ -56,7 +90,7 @@ def test_weights_multiply_each_tokens_loss_and_vanilla_is_ppo():
     base = compute_policy_loss(old, new, adv, mask, **CLIP)
     got = vanilla_loss(old, new, adv, mask, **CLIP)
     assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(base, got))
-    for fn in (vanilla_loss, gspo_loss, cispo_loss):
+    for fn in (vanilla_loss, gspo_loss, cispo_loss, sapo_loss, geo_mean_loss, gpg_loss):
         kw = {**CLIP, "loss_agg_mode": "seq-mean-token-mean"}
         plain, weighted = fn(old, new, adv, mask, **kw)[0], fn(old, new, adv, mask, weights=w, **kw)[0]
         assert not torch.isclose(plain, weighted)
@@ -75,6 +109,8 @@ def test_config_sets_or_refuses_the_aggregation_and_the_combinations():
     assert load_config(None, ["algorithm.policy_loss=cispo"]).algorithm.loss_agg_mode == "token-mean"
     assert not load_config(None, []).algorithm.replaces_ppo
     assert policy_loss("gspo").aggregation == "seq-mean-token-mean"
+    assert load_config(None, ["algorithm.policy_loss=sapo"]).algorithm.loss_agg_mode == "seq-mean-token-mean"
+    assert load_config(None, ["algorithm.policy_loss=gpg"]).algorithm.loss_agg_mode == "token-mean"
     refused = {("algorithm.policy_loss=gspo", "algorithm.loss_agg_mode=token-mean"): "aggregates per sequence",
                ("algorithm.policy_loss=cispo", "algorithm.off_policy=decoupled"): "cannot be combined with off_policy",
                ("algorithm.policy_loss=gspo", "algorithm.rollout_correction.rollout_is=token",
@@ -89,6 +125,9 @@ def test_config_sets_or_refuses_the_aggregation_and_the_combinations():
 
 
 VERL = os.environ.get("MEMRL_VERL_REPO")
+NAMES = ("gspo", "cispo", "sapo", "geo_mean", "gpg")
+SEQUENCE_LEVEL = ("gspo", "sapo", "geo_mean")
+TAUS = (1.0, 1.05)  # verl's defaults; memrl's sapo_tau_pos / sapo_tau_neg
 
 
 def _verl_source(rel: str) -> str:
@@ -120,19 +159,20 @@ def verl_losses() -> types.SimpleNamespace:
     class ActorConfig:
         def __init__(self, low: float, high: float) -> None:
             self.clip_ratio, self.clip_ratio_low, self.clip_ratio_high = 0.2, low, high
+            self.tau_pos, self.tau_neg = TAUS
             self.global_batch_info: dict = {}
 
     from typing import Any, Optional
     ns: dict = {"torch": torch, "verl_F": verl_f, "Optional": Optional, "Any": Any, "DictConfig": dict,
                 "ActorConfig": ActorConfig, "register_policy_loss": lambda name: (lambda fn: fn)}
-    for start in ("def agg_loss(", '@register_policy_loss("gspo")', '@register_policy_loss("cispo")'):
+    ns["AlgoConfig"] = type("AlgoConfig", (), {})
+    for start in ("def agg_loss(", *(f'@register_policy_loss("{n}")' for n in NAMES)):
         exec(_chunk(core, start), ns)
-    return types.SimpleNamespace(gspo=ns["compute_policy_loss_gspo"], cispo=ns["compute_policy_loss_cispo"],
-                                 config=ActorConfig)
+    return types.SimpleNamespace(config=ActorConfig, **{n: ns[f"compute_policy_loss_{n}"] for n in NAMES})
 
 
 @pytest.mark.skipif(not VERL, reason="set MEMRL_VERL_REPO to a verl checkout to compare with verl's own losses")
-@pytest.mark.parametrize("name", ["gspo", "cispo"])
+@pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("clip", [(0.2, 0.28), (3e-4, 4e-4)])
 def test_equal_to_verl(verl_losses: types.SimpleNamespace, name: str, weighted: bool,
@@ -141,19 +181,38 @@ def test_equal_to_verl(verl_losses: types.SimpleNamespace, name: str, weighted: 
         gen = torch.Generator().manual_seed(seed)
         old = torch.randn(6, 9, generator=gen) * 0.5 - 1.5
         new0 = old + torch.randn(6, 9, generator=gen) * 0.2
-        adv = torch.randn(6, 1, generator=gen).expand(6, 9).clone()
+        adv = torch.randn(6, 1, generator=gen).expand(6, 9).clone()  # sequence-level, as GMPO needs
         mask = (torch.rand(6, 9, generator=gen) > 0.2).float()
         mask[:, 0] = 1.0
         w = torch.rand(6, 9, generator=gen) * 2 if weighted else None
         new_v, new_m = new0.clone().requires_grad_(), new0.clone().requires_grad_()
-        agg = "seq-mean-token-mean" if name == "gspo" else "token-mean"
+        agg = "seq-mean-token-mean" if name in SEQUENCE_LEVEL else "token-mean"
         v_loss, v_metrics = getattr(verl_losses, name)(old, new_v, adv, mask, loss_agg_mode=agg,
                                                        config=verl_losses.config(*clip), rollout_is_weights=w)
-        loss, clipfrac, ppo_kl, lower = policy_loss(name)(old, new_m, adv, mask, cliprange_low=clip[0],
-                                                          cliprange_high=clip[1], loss_agg_mode=agg, weights=w)
+        chosen = policy_loss(name)
+        options = dict(zip(chosen.options, TAUS))
+        loss, clipfrac, ppo_kl, lower = chosen(old, new_m, adv, mask, cliprange_low=clip[0],
+                                               cliprange_high=clip[1], loss_agg_mode=agg, weights=w, **options)
         torch.testing.assert_close(loss, v_loss, rtol=0, atol=1e-6)
         v_loss.backward(), loss.backward()
         torch.testing.assert_close(new_m.grad, new_v.grad, rtol=0, atol=1e-7)
+        if name == "gpg":  # verl reports nothing for it
+            assert v_metrics == {} and clipfrac.item() == lower.item() == 0.0
+            continue
         assert clipfrac.item() == pytest.approx(v_metrics["actor/pg_clipfrac"], abs=1e-7)
         assert ppo_kl.item() == pytest.approx(v_metrics["actor/ppo_kl"], abs=1e-6)
-        assert lower.item() == v_metrics["actor/pg_clipfrac_lower"] == 0.0
+        assert lower.item() == pytest.approx(v_metrics["actor/pg_clipfrac_lower"], abs=1e-7)
+
+
+def test_the_objective_passes_a_loss_its_options_and_the_correction_weights():
+    from memrl.rl.objective import policy_objective
+
+    gen = torch.Generator().manual_seed(5)
+    old, new = torch.randn(3, 4, generator=gen), torch.randn(3, 4, generator=gen)
+    adv, mask, w = torch.randn(3, 4, generator=gen), torch.ones(3, 4), torch.rand(3, 4, generator=gen)
+    a = load_config(None, ["algorithm.policy_loss=sapo", "algorithm.sapo_tau_pos=2.0", "algorithm.sapo_tau_neg=3.0",
+                           "algorithm.rollout_correction.rollout_is=token"]).algorithm
+    loss, metrics = policy_objective(new, old, adv, mask, a, entropy=torch.zeros(3, 4), is_weights=w)
+    want = sapo_loss(old, new, adv, mask, weights=w, sapo_tau_pos=2.0, sapo_tau_neg=3.0)[0]
+    assert loss.item() == pytest.approx(want.item()) and metrics["pg_loss"].item() == pytest.approx(want.item())
+    assert want.item() != pytest.approx(sapo_loss(old, new, adv, mask, weights=w)[0].item())

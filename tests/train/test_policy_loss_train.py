@@ -30,7 +30,7 @@ def _config(tmp_path: Path, **algorithm: object) -> dict:
             "trainer": {"total_steps": 2, "prompts_per_step": 2, "lr": 1e-3, "output_dir": str(tmp_path / "run")}}
 
 
-@pytest.mark.parametrize("loss", ["gspo", "cispo"])
+@pytest.mark.parametrize("loss", ["gspo", "cispo", "sapo", "geo_mean", "gpg"])
 def test_a_run_trains_with_the_chosen_loss(tmp_path: Path, loss: str) -> None:
     trainer = Trainer(_config(tmp_path, policy_loss=loss), workflow=Steps(), train=WORDS)
     before = [p.detach().clone() for p in trainer.policy.parameters() if p.requires_grad][:3]
@@ -39,7 +39,7 @@ def test_a_run_trains_with_the_chosen_loss(tmp_path: Path, loss: str) -> None:
     rows = read_metrics(tmp_path / "run")
     after = [p.detach() for p in trainer.policy.parameters() if p.requires_grad][:3]
     assert any(not torch.equal(a, b) for a, b in zip(before, after))
-    assert len(rows) == 2 and all(math.isfinite(r["pg_loss"]) and r["clipfrac_lower"] == 0.0 for r in rows)
+    assert len(rows) == 2 and all(math.isfinite(r["pg_loss"]) for r in rows)
 
 
 def test_the_trainer_hands_the_loss_its_aggregation_and_the_correction_weights(tmp_path: Path) -> None:

@@ -50,9 +50,14 @@ class AlgorithmConfig(Section):
     step_rewards: bool = Field(False, description="ReMemR1: mix per-turn state advantages (workflow.state_reward_alpha).")
     policy_loss: registered(POLICY_LOSSES) = Field(
         "vanilla", description="The policy-gradient loss, verl's policy_loss.loss_mode: vanilla (token-level PPO "
-        "clip), gspo (one clipped ratio per sequence; aggregates per sequence, so loss_agg_mode becomes "
-        "seq-mean-token-mean; verl's GSPO recipe clips at 3e-4/4e-4), cispo (clipped, stop-gradient ratio times "
-        "A log pi), or a name registered with memrl.rl.register_policy_loss / an import path.")
+        "clip), gspo (one clipped ratio per sequence; verl's GSPO recipe clips at 3e-4/4e-4), cispo (clipped, "
+        "stop-gradient ratio times A log pi), sapo (a smooth gate instead of the clip), geo_mean (GMPO: geometric "
+        "mean of the clipped token ratios), gpg (REINFORCE); gspo, sapo and geo_mean aggregate per sequence, so "
+        "loss_agg_mode becomes seq-mean-token-mean. Or a name registered with memrl.rl.register_policy_loss, or "
+        "an import path.")
+    sapo_tau_pos: float = Field(1.0, gt=0, description="sapo: gate temperature where the advantage is positive "
+                                "(verl's tau_pos).")
+    sapo_tau_neg: float = Field(1.05, gt=0, description="sapo: gate temperature where it is not (verl's tau_neg).")
     off_policy: registered(OFF_POLICY) = Field(
         "none", description="Policy loss and its correction for samples the engine drew under other weights: a "
         "registered name (memrl.rl.register_off_policy) or an import path.")

@@ -42,8 +42,10 @@ def _policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages:
     clip = {k: kw[k] for k in ("cliprange_low", "cliprange_high", "clip_ratio_c", "loss_agg_mode", "norm_length")}
     if algorithm.replaces_ppo:  # gspo, cispo...: the config allows them only with off_policy none, no bypass
         weights = is_weights.detach() if rc.enabled and is_weights is not None else None
-        loss, clipfrac, ppo_kl, lower = policy_loss(algorithm.policy_loss)(
-            old_log_prob.detach(), log_prob, advantages.detach(), response_mask, weights=weights, **clip)
+        chosen = policy_loss(algorithm.policy_loss)
+        options = {name: getattr(algorithm, name) for name in chosen.options}
+        loss, clipfrac, ppo_kl, lower = chosen(old_log_prob.detach(), log_prob, advantages.detach(), response_mask,
+                                               weights=weights, **clip, **options)
         return loss, {"clipfrac": clipfrac.detach(), "ppo_kl": ppo_kl.detach(), "clipfrac_lower": lower.detach()}
     if rc.enabled:
         if rc.bypass_mode:

@@ -1,4 +1,4 @@
-"""Policy-gradient losses selectable by ``algorithm.policy_loss``: verl's ``vanilla``, ``gspo`` and ``cispo``.
+"""Policy-gradient losses selectable by ``algorithm.policy_loss``: verl's vanilla, gspo, cispo, sapo, geo_mean, gpg.
 
 Why a choice: the token-level PPO surrogate (``vanilla``) is what GRPO papers use, but two successors are
 now common in verl recipes. GSPO (Qwen, arXiv 2507.18671) clips one importance ratio per *sequence*, the
@@ -6,9 +6,10 @@ geometric mean of its token ratios, which keeps long responses from being domina
 whose ratio strays; CISPO (MiniMax-M1, arXiv 2506.13585) never drops a token's gradient: it clips the
 ratio, stops its gradient, and weights the REINFORCE term ``A * log pi`` by it.
 
-Each loss follows ``verl/trainer/ppo/core_algos.py`` (``compute_policy_loss_gspo``, ``..._cispo``) step for
-step, so the numbers are verl's (``tests/rl/test_policy_losses.py`` runs verl's own functions from a
-checkout). Every loss takes ``weights``: per-token factors applied to the loss matrix before
+SAPO (Qwen) replaces the clip by a smooth gate; GMPO (``geo_mean``) takes the geometric mean of the token
+ratios; GPG is REINFORCE without a ratio. Each loss follows ``verl/trainer/ppo/core_algos.py``
+(``compute_policy_loss_<name>``) step for step, so the numbers are verl's (``tests/rl/test_policy_losses.py``
+runs verl's own functions from a checkout). Every loss takes ``weights``: per-token factors applied to the loss matrix before
 aggregation, verl's ``rollout_is_weights`` (the rollout correction's decoupled mode).
 
 A loss may fix its aggregation (``PolicyLoss.aggregation``): GSPO is always ``seq-mean-token-mean`` in
@@ -39,16 +40,18 @@ class PolicyLoss:
 
     fn: Callable[..., LossOut]
     aggregation: str | None = None
+    options: tuple[str, ...] = ()  # further ``algorithm`` fields it reads, passed as keywords of the same name
 
     def __call__(self, *args: torch.Tensor, **kw: object) -> LossOut:
         return self.fn(*args, **kw)
 
 
-def register_policy_loss(name: str, *, aggregation: str | None = None) -> Callable[[Callable[..., LossOut]],
-                                                                                 PolicyLoss]:
-    """Decorator: register a policy loss as ``algorithm.policy_loss=name``."""
+def register_policy_loss(name: str, *, aggregation: str | None = None,
+                         options: tuple[str, ...] = ()) -> Callable[[Callable[..., LossOut]], PolicyLoss]:
+    """Decorator: register a policy loss as ``algorithm.policy_loss=name`` (``options``: the ``algorithm``
+    fields it reads beyond the clip settings)."""
     def decorate(fn: Callable[..., LossOut]) -> PolicyLoss:
-        return POLICY_LOSSES.register(name, PolicyLoss(fn, aggregation))
+        return POLICY_LOSSES.register(name, PolicyLoss(fn, aggregation, options))
     return decorate
 
 
@@ -118,6 +121,67 @@ def cispo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: t
     loss = agg_loss(losses, response_mask, loss_agg_mode, norm_length)
     clipfrac = masked_mean((ratio != clipped).float(), response_mask)
     return loss, clipfrac, masked_mean(-neg_kl, response_mask), torch.zeros((), device=loss.device)
+
+
+@register_policy_loss("sapo", aggregation="seq-mean-token-mean", options=("sapo_tau_pos", "sapo_tau_neg"))
+def sapo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+              response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
+              clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
+              weights: torch.Tensor | None = None, sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05) -> LossOut:
+    """SAPO (Qwen, arXiv 2511.20347): no hard clip; each token's ``-A`` is weighted by a smooth gate of its
+    ratio, ``sigmoid(tau (r - 1)) * 4 / tau``, with ``tau`` = ``sapo_tau_pos`` where A > 0, else
+    ``sapo_tau_neg``. Its gradient, ``A r sigma'(...) * 4``, peaks at r = 1 and fades as r strays, where PPO's
+    would stop at the clip edge. Aggregated per sequence; ``clipfrac`` and ``clipfrac_lower`` are 0."""
+    neg_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(neg_kl)
+    pos = torch.as_tensor(sapo_tau_pos, dtype=advantages.dtype, device=advantages.device)
+    neg = torch.as_tensor(sapo_tau_neg, dtype=advantages.dtype, device=advantages.device)
+    tau = torch.where(advantages > 0, pos, neg)
+    losses = -(torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)) * advantages
+    if weights is not None:
+        losses = losses * weights
+    loss = agg_loss(losses, response_mask, "seq-mean-token-mean")
+    zero = torch.zeros((), device=loss.device)
+    return loss, zero, masked_mean(-neg_kl, response_mask), zero.clone()
+
+
+@register_policy_loss("geo_mean", aggregation="seq-mean-token-mean")
+def geo_mean_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                  response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
+                  clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
+                  weights: torch.Tensor | None = None) -> LossOut:
+    """GMPO (arXiv 2507.20673): the geometric mean of a row's token ratios, each token's log-ratio first clipped
+    to ``[-low, high]`` on the side its advantage sign makes pessimistic; ``-A_row * ratio`` per row, mean over
+    rows. ``A_row`` is the row's mean advantage (sequence-level advantages, as verl supports); token weights
+    enter as their geometric mean over the row. ``clipfrac``/``clipfrac_lower``: clipped tokens with A > 0 / < 0."""
+    neg_kl = log_prob - old_log_prob
+    sign = torch.sign(advantages)
+    clamped = torch.clamp(neg_kl, -cliprange_low, cliprange_high)
+    pessimistic = sign * torch.min(sign * neg_kl, sign * clamped)
+    count = response_mask.sum(dim=-1)
+    ratio = torch.exp((pessimistic * response_mask).sum(dim=-1) / (count + 1e-8))
+    row_adv = (advantages * response_mask).sum(dim=-1) / (count + 1e-8)
+    losses = -row_adv * ratio
+    if weights is not None:
+        losses = losses * torch.exp((torch.log(weights + 1e-10) * response_mask).sum(dim=-1) / (count + 1e-8))
+    clipped = torch.ne(neg_kl, clamped)
+    return (losses.mean(), masked_mean((clipped * (advantages > 0)).float(), response_mask),
+            masked_mean(-neg_kl, response_mask), masked_mean((clipped * (advantages < 0)).float(), response_mask))
+
+
+@register_policy_loss("gpg")
+def gpg_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+             response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
+             clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,
+             weights: torch.Tensor | None = None) -> LossOut:
+    """GPG (arXiv 2504.02546): plain REINFORCE, ``-A log pi`` per token, no ratio and no clip (one update per
+    batch is what it assumes). verl reports no clip numbers for it: 0 here, and ``ppo_kl`` from the log-probs."""
+    losses = -log_prob * advantages
+    if weights is not None:
+        losses = losses * weights
+    loss = agg_loss(losses, response_mask, loss_agg_mode, norm_length)
+    zero = torch.zeros((), device=loss.device)
+    return loss, zero, masked_mean(old_log_prob - log_prob.detach(), response_mask), zero.clone()
 
 
 POLICY_LOSS_NAMES: tuple[str, ...] = POLICY_LOSSES.names  # the built-ins (plug-ins may add more)
