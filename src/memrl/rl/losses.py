@@ -69,8 +69,10 @@ def _seq_mean_token_sum(loss_mat: torch.Tensor, loss_mask: torch.Tensor, norm_le
 
 @register_loss_agg("seq-mean-token-mean")
 def _seq_mean_token_mean(loss_mat: torch.Tensor, loss_mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
-    """Mean over rows of each row's token mean; a row with no token (a sequence the rollout correction
-    rejected) counts as 0, not as 0/0 = NaN, which would drop the whole update."""
+    """Mean over rows of each row's token mean.
+
+    A row with no token (a sequence the rollout correction rejected) counts as 0, not as 0/0 = NaN, which
+    would drop the whole update."""
     return ((loss_mat * loss_mask).sum(dim=-1) / loss_mask.sum(dim=-1).clamp(min=1)).mean()
 
 

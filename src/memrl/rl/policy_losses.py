@@ -1,19 +1,19 @@
 """Policy-gradient losses selectable by ``algorithm.policy_loss``: verl's vanilla, gspo, cispo, sapo, geo_mean, gpg.
 
-Why a choice: the token-level PPO surrogate (``vanilla``) is what GRPO papers use, but two successors are
-now common in verl recipes. GSPO (Qwen, arXiv 2507.18671) clips one importance ratio per *sequence*, the
-geometric mean of its token ratios, which keeps long responses from being dominated by a few tokens
-whose ratio strays; CISPO (MiniMax-M1, arXiv 2506.13585) never drops a token's gradient: it clips the
-ratio, stops its gradient, and weights the REINFORCE term ``A * log pi`` by it.
+Why a choice: the token-level PPO surrogate (``vanilla``) is what GRPO papers use, but two successors are now common
+in verl recipes. GSPO (Qwen, arXiv 2507.18671) clips one importance ratio per *sequence*, the geometric mean of its
+token ratios, which keeps long responses from being dominated by a few tokens whose ratio strays; CISPO (MiniMax-M1,
+arXiv 2506.13585) never drops a token's gradient: it clips the ratio, stops its gradient, and weights the REINFORCE
+term ``A * log pi`` by it.
 
-SAPO (Qwen) replaces the clip by a smooth gate; GMPO (``geo_mean``) takes the geometric mean of the token
-ratios; GPG is REINFORCE without a ratio. Each loss follows ``verl/trainer/ppo/core_algos.py``
-(``compute_policy_loss_<name>``) step for step, so the numbers are verl's (``tests/rl/test_policy_losses.py``
-runs verl's own functions from a checkout). Every loss takes ``weights``: per-token factors applied to the loss matrix before
-aggregation, verl's ``rollout_is_weights`` (the rollout correction's decoupled mode).
+SAPO (Qwen) replaces the clip by a smooth gate; GMPO (``geo_mean``) takes the geometric mean of the token ratios;
+GPG is REINFORCE without a ratio. Each loss follows ``verl/trainer/ppo/core_algos.py``
+(``compute_policy_loss_<name>``) step for step, so the numbers are verl's (``tests/rl/test_policy_losses.py`` runs
+verl's own functions from a checkout). Every loss takes ``weights``: per-token factors applied to the loss matrix
+before aggregation, verl's ``rollout_is_weights`` (the rollout correction's decoupled mode).
 
-A loss may fix its aggregation (``PolicyLoss.aggregation``): GSPO is always ``seq-mean-token-mean`` in
-verl, whatever ``loss_agg_mode`` says; memrl makes the config say so (:mod:`memrl.config.algorithm`).
+A loss may fix its aggregation (``PolicyLoss.aggregation``): GSPO and SAPO are always ``seq-mean-token-mean`` in
+verl and GMPO a mean over rows, whatever ``loss_agg_mode`` says; memrl makes the config say so (:mod:`memrl.config.algorithm`).
 """
 
 from __future__ import annotations
@@ -66,8 +66,9 @@ def vanilla_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages:
                  response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
                  clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,
                  weights: torch.Tensor | None = None) -> LossOut:
-    """The token-level PPO surrogate with clip-higher and the dual clip, each token's loss times its weight
-    (the same steps as :func:`memrl.rl.losses.compute_policy_loss`)."""
+    """Token-level PPO clip with clip-higher and the dual clip (verl's default).
+
+    Each token's loss is multiplied by its weight; the same steps as :func:`memrl.rl.losses.compute_policy_loss`."""
     losses, stats = clipped_token_losses(log_prob - old_log_prob, advantages, response_mask, cliprange_low,
                                          cliprange_high, clip_ratio_c)
     if weights is not None:
@@ -81,12 +82,13 @@ def gspo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: to
               response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
               clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
               weights: torch.Tensor | None = None) -> LossOut:
-    """GSPO: one ratio per row, ``s = exp(mean_t log(pi / pi_old))``, clipped to ``[1 - low, 1 + high]``.
+    """GSPO (Qwen): one clipped importance ratio per sequence, the geometric mean of its token ratios.
 
-    Per token the ratio is ``sg(s) * pi_t / sg(pi_t)``, so the value is the sequence's and the gradient
-    flows through each token's log-prob (GSPO-token). The log-ratio is clamped above at 10; there is no
-    dual clip (``clip_ratio_c`` is unused) and ``clipfrac_lower`` is 0, as in verl.
-    """
+    ``s = exp(mean_t log(pi / pi_old))``, clipped to ``[1 - low, 1 + high]``.
+
+    Per token the ratio is ``sg(s) * pi_t / sg(pi_t)``, so the value is the sequence's and the gradient flows
+    through each token's log-prob (GSPO-token). The log-ratio is clamped above at 10; there is no dual clip
+    (``clip_ratio_c`` is unused) and ``clipfrac_lower`` is 0, as in verl."""
     neg_kl = log_prob - old_log_prob
     lengths = response_mask.sum(dim=-1).clamp(min=1)
     seq_log_ratio = (neg_kl * response_mask).sum(dim=-1) / lengths
@@ -107,11 +109,12 @@ def cispo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: t
                response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
                clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,
                weights: torch.Tensor | None = None) -> LossOut:
-    """CISPO: ``-sg(clip(r, 1 - low, 1 + high)) * A * log pi`` per token, ``r = exp(log pi - log pi_old)``.
+    """CISPO (MiniMax-M1): REINFORCE weighted by the clipped, stop-gradient token ratio.
 
-    Every token keeps a gradient (none is zeroed by the clip); ``clipfrac`` counts the tokens whose ratio
-    the clip changed. The log-ratio is clamped to +-20 before ``exp``; no dual clip, ``clipfrac_lower`` 0.
-    """
+    ``-sg(clip(r, 1 - low, 1 + high)) * A * log pi`` per token, ``r = exp(log pi - log pi_old)``.
+
+    Every token keeps a gradient (none is zeroed by the clip); ``clipfrac`` counts the tokens whose ratio the clip
+    changed. The log-ratio is clamped to +-20 before ``exp``; no dual clip, ``clipfrac_lower`` 0."""
     neg_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ratio = torch.exp(neg_kl)
     clipped = torch.clamp(ratio, 1 - cliprange_low, 1 + cliprange_high)
@@ -128,10 +131,12 @@ def sapo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: to
               response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
               clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
               weights: torch.Tensor | None = None, sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05) -> LossOut:
-    """SAPO (Qwen, arXiv 2511.20347): no hard clip; each token's ``-A`` is weighted by a smooth gate of its
-    ratio, ``sigmoid(tau (r - 1)) * 4 / tau``, with ``tau`` = ``sapo_tau_pos`` where A > 0, else
-    ``sapo_tau_neg``. Its gradient, ``A r sigma'(...) * 4``, peaks at r = 1 and fades as r strays, where PPO's
-    would stop at the clip edge. Aggregated per sequence; ``clipfrac`` and ``clipfrac_lower`` are 0."""
+    """SAPO (Qwen): a smooth gate of the token ratio instead of a hard clip.
+
+    Each token's ``-A`` is weighted by ``sigmoid(tau (r - 1)) * 4 / tau``, with ``tau`` = ``sapo_tau_pos`` where A >
+    0, else ``sapo_tau_neg`` (arXiv 2511.20347). Its gradient, ``A r sigma'(...) * 4``, peaks at r = 1 and fades as
+    r strays, where PPO's would stop at the clip edge. Aggregated per sequence; ``clipfrac`` and ``clipfrac_lower``
+    are 0."""
     neg_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ratio = torch.exp(neg_kl)
     pos = torch.as_tensor(sapo_tau_pos, dtype=advantages.dtype, device=advantages.device)
@@ -150,10 +155,12 @@ def geo_mean_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages
                   response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
                   clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
                   weights: torch.Tensor | None = None) -> LossOut:
-    """GMPO (arXiv 2507.20673): the geometric mean of a row's token ratios, each token's log-ratio first clipped
-    to ``[-low, high]`` on the side its advantage sign makes pessimistic; ``-A_row * ratio`` per row, mean over
-    rows. ``A_row`` is the row's mean advantage (sequence-level advantages, as verl supports); token weights
-    enter as their geometric mean over the row. ``clipfrac``/``clipfrac_lower``: clipped tokens with A > 0 / < 0."""
+    """GMPO: the geometric mean of a row's clipped token ratios, one loss per row.
+
+    Each token's log-ratio is first clipped to ``[-low, high]`` on the side its advantage sign makes pessimistic;
+    ``-A_row * ratio`` per row, mean over rows (arXiv 2507.20673). ``A_row`` is the row's mean advantage (sequence-
+    level advantages, as verl supports); token weights enter as their geometric mean over the row.
+    ``clipfrac``/``clipfrac_lower``: clipped tokens with A > 0 / < 0."""
     neg_kl = log_prob - old_log_prob
     sign = torch.sign(advantages)
     clamped = torch.clamp(neg_kl, -cliprange_low, cliprange_high)
@@ -174,8 +181,10 @@ def gpg_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: tor
              response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
              clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,
              weights: torch.Tensor | None = None) -> LossOut:
-    """GPG (arXiv 2504.02546): plain REINFORCE, ``-A log pi`` per token, no ratio and no clip (one update per
-    batch is what it assumes). verl reports no clip numbers for it: 0 here, and ``ppo_kl`` from the log-probs."""
+    """GPG: plain REINFORCE, ``-A log pi`` per token, no ratio and no clip.
+
+    One update per batch is what it assumes (arXiv 2504.02546). verl reports no clip numbers for it: 0 here, and
+    ``ppo_kl`` from the log-probs."""
     losses = -log_prob * advantages
     if weights is not None:
         losses = losses * weights
