@@ -123,3 +123,80 @@ def markdown_lines(rows: list[FieldRow]) -> list[str]:
                                              for n, d in row.choices.items()) + "."
         lines.append(f"| `{row.key}` | {_cell(row.type)} | `{_cell(json.dumps(row.default))}` | {_cell(desc)} |")
     return lines
+
+
+@app.command("from-verl")
+@user_errors
+def from_verl(
+    script: str = typer.Argument(..., help="A verl launch script (python -m verl.trainer.main_ppo key=value ...), "
+                                 "or - for standard input."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the memrl YAML here (default: standard output)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
+) -> None:
+    """Translate a verl script's Hydra overrides into a memrl config, verl 0.9's defaults filling the gaps.
+
+    Each value is commented with the verl flag it came from ("verl's default" where the script left it out);
+    the flags with no memrl setting are listed on standard error with the reason (GPU plumbing memrl sizes
+    itself, a task setting that belongs to a workflow, no counterpart). The task itself (workflow, reward,
+    data layout) is memrl's: add workflow.* to the result. Example:
+    memrl config from-verl run_qwen3_8b_grpo.sh --out configs/qwen3_grpo.yaml
+    """
+    import sys
+
+    from memrl.config.from_verl import overrides_of, render_yaml, translate
+
+    text = sys.stdin.read() if script == "-" else _read_script(Path(script))
+    flags, unresolved = overrides_of(text)
+    if not flags:
+        raise ValueError(f"{script}: no verl overrides (key.name=value words) found")
+    result = translate(flags)
+    rendered = render_yaml(result)
+    _check_translation(rendered)
+    if out is not None:
+        if out.exists() and not force:
+            raise ValueError(f"{out} exists: pass --force to overwrite it")
+        from memrl.io.atomic import atomic_write
+
+        with atomic_write(out) as fh:
+            fh.write(rendered)
+    else:
+        typer.echo(rendered, nl=False)
+    _report(len(flags), result.skipped, unresolved, out)
+
+
+def _read_script(path: Path) -> str:
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file (give a verl launch script, or - to read standard input)")
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def _check_translation(rendered: str) -> None:
+    """The translation must load as a memrl config; a failure is memrl's bug, said in one line."""
+    import tempfile
+
+    from memrl.config import ConfigError, load_config
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        fh.write(rendered)
+    try:
+        load_config(Path(fh.name), [])
+    except ConfigError as err:
+        raise ValueError(f"the translated config does not load ({err}); please report it with the script") from None
+    finally:
+        Path(fh.name).unlink()
+
+
+def _report(total: int, skipped: dict[str, str], unresolved: list[str], out: Optional[Path]) -> None:
+    """On standard error: how many flags were translated, then the others grouped by why they were left out."""
+    from rich.console import Console
+
+    err = Console(stderr=True, width=120, highlight=False)
+    where = f" into {out}" if out else ""
+    err.print(f"translated {total - len(skipped)} of {total} verl flags{where}; {len(skipped)} left out:")
+    by_reason: dict[str, list[str]] = {}
+    for key, why in skipped.items():
+        by_reason.setdefault(why, []).append(key)
+    for why, keys in sorted(by_reason.items(), key=lambda kv: len(kv[1])):
+        err.print(f"- {why} ({len(keys)}): " + ", ".join(keys), soft_wrap=False)
+    if unresolved:
+        err.print(f"not set in the script, left as written: {', '.join('$' + v for v in unresolved)}")

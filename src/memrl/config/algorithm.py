@@ -32,8 +32,8 @@ class AlgorithmConfig(Section):
         "mean_std", description="gigpo and step_reinforce: how scores and returns are normalised in their groups: "
         "mean_std = (x - mean) / (std + 1e-6) (verl-agent's gigpo.mode=mean_std_norm, as its examples; ROLL's "
         "method mean_std), mean = x - mean (verl-agent's mean_norm, ROLL's mean).")
-    clip_ratio_low: float = Field(0.2, ge=0, lt=1, description="PPO clips the ratio below at 1 - clip_ratio_low, "
-                                  "which must stay positive.")
+    clip_ratio_low: float = Field(0.2, ge=0, description="PPO clips the ratio below at 1 - clip_ratio_low; 1 or "
+                                  "more: no lower clip (CISPO recipes set 10).")
     clip_ratio_high: float = Field(0.2, ge=0, description="DAPO clip-higher uses 0.28.")
     clip_ratio_c: float = Field(3.0, gt=1, description="Dual-clip bound for negative advantages.")
     loss_agg_mode: registered(LOSS_AGGREGATIONS) = Field(

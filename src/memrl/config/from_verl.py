@@ -1,0 +1,386 @@
+"""Translate a verl launch script's Hydra overrides into a memrl config (``memrl config from-verl``).
+
+Why: memrl's users arrive with a 60-flag ``python -m verl.trainer.main_ppo ...`` script. Most flags name
+the same idea in both (group size, clip ratios, KL loss, learning rate), many are GPU plumbing that memrl
+sizes itself (tensor parallelism, micro-batch sizes per GPU, offloading), and a few have no counterpart.
+This module reads the ``key=value`` words of the script, fills in verl 0.9's defaults for what the script
+leaves out (where they differ from memrl's, running the translated config is running verl's), and says
+for every flag it does not translate why not.
+
+The translation is of the *settings*, not of the task: the workflow, reward and data layout are memrl's
+own (``workflow.*``, ``data.train_file``), so a translated config still names them.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+A = "actor_rollout_ref.actor."
+R = "actor_rollout_ref.rollout."
+M = "actor_rollout_ref.model."
+
+# verl 0.9.0's defaults (verl/trainer/config/_generated_ppo_trainer.yaml) for the settings translated here
+VERL_DEFAULTS: dict[str, Any] = {
+    "data.train_batch_size": 1024, R + "n": 1, A + "ppo_mini_batch_size": 256, A + "ppo_epochs": 1,
+    A + "clip_ratio_low": 0.2, A + "clip_ratio_high": 0.2, A + "clip_ratio_c": 3.0, A + "loss_agg_mode": "token-mean",
+    A + "policy_loss.loss_mode": "vanilla", A + "tau_pos": 1.0, A + "tau_neg": 1.05, A + "entropy_coeff": 0.0,
+    A + "use_kl_loss": False, A + "kl_loss_coef": 0.001, A + "kl_loss_type": "low_var_kl", A + "optim.lr": 1e-6,
+    A + "optim.weight_decay": 0.01, A + "optim.lr_warmup_steps": -1, A + "optim.lr_scheduler_type": "constant",
+    A + "optim.clip_grad": 1.0, R + "temperature": 1.0, R + "top_p": 1.0, R + "top_k": -1,
+    R + "val_kwargs.temperature": 0.0, R + "val_kwargs.top_p": 1.0, R + "val_kwargs.n": 1,
+    R + "val_kwargs.do_sample": False,
+    "algorithm.adv_estimator": "gae", "algorithm.norm_adv_by_std_in_grpo": True, "algorithm.gamma": 1.0,
+    "algorithm.filter_groups.enable": False, "trainer.test_freq": -1, M + "lora_rank": 0, M + "lora_alpha": 16,
+    M + "target_modules": "all-linear", M + "enable_gradient_checkpointing": True,
+}
+PLUMBING = ("n_gpus_per_node", "nnodes", "tensor_model_parallel_size", "gpu_memory_utilization", "fsdp_config",
+            "micro_batch_size", "log_prob_", "ulysses", "offload", "use_remove_padding", "chunked_prefill",
+            "max_num_batched_tokens", "max_num_seqs", "enforce_eager", "free_cache_engine", "use_dynamic_bsz",
+            "ppo_infer_", "max_model_len", "dataloader_num_workers", "use_torch_compile", "use_fused_kernels",
+            "ray_", "nccl", "resources_per_worker", "strategy", "load_format", "layered_summon", "rollout.mode",
+            "ppo_max_token_len_per_gpu", "megatron", "checkpoint_engine", "parallel_size", "entropy_from_logits",
+            "override_optimizer_config", "engine_kwargs", "prefix_caching", "trainer.device", "calculate_log_probs",
+            "entropy_checkpointing", "actor_rollout_ref.ref.", "hybrid_engine", "nccl_timeout", "agent.num_workers",
+            "use_shm", "rollout.dtype", "balance_batch", "cudagraph")
+BOOKKEEPING = ("logger", "experiment_name", "val_before_train", "resume_mode", "resume_from_path", "critic_warmup",
+               "log_val_generations", "profiler", "checkpoint.", "trust_remote_code", "filter_overlong_prompts",
+               "truncation", "prompt_key", "shuffle", "seed")
+ADV_ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce_plus_plus": "reinforce_plus_plus",
+                  "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline", "gigpo": "gigpo"}
+RC_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs", "rollout_rs_threshold",
+           "bypass_mode", "loss_type")
+
+
+@dataclass
+class Translation:
+    """memrl settings (dotted key -> (value, where it came from)) and the verl flags left out, with why."""
+
+    settings: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)
+
+    def set(self, key: str, value: Any, source: str) -> None:
+        self.settings[key] = (value, source)
+
+
+def overrides_of(script: str) -> tuple[dict[str, str], list[str]]:
+    """The ``key=value`` words of a shell script's commands (dotted keys; ``+key`` as ``key``), with the
+    script's ``NAME=value`` assignments substituted into ``$NAME``/``${NAME}``; and the variables left unresolved."""
+    text = script.replace("\\\n", " ")
+    names: dict[str, str] = {}
+    found: dict[str, str] = {}
+    unresolved: list[str] = []
+    for line in text.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError:
+            continue
+        for word in words:
+            key, eq, value = word.partition("=")
+            if not eq:
+                continue
+            if re.fullmatch(r"[A-Za-z_]\w*", key):  # a shell variable (NAME=value, export NAME=value)
+                names[key] = _substitute(value, names, unresolved)
+                continue
+            key = key.lstrip("+~")
+            if "." in key:
+                found[key] = _substitute(value, names, unresolved)
+    return found, sorted(set(unresolved))
+
+
+VAR = re.compile(r"\$(?:\{(?P<braced>\w+)(?::-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*|\d))")
+
+
+def _substitute(value: str, names: dict[str, str], unresolved: list[str]) -> str:
+    """``$NAME``, ``${NAME}`` and ``${NAME:-default}`` replaced by the script's own assignments."""
+    def one(m: re.Match[str]) -> str:
+        name = m.group("braced") or m.group("plain")
+        if name in names:
+            return names[name]
+        if m.group("default") is not None:
+            return m.group("default")
+        unresolved.append(name)
+        return m.group(0)
+    return VAR.sub(one, value)
+
+
+def scalar(text: str) -> Any:
+    """A Hydra value as Python: true/false, null, numbers, else the string."""
+    low = text.strip().strip("'\"")
+    if low.lower() in ("true", "false"):
+        return low.lower() == "true"
+    if low.lower() in ("null", "none", "~"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(low)
+        except ValueError:
+            pass
+    return low
+
+
+SIMPLE: list[tuple[str, str, Callable[[Any], Any]]] = [  # (verl key, memrl key, conversion)
+    (R + "n", "algorithm.n", int), (A + "ppo_epochs", "algorithm.ppo_epochs", int),
+    (A + "clip_ratio_low", "algorithm.clip_ratio_low", float), (A + "clip_ratio_high", "algorithm.clip_ratio_high", float),
+    (A + "clip_ratio_c", "algorithm.clip_ratio_c", float), (A + "entropy_coeff", "algorithm.entropy_coef", float),
+    (A + "kl_loss_type", "algorithm.kl_estimator", str), (A + "tau_pos", "algorithm.sapo_tau_pos", float),
+    (A + "tau_neg", "algorithm.sapo_tau_neg", float), (A + "optim.lr", "trainer.lr", float),
+    (A + "optim.weight_decay", "trainer.weight_decay", float), ("algorithm.gamma", "algorithm.gamma", float),
+    (R + "temperature", "sampling.temperature", float), (R + "top_p", "sampling.top_p", float),
+    (R + "top_k", "sampling.top_k", lambda v: max(int(v), 0)),
+    (R + "val_kwargs.temperature", "trainer.eval.temperature", float),
+    (R + "val_kwargs.top_p", "trainer.eval.top_p", float), (R + "val_kwargs.n", "trainer.eval.n", int),
+    ("data.train_batch_size", "trainer.prompts_per_step", int), (M + "path", "model.path", str),
+    (M + "enable_gradient_checkpointing", "trainer.gradient_checkpointing", bool),
+    ("trainer.total_training_steps", "trainer.total_steps", int),
+    ("trainer.save_freq", "trainer.save_every", lambda v: int(v) if int(v) > 0 else None),
+    ("trainer.default_local_dir", "trainer.output_dir", str),
+    ("trainer.max_actor_ckpt_to_keep", "trainer.keep_checkpoints", int),
+    ("algorithm.filter_groups.enable", "algorithm.dynamic_sampling", bool),
+    ("algorithm.filter_groups.max_num_gen_batches", "algorithm.max_gen_batches",
+     lambda v: int(v) if int(v) > 0 else None),
+    ("data.train_files", "data.train_file", str), ("data.val_files", "data.eval_file", str),
+    *((f"algorithm.rollout_correction.{k}", f"algorithm.rollout_correction.{k}", lambda v: v) for k in RC_KEYS),
+]
+
+
+def translate(flags: dict[str, str]) -> Translation:
+    """memrl settings for a verl script's overrides, verl's defaults filling in what the script leaves out."""
+    out = Translation()
+    given = {k: scalar(v) for k, v in flags.items()}
+
+    def get(key: str) -> Any:
+        out.used.add(key)
+        return given.get(key, VERL_DEFAULTS.get(key))
+
+    def source(*keys: str) -> str:
+        named = [k for k in keys if k in given]
+        return ", ".join(f"{k}={flags[k]}" for k in named) if named else "verl's default"
+
+    for verl_key, key, cast in SIMPLE:
+        value = get(verl_key)
+        try:
+            converted = None if value is None else cast(value)
+        except (TypeError, ValueError):
+            out.skipped[verl_key] = f"{value!r} is not a value memrl can read (a variable the script sets elsewhere?)"
+            continue
+        if converted is not None:
+            out.set(key, converted, source(verl_key))
+        elif value is not None:  # -1 / 0 meaning "never" / "no limit" in verl: memrl needs a number
+            out.skipped[verl_key] = f"{value!r} (never / no limit in verl): set {key} to a number yourself"
+    for rule in (_batches, _kl, _estimator, _policy_loss, _schedule, _lora, _eval_every, _engine, _grad_clip,
+                 _wandb):
+        try:
+            rule(get, out, given, source)
+        except (TypeError, ValueError, ZeroDivisionError) as err:
+            out.skipped[f"({rule.__name__.strip('_')})"] = f"not translated: {err}"
+    for key in flags:
+        if key not in out.used:
+            out.skipped[key] = why_skipped(key, given[key])
+    return _valid(out)
+
+
+def _valid(t: Translation) -> Translation:
+    """Drop each translated value memrl's config refuses (a 0 batch, say), saying why, until the rest loads."""
+    from pydantic import ValidationError
+
+    from memrl.config.schema import MemRLConfig
+
+    for _ in range(len(t.settings) + 1):
+        try:
+            MemRLConfig.model_validate(nested(t))
+            return t
+        except ValidationError as exc:
+            bad = [".".join(str(p) for p in e["loc"]) for e in exc.errors()]
+            hit = [k for k in bad if k in t.settings]
+            if not hit:
+                raise ValueError(f"the translated config does not load: {exc.errors()[0]['msg']}") from None
+            for key, e in zip(bad, exc.errors()):
+                if key in t.settings:
+                    value, source = t.settings.pop(key)
+                    t.skipped[source if source != "verl's default" else key] = (
+                        f"memrl's {key} refuses {value!r}: {str(e['msg']).removeprefix('Value error, ')}")
+    return t
+
+
+def nested(t: Translation) -> dict[str, Any]:
+    """The settings as a config tree (``a.b.c: v`` -> ``{"a": {"b": {"c": v}}}``)."""
+    tree: dict[str, Any] = {}
+    for key, (value, _) in t.settings.items():
+        node = tree
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return tree
+
+
+def _batches(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    prompts, mini = get("data.train_batch_size"), get(A + "ppo_mini_batch_size")
+    if prompts % mini:
+        out.skipped[A + "ppo_mini_batch_size"] = (f"{prompts} prompts do not split into mini-batches of {mini}: "
+                                                  "set trainer.mini_batches yourself")
+    else:
+        out.set("trainer.mini_batches", prompts // mini, source("data.train_batch_size", A + "ppo_mini_batch_size"))
+
+
+def _kl(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    on, coef = bool(get(A + "use_kl_loss")), float(get(A + "kl_loss_coef"))
+    out.set("algorithm.kl_coef", coef if on else 0.0, source(A + "use_kl_loss", A + "kl_loss_coef"))
+
+
+def _estimator(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    name, by_std = get("algorithm.adv_estimator"), get("algorithm.norm_adv_by_std_in_grpo")
+    where = source("algorithm.adv_estimator", "algorithm.norm_adv_by_std_in_grpo")
+    if name == "grpo" and not by_std:
+        out.set("algorithm.adv_estimator", "dr_grpo", where)
+    elif name in ADV_ESTIMATORS:
+        out.set("algorithm.adv_estimator", ADV_ESTIMATORS[name], where)
+    else:
+        out.skipped["algorithm.adv_estimator"] = (f"{name!r}: memrl has no critic (gae) or no such estimator; "
+                                                  "memrl's are grpo, dr_grpo, rloo, reinforce_plus_plus(_baseline), "
+                                                  "gigpo, step_reinforce")
+
+
+def _policy_loss(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    from memrl.config.registry import POLICY_LOSSES
+
+    mode = get(A + "policy_loss.loss_mode")
+    if mode not in POLICY_LOSSES.names:
+        out.skipped[A + "policy_loss.loss_mode"] = f"{mode!r} is not one of memrl's: {', '.join(POLICY_LOSSES.names)}"
+        return
+    out.set("algorithm.policy_loss", mode, source(A + "policy_loss.loss_mode"))
+    forced = POLICY_LOSSES.get(mode).aggregation
+    agg = get(A + "loss_agg_mode")
+    if forced is None:
+        out.set("algorithm.loss_agg_mode", agg, source(A + "loss_agg_mode"))
+    elif A + "loss_agg_mode" in given and agg != forced:
+        out.skipped[A + "loss_agg_mode"] = f"verl's {mode} aggregates per sequence whatever loss_agg_mode says"
+
+
+def _schedule(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    kind = given.get(A + "optim.warmup_style") or get(A + "optim.lr_scheduler_type")
+    out.used.add(A + "optim.warmup_style")
+    if kind in ("constant", "cosine"):
+        out.set("trainer.lr_schedule", kind, source(A + "optim.lr_scheduler_type", A + "optim.warmup_style"))
+    else:
+        out.skipped[A + "optim.lr_scheduler_type"] = f"{kind!r}: memrl schedules constant or cosine"
+    steps, ratio = get(A + "optim.lr_warmup_steps"), given.get(A + "optim.lr_warmup_steps_ratio", 0.0)
+    out.used.add(A + "optim.lr_warmup_steps_ratio")
+    total = given.get("trainer.total_training_steps")
+    if steps is not None and steps >= 0:
+        out.set("trainer.warmup_steps", int(steps), source(A + "optim.lr_warmup_steps"))
+    elif ratio and total:
+        out.set("trainer.warmup_steps", int(ratio * total), source(A + "optim.lr_warmup_steps_ratio",
+                                                                    "trainer.total_training_steps"))
+    elif ratio:
+        out.skipped[A + "optim.lr_warmup_steps_ratio"] = "a ratio of steps verl counts from epochs: set trainer.warmup_steps"
+    else:
+        out.set("trainer.warmup_steps", 0, source(A + "optim.lr_warmup_steps"))
+
+
+def _lora(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    rank = int(get(M + "lora_rank") or 0)
+    out.set("lora.enabled", rank > 0, source(M + "lora_rank"))
+    if rank > 0:
+        out.set("lora.r", rank, source(M + "lora_rank"))
+        out.set("lora.alpha", int(get(M + "lora_alpha")), source(M + "lora_alpha"))
+        out.set("lora.target_modules", get(M + "target_modules"), source(M + "target_modules"))
+
+
+def _eval_every(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    freq = int(get("trainer.test_freq"))
+    out.set("trainer.eval.every", max(freq, 0), source("trainer.test_freq"))
+    if get(R + "val_kwargs.do_sample") is False:  # verl validates greedily then, whatever the temperature
+        out.set("trainer.eval.temperature", 0.0, source(R + "val_kwargs.do_sample"))
+
+
+def _engine(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    name = given.get(R + "name")
+    out.used.add(R + "name")
+    if name in ("vllm", "hf"):
+        out.set("engine.kind", name, source(R + "name"))
+    elif name is not None:
+        out.skipped[R + "name"] = f"{name!r}: run it as a server and use engine.kind=openai with its base URL"
+
+
+def _grad_clip(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    out.used.add(A + "grad_clip")
+    key = A + "grad_clip" if A + "grad_clip" in given else A + "optim.clip_grad"
+    out.set("trainer.grad_clip", float(get(key)), source(key))
+
+
+def _wandb(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    if "wandb" in str(given.get("trainer.logger", "")) and "trainer.project_name" in given:
+        out.used.update({"trainer.logger", "trainer.project_name"})
+        out.set("trainer.wandb_project", str(given["trainer.project_name"]), source("trainer.project_name"))
+
+
+def why_skipped(key: str, value: Any = None) -> str:
+    """Why a verl flag has no memrl setting here."""
+    if key == "algorithm.use_kl_in_reward":
+        return ("False is what memrl does" if value is False else
+                "memrl puts the KL in the loss only (algorithm.kl_coef), not in the reward")
+    if key.startswith("algorithm.kl_ctrl."):
+        return "verl's KL in the reward; memrl's KL is a loss term (algorithm.kl_coef, from use_kl_loss)"
+    if key.startswith("distillation."):
+        return "verl's distillation differs from memrl's on-policy distillation (teacher.*: reverse KL as advantage)"
+    if key == "trainer.project_name":
+        return "names the run for verl's loggers: memrl writes to trainer.output_dir (wandb: trainer.wandb_project)"
+    if key.endswith(("max_prompt_length", "max_response_length", "prompt_length", "response_length")):
+        return "a workflow sets its own prompt and response budgets (workflow.options, e.g. MemAgent's chunk tokens)"
+    if any(p in key for p in PLUMBING):
+        return "placement, parallelism and memory: memrl sizes these itself"
+    if any(p in key for p in BOOKKEEPING):
+        return "run bookkeeping memrl does its own way (trainer.*, memrl view)"
+    if key == A + "clip_ratio":
+        return "verl 0.9 uses clip_ratio_low/high (both 0.2 by default), which take precedence over clip_ratio"
+    if key == "trainer.total_epochs":
+        return "memrl counts steps: set trainer.total_steps (epochs x training prompts / data.train_batch_size)"
+    if key.startswith(("data.", "reward_model.", "custom_reward_function.", "env.")):
+        return "the task (data layout, reward, environment) is a memrl workflow's: workflow.* and data.train_file"
+    return "no memrl counterpart"
+
+
+def render_yaml(t: Translation) -> str:
+    """The settings as YAML sections, each value commented with the verl flag it came from."""
+    import yaml
+
+    sections: dict[str, list[str]] = {}
+    for key, (value, source) in sorted(t.settings.items()):
+        section, _, rest = key.partition(".")
+        dumped = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+        sections.setdefault(section, []).append(_nested(rest, dumped, source))
+    lines = ["# translated by memrl config from-verl; values marked 'verl's default' are verl 0.9's"]
+    for section, rows in sections.items():
+        lines.append(f"{section}:")
+        lines += _merge(rows)
+    return "\n".join(lines) + "\n"
+
+
+def _nested(rest: str, dumped: str, source: str) -> str:
+    return f"{rest}\t{dumped}\t{source}"
+
+
+def _merge(rows: list[str]) -> list[str]:
+    """``a.b<TAB>v<TAB>src`` rows as indented YAML (one level of nesting below the section is enough here)."""
+    lines: list[str] = []
+    opened: set[str] = set()
+    for row in rows:
+        path, value, source = row.split("\t")
+        parts = path.split(".")
+        if len(parts) == 2:
+            if parts[0] not in opened:
+                lines.append(f"  {parts[0]}:")
+                opened.add(parts[0])
+            lines.append(f"    {parts[1]}: {value}  # {source}")
+        else:
+            lines.append(f"  {parts[0]}: {value}  # {source}")
+    return lines

@@ -1,0 +1,128 @@
+"""``memrl config from-verl``: a verl launch script's overrides as a memrl config, verl's defaults filling gaps."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from memrl.cli.main import app
+from memrl.config import load_config
+from memrl.config.from_verl import overrides_of, translate
+
+A = "actor_rollout_ref.actor."
+SCRIPT = """#!/bin/bash
+set -x
+ENGINE=${1:-vllm}
+N=${N:-5}
+export LR=2e-6
+python3 -m verl.trainer.main_ppo \\
+    algorithm.adv_estimator=grpo \\
+    algorithm.norm_adv_by_std_in_grpo=False \\
+    data.train_batch_size=64 \\
+    data.max_response_length=1024 \\
+    actor_rollout_ref.model.path=Qwen/Qwen3-8B \\
+    actor_rollout_ref.model.lora_rank=32 \\
+    actor_rollout_ref.actor.optim.lr=$LR \\
+    actor_rollout_ref.actor.ppo_mini_batch_size=16 \\
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4 \\
+    actor_rollout_ref.actor.use_kl_loss=True \\
+    actor_rollout_ref.actor.kl_loss_type=k3 \\
+    actor_rollout_ref.actor.clip_ratio=0.3 \\
+    actor_rollout_ref.actor.clip_ratio_high=0.28 \\
+    actor_rollout_ref.actor.policy_loss.loss_mode=gspo \\
+    actor_rollout_ref.actor.loss_agg_mode=token-mean \\
+    actor_rollout_ref.rollout.name=$ENGINE \\
+    actor_rollout_ref.rollout.n=$N \\
+    actor_rollout_ref.rollout.top_k=-1 \\
+    actor_rollout_ref.rollout.val_kwargs.do_sample=False \\
+    +algorithm.rollout_correction.rollout_is=token \\
+    algorithm.rollout_correction.rollout_is_threshold=0.5_5.0 \\
+    trainer.logger='["console","wandb"]' \\
+    trainer.project_name=gsm8k \\
+    trainer.save_freq=-1 \\
+    trainer.test_freq=5 \\
+    trainer.total_epochs=15 \\
+    trainer.default_local_dir=$CKPT $@   # a comment
+"""
+
+
+def test_the_scripts_overrides_with_its_variables():
+    flags, unresolved = overrides_of(SCRIPT)
+    assert flags[A + "optim.lr"] == "2e-6" and flags["actor_rollout_ref.rollout.name"] == "vllm"
+    assert flags["actor_rollout_ref.rollout.n"] == "5" and flags["trainer.logger"] == '["console","wandb"]'
+    assert flags["algorithm.rollout_correction.rollout_is"] == "token"  # "+key" is the key
+    assert flags["trainer.default_local_dir"] == "$CKPT" and unresolved == ["CKPT"]
+    assert len(flags) == 27
+
+
+def test_translation_values_and_verl_defaults():
+    t = translate(overrides_of(SCRIPT)[0])
+    got = {k: v for k, (v, _) in t.settings.items()}
+    assert got["algorithm.adv_estimator"] == "dr_grpo"  # grpo without the std division
+    assert got["trainer.prompts_per_step"] == 64 and got["trainer.mini_batches"] == 4 and got["algorithm.n"] == 5
+    assert got["algorithm.kl_coef"] == 0.001 and got["algorithm.kl_estimator"] == "k3"  # verl's default coefficient
+    assert got["trainer.weight_decay"] == 0.01 and got["trainer.lr"] == 2e-6  # verl's AdamW decay, not memrl's 0
+    assert got["algorithm.clip_ratio_low"] == 0.2 and got["algorithm.clip_ratio_high"] == 0.28
+    assert got["lora.enabled"] and got["lora.r"] == 32 and got["lora.alpha"] == 16
+    assert got["sampling.top_k"] == 0 and got["trainer.eval.temperature"] == 0.0 and got["trainer.eval.every"] == 5
+    assert got["engine.kind"] == "vllm" and got["trainer.wandb_project"] == "gsm8k"
+    assert got["algorithm.rollout_correction.rollout_is_threshold"] == "0.5_5.0"
+    assert "algorithm.loss_agg_mode" not in got  # gspo aggregates per sequence whatever verl's loss_agg_mode says
+    assert t.settings["trainer.lr"][1] == f"{A}optim.lr=2e-6"
+    assert t.settings["trainer.weight_decay"][1] == "verl's default"
+    why = t.skipped
+    assert "clip_ratio_low/high" in why[A + "clip_ratio"] and "total_steps" in why["trainer.total_epochs"]
+    assert "sizes these itself" in why[A + "ppo_micro_batch_size_per_gpu"]
+    assert "budgets" in why["data.max_response_length"] and "never" in why["trainer.save_freq"]
+    assert "per sequence" in why[A + "loss_agg_mode"]
+
+
+def test_gae_and_unknown_losses_are_left_out_with_the_reason():
+    t = translate({"algorithm.adv_estimator": "gae", A + "policy_loss.loss_mode": "clip_cov",
+                   "data.train_batch_size": "0"})
+    assert "critic" in t.skipped["algorithm.adv_estimator"] and "clip_cov" in t.skipped[A + "policy_loss.loss_mode"]
+    assert any("refuses 0" in why for why in t.skipped.values())  # a 0 batch: memrl's config refuses it, said so
+    assert "trainer.prompts_per_step" not in t.settings
+
+
+def test_the_cli_writes_a_config_memrl_loads(tmp_path):
+    script = tmp_path / "run.sh"
+    script.write_text(SCRIPT)
+    out = tmp_path / "from_verl.yaml"
+    r = CliRunner().invoke(app, ["config", "from-verl", str(script), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    cfg = load_config(out, [])
+    assert cfg.algorithm.policy_loss == "gspo" and cfg.algorithm.loss_agg_mode == "seq-mean-token-mean"
+    assert cfg.algorithm.adv_estimator == "dr_grpo" and cfg.trainer.mini_batches == 4 and cfg.lora.r == 32
+    assert "# actor_rollout_ref.actor.optim.lr=2e-6" in out.read_text()
+    assert "translated 21 of 27 verl flags" in r.output and "$CKPT" in r.output
+    r = CliRunner().invoke(app, ["config", "from-verl", str(script), "--out", str(out)])
+    assert r.exit_code == 2 and "exists: pass --force" in r.output
+    r = CliRunner().invoke(app, ["config", "from-verl", "-"], input="echo nothing here\n")
+    assert r.exit_code == 2 and "no verl overrides" in r.output
+
+
+VERL = os.environ.get("MEMRL_VERL_REPO")
+
+
+@pytest.mark.skipif(not VERL, reason="set MEMRL_VERL_REPO to a verl checkout to translate its example scripts")
+def test_every_verl_example_script_translates_into_a_config_that_loads(tmp_path):
+    names = subprocess.run(["git", "-C", str(VERL), "ls-tree", "-r", "--name-only", "v0.9.0", "examples"],
+                           capture_output=True, text=True, check=True).stdout.split()
+    scripts = [n for n in names if n.endswith(".sh")]
+    translated = 0
+    for name in scripts:
+        text = subprocess.run(["git", "-C", str(VERL), "show", f"v0.9.0:{name}"], capture_output=True, text=True,
+                              check=True).stdout
+        flags, _ = overrides_of(text)
+        if not any(k.startswith(("actor_rollout_ref.", "algorithm.")) for k in flags):
+            continue  # SFT scripts, config-file launches
+        out = tmp_path / f"{translated}.yaml"
+        r = CliRunner().invoke(app, ["config", "from-verl", "-", "--out", str(out)], input=text)
+        assert r.exit_code == 0, (name, r.output[-500:])
+        load_config(out, [])
+        translated += 1
+    assert translated > 80
