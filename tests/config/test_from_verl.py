@@ -80,6 +80,16 @@ def test_translation_values_and_verl_defaults():
     assert "per sequence" in why[A + "loss_agg_mode"]
 
 
+def test_verl_agents_gigpo_settings():
+    t = translate({"algorithm.adv_estimator": "gigpo", "algorithm.gamma": "0.95",
+                   "algorithm.gigpo.step_advantage_w": "1.0", "algorithm.gigpo.mode": "mean_norm",
+                   "algorithm.gigpo.enable_similarity": "True", "env.max_steps": "50"})
+    got = {k: v for k, (v, _) in t.settings.items()}
+    assert (got["algorithm.adv_estimator"], got["algorithm.gamma"], got["algorithm.step_weight"],
+            got["algorithm.turn_norm"]) == ("gigpo", 0.95, 1.0, "mean")
+    assert "similarity" in t.skipped["algorithm.gigpo.enable_similarity"] and "workflow" in t.skipped["env.max_steps"]
+
+
 def test_gae_and_unknown_losses_are_left_out_with_the_reason():
     t = translate({"algorithm.adv_estimator": "gae", A + "policy_loss.loss_mode": "clip_cov",
                    "data.train_batch_size": "0"})

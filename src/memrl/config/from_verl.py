@@ -176,7 +176,7 @@ def translate(flags: dict[str, str]) -> Translation:
         elif value is not None:  # -1 / 0 meaning "never" / "no limit" in verl: memrl needs a number
             out.skipped[verl_key] = f"{value!r} (never / no limit in verl): set {key} to a number yourself"
     for rule in (_batches, _kl, _estimator, _policy_loss, _schedule, _lora, _eval_every, _engine, _grad_clip,
-                 _wandb):
+                 _wandb, _gigpo):
         try:
             rule(get, out, given, source)
         except (TypeError, ValueError, ZeroDivisionError) as err:
@@ -323,6 +323,26 @@ def _wandb(get: Any, out: Translation, given: dict[str, Any], source: Any) -> No
         out.set("trainer.wandb_project", str(given["trainer.project_name"]), source("trainer.project_name"))
 
 
+def _gigpo(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    """verl-agent's GiGPO settings (``algorithm.gigpo.*``), when the script sets them."""
+    if "algorithm.gigpo.step_advantage_w" in given:
+        out.used.add("algorithm.gigpo.step_advantage_w")
+        out.set("algorithm.step_weight", float(given["algorithm.gigpo.step_advantage_w"]),
+                source("algorithm.gigpo.step_advantage_w"))
+    mode = given.get("algorithm.gigpo.mode")
+    if mode is not None:
+        out.used.add("algorithm.gigpo.mode")
+        norms = {"mean_std_norm": "mean_std", "mean_norm": "mean"}
+        if mode in norms:
+            out.set("algorithm.turn_norm", norms[mode], source("algorithm.gigpo.mode"))
+        else:
+            out.skipped["algorithm.gigpo.mode"] = f"{mode!r}: memrl normalises by mean_std_norm or mean_norm"
+    if given.get("algorithm.gigpo.enable_similarity"):
+        out.used.add("algorithm.gigpo.enable_similarity")
+        out.skipped["algorithm.gigpo.enable_similarity"] = ("anchors matched by text similarity: memrl groups equal "
+                                                            "ep.generate(state=) keys only")
+
+
 def why_skipped(key: str, value: Any = None) -> str:
     """Why a verl flag has no memrl setting here."""
     if key == "algorithm.use_kl_in_reward":
@@ -330,6 +350,8 @@ def why_skipped(key: str, value: Any = None) -> str:
                 "memrl puts the KL in the loss only (algorithm.kl_coef), not in the reward")
     if key.startswith("algorithm.kl_ctrl."):
         return "verl's KL in the reward; memrl's KL is a loss term (algorithm.kl_coef, from use_kl_loss)"
+    if key.endswith(("use_invalid_action_penalty", "invalid_action_penalty_coef")):
+        return "verl-agent's penalty for an unparsable action: a workflow's reward gives it (ep.turn_reward)"
     if key.startswith("distillation."):
         return "verl's distillation differs from memrl's on-policy distillation (teacher.*: reverse KL as advantage)"
     if key == "trainer.project_name":
