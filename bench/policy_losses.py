@@ -1,0 +1,101 @@
+"""Do GSPO and CISPO (``algorithm.policy_loss``) learn the needle demo as PPO's surrogate does?
+
+For each seed, the demo's own data and warm start (``memrl demo --seed S --out WORK/needle_seedS``, reused
+when they exist), then the demo's RL stage with each policy loss in its own folder (``rl_loss_<name>``),
+everything else as the demo has it (40 steps, 8 prompts x 8 episodes, Adam at the demo's learning rate).
+Prints held-out accuracy before -> after (the demo's measure: 64 held-out documents ~3x longer than any
+training one, greedy) per run, and the min / median lift per loss. A finished run is read back, not rerun.
+
+The clip range is the demo's (0.2); on-policy (one update per batch) the ratio is 1 at the update, so the
+clip never binds here and the losses differ by their gradient's weighting (per sequence for GSPO,
+stop-gradient ratio for CISPO).
+
+    python bench/policy_losses.py --seeds 0 1 2 --losses vanilla gspo cispo
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+
+def run_one(work: Path, seed: int, loss: str) -> dict[str, Any]:
+    from rich.console import Console
+
+    from memrl.config import MemRLConfig
+    from memrl.models.resolve import load_model
+    from memrl.train.trainer import Trainer
+    from memrl_demo.run import accuracy, deterministic, rl_config, run_demo, warm_start
+
+    out = work / f"needle_seed{seed}"
+    done = out / f"summary_loss_{loss}.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    console = Console(stderr=True, width=160)
+    if not (out / "summary.json").is_file():  # the demo itself (vanilla PPO): its data, warm start and GRPO run
+        run_demo(out, seed=seed, console=console)
+    if loss == "vanilla":  # the demo's own RL stage is this run
+        demo = json.loads((out / "summary.json").read_text())
+        return {"seed": seed, "loss": loss, "loss_agg_mode": "token-mean", **{k: demo[k] for k in
+                ("heldout_before", "heldout_after", "lift")}}
+    with deterministic(seed):
+        sft_dir, tok, paths, held = warm_start(out, seed, console)
+        before = asyncio.run(accuracy(load_model(str(sft_dir), device="cpu"), tok, held))
+        raw = rl_config(out, sft_dir, paths, 40, seed, _scale(), None).model_dump(mode="json")
+        raw["algorithm"]["policy_loss"] = loss
+        raw["algorithm"].pop("loss_agg_mode")  # the demo's token-mean, or the loss's own (GSPO: per sequence)
+        raw["trainer"]["output_dir"] = str(out / f"rl_loss_{loss}")
+        cfg = MemRLConfig.model_validate(raw)
+        trainer = Trainer(cfg, tracker_console=console)
+        trainer.run()
+        after = asyncio.run(accuracy(trainer.policy, tok, held))
+    summary = {"seed": seed, "loss": loss, "loss_agg_mode": cfg.algorithm.loss_agg_mode,
+               "heldout_before": before, "heldout_after": after, "lift": after - before}
+    done.write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def curve(run: Path) -> tuple[str, float]:
+    """The trainer's held-out evals (every 10 steps, 32 documents) and the mean training reward of steps 1-20."""
+    from memrl.io.metrics import read_metrics
+
+    rows = read_metrics(run)
+    evals = " / ".join(f"{r['eval/accuracy']:.0f}" for r in rows if r["step"] in (10, 20, 30, 40) and
+                       "eval/accuracy" in r)
+    early = [r["reward"] for r in rows if 1 <= r["step"] <= 20 and "reward" in r]
+    return evals, statistics.fmean(early)
+
+
+def _scale() -> Any:
+    from memrl_demo.run import DemoScale
+
+    return DemoScale()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--losses", nargs="+", default=["vanilla", "gspo", "cispo"])
+    ap.add_argument("--work", type=Path, default=Path("runs/policy_losses"))
+    args = ap.parse_args()
+    rows = [run_one(args.work, s, loss) for s in args.seeds for loss in args.losses]
+    print("| seed | policy_loss | aggregation | held-out before -> after | lift | trainer's eval at steps 10/20/30/40 "
+          "| mean training reward, steps 1-20 |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        evals, early = curve(args.work / f"needle_seed{r['seed']}" / ("rl" if r["loss"] == "vanilla"
+                                                                        else f"rl_loss_{r['loss']}"))
+        print(f"| {r['seed']} | {r['loss']} | {r['loss_agg_mode']} | {r['heldout_before']:.1f}% -> "
+              f"{r['heldout_after']:.1f}% | {r['lift']:+.1f} | {evals} | {early:.3f} |")
+    for loss in args.losses:
+        lifts = [r["lift"] for r in rows if r["loss"] == loss]
+        print(f"{loss}: lift min {min(lifts):+.1f} / median {statistics.median(lifts):+.1f} over seeds "
+              f"{' '.join(str(s) for s in args.seeds)}")
+
+
+if __name__ == "__main__":
+    main()
