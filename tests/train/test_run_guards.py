@@ -91,7 +91,8 @@ def test_missing_tracking_extra_fails_before_the_model_loads(tmp_path, monkeypat
 
 def test_impossible_settings_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="clip_ratio_low"):
-        load_config(None, ["algorithm.clip_ratio_low=5"])
+        load_config(None, ["algorithm.clip_ratio_low=-0.1"])
+    assert load_config(None, ["algorithm.clip_ratio_low=10"]).algorithm.clip_ratio_low == 10  # no lower clip (CISPO)
     with pytest.raises(ConfigError, match=r"trainer.mini_batches=9 .* 8 rows"):  # 2 prompts x n=4
         Trainer(config(tmp_path, trainer__mini_batches=9))
     assert not (tmp_path / "run").exists()
