@@ -44,3 +44,14 @@ def read_metrics(run_dir: Path, warn: Callable[[str], None] | None = None) -> li
     if not path.is_file():
         raise FileNotFoundError(f"no metrics.jsonl in {run_dir}")
     return read_rows(path, warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr)))
+
+
+def numeric_keys(rows: list[dict[str, Any]]) -> list[str]:
+    """Every key with a number (not a boolean) in some row, ``step`` aside, in first-seen order: what can be
+    drawn as a curve (``memrl plot``, ``memrl view``)."""
+    seen: dict[str, None] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                seen.setdefault(key, None)
+    return list(seen)

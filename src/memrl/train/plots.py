@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.io.labels import folder_labels
-from memrl.io.metrics import read_metrics
+from memrl.io.metrics import numeric_keys, read_metrics
 
 DEFAULT_KEYS = ("reward", "eval/accuracy", "response_tokens", "kl", "entropy", "grad_norm")
 COLUMNS = 3  # panels per row
@@ -26,16 +26,6 @@ class Series:
 
     steps: list[int]
     values: list[float]
-
-
-def numeric_keys(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Every key with a number in some row (not ``step``), in first-seen order."""
-    seen: dict[str, None] = {}
-    for row in rows:
-        for k, v in row.items():
-            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                seen.setdefault(k, None)
-    return list(seen)
 
 
 def series(rows: Sequence[dict[str, Any]], key: str) -> Series:

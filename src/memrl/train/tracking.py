@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from memrl.io.atomic import atomic_write
-from memrl.io.metrics import read_metrics, read_rows
+from memrl.io.metrics import numeric_keys, read_metrics, read_rows
 
 CONSOLE_KEYS = [("reward", "reward", "{:.3f}"), ("acc", "eval/accuracy", "{:.1f}"), ("conv", "num_conversations", "{:.1f}"),
                 ("turns", "turns", "{:.1f}"), ("tool-valid", "tool_call_validity", "{:.2f}"),
@@ -113,7 +113,7 @@ class Tracker:
 def plot_run(run_dir: Path, out: Path | None = None, keys: tuple[str, ...] | None = None) -> Path:
     """PNG with one panel per metric over training steps: ``keys`` that the run has (default: the usual
     curves), as the demos draw theirs."""
-    from memrl.train.plots import numeric_keys, plot_runs
+    from memrl.train.plots import plot_runs
 
     present = None
     if keys is not None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from memrl.io.metrics import read_metrics
+from memrl.io.metrics import numeric_keys, read_metrics
 from memrl.view.episodes import (anchor_counts, conversation_spans, eval_episode, run_episode,  # noqa: F401
                                   token_strings, transcript_conversations)
 from memrl.view.grading import folder_grader, grader_view
@@ -53,13 +53,9 @@ def more_panels(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     not know. They are shown one key per panel (their scales differ by orders of magnitude), grouped by the
     prefix before ``/`` and then by name, so ``rollout_corr/*`` sit together.
     """
-    drawn = {k for _, keys in CURVE_PANELS for k in keys} | {"step"}
-    seen: dict[str, None] = {}
-    for row in rows:
-        for key, value in row.items():
-            if key not in drawn and isinstance(value, (int, float)) and not isinstance(value, bool):
-                seen.setdefault(key, None)
-    keys = sorted(seen, key=lambda k: (k.split("/")[0] if "/" in k else "", k))
+    drawn = {k for _, keys in CURVE_PANELS for k in keys}
+    keys = sorted((k for k in numeric_keys(rows) if k not in drawn),
+                  key=lambda k: (k.split("/")[0] if "/" in k else "", k))
     return [(k, [k]) for k in keys[:MORE_LIMIT]]
 
 
