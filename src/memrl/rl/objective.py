@@ -5,7 +5,8 @@ gradient steps, reductions over ranks) stays in :mod:`memrl.train.update`; this 
 so a new loss is tested on hand-made tensors without a model or an optimizer.
 
 The loss is the registered ``algorithm.off_policy`` correction's policy-gradient loss (``none``:
-verl's clipped PPO surrogate, or the ``algorithm.policy_loss`` that replaces it: GSPO, CISPO), minus ``entropy_coef`` times the aggregated entropy, plus
+verl's clipped PPO surrogate, or the ``algorithm.policy_loss`` that replaces it: GSPO, CISPO...), minus
+``entropy_coef`` times the aggregated entropy, plus
 ``kl_coef`` times the aggregated KL to the reference (``kl_estimator``); every term is aggregated
 with ``loss_agg_mode``.
 """

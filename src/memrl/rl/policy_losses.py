@@ -26,7 +26,7 @@ import torch
 from memrl.config.registry import POLICY_LOSSES
 from memrl.rl.functional import masked_mean
 from memrl.rl.losses import agg_loss
-from memrl.rl.offpolicy import clipped_token_losses
+from memrl.rl.rollout_loss import weighted_policy_loss
 
 # (loss, clipfrac, ppo_kl, clipfrac_lower), as memrl.rl.losses.compute_policy_loss returns them
 LossOut = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -68,13 +68,12 @@ def vanilla_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages:
                  weights: torch.Tensor | None = None) -> LossOut:
     """Token-level PPO clip with clip-higher and the dual clip (verl's default).
 
-    Each token's loss is multiplied by its weight; the same steps as :func:`memrl.rl.losses.compute_policy_loss`."""
-    losses, stats = clipped_token_losses(log_prob - old_log_prob, advantages, response_mask, cliprange_low,
-                                         cliprange_high, clip_ratio_c)
-    if weights is not None:
-        losses = losses * weights
-    return (agg_loss(losses, response_mask, loss_agg_mode, norm_length), stats["clipfrac"], stats["ppo_kl"],
-            stats["clipfrac_lower"])
+    The rollout correction's weighted PPO (:func:`memrl.rl.rollout_loss.weighted_policy_loss`): each token's
+    loss times its weight, otherwise the steps of :func:`memrl.rl.losses.compute_policy_loss`."""
+    loss, stats = weighted_policy_loss(log_prob, old_log_prob, advantages, response_mask, weights,
+                                       cliprange_low=cliprange_low, cliprange_high=cliprange_high,
+                                       clip_ratio_c=clip_ratio_c, loss_agg_mode=loss_agg_mode, norm_length=norm_length)
+    return loss, stats["clipfrac"], stats["ppo_kl"], stats["clipfrac_lower"]
 
 
 @register_policy_loss("gspo", aggregation="seq-mean-token-mean")
