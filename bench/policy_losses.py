@@ -1,4 +1,4 @@
-"""Do GSPO and CISPO (``algorithm.policy_loss``) learn the needle demo as PPO's surrogate does?
+"""Do verl's other policy losses (``algorithm.policy_loss``) learn the needle demo as PPO's surrogate does?
 
 For each seed, the demo's own data and warm start (``memrl demo --seed S --out WORK/needle_seedS``, reused
 when they exist), then the demo's RL stage with each policy loss in its own folder (``rl_loss_<name>``),
@@ -8,9 +8,11 @@ training one, greedy) per run, and the min / median lift per loss. A finished ru
 
 The clip range is the demo's (0.2); on-policy (one update per batch) the ratio is 1 at the update, so the
 clip never binds here and the losses differ by their gradient's weighting (per sequence for GSPO,
-stop-gradient ratio for CISPO).
+stop-gradient ratio for CISPO). Settings a loss needs are those of verl's recipes (``SETTINGS``: DPPO's
+thresholds; DRO's beta, which has no default).
 
     python bench/policy_losses.py --seeds 0 1 2 --losses vanilla gspo cispo
+    python bench/policy_losses.py --seeds 0 1 2 --losses dppo_tv dppo_kl dro clip_cov kl_cov
 """
 
 from __future__ import annotations
@@ -21,6 +23,15 @@ import json
 import statistics
 from pathlib import Path
 from typing import Any
+
+
+# algorithm settings per loss: verl's DPPO recipe (examples/dppo_trainer) clips at 0.15 (TV) / 0.05 (KL);
+# DRO's beta has no default in verl (1.0: the penalty's curvature equals a unit advantage's slope at log r = 1)
+SETTINGS: dict[str, dict[str, float]] = {
+    "dppo_tv": {"clip_ratio_low": 0.15, "clip_ratio_high": 0.15},
+    "dppo_kl": {"clip_ratio_low": 0.05, "clip_ratio_high": 0.05},
+    "dro": {"dro_beta": 1.0},
+}
 
 
 def run_one(work: Path, seed: int, loss: str) -> dict[str, Any]:
@@ -46,14 +57,15 @@ def run_one(work: Path, seed: int, loss: str) -> dict[str, Any]:
         sft_dir, tok, paths, held = warm_start(out, seed, console)
         before = asyncio.run(accuracy(load_model(str(sft_dir), device="cpu"), tok, held))
         raw = rl_config(out, sft_dir, paths, 40, seed, _scale(), None).model_dump(mode="json")
-        raw["algorithm"]["policy_loss"] = loss
+        raw["algorithm"].update(policy_loss=loss, **SETTINGS.get(loss, {}))
         raw["algorithm"].pop("loss_agg_mode")  # the demo's token-mean, or the loss's own (GSPO: per sequence)
         raw["trainer"]["output_dir"] = str(out / f"rl_loss_{loss}")
         cfg = MemRLConfig.model_validate(raw)
         trainer = Trainer(cfg, tracker_console=console)
         trainer.run()
         after = asyncio.run(accuracy(trainer.policy, tok, held))
-    summary = {"seed": seed, "loss": loss, "loss_agg_mode": cfg.algorithm.loss_agg_mode,
+    summary = {"seed": seed, "loss": loss, "settings": SETTINGS.get(loss, {}),
+               "loss_agg_mode": cfg.algorithm.loss_agg_mode,
                "heldout_before": before, "heldout_after": after, "lift": after - before}
     done.write_text(json.dumps(summary, indent=2))
     return summary
@@ -89,7 +101,8 @@ def main() -> None:
     for r in rows:
         evals, early = curve(args.work / f"needle_seed{r['seed']}" / ("rl" if r["loss"] == "vanilla"
                                                                         else f"rl_loss_{r['loss']}"))
-        print(f"| {r['seed']} | {r['loss']} | {r['loss_agg_mode']} | {r['heldout_before']:.1f}% -> "
+        given = ", ".join(f"{k}={v}" for k, v in SETTINGS.get(r["loss"], {}).items())
+        print(f"| {r['seed']} | {r['loss']}{f' ({given})' if given else ''} | {r['loss_agg_mode']} | {r['heldout_before']:.1f}% -> "
               f"{r['heldout_after']:.1f}% | {r['lift']:+.1f} | {evals} | {early:.3f} |")
     for loss in args.losses:
         lifts = [r["lift"] for r in rows if r["loss"] == loss]

@@ -91,11 +91,26 @@ def test_verl_agents_gigpo_settings():
 
 
 def test_gae_and_unknown_losses_are_left_out_with_the_reason():
-    t = translate({"algorithm.adv_estimator": "gae", A + "policy_loss.loss_mode": "clip_cov",
+    t = translate({"algorithm.adv_estimator": "gae", A + "policy_loss.loss_mode": "bypass_mode",
                    "data.train_batch_size": "0"})
-    assert "critic" in t.skipped["algorithm.adv_estimator"] and "clip_cov" in t.skipped[A + "policy_loss.loss_mode"]
+    assert "critic" in t.skipped["algorithm.adv_estimator"]
+    assert "bypass_mode" in t.skipped[A + "policy_loss.loss_mode"]
     assert any("refuses 0" in why for why in t.skipped.values())  # a 0 batch: memrl's config refuses it, said so
     assert "trainer.prompts_per_step" not in t.settings
+
+
+def test_a_losss_own_settings_go_with_it_and_only_with_it():
+    t = translate({A + "policy_loss.loss_mode": "kl_cov", A + "policy_loss.kl_cov_ratio": "0.002",
+                   A + "policy_loss.dro_beta": "0.3", A + "tau_pos": "2"})
+    got = {k: v for k, (v, _) in t.settings.items()}
+    assert got["algorithm.policy_loss"] == "kl_cov" and got["algorithm.kl_cov_ratio"] == 0.002
+    assert "algorithm.dro_beta" not in got and "sapo_tau_pos" not in str(got)
+    assert "another policy loss" in t.skipped[A + "policy_loss.dro_beta"] and A + "tau_pos" in t.skipped
+    cfg = load_config(None, [f"{k}={v}" for k, v in got.items() if k.startswith("algorithm.")])
+    assert cfg.algorithm.kl_cov_ratio == 0.002 and cfg.algorithm.kl_cov_coef == 0.1  # verl's ppo_kl_coef default
+    dro = {k: v for k, (v, _) in translate({A + "policy_loss.loss_mode": "dro",
+                                            A + "policy_loss.dro_beta": "0.3"}).settings.items()}
+    assert dro["algorithm.dro_beta"] == 0.3
 
 
 def test_the_cli_writes_a_config_memrl_loads(tmp_path):

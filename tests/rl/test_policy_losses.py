@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
 import types
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +13,7 @@ from memrl.config import ConfigError, load_config
 from memrl.rl.losses import agg_loss, compute_policy_loss
 from memrl.rl.policy_losses import (cispo_loss, geo_mean_loss, gpg_loss, gspo_loss, policy_loss, sapo_loss,
                                     vanilla_loss)
+from tests.rl.verl_policy_losses import ActorConfig
 
 CLIP = dict(cliprange_low=0.2, cliprange_high=0.28, clip_ratio_c=3.0)
 
@@ -130,45 +129,12 @@ SEQUENCE_LEVEL = ("gspo", "sapo", "geo_mean")
 TAUS = (1.0, 1.05)  # verl's defaults; memrl's sapo_tau_pos / sapo_tau_neg
 
 
-def _verl_source(rel: str) -> str:
-    path = Path(str(VERL)) / rel
-    if path.is_file():
-        return path.read_text(encoding="utf-8")
-    return subprocess.run(["git", "-C", str(VERL), "show", f"v0.9.0:{rel}"], capture_output=True, text=True,
-                          check=True).stdout
-
-
-def _chunk(code: str, start: str) -> str:
-    """The top-level block of ``code`` beginning at ``start``, up to the next top-level decorator or def."""
-    i = code.index(start)
-    body = code.index("def ", i) + 4  # past the block's own def (after its decorator, if any)
-    ends = [j for j in (code.find("\n@", body), code.find("\ndef ", body)) if j != -1]
-    return code[i:min(ends)]
-
-
 @pytest.fixture(scope="module")
 def verl_losses() -> types.SimpleNamespace:
-    """verl's agg_loss, compute_policy_loss_gspo and _cispo, run from its source with their imports stubbed."""
-    tf = _verl_source("verl/utils/torch_functional.py")
-    core = _verl_source("verl/trainer/ppo/core_algos.py")
-    verl_f = types.SimpleNamespace()
-    ns_f: dict = {"torch": torch}
-    exec(tf[tf.index("def masked_sum"):tf.index("def masked_var")], ns_f)
-    verl_f.masked_sum, verl_f.masked_mean = ns_f["masked_sum"], ns_f["masked_mean"]
+    """verl's agg_loss and compute_policy_loss_<name> for each of NAMES, run from its source."""
+    from tests.rl.verl_policy_losses import load_verl_losses
 
-    class ActorConfig:
-        def __init__(self, low: float, high: float) -> None:
-            self.clip_ratio, self.clip_ratio_low, self.clip_ratio_high = 0.2, low, high
-            self.tau_pos, self.tau_neg = TAUS
-            self.global_batch_info: dict = {}
-
-    from typing import Any, Optional
-    ns: dict = {"torch": torch, "verl_F": verl_f, "Optional": Optional, "Any": Any, "DictConfig": dict,
-                "ActorConfig": ActorConfig, "register_policy_loss": lambda name: (lambda fn: fn)}
-    ns["AlgoConfig"] = type("AlgoConfig", (), {})
-    for start in ("def agg_loss(", *(f'@register_policy_loss("{n}")' for n in NAMES)):
-        exec(_chunk(core, start), ns)
-    return types.SimpleNamespace(config=ActorConfig, **{n: ns[f"compute_policy_loss_{n}"] for n in NAMES})
+    return load_verl_losses(str(VERL), NAMES)
 
 
 @pytest.mark.skipif(not VERL, reason="set MEMRL_VERL_REPO to a verl checkout to compare with verl's own losses")
@@ -188,7 +154,7 @@ def test_equal_to_verl(verl_losses: types.SimpleNamespace, name: str, weighted: 
         new_v, new_m = new0.clone().requires_grad_(), new0.clone().requires_grad_()
         agg = "seq-mean-token-mean" if name in SEQUENCE_LEVEL else "token-mean"
         v_loss, v_metrics = getattr(verl_losses, name)(old, new_v, adv, mask, loss_agg_mode=agg,
-                                                       config=verl_losses.config(*clip), rollout_is_weights=w)
+                                                       config=ActorConfig(*clip), rollout_is_weights=w)
         chosen = policy_loss(name)
         options = dict(zip(chosen.options, TAUS))
         loss, clipfrac, ppo_kl, lower = chosen(old, new_m, adv, mask, cliprange_low=clip[0],

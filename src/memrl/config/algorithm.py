@@ -12,6 +12,10 @@ from memrl.config.registry import (ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATI
 from memrl.config.section import Section
 
 TisLevel = Literal["token", "sequence"]  # memrl.rl.offpolicy reads the same list
+# The fields below that only some policy losses read (their ``options``; tests/rl/test_policy_losses.py keeps the
+# two lists equal): set with another loss, they are refused.
+LOSS_OPTION_FIELDS = ("sapo_tau_pos", "sapo_tau_neg", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
+                      "kl_cov_coef", "dro_beta")
 
 
 class AlgorithmConfig(Section):
@@ -52,12 +56,23 @@ class AlgorithmConfig(Section):
         "vanilla", description="The policy-gradient loss, verl's policy_loss.loss_mode: vanilla (token-level PPO "
         "clip), gspo (one clipped ratio per sequence; verl's GSPO recipe clips at 3e-4/4e-4), cispo (clipped, "
         "stop-gradient ratio times A log pi), sapo (a smooth gate instead of the clip), geo_mean (GMPO: geometric "
-        "mean of the clipped token ratios), gpg (REINFORCE); gspo, sapo and geo_mean aggregate per sequence, so "
-        "loss_agg_mode becomes seq-mean-token-mean. Or a name registered with memrl.rl.register_policy_loss, or "
-        "an import path.")
+        "mean of the clipped token ratios), gpg (REINFORCE), dppo_tv / dppo_kl (drop tokens whose probability "
+        "moved more than clip_ratio_low/high in total variation / binary KL), dro (log-ratio penalty dro_beta), "
+        "clip_cov / kl_cov (restrain the tokens with the largest log-prob/advantage covariance); gspo, sapo and "
+        "geo_mean aggregate per sequence, so loss_agg_mode becomes seq-mean-token-mean. Or a name registered with "
+        "memrl.rl.register_policy_loss, or an import path.")
     sapo_tau_pos: float = Field(1.0, gt=0, description="sapo: gate temperature where the advantage is positive "
                                 "(verl's tau_pos).")
     sapo_tau_neg: float = Field(1.05, gt=0, description="sapo: gate temperature where it is not (verl's tau_neg).")
+    clip_cov_ratio: float = Field(0.0002, gt=0, le=1, description="clip_cov: share of trained tokens whose "
+                                  "gradient is dropped (at least one).")
+    clip_cov_lb: float = Field(1.0, description="clip_cov: only tokens with covariance above this are dropped.")
+    clip_cov_ub: float = Field(5.0, description="clip_cov: ... and below this.")
+    kl_cov_ratio: float = Field(0.0002, gt=0, le=1, description="kl_cov: share of trained tokens (the largest "
+                                "covariance, at least one) given the |log ratio| penalty.")
+    kl_cov_coef: float = Field(0.1, ge=0, description="kl_cov: weight of that penalty (verl's ppo_kl_coef).")
+    dro_beta: float | None = Field(None, gt=0, description="dro: weight of the quadratic log-ratio penalty; "
+                                   "required with policy_loss=dro (no default, as in verl).")
     off_policy: registered(OFF_POLICY) = Field(
         "none", description="Policy loss and its correction for samples the engine drew under other weights: a "
         "registered name (memrl.rl.register_off_policy) or an import path.")
@@ -95,12 +110,15 @@ class AlgorithmConfig(Section):
         """Another policy loss replaces vanilla PPO where verl's would (off_policy none, the rollout correction's
         weighted mode); a loss with its own aggregation sets loss_agg_mode, and refuses a contradicting one."""
         if not self.replaces_ppo:
+            if self._changed(LOSS_OPTION_FIELDS):  # (the registry imports torch: only if needed)
+                self._policy_loss_options()
             return self
         if self.off_policy != "none" or self.rollout_correction.bypass_mode:
             where = "rollout_correction.bypass_mode" if self.rollout_correction.bypass_mode else \
                 f"off_policy={self.off_policy!r}"
             raise ValueError(f"policy_loss={self.policy_loss!r} cannot be combined with {where}, which brings its "
                              "own loss; use off_policy=none (rollout_correction without bypass_mode weights it)")
+        self._policy_loss_options()
         forced = getattr(POLICY_LOSSES.get(self.policy_loss), "aggregation", None)
         if forced and self.loss_agg_mode != forced:
             if "loss_agg_mode" in self.model_fields_set:
@@ -109,6 +127,25 @@ class AlgorithmConfig(Section):
                                  f"or set it to {forced}")
             self.__dict__["loss_agg_mode"] = forced  # so entropy, KL and micro-batch weights aggregate alike
         return self
+
+    def _policy_loss_options(self) -> None:
+        """An option of another loss set to another value than its default would silently do nothing; a required
+        one left unset would fail at the first update, after the first rollout."""
+        chosen = POLICY_LOSSES.get(self.policy_loss)
+        reads = set(getattr(chosen, "options", ()))
+        for name in self._changed(tuple(self.model_fields_set - reads)):
+            readers = [n for n in POLICY_LOSSES.names if name in getattr(POLICY_LOSSES.get(n), "options", ())]
+            if readers:
+                raise ValueError(f"{name} is read by policy_loss={' or '.join(readers)} only (policy_loss is "
+                                 f"{self.policy_loss!r})")
+        for name in getattr(chosen, "required", ()):
+            if getattr(self, name) is None:
+                raise ValueError(f"policy_loss={self.policy_loss!r} needs {name} (no default, as in verl)")
+
+    def _changed(self, names: tuple[str, ...]) -> list[str]:
+        """Those of ``names`` given with another value than the default (a saved config repeats every default)."""
+        fields = type(self).model_fields
+        return sorted(n for n in names if n in self.model_fields_set and getattr(self, n) != fields[n].default)
 
 
 def _options_of(off_policy: str) -> tuple[str, ...]:

@@ -51,6 +51,11 @@ BOOKKEEPING = ("logger", "experiment_name", "val_before_train", "resume_mode", "
                "truncation", "prompt_key", "shuffle", "seed")
 ADV_ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce_plus_plus": "reinforce_plus_plus",
                   "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline", "gigpo": "gigpo"}
+# verl flags of one policy loss -> memrl's algorithm field (written only for the loss the script picks)
+LOSS_OPTIONS = {A + "tau_pos": "sapo_tau_pos", A + "tau_neg": "sapo_tau_neg",
+                **{A + f"policy_loss.{k}": k for k in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
+                                                       "dro_beta")},
+                A + "policy_loss.ppo_kl_coef": "kl_cov_coef"}
 RC_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs", "rollout_rs_threshold",
            "bypass_mode", "loss_type")
 
@@ -71,8 +76,7 @@ SIMPLE: list[tuple[str, str, Callable[[Any], Any]]] = [  # (verl key, memrl key,
     (R + "n", "algorithm.n", int), (A + "ppo_epochs", "algorithm.ppo_epochs", int),
     (A + "clip_ratio_low", "algorithm.clip_ratio_low", float), (A + "clip_ratio_high", "algorithm.clip_ratio_high", float),
     (A + "clip_ratio_c", "algorithm.clip_ratio_c", float), (A + "entropy_coeff", "algorithm.entropy_coef", float),
-    (A + "kl_loss_type", "algorithm.kl_estimator", str), (A + "tau_pos", "algorithm.sapo_tau_pos", float),
-    (A + "tau_neg", "algorithm.sapo_tau_neg", float), (A + "optim.lr", "trainer.lr", float),
+    (A + "kl_loss_type", "algorithm.kl_estimator", str), (A + "optim.lr", "trainer.lr", float),
     (A + "optim.weight_decay", "trainer.weight_decay", float), ("algorithm.gamma", "algorithm.gamma", float),
     (R + "temperature", "sampling.temperature", float), (R + "top_p", "sampling.top_p", float),
     (R + "top_k", "sampling.top_k", lambda v: max(int(v), 0)),
@@ -198,6 +202,13 @@ def _policy_loss(get: Any, out: Translation, given: dict[str, Any], source: Any)
         out.skipped[A + "policy_loss.loss_mode"] = f"{mode!r} is not one of memrl's: {', '.join(POLICY_LOSSES.names)}"
         return
     out.set("algorithm.policy_loss", mode, source(A + "policy_loss.loss_mode"))
+    reads = POLICY_LOSSES.get(mode).options
+    for verl_key, key in LOSS_OPTIONS.items():
+        out.used.add(verl_key)
+        if key in reads and get(verl_key) is not None:
+            out.set(f"algorithm.{key}", float(get(verl_key)), source(verl_key))
+        elif verl_key in given:
+            out.skipped[verl_key] = f"read only by another policy loss (this script's is {mode})"
     forced = POLICY_LOSSES.get(mode).aggregation
     agg = get(A + "loss_agg_mode")
     if forced is None:

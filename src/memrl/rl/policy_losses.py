@@ -1,4 +1,5 @@
-"""Policy-gradient losses selectable by ``algorithm.policy_loss``: verl's vanilla, gspo, cispo, sapo, geo_mean, gpg.
+"""Policy-gradient losses selectable by ``algorithm.policy_loss``: verl's vanilla, gspo, cispo, sapo, geo_mean, gpg;
+dppo_tv, dppo_kl and dro in :mod:`memrl.rl.divergence_losses`, clip_cov and kl_cov in :mod:`memrl.rl.covariance_losses`.
 
 Why a choice: the token-level PPO surrogate (``vanilla``) is what GRPO papers use, but two successors are now common
 in verl recipes. GSPO (Qwen, arXiv 2507.18671) clips one importance ratio per *sequence*, the geometric mean of its
@@ -18,47 +19,14 @@ verl and GMPO a mean over rows, whatever ``loss_agg_mode`` says; memrl makes the
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import torch
 
 from memrl.config.registry import POLICY_LOSSES
+from memrl.rl import covariance_losses, divergence_losses  # noqa: F401 (the other built-ins, registered on import)
 from memrl.rl.functional import masked_mean
 from memrl.rl.losses import agg_loss
+from memrl.rl.policy_loss_base import LossOut, PolicyLoss, policy_loss, register_policy_loss  # noqa: F401
 from memrl.rl.rollout_loss import weighted_policy_loss
-
-# (loss, clipfrac, ppo_kl, clipfrac_lower), as memrl.rl.losses.compute_policy_loss returns them
-LossOut = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
-
-
-@dataclass(frozen=True)
-class PolicyLoss:
-    """A registered policy loss: ``fn(old_log_prob, log_prob, advantages, response_mask, *, cliprange_low,
-    cliprange_high, clip_ratio_c, loss_agg_mode, norm_length, weights) -> LossOut``; ``aggregation``: the
-    loss_agg_mode it always uses (None: the configured one)."""
-
-    fn: Callable[..., LossOut]
-    aggregation: str | None = None
-    options: tuple[str, ...] = ()  # further ``algorithm`` fields it reads, passed as keywords of the same name
-
-    def __call__(self, *args: torch.Tensor, **kw: object) -> LossOut:
-        return self.fn(*args, **kw)
-
-
-def register_policy_loss(name: str, *, aggregation: str | None = None,
-                         options: tuple[str, ...] = ()) -> Callable[[Callable[..., LossOut]], PolicyLoss]:
-    """Decorator: register a policy loss as ``algorithm.policy_loss=name`` (``options``: the ``algorithm``
-    fields it reads beyond the clip settings)."""
-    def decorate(fn: Callable[..., LossOut]) -> PolicyLoss:
-        return POLICY_LOSSES.register(name, PolicyLoss(fn, aggregation, options))
-    return decorate
-
-
-def policy_loss(name: str) -> PolicyLoss:
-    """The loss ``name`` selects; a plain function given by import path uses the configured aggregation."""
-    obj = POLICY_LOSSES.get(name)
-    return obj if isinstance(obj, PolicyLoss) else PolicyLoss(obj)
 
 
 @register_policy_loss("vanilla")
@@ -190,6 +158,7 @@ def gpg_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: tor
     loss = agg_loss(losses, response_mask, loss_agg_mode, norm_length)
     zero = torch.zeros((), device=loss.device)
     return loss, zero, masked_mean(old_log_prob - log_prob.detach(), response_mask), zero.clone()
+
 
 
 POLICY_LOSS_NAMES: tuple[str, ...] = POLICY_LOSSES.names  # the built-ins (plug-ins may add more)

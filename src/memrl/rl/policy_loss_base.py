@@ -1,0 +1,48 @@
+"""What every policy loss shares: the :class:`PolicyLoss` record, its registration and lookup by name.
+
+Why a module of its own: the built-in losses live in several modules (:mod:`memrl.rl.policy_losses`,
+:mod:`memrl.rl.divergence_losses`, :mod:`memrl.rl.covariance_losses`) that all register here, and the registry
+imports them through :mod:`memrl.rl.policy_losses`; with the decorator below them there is no import cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from memrl.config.registry import POLICY_LOSSES
+
+# (loss, clipfrac, ppo_kl, clipfrac_lower), as memrl.rl.losses.compute_policy_loss returns them
+LossOut = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A registered policy loss: ``fn(old_log_prob, log_prob, advantages, response_mask, *, cliprange_low,
+    cliprange_high, clip_ratio_c, loss_agg_mode, norm_length, weights) -> LossOut``; ``aggregation``: the
+    loss_agg_mode it always uses (None: the configured one)."""
+
+    fn: Callable[..., LossOut]
+    aggregation: str | None = None
+    options: tuple[str, ...] = ()  # further ``algorithm`` fields it reads, passed as keywords of the same name
+    required: tuple[str, ...] = ()  # those of ``options`` that have no default (the config refuses None)
+
+    def __call__(self, *args: torch.Tensor, **kw: object) -> LossOut:
+        return self.fn(*args, **kw)
+
+
+def register_policy_loss(name: str, *, aggregation: str | None = None, options: tuple[str, ...] = (),
+                         required: tuple[str, ...] = ()) -> Callable[[Callable[..., LossOut]], PolicyLoss]:
+    """Decorator: register a policy loss as ``algorithm.policy_loss=name`` (``options``: the ``algorithm``
+    fields it reads beyond the clip settings; ``required``: those of them the user must set)."""
+    def decorate(fn: Callable[..., LossOut]) -> PolicyLoss:
+        return POLICY_LOSSES.register(name, PolicyLoss(fn, aggregation, options, required))
+    return decorate
+
+
+def policy_loss(name: str) -> PolicyLoss:
+    """The loss ``name`` selects; a plain function given by import path uses the configured aggregation."""
+    obj = POLICY_LOSSES.get(name)
+    return obj if isinstance(obj, PolicyLoss) else PolicyLoss(obj)
