@@ -13,7 +13,7 @@ from memrl.config import ConfigError, load_config
 from memrl.rl.losses import agg_loss, compute_policy_loss
 from memrl.rl.policy_losses import (cispo_loss, geo_mean_loss, gpg_loss, gspo_loss, policy_loss, sapo_loss,
                                     vanilla_loss)
-from tests.rl.verl_policy_losses import ActorConfig
+from tests.rl.verl_policy_losses import ActorConfig, random_batch
 
 CLIP = dict(cliprange_low=0.2, cliprange_high=0.28, clip_ratio_c=3.0)
 
@@ -144,13 +144,7 @@ def verl_losses() -> types.SimpleNamespace:
 def test_equal_to_verl(verl_losses: types.SimpleNamespace, name: str, weighted: bool,
                        clip: tuple[float, float]) -> None:
     for seed in range(3):
-        gen = torch.Generator().manual_seed(seed)
-        old = torch.randn(6, 9, generator=gen) * 0.5 - 1.5
-        new0 = old + torch.randn(6, 9, generator=gen) * 0.2
-        adv = torch.randn(6, 1, generator=gen).expand(6, 9).clone()  # sequence-level, as GMPO needs
-        mask = (torch.rand(6, 9, generator=gen) > 0.2).float()
-        mask[:, 0] = 1.0
-        w = torch.rand(6, 9, generator=gen) * 2 if weighted else None
+        old, new0, adv, mask, w = random_batch(seed, weighted=weighted, sequence_advantages=True)
         new_v, new_m = new0.clone().requires_grad_(), new0.clone().requires_grad_()
         agg = "seq-mean-token-mean" if name in SEQUENCE_LEVEL else "token-mean"
         v_loss, v_metrics = getattr(verl_losses, name)(old, new_v, adv, mask, loss_agg_mode=agg,

@@ -16,7 +16,7 @@ from memrl.config.registry import POLICY_LOSSES
 from memrl.rl.covariance_losses import clip_cov_loss, kl_cov_loss
 from memrl.rl.divergence_losses import dppo_kl_loss, dppo_tv_loss, dro_loss
 from memrl.rl.policy_losses import policy_loss
-from tests.rl.verl_policy_losses import ActorConfig
+from tests.rl.verl_policy_losses import ActorConfig, random_batch
 
 LN = math.log
 # one row: A = 1, 1, -1, 1; probabilities before -> after: 0.5 -> 0.8, 0.5 -> 0.6, 0.5 -> 0.2, 0.01 -> 0.05
@@ -126,12 +126,7 @@ def test_equal_to_verl(verl_losses: types.SimpleNamespace, name: str, weighted: 
     config = ActorConfig(clip[0], clip[1], clip_ratio_c=clip[2],
                          **{VERL_NAMES.get(k, k): v for k, v in options.items()})
     for seed in range(3):
-        gen = torch.Generator().manual_seed(seed)
-        old = torch.randn(6, 9, generator=gen) * 0.5 - 1.5
-        new0 = old + torch.randn(6, 9, generator=gen) * 0.2
-        adv = torch.randn(6, 9, generator=gen)
-        mask = (torch.rand(6, 9, generator=gen) > 0.2).float()
-        w = torch.rand(6, 9, generator=gen) * 2 if weighted else None
+        old, new0, adv, mask, w = random_batch(seed, weighted=weighted)
         new_v, new_m = new0.clone().requires_grad_(), new0.clone().requires_grad_()
         torch.manual_seed(seed)  # clip_cov draws its tokens from torch's global generator, in both
         v_loss, v_metrics = getattr(verl_losses, name)(old, new_v, adv, mask, loss_agg_mode="token-mean",

@@ -62,3 +62,20 @@ def load_verl_losses(repo: str, names: tuple[str, ...]) -> types.SimpleNamespace
     for start in ("def agg_loss(", *(f'@register_policy_loss("{n}")' for n in names)):
         exec(top_level_block(core, start), ns)
     return types.SimpleNamespace(agg_loss=ns["agg_loss"], **{n: ns[f"compute_policy_loss_{n}"] for n in names})
+
+
+def random_batch(seed: int, *, weighted: bool, sequence_advantages: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(old log-probs, new log-probs, advantages, mask, weights or None) of 6 rows x 9 tokens, seeded.
+
+    Probabilities around 0.2 that moved a little (what DPPO's thresholds see), every row with a first token,
+    advantages per token or, with ``sequence_advantages``, one per row (as GMPO needs)."""
+    gen = torch.Generator().manual_seed(seed)
+    old = torch.randn(6, 9, generator=gen) * 0.5 - 1.5
+    new = old + torch.randn(6, 9, generator=gen) * 0.2
+    adv = torch.randn(6, 1, generator=gen).expand(6, 9).clone() if sequence_advantages else \
+        torch.randn(6, 9, generator=gen)
+    mask = (torch.rand(6, 9, generator=gen) > 0.2).float()
+    mask[:, 0] = 1.0
+    w = torch.rand(6, 9, generator=gen) * 2 if weighted else None
+    return old, new, adv, mask, w
