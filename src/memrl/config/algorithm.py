@@ -12,8 +12,8 @@ from memrl.config.registry import (ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATI
 from memrl.config.section import Section
 
 TisLevel = Literal["token", "sequence"]  # memrl.rl.offpolicy reads the same list
-# The fields below that only some policy losses read (their ``options``; tests/rl/test_policy_losses.py keeps the
-# two lists equal): set with another loss, they are refused.
+# The fields below that only some policy losses read (their ``options``; tests/rl/test_policy_losses_more.py keeps
+# the two lists equal): set with another loss, they are refused.
 LOSS_OPTION_FIELDS = ("sapo_tau_pos", "sapo_tau_neg", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
                       "kl_cov_coef", "dro_beta")
 

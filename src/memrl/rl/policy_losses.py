@@ -22,7 +22,6 @@ from __future__ import annotations
 import torch
 
 from memrl.config.registry import POLICY_LOSSES
-from memrl.rl import covariance_losses, divergence_losses  # noqa: F401 (the other built-ins, registered on import)
 from memrl.rl.functional import masked_mean
 from memrl.rl.losses import agg_loss
 from memrl.rl.policy_loss_base import LossOut, PolicyLoss, policy_loss, register_policy_loss  # noqa: F401
@@ -160,5 +159,7 @@ def gpg_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: tor
     return loss, zero, masked_mean(old_log_prob - log_prob.detach(), response_mask), zero.clone()
 
 
+# The other built-ins register on import; after this module's own, so that names list vanilla first.
+from memrl.rl import covariance_losses, divergence_losses  # noqa: E402,F401
 
 POLICY_LOSS_NAMES: tuple[str, ...] = POLICY_LOSSES.names  # the built-ins (plug-ins may add more)
