@@ -109,14 +109,14 @@ class PolicyUpdate:
         micros, padding = self._micro_groups(mrows, rows[mini[0]])
         for j, group in enumerate(micros):
             dummy = j >= len(micros) - padding
-            loss, terms, logp, mask = self._micro_loss(group, dummy, plan, n_tok, n_rows)
+            loss, terms, before, mask = self._micro_loss(group, dummy, plan, n_tok, n_rows)
             if not torch.isfinite(loss):
                 bad = True
                 if not self.sharded:
                     break
             loss.backward()  # (sharded: a non-finite pass still runs its collectives; the step is dropped)
             if not (dummy or bad):
-                tally.add(terms, group, logp, mask)
+                tally.add(terms, group, before, mask)
         # the optimizer's own list: FSDP swaps unsharded tensors into the module between forward and backward
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         bad = self.dist.sum([float(bad)])[0] > 0  # one rank's NaN skips the step everywhere
@@ -144,7 +144,9 @@ class PolicyUpdate:
 
     def _micro_loss(self, group: list[Row], dummy: bool, plan: _Plan, n_tok: int,
                     n_rows: int) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
-        """Forward pass and :func:`policy_objective` of one micro-batch, scaled to its share of the mini-batch."""
+        """Forward pass and :func:`policy_objective` of one micro-batch, scaled to its share of the mini-batch;
+        with it, the log-probs of the weights that sampled (``old``), against which the engine's are checked:
+        after a first mini-batch or epoch the pass's own have already moved."""
         a = self.cfg.algorithm
         batch = collate(group, self.pad_id, self.device)
         width = batch.targets.shape[1]
@@ -166,7 +168,7 @@ class PolicyUpdate:
             is_weights=_weights(group, width, self.device) if plan.weighted else None)
         # FSDP averages gradients over ranks; times world, that is the sum DDP-style ranks take
         loss = loss * (0.0 if dummy else scale * (self.dist.world if self.sharded else 1))
-        return loss, terms, logp, mask
+        return loss, terms, old, mask
 
     def _metrics(self, tally: _Tally, logprob_time: float) -> dict[str, float]:
         """The step's metrics: token-weighted means over every rank's micro-batches, grad norm, lr, timing."""
@@ -204,12 +206,13 @@ class _Tally:
     grad_norms: list[float] = field(default_factory=list)
     skipped: int = 0
 
-    def add(self, terms: dict[str, torch.Tensor], group: list[Row], logp: torch.Tensor, mask: torch.Tensor) -> None:
+    def add(self, terms: dict[str, torch.Tensor], group: list[Row], before: torch.Tensor, mask: torch.Tensor) -> None:
+        """``before``: the trainer's log-probs under the weights that sampled (compared with the engine's)."""
         w = float(mask.sum())
         self.weight += w
         for key, val in terms.items():
             self.sums[key] = self.sums.get(key, 0.0) + float(val.detach()) * w
-        self.sums["logprob_mismatch"] = self.sums.get("logprob_mismatch", 0.0) + _mismatch(group, logp, mask)
+        self.sums["logprob_mismatch"] = self.sums.get("logprob_mismatch", 0.0) + _mismatch(group, before, mask)
 
 
 def _mismatch(rows: list[Row], logp: torch.Tensor, mask: torch.Tensor) -> float:
