@@ -13,6 +13,7 @@ thresholds; DRO's beta, which has no default).
 
     python bench/policy_losses.py --seeds 0 1 2 --losses vanilla gspo cispo
     python bench/policy_losses.py --seeds 0 1 2 --losses dppo_tv dppo_kl dro clip_cov kl_cov
+    python bench/policy_losses.py --seeds 0 1 2 --mini-batches 4 --losses vanilla gspo cispo dppo_tv dro kl_cov
 """
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ SETTINGS: dict[str, dict[str, float]] = {
 }
 
 
-def run_one(work: Path, seed: int, loss: str) -> dict[str, Any]:
+def run_tag(loss: str, mini_batches: int) -> str:
+    """A run's name: the loss, and ``_mb<N>`` when each step's batch is split into N updates."""
+    return loss if mini_batches == 1 else f"{loss}_mb{mini_batches}"
+
+
+def run_one(work: Path, seed: int, loss: str, mini_batches: int = 1) -> dict[str, Any]:
     from rich.console import Console
 
     from memrl.config import MemRLConfig
@@ -43,13 +49,14 @@ def run_one(work: Path, seed: int, loss: str) -> dict[str, Any]:
     from memrl_demo.run import accuracy, deterministic, rl_config, run_demo, warm_start
 
     out = work / f"needle_seed{seed}"
-    done = out / f"summary_loss_{loss}.json"
+    tag = run_tag(loss, mini_batches)
+    done = out / f"summary_loss_{tag}.json"
     if done.is_file():
         return json.loads(done.read_text())
     console = Console(stderr=True, width=160)
     if not (out / "summary.json").is_file():  # the demo itself (vanilla PPO): its data, warm start and GRPO run
         run_demo(out, seed=seed, console=console)
-    if loss == "vanilla":  # the demo's own RL stage is this run
+    if loss == "vanilla" and mini_batches == 1:  # the demo's own RL stage is this run
         demo = json.loads((out / "summary.json").read_text())
         return {"seed": seed, "loss": loss, "loss_agg_mode": "token-mean", **{k: demo[k] for k in
                 ("heldout_before", "heldout_after", "lift")}}
@@ -59,12 +66,12 @@ def run_one(work: Path, seed: int, loss: str) -> dict[str, Any]:
         raw = rl_config(out, sft_dir, paths, 40, seed, _scale(), None).model_dump(mode="json")
         raw["algorithm"].update(policy_loss=loss, **SETTINGS.get(loss, {}))
         raw["algorithm"].pop("loss_agg_mode")  # the demo's token-mean, or the loss's own (GSPO: per sequence)
-        raw["trainer"]["output_dir"] = str(out / f"rl_loss_{loss}")
+        raw["trainer"].update(output_dir=str(out / f"rl_loss_{tag}"), mini_batches=mini_batches)
         cfg = MemRLConfig.model_validate(raw)
         trainer = Trainer(cfg, tracker_console=console)
         trainer.run()
         after = asyncio.run(accuracy(trainer.policy, tok, held))
-    summary = {"seed": seed, "loss": loss, "settings": SETTINGS.get(loss, {}),
+    summary = {"seed": seed, "loss": loss, "mini_batches": mini_batches, "settings": SETTINGS.get(loss, {}),
                "loss_agg_mode": cfg.algorithm.loss_agg_mode,
                "heldout_before": before, "heldout_after": after, "lift": after - before}
     done.write_text(json.dumps(summary, indent=2))
@@ -93,14 +100,17 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--losses", nargs="+", default=["vanilla", "gspo", "cispo"])
     ap.add_argument("--work", type=Path, default=Path("runs/policy_losses"))
+    ap.add_argument("--mini-batches", type=int, default=1, help="updates per step (trainer.mini_batches): from "
+                    "the second on, the ratio is no longer 1 and the losses differ")
     args = ap.parse_args()
-    rows = [run_one(args.work, s, loss) for s in args.seeds for loss in args.losses]
+    rows = [run_one(args.work, s, loss, args.mini_batches) for s in args.seeds for loss in args.losses]
     print("| seed | policy_loss | aggregation | held-out before -> after | lift | trainer's eval at steps 10/20/30/40 "
           "| mean training reward, steps 1-20 |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        evals, early = curve(args.work / f"needle_seed{r['seed']}" / ("rl" if r["loss"] == "vanilla"
-                                                                        else f"rl_loss_{r['loss']}"))
+        own = r["loss"] == "vanilla" and args.mini_batches == 1  # the demo's own run
+        evals, early = curve(args.work / f"needle_seed{r['seed']}" /
+                             ("rl" if own else f"rl_loss_{run_tag(r['loss'], args.mini_batches)}"))
         given = ", ".join(f"{k}={v}" for k, v in SETTINGS.get(r["loss"], {}).items())
         print(f"| {r['seed']} | {r['loss']}{f' ({given})' if given else ''} | {r['loss_agg_mode']} | {r['heldout_before']:.1f}% -> "
               f"{r['heldout_after']:.1f}% | {r['lift']:+.1f} | {evals} | {early:.3f} |")
