@@ -40,6 +40,12 @@ def run_tag(loss: str, mini_batches: int) -> str:
     return loss if mini_batches == 1 else f"{loss}_mb{mini_batches}"
 
 
+def run_dir(work: Path, seed: int, loss: str, mini_batches: int) -> Path:
+    """A run's folder; vanilla PPO with one update per step is the demo's own RL stage (``rl``)."""
+    own = loss == "vanilla" and mini_batches == 1
+    return work / f"needle_seed{seed}" / ("rl" if own else f"rl_loss_{run_tag(loss, mini_batches)}")
+
+
 def run_one(work: Path, seed: int, loss: str, mini_batches: int = 1) -> dict[str, Any]:
     from rich.console import Console
 
@@ -56,7 +62,7 @@ def run_one(work: Path, seed: int, loss: str, mini_batches: int = 1) -> dict[str
     console = Console(stderr=True, width=160)
     if not (out / "summary.json").is_file():  # the demo itself (vanilla PPO): its data, warm start and GRPO run
         run_demo(out, seed=seed, console=console)
-    if loss == "vanilla" and mini_batches == 1:  # the demo's own RL stage is this run
+    if run_dir(work, seed, loss, mini_batches).name == "rl":  # the demo's own RL stage is this run
         demo = json.loads((out / "summary.json").read_text())
         return {"seed": seed, "loss": loss, "loss_agg_mode": "token-mean", **{k: demo[k] for k in
                 ("heldout_before", "heldout_after", "lift")}}
@@ -66,7 +72,7 @@ def run_one(work: Path, seed: int, loss: str, mini_batches: int = 1) -> dict[str
         raw = rl_config(out, sft_dir, paths, 40, seed, _scale(), None).model_dump(mode="json")
         raw["algorithm"].update(policy_loss=loss, **SETTINGS.get(loss, {}))
         raw["algorithm"].pop("loss_agg_mode")  # the demo's token-mean, or the loss's own (GSPO: per sequence)
-        raw["trainer"].update(output_dir=str(out / f"rl_loss_{tag}"), mini_batches=mini_batches)
+        raw["trainer"].update(output_dir=str(run_dir(work, seed, loss, mini_batches)), mini_batches=mini_batches)
         cfg = MemRLConfig.model_validate(raw)
         trainer = Trainer(cfg, tracker_console=console)
         trainer.run()
@@ -108,9 +114,7 @@ def main() -> None:
           "| mean training reward, steps 1-20 |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        own = r["loss"] == "vanilla" and args.mini_batches == 1  # the demo's own run
-        evals, early = curve(args.work / f"needle_seed{r['seed']}" /
-                             ("rl" if own else f"rl_loss_{run_tag(r['loss'], args.mini_batches)}"))
+        evals, early = curve(run_dir(args.work, r["seed"], r["loss"], args.mini_batches))
         given = ", ".join(f"{k}={v}" for k, v in SETTINGS.get(r["loss"], {}).items())
         print(f"| {r['seed']} | {r['loss']}{f' ({given})' if given else ''} | {r['loss_agg_mode']} | {r['heldout_before']:.1f}% -> "
               f"{r['heldout_after']:.1f}% | {r['lift']:+.1f} | {evals} | {early:.3f} |")
