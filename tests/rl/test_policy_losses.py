@@ -129,14 +129,6 @@ SEQUENCE_LEVEL = ("gspo", "sapo", "geo_mean")
 TAUS = (1.0, 1.05)  # verl's defaults; memrl's sapo_tau_pos / sapo_tau_neg
 
 
-@pytest.fixture(scope="module")
-def verl_losses() -> types.SimpleNamespace:
-    """verl's agg_loss and compute_policy_loss_<name> for each of NAMES, run from its source."""
-    from tests.rl.verl_policy_losses import load_verl_losses
-
-    return load_verl_losses(str(VERL), NAMES)
-
-
 @pytest.mark.skipif(not VERL, reason="set MEMRL_VERL_REPO to a verl checkout to compare with verl's own losses")
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("weighted", [False, True])

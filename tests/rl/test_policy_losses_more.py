@@ -109,13 +109,6 @@ OPTIONS = {"clip_cov": dict(clip_cov_ratio=0.1, clip_cov_lb=0.02, clip_cov_ub=0.
 VERL_NAMES = {"kl_cov_coef": "ppo_kl_coef"}
 
 
-@pytest.fixture(scope="module")
-def verl_losses() -> types.SimpleNamespace:
-    from tests.rl.verl_policy_losses import load_verl_losses
-
-    return load_verl_losses(str(VERL), NAMES)
-
-
 @pytest.mark.skipif(not VERL, reason="set MEMRL_VERL_REPO to a verl checkout to compare with verl's own losses")
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("weighted", [False, True])
