@@ -62,6 +62,7 @@ SFT_BATCH = 32
 RL_LR = 3e-4
 DEMO_THREADS = 2  # the README's numbers are measured with 2 threads (make demo's 2-core target)
 DEFAULT_ESTIMATOR: str = AlgorithmConfig.model_fields["adv_estimator"].default
+WARM_REPORT = "warm_check.json"  # in sft_model/: what memrl_demo.warm_check measured, extra rounds run
 
 
 def estimator_suffix(estimator: str) -> str:
@@ -106,6 +107,9 @@ class DemoScale:
     prompts_per_step: int = 8
     episodes_per_prompt: int = 8
     eval_samples: int = 32
+    # At most this many extra rounds (one pass of each phase after the first) while the warm start fails
+    # memrl_demo.warm_check; 0 skips the check.
+    check_rounds: int = 6
 
 
 @contextlib.contextmanager
@@ -224,9 +228,35 @@ def warm_start(out: Path, seed: int, console: Console, scale: DemoScale = DemoSc
         losses: list[float] = []
         for index, phase in enumerate(scale.sft_phases):
             losses += _sft_phase(model, tok, phase, seed * 100 + 10 * index, console)
+        report = _until_checked(model, tok, seed, scale, console, losses)
         console.print(f"warm start: {len(losses)} SFT steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
         export_model(model, tok, sft_dir)
+        with atomic_write(sft_dir / WARM_REPORT) as fh:
+            json.dump(report, fh, indent=2)
     return sft_dir, tok, paths, held
+
+
+def _until_checked(model: Any, tok: Any, seed: int, scale: DemoScale, console: Console,
+                   losses: list[float]) -> dict[str, Any]:
+    """Extra rounds (one pass of every phase after the first, on fresh documents) while the warm start
+    fails :mod:`memrl_demo.warm_check`, at most ``scale.check_rounds``; returns what was measured."""
+    from memrl_demo.warm_check import describe, skill_scores, weakest
+
+    report: dict[str, Any] = {"extra_rounds": 0}
+    if scale.check_rounds <= 0:
+        return report
+    again = [SftPhase(p.name, p.lr, 1, p.docs, p.sentences) for p in scale.sft_phases[1:] or scale.sft_phases]
+    for r in range(scale.check_rounds + 1):
+        scores = skill_scores(model, tok, seed=seed * 100 + 7)
+        low = weakest(scores)
+        report.update(extra_rounds=r, scores=scores, passed=low is None)
+        console.print(f"warm start check: {describe(scores)}" + ("" if low is None else
+                      f"; {low[0]} {low[1]} at {low[2]:.2f}" + (", one more round" if r < scale.check_rounds else "")))
+        if low is None or r == scale.check_rounds:
+            return report
+        for index, phase in enumerate(again):
+            losses += _sft_phase(model, tok, phase, seed * 100 + 1000 * (r + 1) + 10 * index, console)
+    return report
 
 
 def _sft_phase(model: Any, tok: Any, phase: SftPhase, seed: int, console: Console) -> list[float]:
@@ -264,6 +294,11 @@ def rl_config(out: Path, sft_dir: Path, paths: dict[str, Path], rl_steps: int, s
     })
 
 
+def _extra_rounds(sft_dir: Path) -> int:
+    report = sft_dir / WARM_REPORT  # absent in a warm start written before the check existed
+    return int(json.loads(report.read_text())["extra_rounds"]) if report.is_file() else 0
+
+
 def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale,
          staleness: int | None, estimator: str) -> dict[str, float]:
     from memrl.models.resolve import load_model
@@ -286,7 +321,7 @@ def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale
     curve = plot_run(rl_dir, keys=("reward", "eval/accuracy", "response_tokens", "grad_norm"))
     summary = {"heldout_before": before, "heldout_after": after, "lift": after - before,
                "seconds": round(time.perf_counter() - t0, 1), "cpu_seconds": round(time.process_time() - cpu0, 1),
-               "rl_steps": rl_steps, "heldout_docs": len(held),
+               "rl_steps": rl_steps, "heldout_docs": len(held), "warm_start_extra_rounds": _extra_rounds(sft_dir),
                "seed": seed, "estimator": estimator, "mode": "sync" if staleness is None else "async",
                **({} if staleness is None else {"max_staleness": staleness})}
     with atomic_write(out / rl_stage(estimator, staleness is not None)[1]) as fh:

@@ -9,7 +9,7 @@ from memrl_demo.run import DemoScale, SftPhase, run_demo
 from tests.demo.conftest import copy_of
 
 SMALL = DemoScale(train_docs=16, heldout_docs=6, sft_phases=(SftPhase("spot", 3e-3, 2, 24, (0, 1)),), prompts_per_step=2,
-                  episodes_per_prompt=4, eval_samples=6)
+                  episodes_per_prompt=4, eval_samples=6, check_rounds=1)
 TIMING = ("time/", "tokens_per_s", "seconds")
 
 
