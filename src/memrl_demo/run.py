@@ -2,7 +2,8 @@
 
 1. Build a tiny Qwen2-architecture model and a tokenizer for the needle task.
 2. Warm start: SFT on trajectories of a sloppy teacher (it forgets the code
-   75% of the time on chunks without the needle).
+   75% of the time on chunks without the needle), with extra rounds while the
+   model cannot tell the codes apart (memrl_demo.warm_check).
 3. Held-out accuracy (greedy) on documents 2-4x longer than any training document.
 4. MemAgent GRPO on the training documents; reward is exact match of the boxed code.
 5. Held-out accuracy again, a reward-curve PNG, and a summary.
@@ -247,7 +248,7 @@ def _until_checked(model: Any, tok: Any, seed: int, scale: DemoScale, console: C
         return report
     again = [SftPhase(p.name, p.lr, 1, p.docs, p.sentences) for p in scale.sft_phases[1:] or scale.sft_phases]
     for r in range(scale.check_rounds + 1):
-        scores = skill_scores(model, tok, seed=seed * 100 + 7)
+        scores = skill_scores(model, tok, WorkflowConfig(**WORKFLOW).opts, seed=seed * 100 + 7)
         low = weakest(scores)
         report.update(extra_rounds=r, scores=scores, passed=low is None)
         console.print(f"warm start check: {describe(scores)}" + ("" if low is None else

@@ -59,15 +59,12 @@ def _turns(tok: Any, docs: list[Any], workflow: Any) -> list[tuple[str, str, lis
     return turns
 
 
-def skill_scores(model: Any, tok: Any, *, seed: int, docs: int = 48) -> dict[str, Any]:
+def skill_scores(model: Any, tok: Any, workflow: Any, *, seed: int, docs: int = 48) -> dict[str, Any]:
     """``{"read"|"carry"|"answer": {code: share}, "keep": mean code probability when carrying}`` on ``docs``
-    fresh training-length documents (seeded by ``seed``)."""
+    fresh training-length documents (seeded by ``seed``), played through the demo's memagent ``workflow``
+    options."""
     import torch
 
-    from memrl.config.schema import WorkflowConfig
-    from memrl_demo.run import WORKFLOW
-
-    workflow = WorkflowConfig(**WORKFLOW).opts
     code_ids = torch.tensor([tok.encode(" " + c, add_special_tokens=False)[0] for c in CODES])
     shares: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     keep: list[float] = []

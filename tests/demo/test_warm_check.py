@@ -13,6 +13,9 @@ from memrl_demo.run import WARM_REPORT, WORKFLOW
 from memrl_demo.warm_check import MIN_SHARE, _turns, describe, skill_scores, weakest
 
 
+OPTS = WorkflowConfig(**WORKFLOW).opts
+
+
 @pytest.fixture(scope="module")
 def tok():
     return build_hf_tokenizer(tokenizer_corpus(), 600)
@@ -40,7 +43,7 @@ class CodeModel(torch.nn.Module):
 
 def test_every_turn_where_the_teacher_writes_a_code_is_scored_once(tok):
     docs = make_split(5, 12, (2, 5))
-    turns = _turns(tok, docs, WorkflowConfig(**WORKFLOW).opts)
+    turns = _turns(tok, docs, OPTS)
     ids = dict(zip(CODES, _code_ids(tok)))
     kinds = [t[0] for t in turns]
     for skill, code, tokens, pos in turns:
@@ -54,14 +57,14 @@ def test_every_turn_where_the_teacher_writes_a_code_is_scored_once(tok):
 
 
 def test_a_model_that_always_copies_the_code_passes(tok):
-    scores = skill_scores(CodeModel(tok), tok, seed=1, docs=12)
+    scores = skill_scores(CodeModel(tok), tok, OPTS, seed=1, docs=12)
     assert all(v == pytest.approx(1.0) for s in ("read", "carry", "answer") for v in scores[s].values())
     assert set(scores["read"]) == set(CODES) and scores["keep"] == pytest.approx(1.0, abs=1e-4)
     assert weakest(scores) is None and describe(scores).startswith("lowest code share: read 1.00, carry 1.00")
 
 
 def test_two_confused_codes_fail_the_check(tok):
-    scores = skill_scores(CodeModel(tok, swap={"violet": "copper"}), tok, seed=1, docs=12)
+    scores = skill_scores(CodeModel(tok, swap={"violet": "copper"}), tok, OPTS, seed=1, docs=12)
     assert scores["read"]["violet"] == pytest.approx(0.0, abs=1e-6) and scores["read"]["copper"] == pytest.approx(1.0)
     skill, code, share = weakest(scores)
     assert code == "violet" and share < MIN_SHARE
