@@ -87,7 +87,16 @@ def test_verl_agents_gigpo_settings():
     got = {k: v for k, (v, _) in t.settings.items()}
     assert (got["algorithm.adv_estimator"], got["algorithm.gamma"], got["algorithm.step_weight"],
             got["algorithm.turn_norm"]) == ("gigpo", 0.95, 1.0, "mean")
-    assert "similarity" in t.skipped["algorithm.gigpo.enable_similarity"] and "workflow" in t.skipped["env.max_steps"]
+    assert got["algorithm.state_similarity"] == 0.95  # verl-agent's default threshold, the script giving none
+    assert t.settings["algorithm.state_similarity"][1] == "algorithm.gigpo.enable_similarity=True"
+    assert "workflow" in t.skipped["env.max_steps"]
+    search = translate({"algorithm.adv_estimator": "gigpo", "algorithm.gigpo.enable_similarity": "True",
+                        "algorithm.gigpo.similarity_thresh": "0.9"})  # examples/gigpo_trainer/run_search.sh
+    assert search.settings["algorithm.state_similarity"][0] == 0.9
+    off = translate({"algorithm.adv_estimator": "gigpo", "algorithm.gigpo.enable_similarity": "False",
+                     "algorithm.gigpo.similarity_thresh": "0.9"})
+    assert "algorithm.state_similarity" not in off.settings
+    assert "enable_similarity" in off.skipped["algorithm.gigpo.similarity_thresh"]
 
 
 def test_gae_and_unknown_losses_are_left_out_with_the_reason():

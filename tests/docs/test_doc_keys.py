@@ -14,7 +14,8 @@ FREE_FORM = ("env.tool_options.", "engine.vllm.args.")  # dictionaries the domai
 # the option of the example plug-in workflow examples/custom_workflow/recall.py (not a built-in), and
 # verl-agent's own settings in the algorithms reference's table that maps them to memrl's.
 NOT_KEYS = {"env.step", "trainer.lrr", "workflow.options.chunk_tokns", "workflow.chunk_tokens",
-            "workflow.options.note_tokens", "algorithm.gigpo.step_advantage_w", "algorithm.gigpo.mode"}
+            "workflow.options.note_tokens", "algorithm.gigpo.step_advantage_w", "algorithm.gigpo.mode",
+            "algorithm.gigpo.enable_similarity"}
 GENERATED_OR_HISTORY = {"reference/config.md", "reference/cli.md", "CHANGELOG.md", "guides/async.md"}
 
 

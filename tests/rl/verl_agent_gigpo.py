@@ -31,9 +31,11 @@ def load(repo: Path) -> types.ModuleType:
 
 
 def verl_agent_gigpo(repo: Path, rewards: list[list[float]], groups: list[str], states: list[list[str]], *,
-                     gamma: float, step_weight: float, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+                     gamma: float, step_weight: float, mode: str, similarity: float | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """(per-step discounted returns, per-step GiGPO advantages) as verl-agent computes them.
 
+    ``similarity``: verl-agent's ``enable_similarity`` with that ``similarity_thresh``.
     ``rewards[e]``: episode e's per-step rewards; each step row's token-level reward is the episode's sum
     (verl-agent's episode reward manager), placed on its last response token; 3-token responses.
     """
@@ -51,5 +53,6 @@ def verl_agent_gigpo(repo: Path, rewards: list[list[float]], groups: list[str], 
     adv, _ = core.compute_gigpo_outcome_advantage(
         token_rewards, returns, torch.ones(len(rows), 3),
         np.array([states[e][t] for e, t in rows], dtype=object), np.array([groups[e] for e, _ in rows], dtype=object),
-        np.array([f"traj{e}" for e, _ in rows], dtype=object), step_advantage_w=step_weight, mode=mode)
+        np.array([f"traj{e}" for e, _ in rows], dtype=object), step_advantage_w=step_weight, mode=mode,
+        **({} if similarity is None else {"enable_similarity": True, "similarity_thresh": similarity}))
     return returns, adv[:, -1]

@@ -40,8 +40,10 @@ def _config(tmp_path: Path, estimator: str) -> dict:
                         "output_dir": str(tmp_path / "run")}}
 
 
-def _expected(records: list[dict], estimator: str, norm: str = "mean_std") -> tuple[list[float], list[float]]:
-    """(advantages the pure functions give every generated conversation, those the records hold)."""
+def _expected(records: list[dict], estimator: str, norm: str = "mean_std", by_turn: bool = False
+              ) -> tuple[list[float], list[float]]:
+    """(advantages the pure functions give every generated conversation, those the records hold);
+    ``by_turn``: a turn's anchor is its position (where similarity groups each position's states)."""
     scores, returns, groups, states, recorded = [], [], [], [], []
     for rec in records:
         convs = rec["conversations"]
@@ -53,7 +55,8 @@ def _expected(records: list[dict], estimator: str, norm: str = "mean_std") -> tu
                 continue
             scores.append(rec["reward"]), returns.append(float(g[t])), groups.append(rec["group_id"])
             state = c["meta"].get("state")
-            states.append(f"{rec['group_id']}|{state}" if state else f"alone#{len(recorded)}")
+            key = t if by_turn else state
+            states.append(f"{rec['group_id']}|{key}" if state else f"alone#{len(recorded)}")
             recorded.append(c["advantage"])
     if estimator == "gigpo":
         want = gigpo_advantages(scores, returns, groups, states, episode_weight=1.0, step_weight=0.5,
@@ -124,3 +127,32 @@ def test_turn_reward_needs_a_conversation_and_adds_up() -> None:
     assert traj.num_conversations == 1 and traj.conversations[0].reward == 0.75
     assert traj.conversations[0].state == "s" and traj.reward == 1.0
     assert torch.equal(turn_returns([0.75 + 1.0], 0.5), torch.tensor([1.75]))
+
+
+class RoomSteps(Steps):
+    """Steps with observation-text anchors: the second turn's text differs between episodes by a count only."""
+
+    name = "room_steps"
+
+    async def run(self, ep: Episode) -> None:
+        word = ep.sample["word"]
+        a = await ep.generate(f"Say {word}:", max_new_tokens=3, state=f"A quiet market; a buyer asks for {word}.")
+        b = await ep.generate(f"Then: {a}", max_new_tokens=2,
+                              state=f"The stall keeper has answered you; your count so far is {sum(a.ids) % 10}.")
+        ep.turn_reward(float(sum(b.ids) % 2))
+        await ep.generate(f"Last: {b}", max_new_tokens=2)
+        ep.reward(float(len(a.ids) + len(b.ids)) / 5)
+
+
+def test_similar_text_states_share_an_anchor_in_training(tmp_path: Path) -> None:
+    """algorithm.state_similarity=0.9: the second turns' texts (one digit apart) form one anchor group."""
+    cfg = _config(tmp_path, "gigpo")
+    cfg["algorithm"]["state_similarity"] = 0.9
+    Trainer(cfg, workflow=RoomSteps(), train=WORDS).run()
+    split = False
+    for f in sorted((tmp_path / "run" / "rollouts").glob("*.jsonl")):
+        records = [json.loads(line) for line in f.read_text().splitlines()]
+        want, got = _expected(records, "gigpo", by_turn=True)
+        assert got == pytest.approx(want, abs=1e-5)  # float32 sums in another order
+        split = split or got != pytest.approx(_expected(records, "gigpo")[0], abs=1e-4)
+    assert split  # some group's second turns had unequal texts, which equal-state grouping keeps apart

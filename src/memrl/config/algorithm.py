@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -36,6 +37,10 @@ class AlgorithmConfig(Section):
         "mean_std", description="gigpo and step_reinforce: how scores and returns are normalised in their groups: "
         "mean_std = (x - mean) / (std + 1e-6) (verl-agent's gigpo.mode=mean_std_norm, as its examples; ROLL's "
         "method mean_std), mean = x - mean (verl-agent's mean_norm, ROLL's mean).")
+    state_similarity: float | None = Field(
+        None, gt=0, lt=1, description="gigpo: turns of a prompt group whose anchor states match at least this "
+        "difflib ratio share a step group (verl-agent's gigpo.enable_similarity with similarity_thresh; 0.9 in its "
+        "search example); for states that are observation text. null: equal states only.")
     clip_ratio_low: float = Field(0.2, ge=0, description="PPO clips the ratio below at 1 - clip_ratio_low; 1 or "
                                   "more: no lower clip (CISPO recipes set 10).")
     clip_ratio_high: float = Field(0.2, ge=0, description="DAPO clip-higher uses 0.28.")
@@ -95,6 +100,10 @@ class AlgorithmConfig(Section):
         if self.step_rewards and getattr(ADV_ESTIMATORS.get(self.adv_estimator), "turns", None) is not None:
             raise ValueError(f"step_rewards (ReMemR1's state advantages) and adv_estimator={self.adv_estimator!r} "
                              "both give each turn its own advantage: use one")
+        if self.state_similarity is not None and not _reads_similarity(self.adv_estimator):
+            readers = [n for n in ADV_ESTIMATORS.names if _reads_similarity(n)]
+            raise ValueError(f"state_similarity is read by adv_estimator={' or '.join(readers)} only "
+                             f"(adv_estimator is {self.adv_estimator!r})")
         if self.rollout_correction.enabled and self.off_policy != "none":
             raise ValueError(f"rollout_correction and off_policy={self.off_policy!r} both correct the engine's "
                              "log-probs: use one (off_policy: none with rollout_correction, or no rollout_correction)")
@@ -151,3 +160,9 @@ class AlgorithmConfig(Section):
 def _options_of(off_policy: str) -> tuple[str, ...]:
     """The ``algorithm`` fields only the correction ``off_policy`` reads (none for a plain function)."""
     return tuple(getattr(OFF_POLICY.get(off_policy), "options", ()))
+
+
+def _reads_similarity(estimator: str) -> bool:
+    """Whether the estimator's per-turn stage takes ``similarity`` (``state_similarity``)."""
+    turns = getattr(ADV_ESTIMATORS.get(estimator), "turns", None)
+    return turns is not None and "similarity" in inspect.signature(turns).parameters

@@ -289,10 +289,14 @@ def _gigpo(get: Any, out: Translation, given: dict[str, Any], source: Any) -> No
             out.set("algorithm.turn_norm", norms[mode], source("algorithm.gigpo.mode"))
         else:
             out.skipped["algorithm.gigpo.mode"] = f"{mode!r}: memrl normalises by mean_std_norm or mean_norm"
-    if given.get("algorithm.gigpo.enable_similarity"):
-        out.used.add("algorithm.gigpo.enable_similarity")
-        out.skipped["algorithm.gigpo.enable_similarity"] = ("anchors matched by text similarity: memrl groups equal "
-                                                            "ep.generate(state=) keys only")
+    if str(given.get("algorithm.gigpo.enable_similarity", "")).lower() == "true":
+        out.used.update({"algorithm.gigpo.enable_similarity", "algorithm.gigpo.similarity_thresh"})
+        key = "algorithm.gigpo.similarity_thresh"  # verl-agent's default when the script leaves it out
+        out.set("algorithm.state_similarity", float(given.get(key, 0.95)),
+                source(key if key in given else "algorithm.gigpo.enable_similarity"))
+    elif "algorithm.gigpo.similarity_thresh" in given:
+        out.used.add("algorithm.gigpo.similarity_thresh")
+        out.skipped["algorithm.gigpo.similarity_thresh"] = "read only with algorithm.gigpo.enable_similarity=True"
 
 
 def why_skipped(key: str, value: Any = None) -> str:

@@ -226,16 +226,21 @@ def step_reinforce(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsil
 
 
 def turn_advantages(estimator: str, rows: TurnRows, *, gamma: float = 1.0, episode_weight: float = 1.0,
-                    step_weight: float = 1.0, norm: str = "mean_std") -> torch.Tensor | None:
+                    step_weight: float = 1.0, norm: str = "mean_std", similarity: float | None = None
+                    ) -> torch.Tensor | None:
     """One advantage per conversation row from the estimator's per-turn stage; None if it has none.
 
-    ``norm`` (``algorithm.turn_norm``) reaches the stage only when it is not the default ``mean_std``, so a
-    per-turn stage written before the option existed keeps working as long as it is not asked for."""
+    ``norm`` (``algorithm.turn_norm``) and ``similarity`` (``algorithm.state_similarity``) reach the stage
+    only when they are not the defaults, so a per-turn stage written before the options existed keeps
+    working as long as it is not asked for them."""
     turns = get_estimator(estimator).turns
     if turns is None:
         return None
-    extra = {} if norm == "mean_std" else {"norm": norm}
+    extra: dict[str, Any] = {} if norm == "mean_std" else {"norm": norm}
+    if similarity is not None:
+        extra["similarity"] = similarity
     return turns(rows, gamma=gamma, episode_weight=episode_weight, step_weight=step_weight, **extra)
+
 
 
 def episode_advantages(scores: torch.Tensor, group_ids: Sequence[Hashable], estimator: str = "grpo",

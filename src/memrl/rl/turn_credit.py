@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from typing import Literal
 
 import torch
@@ -137,14 +138,37 @@ class TurnRows:
                 for g, s, e, t in zip(self.group, self.state, self.episode, self.turn)]
 
 
+def similar_anchors(rows: TurnRows, threshold: float) -> list[str]:
+    """Anchor keys that group *similar* states (verl-agent's ``gigpo.enable_similarity``): within a prompt
+    group, in batch order, a turn's state joins the first cluster whose first state matches it with a
+    ``difflib.SequenceMatcher`` ratio of at least ``threshold``, else starts a cluster. Meant for states that
+    are the observation's text (``ep.generate(..., state=text)``); a row without a state is its own anchor."""
+    firsts: dict[Hashable, list[str]] = {}
+    keys = []
+    for g, s, e, t in zip(rows.group, rows.state, rows.episode, rows.turn):
+        if s is None:
+            keys.append(f"{g}|#{e}.{t}")
+            continue
+        clusters, text = firsts.setdefault(g, []), str(s)
+        found = next((i for i, first in enumerate(clusters) if SequenceMatcher(None, text, first).ratio() >= threshold),
+                     None)
+        if found is None:
+            clusters.append(text)
+            found = len(clusters) - 1
+        keys.append(f"{g}|~{found}")
+    return keys
+
+
 def gigpo_rows(rows: TurnRows, *, gamma: float = 1.0, episode_weight: float = 1.0,
-               step_weight: float = 1.0, norm: NormMethod = "mean_std") -> torch.Tensor:
+               step_weight: float = 1.0, norm: NormMethod = "mean_std", similarity: float | None = None) -> torch.Tensor:
     """The ``gigpo`` estimator's advantage of each row (:func:`gigpo_advantages` on the batch's turns).
 
     ``norm`` is ``algorithm.turn_norm``: verl-agent's ``algorithm.gigpo.mode`` ``mean_std_norm`` (its
-    examples' setting) is ``mean_std``, its ``mean_norm`` is ``mean``."""
+    examples' setting) is ``mean_std``, its ``mean_norm`` is ``mean``. ``similarity`` is
+    ``algorithm.state_similarity``: None groups equal states, a ratio groups similar ones (:func:`similar_anchors`)."""
     scores = [float(rows.scores[e]) for e in rows.episode]
-    return gigpo_advantages(scores, rows.step_returns(gamma), rows.group, rows.anchors(),
+    anchors = rows.anchors() if similarity is None else similar_anchors(rows, similarity)
+    return gigpo_advantages(scores, rows.step_returns(gamma), rows.group, anchors,
                             episode_weight=episode_weight, step_weight=step_weight, method=norm)
 
 

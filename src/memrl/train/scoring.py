@@ -40,7 +40,8 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
         mask[i, : len(r) - 1] = torch.tensor(r.loss_mask[1:], dtype=torch.float32)
     conv_episode = [r.episode for r in rows]
     per_turn = turn_advantages(a.adv_estimator, turn_rows(trajs, rows), gamma=a.gamma,
-                               episode_weight=a.episode_weight, step_weight=a.step_weight, norm=a.turn_norm) \
+                               episode_weight=a.episode_weight, step_weight=a.step_weight, norm=a.turn_norm,
+                               similarity=a.state_similarity) \
         if get_estimator(a.adv_estimator).turns is not None else None
     if per_turn is not None:
         tok = per_turn.unsqueeze(-1) * mask
