@@ -103,7 +103,11 @@ def test_gae_and_unknown_losses_are_left_out_with_the_reason():
     t = translate({"algorithm.adv_estimator": "gae", A + "policy_loss.loss_mode": "bypass_mode",
                    "data.train_batch_size": "0"})
     assert "critic" in t.skipped["algorithm.adv_estimator"]
-    assert "bypass_mode" in t.skipped[A + "policy_loss.loss_mode"]
+    assert "needs algorithm.rollout_correction.bypass_mode=True" in t.skipped[A + "policy_loss.loss_mode"]
+    bypass = translate({A + "policy_loss.loss_mode": "bypass_mode", "algorithm.rollout_correction.bypass_mode": "True"})
+    assert bypass.settings["algorithm.rollout_correction.bypass_mode"][0] is True
+    assert "translated there" in bypass.skipped[A + "policy_loss.loss_mode"]
+    assert "algorithm.policy_loss" not in bypass.settings or bypass.settings["algorithm.policy_loss"][0] == "vanilla"
     assert any("refuses 0" in why for why in t.skipped.values())  # a 0 batch: memrl's config refuses it, said so
     assert "trainer.prompts_per_step" not in t.settings
 

@@ -198,6 +198,12 @@ def _policy_loss(get: Any, out: Translation, given: dict[str, Any], source: Any)
     from memrl.config.registry import POLICY_LOSSES
 
     mode = get(A + "policy_loss.loss_mode")
+    if mode == "bypass_mode":  # verl's own loss behind rollout_correction.bypass_mode, which selects it itself
+        on = str(given.get("algorithm.rollout_correction.bypass_mode", "")).lower() == "true"
+        out.skipped[A + "policy_loss.loss_mode"] = (
+            "'bypass_mode' is the loss of algorithm.rollout_correction.bypass_mode=True, translated there" if on else
+            "'bypass_mode' needs algorithm.rollout_correction.bypass_mode=True (verl fails without it), not set here")
+        return
     if mode not in POLICY_LOSSES.names:
         out.skipped[A + "policy_loss.loss_mode"] = f"{mode!r} is not one of memrl's: {', '.join(POLICY_LOSSES.names)}"
         return
