@@ -46,7 +46,7 @@ def main() -> None:
         before, after = s["heldout_before"], s["heldout_after"]
         rows.append((before, after, after - before, s["seconds"], s["cpu_seconds"]))
         print(f"{seed:>4}  {before:6.1f}%  {after:6.1f}%  {after - before:+6.1f}  {s['seconds']:7.0f}  "
-              f"{s['cpu_seconds']:7.0f}  {s.get('warm_start_extra_rounds', 0):16d}", flush=True)
+              f"{s['cpu_seconds']:7.0f}  {s.get('warm_start_extra_rounds', '-'):>16}", flush=True)  # '-': no check (tools)
     for name, fn in (("min", min), ("median", statistics.median)):
         c = [fn(r[i] for r in rows) for i in range(5)]
         print(f"{name:>6}  {c[0]:5.1f}%  {c[1]:6.1f}%  {c[2]:+6.1f}  {c[3]:7.0f}  {c[4]:7.0f}")
