@@ -247,8 +247,9 @@ def _until_checked(model: Any, tok: Any, seed: int, scale: DemoScale, console: C
     if scale.check_rounds <= 0:
         return report
     again = [SftPhase(p.name, p.lr, 1, p.docs, p.sentences) for p in scale.sft_phases[1:] or scale.sft_phases]
+    workflow = WorkflowConfig(**WORKFLOW).opts
     for r in range(scale.check_rounds + 1):
-        scores = skill_scores(model, tok, WorkflowConfig(**WORKFLOW).opts, seed=seed * 100 + 7)
+        scores = skill_scores(model, tok, workflow, seed=seed * 100 + 7)
         low = weakest(scores)
         report.update(extra_rounds=r, scores=scores, passed=low is None)
         console.print(f"warm start check: {describe(scores)}" + ("" if low is None else

@@ -34,11 +34,16 @@ MIN_KEEP = 0.1
 SKILLS = ("read", "carry", "answer")
 
 
+def code_ids(tok: Any) -> dict[str, int]:
+    """Each code's token (one per code: the demo's tokenizer is trained so)."""
+    return {c: tok.encode(" " + c, add_special_tokens=False)[0] for c in CODES}
+
+
 def _turns(tok: Any, docs: list[Any], workflow: Any) -> list[tuple[str, str, list[int], int]]:
     """(skill, code, token ids, index of the code token) of every turn where a keeping teacher writes a code."""
     from memrl.workflows.memagent import memagent
 
-    code_ids = {c: tok.encode(" " + c, add_special_tokens=False)[0] for c in CODES}
+    ids = code_ids(tok)
     turns = []
     for doc in docs:
         code = doc.answers[0]
@@ -46,16 +51,16 @@ def _turns(tok: Any, docs: list[Any], workflow: Any) -> list[tuple[str, str, lis
         needle = teacher.needle_ids
         traj = asyncio.run(memagent(doc, teacher, tok, workflow))
         for conv in traj.conversations:
-            ids, mask = list(conv.token_ids), list(conv.loss_mask)
+            tokens, mask = list(conv.token_ids), list(conv.loss_mask)
             start = mask.index(1)
-            where = [i for i in range(start, len(ids)) if ids[i] == code_ids[code]]
+            where = [i for i in range(start, len(tokens)) if tokens[i] == ids[code]]
             if not where:
                 continue  # the first memory turn before the needle: "none"
             if conv.meta.get("kind") == "final":
                 skill = "answer"
             else:
-                skill = "read" if TeacherEngine._contains(ids[:start], needle) else "carry"
-            turns.append((skill, code, ids, where[0]))
+                skill = "read" if TeacherEngine._contains(tokens[:start], needle) else "carry"
+            turns.append((skill, code, tokens, where[0]))
     return turns
 
 
@@ -65,7 +70,7 @@ def skill_scores(model: Any, tok: Any, workflow: Any, *, seed: int, docs: int = 
     options."""
     import torch
 
-    code_ids = torch.tensor([tok.encode(" " + c, add_special_tokens=False)[0] for c in CODES])
+    columns = torch.tensor(list(code_ids(tok).values()))
     shares: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     keep: list[float] = []
     was_training = model.training
@@ -73,7 +78,7 @@ def skill_scores(model: Any, tok: Any, workflow: Any, *, seed: int, docs: int = 
     with torch.no_grad():
         for skill, code, ids, pos in _turns(tok, make_split(seed, docs, (2, 5)), workflow):
             logits = model(torch.tensor([ids[:pos]])).logits[0, -1].float()
-            p = logits.softmax(-1)[code_ids]
+            p = logits.softmax(-1)[columns]
             shares[skill][code].append((p[CODES.index(code)] / p.sum()).item())
             if skill == "carry":
                 keep.append(p.sum().item())

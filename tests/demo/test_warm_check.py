@@ -10,7 +10,7 @@ from memrl.config.schema import WorkflowConfig
 from memrl.models.tiny import build_hf_tokenizer
 from memrl_demo.needle import CODES, make_split, tokenizer_corpus
 from memrl_demo.run import WARM_REPORT, WORKFLOW
-from memrl_demo.warm_check import MIN_SHARE, _turns, describe, skill_scores, weakest
+from memrl_demo.warm_check import MIN_SHARE, _turns, code_ids, describe, skill_scores, weakest
 
 
 OPTS = WorkflowConfig(**WORKFLOW).opts
@@ -21,16 +21,12 @@ def tok():
     return build_hf_tokenizer(tokenizer_corpus(), 600)
 
 
-def _code_ids(tok):
-    return [tok.encode(" " + c, add_special_tokens=False)[0] for c in CODES]
-
-
 class CodeModel(torch.nn.Module):
     """Writes the last code its input mentions (``swap`` maps one code's token to another's), else token 0."""
 
     def __init__(self, tok, swap=None, vocab=600):
         super().__init__()
-        self.ids, self.vocab = _code_ids(tok), vocab
+        self.ids, self.vocab = list(code_ids(tok).values()), vocab
         self.swap = {self.ids[CODES.index(a)]: self.ids[CODES.index(b)] for a, b in (swap or {}).items()}
 
     def forward(self, input_ids):
@@ -44,7 +40,7 @@ class CodeModel(torch.nn.Module):
 def test_every_turn_where_the_teacher_writes_a_code_is_scored_once(tok):
     docs = make_split(5, 12, (2, 5))
     turns = _turns(tok, docs, OPTS)
-    ids = dict(zip(CODES, _code_ids(tok)))
+    ids = code_ids(tok)
     kinds = [t[0] for t in turns]
     for skill, code, tokens, pos in turns:
         assert tokens[pos] == ids[code]

@@ -199,7 +199,7 @@ def _policy_loss(get: Any, out: Translation, given: dict[str, Any], source: Any)
 
     mode = get(A + "policy_loss.loss_mode")
     if mode == "bypass_mode":  # verl's own loss behind rollout_correction.bypass_mode, which selects it itself
-        on = str(given.get("algorithm.rollout_correction.bypass_mode", "")).lower() == "true"
+        on = given.get("algorithm.rollout_correction.bypass_mode") is True  # scalar() made "True" a bool
         out.skipped[A + "policy_loss.loss_mode"] = (
             "'bypass_mode' is the loss of algorithm.rollout_correction.bypass_mode=True, translated there" if on else
             "'bypass_mode' needs algorithm.rollout_correction.bypass_mode=True (verl fails without it), not set here")
@@ -295,7 +295,7 @@ def _gigpo(get: Any, out: Translation, given: dict[str, Any], source: Any) -> No
             out.set("algorithm.turn_norm", norms[mode], source("algorithm.gigpo.mode"))
         else:
             out.skipped["algorithm.gigpo.mode"] = f"{mode!r}: memrl normalises by mean_std_norm or mean_norm"
-    if str(given.get("algorithm.gigpo.enable_similarity", "")).lower() == "true":
+    if given.get("algorithm.gigpo.enable_similarity") is True:
         out.used.update({"algorithm.gigpo.enable_similarity", "algorithm.gigpo.similarity_thresh"})
         key = "algorithm.gigpo.similarity_thresh"  # verl-agent's default when the script leaves it out
         out.set("algorithm.state_similarity", float(given.get(key, 0.95)),

@@ -134,8 +134,13 @@ class TurnRows:
 
     def anchors(self) -> list[str]:
         """Anchor keys scoped to the prompt group; a row without a state is an anchor of its own."""
-        return [f"{g}|{s}" if s is not None else f"{g}|#{e}.{t}"
+        return [f"{g}|{s}" if s is not None else _own_anchor(g, e, t)
                 for g, s, e, t in zip(self.group, self.state, self.episode, self.turn)]
+
+
+def _own_anchor(group: Hashable, episode: int, turn: int) -> str:
+    """The key of a turn without a state: an anchor set of its own."""
+    return f"{group}|#{episode}.{turn}"
 
 
 def similar_anchors(rows: TurnRows, threshold: float) -> list[str]:
@@ -147,7 +152,7 @@ def similar_anchors(rows: TurnRows, threshold: float) -> list[str]:
     keys = []
     for g, s, e, t in zip(rows.group, rows.state, rows.episode, rows.turn):
         if s is None:
-            keys.append(f"{g}|#{e}.{t}")
+            keys.append(_own_anchor(g, e, t))
             continue
         clusters, text = firsts.setdefault(g, []), str(s)
         found = next((i for i, first in enumerate(clusters) if SequenceMatcher(None, text, first).ratio() >= threshold),
