@@ -34,11 +34,15 @@ class TeacherEngine:
         n = len(sub)
         return any(list(seq[i:i + n]) == list(sub) for i in range(len(seq) - n + 1))
 
+    def sees_needle(self, prompt_ids: Sequence[int]) -> bool:
+        """Whether the prompt holds the needle ("... is <code>"), which the teacher always writes down."""
+        return self._contains(prompt_ids, self.needle_ids)
+
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> GenerationResult:
         prompt = list(prompt_ids)
         if params.max_new_tokens == self.final_tokens:
             out = self.box_code if self._contains(prompt, self.code_ids) else self.box_none
-        elif self._contains(prompt, self.needle_ids):
+        elif self.sees_needle(prompt):
             out = self.code_ids
         elif self._contains(prompt, self.code_ids) and self.rng.random() >= self.forget_p:
             out = self.code_ids

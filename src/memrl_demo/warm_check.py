@@ -48,7 +48,6 @@ def _turns(tok: Any, docs: list[Any], workflow: Any) -> list[tuple[str, str, lis
     for doc in docs:
         code = doc.answers[0]
         teacher = TeacherEngine(tok, code, workflow.final_tokens, 0.0, random.Random(0))
-        needle = teacher.needle_ids
         traj = asyncio.run(memagent(doc, teacher, tok, workflow))
         for conv in traj.conversations:
             tokens, mask = list(conv.token_ids), list(conv.loss_mask)
@@ -59,7 +58,7 @@ def _turns(tok: Any, docs: list[Any], workflow: Any) -> list[tuple[str, str, lis
             if conv.meta.get("kind") == "final":
                 skill = "answer"
             else:
-                skill = "read" if TeacherEngine._contains(tokens[:start], needle) else "carry"
+                skill = "read" if teacher.sees_needle(tokens[:start]) else "carry"
             turns.append((skill, code, tokens, where[0]))
     return turns
 
