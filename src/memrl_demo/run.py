@@ -231,9 +231,7 @@ def warm_start(out: Path, seed: int, console: Console, scale: DemoScale = DemoSc
             losses += _sft_phase(model, tok, phase, seed * 100 + 10 * index, console)
         report = _until_checked(model, tok, seed, scale, console, losses)
         console.print(f"warm start: {len(losses)} SFT steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
-        export_model(model, tok, sft_dir)
-        with atomic_write(sft_dir / WARM_REPORT) as fh:
-            json.dump(report, fh, indent=2)
+        export_model(model, tok, sft_dir, extra_files={WARM_REPORT: json.dumps(report, indent=2)})
     return sft_dir, tok, paths, held
 
 

@@ -271,3 +271,21 @@ def test_export_never_leaves_stale_weights(tmp_path):
     target.write_text("x")
     r = invoke("export", str(run), "--out", str(target))
     assert r.exit_code == 2 and "is an existing file" in r.output and target.read_text() == "x"
+
+
+def test_export_writes_extra_files_with_the_model_or_nothing(tmp_path, monkeypatch):
+    """The demo's warm-start report travels with its model: both land, or (a crash mid-export) neither."""
+    from memrl.models.resolve import load_model
+    from memrl.train.policy import export_model
+
+    model, tok = load_model("tiny", device="cpu"), load_tokenizer("tiny")
+    out = export_model(model, tok, tmp_path / "a", extra_files={"report.json": '{"rounds": 2}'})
+    assert json.loads((out / "report.json").read_text()) == {"rounds": 2} and (out / "config.json").is_file()
+
+    def crash(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(type(tok), "save_pretrained", crash)
+    with pytest.raises(KeyboardInterrupt):
+        export_model(model, tok, tmp_path / "b", extra_files={"report.json": "{}"})
+    assert not (tmp_path / "b").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".b")]

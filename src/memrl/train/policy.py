@@ -109,10 +109,13 @@ def merged_state_dict(model: Any, state: dict[str, torch.Tensor] | None = None) 
     return out
 
 
-def export_model(model: Any, tokenizer: Any, out: Path, *, force: bool = False) -> Path:
+def export_model(model: Any, tokenizer: Any, out: Path, *, force: bool = False,
+                 extra_files: dict[str, str] | None = None) -> Path:
     """Write a plain Hugging Face folder (LoRA merged, safetensors) that transformers/vLLM load as-is.
 
     ``out`` must not be a file, nor a non-empty folder unless ``force`` (then it is replaced whole).
+    ``extra_files`` (name -> text) land in the folder in the same atomic step, so a crash never leaves
+    the model without them.
     """
     from memrl.train.outdir import check_target, replacing_dir
 
@@ -124,4 +127,6 @@ def export_model(model: Any, tokenizer: Any, out: Path, *, force: bool = False) 
     with replacing_dir(out) as tmp:
         base.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text)
     return out
