@@ -76,7 +76,9 @@ class ModelHost:
     """The peft-wrapped base model, its tokenizer, and the adapters living on it."""
 
     def __init__(self, model: Any, tokenizer: Any, *, lora_alpha: float = 32.0, max_sampler_adapters: int = 4) -> None:
-        from peft import LoraConfig, get_peft_model
+        from peft import LoraConfig
+
+        from memrl.models.peft_wrap import get_peft_model
 
         self.tokenizer = tokenizer
         self.lora_alpha = lora_alpha

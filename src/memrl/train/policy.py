@@ -38,12 +38,13 @@ def build_policy(cfg: MemRLConfig, device: str | None = None, path: str | None =
 
 def add_lora(model: Any, lora: LoraConfig) -> Any:
     from peft import LoraConfig as PeftLoraConfig
-    from peft import get_peft_model
+
+    from memrl.models.peft_wrap import checkpointing, get_peft_model
 
     pcfg = PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                           target_modules=lora.target_modules, task_type="CAUSAL_LM")
     model = get_peft_model(model, pcfg)
-    if getattr(model, "is_activation_checkpointing", getattr(model, "is_gradient_checkpointing", False)):
+    if checkpointing(model):
         model.enable_input_require_grads()
     return model
 
