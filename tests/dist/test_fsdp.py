@@ -69,5 +69,9 @@ def test_fsdp_lora_run_resumes_on_one_process(tmp_path):
     wa, wb = (load_file(str(tmp_path / r / "run/checkpoints/step_000004/model/adapter_model.safetensors"))
               for r in ("ref", "fsdp"))
     assert wa.keys() == wb.keys() and wa
-    for k in wa:  # Adam's moments survived the strategy change: the adapters agree after 2 more steps
-        torch.testing.assert_close(wa[k], wb[k], atol=1e-5, rtol=1e-4)
+    # Adam's moments survived the strategy change: the adapters agree after 2 more steps. Two ranks sum
+    # gradients in another order than one process, and Adam divides by sqrt(v), so small gradient entries carry
+    # that rounding into whole updates: 1.4e-5 on one machine (AMD EPYC model 17). Lost moments would show as
+    # differences of the order of the update itself (lr = 1e-2), a hundred times the tolerance.
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], atol=1e-4, rtol=1e-3)

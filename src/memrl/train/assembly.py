@@ -53,6 +53,9 @@ class QuietTracker:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         return None
 
+    def phase(self, text: str) -> None:
+        return None
+
     def close(self) -> None:
         return None
 
@@ -183,6 +186,7 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
     tracker = Tracker(run_dir, run_state.step, cfg.trainer.tensorboard, cfg.trainer.wandb_project,
                       cfg.model_dump(mode="json"), console=console, total_steps=cfg.trainer.total_steps) \
         if dist.main else QuietTracker()
+    runner.progress = updater.progress = tracker.phase
     return RunParts(cfg, dist, run_dir, console, found[0] if found else None, tokenizer, policy, device, pad_id,
                     reference, wf, samples, eval_samples, sampler, runner, eng, shared, pool, status_line,
                     sync_engine, sharded, optimizer, scheduler, run_state, idle, updater, weight_sync,

@@ -93,6 +93,7 @@ class RolloutRunner:
         self.tally = RolloutTally()
         self.failed_episodes = 0
         self.pending: list[int] = []  # drawn by an earlier (asynchronous) run and not trained on: first in line
+        self.progress: Callable[[str], None] = _silent  # the tracker's phase line: what the rollout has done so far
 
     def draw(self, k: int) -> list[int]:
         """The next ``k`` sample indices: pending ones first, then the data order."""
@@ -143,12 +144,15 @@ class RolloutRunner:
 
     async def episodes(self, indices: list[int], step: int, round_: int) -> list[Trajectory]:
         sem = asyncio.Semaphore(self.cfg.engine.concurrency)
+        n = self.cfg.algorithm.n
+        counter = CallCounter(self.engine, len(indices) * n, self.progress)
 
         async def one(idx: int, k: int) -> Trajectory | None:
             async with sem:
-                return await self.episode(idx, k, step=step, round_=round_)
+                traj = await self.episode(idx, k, step=step, round_=round_, engine=counter)
+            counter.episode_done()
+            return traj
 
-        n = self.cfg.algorithm.n
         results = await asyncio.gather(*(one(i, k) for i in indices for k in range(n)))
         return [t for t in results if t is not None]
 
@@ -178,6 +182,41 @@ class RolloutRunner:
                 kept = trajs
         stats["rollout_episodes"] = float(len(all_trajs))
         return kept, all_trajs, stats
+
+
+def _silent(text: str) -> None:
+    return None
+
+
+class CallCounter:
+    """The rollout's engine, counting finished model calls and generated tokens for the progress line.
+
+    Episodes of a multi-conversation workflow run side by side and tend to finish together, so episodes
+    alone would show nothing until the end of a long rollout; calls and tokens move all along. Every
+    other attribute is the engine's own.
+    """
+
+    def __init__(self, engine: Any, episodes: int, report: Callable[[str], None]) -> None:
+        self._engine, self._report = engine, report
+        self.total, self.done, self.calls, self.tokens = episodes, 0, 0, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    async def generate(self, prompt_ids: Any, params: SamplingParams) -> Any:
+        result = await self._engine.generate(prompt_ids, params)
+        self.calls += 1
+        self.tokens += len(result.token_ids)
+        self._say()
+        return result
+
+    def episode_done(self) -> None:
+        self.done += 1
+        self._say()
+
+    def _say(self) -> None:
+        self._report(f"rollout: {self.done}/{self.total} episodes, {self.calls:,} model calls, "
+                     f"{self.tokens:,} tokens generated")
 
 
 def metric_means(per_episode: list[dict[str, float]]) -> dict[str, float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +31,26 @@ def print_warning(console: Console, text: str, label: str = "warning:") -> None:
     console.print(Text.assemble((label, "yellow"), " " if label and text else "", text), highlight=False)
 
 
+HEARTBEAT_S = 60.0  # in a log, a step that runs longer says what it is doing this often
+
+
 class Tracker:
     def __init__(self, run_dir: Path, resume_step: int, tensorboard: bool = False, wandb_project: str | None = None,
                  config: dict[str, Any] | None = None, console: Console | None = None,
-                 total_steps: int | None = None) -> None:
+                 total_steps: int | None = None, heartbeat_s: float = HEARTBEAT_S) -> None:
         self.path = run_dir / "metrics.jsonl"
         self.console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
         self.total_steps = total_steps
+        self.heartbeat_s = heartbeat_s
+        self._since = self._beat = time.monotonic()  # the last step line, the last heartbeat line
         self._progress: Progress | None = None
         if total_steps and self.console.is_terminal:  # a live bar only where someone watches; logs get lines
             self._progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
                                       TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
-                                      TextColumn("{task.fields[latest]}"), console=self.console, transient=True)
-            self._bar = self._progress.add_task("train", total=total_steps, completed=resume_step, latest="")
+                                      TextColumn("{task.fields[latest]}"), TextColumn("[dim]{task.fields[phase]}"),
+                                      console=self.console, transient=True)
+            self._bar = self._progress.add_task("train", total=total_steps, completed=resume_step, latest="",
+                                                phase="")
             self._progress.start()
         self._truncate_after(resume_step)
         self._tb = self._wandb = None
@@ -75,7 +83,20 @@ class Tracker:
         with atomic_write(self.path) as fh:
             fh.write("".join(json.dumps(r) + "\n" for r in keep))
 
+    def phase(self, text: str) -> None:
+        """What the step under way is doing (rollout, log-probs, update), so a slow step is not silent: on a
+        terminal in the live bar; in a log, one line at most every ``heartbeat_s`` once a step runs that long."""
+        if self._progress is not None:
+            self._progress.update(self._bar, phase=text)
+            return
+        now = time.monotonic()
+        if now - self._since >= self.heartbeat_s and now - self._beat >= self.heartbeat_s:
+            self._beat = now
+            self.console.print(f"  ... {text} ({_clock(now - self._since)} since the last step line)",
+                               highlight=False, markup=False)
+
     def log(self, step: int, metrics: dict[str, float]) -> None:
+        self._since = self._beat = time.monotonic()
         rec = {"step": step, **{k: float(v) for k, v in metrics.items()}}
         with open(self.path, "a") as fh:
             fh.write(json.dumps(rec) + "\n")
@@ -92,7 +113,7 @@ class Tracker:
         self.console.print("  ".join(parts), highlight=False)
         if self._progress is not None:
             latest = "  ".join(p for p in parts[1:3])
-            self._progress.update(self._bar, completed=counted, latest=latest)
+            self._progress.update(self._bar, completed=counted, latest=latest, phase="")
         if self._tb is not None:
             for k, v in metrics.items():
                 self._tb.add_scalar(k, v, step)
@@ -108,6 +129,11 @@ class Tracker:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
 def plot_run(run_dir: Path, out: Path | None = None, keys: tuple[str, ...] | None = None) -> Path:

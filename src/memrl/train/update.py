@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,9 @@ from memrl.train.batch import Row, collate, iter_chunks, micro_batches, row_tens
 from memrl.train.correction import apply_rollout_correction, mismatch_metrics
 from memrl.train.policy import Reference
 from memrl.train.teacher import Teacher
+
+
+_LOGPROB_LABELS = {"old_logprobs": "log-probs before the update", "ref_logprobs": "reference log-probs"}
 
 
 class PolicyUpdate:
@@ -47,11 +51,14 @@ class PolicyUpdate:
         self.sharded = sharded
         self.pad_id = pad_id
         self.device = device
+        self.progress: Callable[[str], None] = lambda text: None  # the tracker's phase line
 
     @torch.no_grad()
     def _logprobs(self, rows: list[Row], attr: str, model: Any) -> None:
         temp = self.cfg.sampling.temperature or 1.0
-        for mb in micro_batches(rows, self.cfg.trainer.micro_batch_tokens):
+        batches = micro_batches(rows, self.cfg.trainer.micro_batch_tokens)
+        for j, mb in enumerate(batches):
+            self.progress(f"{_LOGPROB_LABELS.get(attr, attr)}: micro-batch {j + 1}/{len(batches)}")
             group = [rows[i] for i in mb]
             lp, _ = token_logprobs(model, collate(group, self.pad_id, self.device), temp,
                                    response_only=not self.sharded)
@@ -87,16 +94,18 @@ class PolicyUpdate:
         self.policy.train()
         tally = _Tally()
         gen = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + step)
-        for _ in range(a.ppo_epochs):
+        for epoch in range(a.ppo_epochs):
             order = torch.randperm(len(rows), generator=gen).tolist()
-            for mini in iter_chunks(order, cfg.trainer.mini_batches):
-                self._mini_batch(rows, mini, plan, tally)
+            minis = list(iter_chunks(order, cfg.trainer.mini_batches))
+            for m, mini in enumerate(minis):
+                where = f"update: epoch {epoch + 1}/{a.ppo_epochs}, " if a.ppo_epochs > 1 else "update: "
+                self._mini_batch(rows, mini, plan, tally, f"{where}mini-batch {m + 1}/{len(minis)}")
         if tally.grad_norms:  # the schedule counts trainer steps that updated the weights
             self.scheduler.step()
         self.policy.eval()
         return {**mismatch_metrics(rows), **correction, **self._metrics(tally, logprob_time)}
 
-    def _mini_batch(self, rows: list[Row], mini: list[int], plan: _Plan, tally: _Tally) -> None:
+    def _mini_batch(self, rows: list[Row], mini: list[int], plan: _Plan, tally: _Tally, where: str = "") -> None:
         """One optimizer step over this rank's share of the mini-batch ``mini`` (dropped on every rank if non-finite)."""
         mrows = [rows[i] for i in mini]
         n_tok = sum(r.num_trained for r in mrows) or 1  # global counts: each rank's loss is its share
@@ -108,6 +117,7 @@ class PolicyUpdate:
         bad = False
         micros, padding = self._micro_groups(mrows, rows[mini[0]])
         for j, group in enumerate(micros):
+            self.progress(f"{where}, micro-batch {j + 1}/{len(micros)}")
             dummy = j >= len(micros) - padding
             loss, terms, before, mask = self._micro_loss(group, dummy, plan, n_tok, n_rows)
             if not torch.isfinite(loss):
