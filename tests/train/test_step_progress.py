@@ -70,3 +70,13 @@ def test_training_reports_rollout_calls_and_update_micro_batches(tmp_path):
     update = [s for s in said if s.startswith("update: ")]
     assert update[0].startswith("update: mini-batch 1/2, micro-batch 1/")
     assert any(s.startswith("update: mini-batch 2/2, micro-batch ") for s in update)
+
+
+def test_the_run_says_what_it_trains_before_the_first_step(tmp_path):
+    cfg = config(tmp_path, trainer__total_steps=1, lora__enabled=True, lora__r=4)
+    console, buf = _console()
+    trainer = Trainer(cfg, engine=coin_engine(load_tokenizer("tiny")), tracker_console=console)
+    first = buf.getvalue().splitlines()[0]
+    trained = sum(p.numel() for p in trainer.policy.parameters() if p.requires_grad)
+    assert first == (f"memrl train: tiny (0.1M parameters, LoRA r=4: {trained:,} trained) on cpu; workflow memagent, "
+                     f"12 training samples; engine hf; 1 step x 2 prompts x 4 episodes; run folder {tmp_path / 'run'}")

@@ -95,6 +95,24 @@ class RunParts:
     tracker: Any
 
 
+def start_line(p: RunParts) -> str:
+    """What the run trains, on what, from which data, and where it writes: printed before the first step,
+    which with a real model can take minutes."""
+    cfg, t = p.cfg, p.cfg.trainer
+    total = sum(w.numel() for w in p.policy.parameters())
+    size = f"{_count(total)} parameters"
+    if cfg.lora.enabled:
+        size += f", LoRA r={cfg.lora.r}: {_count(sum(w.numel() for w in p.policy.parameters() if w.requires_grad))} trained"
+    data = f"{len(p.samples):,} training samples" + (f", {len(p.eval_samples):,} held out" if p.eval_samples else "")
+    return (f"memrl train: {cfg.model.path} ({size}) on {p.device}; workflow {p.workflow.label}, {data}; engine "
+            f"{cfg.engine.kind}; {t.total_steps} step{'s' if t.total_steps != 1 else ''} x {t.prompts_per_step} prompts x {cfg.algorithm.n} episodes"
+            f"{'' if t.mode == 'sync' else ', ' + t.mode}; run folder {p.run_dir}")
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n:,}"
+
+
 def load_data(cfg: MemRLConfig, wf: Workflow, tokenizer: Any, train: list[Any] | None, eval: list[Any] | None,
               warn: Callable[[str], None]) -> tuple[list[Any], list[Any]]:
     """The training and held-out samples: given ones, else the workflow's own; checked before any episode."""

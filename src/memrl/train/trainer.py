@@ -24,7 +24,7 @@ import torch
 from memrl.config import MemRLConfig
 from memrl.engines.base import Engine
 from memrl.train import state
-from memrl.train.assembly import RunParts, as_config, build_run  # noqa: F401 (as_config re-exported)
+from memrl.train.assembly import RunParts, as_config, build_run, start_line  # noqa: F401 (as_config re-exported)
 from memrl.train.batch import Row, rows_from_trajectories
 from memrl.train.correction import mismatch_warning
 from memrl.train.engine_sync import engine_weights
@@ -61,6 +61,8 @@ class Trainer:
         self.cfg: MemRLConfig = parts.cfg
         self.source: RolloutSource = parts.source
         self.workflow: Workflow = parts.workflow
+        if self.dist.main:
+            self.tracker.console.print(start_line(parts), highlight=False, markup=False, soft_wrap=True)
         if self.status_line:
             self.tracker.console.print(self.status_line)
 
