@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 
 from rich.console import Console
 
@@ -80,3 +81,24 @@ def test_the_run_says_what_it_trains_before_the_first_step(tmp_path):
     trained = sum(p.numel() for p in trainer.policy.parameters() if p.requires_grad)
     assert first == (f"memrl train: tiny (0.1M parameters, LoRA r=4: {trained:,} trained) on cpu; workflow memagent, "
                      f"12 training samples; engine hf; 1 step x 2 prompts x 4 episodes; run folder {tmp_path / 'run'}")
+
+
+def test_an_asynchronous_step_reports_while_it_waits_for_groups(tmp_path, monkeypatch):
+    import memrl.train.async_rollout as async_rollout
+    from memrl.testing import ScriptedEngine
+
+    monkeypatch.setattr(async_rollout, "WAIT_REPORT_S", 0.01)
+    tok = load_tokenizer("tiny")
+    coin = coin_engine(tok)
+
+    def slow(prompt, params):  # each model call takes a while: the trainer waits for the first groups
+        time.sleep(0.02)
+        return coin.reply(prompt, params)
+
+    cfg = config(tmp_path, trainer__total_steps=1, trainer__mode="async", trainer__max_staleness=1)
+    console, buf = _console()
+    trainer = Trainer(cfg, engine=ScriptedEngine(slow), tracker_console=console)
+    trainer.tracker.heartbeat_s = 0
+    trainer.run()
+    waits = [line for line in buf.getvalue().splitlines() if line.startswith("  ... waiting for rollouts: ")]
+    assert waits and all(re.match(r"  \.\.\. waiting for rollouts: [01]/2 groups complete \(", w) for w in waits)

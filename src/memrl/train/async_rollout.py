@@ -41,6 +41,7 @@ from memrl.train.versioned import PolicyClock, VersionedEngine, WeightGate
 from memrl.types import Trajectory
 
 T = TypeVar("T")
+WAIT_REPORT_S = 5.0  # while the trainer waits for groups, how often it tells the progress line
 
 
 def async_step_metrics(trained: list[Trajectory], finished: list[Trajectory], span_s: float) -> dict[str, float]:
@@ -210,8 +211,9 @@ class AsyncRollout:
         on, every episode finished since the last take, stats), like :meth:`RolloutRunner.rollout`."""
         t0 = time.perf_counter()
         with self.lock:
-            self.lock.wait_for(lambda: self.error is not None or len(self.ready) >= self.batch
-                               or (not self.running and not self._can_submit()))
+            while not self.lock.wait_for(lambda: self.error is not None or len(self.ready) >= self.batch
+                                         or (not self.running and not self._can_submit()), timeout=WAIT_REPORT_S):
+                self.runner.progress(f"waiting for rollouts: {len(self.ready)}/{self.batch} groups complete")
             if self.error is not None:
                 raise self.error
             self.ready.sort(key=lambda g: g.slot)
