@@ -11,7 +11,7 @@ from rich.console import Console
 from memrl.models.resolve import load_tokenizer
 from memrl.train.tracking import Tracker
 from memrl.train.trainer import Trainer
-from tests.train.helpers import coin_engine, config
+from tests.train.helpers import coin_engine, config, write_task
 
 
 def _console() -> tuple[Console, io.StringIO]:
@@ -55,7 +55,9 @@ def test_on_a_terminal_the_phase_goes_to_the_live_bar_not_to_lines(tmp_path):
 
 
 def test_training_reports_rollout_calls_and_update_micro_batches(tmp_path):
-    cfg = config(tmp_path, trainer__total_steps=1, trainer__mini_batches=2)
+    held = write_task(tmp_path / "held.jsonl", n=3)
+    cfg = config(tmp_path, trainer__total_steps=1, trainer__mini_batches=2, data__eval_file=str(held))
+    cfg.trainer.eval.every = 1
     console, buf = _console()
     trainer = Trainer(cfg, engine=coin_engine(load_tokenizer("tiny")), tracker_console=console)
     trainer.tracker.heartbeat_s = 0  # every report becomes a line
@@ -68,6 +70,8 @@ def test_training_reports_rollout_calls_and_update_micro_batches(tmp_path):
     assert counts[-1][:2] == (8, 8) and all(c[1] == 8 for c in counts)
     assert [c[2] for c in counts] == sorted(c[2] for c in counts) and counts[-1][2] >= 8 * 2
     assert any(s.startswith("log-probs before the update: micro-batch 1/") for s in said)
+    evals = [s for s in said if s.startswith("eval: ")]  # before step 1 and after it: 3 questions, 1 episode each
+    assert [e.split(",")[0] for e in evals if e.startswith("eval: 3/3")] == ["eval: 3/3 episodes"] * 2
     update = [s for s in said if s.startswith("update: ")]
     assert update[0].startswith("update: mini-batch 1/2, micro-batch 1/")
     assert any(s.startswith("update: mini-batch 2/2, micro-batch ") for s in update)

@@ -196,8 +196,8 @@ class CallCounter:
     other attribute is the engine's own.
     """
 
-    def __init__(self, engine: Any, episodes: int, report: Callable[[str], None]) -> None:
-        self._engine, self._report = engine, report
+    def __init__(self, engine: Any, episodes: int, report: Callable[[str], None], label: str = "rollout") -> None:
+        self._engine, self._report, self._label = engine, report, label
         self.total, self.done, self.calls, self.tokens = episodes, 0, 0, 0
 
     def __getattr__(self, name: str) -> Any:
@@ -215,7 +215,7 @@ class CallCounter:
         self._say()
 
     def _say(self) -> None:
-        self._report(f"rollout: {self.done}/{self.total} episodes, {self.calls:,} model calls, "
+        self._report(f"{self._label}: {self.done}/{self.total} episodes, {self.calls:,} model calls, "
                      f"{self.tokens:,} tokens generated")
 
 
@@ -238,15 +238,23 @@ def rollout_metrics(all_trajs: list[Trajectory], seconds: float) -> dict[str, fl
     return metrics
 
 
-async def evaluate_samples(cfg: MemRLConfig, workflow: Any, samples: list[Any], engine: Engine,
-                           tokenizer: Any) -> float:
-    """Accuracy (%) of the configured reward, ``trainer.eval.n`` episodes per question (verl's val_kwargs.n)."""
+async def evaluate_samples(cfg: MemRLConfig, workflow: Any, samples: list[Any], engine: Engine | None,
+                           tokenizer: Any, progress: Callable[[str], None] = _silent) -> float:
+    """Accuracy (%) of the configured reward, ``trainer.eval.n`` episodes per question (verl's val_kwargs.n);
+    ``progress`` hears the episodes, calls and tokens done so far."""
     tc = cfg.trainer
     params = (SamplingParams(greedy=True) if tc.eval.temperature == 0
               else SamplingParams(temperature=tc.eval.temperature, top_p=tc.eval.top_p))
     if not isinstance(workflow, Workflow):
         workflow = as_workflow(workflow)
-    trajs = await asyncio.gather(*(workflow.episode(s, engine=engine, tokenizer=tokenizer, sampling=params)
-                                   for s in samples for _ in range(tc.eval.n)))
+    counter = CallCounter(engine, len(samples) * tc.eval.n, progress, "eval")
+
+    async def one(sample: Any) -> Trajectory:
+        traj = await workflow.episode(sample, engine=counter if engine is not None else None, tokenizer=tokenizer,
+                                      sampling=params)
+        counter.episode_done()
+        return traj
+
+    trajs = await asyncio.gather(*(one(s) for s in samples for _ in range(tc.eval.n)))
     return 100.0 * statistics.fmean(t.reward for t in trajs)
 

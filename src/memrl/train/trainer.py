@@ -210,7 +210,7 @@ class Trainer:
         """Accuracy (%) of the configured reward on ``data.eval_file`` (greedy unless trainer.eval.temperature)."""
         self.policy.eval()
         return self.source.run(evaluate_samples(self.cfg, self.workflow, self.eval_samples, self.engine,
-                                                self.tokenizer))
+                                                self.tokenizer, self.runner.progress))
 
     def engine_weights(self) -> dict[str, torch.Tensor] | None:
         """Merged weights for the engine (rank 0); under FSDP every rank must call this (collective gather)."""
