@@ -21,7 +21,8 @@ def get_peft_model(model: Any, config: Any, **kwargs: Any) -> Any:
 
 def checkpointing(model: Any) -> bool:
     """Whether activation checkpointing is on, read under the new name where the model has it."""
-    name = "is_activation_checkpointing" if hasattr(model, "is_activation_checkpointing") else "is_gradient_checkpointing"
+    new = "is_activation_checkpointing"
+    name = new if hasattr(model, new) else "is_gradient_checkpointing"
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return bool(getattr(model, name, False))

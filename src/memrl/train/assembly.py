@@ -99,14 +99,16 @@ def start_line(p: RunParts) -> str:
     """What the run trains, on what, from which data, and where it writes: printed before the first step,
     which with a real model can take minutes."""
     cfg, t = p.cfg, p.cfg.trainer
-    total = sum(w.numel() for w in p.policy.parameters())
-    size = f"{_count(total)} parameters"
+    size = f"{_count(sum(w.numel() for w in p.policy.parameters()))} parameters"
     if cfg.lora.enabled:
-        size += f", LoRA r={cfg.lora.r}: {_count(sum(w.numel() for w in p.policy.parameters() if w.requires_grad))} trained"
+        trained = sum(w.numel() for w in p.policy.parameters() if w.requires_grad)
+        size += f", LoRA r={cfg.lora.r}: {_count(trained)} trained"
     data = f"{len(p.samples):,} training samples" + (f", {len(p.eval_samples):,} held out" if p.eval_samples else "")
+    steps = f"{t.total_steps} step{'s' if t.total_steps != 1 else ''}"
+    mode = "" if t.mode == "sync" else f", {t.mode}"
     return (f"memrl train: {cfg.model.path} ({size}) on {p.device}; workflow {p.workflow.label}, {data}; engine "
-            f"{cfg.engine.kind}; {t.total_steps} step{'s' if t.total_steps != 1 else ''} x {t.prompts_per_step} prompts x {cfg.algorithm.n} episodes"
-            f"{'' if t.mode == 'sync' else ', ' + t.mode}; run folder {p.run_dir}")
+            f"{cfg.engine.kind}; {steps} x {t.prompts_per_step} prompts x {cfg.algorithm.n} episodes{mode}; "
+            f"run folder {p.run_dir}")
 
 
 def _count(n: int) -> str:
