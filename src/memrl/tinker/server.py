@@ -40,9 +40,13 @@ def resolve_key(api_key: str | None) -> tuple[str, bool]:
 
 
 def check_engine(engine: str) -> None:
+    """Only ``hf``: samplers are LoRA adapters, and vLLM's LoRA (0.32) adapts the output head, which Tinker's
+    ``train_unembed`` (on by default) trains, only for some architectures (Llama and Qwen3 yes; Qwen2, Mistral,
+    Gemma 2 no); loading such an adapter there stops the whole vLLM engine."""
     if engine != "hf":
         raise ValueError(f"--engine {engine}: memrl tinker trains and samples one in-process transformers model "
-                         "(--engine hf); vLLM is not served here")
+                         "(--engine hf); vLLM is not served here (its LoRA adapts the output head, which Tinker's "
+                         "train_unembed trains by default, only for some architectures)")
 
 
 def build_service(model: str, state_dir: str | Path, *, dtype: str = "auto", device: str | None = None,
