@@ -39,14 +39,15 @@ def main() -> None:
     ap.add_argument("extra", nargs="*", help="further memrl demo flags, after --")
     args = ap.parse_args()
     rows = []
-    print(f"{'seed':>4}  {'before':>7}  {'after':>7}  {'lift':>7}  {'wall s':>7}  {'CPU s':>7}  {'extra SFT rounds':>16}",
-          flush=True)
+    print(f"{'seed':>4}  {'before':>7}  {'after':>7}  {'lift':>7}  {'wall s':>7}  {'CPU s':>7}  {'extra SFT rounds':>16}"
+          f"  {'GRPO steps':>10}", flush=True)
     for seed in args.seeds:
         s = run_seed(args.task, seed, args.work, args.extra)
         before, after = s["heldout_before"], s["heldout_after"]
         rows.append((before, after, after - before, s["seconds"], s["cpu_seconds"]))
         print(f"{seed:>4}  {before:6.1f}%  {after:6.1f}%  {after - before:+6.1f}  {s['seconds']:7.0f}  "
-              f"{s['cpu_seconds']:7.0f}  {s.get('warm_start_extra_rounds', '-'):>16}", flush=True)  # '-': no check (tools)
+              f"{s['cpu_seconds']:7.0f}  {s.get('warm_start_extra_rounds', '-'):>16}  {s.get('rl_steps', '-'):>10}",
+              flush=True)  # '-': no check (tools)
     for name, fn in (("min", min), ("median", statistics.median)):
         c = [fn(r[i] for r in rows) for i in range(5)]
         print(f"{name:>6}  {c[0]:5.1f}%  {c[1]:6.1f}%  {c[2]:+6.1f}  {c[3]:7.0f}  {c[4]:7.0f}")

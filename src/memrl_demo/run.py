@@ -61,6 +61,7 @@ SFT_BATCH = 32
 # GRPO learning rate, from a sweep over seeds 0-4 (README): at 1e-3 one seed's early updates broke the answer
 # format (\\boxed{ lost its brace), every episode then scored 0 and GRPO had nothing left to learn from.
 RL_LR = 3e-4
+RL_STEPS = 40  # GRPO steps of the demo (then up to DemoScale.settle_steps more: memrl_demo.settle)
 DEMO_THREADS = 2  # the README's numbers are measured with 2 threads (make demo's 2-core target)
 DEFAULT_ESTIMATOR: str = AlgorithmConfig.model_fields["adv_estimator"].default
 WARM_REPORT = "warm_check.json"  # in sft_model/: what memrl_demo.warm_check measured, extra rounds run
@@ -111,6 +112,9 @@ class DemoScale:
     # At most this many extra rounds (one pass of each phase after the first) while the warm start fails
     # memrl_demo.warm_check; 0 skips the check.
     check_rounds: int = 6
+    # At most this many GRPO steps after the demo's own, 10 at a time, while training has not settled
+    # (memrl_demo.settle); not with an explicit step count (memrl demo --steps N trains N steps).
+    settle_steps: int = 20
 
 
 @contextlib.contextmanager
@@ -179,7 +183,7 @@ async def accuracy(model: Any, tokenizer: Any, samples: list[Any]) -> float:
     return 100.0 * statistics.fmean(t.reward for t in trajs)
 
 
-def run_demo(out: Path, *, rl_steps: int = 40, seed: int = 0, console: Console | None = None,
+def run_demo(out: Path, *, rl_steps: int | None = None, seed: int = 0, console: Console | None = None,
              scale: DemoScale = DemoScale(), threads: int = DEMO_THREADS, asynchronous: bool = False,
              max_staleness: int = 1, estimator: str = DEFAULT_ESTIMATOR) -> dict[str, float]:
     """The whole demo in ``out`` (resumes stage by stage); returns the summary it writes.
@@ -189,13 +193,21 @@ def run_demo(out: Path, *, rl_steps: int = 40, seed: int = 0, console: Console |
     from run to run: which episodes finish first, and so which are trained at each step, depends on timing.
     ``estimator``: ``algorithm.adv_estimator`` of the RL stage; another than the default trains in its own
     folder (``out/rl_<estimator>``, summary ``summary_<estimator>.json``) from the same warm start.
+    ``rl_steps``: None trains the demo's 40 steps and up to ``scale.settle_steps`` more while training has not
+    settled (:mod:`memrl_demo.settle`); a number trains exactly that many.
     """
     from memrl.data.outdir import record_outputs
+
+    if rl_steps is None:
+        rl_steps, settle = RL_STEPS, scale.settle_steps
+    else:
+        settle = 0
 
     stage = rl_stage(estimator, asynchronous)
     record_outputs(out, (*DEMO_OUTPUTS, *stage))
     with deterministic(seed, threads):
-        return _run(out, rl_steps, seed, console or Console(stderr=True, width=None if sys.stderr.isatty() else 160),
+        return _run(out, (rl_steps, settle), seed,
+                    console or Console(stderr=True, width=None if sys.stderr.isatty() else 160),
                     scale, max_staleness if asynchronous else None, estimator)
 
 
@@ -299,12 +311,14 @@ def _extra_rounds(sft_dir: Path) -> int:
     return int(json.loads(report.read_text())["extra_rounds"]) if report.is_file() else 0
 
 
-def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale,
+def _run(out: Path, steps: tuple[int, int], seed: int, console: Console, scale: DemoScale,
          staleness: int | None, estimator: str) -> dict[str, float]:
+    """``steps``: (GRPO steps, at most this many more while training has not settled)."""
     from memrl.models.resolve import load_model
     from memrl.train.tracking import plot_run
-    from memrl.train.trainer import Trainer
+    from memrl_demo.settle import train_until_settled
 
+    rl_steps, settle = steps
     t0, cpu0 = time.perf_counter(), time.process_time()
     sft_dir, tok, paths, held = warm_start(out, seed, console, scale)
     before = asyncio.run(accuracy(load_model(str(sft_dir), device="cpu"), tok, held))
@@ -315,13 +329,13 @@ def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale
     mode = "" if staleness is None else f", asynchronous with max staleness {staleness}"
     console.print(f"MemAgent RL ({estimator}): {rl_steps} steps x {scale.prompts_per_step} prompts x "
                   f"{scale.episodes_per_prompt} episodes{mode} (run folder {rl_dir})")
-    trainer = Trainer(cfg, tracker_console=console)
-    trainer.run()
+    trainer, extra = train_until_settled(cfg, console, settle)
     after = asyncio.run(accuracy(trainer.policy, tok, held))
     curve = plot_run(rl_dir, keys=("reward", "eval/accuracy", "response_tokens", "grad_norm"))
     summary = {"heldout_before": before, "heldout_after": after, "lift": after - before,
                "seconds": round(time.perf_counter() - t0, 1), "cpu_seconds": round(time.process_time() - cpu0, 1),
-               "rl_steps": rl_steps, "heldout_docs": len(held), "warm_start_extra_rounds": _extra_rounds(sft_dir),
+               "rl_steps": rl_steps + extra, "extra_rl_steps": extra, "heldout_docs": len(held),
+               "warm_start_extra_rounds": _extra_rounds(sft_dir),
                "seed": seed, "estimator": estimator, "mode": "sync" if staleness is None else "async",
                **({} if staleness is None else {"max_staleness": staleness})}
     with atomic_write(out / rl_stage(estimator, staleness is not None)[1]) as fh:
