@@ -12,7 +12,6 @@ last checkpoint continues the same run (constant learning rate, exact resume), s
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,9 @@ CHUNK = 10  # steps added at a time
 
 def recent_reward(run_dir: Path, window: int = WINDOW) -> float:
     """Mean ``reward`` of the last ``window`` training steps in ``run_dir/metrics.jsonl`` (eval rows skipped)."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rewards = [r["reward"] for r in rows if "reward" in r]
+    from memrl.io.metrics import read_metrics
+
+    rewards = [r["reward"] for r in read_metrics(run_dir) if "reward" in r]
     if not rewards:
         raise ValueError(f"{run_dir}/metrics.jsonl has no training reward yet")
     tail = rewards[-window:]
