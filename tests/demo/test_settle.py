@@ -12,9 +12,8 @@ from memrl.data import LongContextSample, write_samples
 from memrl.models.resolve import load_tokenizer
 from memrl.train.trainer import Trainer
 from memrl_demo.settle import recent_reward, train_until_settled
+from tests.demo.test_determinism import TIMING
 from tests.train.helpers import coin_engine, config
-
-TIMING = ("time/", "tokens_per_s")
 
 
 def _rows(run):

@@ -105,7 +105,7 @@ class PolicyUpdate:
         self.policy.eval()
         return {**mismatch_metrics(rows), **correction, **self._metrics(tally, logprob_time)}
 
-    def _mini_batch(self, rows: list[Row], mini: list[int], plan: _Plan, tally: _Tally, where: str = "") -> None:
+    def _mini_batch(self, rows: list[Row], mini: list[int], plan: _Plan, tally: _Tally, where: str) -> None:
         """One optimizer step over this rank's share of the mini-batch ``mini`` (dropped on every rank if non-finite)."""
         mrows = [rows[i] for i in mini]
         n_tok = sum(r.num_trained for r in mrows) or 1  # global counts: each rank's loss is its share
