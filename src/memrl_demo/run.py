@@ -206,9 +206,8 @@ def run_demo(out: Path, *, rl_steps: int | None = None, seed: int = 0, console: 
     stage = rl_stage(estimator, asynchronous)
     record_outputs(out, (*DEMO_OUTPUTS, *stage))
     with deterministic(seed, threads):
-        return _run(out, (rl_steps, settle), seed,
-                    console or Console(stderr=True, width=None if sys.stderr.isatty() else 160),
-                    scale, max_staleness if asynchronous else None, estimator)
+        return _run(out, rl_steps, seed, console or Console(stderr=True, width=None if sys.stderr.isatty() else 160),
+                    scale, max_staleness if asynchronous else None, estimator, settle)
 
 
 def rl_stage(estimator: str, asynchronous: bool = False, record: str = "episode") -> tuple[str, str]:
@@ -311,14 +310,13 @@ def _extra_rounds(sft_dir: Path) -> int:
     return int(json.loads(report.read_text())["extra_rounds"]) if report.is_file() else 0
 
 
-def _run(out: Path, steps: tuple[int, int], seed: int, console: Console, scale: DemoScale,
-         staleness: int | None, estimator: str) -> dict[str, float]:
-    """``steps``: (GRPO steps, at most this many more while training has not settled)."""
+def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale,
+         staleness: int | None, estimator: str, settle: int) -> dict[str, float]:
+    """``settle``: at most this many GRPO steps after ``rl_steps`` while training has not settled."""
     from memrl.models.resolve import load_model
     from memrl.train.tracking import plot_run
     from memrl_demo.settle import train_until_settled
 
-    rl_steps, settle = steps
     t0, cpu0 = time.perf_counter(), time.process_time()
     sft_dir, tok, paths, held = warm_start(out, seed, console, scale)
     before = asyncio.run(accuracy(load_model(str(sft_dir), device="cpu"), tok, held))

@@ -1,8 +1,8 @@
 """The needle demo's GRPO stage runs its steps, then 10 more at a time while training has not settled.
 
 Why: on one machine (a 2-core AMD EPYC) seed 6's warm start kept one code in memory 5% of the time; after the
-demo's 40 steps GRPO had not yet learned to keep it (training reward of the last steps 0.85, held-out 68.8%)
-while 20 more steps took it to 93.8%. Every other seed's training reward was at 0.93-0.99 by then. How fast
+demo's 40 steps GRPO had not yet learned to keep it (training reward of the last steps 0.84, held-out 68.8%)
+while 20 more steps took it to 93.8%. Every other seed's training reward was at 0.92-0.99 by then. How fast
 a seed learns depends on the CPU's rounding, so a fixed step count is luck, as the warm start's was
 (:mod:`memrl_demo.warm_check`). The decision reads the *training* reward only (``metrics.jsonl``), never the
 held-out documents the demo reports on. A seed that has settled trains exactly as before; resuming from the
