@@ -6,16 +6,25 @@ and warns about on every read: a FutureWarning in every LoRA run's output that n
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
+
+
+@contextlib.contextmanager
+def _old_flag_quiet() -> Iterator[None]:
+    """Only the warning about the old flag name is silenced inside."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
 
 
 def get_peft_model(model: Any, config: Any, **kwargs: Any) -> Any:
     """``peft.get_peft_model(model, config, **kwargs)``, with only that one warning silenced."""
     from peft import get_peft_model as wrap
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with _old_flag_quiet():
         return wrap(model, config, **kwargs)
 
 
@@ -23,6 +32,5 @@ def checkpointing(model: Any) -> bool:
     """Whether activation checkpointing is on, read under the new name where the model has it."""
     new = "is_activation_checkpointing"
     name = new if hasattr(model, new) else "is_gradient_checkpointing"
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+    with _old_flag_quiet():
         return bool(getattr(model, name, False))
