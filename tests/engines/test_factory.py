@@ -99,3 +99,30 @@ def test_training_refuses_a_kind_that_cannot_receive_weights():
             check_config(load_config(None, ["engine.kind=frozen_test"]), has_samples=True)
     finally:
         ENGINES.remove("frozen_test")
+
+
+def test_a_kind_checks_its_own_options_before_training():
+    """vLLM's preflight refuses sleep mode under async training (no vLLM needed: it runs before any engine);
+    a registered kind's ``preflight`` runs for that kind only."""
+    from memrl.train.preflight import check_config
+
+    with pytest.raises(ConfigError, match=r"^trainer.mode=async keeps vLLM generating during updates: use "
+                                          r"engine.vllm.sleep=off or auto$"):
+        check_config(load_config(None, ["engine.kind=vllm", "trainer.mode=async", "engine.vllm.sleep=on"]),
+                     has_samples=True)
+    check_config(load_config(None, ["engine.kind=vllm", "trainer.mode=async", "engine.vllm.sleep=auto"]),
+                 has_samples=True)
+    check_config(load_config(None, ["engine.kind=hf", "trainer.mode=async", "engine.vllm.sleep=on"]),
+                 has_samples=True)  # another kind does not read engine.vllm
+
+    seen = []
+
+    @register_engine("checked_test", preflight=lambda cfg: seen.append(cfg.trainer.lr))
+    def checked(cfg, model=None):
+        return ScriptedEngine(lambda prompt, params: [])
+
+    try:
+        check_config(load_config(None, ["engine.kind=checked_test", "trainer.lr=0.5"]), has_samples=True)
+        assert seen == [0.5]
+    finally:
+        ENGINES.remove("checked_test")

@@ -35,6 +35,8 @@ class EngineKind:
     replica asks for when ``cluster.replica_gpus`` leaves it open (None: none).
     ``wraps_policy``: it can generate with the trained policy module itself, in the trainer's process; its
     ``build(cfg, model, pad_token_id=...)`` then gets that module (or a copy) and the tokenizer's pad id.
+    ``preflight(cfg)``: checks of the kind's own options against the rest of the config, run by the
+    trainer's preflight before any model loads (a ``ConfigError`` naming the keys to change).
     """
 
     build: Builder
@@ -43,6 +45,7 @@ class EngineKind:
     replica: Callable[..., Hosted] | None = None
     replica_gpus: Callable[[MemRLConfig], int] | None = None
     wraps_policy: bool = False
+    preflight: Callable[[MemRLConfig], None] | None = None
 
     def __call__(self, cfg: MemRLConfig, model: Any = None) -> Engine:
         return self.build(cfg, model)
@@ -51,12 +54,13 @@ class EngineKind:
 def register_engine(name: str, *, side: Builder | None = None, receives_weights: bool = True,
                     replica: Callable[..., Hosted] | None = None,
                     replica_gpus: Callable[[MemRLConfig], int] | None = None,
-                    wraps_policy: bool = False) -> Callable[[Builder], EngineKind]:
+                    wraps_policy: bool = False,
+                    preflight: Callable[[MemRLConfig], None] | None = None) -> Callable[[Builder], EngineKind]:
     """Decorator: register ``build(cfg, model) -> Engine`` as ``engine.kind=name`` (the keywords: see
     :class:`EngineKind`)."""
     def decorate(build: Builder) -> EngineKind:
         return ENGINES.register(name, EngineKind(build, side, receives_weights, replica, replica_gpus,
-                                                 wraps_policy))
+                                                 wraps_policy, preflight))
     return decorate
 
 
@@ -144,7 +148,15 @@ def _openai(cfg: MemRLConfig, model: Any = None) -> Engine:
     return engine
 
 
-@register_engine("vllm", replica=HostedVLLM, replica_gpus=vllm_replica_gpus)
+def _vllm_preflight(cfg: MemRLConfig) -> None:
+    """Asynchronous training generates during every update, so the engine must not sleep through them."""
+    from memrl.config import ConfigError
+
+    if cfg.trainer.mode == "async" and cfg.engine.vllm.sleep == "on":
+        raise ConfigError("trainer.mode=async keeps vLLM generating during updates: use engine.vllm.sleep=off or auto")
+
+
+@register_engine("vllm", replica=HostedVLLM, replica_gpus=vllm_replica_gpus, preflight=_vllm_preflight)
 def _vllm(cfg: MemRLConfig, model: Any = None) -> Engine:
     """vLLM in-process (engine.vllm.*), weights synced from the trainer."""
     from memrl.engines.vllm import VLLMEngine

@@ -39,11 +39,14 @@ def resolve_key(api_key: str | None) -> tuple[str, bool]:
     return key, False
 
 
+SERVED_ENGINES = ("hf",)  # engine kinds memrl tinker samples with (see check_engine)
+
+
 def check_engine(engine: str) -> None:
     """Only ``hf``: samplers are LoRA adapters, and vLLM's LoRA (0.32) adapts the output head, which Tinker's
     ``train_unembed`` (on by default) trains, only for some architectures (Llama and Qwen3 yes; Qwen2, Mistral,
     Gemma 2 no); loading such an adapter there stops the whole vLLM engine."""
-    if engine != "hf":
+    if engine not in SERVED_ENGINES:
         raise ValueError(f"--engine {engine}: memrl tinker trains and samples one in-process transformers model "
                          "(--engine hf); vLLM is not served here (its LoRA adapts the output head, which Tinker's "
                          "train_unembed trains by default, only for some architectures)")

@@ -17,9 +17,9 @@ from memrl.config.schema import MemRLConfig
 
 
 def syncs_adapter(cfg: MemRLConfig, engine: Any) -> bool:
-    """Whether this run ships only the LoRA adapter to ``engine``."""
-    return (cfg.lora.enabled and cfg.engine.kind == "vllm" and cfg.engine.vllm.lora_sync == "adapter"
-            and hasattr(engine, "update_adapter"))
+    """Whether this run ships only the LoRA adapter to ``engine``: asked for (``engine.vllm.lora_sync``) and
+    the engine can take one (it has ``update_adapter``, as the in-process vLLM engine does)."""
+    return cfg.lora.enabled and cfg.engine.vllm.lora_sync == "adapter" and hasattr(engine, "update_adapter")
 
 
 def adapter_payload(policy: Any) -> tuple[dict[str, Any], dict[str, Any]]:

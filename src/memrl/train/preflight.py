@@ -71,7 +71,7 @@ def check_config(cfg: MemRLConfig, workflow: Any = None, *, has_samples: bool = 
     if a.step_rewards and workflow.state_advantage() is None:
         raise ConfigError(f"algorithm.step_rewards needs a workflow that scores turns (rememr1), not "
                           f"{workflow.label}")
-    _check_engine(cfg.engine.kind)
+    _check_engine(cfg)
     c = cfg.cluster
     if c.weight_sync == "collective" and c.replica_gpus > 0 and (c.placement == "colocate" or c.replica_gpus < 1):
         raise ConfigError("cluster.weight_sync=collective over NCCL needs each replica on whole GPUs of its own "
@@ -158,13 +158,17 @@ def _as_run_today(old: dict[str, Any]) -> dict[str, Any]:
         return migrate(dict(old))
 
 
-def _check_engine(kind: str) -> None:
-    """Training pushes new weights into the engine every step: refuse a kind that cannot take them."""
+def _check_engine(cfg: MemRLConfig) -> None:
+    """Training pushes new weights into the engine every step: refuse a kind that cannot take them; then the
+    kind's own checks of its options (:attr:`~memrl.engines.factory.EngineKind.preflight`)."""
     from memrl.engines.factory import engine_kind, trainable_engine_kinds
 
-    if not engine_kind(kind).receives_weights:
-        raise ConfigError(f"engine.kind={kind} cannot receive weight updates; train with engine.kind="
+    kind = engine_kind(cfg.engine.kind)
+    if not kind.receives_weights:
+        raise ConfigError(f"engine.kind={cfg.engine.kind} cannot receive weight updates; train with engine.kind="
                           f"{' or '.join(trainable_engine_kinds())}")
+    if kind.preflight is not None:
+        kind.preflight(cfg)
 
 
 def _check_async(cfg: MemRLConfig) -> None:
@@ -174,8 +178,6 @@ def _check_async(cfg: MemRLConfig) -> None:
     if c.rollout_replicas and c.placement == "colocate":
         raise ConfigError("trainer.mode=async generates while the policy updates, so replicas cannot give the "
                           "accelerator back during updates: use cluster.placement=split")
-    if cfg.engine.kind == "vllm" and cfg.engine.vllm.sleep == "on":
-        raise ConfigError("trainer.mode=async keeps vLLM generating during updates: use engine.vllm.sleep=off or auto")
 
 
 def _needs_group(adv_estimator: str) -> bool:
