@@ -3,11 +3,15 @@
 ``env.tool_options`` picks the retrieval (τ³'s ``--retrieval-config`` and its keyword overrides):
 
 * ``retrieval_variant``: ``bm25`` (default), ``bm25_grep``, ``grep_only``, ``no_knowledge``, ``full_kb``,
-  ``golden_retrieval``, or a dense variant (``openai_embeddings[_grep]``, ``qwen_embeddings[_grep]``)
-  with your own ``embedder``; see :mod:`~memrl.envs.domains.banking_knowledge.variants` for the
-  variants left out;
+  ``golden_retrieval``, a dense variant (``openai_embeddings[_grep]``, ``qwen_embeddings[_grep]``)
+  with your own ``embedder``, or a reranked one (``bm25_reranker[_grep]``,
+  ``{openai,qwen}_embeddings_reranker[_grep]``) with a ``reranker``; see
+  :mod:`~memrl.envs.domains.banking_knowledge.variants` for the variants left out;
 * ``top_k`` (KB_search, 10), ``grep_top_k`` (10), ``case_sensitive`` (grep, false);
-* ``embedder``: ``package.module:function`` mapping a list of texts to an (n, d) array.
+* ``embedder``: ``package.module:function`` mapping a list of texts to an (n, d) array;
+* ``reranker`` (``openai`` or ``package.module:function``), ``reranker_min_score`` (5) and, for
+  ``openai``, ``reranker_model``, ``reranker_base_url``, ``reranker_api_key_env``, ``reranker_prompt``:
+  see :mod:`~memrl.envs.domains.banking_knowledge.rerank`.
 
 The environment depends on the task, as τ³'s does: ``new_env(task=...)`` logs read-only discoverable
 calls only for the tools the task's gold actions read (its *read-log allowlist*), shows the user
@@ -27,6 +31,7 @@ from pydantic import ValidationError
 from memrl.data.errors import DataError
 from memrl.envs.domain import Domain, _locate
 from memrl.envs.domains.banking_knowledge import records
+from memrl.envs.domains.banking_knowledge.rerank import DEFAULT_MIN_SCORE, RerankedRetriever, openai_rater
 from memrl.envs.domains.banking_knowledge.retrieval import (BM25Retriever, DenseRetriever, Document, GrepRetriever,
                                                             Retriever, load_documents)
 from memrl.envs.domains.banking_knowledge.toolkits import agent_class
@@ -36,7 +41,8 @@ from memrl.envs.environment import Environment
 from memrl.envs.tasks import Task, read_tasks
 
 NAME = "banking_knowledge"
-OPTIONS = ("retrieval_variant", "top_k", "grep_top_k", "case_sensitive", "embedder")
+OPTIONS = ("retrieval_variant", "top_k", "grep_top_k", "case_sensitive", "embedder", "reranker", "reranker_min_score",
+           "reranker_model", "reranker_base_url", "reranker_api_key_env", "reranker_prompt")
 
 
 def read_log_allowlist(task: Task | None) -> set[str]:
@@ -86,8 +92,8 @@ def _tasks(folder: Path) -> list[Task]:
     return tasks
 
 
-def _retrievers(variant: Variant, docs: list[Document],
-                opts: dict[str, Any]) -> tuple[Retriever | None, Retriever | None]:
+def _retrievers(variant: Variant, docs: list[Document], opts: dict[str, Any],
+                folder: Path) -> tuple[Retriever | None, Retriever | None]:
     top_k, grep_k = option(opts, "top_k", int, 10), option(opts, "grep_top_k", int, 10)
     kb: Retriever | None = None
     if variant.kb_search == "bm25":
@@ -100,8 +106,33 @@ def _retrievers(variant: Variant, docs: list[Document],
         from memrl.plugins import load_object
 
         kb = DenseRetriever(docs, load_object(spec, "banking_knowledge embedder"), top_k)
+    if kb is not None and variant.rerank:
+        kb = reranked(kb, opts, folder)
+    elif any(key.startswith("reranker") for key in opts):
+        raise ValueError(f"tool option {min(k for k in opts if k.startswith('reranker'))} applies to the *_reranker "
+                         f"retrieval variants only, not {variant.name!r}")
     grep = GrepRetriever(docs, grep_k, option(opts, "case_sensitive", bool, False)) if variant.grep else None
     return kb, grep
+
+
+def reranked(kb: Retriever, opts: dict[str, Any], folder: Path) -> RerankedRetriever:
+    """``kb`` rated by the ``reranker`` tool option (``openai`` or an import path), as τ³'s reranked variants."""
+    spec = option(opts, "reranker", str, None)
+    if spec is None:
+        raise ValueError("a *_reranker retrieval variant needs tool option reranker: openai (τ³'s rating by an "
+                         "OpenAI-compatible model) or 'package.module:function' (query, document) -> 0-10")
+    min_score = option(opts, "reranker_min_score", int, DEFAULT_MIN_SCORE)
+    for key in ("reranker_model", "reranker_base_url", "reranker_api_key_env", "reranker_prompt"):
+        option(opts, key, str, None)
+        if key in opts and spec != "openai":
+            raise ValueError(f"tool option {key} applies to reranker=openai, not {spec!r}")
+    if spec == "openai":
+        rate = openai_rater(opts, folder)
+    else:
+        from memrl.plugins import load_object
+
+        rate = load_object(spec, "banking_knowledge reranker")
+    return RerankedRetriever(kb, rate, min_score)
 
 
 def banking_knowledge_domain(data_dir: str | Path | None = None,
@@ -117,7 +148,7 @@ def banking_knowledge_domain(data_dir: str | Path | None = None,
     folder = _locate(NAME, data_dir)
     variant = resolve(option(opts, "retrieval_variant", str, DEFAULT_VARIANT))
     docs = load_documents(folder / "documents")
-    kb, grep = _retrievers(variant, docs, opts)
+    kb, grep = _retrievers(variant, docs, opts, folder)
     try:
         db = records.normalize_db(json.loads((folder / "db.json").read_text()))
     except (OSError, json.JSONDecodeError, ValueError) as err:

@@ -63,8 +63,16 @@ class Retriever:
         self.top_k = top_k
         self.by_id = {d.id: d for d in self.docs}
 
+    reranks = False  # whether KB_search reports a reranking time (τ³: a pipeline with a postprocessor)
+
     def search(self, query: str) -> list[tuple[str, float]]:
         raise NotImplementedError
+
+    def search_timed(self, query: str) -> tuple[list[tuple[str, float]], float, float]:
+        """(hits, retrieval ms, reranking ms), as τ³'s pipeline times them."""
+        start = time.perf_counter()
+        hits = self.search(query)
+        return hits, (time.perf_counter() - start) * 1000, 0.0
 
 
 class BM25Retriever(Retriever):
@@ -131,13 +139,12 @@ def _listing(retriever: Retriever, hits: list[tuple[str, float]]) -> str:
 
 def kb_search_text(retriever: Retriever, query: str, k: int | None = None) -> str:
     """What τ³'s ``KB_search`` tools answer: the ranked documents in full, then the time it took."""
-    start = time.perf_counter()
-    hits = retriever.search(query)
-    took = (time.perf_counter() - start) * 1000
+    hits, retrieval_ms, rerank_ms = retriever.search_timed(query)
     if k is not None:
         hits = hits[:k]
     body = _listing(retriever, hits) if hits else "No relevant documents found."
-    return f"{body}\n\n[Timing: retrieval={took:.0f}ms, total={took:.0f}ms]"
+    reranking = f", reranking={rerank_ms:.0f}ms" if retriever.reranks else ""
+    return f"{body}\n\n[Timing: retrieval={retrieval_ms:.0f}ms{reranking}, total={retrieval_ms + rerank_ms:.0f}ms]"
 
 
 def grep_text(retriever: Retriever, pattern: str) -> str:

@@ -9,7 +9,7 @@ run are listed in :data:`LEFT_OUT` with the reason, and refused by name.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +26,7 @@ class Variant:
     kb_search: Literal["bm25", "dense"] | None = None
     grep: bool = False
     prompt: Literal["standard", "full_kb", "golden"] = "standard"
+    rerank: bool = False  # KB_search's hits rated and filtered (τ³'s pointwise reranker; memrl.envs...rerank)
 
 
 VARIANTS = {v.name: v for v in (
@@ -40,11 +41,12 @@ VARIANTS = {v.name: v for v in (
     Variant("qwen_embeddings", "classic_rag_qwen_no_grep.md", kb_search="dense"),
     Variant("qwen_embeddings_grep", "classic_rag_qwen.md", kb_search="dense", grep=True),
 )}
-_RERANK = "an LLM reranker (pointwise scoring by an OpenAI model) after retrieval"
+VARIANTS.update({f"{v.name}_reranker{suffix}": replace(VARIANTS[v.name + suffix], name=f"{v.name}_reranker{suffix}",
+                                                       rerank=True)
+                 for v in (VARIANTS["bm25"], VARIANTS["openai_embeddings"], VARIANTS["qwen_embeddings"])
+                 for suffix in ("", "_grep")})
 _SHELL = "a sandboxed shell over the documents (Anthropic's sandbox-runtime)"
 LEFT_OUT = {
-    **{f"{base}_reranker{grep}": _RERANK for base in ("bm25", "openai_embeddings", "qwen_embeddings")
-       for grep in ("", "_grep")},
     "terminal_use": _SHELL, "terminal_use_write": _SHELL,
     "alltools": f"{_SHELL} and OpenAI embeddings", "alltools-qwen": f"{_SHELL} and OpenRouter embeddings",
 }
