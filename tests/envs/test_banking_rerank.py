@@ -115,9 +115,11 @@ def test_openai_rater_asks_as_tau3_does(tmp_path, monkeypatch):
         first = server.requests[0]
         assert first["model"] == "gpt-5-mini" and first["reasoning_effort"] == "low"
         assert first["messages"] == [{"role": "user", "content": "Q: which?\nD: alpha"}]
-        schema = first["response_format"]["json_schema"]
-        assert first["response_format"]["type"] == "json_schema" and schema["name"] == "RelevanceScore"
-        assert schema["schema"]["properties"]["relevance_score"]["type"] == "integer"
+        assert first["response_format"] == {"type": "json_schema", "json_schema": {  # τ³'s, byte for byte
+            "name": "RelevanceScore", "strict": True, "schema": {
+                "title": "RelevanceScore", "type": "object", "additionalProperties": False,
+                "properties": {"relevance_score": {"title": "Relevance Score", "type": "integer"}},
+                "required": ["relevance_score"]}}}
         openai_rater({**opts, "reranker_model": "qwen3"}, domain)("q", "alpha")
         assert "reasoning_effort" not in server.requests[-1]  # only gpt-5 models get it, as in τ³
     with pytest.raises(ValueError, match=r"reranker=openai calls OpenAI's API: set \$OPENAI_API_KEY"):

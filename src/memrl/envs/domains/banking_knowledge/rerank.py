@@ -100,9 +100,9 @@ class RerankedRetriever(Retriever):
                   f"failures are not reported): {what}", file=sys.stderr)
 
 
+# The structured answer the rater asks for: τ³'s response format. No docstring: it would travel in the request's
+# JSON schema as a "description", and the request would no longer be τ³'s.
 class RelevanceScore(BaseModel):
-    """The structured answer the rater asks for (τ³'s response format)."""
-
     relevance_score: int
 
 
