@@ -47,9 +47,10 @@ LOSSES: tuple[str, ...] = ("cross_entropy", "importance_sampling", "ppo", "cispo
 
 # Tinker's other built-in names, refused in one line each: the reason says what is missing.
 REFUSED: dict[str, str] = {
-    "gspo": "Tinker publishes neither its formula nor its default clip thresholds (the SDK names only a "
-            "sequence_ratio_mask input), so its numbers cannot be matched; pass loss_fn='importance_sampling' "
-            "(cookbook rl_loop: loss_fn=importance_sampling), or 'ppo'/'cispo' with clip thresholds in loss_fn_config",
+    "gspo": "Tinker's loss page gives GSPO-token's formula (one ratio per sequence over sequence_ratio_mask) "
+            "but not its default clip thresholds nor the meaning of an omitted mask, so its numbers cannot be "
+            "matched; pass loss_fn='importance_sampling' (cookbook rl_loop: loss_fn=importance_sampling), or "
+            "'ppo'/'cispo' with clip thresholds in loss_fn_config",
     "dro": "its definition is not published with the SDK or the cookbook; pass loss_fn='importance_sampling' "
            "or 'ppo'",
     "stable_reinforce": "its objective is not published (it reads stability records Tinker keeps at sampling "
