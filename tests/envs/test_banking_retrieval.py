@@ -116,8 +116,8 @@ def test_variants_pick_tools_and_prompts(tau2_dir, kb_dir):
     assert f"<knowledge_base>\n## {docs[0].title}\n" in full  # file-name order
     with pytest.raises(ValueError, match="needs tool option embedder"):
         tools("openai_embeddings")
-    with pytest.raises(ValueError, match="not available in memrl: it needs a sandboxed shell"):
-        tools("terminal_use")
+    with pytest.raises(ValueError, match="unknown retrieval variant 'bm25_rerank'; choose one of no_knowledge,"):
+        tools("bm25_rerank")
     with pytest.raises(ValueError, match="top_k: expected int"):
         tools("bm25", top_k="5")
 

@@ -5,8 +5,9 @@
 * ``retrieval_variant``: ``bm25`` (default), ``bm25_grep``, ``grep_only``, ``no_knowledge``, ``full_kb``,
   ``golden_retrieval``, a dense variant (``openai_embeddings[_grep]``, ``qwen_embeddings[_grep]``)
   with your own ``embedder``, or a reranked one (``bm25_reranker[_grep]``,
-  ``{openai,qwen}_embeddings_reranker[_grep]``) with a ``reranker``; see
-  :mod:`~memrl.envs.domains.banking_knowledge.variants` for the variants left out;
+  ``{openai,qwen}_embeddings_reranker[_grep]``) with a ``reranker``, a sandboxed shell
+  (``terminal_use``, ``terminal_use_write``; :mod:`~memrl.envs.domains.banking_knowledge.sandbox`), or
+  ``alltools`` / ``alltools-qwen`` (BM25, dense with your ``embedder``, and the shell);
 * ``top_k`` (KB_search, 10), ``grep_top_k`` (10), ``case_sensitive`` (grep, false);
 * ``embedder``: ``package.module:function`` mapping a list of texts to an (n, d) array;
 * ``reranker`` (``openai`` or ``package.module:function``), ``reranker_min_score`` (5) and, for
@@ -34,6 +35,7 @@ from memrl.envs.domains.banking_knowledge import records
 from memrl.envs.domains.banking_knowledge.rerank import DEFAULT_MIN_SCORE, RerankedRetriever, openai_rater
 from memrl.envs.domains.banking_knowledge.retrieval import (BM25Retriever, DenseRetriever, Document, GrepRetriever,
                                                             Retriever, load_documents)
+from memrl.envs.domains.banking_knowledge.sandbox import Sandbox, check_sandbox
 from memrl.envs.domains.banking_knowledge.toolkits import agent_class
 from memrl.envs.domains.banking_knowledge.user_tools import KnowledgeUserTools
 from memrl.envs.domains.banking_knowledge.variants import DEFAULT_VARIANT, Variant, build_policy, option, resolve
@@ -60,6 +62,7 @@ class BankingKnowledgeDomain(Domain):
     documents: list[Document] = field(default_factory=list, repr=False)
     kb_retriever: Retriever | None = field(default=None, repr=False)
     grep_retriever: Retriever | None = field(default=None, repr=False)
+    dense_retriever: Retriever | None = field(default=None, repr=False)
 
     def new_env(self, solo: bool = False, task: Task | None = None) -> Environment:
         if solo:
@@ -68,6 +71,9 @@ class BankingKnowledgeDomain(Domain):
         db = json.loads(self.db_text)
         tools = self.toolkit(db)
         tools.kb_retriever, tools.grep_retriever = self.kb_retriever, self.grep_retriever  # type: ignore[attr-defined]
+        tools.dense_retriever = self.dense_retriever  # type: ignore[attr-defined]
+        if self.variant.shell:  # a folder of its own: terminal_use_write's agent may change the files
+            tools.sandbox = Sandbox(self.documents, allow_writes=self.variant.shell == "write")  # type: ignore[attr-defined]
         tools.read_log_allowlist = read_log_allowlist(task)  # type: ignore[attr-defined]
         user = KnowledgeUserTools(db)  # one bank: both sides work on the same database
         user.shown = getattr(task, "user_tools", None)
@@ -92,27 +98,34 @@ def _tasks(folder: Path) -> list[Task]:
     return tasks
 
 
+def _dense(variant: Variant, docs: list[Document], opts: dict[str, Any], top_k: int) -> DenseRetriever:
+    """Cosine retrieval over the user's ``embedder`` (required: memrl calls no embedding API)."""
+    from memrl.plugins import load_object
+
+    spec = option(opts, "embedder", str, None)
+    if spec is None:
+        raise ValueError(f"retrieval variant {variant.name!r} needs tool option embedder: "
+                         "'package.module:function' (texts -> embeddings); memrl does not call embedding APIs")
+    return DenseRetriever(docs, load_object(spec, "banking_knowledge embedder"), top_k)
+
+
 def _retrievers(variant: Variant, docs: list[Document], opts: dict[str, Any],
-                folder: Path) -> tuple[Retriever | None, Retriever | None]:
+                folder: Path) -> tuple[Retriever | None, Retriever | None, Retriever | None]:
+    """``(KB_search's or KB_search_bm25's, grep's, KB_search_dense's)`` retrievers of the variant."""
     top_k, grep_k = option(opts, "top_k", int, 10), option(opts, "grep_top_k", int, 10)
     kb: Retriever | None = None
     if variant.kb_search == "bm25":
         kb = BM25Retriever(docs, top_k)
     elif variant.kb_search == "dense":
-        spec = option(opts, "embedder", str, None)
-        if spec is None:
-            raise ValueError(f"retrieval variant {variant.name!r} needs tool option embedder: "
-                             "'package.module:function' (texts -> embeddings); memrl does not call embedding APIs")
-        from memrl.plugins import load_object
-
-        kb = DenseRetriever(docs, load_object(spec, "banking_knowledge embedder"), top_k)
+        kb = _dense(variant, docs, opts, top_k)
     if kb is not None and variant.rerank:
         kb = reranked(kb, opts, folder)
     elif any(key.startswith("reranker") for key in opts):
         raise ValueError(f"tool option {min(k for k in opts if k.startswith('reranker'))} applies to the *_reranker "
                          f"retrieval variants only, not {variant.name!r}")
     grep = GrepRetriever(docs, grep_k, option(opts, "case_sensitive", bool, False)) if variant.grep else None
-    return kb, grep
+    dense = _dense(variant, docs, opts, top_k) if variant.all_tools else None
+    return kb, grep, dense
 
 
 def reranked(kb: Retriever, opts: dict[str, Any], folder: Path) -> RerankedRetriever:
@@ -148,7 +161,9 @@ def banking_knowledge_domain(data_dir: str | Path | None = None,
     folder = _locate(NAME, data_dir)
     variant = resolve(option(opts, "retrieval_variant", str, DEFAULT_VARIANT))
     docs = load_documents(folder / "documents")
-    kb, grep = _retrievers(variant, docs, opts, folder)
+    if variant.shell:
+        check_sandbox()  # before anything else: a host that cannot sandbox fails at the start, not per call
+    kb, grep, dense = _retrievers(variant, docs, opts, folder)
     try:
         db = records.normalize_db(json.loads((folder / "db.json").read_text()))
     except (OSError, json.JSONDecodeError, ValueError) as err:
@@ -158,4 +173,5 @@ def banking_knowledge_domain(data_dir: str | Path | None = None,
         name=NAME, policy=build_policy(variant, folder / "prompts", docs), tasks=_tasks(folder),
         db_text=json.dumps(db), toolkit=agent_class(variant), user_toolkit=KnowledgeUserTools,
         splits=json.loads(split_file.read_text()) if split_file.is_file() else {}, folder=folder,
-        tool_options=opts, variant=variant, documents=docs, kb_retriever=kb, grep_retriever=grep)
+        tool_options=opts, variant=variant, documents=docs, kb_retriever=kb, grep_retriever=grep,
+        dense_retriever=dense)

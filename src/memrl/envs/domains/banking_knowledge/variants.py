@@ -1,9 +1,10 @@
 """τ³'s retrieval variants (``--retrieval-config``): which search tools the agent gets, and its prompt.
 
 Each variant names a prompt template in the domain's ``prompts/`` folder and the retrieval tools
-it adds to the banking tools: ``KB_search`` (BM25 or dense), ``grep``, or none (the knowledge base
-is then in the prompt, whole or the task's required documents, or absent). Variants memrl cannot
-run are listed in :data:`LEFT_OUT` with the reason, and refused by name.
+it adds to the banking tools: ``KB_search`` (BM25 or dense, reranked or not), ``grep``, a sandboxed
+``shell`` (``terminal_use[_write]``), all of BM25, dense and shell (``alltools[-qwen]``), or none (the
+knowledge base is then in the prompt, whole or the task's required documents, or absent). Every τ³
+variant is here.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ class Variant:
     grep: bool = False
     prompt: Literal["standard", "full_kb", "golden"] = "standard"
     rerank: bool = False  # KB_search's hits rated and filtered (τ³'s pointwise reranker; memrl.envs...rerank)
+    shell: Literal["read", "write"] | None = None  # a sandboxed shell over the documents (read-only or not)
+    # alltools: KB_search_bm25, KB_search_dense and shell; the prompt names the dense model (provider, model)
+    all_tools: tuple[str, str] | None = None
 
 
 VARIANTS = {v.name: v for v in (
@@ -45,21 +49,21 @@ VARIANTS.update({f"{v.name}_reranker{suffix}": replace(VARIANTS[v.name + suffix]
                                                        rerank=True)
                  for v in (VARIANTS["bm25"], VARIANTS["openai_embeddings"], VARIANTS["qwen_embeddings"])
                  for suffix in ("", "_grep")})
-_SHELL = "a sandboxed shell over the documents (Anthropic's sandbox-runtime)"
-LEFT_OUT = {
-    "terminal_use": _SHELL, "terminal_use_write": _SHELL,
-    "alltools": f"{_SHELL} and OpenAI embeddings", "alltools-qwen": f"{_SHELL} and OpenRouter embeddings",
-}
+VARIANTS.update({v.name: v for v in (
+    Variant("terminal_use", "agentic_search.md", shell="read"),
+    Variant("terminal_use_write", "agentic_search_write.md", shell="write"),
+    Variant("alltools", "all_tools.md", kb_search="bm25", shell="read",
+            all_tools=("OpenAI API", "text-embedding-3-large")),
+    Variant("alltools-qwen", "all_tools.md", kb_search="bm25", shell="read",
+            all_tools=("OpenRouter", "qwen3-embedding-8b")),
+)})
 ALIASES = {"AllTools": "alltools"}
 DEFAULT_VARIANT = "bm25"  # τ³'s default is alltools (needs a sandbox and an embedding API); bm25 runs offline
 
 
 def resolve(name: str) -> Variant:
-    """The variant ``name``; a one-line error for unknown or left-out names."""
+    """The variant ``name``; a one-line error for an unknown name."""
     name = ALIASES.get(name, name)
-    if name in LEFT_OUT:
-        raise ValueError(f"retrieval variant {name!r} is not available in memrl: it needs {LEFT_OUT[name]}; "
-                         f"choose one of {', '.join(VARIANTS)}")
     if name not in VARIANTS:
         raise ValueError(f"unknown retrieval variant {name!r}; choose one of {', '.join(VARIANTS)}")
     return VARIANTS[name]
@@ -92,6 +96,11 @@ def build_policy(variant: Variant, prompts: Path, docs: list[Document], required
         by_title, by_id = {d.title: d for d in docs}, {d.id: d for d in docs}
         chosen = [by_title.get(ref) or by_id[ref] for ref in required or [] if ref in by_title or ref in by_id]
         text = text.replace("{{required_documents}}", _as_markdown(chosen) if chosen else "(No documents provided)")
+    if variant.all_tools:  # τ³ names the dense retriever's provider and model in the alltools prompt
+        provider, model = variant.all_tools
+        text = text.replace("{{all_tools_dense_instructions}}",
+                            f"The `KB_search_dense` tool uses **{provider}** with embedding model `{model}` for "
+                            "dense retrieval.")
     if not text.strip():
         raise ValueError(f"the prompt of retrieval variant {variant.name!r} is empty ({path})")
     return text
