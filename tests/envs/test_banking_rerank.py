@@ -162,3 +162,57 @@ def test_reranked_variants_run_in_the_domain(bank):
                           "reranker_min_score: expected int")):
         with pytest.raises(ValueError, match=message):
             bank(**bad)
+
+
+# -- embedder=openai: τ³'s embedding requests ------------------------------------------------------------------
+def _vector(text):
+    """A fake embedding: counts of a few words (the fake server's model)."""
+    return [float(text.lower().count(w)) + 0.01 for w in ("card", "fee", "account", "dispute")]
+
+
+def _embed_reply(body):
+    texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+    return {"object": "list", "model": body["model"], "usage": {"prompt_tokens": 0, "total_tokens": 0},
+            "data": [{"object": "embedding", "index": i, "embedding": _vector(t)} for i, t in enumerate(texts)]}
+
+
+def test_openai_embedder_asks_as_tau3_does(tmp_path, monkeypatch):
+    from memrl.envs.domains.banking_knowledge.embed import api_embedder
+    from memrl.envs.domains.banking_knowledge.retrieval import DenseRetriever
+
+    root = tmp_path / "tau2-bench"
+    source = root / "src/tau2/knowledge/embedders/openrouter_embedder.py"
+    source.parent.mkdir(parents=True)
+    source.write_text('DEFAULT_QWEN_QUERY_INSTRUCTION = (\n    "Find the passages"\n)\n')
+    domain = root / "data/tau2/domains/banking_knowledge"
+    domain.mkdir(parents=True)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    docs = [Document("a", "A", "card fee"), Document("b", "B", "account dispute dispute"), Document("c", "C", "card")]
+    with FakeChatServer(_embed_reply) as server:
+        openai = DenseRetriever(docs, api_embedder("openai", {"embedder_base_url": server.url}, domain), top_k=2)
+        assert [h[0] for h in openai.search("which card")] == ["c", "a"]
+        first, query = server.requests
+        assert first["_path"] == "/v1/embeddings" and first["model"] == "text-embedding-3-large"
+        assert first["input"] == ["card fee", "account dispute dispute", "card"]
+        assert first["encoding_format"] == "base64"  # the SDK's own choice when none is given, as in τ³'s call
+        assert query["input"] == ["which card"]
+        qwen = DenseRetriever(docs, api_embedder("openrouter", {"embedder_base_url": server.url}, domain))
+        qwen.search("a dispute")
+        documents, query = server.requests[2:]
+        assert documents["model"] == "qwen/qwen3-embedding-8b" and documents["encoding_format"] == "float"
+        assert documents["input"] == ["card fee", "account dispute dispute", "card"]  # documents without it
+        assert query["input"] == ["Instruct: Find the passages\nQuery:a dispute"]
+        with pytest.raises(ValueError, match="^Empty or missing input for key 'query': cannot generate embedding"):
+            qwen.search("  ")
+    with pytest.raises(ValueError, match=r"embedder=openai calls OpenAI's embeddings API: set \$OPENAI_API_KEY"):
+        api_embedder("openai", {}, domain)
+    with pytest.raises(ValueError, match="none is above"):
+        api_embedder("openrouter", {"embedder_base_url": "http://127.0.0.1:9/v1"}, tmp_path / "elsewhere")
+
+
+def test_embedder_options_are_checked(bank):
+    for bad, message in (({"retrieval_variant": "bm25", "embedder": "openai"}, "applies to the dense retrieval"),
+                         ({"retrieval_variant": "openai_embeddings", "embedder": "tests.envs.test_banking_rerank:_e",
+                           "embedder_model": "m"}, "embedder_model applies to embedder=openai")):
+        with pytest.raises(ValueError, match=message):
+            bank(**bad)

@@ -9,7 +9,10 @@
   (``terminal_use``, ``terminal_use_write``; :mod:`~memrl.envs.domains.banking_knowledge.sandbox`), or
   ``alltools`` / ``alltools-qwen`` (BM25, dense with your ``embedder``, and the shell);
 * ``top_k`` (KB_search, 10), ``grep_top_k`` (10), ``case_sensitive`` (grep, false);
-* ``embedder``: ``package.module:function`` mapping a list of texts to an (n, d) array;
+* ``embedder``: ``openai`` (τ³'s embedding requests, to an endpoint you name: ``embedder_model``,
+  ``embedder_base_url``, ``embedder_api_key_env``, ``embedder_query_instruction``; see
+  :mod:`~memrl.envs.domains.banking_knowledge.embed`) or ``package.module:function`` mapping a list of
+  texts to an (n, d) array;
 * ``reranker`` (``openai`` or ``package.module:function``), ``reranker_min_score`` (5) and, for
   ``openai``, ``reranker_model``, ``reranker_base_url``, ``reranker_api_key_env``, ``reranker_prompt``:
   see :mod:`~memrl.envs.domains.banking_knowledge.rerank`.
@@ -32,6 +35,7 @@ from pydantic import ValidationError
 from memrl.data.errors import DataError
 from memrl.envs.domain import Domain, _locate
 from memrl.envs.domains.banking_knowledge import records
+from memrl.envs.domains.banking_knowledge.embed import api_embedder
 from memrl.envs.domains.banking_knowledge.rerank import DEFAULT_MIN_SCORE, RerankedRetriever, openai_rater
 from memrl.envs.domains.banking_knowledge.retrieval import (BM25Retriever, DenseRetriever, Document, GrepRetriever,
                                                             Retriever, load_documents)
@@ -44,7 +48,8 @@ from memrl.envs.tasks import Task, read_tasks
 
 NAME = "banking_knowledge"
 OPTIONS = ("retrieval_variant", "top_k", "grep_top_k", "case_sensitive", "embedder", "reranker", "reranker_min_score",
-           "reranker_model", "reranker_base_url", "reranker_api_key_env", "reranker_prompt")
+           "reranker_model", "reranker_base_url", "reranker_api_key_env", "reranker_prompt", "embedder_model",
+           "embedder_base_url", "embedder_api_key_env", "embedder_query_instruction")
 
 
 def read_log_allowlist(task: Task | None) -> set[str]:
@@ -98,15 +103,27 @@ def _tasks(folder: Path) -> list[Task]:
     return tasks
 
 
-def _dense(variant: Variant, docs: list[Document], opts: dict[str, Any], top_k: int) -> DenseRetriever:
-    """Cosine retrieval over the user's ``embedder`` (required: memrl calls no embedding API)."""
-    from memrl.plugins import load_object
-
+def _dense(variant: Variant, docs: list[Document], opts: dict[str, Any], top_k: int, folder: Path) -> DenseRetriever:
+    """Cosine retrieval over ``embedder``: ``openai`` (τ³'s requests, :mod:`.embed`) or the user's function."""
     spec = option(opts, "embedder", str, None)
     if spec is None:
-        raise ValueError(f"retrieval variant {variant.name!r} needs tool option embedder: "
-                         "'package.module:function' (texts -> embeddings); memrl does not call embedding APIs")
+        raise ValueError(f"retrieval variant {variant.name!r} needs tool option embedder: openai (τ³'s embedding "
+                         "requests to an endpoint you name) or 'package.module:function' (texts -> embeddings)")
+    _check_api_options(opts, "embedder", spec)
+    if spec == "openai":
+        assert variant.dense is not None
+        return DenseRetriever(docs, api_embedder(variant.dense, opts, folder), top_k)
+    from memrl.plugins import load_object
+
     return DenseRetriever(docs, load_object(spec, "banking_knowledge embedder"), top_k)
+
+
+def _check_api_options(opts: dict[str, Any], prefix: str, spec: str) -> None:
+    """``<prefix>_*`` options are strings and belong to ``<prefix>=openai`` (else they would silently do nothing)."""
+    for key in sorted(k for k in opts if k.startswith(prefix + "_") and k != "reranker_min_score"):
+        option(opts, key, str, None)
+        if spec != "openai":
+            raise ValueError(f"tool option {key} applies to {prefix}=openai, not {spec!r}")
 
 
 def _retrievers(variant: Variant, docs: list[Document], opts: dict[str, Any],
@@ -117,14 +134,17 @@ def _retrievers(variant: Variant, docs: list[Document], opts: dict[str, Any],
     if variant.kb_search == "bm25":
         kb = BM25Retriever(docs, top_k)
     elif variant.kb_search == "dense":
-        kb = _dense(variant, docs, opts, top_k)
+        kb = _dense(variant, docs, opts, top_k, folder)
     if kb is not None and variant.rerank:
         kb = reranked(kb, opts, folder)
     elif any(key.startswith("reranker") for key in opts):
         raise ValueError(f"tool option {min(k for k in opts if k.startswith('reranker'))} applies to the *_reranker "
                          f"retrieval variants only, not {variant.name!r}")
     grep = GrepRetriever(docs, grep_k, option(opts, "case_sensitive", bool, False)) if variant.grep else None
-    dense = _dense(variant, docs, opts, top_k) if variant.all_tools else None
+    dense = _dense(variant, docs, opts, top_k, folder) if variant.all_tools else None
+    if variant.dense is None and any(key.startswith("embedder") for key in opts):
+        raise ValueError(f"tool option {min(k for k in opts if k.startswith('embedder'))} applies to the dense "
+                         f"retrieval variants only, not {variant.name!r}")
     return kb, grep, dense
 
 
@@ -135,10 +155,7 @@ def reranked(kb: Retriever, opts: dict[str, Any], folder: Path) -> RerankedRetri
         raise ValueError("a *_reranker retrieval variant needs tool option reranker: openai (τ³'s rating by an "
                          "OpenAI-compatible model) or 'package.module:function' (query, document) -> 0-10")
     min_score = option(opts, "reranker_min_score", int, DEFAULT_MIN_SCORE)
-    for key in ("reranker_model", "reranker_base_url", "reranker_api_key_env", "reranker_prompt"):
-        option(opts, key, str, None)
-        if key in opts and spec != "openai":
-            raise ValueError(f"tool option {key} applies to reranker=openai, not {spec!r}")
+    _check_api_options(opts, "reranker", spec)
     if spec == "openai":
         rate = openai_rater(opts, folder)
     else:

@@ -136,13 +136,13 @@ def rating_prompt(domain_folder: Path, override: str | None = None) -> str:
     for root in domain_folder.resolve().parents:
         source = root / PROMPT_SOURCE
         if source.is_file():
-            return _checked_prompt(_constant(source, PROMPT_NAME), f"{source} ({PROMPT_NAME})")
+            return _checked_prompt(read_constant(source, PROMPT_NAME), f"{source} ({PROMPT_NAME})")
     raise ValueError(f"reranker=openai rates with τ³'s prompt, read from your τ²-bench clone ({PROMPT_SOURCE}), "
                      f"but none is above {domain_folder}: point env.data_dir into the clone, or give tool option "
                      "reranker_prompt=FILE (a text with two {} for the query and the document)")
 
 
-def _constant(source: Path, name: str) -> str:
+def read_constant(source: Path, name: str) -> str:
     """The string assigned to ``name`` at the top of a Python file, read without running the file."""
     tree = ast.parse(source.read_text(), filename=str(source))
     for node in tree.body:

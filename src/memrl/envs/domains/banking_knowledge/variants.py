@@ -31,6 +31,7 @@ class Variant:
     shell: Literal["read", "write"] | None = None  # a sandboxed shell over the documents (read-only or not)
     # alltools: KB_search_bm25, KB_search_dense and shell; the prompt names the dense model (provider, model)
     all_tools: tuple[str, str] | None = None
+    dense: Literal["openai", "openrouter"] | None = None  # whose embeddings τ³ asks for (memrl: embedder=openai)
 
 
 VARIANTS = {v.name: v for v in (
@@ -40,10 +41,10 @@ VARIANTS = {v.name: v for v in (
     Variant("bm25", "classic_rag_bm25_no_grep.md", kb_search="bm25"),
     Variant("bm25_grep", "classic_rag_bm25.md", kb_search="bm25", grep=True),
     Variant("grep_only", "grep_only.md", grep=True),
-    Variant("openai_embeddings", "classic_rag_openai_no_grep.md", kb_search="dense"),
-    Variant("openai_embeddings_grep", "classic_rag_openai.md", kb_search="dense", grep=True),
-    Variant("qwen_embeddings", "classic_rag_qwen_no_grep.md", kb_search="dense"),
-    Variant("qwen_embeddings_grep", "classic_rag_qwen.md", kb_search="dense", grep=True),
+    Variant("openai_embeddings", "classic_rag_openai_no_grep.md", kb_search="dense", dense="openai"),
+    Variant("openai_embeddings_grep", "classic_rag_openai.md", kb_search="dense", grep=True, dense="openai"),
+    Variant("qwen_embeddings", "classic_rag_qwen_no_grep.md", kb_search="dense", dense="openrouter"),
+    Variant("qwen_embeddings_grep", "classic_rag_qwen.md", kb_search="dense", grep=True, dense="openrouter"),
 )}
 VARIANTS.update({f"{v.name}_reranker{suffix}": replace(VARIANTS[v.name + suffix], name=f"{v.name}_reranker{suffix}",
                                                        rerank=True)
@@ -53,9 +54,9 @@ VARIANTS.update({v.name: v for v in (
     Variant("terminal_use", "agentic_search.md", shell="read"),
     Variant("terminal_use_write", "agentic_search_write.md", shell="write"),
     Variant("alltools", "all_tools.md", kb_search="bm25", shell="read",
-            all_tools=("OpenAI API", "text-embedding-3-large")),
+            all_tools=("OpenAI API", "text-embedding-3-large"), dense="openai"),
     Variant("alltools-qwen", "all_tools.md", kb_search="bm25", shell="read",
-            all_tools=("OpenRouter", "qwen3-embedding-8b")),
+            all_tools=("OpenRouter", "qwen3-embedding-8b"), dense="openrouter"),
 )})
 ALIASES = {"AllTools": "alltools"}
 DEFAULT_VARIANT = "bm25"  # τ³'s default is alltools (needs a sandbox and an embedding API); bm25 runs offline
