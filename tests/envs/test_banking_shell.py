@@ -34,8 +34,9 @@ def test_escape_patterns_are_taus(command, found):
     assert sb.escape(command) == found
 
 
-def test_output_hides_owner_date_and_home():
-    user = getpass.getuser()
+def test_output_hides_owner_date_and_home(monkeypatch):
+    user = "alice"
+    monkeypatch.setattr(getpass, "getuser", lambda: user)
     raw = (f"-rw-r--r-- 1 {user} staff 1234 Nov 29 06:58 doc_a.md\n"
            f"drwxr-xr-x  5 {user}  wheel  160 Jan 11 21:44 knowledge_base\nsee /home/{user}/x and /home/{user}\n")
     assert sb.sanitize(raw) == ("-rw-r--r-- 1 kb_user  kb_group  1234 Jan  1 00:00 doc_a.md\n"
@@ -83,7 +84,7 @@ def test_missing_sandbox_runtime_is_one_line(monkeypatch):
 def test_commands_run_sandboxed(tmp_path):
     box = sb.Sandbox(DOCS)
     try:
-        assert box.run("ls") == (0, "INDEX.md\ndoc_a.md\ndoc_b_1.md\n", "")
+        assert box.run("LC_ALL=C ls") == (0, "INDEX.md\ndoc_a.md\ndoc_b_1.md\n", "")  # C: the same order anywhere
         assert sb.shell_text(box, "grep -l 'cash back' *.md") == "doc_a.md\n"
         assert sb.shell_text(box, "grep -l nothing *.md") == "No matches found."
         code, _, err = box.run("echo x > new.md")
