@@ -135,17 +135,20 @@ def _retrievers(variant: Variant, docs: list[Document], opts: dict[str, Any],
         kb = BM25Retriever(docs, top_k)
     elif variant.kb_search == "dense":
         kb = _dense(variant, docs, opts, top_k, folder)
+    _refuse_unused(opts, "reranker", variant.rerank, "the *_reranker retrieval variants", variant)
+    _refuse_unused(opts, "embedder", variant.dense is not None, "the dense retrieval variants", variant)
     if kb is not None and variant.rerank:
         kb = reranked(kb, opts, folder)
-    elif any(key.startswith("reranker") for key in opts):
-        raise ValueError(f"tool option {min(k for k in opts if k.startswith('reranker'))} applies to the *_reranker "
-                         f"retrieval variants only, not {variant.name!r}")
     grep = GrepRetriever(docs, grep_k, option(opts, "case_sensitive", bool, False)) if variant.grep else None
     dense = _dense(variant, docs, opts, top_k, folder) if variant.all_tools else None
-    if variant.dense is None and any(key.startswith("embedder") for key in opts):
-        raise ValueError(f"tool option {min(k for k in opts if k.startswith('embedder'))} applies to the dense "
-                         f"retrieval variants only, not {variant.name!r}")
     return kb, grep, dense
+
+
+def _refuse_unused(opts: dict[str, Any], prefix: str, used: bool, where: str, variant: Variant) -> None:
+    """An option the variant does not read would silently do nothing: refuse it, naming where it applies."""
+    given = sorted(k for k in opts if k.startswith(prefix))
+    if given and not used:
+        raise ValueError(f"tool option {given[0]} applies to {where} only, not {variant.name!r}")
 
 
 def reranked(kb: Retriever, opts: dict[str, Any], folder: Path) -> RerankedRetriever:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from memrl.envs.domains.banking_knowledge.rerank import read_constant
+from memrl.envs.domains.banking_knowledge.rerank import clone_constant
 
 OPENROUTER = "https://openrouter.ai/api/v1"
 # τ³'s choices per provider: (model, base URL, key variable, query instruction needed)
@@ -72,9 +72,9 @@ def api_embedder(provider: str, options: dict[str, Any], domain_folder: Path) ->
 
 
 def _qwen_instruction(domain_folder: Path) -> str:
-    for root in domain_folder.resolve().parents:
-        if (root / INSTRUCTION_SOURCE).is_file():
-            return read_constant(root / INSTRUCTION_SOURCE, INSTRUCTION_NAME)
+    found = clone_constant(domain_folder, INSTRUCTION_SOURCE, INSTRUCTION_NAME)
+    if found is not None:
+        return found
     raise ValueError(f"embedder=openai for a Qwen variant sends queries with Qwen's instruction, read from your "
                      f"τ²-bench clone ({INSTRUCTION_SOURCE}), but none is above {domain_folder}: point env.data_dir "
                      "into the clone, or give tool option embedder_query_instruction")

@@ -133,13 +133,21 @@ def rating_prompt(domain_folder: Path, override: str | None = None) -> str:
         if not path.is_file():
             raise ValueError(f"banking_knowledge tool option reranker_prompt: no file {path}")
         return _checked_prompt(path.read_text(), str(path))
-    for root in domain_folder.resolve().parents:
-        source = root / PROMPT_SOURCE
-        if source.is_file():
-            return _checked_prompt(read_constant(source, PROMPT_NAME), f"{source} ({PROMPT_NAME})")
+    found = clone_constant(domain_folder, PROMPT_SOURCE, PROMPT_NAME)
+    if found is not None:
+        return _checked_prompt(found, f"{PROMPT_SOURCE} ({PROMPT_NAME})")
     raise ValueError(f"reranker=openai rates with τ³'s prompt, read from your τ²-bench clone ({PROMPT_SOURCE}), "
                      f"but none is above {domain_folder}: point env.data_dir into the clone, or give tool option "
                      "reranker_prompt=FILE (a text with two {} for the query and the document)")
+
+
+def clone_constant(domain_folder: Path, source: Path, name: str) -> str | None:
+    """The string constant ``name`` of the file ``source`` in the τ²-bench clone holding ``domain_folder``
+    (found by walking up from it), or None when the folder is not inside a clone."""
+    for root in domain_folder.resolve().parents:
+        if (root / source).is_file():
+            return read_constant(root / source, name)
+    return None
 
 
 def read_constant(source: Path, name: str) -> str:
