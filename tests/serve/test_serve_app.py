@@ -87,7 +87,7 @@ def test_fifty_concurrent_requests_succeed(make_app):
     ({"prompt": "hello", "top_p": 1.5}, 400, "top_p"),
     ({"prompt": "hello", "top_k": -2}, 400, "top_k"),
     ({"prompt": "hello", "seed": 2**70}, 400, "seed"),
-    ({"prompt": "hello", "stream": True}, 400, "stream"),
+    ({"prompt": "hello", "stream_options": {"include_usage": True}}, 400, "stream_options: only with stream: true"),
     ({"prompt": []}, 400, "prompt"),
     ({"prompt": ""}, 400, "prompt: must not be empty"),
     ({"prompt": [[5], []]}, 400, "prompt[1]: must not be empty"),
@@ -116,9 +116,9 @@ def test_error_shapes_for_model_routes_and_bodies(make_app):
         assert r.status_code == 404 and error_of(r)["type"] == "not_found_error"
         r = client.post("/v1/chat/completions", headers=AUTH, json={"messages": [], "max_tokens": 2})
         assert r.status_code == 400 and "messages" in error_of(r)["message"]
-        r = client.post("/v1/chat/completions", headers=AUTH,
-                        json={"messages": [{"role": "user", "content": "hi"}], "stream": True})
-        assert r.status_code == 400 and error_of(r)["param"] == "stream"
+        r = client.post("/v1/chat/completions", headers=AUTH, json={
+            "messages": [{"role": "user", "content": "hi"}], "stream": True, "stream_options": {"chunk": 1}})
+        assert r.status_code == 400 and error_of(r)["param"] == "stream_options"  # refused before any event
 
 
 def test_tiny_temperature_is_greedy_not_a_server_error(make_app):

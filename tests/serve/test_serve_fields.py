@@ -35,7 +35,7 @@ def post(client, body, path="/v1/completions"):
     ("/v1/completions", "max_token", 5), ("/v1/completions", "best_of", True),
     ("/v1/chat/completions", "tools", [{"type": "function", "function": {"name": "f"}}]),
     ("/v1/chat/completions", "response_format", {"type": "json_object"}),
-    ("/v1/chat/completions", "presence_penalty", 1.0), ("/v1/chat/completions", "stream_options", {"x": 1}),
+    ("/v1/chat/completions", "presence_penalty", 1.0), ("/v1/chat/completions", "min_tokens", 2),
 ])
 def test_fields_it_does_not_implement_are_refused_by_name(client, path, field, value):
     base = {"prompt": [5, 6], "max_tokens": 3} if path == "/v1/completions" else {"messages": CHAT, "max_tokens": 3}

@@ -93,42 +93,6 @@ def stored_message(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
-    """The decoding of ``ids`` split token by token (a character split over tokens waits for its last byte).
-
-    Incremental, as vLLM detokenizes: each step decodes a short window, so the cost is linear.
-    Joined, the pieces are exactly ``decode(ids)``; if a tokenizer breaks that, one piece is returned.
-    """
-    def decode(part: Sequence[int]) -> str:
-        return str(tokenizer.decode(list(part), skip_special_tokens=True))
-
-    pieces: list[str] = []
-    prefix, read = 0, 0
-    for i in range(1, len(ids) + 1):
-        before, now = decode(ids[prefix:read]), decode(ids[prefix:i])
-        if len(now) > len(before) and not now.endswith("\ufffd"):
-            pieces.append(now[len(before):])
-            prefix, read = read, i
-    whole = decode(ids)
-    if "".join(pieces) != whole:
-        return [whole] if whole else []
-    tail = whole[len("".join(pieces)):]
-    return pieces + ([tail] if tail else [])
-
-
-def aligned(pieces: Sequence[str], text: str) -> list[str]:
-    """The pieces that spell ``text`` from its start (the rest of ``text`` as one last piece)."""
-    out, at = [], 0
-    for piece in pieces:
-        if not piece or not text.startswith(piece, at):
-            break
-        out.append(piece)
-        at += len(piece)
-    if at < len(text):
-        out.append(text[at:])
-    return out
-
-
 async def on_episode(session: Session, fn: Callable[[], Any], fallback: Any) -> Any:
     """``fn()`` run on the episode's own loop (where its tokenizer is used); ``fallback`` if the episode ended."""
     async def run() -> Any:

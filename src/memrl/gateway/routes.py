@@ -18,7 +18,8 @@ from fastapi.responses import StreamingResponse
 
 from memrl.gateway import messages as anthropic_messages
 from memrl.gateway import responses as openai_responses
-from memrl.gateway.adapters import on_episode, token_pieces
+from memrl.gateway.adapters import on_episode
+from memrl.serve.streaming import token_pieces
 from memrl.gateway.calls import CallRequest
 from memrl.gateway.requests import sampling_overrides
 from memrl.gateway.sessions import Session

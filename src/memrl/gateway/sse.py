@@ -5,7 +5,7 @@ episode's conversation cannot tell them apart); its answer is then sent as the e
 API defines: chat completion chunks or text completion chunks (``/v1/completions``), each
 ending in ``data: [DONE]``, the Responses API's
 ``response.*`` events, or the Messages API's ``message_start`` ... ``message_stop``. The text
-arrives token by token (the recorded tokens' decoding, see :func:`~memrl.gateway.adapters.token_pieces`);
+arrives token by token (the recorded tokens' decoding, see :func:`~memrl.serve.streaming.token_pieces`);
 a tool call's arguments arrive in one delta.
 """
 
@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memrl.gateway.adapters import aligned
+from memrl.serve.streaming import aligned
 from memrl.gateway.requests import bad
 
 

@@ -16,7 +16,8 @@ While a generation runs, the handler polls for the client's disconnect and for
 server shutdown and cancels the engine requests in either case. With an API
 key, ``/v1/*`` needs ``Authorization: Bearer KEY`` and the OpenAPI pages
 (``/docs``, ``/redoc``, ``/openapi.json``) are off; ``/health`` is always public
-and says only ``{"status": "ok"}``.
+and says only ``{"status": "ok"}``. ``stream: true`` sends the same answer as
+OpenAI's server-sent events once it is generated (``streaming.py``).
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads these annotations at run time.
@@ -35,7 +36,7 @@ from memrl.workflows.common import stop_token_ids
 try:
     import fastapi
     from fastapi import Depends, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, StreamingResponse
 except ImportError:  # pragma: no cover - exercised only without the extra
     raise ImportError("memrl serve needs FastAPI and uvicorn: pip install 'memrl[serve]'") from None
 
@@ -46,6 +47,7 @@ from memrl.serve.fields import (ChatBody, CompletionBody, RequestBody, chat_logp
 from memrl.serve.limits import (GREEDY_BELOW, ServeLimits, check_sampling, check_token_ids, check_window,
                                 parse_prompts)
 from memrl.serve.middleware import AccessLog, BodyLimit
+from memrl.serve.streaming import aligned_spans, events, stream_usage, token_spans
 
 
 def _limits_for(engine: Engine, tokenizer: Any) -> ServeLimits:
@@ -108,9 +110,6 @@ class _Routes:
         if body.model is not None and body.model != self.model_name:
             raise APIError(404, f"The model `{body.model[:200]}` does not exist; this server has "
                            f"`{self.model_name}`.", code="model_not_found", param="model")
-        if body.stream:
-            raise APIError(400, "stream: streaming is not supported; send stream=false", code="unsupported",
-                           param="stream")
         temperature = 1.0 if body.temperature is None else body.temperature
         top_p = 1.0 if body.top_p is None else body.top_p
         top_k = -1 if body.top_k is None else body.top_k
@@ -171,7 +170,18 @@ class _Routes:
         return {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "memrl",
                                             "max_model_len": self.limits.max_model_len}]}
 
-    async def completions(self, body: CompletionBody, request: Request) -> dict[str, Any]:
+    def answered(self, answer: dict[str, Any], done: Sequence[tuple[GenerationResult, str]], body: RequestBody,
+                 include_usage: bool) -> Any:
+        """``answer`` as JSON, or with ``stream: true`` as server-sent events (its text split token by token)."""
+        if not body.stream:
+            return answer
+        spans = [aligned_spans(token_spans(self.tokenizer, res.token_ids, body.skip_special_tokens), text)
+                 for res, text in done]
+        return StreamingResponse(events(answer, spans, include_usage), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+    async def completions(self, body: CompletionBody, request: Request) -> Any:
+        include_usage = stream_usage((body.model_extra or {}).pop("stream_options", None), bool(body.stream))
         k = completion_logprobs(body)
         sp = self.check_request(body, body.max_tokens, k)
         stops = stop_strings(body)
@@ -197,11 +207,13 @@ class _Routes:
             if body.return_token_ids:
                 choice["prompt_token_ids"] = prompts[i // n]
             choices.append(choice)
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": self.model_name, "choices": choices,
-                "usage": _usage(sum(map(len, prompts)) * n, [r for r, _ in results])}
+        answer = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                  "model": self.model_name, "choices": choices,
+                  "usage": _usage(sum(map(len, prompts)) * n, [r for r, _ in results])}
+        return self.answered(answer, results, body, include_usage)
 
-    async def chat(self, body: ChatBody, request: Request) -> dict[str, Any]:
+    async def chat(self, body: ChatBody, request: Request) -> Any:
+        include_usage = stream_usage((body.model_extra or {}).pop("stream_options", None), bool(body.stream))
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         k = chat_logprobs(body)
         sp = self.check_request(body, max_tokens, k)
@@ -235,9 +247,10 @@ class _Routes:
             if body.return_token_ids:
                 choice["prompt_token_ids"] = prompt
             choices.append(choice)
-        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": self.model_name, "choices": choices,
-                "usage": _usage(len(prompt) * n, [r for r, _ in done])}
+        answer = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+                  "model": self.model_name, "choices": choices,
+                  "usage": _usage(len(prompt) * n, [r for r, _ in done])}
+        return self.answered(answer, done, body, include_usage)
 
 
 def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optional[str] = None, *,

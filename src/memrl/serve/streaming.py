@@ -1,0 +1,132 @@
+"""``stream: true`` on ``memrl serve``: the answer as OpenAI's server-sent events, and the token-by-token text.
+
+The engines generate a choice whole (they have no per-token callback), so the events of a request are
+sent once its generation is done: what a client that always streams (many agent frameworks) needs to
+work, not earlier first tokens. Each choice is sent as OpenAI sends it: ``chat.completion.chunk`` (or
+``text_completion``) chunks, a first one with the role, one per decoded piece of text carrying the
+log-probs of the tokens it decodes (when asked for), a last one with the finish reason, the choice's
+``token_ids`` (and ``prompt_token_ids`` when asked for) and the log-probs of any token that printed no
+text (a stop token); with ``stream_options.include_usage`` a final chunk with the usage; then
+``data: [DONE]``. Joined, the pieces are exactly the text ``stream: false`` returns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from memrl.serve.errors import APIError
+
+Span = tuple[str, int]  # a piece of text and the index just past the last token it decodes
+
+
+def token_spans(tokenizer: Any, ids: Sequence[int], skip_special: bool = True) -> list[Span]:
+    """The decoding of ``ids`` split token by token, each piece with the end of the tokens it decodes.
+
+    A character split over tokens waits for its last byte. Incremental, as vLLM detokenizes: each step
+    decodes a short window, so the cost is linear. Joined, the pieces are exactly ``decode(ids)``; if a
+    tokenizer breaks that, the whole text is one piece.
+    """
+    def decode(part: Sequence[int]) -> str:
+        return str(tokenizer.decode(list(part), skip_special_tokens=skip_special))
+
+    spans: list[Span] = []
+    prefix, read = 0, 0
+    for i in range(1, len(ids) + 1):
+        before, now = decode(ids[prefix:read]), decode(ids[prefix:i])
+        if len(now) > len(before) and not now.endswith("\ufffd"):
+            spans.append((now[len(before):], i))
+            prefix, read = read, i
+    whole = decode(ids)
+    joined = "".join(p for p, _ in spans)
+    if joined != whole:
+        return [(whole, len(ids))] if whole else []
+    return spans + ([(whole[len(joined):], len(ids))] if len(whole) > len(joined) else [])
+
+
+def token_pieces(tokenizer: Any, ids: Sequence[int], skip_special: bool = True) -> list[str]:
+    """The pieces of :func:`token_spans`, without their token counts."""
+    return [piece for piece, _ in token_spans(tokenizer, ids, skip_special)]
+
+
+def aligned(pieces: Sequence[str], text: str) -> list[str]:
+    """The pieces that spell ``text`` from its start (the rest of ``text`` as one last piece)."""
+    return [piece for piece, _ in aligned_spans([(p, 0) for p in pieces], text)]
+
+
+def aligned_spans(spans: Sequence[Span], text: str) -> list[Span]:
+    """The spans that spell ``text`` from its start, and the rest of ``text`` (cut at a stop string, or decoded
+    otherwise) as one last piece that owns no further token."""
+    out: list[Span] = []
+    at, end = 0, 0
+    for piece, stop in spans:
+        if not piece or not text.startswith(piece, at):
+            break
+        out.append((piece, stop))
+        at, end = at + len(piece), stop
+    if at < len(text):
+        out.append((text[at:], end))
+    return out
+
+
+def stream_usage(options: Any, stream: bool) -> bool:
+    """Whether the stream ends with a usage chunk (``stream_options.include_usage``); checked as OpenAI does."""
+    if options is None:
+        return False
+    if not stream:
+        raise APIError(400, "stream_options: only with stream: true", code="invalid_value", param="stream_options")
+    if not isinstance(options, dict) or any(k != "include_usage" for k in options):
+        raise APIError(400, "stream_options: the accepted key is include_usage", code="unsupported",
+                       param="stream_options")
+    return bool(options.get("include_usage"))
+
+
+def events(answer: dict[str, Any], pieces: Sequence[list[Span]], include_usage: bool) -> Iterator[str]:
+    """``answer`` (a chat or text completion, as ``stream: false`` returns it) as server-sent events.
+
+    ``pieces[i]``: choice i's text spans (:func:`token_spans`, aligned to its text)."""
+    chat = answer["object"] == "chat.completion"
+    head = {"id": answer["id"], "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": answer["created"], "model": answer["model"]}
+    tail = {"usage": None} if include_usage else {}
+    for choice, spans in zip(answer["choices"], pieces):
+        for body in (_chat_choice if chat else _completion_choice)(choice, spans):
+            yield _data({**head, "choices": [{"index": choice["index"], **body}], **tail})
+    if include_usage:
+        yield _data({**head, "choices": [], "usage": answer["usage"]})
+    yield "data: [DONE]\n\n"
+
+
+def _chat_choice(choice: dict[str, Any], spans: Sequence[Span]) -> Iterator[dict[str, Any]]:
+    entries = (choice.get("logprobs") or {}).get("content")
+    yield {"delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+    start = 0
+    for piece, end in spans:
+        logprobs = None if entries is None else {"content": entries[start:end]}
+        yield {"delta": {"content": piece}, "logprobs": logprobs, "finish_reason": None}
+        start = max(start, end)
+    rest = None if entries is None else {"content": entries[start:]}
+    yield {"delta": {}, "logprobs": rest, "finish_reason": choice["finish_reason"], **_ids(choice)}
+
+
+def _completion_choice(choice: dict[str, Any], spans: Sequence[Span]) -> Iterator[dict[str, Any]]:
+    block = choice.get("logprobs")
+    start = 0
+    for piece, end in spans:
+        yield {"text": piece, "logprobs": _slice(block, start, end), "finish_reason": None}
+        start = max(start, end)
+    yield {"text": "", "logprobs": _slice(block, start, None), "finish_reason": choice["finish_reason"],
+           **_ids(choice)}
+
+
+def _slice(block: dict[str, Any] | None, start: int, end: int | None) -> dict[str, Any] | None:
+    return None if block is None else {key: values[start:end] for key, values in block.items()}
+
+
+def _ids(choice: dict[str, Any]) -> dict[str, Any]:
+    return {key: choice[key] for key in ("token_ids", "prompt_token_ids") if key in choice}
+
+
+def _data(payload: Any) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
