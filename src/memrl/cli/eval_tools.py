@@ -36,7 +36,8 @@ def _check_domain(cfg: Any) -> list[Any]:
     from memrl.envs.domain import load_domain
     from memrl.workflows import load_samples
 
-    load_domain(cfg.env.domain, cfg.env.data_dir, tool_options=cfg.env.tool_options).new_env(solo=cfg.env.solo)
+    load_domain(cfg.env.domain, cfg.env.data_dir, tool_options=cfg.env.tool_options,
+                tool_schemas=cfg.env.tool_schemas).new_env(solo=cfg.env.solo)
     return load_samples(cfg, "eval")
 
 

@@ -57,11 +57,14 @@ class Environment:
     """Agent tools (and, for dual-control domains, user tools) over in-memory databases."""
 
     def __init__(self, domain: str, policy: str, tools: Toolkit, user_tools: Toolkit | None = None,
-                 solo: bool = False) -> None:
+                 solo: bool = False, schemas: str = "memrl") -> None:
         self.domain = domain
         self.policy = policy
         self.tools = tools
         self.user_tools = user_tools
+        for kit in (tools, user_tools):  # whose tool descriptions the agent and the user read
+            if kit is not None:
+                kit.schema_source = schemas
         self.solo = solo
         self._calls = 0
         self.sync()

@@ -126,6 +126,10 @@ class Toolkit:
 
     strict_args: bool = True
     agent_in_solo: bool = True  # a user toolkit: in solo mode the agent calls these tools itself (τ²-bench)
+    # τ²-bench's class for these tools ("tau2.domains.retail.tools:RetailTools"): with schema_source "tau2" the
+    # agent reads its schemas (memrl.envs.tau2_schemas); "memrl": the schemas of memrl's own docstrings
+    tau2_class: str | None = None
+    schema_source: str = "memrl"
 
     def __init__(self, db: dict[str, Any]) -> None:
         self.db = db
@@ -145,8 +149,17 @@ class Toolkit:
         """
         return db
 
+    def shown_tools(self) -> list[Tool]:
+        """The tools a model is shown (a toolkit may hold tools it reveals later)."""
+        return list(self.tools.values())
+
     def schemas(self) -> list[dict[str, Any]]:
-        return [t.schema() for t in self.tools.values()]
+        """The shown tools' schemas: from memrl's docstrings, or (``schema_source`` tau2) τ²-bench's own."""
+        if self.schema_source == "tau2":
+            from memrl.envs.tau2_schemas import tau2_schemas
+
+            return tau2_schemas(self, [t.name for t in self.shown_tools()])
+        return [t.schema() for t in self.shown_tools()]
 
     def call(self, name: str, arguments: dict[str, Any]) -> Any:
         """Run tool ``name``; unknown names fail with τ²-bench's wording."""

@@ -353,7 +353,8 @@ def task_samples(cfg: Any, split: str | None, user: UserSimulator | None = None,
     from memrl.envs.domain import load_domain
     from memrl.envs.nl_judge import build_nl_judge
 
-    domain = load_domain(cfg.env.domain, cfg.env.data_dir, tool_options=cfg.env.tool_options)
+    domain = load_domain(cfg.env.domain, cfg.env.data_dir, tool_options=cfg.env.tool_options,
+                         tool_schemas=cfg.env.tool_schemas)
     judge = None
     if side_models:
         if not cfg.env.solo and user is None:

@@ -17,7 +17,7 @@ def check_env(cfg: MemRLConfig) -> None:
         raise ConfigError("workflow.tool_protocol=openai_chat returns no token ids to train on; train with "
                           "workflow.tool_protocol=tokens (openai_chat is for memrl eval against a chat server)")
     try:
-        domain = load_domain(cfg.env.domain, cfg.env.data_dir)
+        domain = load_domain(cfg.env.domain, cfg.env.data_dir, tool_schemas=cfg.env.tool_schemas)
         domain.get_tasks(cfg.env.train_split)
         if cfg.trainer.eval.every:
             domain.get_tasks(cfg.env.eval_split)

@@ -30,6 +30,8 @@ class Task(BaseModel):
 class MockTools(Toolkit):
     """Tasks owned by users; a task is 'pending' or 'completed'."""
 
+    tau2_class = "tau2.domains.mock.tools:MockTools"
+
     strict_args = False
 
     @classmethod
@@ -100,6 +102,8 @@ class MockTools(Toolkit):
 
 class MockUserTools(Toolkit):
     """The user's device: notifications that the user can read and dismiss (τ²-bench's inbox)."""
+
+    tau2_class = "tau2.domains.mock.user_tools:MockUserTools"
 
     strict_args = False
 

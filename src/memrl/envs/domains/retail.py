@@ -27,6 +27,8 @@ from memrl.envs.toolkit import Toolkit, calculate_expression, tool
 class RetailTools(Toolkit):
     """The store's back office over ``db.json`` (``users``, ``orders``, ``products``)."""
 
+    tau2_class = "tau2.domains.retail.tools:RetailTools"
+
     strict_args = False
     per_item_variant = False  # τ²-bench prices every swapped item by the last new variant
 

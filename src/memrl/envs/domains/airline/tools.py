@@ -53,6 +53,8 @@ AIRPORTS = (("SFO", "San Francisco"), ("JFK", "New York"), ("LAX", "Los Angeles"
 class AirlineTools(AirlineRecords):
     """The airline's back office over ``db.json`` (``flights``, ``users``, ``reservations``)."""
 
+    tau2_class = "tau2.domains.airline.tools:AirlineTools"
+
     # -- read tools -----------------------------------------------------------------------------
     @tool("read")
     def get_user_details(self, user_id: str) -> dict[str, Any]:

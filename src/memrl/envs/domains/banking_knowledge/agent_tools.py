@@ -45,6 +45,8 @@ class KnowledgeTools(CreditCardTools, CreditLimitTools, BankAccountTools, DebitC
     """The agent's banking tools (τ³'s ``KnowledgeTools``): the visible ones below, the discoverable ones
     from the mixins; retrieval tools are mixed in per variant (:mod:`~memrl.envs.domains.banking_knowledge.toolkits`)."""
 
+    tau2_class = "tau2.domains.banking_knowledge.retrieval_toolkits:KnowledgeToolsPlain"
+
     def __init__(self, db: dict[str, Any]) -> None:
         super().__init__(db)
         self.given_user_tools: dict[str, dict[str, Any]] = {}

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memrl.envs.domains.banking_knowledge import records
-from memrl.envs.toolkit import Toolkit, ToolKind, tool
+from memrl.envs.toolkit import Tool, Toolkit, ToolKind, tool
 
 DISCOVERABLE = "__banking_discoverable__"
 _ARG_LINE = re.compile(r"^\s*(\w+)\s*(?:\(([^)]+)\))?\s*:\s*(.+?)$", re.MULTILINE)
@@ -99,6 +99,6 @@ class BankingToolkit(Toolkit):
     def discoverable_tools(self) -> dict[str, Any]:
         return {n: t.fn for n, t in self.tools.items() if is_discoverable(t.fn)}
 
-    def schemas(self) -> list[dict[str, Any]]:
+    def shown_tools(self) -> list[Tool]:
         """The tools a model is shown: discoverable ones are left out until the knowledge base names them."""
-        return [t.schema() for t in self.tools.values() if not is_discoverable(t.fn)]
+        return [t for t in self.tools.values() if not is_discoverable(t.fn)]

@@ -119,23 +119,23 @@ class ShellMixin:
 
 
 class KnowledgeToolsWithKBSearch(KBSearchMixin, KnowledgeTools):
-    pass
+    tau2_class = "tau2.domains.banking_knowledge.retrieval_toolkits:KnowledgeToolsWithKBSearch"
 
 
 class KnowledgeToolsWithGrep(GrepMixin, KnowledgeTools):
-    pass
+    tau2_class = "tau2.domains.banking_knowledge.retrieval_toolkits:KnowledgeToolsWithGrep"
 
 
 class KnowledgeToolsWithKBSearchAndGrep(KBSearchMixin, GrepMixin, KnowledgeTools):
-    pass
+    tau2_class = "tau2.domains.banking_knowledge.retrieval_toolkits:KnowledgeToolsWithKBSearchAndGrep"
 
 
 class KnowledgeToolsWithShell(ShellMixin, KnowledgeTools):
-    pass
+    tau2_class = "tau2.domains.banking_knowledge.retrieval_toolkits:KnowledgeToolsWithShell"
 
 
 class KnowledgeToolsAllTools(KBSearchBm25Mixin, KBSearchDenseMixin, ShellMixin, KnowledgeTools):
-    pass
+    tau2_class = "tau2.domains.banking_knowledge.retrieval_toolkits:KnowledgeToolsAllTools"
 
 
 def agent_class(variant: Variant) -> type[KnowledgeTools]:

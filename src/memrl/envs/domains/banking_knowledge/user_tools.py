@@ -46,6 +46,8 @@ def _executed(summary: str, name: str, args: dict[str, Any]) -> str:
 class KnowledgeUserTools(BankingToolkit):
     """The customer's toolkit; ``shown`` (None: all) limits the tools the user simulator sees."""
 
+    tau2_class = "tau2.domains.banking_knowledge.tools:KnowledgeUserTools"
+
     shown: list[str] | None = None
 
     def schemas(self) -> list[dict[str, Any]]:

@@ -30,6 +30,8 @@ _TABLES_BY_PREFIX = {"L": ("lines", "line_id", "Line"), "D": ("devices", "device
 class TelecomTools(Toolkit):
     """The carrier's back office, over ``db.toml`` (plans, customers, lines, bills, devices)."""
 
+    tau2_class = "tau2.domains.telecom.tools:TelecomTools"
+
     strict_args = False  # τ²-bench hands the agent's arguments to the method unchecked
     compose_policy = staticmethod(compose_policy)
 

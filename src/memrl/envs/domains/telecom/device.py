@@ -33,6 +33,8 @@ _SIM_TEXT = {"active": "Your SIM card is active and working.", "missing": "No SI
 class TelecomUserTools(PhoneState):
     """The phone's settings screens and diagnostics, as a user can reach them."""
 
+    tau2_class = "tau2.domains.telecom.user_tools:TelecomUserTools"
+
     def status_bar(self) -> str:
         """The icons at the top of the screen, joined by ' | ' (airplane mode hides the cellular ones)."""
         d = self.device

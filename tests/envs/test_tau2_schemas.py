@@ -1,0 +1,132 @@
+"""``env.tool_schemas=tau2``: the agent and the user simulator read τ²-bench's own tool schemas.
+
+A stand-in ``tau2`` package (written here, with made-up descriptions) checks the mechanism everywhere:
+τ²-bench's order, the user's toolkit, a tool τ²-bench lacks, τ²-bench not installed. Where the real
+τ²-bench is importable, every domain's schemas are compared with what its own environments give their agents.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from memrl.envs import tau2_schemas
+from memrl.envs.domain import load_domain
+
+FAKE_TOOL = '''
+class _Tool:
+    def __init__(self, fn):
+        self.fn = fn
+
+    @property
+    def openai_schema(self):
+        return {"type": "function", "function": {"name": self.fn.__name__, "description": "tau2: " + self.fn.__name__,
+                                                 "parameters": {"title": "parameters", "type": "object"}}}
+
+
+def as_tool(fn):
+    return _Tool(fn)
+'''
+
+
+def _toolkit(name: str, tools: list[str]) -> str:
+    methods = "".join(f"    def {t}(self):\n        pass\n\n" for t in tools)
+    order = ", ".join(f"{t!r}: None" for t in tools)
+    return f"class {name}:\n    @property\n    def _func_tools(self):\n        return {{{order}}}\n\n{methods}"
+
+
+def _drop_tau2() -> dict:
+    """Take every ``tau2`` module out of ``sys.modules``; return them."""
+    return {name: sys.modules.pop(name) for name in [m for m in sys.modules if m.split(".")[0] == "tau2"]}
+
+
+@pytest.fixture
+def fake_tau2(tmp_path, monkeypatch):
+    """A ``tau2`` package with mock's two toolkits, tools in an order of its own (reversed alphabet).
+
+    Any real ``tau2`` already imported is set aside and put back afterwards."""
+    root = tmp_path / "fake"
+    for pkg in ("tau2", "tau2/environment", "tau2/domains", "tau2/domains/mock"):
+        (root / pkg).mkdir(parents=True)
+        (root / pkg / "__init__.py").write_text("")
+    (root / "tau2/environment/tool.py").write_text(FAKE_TOOL)
+    real = _drop_tau2()
+
+    def write(agent_tools, user_tools):
+        (root / "tau2/domains/mock/tools.py").write_text(_toolkit("MockTools", agent_tools))
+        (root / "tau2/domains/mock/user_tools.py").write_text(_toolkit("MockUserTools", user_tools))
+        _drop_tau2()
+        tau2_schemas._tau2_tools.cache_clear()
+
+    monkeypatch.syspath_prepend(str(root))
+    yield write
+    _drop_tau2()
+    sys.modules.update(real)
+    tau2_schemas._tau2_tools.cache_clear()
+
+
+@pytest.fixture
+def mock_dir(tau2_dir):
+    if not (tau2_dir / "mock").is_dir():
+        pytest.skip(f"no mock domain data in {tau2_dir}")
+    return tau2_dir
+
+
+def test_the_agent_reads_tau2s_schemas_in_tau2s_order(fake_tau2, mock_dir):
+    agent = ["update_task_status", "transfer_to_human_agents", "get_users", "create_task", "an_extra_one"]
+    fake_tau2(agent, ["dismiss_notification", "check_notifications"])
+    env = load_domain("mock", mock_dir, tool_schemas="tau2").new_env(solo=False)
+    schemas = env.tool_schemas()
+    assert [s["function"]["name"] for s in schemas] == agent[:4]  # τ²-bench's order; only the tools memrl shows
+    assert all(s["function"]["description"] == "tau2: " + s["function"]["name"] for s in schemas)
+    assert [s["function"]["name"] for s in env.user_tools.schemas()] == ["dismiss_notification", "check_notifications"]
+    solo = load_domain("mock", mock_dir, tool_schemas="tau2").new_env(solo=True).tool_schemas()
+    assert [s["function"]["name"] for s in solo] == agent[:4] + ["dismiss_notification", "check_notifications"]
+    plain = load_domain("mock", mock_dir).new_env(solo=False).tool_schemas()
+    assert [s["function"]["name"] for s in plain] == sorted(agent[:4])  # memrl's own: its wording, by name
+    assert not any(s["function"]["description"].startswith("tau2: ") for s in plain)
+
+
+def test_a_tool_tau2_lacks_or_no_tau2_is_one_line(fake_tau2, mock_dir):
+    fake_tau2(["create_task", "get_users"], ["check_notifications", "dismiss_notification"])
+    with pytest.raises(ValueError, match=r"^env.tool_schemas=tau2: τ²-bench's tau2.domains.mock.tools:MockTools has no "
+                                         r"tool transfer_to_human_agents, update_task_status that memrl's MockTools "
+                                         r"shows; is your τ²-bench v1.0 or later\?$"):
+        load_domain("mock", mock_dir, tool_schemas="tau2")
+    sys.modules["tau2.environment.tool"] = None  # τ²-bench not installed (the fixture cleans up)
+    tau2_schemas._tau2_tools.cache_clear()
+    with pytest.raises(ValueError, match=r"^env.tool_schemas=tau2 takes the tool descriptions from τ²-bench's own "
+                                         r"code: install it \(pip install -e <your tau2-bench clone>\)"):
+        load_domain("mock", mock_dir, tool_schemas="tau2")
+    with pytest.raises(ValueError, match="env.tool_schemas must be one of memrl, tau2"):
+        load_domain("mock", mock_dir, tool_schemas="tau3")
+
+
+def test_the_library_domain_has_no_tau2_counterpart(tmp_path):
+    from memrl_demo.tools_tasks import write_domain
+
+    write_domain(tmp_path, 0, 1, 1)
+    with pytest.raises(ValueError, match="LibraryTools has no τ²-bench counterpart"):
+        load_domain("library", tmp_path, tool_schemas="tau2")
+
+
+def test_schemas_equal_the_real_tau2s(mock_dir):
+    """Every domain's schemas against τ²-bench's own environments (where τ²-bench is installed)."""
+    pytest.importorskip("tau2.environment.tool", reason="τ²-bench is not installed (pip install -e <clone>)")
+    from tau2.domains.banking_knowledge.environment import get_environment
+    from tau2.registry import registry
+
+    for name in ("mock", "retail", "airline", "telecom"):
+        theirs = registry.get_env_constructor(name)()
+        ours = load_domain(name, mock_dir, tool_schemas="tau2").new_env(solo=False)
+        assert ours.tool_schemas() == [t.openai_schema for t in theirs.get_tools()], name
+        if theirs.user_tools is not None:
+            assert ours.user_tools.schemas() == [t.openai_schema for t in theirs.get_user_tools()], name
+    for variant in ("bm25_grep", "no_knowledge"):
+        theirs = get_environment(retrieval_variant=variant)
+        ours = load_domain("banking_knowledge", mock_dir, tool_schemas="tau2",
+                           tool_options={"retrieval_variant": variant}).new_env()
+        assert ours.tool_schemas() == [t.openai_schema for t in theirs.get_tools()], variant
+        assert ours.user_tools.schemas() == [t.openai_schema for t in theirs.get_user_tools()], variant
