@@ -1,4 +1,4 @@
-"""``env.tool_schemas=tau2``: the agent and the user simulator read τ²-bench's own tool schemas.
+"""``env.prompts=tau2``: the agent reads τ²-bench's own system prompt and tool schemas (the user simulator its tools').
 
 A stand-in ``tau2`` package (written here, with made-up descriptions) checks the mechanism everywhere:
 τ²-bench's order, the user's toolkit, a tool τ²-bench lacks, τ²-bench not installed. Where the real
@@ -48,10 +48,12 @@ def fake_tau2(tmp_path, monkeypatch):
 
     Any real ``tau2`` already imported is set aside and put back afterwards."""
     root = tmp_path / "fake"
-    for pkg in ("tau2", "tau2/environment", "tau2/domains", "tau2/domains/mock"):
+    for pkg in ("tau2", "tau2/environment", "tau2/domains", "tau2/domains/mock", "tau2/agent"):
         (root / pkg).mkdir(parents=True)
         (root / pkg / "__init__.py").write_text("")
     (root / "tau2/environment/tool.py").write_text(FAKE_TOOL)
+    (root / "tau2/agent/llm_agent.py").write_text(
+        'AGENT_INSTRUCTION = "Be an agent."\nSYSTEM_PROMPT = "<i>{agent_instruction}</i><p>{domain_policy}</p>"\n')
     real = _drop_tau2()
 
     def write(agent_tools, user_tools):
@@ -77,31 +79,36 @@ def mock_dir(tau2_dir):
 def test_the_agent_reads_tau2s_schemas_in_tau2s_order(fake_tau2, mock_dir):
     agent = ["update_task_status", "transfer_to_human_agents", "get_users", "create_task", "an_extra_one"]
     fake_tau2(agent, ["dismiss_notification", "check_notifications"])
-    env = load_domain("mock", mock_dir, tool_schemas="tau2").new_env(solo=False)
+    env = load_domain("mock", mock_dir, prompts="tau2").new_env(solo=False)
     schemas = env.tool_schemas()
     assert [s["function"]["name"] for s in schemas] == agent[:4]  # τ²-bench's order; only the tools memrl shows
     assert all(s["function"]["description"] == "tau2: " + s["function"]["name"] for s in schemas)
     assert [s["function"]["name"] for s in env.user_tools.schemas()] == ["dismiss_notification", "check_notifications"]
-    solo = load_domain("mock", mock_dir, tool_schemas="tau2").new_env(solo=True).tool_schemas()
+    solo = load_domain("mock", mock_dir, prompts="tau2").new_env(solo=True).tool_schemas()
     assert [s["function"]["name"] for s in solo] == agent[:4] + ["dismiss_notification", "check_notifications"]
-    plain = load_domain("mock", mock_dir).new_env(solo=False).tool_schemas()
+    assert env.system_prompt() == f"<i>Be an agent.</i><p>{env.policy}</p>"  # τ²-bench's LLMAgent prompt
+    with pytest.raises(ValueError, match="env.prompts=tau2 is for dual control"):
+        load_domain("mock", mock_dir, prompts="tau2").new_env(solo=True).system_prompt()
+    plain_env = load_domain("mock", mock_dir).new_env(solo=False)
+    assert plain_env.system_prompt() == plain_env.policy
+    plain = plain_env.tool_schemas()
     assert [s["function"]["name"] for s in plain] == sorted(agent[:4])  # memrl's own: its wording, by name
     assert not any(s["function"]["description"].startswith("tau2: ") for s in plain)
 
 
 def test_a_tool_tau2_lacks_or_no_tau2_is_one_line(fake_tau2, mock_dir):
     fake_tau2(["create_task", "get_users"], ["check_notifications", "dismiss_notification"])
-    with pytest.raises(ValueError, match=r"^env.tool_schemas=tau2: τ²-bench's tau2.domains.mock.tools:MockTools has no "
+    with pytest.raises(ValueError, match=r"^env.prompts=tau2: τ²-bench's tau2.domains.mock.tools:MockTools has no "
                                          r"tool transfer_to_human_agents, update_task_status that memrl's MockTools "
                                          r"shows; is your τ²-bench v1.0 or later\?$"):
-        load_domain("mock", mock_dir, tool_schemas="tau2")
-    sys.modules["tau2.environment.tool"] = None  # τ²-bench not installed (the fixture cleans up)
+        load_domain("mock", mock_dir, prompts="tau2")
+    sys.modules["tau2.environment.tool"] = sys.modules["tau2.agent.llm_agent"] = None  # not installed
     tau2_schemas._tau2_tools.cache_clear()
-    with pytest.raises(ValueError, match=r"^env.tool_schemas=tau2 takes the tool descriptions from τ²-bench's own "
-                                         r"code: install it \(pip install -e <your tau2-bench clone>\)"):
-        load_domain("mock", mock_dir, tool_schemas="tau2")
-    with pytest.raises(ValueError, match="env.tool_schemas must be one of memrl, tau2"):
-        load_domain("mock", mock_dir, tool_schemas="tau3")
+    with pytest.raises(ValueError, match=r"^env.prompts=tau2 takes the agent's prompt and tool descriptions from "
+                                         r"τ²-bench's own code: install it \(pip install -e <your tau2-bench clone>\)"):
+        load_domain("mock", mock_dir, prompts="tau2")
+    with pytest.raises(ValueError, match="env.prompts must be one of memrl, tau2"):
+        load_domain("mock", mock_dir, prompts="tau3")
 
 
 def test_the_library_domain_has_no_tau2_counterpart(tmp_path):
@@ -109,24 +116,27 @@ def test_the_library_domain_has_no_tau2_counterpart(tmp_path):
 
     write_domain(tmp_path, 0, 1, 1)
     with pytest.raises(ValueError, match="LibraryTools has no τ²-bench counterpart"):
-        load_domain("library", tmp_path, tool_schemas="tau2")
+        load_domain("library", tmp_path, prompts="tau2")
 
 
 def test_schemas_equal_the_real_tau2s(mock_dir):
     """Every domain's schemas against τ²-bench's own environments (where τ²-bench is installed)."""
     pytest.importorskip("tau2.environment.tool", reason="τ²-bench is not installed (pip install -e <clone>)")
+    from tau2.agent.llm_agent import LLMAgent
     from tau2.domains.banking_knowledge.environment import get_environment
     from tau2.registry import registry
 
     for name in ("mock", "retail", "airline", "telecom"):
         theirs = registry.get_env_constructor(name)()
-        ours = load_domain(name, mock_dir, tool_schemas="tau2").new_env(solo=False)
+        ours = load_domain(name, mock_dir, prompts="tau2").new_env(solo=False)
         assert ours.tool_schemas() == [t.openai_schema for t in theirs.get_tools()], name
+        agent = LLMAgent(tools=theirs.get_tools(), domain_policy=theirs.get_policy(), llm="any")
+        assert ours.system_prompt() == agent.system_prompt, name
         if theirs.user_tools is not None:
             assert ours.user_tools.schemas() == [t.openai_schema for t in theirs.get_user_tools()], name
     for variant in ("bm25_grep", "no_knowledge"):
         theirs = get_environment(retrieval_variant=variant)
-        ours = load_domain("banking_knowledge", mock_dir, tool_schemas="tau2",
+        ours = load_domain("banking_knowledge", mock_dir, prompts="tau2",
                            tool_options={"retrieval_variant": variant}).new_env()
         assert ours.tool_schemas() == [t.openai_schema for t in theirs.get_tools()], variant
         assert ours.user_tools.schemas() == [t.openai_schema for t in theirs.get_user_tools()], variant

@@ -37,7 +37,7 @@ def _check_domain(cfg: Any) -> list[Any]:
     from memrl.workflows import load_samples
 
     load_domain(cfg.env.domain, cfg.env.data_dir, tool_options=cfg.env.tool_options,
-                tool_schemas=cfg.env.tool_schemas).new_env(solo=cfg.env.solo)
+                prompts=cfg.env.prompts).new_env(solo=cfg.env.solo)
     return load_samples(cfg, "eval")
 
 

@@ -141,10 +141,11 @@ class EnvConfig(Section):
         "'package.module:function'. The tau2-bench reward stays in metrics tau2_reward.")
     user: UserSimConfig = Field(default_factory=UserSimConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
-    tool_schemas: Literal["memrl", "tau2"] = Field(
-        "memrl", description="The tool descriptions the agent and the user simulator read: memrl (memrl's own "
-        "wording, no tau2-bench install needed) or tau2 (tau2-bench's own schemas, imported from your tau2-bench "
-        "install: what its agents read, for numbers set beside its leaderboard's).")
+    prompts: Literal["memrl", "tau2"] = Field(
+        "memrl", description="What the agent reads: memrl (the domain policy as system prompt, memrl's own tool "
+        "descriptions; no tau2-bench install needed) or tau2 (tau2-bench's agent system prompt around the policy "
+        "and its tool schemas, also for the user simulator's tools, imported from your tau2-bench install: for "
+        "numbers set beside its leaderboard's; dual control only).")
     tool_options: dict[str, Any] = Field(default_factory=dict, description="Switches of the domain's tools, e.g. "
                                          "{per_item_variant: true} for retail (tau2-bench's default is false).")
 

@@ -97,7 +97,7 @@ class Domain:
     splits: dict[str, list[str]] = field(default_factory=dict)
     folder: Path | None = None
     tool_options: dict[str, Any] = field(default_factory=dict)
-    tool_schemas: str = "memrl"  # whose tool descriptions the agent reads: memrl's or τ²-bench's (tau2_schemas)
+    prompts: str = "memrl"  # what the agent reads: memrl's or τ²-bench's system prompt and tools (tau2_schemas)
     _extra: dict[str, dict[str, Task]] = field(default_factory=dict, repr=False)
 
     def new_env(self, solo: bool = False) -> Environment:
@@ -109,7 +109,7 @@ class Domain:
         if self.user_toolkit is not None:
             user = self.user_toolkit(json.loads(self.user_db_text) if self.user_db_text else {})
         policy = self.solo_policy if solo and self.solo_policy else self.policy
-        return Environment(self.name, policy, tools, user, solo=solo, schemas=self.tool_schemas)
+        return Environment(self.name, policy, tools, user, solo=solo, prompts=self.prompts)
 
     def _other_tasks(self) -> dict[str, Task]:
         """Tasks of the domain's other task files (``tasks_small.json``, ``tasks_full.json``), read
@@ -239,13 +239,13 @@ TELECOM_WORKFLOW = ToolDomain("telecom-workflow", TELECOM.toolkit, TELECOM.user_
 
 
 def load_domain(name: str, data_dir: str | Path | None = None, *,
-                tool_options: dict[str, Any] | None = None, tool_schemas: str = "memrl") -> Domain | DomainLike:
+                tool_options: dict[str, Any] | None = None, prompts: str = "memrl") -> Domain | DomainLike:
     """The domain ``env.domain`` names, built by its factory (see the module docstring).
 
     ``tool_options`` set class-level switches of a :class:`ToolDomain`'s agent toolkit on every
     environment, e.g. ``{"per_item_variant": True}`` for retail (see :mod:`memrl.envs.domains.retail`).
-    ``tool_schemas``: ``tau2`` gives the agent and the user simulator τ²-bench's own tool schemas
-    (:mod:`memrl.envs.tau2_schemas`), checked here; ``memrl`` those of memrl's docstrings.
+    ``prompts``: ``tau2`` gives the agent τ²-bench's system prompt and, with the user simulator, its tool
+    schemas (:mod:`memrl.envs.tau2_schemas`), checked here; ``memrl``: the policy alone and memrl's docstrings.
     """
     from memrl.plugins import DOMAINS
 
@@ -257,23 +257,24 @@ def load_domain(name: str, data_dir: str | Path | None = None, *,
     if missing:
         raise ValueError(f"domain {name!r} built a {type(domain).__name__} without {' and '.join(missing)} "
                          "(a domain provides new_env(solo) and get_tasks(split))")
-    if tool_schemas != "memrl":
-        _use_schemas(domain, name, tool_schemas)
+    if prompts != "memrl":
+        _use_prompts(domain, name, prompts)
     return domain
 
 
-def _use_schemas(domain: Any, name: str, source: str) -> None:
-    """Switch ``domain``'s environments to ``source``'s tool schemas, and build them now: a missing τ²-bench
+def _use_prompts(domain: Any, name: str, source: str) -> None:
+    """Switch ``domain``'s environments to ``source``'s prompts, and build them now: a missing τ²-bench
     install or a tool one side lacks fails before any model loads."""
     from memrl.envs.tau2_schemas import SOURCES
 
     if source not in SOURCES:
-        raise ValueError(f"env.tool_schemas must be one of {', '.join(SOURCES)}, not {source!r}")
+        raise ValueError(f"env.prompts must be one of {', '.join(SOURCES)}, not {source!r}")
     if not isinstance(domain, Domain):
-        raise ValueError(f"env.tool_schemas={source}: domain {name!r} is not one of memrl's τ²-bench domains")
-    domain.tool_schemas = source
+        raise ValueError(f"env.prompts={source}: domain {name!r} is not one of memrl's τ²-bench domains")
+    domain.prompts = source
     probe = domain.new_env(solo=False)  # both toolkits (solo mode adds the user's to the agent's)
-    probe.tool_schemas()
+    probe.tool_schemas()  # first: a toolkit without a τ²-bench counterpart says so before τ²-bench is imported
+    probe.system_prompt()
     if probe.user_tools is not None:
         probe.user_tools.schemas()
 

@@ -57,14 +57,15 @@ class Environment:
     """Agent tools (and, for dual-control domains, user tools) over in-memory databases."""
 
     def __init__(self, domain: str, policy: str, tools: Toolkit, user_tools: Toolkit | None = None,
-                 solo: bool = False, schemas: str = "memrl") -> None:
+                 solo: bool = False, prompts: str = "memrl") -> None:
         self.domain = domain
         self.policy = policy
         self.tools = tools
         self.user_tools = user_tools
+        self.prompts = prompts
         for kit in (tools, user_tools):  # whose tool descriptions the agent and the user read
             if kit is not None:
-                kit.schema_source = schemas
+                kit.schema_source = prompts
         self.solo = solo
         self._calls = 0
         self.sync()
@@ -220,6 +221,14 @@ class Environment:
 
     def user_db_hash(self) -> str:
         return db_hash(self.user_tools.db if self.user_tools is not None else None)
+
+    def system_prompt(self) -> str:
+        """The agent's system prompt: the policy, or with ``prompts`` tau2 τ²-bench's agent instructions around it."""
+        if self.prompts == "tau2":
+            from memrl.envs.tau2_schemas import tau2_system_prompt
+
+            return tau2_system_prompt(self.policy, self.solo)
+        return self.policy
 
     def tool_schemas(self) -> list[dict[str, Any]]:
         """What the agent sees: its tools, plus the user's device tools in solo mode."""

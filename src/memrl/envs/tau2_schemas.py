@@ -1,21 +1,43 @@
-"""``env.tool_schemas: tau2``: the tool schemas τ²-bench shows its agent, from the user's τ²-bench install.
+"""``env.prompts: tau2``: the system prompt and tool schemas τ²-bench gives its agent, from the user's τ²-bench.
 
 memrl's τ²-bench tools are its own code, and their docstrings are memrl's own wording, so the schemas
 an agent reads by default (``memrl``) are not τ²-bench's: the same tools and arguments, other
-sentences, alphabetical order. The descriptions are τ²-bench's text, so memrl does not carry them;
-with ``tau2`` it imports the τ²-bench package the user installed (``pip install -e <clone>``) and asks
-each of its toolkit classes for what it gives its agent (``as_tool(method).openai_schema``, in the
-toolkit's order): byte for byte what τ²-bench prompts with, so eval numbers can be set beside its
-leaderboard's. Each memrl toolkit names its τ²-bench counterpart (``Toolkit.tau2_class``); a tool memrl
+sentences, alphabetical order; and its system prompt is the policy alone, where τ²-bench's agent
+(``LLMAgent``) wraps the policy in its instructions. Both are τ²-bench's text, so memrl does not carry
+them; with ``tau2`` it imports the τ²-bench package the user installed (``pip install -e <clone>``),
+formats the system prompt as ``LLMAgent.system_prompt`` does, and asks each of its toolkit classes for
+what it gives its agent (``as_tool(method).openai_schema``, in the toolkit's order): byte for byte what
+τ²-bench prompts with, so eval numbers can be set beside its leaderboard's. (τ²-bench's solo agent has
+a protocol of its own, a ticket in the prompt and a ``done`` tool; memrl's solo mode is its own, so
+``tau2`` is for dual control.) Each memrl toolkit names its τ²-bench counterpart (``Toolkit.tau2_class``); a tool memrl
 shows that τ²-bench's class lacks (another τ²-bench version) is refused in one line.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 from typing import Any
 
 SOURCES = ("memrl", "tau2")
+
+
+def _import_tau2(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ValueError(f"env.prompts=tau2 takes the agent's prompt and tool descriptions from τ²-bench's own "
+                         f"code: install it (pip install -e <your tau2-bench clone>); importing it failed: {exc}") \
+            from None
+
+
+def tau2_system_prompt(policy: str, solo: bool) -> str:
+    """τ²-bench's agent system prompt around ``policy`` (``LLMAgent.system_prompt``)."""
+    if solo:
+        raise ValueError("env.prompts=tau2 is for dual control (env.solo=false): τ²-bench's solo agent has a "
+                         "protocol of its own (a ticket in the prompt, a done tool) that memrl's solo mode is not")
+    agent = _import_tau2("tau2.agent.llm_agent")
+    return agent.SYSTEM_PROMPT.format(domain_policy=policy, agent_instruction=agent.AGENT_INSTRUCTION)
 
 
 @functools.lru_cache(maxsize=None)
@@ -23,11 +45,7 @@ def _tau2_tools(class_path: str) -> dict[str, dict[str, Any]]:
     """``{tool name: openai schema}`` of τ²-bench's toolkit class at ``class_path``, in its order."""
     from memrl.plugins import load_object
 
-    try:
-        from tau2.environment.tool import as_tool
-    except ImportError as exc:
-        raise ValueError(f"env.tool_schemas=tau2 takes the tool descriptions from τ²-bench's own code: install it "
-                         f"(pip install -e <your tau2-bench clone>); importing it failed: {exc}") from None
+    as_tool = _import_tau2("tau2.environment.tool").as_tool
     cls = load_object(class_path, "τ²-bench toolkit")
     probe = object.__new__(cls)  # the schemas come from the methods alone: no database is needed
     return {name: as_tool(getattr(probe, name)).openai_schema for name in probe._func_tools}
@@ -38,11 +56,11 @@ def tau2_schemas(toolkit: Any, shown: list[str]) -> list[dict[str, Any]]:
     they cannot be had."""
     path = getattr(type(toolkit), "tau2_class", None)
     if path is None:
-        raise ValueError(f"env.tool_schemas=tau2: {type(toolkit).__name__} has no τ²-bench counterpart (it applies "
+        raise ValueError(f"env.prompts=tau2: {type(toolkit).__name__} has no τ²-bench counterpart (it applies "
                          "to τ²-bench's domains)")
     theirs = _tau2_tools(path)
     missing = sorted(set(shown) - set(theirs))  # τ²-bench's class may hold more (tools it reveals later)
     if missing:
-        raise ValueError(f"env.tool_schemas=tau2: τ²-bench's {path} has no tool {', '.join(missing)} that memrl's "
+        raise ValueError(f"env.prompts=tau2: τ²-bench's {path} has no tool {', '.join(missing)} that memrl's "
                          f"{type(toolkit).__name__} shows; is your τ²-bench v1.0 or later?")
     return [schema for name, schema in theirs.items() if name in set(shown)]

@@ -239,7 +239,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
         opening.append(Message("assistant", AGENT_GREETING))
         opening += await _user_turn(sample, env, opening, base.seed)
     messages += opening
-    side.start(env.policy, env.tool_schemas(), messages)
+    side.start(env.system_prompt(), env.tool_schemas(), messages)
     side.conv.meta["state"] = anchor(env.db_hash(), len(messages))  # the episode's one conversation starts here
 
     stats = {"turns": 0.0, "tool_calls": 0.0, "invalid_tool_calls": 0.0, "tool_errors": 0.0,
@@ -354,7 +354,7 @@ def task_samples(cfg: Any, split: str | None, user: UserSimulator | None = None,
     from memrl.envs.nl_judge import build_nl_judge
 
     domain = load_domain(cfg.env.domain, cfg.env.data_dir, tool_options=cfg.env.tool_options,
-                         tool_schemas=cfg.env.tool_schemas)
+                         prompts=cfg.env.prompts)
     judge = None
     if side_models:
         if not cfg.env.solo and user is None:

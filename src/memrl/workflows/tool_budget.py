@@ -17,7 +17,7 @@ def check_env(cfg: MemRLConfig) -> None:
         raise ConfigError("workflow.tool_protocol=openai_chat returns no token ids to train on; train with "
                           "workflow.tool_protocol=tokens (openai_chat is for memrl eval against a chat server)")
     try:
-        domain = load_domain(cfg.env.domain, cfg.env.data_dir, tool_schemas=cfg.env.tool_schemas)
+        domain = load_domain(cfg.env.domain, cfg.env.data_dir, prompts=cfg.env.prompts)
         domain.get_tasks(cfg.env.train_split)
         if cfg.trainer.eval.every:
             domain.get_tasks(cfg.env.eval_split)
@@ -33,7 +33,7 @@ def tool_prompt_floor(cfg: MemRLConfig, tokenizer: Any, sample: Any) -> int:
     w = cfg.workflow
     fmt = TemplateFormat(tokenizer) if w.tool_format == "template" else FORMATS[w.tool_format]
     env = sample.domain.new_env(solo=sample.solo)
-    return len(encode_text(tokenizer, fmt.prompt(env.policy, env.tool_schemas(), [])))
+    return len(encode_text(tokenizer, fmt.prompt(env.system_prompt(), env.tool_schemas(), [])))
 
 
 def check_tool_prompt_budget(cfg: MemRLConfig, tokenizer: Any, samples: list[Any],

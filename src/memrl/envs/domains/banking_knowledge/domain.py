@@ -86,7 +86,7 @@ class BankingKnowledgeDomain(Domain):
         if self.variant.prompt == "golden":
             policy = build_policy(self.variant, self.folder / "prompts", self.documents,
                                   getattr(task, "required_documents", None))
-        return Environment(self.name, policy, tools, user, schemas=self.tool_schemas)
+        return Environment(self.name, policy, tools, user, prompts=self.prompts)
 
 
 def _tasks(folder: Path) -> list[Task]:
