@@ -310,3 +310,34 @@ def test_logprobs_are_temperature_scaled_and_unfiltered(tiny_model, top_p):
     got = torch.tensor(res.logprobs)
     assert (got - want).abs().max() < 1e-4
     assert (got - raw).abs().mean() > 1e-2  # and not the raw (T = 1) values
+
+
+def test_long_prompts_of_different_lengths_prefill_fewer_at_a_time(tiny_model):
+    """A padded prefill materializes rows x heads x length^2 float32 scores on a CPU: past the cap, long prompts of
+    different lengths go in smaller batches, with the same tokens; short prompts and repeats of one prompt do not."""
+    from memrl.engines.hf_batch import attention_cap, over_attention
+
+    model, tok = tiny_model
+    heads = model.config.num_attention_heads
+    assert attention_cap(model, None) == (4 * 2**30, heads)  # a CPU: 4 GiB by default
+    cap = (heads * 400 * 400 * 4 * 2, heads)  # two distinct 400-token prompts fit, three do not
+    assert not over_attention(cap, 2, {399, 400}) and over_attention(cap, 3, {399, 400})
+    assert not over_attention(cap, 9, {400})  # one length: no padding mask, nothing materialized
+    long = [[5 + (i + j) % 50 for j in range(400 - i)] for i in range(4)]  # four lengths: padded
+    params = SamplingParams(max_new_tokens=3, greedy=True)
+
+    async def go(eng, batch):
+        out = await asyncio.gather(*[eng.generate(p, params) for p in batch])
+        await eng.close()
+        return [r.token_ids for r in out]
+
+    capped = HFEngine(model, max_attention_bytes=cap[0])
+    free = HFEngine(model, max_attention_bytes=2**62)
+    assert run(go(capped, long)) == run(go(free, long))
+    assert max(free.stats.batch_sizes) == 4 and max(capped.stats.batch_sizes) == 2
+    repeats = HFEngine(model, max_attention_bytes=cap[0])
+    run(go(repeats, [long[0]] * 8))  # one long prompt eight times (GRPO's group): prefilled once, no padding
+    assert repeats.stats.batch_sizes == [8]
+    short = HFEngine(model, max_attention_bytes=cap[0])
+    run(go(short, prompts(tok) * 2))  # short prompts of four lengths: far below the cap
+    assert short.stats.batch_sizes == [8]

@@ -60,6 +60,10 @@ class EngineConfig(Section):
     served_model: str | None = Field(None, description="openai: model name sent in requests.")
     api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
     max_batch_size: int = Field(32, gt=0, description="hf: requests decoded together.")
+    max_attention_gb: float | None = Field(
+        None, gt=0, description="hf: cap on a prefill's attention scores where they are materialized (prompts of "
+        "different lengths on a CPU, or eager attention): long prompts are then prefilled fewer at a time. "
+        "Default: 4 on a CPU, none on a GPU (SDPA's kernels need no such memory).")
     decode: Literal["auto", "eager", "static"] = Field(
         "auto", description="hf: how decode steps run. static = a preallocated KV cache with fixed shapes per "
         "batch-size bucket, one CUDA graph per bucket on a GPU (no per-token Python or kernel-launch cost; same "

@@ -50,7 +50,8 @@ from typing import Any
 import torch
 
 from memrl.engines.base import GenerationResult, SamplingParams
-from memrl.engines.hf_batch import Answer, BatchRows, EagerStepper, Request, left_padded, prefill
+from memrl.engines.hf_batch import (Answer, BatchRows, EagerStepper, Request, attention_cap, left_padded,
+                                    over_attention, prefill)
 from memrl.engines.hf_static import StaticDecoder, describe_decode, resolve_decode
 from memrl.engines.kv_cache import release_freed_memory, reserved_cache
 
@@ -115,6 +116,7 @@ class HFEngine:
         long_new_tokens: int = 4096,
         reserve_new_tokens: int = 1024,
         decode: str = "auto",
+        max_attention_bytes: int | None = None,
     ) -> None:
         self.model = model
         self.cache_kw = cache_keyword(model)
@@ -127,6 +129,7 @@ class HFEngine:
         self.vocab_size = _vocab_size(model)
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
+        self._attention_cap = attention_cap(model, max_attention_bytes)  # bounds a padded prefill's scores
         self.batch_wait_s = batch_wait_s
         self.stats = EngineStats()
         self.weight_version = 0
@@ -241,14 +244,20 @@ class HFEngine:
             lane.worker = loop.create_task(self._run(lane))
 
     def _take_batch(self, pending: list[Request]) -> list[Request]:
-        """Oldest requests first, up to ``max_batch_size`` and ``max_batch_tokens`` padded tokens."""
+        """Oldest requests first, up to ``max_batch_size``, ``max_batch_tokens`` padded tokens and, where a padded
+        prefill materializes attention scores, their memory cap (:func:`~memrl.engines.hf_batch.attention_cap`)."""
         batch: list[Request] = []
         longest = 0
+        distinct: set[tuple[int, ...]] = set()  # prompts prefilled once however often they repeat
         for req in pending:
             longest_if = max(longest, len(req.prompt) + req.params.max_new_tokens)
-            if batch and (len(batch) >= self.max_batch_size or longest_if * (len(batch) + 1) > self.max_batch_tokens):
+            key = tuple(req.prompt) if self._attention_cap is not None else ()
+            rows = len(distinct) + (key not in distinct)
+            if batch and (len(batch) >= self.max_batch_size or longest_if * (len(batch) + 1) > self.max_batch_tokens
+                          or over_attention(self._attention_cap, rows, {len(k) for k in distinct} | {len(key)})):
                 break
             batch.append(req)
+            distinct.add(key)
             longest = longest_if
         del pending[: len(batch)]
         return batch

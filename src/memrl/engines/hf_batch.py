@@ -45,6 +45,34 @@ def left_padded(prompts: Sequence[list[int]], pad_token_id: int,
     return input_ids, attention, (attention.cumsum(-1) - 1).clamp(min=0)
 
 
+ATTENTION_BYTES = 4 * 2**30  # default cap on a padded prefill's attention scores where they are materialized
+
+
+def attention_cap(model: Any, limit: int | None) -> tuple[int, int] | None:
+    """``(cap in bytes, heads)`` for a padded prefill's attention scores, or None where they are not materialized.
+
+    A left-padded batch gives attention a mask; on a CPU (or with ``eager`` attention) the scores are then
+    materialized, rows x heads x prompt length squared in float32: 32 rows of 12K tokens at 4 heads is
+    over 70 GB. On a GPU, SDPA's memory-efficient kernels take the mask without them. ``limit``: the
+    cap (``engine.max_attention_gb``), else :data:`ATTENTION_BYTES` where they are materialized."""
+    cfg = getattr(model.config, "text_config", None) or model.config
+    heads = int(getattr(cfg, "num_attention_heads", 0) or 1)
+    device = next(model.parameters()).device
+    materialized = device.type == "cpu" or getattr(model.config, "_attn_implementation", "") == "eager"
+    if limit is None and not materialized:
+        return None
+    return (ATTENTION_BYTES if limit is None else limit), heads
+
+
+def over_attention(cap: tuple[int, int] | None, rows: int, lengths: set[int]) -> bool:
+    """Whether prefilling ``rows`` distinct prompts of these ``lengths`` together would pass the attention cap
+    (prompts of one length need no padding mask, so nothing is materialized)."""
+    if cap is None or len(lengths) < 2:
+        return False
+    longest = max(lengths)
+    return rows * cap[1] * longest * longest * 4 > cap[0]
+
+
 def prefill(model: Any, cache_kw: str, cache: Any, prompts: Sequence[list[int]], input_ids: torch.Tensor,
             attention: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """Fill ``cache`` with the prompts and return each row's next-token logits.
