@@ -9,8 +9,8 @@ formats the system prompt as ``LLMAgent.system_prompt`` does, and asks each of i
 what it gives its agent (``as_tool(method).openai_schema``, in the toolkit's order): byte for byte what
 τ²-bench prompts with, so eval numbers can be set beside its leaderboard's. (τ²-bench's solo agent has
 a protocol of its own, a ticket in the prompt and a ``done`` tool; memrl's solo mode is its own, so
-``tau2`` is for dual control.) Each memrl toolkit names its τ²-bench counterpart (``Toolkit.tau2_class``); a tool memrl
-shows that τ²-bench's class lacks (another τ²-bench version) is refused in one line.
+``tau2`` is for dual control.) Each memrl toolkit names its τ²-bench counterpart (``Toolkit.tau2_class``);
+a tool memrl shows that τ²-bench's class lacks (another τ²-bench version) is refused in one line.
 """
 
 from __future__ import annotations
@@ -63,4 +63,5 @@ def tau2_schemas(toolkit: Any, shown: list[str]) -> list[dict[str, Any]]:
     if missing:
         raise ValueError(f"env.prompts=tau2: τ²-bench's {path} has no tool {', '.join(missing)} that memrl's "
                          f"{type(toolkit).__name__} shows; is your τ²-bench v1.0 or later?")
-    return [schema for name, schema in theirs.items() if name in set(shown)]
+    keep = set(shown)
+    return [schema for name, schema in theirs.items() if name in keep]
