@@ -36,6 +36,13 @@ def test_trials_with_a_qa_workflow_is_refused(tmp_path):
     assert r.exit_code == 2 and "--trials applies to --workflow tool_agent only" in r.output
 
 
+@pytest.mark.parametrize("flag, value", [("--task-ids", "task_1"), ("--num-tasks", "2")])
+def test_task_flags_with_a_qa_workflow_are_refused(tmp_path, flag, value):
+    r = invoke("eval", "--workflow", "memagent", flag, value, "--data", tmp_path, "--docs", "50",
+               "--out", tmp_path / "out")
+    assert r.exit_code == 2 and f"error: {flag} applies to --workflow tool_agent only" in r.output
+
+
 def test_prompts_per_step_beyond_the_dataset_is_refused(tmp_path):
     cfg = config(tmp_path, trainer__prompts_per_step=13)  # the task file has 12 samples
     with pytest.raises(ConfigError) as err:

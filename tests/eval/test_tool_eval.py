@@ -78,3 +78,30 @@ def test_cli_runs_tool_eval_with_the_tiny_model(tmp_path):
     assert "| pass^1 | pass^2 |" in r.stdout
     results = json.loads((tmp_path / "o" / "results.json").read_text())
     assert results["trials"] == 2 and results["domain"] == "library" and results["split"] == "test"
+
+
+def test_task_ids_and_num_tasks_narrow_the_eval_split_as_tau2_does(tmp_path):
+    """τ²-bench's --task-ids (split order kept, every id must exist) then --num-tasks; training is not narrowed."""
+    from memrl.workflows.tool_agent import pick_tasks
+
+    every = load_samples(cfg(), "eval")
+    ids = [s.task.id for s in every]
+    picked = load_samples(cfg().model_copy(update={"env": cfg().env.model_copy(
+        update={"task_ids": [ids[3], ids[1], ids[2]], "num_tasks": 2})}), "eval")
+    assert [s.task.id for s in picked] == [ids[1], ids[2]]  # the split's order, then the first two
+    narrowed = cfg().env.model_copy(update={"num_tasks": 1})
+    assert len(load_samples(cfg().model_copy(update={"env": narrowed}), "train")) > 1  # the training split is whole
+    tasks = [s.task for s in every]
+    assert pick_tasks(tasks, None, None, "test") == tasks
+    try:
+        pick_tasks(tasks, [ids[0], "nope"], None, "test")
+    except ValueError as err:
+        assert str(err) == "env.task_ids: split 'test' has no task nope"
+    else:
+        raise AssertionError("a missing id must be refused")
+    r = subprocess.run([sys.executable, "-m", "memrl.cli.main", "eval", "--model", "tiny", "--workflow", "tool_agent",
+                        "--domain", "library", "--split", "test", "--task-ids", f"{ids[0]},{ids[4]}", "--num-tasks", "1",
+                        "--out", tmp_path / "o", "workflow.max_turns=1", "workflow.turn_tokens=8"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((tmp_path / "o" / "results.json").read_text())["tasks"] == 1

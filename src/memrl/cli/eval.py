@@ -58,6 +58,10 @@ def eval_cmd(
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="tool_agent: env.data_dir (a tau2-bench clone "
                                            "or its domains folder)."),
     trials: int = typer.Option(1, "--trials", help="tool_agent: episodes per task; reports pass^1..pass^K."),
+    task_ids: Optional[str] = typer.Option(None, "--task-ids", help="tool_agent: only these tasks of --split, "
+                                           "comma-separated (env.task_ids; tau2-bench's --task-ids)."),
+    num_tasks: Optional[int] = typer.Option(None, "--num-tasks", min=1, help="tool_agent: the first N tasks of "
+                                            "--split (env.num_tasks; tau2-bench's --num-tasks)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Episodes in flight at once."),
     rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts", help="Also save each episode's tokens and "
                                   "log-probs as a rollout record in OUT/rollouts/ (what memrl sft/rft and memrl view "
@@ -82,13 +86,15 @@ def eval_cmd(
         "model.path": model, "workflow.name": workflow, "engine.kind": engine, "engine.base_url": base_url,
         "sampling.temperature": temperature, "sampling.top_p": top_p, "engine.concurrency": concurrency,
         "eval.protocol": protocol, "eval.repeats": repeats, "env.domain": domains[0] if domains else None,
-        "env.eval_split": split, "env.data_dir": data_dir,
+        "env.eval_split": split, "env.data_dir": data_dir, "env.num_tasks": num_tasks,
+        "env.task_ids": [t.strip() for t in task_ids.split(",") if t.strip()] if task_ids else None,
     }), None if restart else recorded_settings(out))  # re-scoring a folder keeps the sampling it was run with
     built = cfg.workflow.build()
     on_tasks = built.uses_env  # a tool agent: every task of --domain, --trials each
     _check_flags_apply(on_tasks, {  # first: a flag the workflow ignores is the error, not whether its file exists
         "--data": data, "--docs": docs, "--max-samples": max_samples, "--tasks": tasks,
-        "--suite": None if suite == "qa" else suite, "--repeats": repeats}, trials)
+        "--suite": None if suite == "qa" else suite, "--repeats": repeats}, trials,
+        {"--task-ids": task_ids, "--num-tasks": num_tasks})
     _check_data_exists(data, built)
     quiet_hub_progress()
     console = Console(stderr=True)
@@ -127,12 +133,18 @@ def _check_data_exists(data: Path | None, workflow: Any) -> None:
         raise ValueError(f"--data {data}: no such file")
 
 
-def _check_flags_apply(tools: bool, qa_flags: dict[str, object], trials: int) -> None:
+def _check_flags_apply(tools: bool, qa_flags: dict[str, object], trials: int,
+                       task_flags: dict[str, object] | None = None) -> None:
     """Refuse flags the chosen workflow would silently ignore (one line naming the flag)."""
     given = [flag for flag, value in qa_flags.items() if value is not None]
     if tools and given:
         raise ValueError(f"{given[0]} does not apply to --workflow tool_agent, which runs every task of --domain "
-                         f"--split (--trials times each); leave {given[0]} out (choose the tasks with --split)")
+                         f"--split (--trials times each); leave {given[0]} out (choose the tasks with --split, "
+                         "--task-ids or --num-tasks)")
+    only_tasks = [flag for flag, value in (task_flags or {}).items() if value is not None]
+    if not tools and only_tasks:
+        raise ValueError(f"{only_tasks[0]} applies to --workflow tool_agent only; for the first K samples of each "
+                         "file use --max-samples K")
     if not tools and trials != 1:
         raise ValueError("--trials applies to --workflow tool_agent only; for K samples per question use "
                          "--repeats K")

@@ -130,6 +130,10 @@ class EnvConfig(Section):
                                  "(not needed for 'library').")
     train_split: str | None = Field("train", description="Task split trained on (null: all tasks).")
     eval_split: str | None = Field("test", description="Task split evaluated every trainer.eval.every steps.")
+    task_ids: list[str] | None = Field(None, description="Evaluate only these tasks of env.eval_split, in the "
+                                       "split's order (tau2-bench's --task-ids); an id the split lacks is an error.")
+    num_tasks: int | None = Field(None, ge=1, description="Evaluate the first N tasks of env.eval_split, after "
+                                  "env.task_ids (tau2-bench's --num-tasks).")
     solo: bool = Field(True, description="Solo mode: the agent gets the ticket and works alone; "
                        "false needs a user simulator (env.user.model).")
     partial_credit: bool = Field(False, description="Reward = mean of component pass rates instead of "

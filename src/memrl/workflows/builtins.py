@@ -105,7 +105,7 @@ class ToolAgent(_LoopWorkflow):
 
         env = self.config.env
         return task_samples(self.config, env.train_split if split == "train" else env.eval_split,
-                            side_models=False)
+                            side_models=False, evaluating=split != "train")
 
     def build_services(self, config: Any) -> dict[str, Any]:
         from memrl.envs.nl_judge import build_nl_judge

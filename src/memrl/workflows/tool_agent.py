@@ -343,9 +343,22 @@ def build_user_simulator(cfg: Any) -> UserSimulator:
                                              temperature=e.user.temperature)
 
 
+def pick_tasks(tasks: list[Any], task_ids: list[str] | None, num_tasks: int | None, split: str | None) -> list[Any]:
+    """``tasks`` narrowed as τ²-bench's ``--task-ids`` and ``--num-tasks`` narrow a run: the listed ids in the
+    split's order (every one must be there), then the first ``num_tasks``."""
+    if task_ids is not None:
+        wanted = set(task_ids)
+        missing = sorted(wanted - {t.id for t in tasks})
+        if missing:
+            raise ValueError(f"env.task_ids: split {split!r} has no task {', '.join(missing[:5])}"
+                             f"{' ...' if len(missing) > 5 else ''}")
+        tasks = [t for t in tasks if t.id in wanted]
+    return tasks if num_tasks is None else tasks[:num_tasks]
+
+
 def task_samples(cfg: Any, split: str | None, user: UserSimulator | None = None, *,
-                 side_models: bool = True) -> list[TaskSample]:
-    """The tasks of ``split`` bound to their domain.
+                 side_models: bool = True, evaluating: bool = False) -> list[TaskSample]:
+    """The tasks of ``split`` bound to their domain (``evaluating``: narrowed by env.task_ids, env.num_tasks).
 
     ``side_models=False``: no user simulator or NL judge is built here (the workflow's services,
     built once per run, supply them at episode time); otherwise they are built for these samples.
@@ -360,5 +373,8 @@ def task_samples(cfg: Any, split: str | None, user: UserSimulator | None = None,
         if not cfg.env.solo and user is None:
             user = build_user_simulator(cfg)
         judge = build_nl_judge(cfg)
+    tasks = domain.get_tasks(split)
+    if evaluating:
+        tasks = pick_tasks(tasks, cfg.env.task_ids, cfg.env.num_tasks, split)
     return [TaskSample(domain, t, solo=cfg.env.solo, partial=cfg.env.partial_credit, reward=cfg.env.reward, user=user,
-                       nl_judge=judge) for t in domain.get_tasks(split)]
+                       nl_judge=judge) for t in tasks]
