@@ -140,3 +140,46 @@ def test_schemas_equal_the_real_tau2s(mock_dir):
                            tool_options={"retrieval_variant": variant}).new_env()
         assert ours.tool_schemas() == [t.openai_schema for t in theirs.get_tools()], variant
         assert ours.user_tools.schemas() == [t.openai_schema for t in theirs.get_user_tools()], variant
+
+
+def test_the_user_simulator_reads_tau2s_prompt(mock_dir, monkeypatch):
+    """With prompts=tau2 the simulator's system prompt is τ²-bench's (stubbed here), then memrl's tool list."""
+    from memrl.envs import user_sim
+    from memrl.envs.user_sim import LLMUserSimulator
+
+    seen = []
+    monkeypatch.setattr(tau2_schemas, "tau2_user_prompt",
+                        lambda scenario, with_tools: seen.append(with_tools) or "TAU2 USER PROMPT")
+    task = load_domain("mock", mock_dir).get_tasks(None)[0]
+    sim = LLMUserSimulator(None, None, prompts="tau2")
+    assert sim.chat(task, [])[0]["content"] == "TAU2 USER PROMPT"
+    tools = [{"type": "function", "function": {"name": "check_notifications"}}]
+    assert sim.chat(task, [], tools)[0]["content"].startswith("TAU2 USER PROMPT" + user_sim.USER_TOOLS.split("{")[0])
+    assert seen == [False, True]
+    assert LLMUserSimulator(None, None).chat(task, [])[0]["content"] != "TAU2 USER PROMPT"
+
+
+def test_a_user_prompt_file_and_tau2_prompts_are_not_both_taken(tmp_path):
+    from memrl.config import load_config
+    from memrl.workflows.tool_agent import build_user_simulator
+
+    prompt = tmp_path / "user.txt"
+    prompt.write_text("Play {scenario}")
+    cfg = load_config(None, ["env.prompts=tau2", "env.user.model=tiny", f"env.user.prompt={prompt}"])
+    with pytest.raises(ValueError, match="env.user.prompt is memrl's user prompt; env.prompts=tau2 prompts"):
+        build_user_simulator(cfg)
+
+
+def test_user_prompts_equal_the_real_tau2s(mock_dir):
+    pytest.importorskip("tau2.environment.tool", reason="τ²-bench is not installed (pip install -e <clone>)")
+    from tau2.registry import registry
+    from tau2.user.user_simulator import UserSimulator
+
+    for name in ("mock", "retail", "airline", "telecom"):
+        theirs = {t.id: t for t in registry.get_tasks_loader(name)()}
+        env = registry.get_env_constructor(name)()
+        tools = env.get_user_tools() if env.user_tools is not None else None
+        for task in load_domain(name, mock_dir).get_tasks(None):
+            if task.id in theirs and task.user_scenario is not None:
+                ref = UserSimulator(llm="any", instructions=str(theirs[task.id].user_scenario), tools=tools)
+                assert tau2_schemas.tau2_user_prompt(task.user_scenario, tools is not None) == ref.system_prompt

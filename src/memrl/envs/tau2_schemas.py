@@ -65,3 +65,12 @@ def tau2_schemas(toolkit: Any, shown: list[str]) -> list[dict[str, Any]]:
                          f"{type(toolkit).__name__} shows; is your τ²-bench v1.0 or later?")
     keep = set(shown)
     return [schema for name, schema in theirs.items() if name in keep]
+
+
+def tau2_user_prompt(scenario: Any, with_tools: bool) -> str:
+    """τ²-bench's user-simulator system prompt for ``scenario`` (a task's ``user_scenario``): its guidelines
+    (those for a user with tools when ``with_tools``) and the scenario as τ²-bench writes it out."""
+    tasks = _import_tau2("tau2.data_model.tasks")
+    user = _import_tau2("tau2.user.user_simulator")
+    instructions = str(tasks.UserScenario.model_validate(scenario.model_dump(exclude_none=True)))
+    return user.UserSimulator(llm="-", instructions=instructions, tools=[] if with_tools else None).system_prompt

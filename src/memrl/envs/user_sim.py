@@ -76,12 +76,14 @@ class LLMUserSimulator:
     """A user played by a language model behind the engine protocol."""
 
     def __init__(self, engine: Engine, tokenizer: Any, *, max_tokens: int = 256, temperature: float = 1.0,
-                 system_prompt: str | None = None) -> None:
+                 system_prompt: str | None = None, prompts: str = "memrl") -> None:
+        """``prompts`` tau2: the system prompt is τ²-bench's own (:func:`memrl.envs.tau2_schemas.tau2_user_prompt`)."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.system_prompt = system_prompt or USER_SYSTEM
+        self.prompts = prompts
 
     @classmethod
     def from_prompt_file(cls, engine: Engine, tokenizer: Any, path: str | None, **kw: Any) -> LLMUserSimulator:
@@ -99,8 +101,13 @@ class LLMUserSimulator:
         """
         from memrl.text.tool_calls import render_call
 
-        scenario = task.user_scenario.render() if task.user_scenario else task.first_message()
-        system = self.system_prompt.format(scenario=scenario)
+        if self.prompts == "tau2" and task.user_scenario is not None:
+            from memrl.envs.tau2_schemas import tau2_user_prompt
+
+            system = tau2_user_prompt(task.user_scenario, bool(tools))
+        else:
+            scenario = task.user_scenario.render() if task.user_scenario else task.first_message()
+            system = self.system_prompt.format(scenario=scenario)
         if tools:
             system += USER_TOOLS.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
         chat = [{"role": "system", "content": system}]

@@ -339,8 +339,11 @@ def build_user_simulator(cfg: Any) -> UserSimulator:
         raise ValueError("env.solo=false needs env.user.model (the simulator's model, or its tokenizer for "
                          "env.user.engine=openai)")
     engine, tokenizer = build_side_engine(cfg, e.user, "env.user")
+    if e.prompts != "memrl" and e.user.prompt:
+        raise ValueError(f"env.user.prompt is memrl's user prompt; env.prompts={e.prompts} prompts the user "
+                         "simulator with tau2-bench's own: leave one of them out")
     return LLMUserSimulator.from_prompt_file(engine, tokenizer, e.user.prompt, max_tokens=e.user.max_tokens,
-                                             temperature=e.user.temperature)
+                                             temperature=e.user.temperature, prompts=e.prompts)
 
 
 def pick_tasks(tasks: list[Any], task_ids: list[str] | None, num_tasks: int | None, split: str | None) -> list[Any]:
