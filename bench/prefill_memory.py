@@ -1,7 +1,7 @@
 """Peak memory of the HF engine prefilling long prompts of different lengths on a CPU, with and without the cap.
 
 A left-padded batch gives attention a mask, and on a CPU SDPA then materializes the scores: rows x heads x
-length^2 float32. ``engine.max_attention_gb`` (default 4 on a CPU) makes the batcher prefill such prompts
+length^2 float32. ``engine.max_attention_gb`` (default 12 on a CPU) makes the batcher prefill such prompts
 fewer at a time. Each setting runs in a process of its own (peak RSS is per process); printed: the batch
 sizes the engine used, wall seconds and peak RSS, beside the scores' size the uncapped batch implies.
 
@@ -51,7 +51,7 @@ def main() -> None:
         cap = None if args.one == "default" else float(args.one)
         print(json.dumps(one(args.model, args.prompts, args.length, cap)))
         return
-    for label, cap in (("default cap (4 GB on a CPU)", "default"), ("no cap", str(2**32))):
+    for label, cap in (("default cap (12 GB on a CPU)", "default"), ("no cap", str(2**32))):
         proc = subprocess.run([sys.executable, __file__, "--model", args.model, "--prompts", str(args.prompts),
                                "--length", str(args.length), "--one", cap], capture_output=True, text=True)
         if proc.returncode != 0:

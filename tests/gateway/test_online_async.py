@@ -68,6 +68,10 @@ def test_a_held_episode_is_dropped_as_stale(tmp_path: Path, monkeypatch) -> None
         agent.join(timeout=30)
     steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert sum(m.get("async/dropped_stale", 0) for m in steps) == 2  # the held episode's whole group
-    assert all(m.get("async/staleness_mean", 0) <= 1 for m in steps) and set(seen) == {200}
+    assert all(m.get("async/staleness_mean", 0) <= 1 for m in steps)
+    # every reward is accepted, but for an episode the agent was still running when the run ended and closed it
+    # (410 Gone): under load the agent can take one more episode between the last step and the end of the run
+    gone = seen.index(410) if 410 in seen else len(seen)
+    assert set(seen[:gone]) == {200} and set(seen[gone:]) <= {410}, seen
     assert max(m["step"] for m in steps) == 5  # 4 trained; the step whose only group was stale trained nothing
     assert all(m["failed_episodes"] == 0 for m in steps)

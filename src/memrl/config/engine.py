@@ -63,7 +63,8 @@ class EngineConfig(Section):
     max_attention_gb: float | None = Field(
         None, gt=0, description="hf: cap on a prefill's attention scores where they are materialized (prompts of "
         "different lengths on a CPU, or eager attention): long prompts are then prefilled fewer at a time. "
-        "Default: 4 on a CPU, none on a GPU (SDPA's kernels need no such memory).")
+        "Counted as rows x heads x length^2 x 4 bytes (the peak measured is about a third). Default: 12 on a CPU, "
+        "none on a GPU (SDPA's kernels need no such memory).")
     decode: Literal["auto", "eager", "static"] = Field(
         "auto", description="hf: how decode steps run. static = a preallocated KV cache with fixed shapes per "
         "batch-size bucket, one CUDA graph per bucket on a GPU (no per-token Python or kernel-launch cost; same "

@@ -45,7 +45,7 @@ def left_padded(prompts: Sequence[list[int]], pad_token_id: int,
     return input_ids, attention, (attention.cumsum(-1) - 1).clamp(min=0)
 
 
-ATTENTION_BYTES = 4 * 2**30  # default cap on a padded prefill's attention scores where they are materialized
+ATTENTION_BYTES = 12 * 2**30  # default cap on the attention scores of a padded prefill where they are materialized
 
 
 def attention_cap(model: Any, limit: int | None) -> tuple[int, int] | None:
