@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from fake_openai import FakeServer
 
 QUERIES = ["debit card dispute regulation e provisional credit", "open business checking account eligibility",
            "wire transfer limits", "lost card replacement fee", "zelle"]
@@ -29,24 +28,11 @@ def vector(text: str) -> list[float]:
     return [b / 255 - 0.5 for b in digest[:16]]
 
 
-class Embeddings(BaseHTTPRequestHandler):
-    requests: list[str] = []
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        Embeddings.requests.append(json.dumps(body, sort_keys=True))
-        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-        data = json.dumps({"object": "list", "model": body["model"], "usage": {"prompt_tokens": 0, "total_tokens": 0},
-                           "data": [{"object": "embedding", "index": i, "embedding": vector(t)}
-                                    for i, t in enumerate(texts)]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+def embed(body: dict) -> tuple[int, dict]:
+    """The fake server's answer: one vector per input text."""
+    texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+    return 200, {"object": "list", "model": body["model"], "usage": {"prompt_tokens": 0, "total_tokens": 0},
+                 "data": [{"object": "embedding", "index": i, "embedding": vector(t)} for i, t in enumerate(texts)]}
 
 
 def tau3_pipeline(provider: str, model: str, docs: list) -> object:
@@ -66,9 +52,8 @@ def main() -> None:
     ap.add_argument("--tau2", type=Path, required=True, help="a τ²-bench clone (its src/ on PYTHONPATH)")
     ap.add_argument("--data", type=Path, required=True, help="a folder holding banking_knowledge/documents")
     args = ap.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Embeddings)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server = FakeServer(embed)
+    url, requests = server.url, server.requests
     os.environ.update(OPENAI_BASE_URL=url, OPENAI_API_KEY="sk-local", OPENROUTER_API_KEY="sk-local")
     import openai
     from tau2.knowledge import embeddings_cache
@@ -83,21 +68,21 @@ def main() -> None:
     docs = load_documents(args.data / "banking_knowledge" / "documents")
     domain_dir = args.tau2 / "data/tau2/domains/banking_knowledge"
     for provider, model in (("openai", "text-embedding-3-large"), ("openrouter", "qwen/qwen3-embedding-8b")):
-        start = len(Embeddings.requests)
+        start = len(requests)
         theirs = tau3_pipeline(provider, model, docs)
-        middle = len(Embeddings.requests)
+        middle = len(requests)
         ours = DenseRetriever(docs, api_embedder(provider, {"embedder_base_url": url}, domain_dir), top_k=10)
-        same_docs = Embeddings.requests[start:middle] == Embeddings.requests[middle:]
+        same_docs = requests[start:middle] == requests[middle:]
         equal = 0
         for query in QUERIES:
-            before = len(Embeddings.requests)
+            before = len(requests)
             tau3 = theirs.retrieve(query)
-            mid = len(Embeddings.requests)
+            mid = len(requests)
             memrl = ours.search(query)
-            equal += tau3 == memrl and Embeddings.requests[before:mid] == Embeddings.requests[mid:]
+            equal += tau3 == memrl and requests[before:mid] == requests[mid:]
         print(f"{provider}: document requests equal {same_docs}; {equal}/{len(QUERIES)} queries with equal "
               "requests and equal top-10 (ids and scores)")
-    server.shutdown()
+    server.close()
 
 
 if __name__ == "__main__":

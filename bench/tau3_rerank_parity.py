@@ -18,37 +18,23 @@ import argparse
 import hashlib
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from fake_openai import FakeServer
 
 QUERIES = ["debit card dispute regulation e provisional credit", "open business checking account eligibility",
            "personal credit card highest cash back no annual fee", "wire transfer limits", "lost card replacement fee",
            "overdraft protection savings link", "mortgage rate lock", "zelle"]
 
 
-class Rater(BaseHTTPRequestHandler):
-    """The fake server: a rating from the prompt's hash, or a 500 for one prompt in 17."""
-
-    requests: list[str] = []
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        Rater.requests.append(json.dumps(body, sort_keys=True))
-        digest = int(hashlib.sha256(body["messages"][0]["content"].encode()).hexdigest(), 16)
-        status, answer = (500, {"error": {"message": "rating failed"}}) if digest % 17 == 0 else (200, {
-            "id": "r", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "stop", "message": {
-                "role": "assistant", "content": json.dumps({"relevance_score": digest % 13 - 1})}}]})
-        data = json.dumps(answer).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+def rate(body: dict) -> tuple[int, dict]:
+    """The fake server's answer: a rating from the prompt's hash, or a 500 for one prompt in 17."""
+    digest = int(hashlib.sha256(body["messages"][0]["content"].encode()).hexdigest(), 16)
+    if digest % 17 == 0:
+        return 500, {"error": {"message": "rating failed"}}
+    return 200, {"id": "r", "object": "chat.completion", "created": 0, "model": body["model"],
+                 "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                     "role": "assistant", "content": json.dumps({"relevance_score": digest % 13 - 1})}}]}
 
 
 def main() -> None:
@@ -56,9 +42,8 @@ def main() -> None:
     ap.add_argument("--tau2", type=Path, required=True, help="a τ²-bench clone (its src/ on PYTHONPATH)")
     ap.add_argument("--data", type=Path, default=None, help="env.data_dir for memrl (default: the clone)")
     args = ap.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Rater)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server = FakeServer(rate)
+    url, requests = server.url, server.requests
     os.environ.update(OPENAI_BASE_URL=url, OPENAI_API_KEY="sk-local")  # τ³'s client reads these
     from tau2.knowledge.postprocessors.pointwise_llm_reranker import PointwiseLLMReranker
 
@@ -76,16 +61,16 @@ def main() -> None:
     equal = 0
     for query in QUERIES:
         hits = ours.base.search(query)
-        start = len(Rater.requests)
+        start = len(requests)
         tau3 = theirs.process(list(hits), {"query": query}, state)
-        middle = len(Rater.requests)
+        middle = len(requests)
         memrl = ours.search(query)
-        same_requests = sorted(Rater.requests[start:middle]) == sorted(Rater.requests[middle:])
+        same_requests = sorted(requests[start:middle]) == sorted(requests[middle:])
         equal += tau3 == memrl and same_requests
         print(f"{query[:44]:44s}  kept tau3 {len(tau3):2d} memrl {len(memrl):2d}  results equal {tau3 == memrl}  "
-              f"requests equal {same_requests} ({middle - start} / {len(Rater.requests) - middle})")
+              f"requests equal {same_requests} ({middle - start} / {len(requests) - middle})")
     print(f"{equal}/{len(QUERIES)} queries: same documents, same ratings, same order, same requests")
-    server.shutdown()
+    server.close()
 
 
 if __name__ == "__main__":
