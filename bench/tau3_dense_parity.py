@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 from fake_openai import FakeServer
@@ -54,7 +55,8 @@ def main() -> None:
     args = ap.parse_args()
     server = FakeServer(embed)
     url, requests = server.url, server.requests
-    os.environ.update(OPENAI_BASE_URL=url, OPENAI_API_KEY="sk-local", OPENROUTER_API_KEY="sk-local")
+    os.environ.update(OPENAI_BASE_URL=url, OPENAI_API_KEY="sk-local", OPENROUTER_API_KEY="sk-local",
+                      MEMRL_CACHE=tempfile.mkdtemp())  # memrl embeds the documents here, not from a cache
     import openai
     from tau2.knowledge import embeddings_cache
     from tau2.knowledge.embedders import openrouter_embedder

@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from memrl.envs.domain import load_domain
@@ -180,6 +181,8 @@ def test_openai_embedder_asks_as_tau3_does(tmp_path, monkeypatch):
     from memrl.envs.domains.banking_knowledge.embed import api_embedder
     from memrl.envs.domains.banking_knowledge.retrieval import DenseRetriever
 
+    monkeypatch.setenv("MEMRL_CACHE", str(tmp_path / "cache"))
+
     root = tmp_path / "tau2-bench"
     source = root / "src/tau2/knowledge/embedders/openrouter_embedder.py"
     source.parent.mkdir(parents=True)
@@ -204,6 +207,11 @@ def test_openai_embedder_asks_as_tau3_does(tmp_path, monkeypatch):
         assert query["input"] == ["Instruct: Find the passages\nQuery:a dispute"]
         with pytest.raises(ValueError, match="^Empty or missing input for key 'query': cannot generate embedding"):
             qwen.search("  ")
+        asked = len(server.requests)
+        again = DenseRetriever(docs, api_embedder("openai", {"embedder_base_url": server.url}, domain), top_k=2)
+        assert len(server.requests) == asked  # the documents' embeddings come from the cache
+        assert np.array_equal(again.matrix, openai.matrix) and again.search("which card") == openai.search("which card")
+        assert len(list((tmp_path / "cache" / "embeddings").glob("*.npy"))) == 2  # one per model and endpoint
     with pytest.raises(ValueError, match=r"embedder=openai calls OpenAI's embeddings API: set \$OPENAI_API_KEY"):
         api_embedder("openai", {}, domain)
     with pytest.raises(ValueError, match="none is above"):

@@ -9,10 +9,16 @@ as ``embedder_query_instruction``). Tool options: ``embedder_model``, ``embedder
 OpenAI's, or OpenRouter's for the Qwen variants), ``embedder_api_key_env`` (``OPENAI_API_KEY``, or
 ``OPENROUTER_API_KEY``). Any OpenAI-compatible ``/v1/embeddings`` server works (vLLM, TEI); memrl
 calls none unless you name it here. Your own ``package.module:function`` (texts -> array) still works.
+
+The documents' embeddings are kept, as τ³ keeps them, in ``$MEMRL_CACHE/embeddings`` (``~/.cache/memrl``)
+under a hash of the model, the endpoint, the request options and every text, as a plain ``.npy`` array
+(read without pickle): a run that loads the domain again does not embed the 698 documents again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,8 +51,20 @@ class APIEmbedder:
         return np.array([item.embedding for item in response.data])
 
     def __call__(self, texts: list[str]) -> np.ndarray:
-        """Documents, as they are."""
-        return self._create(list(texts))
+        """Documents, as they are; from the cache when the same model and endpoint embedded the same texts."""
+        from memrl.io.atomic import atomic_path
+        from memrl.models.cache import cache_dir
+
+        key = json.dumps({"model": self.model, "url": str(self.client.base_url), "format": self.encoding_format,
+                          "texts": list(texts)}, ensure_ascii=False)
+        path = cache_dir() / "embeddings" / f"{hashlib.sha256(key.encode()).hexdigest()}.npy"
+        if path.is_file():
+            return np.load(path, allow_pickle=False)
+        matrix = self._create(list(texts))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            np.save(fh, matrix, allow_pickle=False)
+        return matrix
 
     def embed_query(self, query: str) -> np.ndarray:
         text = f"Instruct: {self.instruction}\nQuery:{query}" if self.instruction else query
