@@ -249,15 +249,17 @@ class HFEngine:
         batch: list[Request] = []
         longest = 0
         distinct: set[tuple[int, ...]] = set()  # prompts prefilled once however often they repeat
+        lengths: set[int] = set()
         for req in pending:
             longest_if = max(longest, len(req.prompt) + req.params.max_new_tokens)
             key = tuple(req.prompt) if self._attention_cap is not None else ()
             rows = len(distinct) + (key not in distinct)
             if batch and (len(batch) >= self.max_batch_size or longest_if * (len(batch) + 1) > self.max_batch_tokens
-                          or over_attention(self._attention_cap, rows, {len(k) for k in distinct} | {len(key)})):
+                          or over_attention(self._attention_cap, rows, lengths | {len(key)})):
                 break
             batch.append(req)
             distinct.add(key)
+            lengths.add(len(key))
             longest = longest_if
         del pending[: len(batch)]
         return batch
