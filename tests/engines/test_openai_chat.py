@@ -83,11 +83,15 @@ TOOLS = [{"type": "function", "function": {"name": "f", "description": "d",
 def test_payload_carries_messages_tools_and_sampling():
     msgs = [{"role": "user", "content": "hi"}]
     body = chat_payload("m", msgs, TOOLS, SamplingParams(max_new_tokens=7, temperature=0.5, top_p=0.9, seed=3))
-    assert body == {"model": "m", "messages": msgs, "tools": TOOLS, "max_tokens": 7, "temperature": 0.5,
-                    "top_p": 0.9, "seed": 3}
+    assert body == {"model": "m", "messages": msgs, "tools": TOOLS, "tool_choice": "auto", "max_tokens": 7,
+                    "temperature": 0.5, "top_p": 0.9, "seed": 3}
     greedy = chat_payload("m", msgs, [], SamplingParams(temperature=0.0, top_p=0.5, top_k=5))
     assert greedy["temperature"] == 0.0 and greedy["top_p"] == 1.0
-    assert "tools" not in greedy and "top_k" not in greedy and "seed" not in greedy
+    assert "tools" not in greedy and "tool_choice" not in greedy and "top_k" not in greedy and "seed" not in greedy
+    side = chat_payload("m", msgs, [], SamplingParams(max_new_tokens=7), omit=("max_tokens", "top_p"))
+    assert side == {"model": "m", "messages": msgs, "temperature": 1.0}
+    with pytest.raises(ValueError, match="cannot omit \\['model'\\]"):
+        chat_payload("m", msgs, [], SamplingParams(), omit=("model",))
     assert chat_payload("m", msgs, [], SamplingParams(top_k=5))["top_k"] == 5
 
 

@@ -31,6 +31,28 @@ def as_tool(fn):
 '''
 
 
+FAKE_JUDGE = '''
+from types import SimpleNamespace
+
+CALLS = []
+
+
+def generate(model, messages, **kwargs):
+    CALLS.append(messages)
+    return SimpleNamespace(content='{"results": []}')
+
+
+class NLAssertionsEvaluator:
+    @classmethod
+    def evaluate_nl_assertions(cls, trajectory, nl_assertions):
+        text = "\\n".join(f"{m.role}: {m.content}" for m in trajectory)
+        messages = [SimpleNamespace(role="system", content="Judge {carefully}."),
+                    SimpleNamespace(role="user", content=f"<c>{text}</c> then <o>{nl_assertions}</o>!")]
+        generate(model="judge", messages=messages)
+        return []
+'''
+
+
 def _toolkit(name: str, tools: list[str]) -> str:
     methods = "".join(f"    def {t}(self):\n        pass\n\n" for t in tools)
     order = ", ".join(f"{t!r}: None" for t in tools)
@@ -48,10 +70,11 @@ def fake_tau2(tmp_path, monkeypatch):
 
     Any real ``tau2`` already imported is set aside and put back afterwards."""
     root = tmp_path / "fake"
-    for pkg in ("tau2", "tau2/environment", "tau2/domains", "tau2/domains/mock", "tau2/agent"):
+    for pkg in ("tau2", "tau2/environment", "tau2/domains", "tau2/domains/mock", "tau2/agent", "tau2/evaluator"):
         (root / pkg).mkdir(parents=True)
         (root / pkg / "__init__.py").write_text("")
     (root / "tau2/environment/tool.py").write_text(FAKE_TOOL)
+    (root / "tau2/evaluator/evaluator_nl_assertions.py").write_text(FAKE_JUDGE)
     (root / "tau2/agent/llm_agent.py").write_text(
         'AGENT_INSTRUCTION = "Be an agent."\nSYSTEM_PROMPT = "<i>{agent_instruction}</i><p>{domain_policy}</p>"\n')
     real = _drop_tau2()
@@ -63,10 +86,12 @@ def fake_tau2(tmp_path, monkeypatch):
         tau2_schemas._tau2_tools.cache_clear()
 
     monkeypatch.syspath_prepend(str(root))
+    tau2_schemas._tau2_judge_template.cache_clear()
     yield write
     _drop_tau2()
     sys.modules.update(real)
     tau2_schemas._tau2_tools.cache_clear()
+    tau2_schemas._tau2_judge_template.cache_clear()
 
 
 @pytest.fixture
@@ -183,3 +208,40 @@ def test_user_prompts_equal_the_real_tau2s(mock_dir):
             if task.id in theirs and task.user_scenario is not None:
                 ref = UserSimulator(llm="any", instructions=str(theirs[task.id].user_scenario), tools=tools)
                 assert tau2_schemas.tau2_user_prompt(task.user_scenario, tools is not None) == ref.system_prompt
+
+
+def test_the_judge_reads_tau2s_prompt(fake_tau2):
+    """τ²-bench's judge prompt is taken from its evaluator (stand-in here) without calling its model."""
+    from memrl.envs.messages import Message
+    from memrl.envs.nl_judge import judge_chat
+
+    fake_tau2([], [])
+    log = [Message("assistant", "Hi"), Message("user", "refund {42}"), Message("tool", "ok")]
+    chat = judge_chat(["Agent refunds", "Agent's apology"], log, "tau2")
+    assert chat == [{"role": "system", "content": "Judge {carefully}."},
+                    {"role": "user", "content": "<c>assistant: Hi\nuser: refund {42}\ntool: ok</c> then "
+                                                "<o>['Agent refunds', \"Agent's apology\"]</o>!"}]
+    assert sys.modules["tau2.evaluator.evaluator_nl_assertions"].CALLS == []  # its model was never called
+    assert judge_chat(["a"], log)[0]["content"] != "Judge {carefully}."  # memrl's own words by default
+
+
+def test_judge_prompt_equals_the_real_tau2s():
+    pytest.importorskip("tau2.evaluator.evaluator_nl_assertions", reason="τ²-bench is not installed")
+    from unittest import mock
+
+    from tau2.data_model.message import AssistantMessage, ToolMessage, UserMessage
+    from tau2.evaluator import evaluator_nl_assertions as theirs
+
+    from memrl.envs.messages import Message
+    from memrl.envs.nl_judge import judge_chat
+
+    talk = [AssistantMessage(role="assistant", content="Hi! How can I help?"),
+            UserMessage(role="user", content="My order {W1} is late."),
+            ToolMessage(id="c1", role="tool", content='{"status": "pending"}')]
+    sent = []
+    with mock.patch.object(theirs, "generate", lambda **kw: sent.append(kw["messages"]) or 1 / 0):
+        with pytest.raises(ZeroDivisionError):
+            theirs.NLAssertionsEvaluator.evaluate_nl_assertions(talk, ["Agent checks the order", "Agent's tone"])
+    ours = judge_chat(["Agent checks the order", "Agent's tone"],
+                      [Message(m.role, m.content) for m in talk], "tau2")
+    assert ours == [{"role": m.role, "content": m.content} for m in sent[0]]

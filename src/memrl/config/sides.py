@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -13,13 +13,28 @@ from memrl.config.section import Section
 class SideModelConfig(Section):
     """A model the workflow talks to besides the policy: a local HF model or an OpenAI-compatible server."""
 
-    model: str | None = Field(None, description="Model path/alias (engine hf) or its tokenizer (engine openai).")
+    model: str | None = Field(None, description="Model path/alias (engine hf), its tokenizer (engine openai), or "
+                              "with protocol chat the served model's name (e.g. gpt-4.1-2025-04-14).")
     engine: registered(ENGINES) = Field("hf", description="A registered engine kind that can serve a side model: "
                                         "hf (in-process), openai (a server at base_url) or your own.")
     base_url: str | None = Field(None, description="openai: server root, e.g. http://host:8000/v1.")
     served_model: str | None = Field(None, description="openai: model name sent in requests.")
     api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
-    max_tokens: int = Field(256, gt=0, description="New tokens of one reply.")
+    protocol: Literal["tokens", "chat"] = Field(
+        "tokens", description="tokens: memrl renders the chat with the model's tokenizer and sends token ids "
+        "(/completions or in-process). chat: OpenAI chat messages and function-calling tools to "
+        "/v1/chat/completions (engine openai), as tau2-bench talks to its user simulator and judge; the "
+        "server's own template and tool parser apply, so any chat API (e.g. gpt-4.1) can play the part.")
+    max_tokens: int | None = Field(None, gt=0, description="New tokens of one reply (null: 256 for the user, 1024 "
+                                   "for the judge with protocol tokens; with protocol chat none is sent, as in "
+                                   "tau2-bench).")
+    default_max_tokens: ClassVar[int] = 256
+
+    def reply_tokens(self) -> int | None:
+        """The cap on one reply: ``max_tokens``, else the section's default; None (send none) with chat."""
+        if self.max_tokens is not None:
+            return self.max_tokens
+        return None if self.protocol == "chat" else self.default_max_tokens
 
 
 class UserSimConfig(SideModelConfig):
@@ -34,7 +49,7 @@ class JudgeConfig(SideModelConfig):
     """The LLM judge of tau2-bench NL assertions. Unset model: assertions are not judged, left out of the
     reward and counted as nl_unchecked."""
 
-    max_tokens: int = Field(1024, gt=0, description="New tokens of one verdict.")
+    default_max_tokens: ClassVar[int] = 1024
 
 
 class TrainEvalConfig(Section):

@@ -37,6 +37,8 @@ class EngineKind:
     ``build(cfg, model, pad_token_id=...)`` then gets that module (or a copy) and the tokenizer's pad id.
     ``preflight(cfg)``: checks of the kind's own options against the rest of the config, run by the
     trainer's preflight before any model loads (a ``ConfigError`` naming the keys to change).
+    ``chats``: its engines answer OpenAI chat messages (``await engine.chat(messages, tools, params)``), so
+    a side model may use ``protocol: chat`` (no tokenizer; the server's own template and tool parser).
     """
 
     build: Builder
@@ -46,6 +48,7 @@ class EngineKind:
     replica_gpus: Callable[[MemRLConfig], int] | None = None
     wraps_policy: bool = False
     preflight: Callable[[MemRLConfig], None] | None = None
+    chats: bool = False
 
     def __call__(self, cfg: MemRLConfig, model: Any = None) -> Engine:
         return self.build(cfg, model)
@@ -55,12 +58,13 @@ def register_engine(name: str, *, side: Builder | None = None, receives_weights:
                     replica: Callable[..., Hosted] | None = None,
                     replica_gpus: Callable[[MemRLConfig], int] | None = None,
                     wraps_policy: bool = False,
-                    preflight: Callable[[MemRLConfig], None] | None = None) -> Callable[[Builder], EngineKind]:
+                    preflight: Callable[[MemRLConfig], None] | None = None,
+                    chats: bool = False) -> Callable[[Builder], EngineKind]:
     """Decorator: register ``build(cfg, model) -> Engine`` as ``engine.kind=name`` (the keywords: see
     :class:`EngineKind`)."""
     def decorate(build: Builder) -> EngineKind:
         return ENGINES.register(name, EngineKind(build, side, receives_weights, replica, replica_gpus,
-                                                 wraps_policy, preflight))
+                                                 wraps_policy, preflight, chats))
     return decorate
 
 
@@ -138,7 +142,7 @@ def _openai_side(cfg: MemRLConfig, spec: Any, tokenizer: Any, where: str) -> Eng
                         **openai_options(cfg))
 
 
-@register_engine("openai", side=_openai_side, receives_weights=False)
+@register_engine("openai", side=_openai_side, receives_weights=False, chats=True)
 def _openai(cfg: MemRLConfig, model: Any = None) -> Engine:
     """An OpenAI-compatible server at engine.base_url (vLLM, SGLang, memrl serve)."""
     from memrl.engines.openai import OpenAIEngine
@@ -181,12 +185,19 @@ def build_side_engine(cfg: MemRLConfig, spec: Any, where: str) -> tuple[Engine, 
     a registered kind with a side builder. ``hf`` loads ``spec.model`` in-process; ``openai`` talks to
     ``spec.base_url`` (``spec.model`` then names the tokenizer and, unless ``spec.served_model`` is
     given, the served model). Concurrency, timeouts, retries, device and batch size follow ``engine``.
+    With ``spec.protocol`` chat no tokenizer is loaded (None): ``spec.model`` is only the served model's
+    name, and the kind must be one that ``chats``.
     """
     from memrl.models.resolve import load_tokenizer
 
-    side = engine_kind(spec.engine).side
-    if side is None:
+    kind = engine_kind(spec.engine)
+    if kind.side is None:
         raise ValueError(f"{where}.engine: engine kind {spec.engine!r} cannot run a side model; choose "
                          f"{', '.join(side_engine_kinds())}")
-    tokenizer = load_tokenizer(spec.model)
-    return side(cfg, spec, tokenizer, where), tokenizer
+    chat = getattr(spec, "protocol", "tokens") == "chat"
+    if chat and not kind.chats:
+        chatting = [n for n in ENGINES.names if engine_kind(n).chats]
+        raise ValueError(f"{where}.protocol=chat needs an engine kind that speaks /v1/chat/completions "
+                         f"({', '.join(chatting)}), not {spec.engine!r}")
+    tokenizer = None if chat else load_tokenizer(spec.model)
+    return kind.side(cfg, spec, tokenizer, where), tokenizer

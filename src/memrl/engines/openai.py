@@ -149,9 +149,10 @@ class OpenAIEngine:
         return self._parse((await self.post("/completions", self._payload(prompt_ids, params)))["choices"][0])
 
     async def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
-                   params: SamplingParams) -> ChatReply:
+                   params: SamplingParams, *, omit: tuple[str, ...] = ()) -> ChatReply:
         """One ``/chat/completions`` turn with OpenAI tool calling (see ``memrl.engines.openai_chat``)."""
-        body = await self.post("/chat/completions", chat_payload(self.model, messages, tools, params))
+        payload = chat_payload(self.model, messages, tools, params, omit=omit)
+        body = await self.post("/chat/completions", payload)
         return parse_chat_reply(body)
 
     def patience(self, payload: Mapping[str, Any]) -> float:

@@ -34,23 +34,41 @@ class ChatReply:
     completion_tokens: int | None = None
 
 
+OMITTABLE = frozenset({"max_tokens", "top_p"})
+
+
+def side_omits(max_tokens: int | None) -> tuple[str, ...]:
+    """What a side model's request leaves out, as τ²-bench's do: ``top_p``, and ``max_tokens`` unless set."""
+    return ("top_p",) if max_tokens is not None else ("top_p", "max_tokens")
+
+
 def chat_payload(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
-                 params: SamplingParams) -> dict[str, Any]:
-    """The request body; greedy decoding is sent as temperature 0 and top_p 1 as for ``/completions``."""
+                 params: SamplingParams, *, omit: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The request body; greedy decoding is sent as temperature 0 and top_p 1 as for ``/completions``.
+
+    With tools, ``tool_choice`` is "auto", as τ²-bench sends it (a vLLM server started without
+    ``--enable-auto-tool-choice`` then says so instead of answering in text). ``omit`` names fields
+    to leave out, so the server's own defaults apply: τ²-bench sends its user simulator and judge
+    neither ``max_tokens`` nor ``top_p`` (:func:`side_omits`).
+    """
     body: dict[str, Any] = {
         "model": model,
         "messages": [dict(m) for m in messages],
-        "max_tokens": params.max_new_tokens,
         "temperature": 0.0 if params.is_greedy else params.temperature,
         "top_p": 1.0 if params.is_greedy else params.top_p,
     }
+    body["max_tokens"] = params.max_new_tokens
     if tools:  # an empty list is refused by some servers: leave the field out instead
         body["tools"] = [dict(t) for t in tools]
+        body["tool_choice"] = "auto"
     if params.top_k > 0 and not params.is_greedy:
         body["top_k"] = params.top_k  # a vLLM/SGLang extension that OpenAI refuses: sent only when set
     if params.seed is not None:
         body["seed"] = params.seed
-    return body
+    unknown = set(omit) - OMITTABLE
+    if unknown:
+        raise ValueError(f"chat_payload: cannot omit {sorted(unknown)}; only {sorted(OMITTABLE)}")
+    return {k: v for k, v in body.items() if k not in omit}
 
 
 def parse_chat_reply(body: Mapping[str, Any]) -> ChatReply:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memrl.engines.base import Engine, SamplingParams
+from memrl.engines.openai_chat import side_omits
 from memrl.envs.messages import Message
 
 JUDGE_SYSTEM = """You grade a customer-service conversation against a list of expected outcomes.
@@ -63,8 +64,12 @@ def render_conversation(messages: Sequence[Message]) -> str:
     return "\n".join(f"{m.role}: {m.content}" for m in messages)
 
 
-def judge_chat(assertions: Sequence[str], messages: Sequence[Message]) -> list[dict[str, str]]:
-    """The chat sent to the judge model."""
+def judge_chat(assertions: Sequence[str], messages: Sequence[Message], prompts: str = "memrl") -> list[dict[str, str]]:
+    """The chat sent to the judge model: memrl's words, or (``prompts`` tau2) τ²-bench's own prompt."""
+    if prompts == "tau2":
+        from memrl.envs.tau2_schemas import tau2_judge_chat
+
+        return tau2_judge_chat(render_conversation(messages), list(assertions))
     user = JUDGE_USER.format(conversation=render_conversation(messages), outcomes=list(assertions))
     return [{"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": user}]
 
@@ -97,18 +102,26 @@ class LLMNLJudge:
     (:func:`memrl.envs.evaluate.evaluate_async`) takes the judge itself.
     """
 
-    def __init__(self, engine: Engine, tokenizer: Any, *, max_tokens: int = 1024, temperature: float = 0.0,
-                 seed: int | None = 0) -> None:
+    def __init__(self, engine: Engine, tokenizer: Any, *, max_tokens: int | None = 1024, temperature: float = 0.0,
+                 seed: int | None = 0, chat: bool = False, prompts: str = "memrl") -> None:
+        """``chat``: send the judge's two messages to ``engine.chat`` (``env.judge.protocol=chat``) as τ²-bench
+        sends them to its judge model; ``max_tokens`` None then sends no cap, as τ²-bench. ``prompts`` tau2:
+        τ²-bench's own judge prompt (``env.prompts``)."""
+        if chat and not callable(getattr(engine, "chat", None)):
+            raise ValueError("env.judge.protocol=chat needs an engine that speaks /v1/chat/completions "
+                             f"(env.judge.engine=openai), got {type(engine).__name__}")
         self.engine = engine
         self.tokenizer = tokenizer
-        self.max_tokens = max_tokens
+        self.max_tokens = 1024 if max_tokens is None and not chat else max_tokens
         self.temperature = temperature
         self.seed = seed
+        self.chat = chat
+        self.prompts = prompts
 
     def prompt_ids(self, assertions: Sequence[str], messages: Sequence[Message]) -> list[int]:
         from memrl.text.tokens import encode_text
 
-        chat = judge_chat(assertions, messages)
+        chat = judge_chat(assertions, messages, self.prompts)
         if getattr(self.tokenizer, "chat_template", None):
             text = self.tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         else:
@@ -121,6 +134,12 @@ class LLMNLJudge:
 
         if not assertions:
             return []
+        if self.chat:
+            params = SamplingParams(max_new_tokens=self.max_tokens or 1, temperature=self.temperature, seed=self.seed)
+            chat = judge_chat(assertions, messages, self.prompts)
+            chats = self.engine.chat  # type: ignore[attr-defined]
+            reply = await chats(chat, [], params, omit=side_omits(self.max_tokens))
+            return parse_verdicts(reply.content or "", assertions)
         stops = stop_token_ids(self.tokenizer)
         params = SamplingParams(max_new_tokens=self.max_tokens, temperature=self.temperature,
                                 stop_token_ids=stops, seed=self.seed)
@@ -136,4 +155,6 @@ def build_nl_judge(cfg: Any) -> LLMNLJudge | None:
     if not e.judge.model:
         return None
     engine, tokenizer = build_side_engine(cfg, e.judge, "env.judge")
-    return LLMNLJudge(engine, tokenizer, max_tokens=e.judge.max_tokens)
+    chat = e.judge.protocol == "chat"  # tau2-bench's judge call: temperature 0, no seed, no cap
+    return LLMNLJudge(engine, tokenizer, max_tokens=e.judge.reply_tokens(), chat=chat, seed=None if chat else 0,
+                      prompts=e.prompts)

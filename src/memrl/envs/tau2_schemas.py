@@ -74,3 +74,55 @@ def tau2_user_prompt(scenario: Any, with_tools: bool) -> str:
     user = _import_tau2("tau2.user.user_simulator")
     instructions = str(tasks.UserScenario.model_validate(scenario.model_dump(exclude_none=True)))
     return user.UserSimulator(llm="-", instructions=instructions, tools=[] if with_tools else None).system_prompt
+
+
+_ROLE, _CONTENT, _OUTCOMES = "\x00conversation", "\x00", "\x00outcomes\x00"
+_CONVERSATION = f"{_ROLE}: {_CONTENT}"  # how τ²-bench renders the one stand-in message
+
+
+class _Outcomes(list):
+    """Stands for the assertions list where τ²-bench formats it into its prompt."""
+
+    def __str__(self) -> str:
+        return _OUTCOMES
+
+
+class _Asked(Exception):
+    def __init__(self, messages: list[Any]) -> None:
+        self.messages = messages
+
+
+@functools.lru_cache(maxsize=1)
+def _tau2_judge_template() -> tuple[str, str, str, str]:
+    """(system, before the conversation, between it and the outcomes, after) of τ²-bench's judge prompt.
+
+    τ²-bench writes the prompt inside ``NLAssertionsEvaluator.evaluate_nl_assertions``; it is asked once
+    with stand-ins for the conversation and the outcomes, and its model call is caught before it leaves."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    module = _import_tau2("tau2.evaluator.evaluator_nl_assertions")
+
+    def ask(*, messages: list[Any], **_: Any) -> Any:
+        raise _Asked(messages)
+
+    with mock.patch.object(module, "generate", ask):
+        try:
+            module.NLAssertionsEvaluator.evaluate_nl_assertions([SimpleNamespace(role=_ROLE, content=_CONTENT)],
+                                                                _Outcomes(["-"]))
+            raise ValueError("env.prompts=tau2: τ²-bench's NL-assertion judge did not ask its model")
+        except _Asked as asked:
+            system, user = (m.content for m in asked.messages)
+    if not user.count(_CONVERSATION) == user.count(_OUTCOMES) == 1 or user.index(_CONVERSATION) > user.index(_OUTCOMES):
+        raise ValueError("env.prompts=tau2: this τ²-bench's judge prompt does not hold the conversation, then the "
+                         "expected outcomes, once each")
+    before, rest = user.split(_CONVERSATION)
+    between, after = rest.split(_OUTCOMES)
+    return system, before, between, after
+
+
+def tau2_judge_chat(conversation: str, assertions: list[str]) -> list[dict[str, str]]:
+    """τ²-bench's NL-assertion judge messages for ``conversation`` (``role: content`` lines) and ``assertions``."""
+    system, before, between, after = _tau2_judge_template()
+    user = before + conversation + between + str(list(assertions)) + after
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -26,6 +26,7 @@ from memrl.envs.messages import Message, ToolCall
 from memrl.envs.tasks import Task
 
 STOP_MARKERS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
+AGENT_OPENING = "Hi! How can I help you today?"  # the agent's first message in τ²-bench's orchestrator
 
 USER_SYSTEM = """You are a customer talking to a help-desk agent. Play the person described below.
 
@@ -51,6 +52,10 @@ you saw. Never invent what a tool shows. To call a tool, write exactly:
 Your tools:
 {tools}"""
 
+# The same advice where the tools travel as function-calling schemas (env.user.protocol=chat).
+USER_DEVICE = USER_TOOLS[:USER_TOOLS.index(" To call a tool")].replace(" (listed below)", "")
+
+
 
 class UserSimulator(Protocol):
     async def reply(self, task: Task, messages: Sequence[Message], *, seed: int | None = None) -> str: ...
@@ -59,6 +64,30 @@ class UserSimulator(Protocol):
 def ends_conversation(text: str) -> str | None:
     """The marker in a user message that ends the episode, if any."""
     return next((m for m in STOP_MARKERS if m in text), None)
+
+
+def read_user_prompt(path: str | None) -> str | None:
+    """The text of a user prompt file (``env.user.prompt``), which must hold the ``{scenario}`` slot."""
+    text = Path(path).read_text() if path else None
+    if text is not None and "{scenario}" not in text:
+        raise ValueError(f"{path}: a user prompt must contain the {{scenario}} slot")
+    return text
+
+
+def user_system_prompt(task: Task, template: str, prompts: str, with_tools: bool) -> str:
+    """The simulator's system prompt: τ²-bench's own (``prompts`` tau2) or ``template`` with the scenario."""
+    if prompts == "tau2" and task.user_scenario is not None:
+        from memrl.envs.tau2_schemas import tau2_user_prompt
+
+        return tau2_user_prompt(task.user_scenario, with_tools)
+    scenario = task.user_scenario.render() if task.user_scenario else task.first_message()
+    return template.format(scenario=scenario)
+
+
+def sent_to_user(m: Message) -> bool:
+    """Whether the user reads this agent message: text without tool calls. As in τ²-bench, a turn that
+    calls tools goes to the environment, and any text written beside the calls never reaches the user."""
+    return m.role == "assistant" and bool(m.content) and not m.tool_calls
 
 
 class ScriptedUser:
@@ -75,22 +104,15 @@ class ScriptedUser:
 class LLMUserSimulator:
     """A user played by a language model behind the engine protocol."""
 
-    def __init__(self, engine: Engine, tokenizer: Any, *, max_tokens: int = 256, temperature: float = 1.0,
-                 system_prompt: str | None = None, prompts: str = "memrl") -> None:
+    def __init__(self, engine: Engine, tokenizer: Any, *, max_tokens: int | None = 256,
+                 temperature: float = 1.0, system_prompt: str | None = None, prompts: str = "memrl") -> None:
         """``prompts`` tau2: the system prompt is τ²-bench's own (:func:`memrl.envs.tau2_schemas.tau2_user_prompt`)."""
         self.engine = engine
         self.tokenizer = tokenizer
-        self.max_tokens = max_tokens
+        self.max_tokens = 256 if max_tokens is None else max_tokens
         self.temperature = temperature
         self.system_prompt = system_prompt or USER_SYSTEM
         self.prompts = prompts
-
-    @classmethod
-    def from_prompt_file(cls, engine: Engine, tokenizer: Any, path: str | None, **kw: Any) -> LLMUserSimulator:
-        text = Path(path).read_text() if path else None
-        if text is not None and "{scenario}" not in text:
-            raise ValueError(f"{path}: a user prompt must contain the {{scenario}} slot")
-        return cls(engine, tokenizer, system_prompt=text, **kw)
 
     def chat(self, task: Task, messages: Sequence[Message],
              tools: Sequence[dict[str, Any]] = ()) -> list[dict[str, str]]:
@@ -101,18 +123,12 @@ class LLMUserSimulator:
         """
         from memrl.text.tool_calls import render_call
 
-        if self.prompts == "tau2" and task.user_scenario is not None:
-            from memrl.envs.tau2_schemas import tau2_user_prompt
-
-            system = tau2_user_prompt(task.user_scenario, bool(tools))
-        else:
-            scenario = task.user_scenario.render() if task.user_scenario else task.first_message()
-            system = self.system_prompt.format(scenario=scenario)
+        system = user_system_prompt(task, self.system_prompt, self.prompts, bool(tools))
         if tools:
             system += USER_TOOLS.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
         chat = [{"role": "system", "content": system}]
         for m in messages:
-            if m.role == "assistant" and m.content:
+            if sent_to_user(m):
                 chat.append({"role": "user", "content": m.content})
             elif m.role == "user" and (m.content or m.tool_calls):
                 text = "\n".join([m.content or ""] + [render_call(c) for c in m.tool_calls]).strip()
@@ -120,7 +136,7 @@ class LLMUserSimulator:
             elif m.role == "tool" and m.requestor == "user":
                 chat.append({"role": "user", "content": f"<tool_response>\n{m.content}\n</tool_response>"})
         if len(chat) == 1:
-            chat.append({"role": "user", "content": "Hi! How can I help you today?"})
+            chat.append({"role": "user", "content": AGENT_OPENING})
         return chat
 
     async def reply(self, task: Task, messages: Sequence[Message], *, seed: int | None = None) -> str:

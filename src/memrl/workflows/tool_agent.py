@@ -35,13 +35,12 @@ from memrl.envs.evaluate import evaluate_async, history_messages
 from memrl.envs.messages import Message
 from memrl.envs.progress import episode_reward, progress_reward
 from memrl.envs.tasks import Task
-from memrl.envs.user_sim import UserSimulator, ends_conversation
+from memrl.envs.user_sim import AGENT_OPENING, UserSimulator, ends_conversation
 from memrl.types import Conversation, Trajectory
 from memrl.workflows.common import anchor, decode, encode_text, stop_token_ids, strip_stop, turn_seed
 from memrl.text.tool_calls import (FORMATS, ParsedTurn, TemplateFormat, get_parser, openai_messages,
                                         read_openai_call)
 
-AGENT_GREETING = "Hi! How can I help you today?"
 AGENT_STOP = "###STOP###"
 TRANSFER_TOOL = "transfer_to_human_agents"
 
@@ -236,7 +235,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
     if sample.solo:
         opening.append(Message("user", task.first_message()))
     elif not messages:
-        opening.append(Message("assistant", AGENT_GREETING))
+        opening.append(Message("assistant", AGENT_OPENING))
         opening += await _user_turn(sample, env, opening, base.seed)
     messages += opening
     side.start(env.system_prompt(), env.tool_schemas(), messages)
@@ -331,19 +330,23 @@ async def _graded(sample: TaskSample, messages: list[Message], ending: str, stat
 
 def build_user_simulator(cfg: Any) -> UserSimulator:
     """The user simulator of ``cfg.env``: a local HF model or an OpenAI-compatible server."""
-    from memrl.envs.user_sim import LLMUserSimulator
+    from memrl.envs.user_sim import LLMUserSimulator, read_user_prompt
     from memrl.engines.factory import build_side_engine
 
     e = cfg.env
     if e.user.model is None:
         raise ValueError("env.solo=false needs env.user.model (the simulator's model, or its tokenizer for "
                          "env.user.engine=openai)")
-    engine, tokenizer = build_side_engine(cfg, e.user, "env.user")
     if e.prompts != "memrl" and e.user.prompt:
         raise ValueError(f"env.user.prompt is memrl's user prompt; env.prompts={e.prompts} prompts the user "
                          "simulator with tau2-bench's own: leave one of them out")
-    return LLMUserSimulator.from_prompt_file(engine, tokenizer, e.user.prompt, max_tokens=e.user.max_tokens,
-                                             temperature=e.user.temperature, prompts=e.prompts)
+    engine, tokenizer = build_side_engine(cfg, e.user, "env.user")
+    kw = dict(max_tokens=e.user.reply_tokens(), temperature=e.user.temperature, prompts=e.prompts)
+    if e.user.protocol == "chat":
+        from memrl.envs.user_chat import ChatUserSimulator
+
+        return ChatUserSimulator(engine, system_prompt=read_user_prompt(e.user.prompt), **kw)
+    return LLMUserSimulator(engine, tokenizer, system_prompt=read_user_prompt(e.user.prompt), **kw)
 
 
 def pick_tasks(tasks: list[Any], task_ids: list[str] | None, num_tasks: int | None, split: str | None) -> list[Any]:

@@ -1,0 +1,105 @@
+"""A user simulator behind a chat API (``env.user.protocol=chat``), talking to it as τ²-bench does.
+
+τ²-bench's simulator is a chat model (gpt-4.1 by default) reached through ``/chat/completions``:
+its system prompt, then the conversation with roles flipped (the agent's text turns are its
+"user" turns, its own turns are "assistant" turns), and in a dual-control domain (telecom) its
+device tools as function-calling schemas with ``tool_choice`` "auto"; its tool calls come back as
+``message.tool_calls`` and their results go back as ``tool`` messages under the call's id. The
+agent's tool-calling turns never reach it. This class sends exactly that, so any chat server
+(OpenAI, or vLLM/SGLang with their own chat template and tool parser) can play the user, and no
+local tokenizer is needed. :class:`memrl.envs.user_sim.LLMUserSimulator` is the token-level
+twin (memrl renders the prompt; tools are written as text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from memrl.engines.base import Engine, SamplingParams
+from memrl.engines.openai_chat import side_omits
+from memrl.envs.messages import Message, ToolCall
+from memrl.envs.tasks import Task
+from memrl.envs.user_sim import AGENT_OPENING, USER_DEVICE, USER_SYSTEM, sent_to_user, user_system_prompt
+
+
+def user_messages(system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The user's side of ``messages`` as OpenAI chat messages (τ²-bench's ``flip_roles``).
+
+    Agent text (without tool calls) becomes "user"; the user's own turns become "assistant", with
+    their device calls as ``tool_calls`` (arguments as JSON text); results of the user's calls become
+    "tool" messages answering the call's id. The agent's tool calls and their results are left out.
+    """
+    from memrl.text.tool_calls import openai_call
+
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for m in messages:
+        if sent_to_user(m):
+            out.append({"role": "user", "content": m.content})
+        elif m.role == "user" and (m.content or m.tool_calls):
+            entry: dict[str, Any] = {"role": "assistant", "content": m.content or None}
+            if m.tool_calls:
+                entry["tool_calls"] = [openai_call(c, c.id) for c in m.tool_calls]
+            out.append(entry)
+        elif m.role == "tool" and m.requestor == "user":
+            out.append({"role": "tool", "tool_call_id": m.call_id, "content": m.content or ""})
+    if len(out) == 1:
+        out.append({"role": "user", "content": AGENT_OPENING})
+    return out
+
+
+class ChatUserSimulator:
+    """A user played by a chat model: ``reply`` for text, ``act`` with the user's own device tools."""
+
+    def __init__(self, engine: Engine, *, max_tokens: int | None = None, temperature: float = 1.0,
+                 system_prompt: str | None = None, prompts: str = "memrl") -> None:
+        """``max_tokens`` None sends no cap (τ²-bench sends none); ``prompts`` tau2: τ²-bench's system prompt."""
+        if not callable(getattr(engine, "chat", None)):
+            raise ValueError("env.user.protocol=chat needs an engine that speaks /v1/chat/completions "
+                             f"(env.user.engine=openai), got {type(engine).__name__}")
+        self.engine = engine
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.system_prompt = system_prompt or USER_SYSTEM
+        self.prompts = prompts
+
+    def messages(self, task: Task, messages: Sequence[Message], with_tools: bool = False) -> list[dict[str, Any]]:
+        """What one request sends: the system prompt, then :func:`user_messages`."""
+        system = user_system_prompt(task, self.system_prompt, self.prompts, with_tools)
+        if with_tools and self.prompts != "tau2":  # τ²-bench's prompt for users with tools says it already
+            system += USER_DEVICE
+        return user_messages(system, messages)
+
+    async def reply(self, task: Task, messages: Sequence[Message], *, seed: int | None = None) -> str:
+        answer = await self._ask(self.messages(task, messages), [], seed)
+        return (answer.content or "").strip()
+
+    async def act(self, task: Task, messages: Sequence[Message], env: Any, *, seed: int | None = None,
+                  max_rounds: int = 10) -> list[Message]:
+        """The user's next turn with their device tools: calls, each run on ``env`` as the user, until a
+        text reply (the last message returned). A reply whose every call is unreadable is asked for again;
+        after ``max_rounds`` the user gives up (``###STOP###``), as :meth:`LLMUserSimulator.act` does."""
+        from memrl.text.tool_calls import read_openai_call
+
+        tools = env.user_tools.schemas() if env.user_tools is not None else []
+        new: list[Message] = []
+        for r in range(max_rounds):
+            answer = await self._ask(self.messages(task, [*messages, *new], bool(tools)), tools,
+                                     None if seed is None else seed + r)
+            made = len(messages) + len(new)
+            read = [read_openai_call(raw, f"user_call_{made}_{k}") for k, raw in enumerate(answer.tool_calls)]
+            calls = [ToolCall(c.name, c.arguments, id=i, requestor="user") for i, c, _ in read if c is not None]
+            if not calls and answer.tool_calls:
+                continue
+            if not calls:
+                new.append(Message("user", (answer.content or "").strip()))
+                return new
+            new.append(Message("user", (answer.content or "").strip() or None, calls))
+            new += [env.step(c) for c in calls]
+        new.append(Message("user", "###STOP###"))
+        return new
+
+    async def _ask(self, chat: list[dict[str, Any]], tools: Sequence[dict[str, Any]], seed: int | None) -> Any:
+        params = SamplingParams(max_new_tokens=self.max_tokens or 1, temperature=self.temperature, seed=seed)
+        return await self.engine.chat(chat, tools, params,  # type: ignore[attr-defined]
+                                      omit=side_omits(self.max_tokens))
