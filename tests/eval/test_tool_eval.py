@@ -105,3 +105,11 @@ def test_task_ids_and_num_tasks_narrow_the_eval_split_as_tau2_does(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((tmp_path / "o" / "results.json").read_text())["tasks"] == 1
+
+
+def test_task_ids_flag_keeps_telecoms_bracketed_ids_whole():
+    """Telecom's ids ("[mobile_data_issue]a|b[PERSONA:None]") and numeric ids reach env.task_ids as given."""
+    from memrl.cli.common import resolve_config
+
+    ids = ["[mobile_data_issue]data_mode_off|data_usage_exceeded[PERSONA:None]", "12", "Zoë's task"]
+    assert resolve_config(None, [], {"env.task_ids": ids}).env.task_ids == ids

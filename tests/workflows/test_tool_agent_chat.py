@@ -128,6 +128,23 @@ def test_malformed_arguments_are_an_invalid_call_shown_to_the_model():
     assert echoed[0]["function"]["arguments"] == '{"loan_id": "L0'  # sent back as the model wrote it
 
 
+def test_calls_go_back_as_tau2_writes_them_and_chat_omit_leaves_fields_out():
+    """A parsed call's arguments go back re-written by json.dumps (τ²-bench's LLMAgent history), not as the
+    model spaced them; chat_omit drops max_tokens and top_p from every request (what τ²-bench's agent sends)."""
+    s = sample("return_1")
+    loan = s.task.evaluation_criteria.actions[0].arguments["loan_id"]
+    compact = '{"loan_id":"%s","note":"Zo\u00eb"}' % loan
+    turns = [{"content": None, "tool_calls": [openai_call("c1", "return_book", compact)]}, {"content": "Returned."}]
+    _, srv = run_chat(s, turns)
+    echoed = srv.requests[1]["messages"][2]["tool_calls"][0]["function"]["arguments"]
+    assert echoed == json.dumps({"loan_id": loan, "note": "Zoë"}) and echoed != compact
+    assert all(r["max_tokens"] == 512 and r["top_p"] == 1.0 for r in srv.requests)
+    _, srv = run_chat(s, turns, chat_omit=["max_tokens", "top_p"])
+    assert all("max_tokens" not in r and "top_p" not in r and r["temperature"] == 1.0 for r in srv.requests)
+    with pytest.raises(ValueError, match="chat_omit"):
+        cfg(tool_protocol="openai_chat", chat_omit=["model"])
+
+
 def test_a_call_without_an_id_gets_one_and_openai_style_json_text_parses():
     s = sample("return_1")
     loan = s.task.evaluation_criteria.actions[0].arguments["loan_id"]
@@ -205,3 +222,26 @@ def test_eval_of_a_split_over_a_chat_server(tmp_path, tok):
         res = asyncio.run(go())
     assert res["tasks"] == len(tasks) == 8 and res["pass_hat_k"] == {"1": 1.0}
     assert all(r["_path"] == "/v1/chat/completions" for r in srv.requests)
+
+
+def test_memrl_eval_of_a_chat_api_model_needs_no_tokenizer(tmp_path):
+    """``memrl eval --model gpt-4.1-2025-04-14`` over a chat server: no tokenizer by that name exists, none is
+    loaded; the rollout records carry the messages and no token text."""
+    import os
+    import subprocess
+    import sys
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        return completion({"content": "I cannot help with that. ###STOP###"})
+
+    with FakeChatServer(answer) as srv:
+        r = subprocess.run([sys.executable, "-m", "memrl.cli.main", "eval", "--workflow", "tool_agent",
+                            "--domain", "library", "--split", "test", "--num-tasks", "2", "--engine", "openai",
+                            "--base-url", srv.url, "--model", "gpt-4.1-2025-04-14", "--temperature", "0",
+                            "--out", str(tmp_path / "o"), "workflow.options.tool_protocol=openai_chat"],
+                           capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((tmp_path / "o" / "results.json").read_text())["tasks"] == 2
+    records = [json.loads(p.read_text()) for p in (tmp_path / "o" / "rollouts").rglob("*.jsonl")]
+    assert len(records) == 2 and all("text" not in c for rec in records for c in rec["conversations"])
+    assert all(b["model"] == "gpt-4.1-2025-04-14" for b in srv.requests)

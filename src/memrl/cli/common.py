@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from memrl.config import MemRLConfig, load_config
@@ -24,6 +25,6 @@ def resolve_config(config: Path | None, overrides: list[str] | None, flags: dict
 def _literal(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(str(v) for v in value) + "]"
+    if isinstance(value, (list, tuple)):  # JSON, so an item like telecom's "[mobile_data_issue]a|b" stays one string
+        return json.dumps(list(value), ensure_ascii=False)
     return str(value)

@@ -31,6 +31,14 @@ def with_domain(cfg: Any, domain: str) -> Any:
         raise ValueError(f"--domain {domain}: {err.errors()[0]['msg'].removeprefix('Value error, ')}") from None
 
 
+def chat_tokenizer(cfg: Any) -> Any:
+    """The tokenizer of an eval over a chat API (``tool_protocol=openai_chat``): ``model.tokenizer`` if given,
+    else none (its episodes hold no tokens, and ``--model`` may name a model with no tokenizer, gpt-4.1)."""
+    from memrl.models.resolve import load_tokenizer
+
+    return load_tokenizer(cfg.model.tokenizer) if cfg.model.tokenizer else None
+
+
 def _check_domain(cfg: Any) -> list[Any]:
     """The eval samples; a bad domain, data dir, split or mode fails here, before any model loads."""
     from memrl.envs.domain import load_domain
@@ -62,7 +70,8 @@ def eval_tools(cfg: Any, out: Path, trials: int, restart: bool, console: Console
     runs = [(with_domain(cfg, d), out if single else out / d) for d in names]
     samples = [_check_domain(c) for c, _ in runs]
     counts = [len(s) for s in samples]
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+    tokenizer = chat_tokenizer(cfg) if cfg.workflow.tool_protocol == "openai_chat" else \
+        load_tokenizer(cfg.model.tokenizer or cfg.model.path)
     for (c, _), s in zip(runs, samples):
         check_tool_prompt_budget(c, tokenizer, s, lambda msg: console.print(
             f"[yellow]warning: {msg}[/yellow]", highlight=False))

@@ -13,6 +13,7 @@ twin (memrl renders the prompt; tools are written as text).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,8 +31,6 @@ def user_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
     their device calls as ``tool_calls`` (arguments as JSON text); results of the user's calls become
     "tool" messages answering the call's id. The agent's tool calls and their results are left out.
     """
-    from memrl.text.tool_calls import openai_call
-
     out: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for m in messages:
         if sent_to_user(m):
@@ -39,7 +38,9 @@ def user_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
         elif m.role == "user" and (m.content or m.tool_calls):
             entry: dict[str, Any] = {"role": "assistant", "content": m.content or None}
             if m.tool_calls:
-                entry["tool_calls"] = [openai_call(c, c.id) for c in m.tool_calls]
+                entry["tool_calls"] = [{"id": c.id, "type": "function",  # arguments as τ²-bench writes them
+                                        "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                                       for c in m.tool_calls]
             out.append(entry)
         elif m.role == "tool" and m.requestor == "user":
             out.append({"role": "tool", "tool_call_id": m.call_id, "content": m.content or ""})

@@ -35,8 +35,9 @@ def rollout_record(traj: Trajectory, tokenizer: Any, *, step: int, version: int,
     record.update(format=ROLLOUT_FORMAT, step=step, policy_version=version, pick=pick)
     for k, (conv, out) in enumerate(zip(traj.conversations, record["conversations"])):
         split = conv.prompt_length
-        out["text"] = {"prompt": tokenizer.decode(conv.token_ids[:split], skip_special_tokens=False),
-                       "response": tokenizer.decode(conv.token_ids[split:], skip_special_tokens=False)}
+        if tokenizer is not None:  # none for an eval over a chat API, whose conversations hold no tokens
+            out["text"] = {"prompt": tokenizer.decode(conv.token_ids[:split], skip_special_tokens=False),
+                           "response": tokenizer.decode(conv.token_ids[split:], skip_special_tokens=False)}
         if advantages is not None and advantages[k] is not None:
             out["advantage"] = advantages[k]
         if trainer_logprobs is not None and trainer_logprobs[k] is not None:

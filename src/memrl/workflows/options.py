@@ -101,6 +101,10 @@ class ToolAgentOptions(OptionsModel):
         "tokens", description="'tokens' (token ids in and out, tool_format/tool_parser; what training needs) or "
         "'openai_chat' (OpenAI chat messages and tool_calls over /v1/chat/completions, engine.kind=openai; eval "
         "and serving only, the server's template and tool parser decide the prompt).")
+    chat_omit: list[Literal["max_tokens", "top_p"]] = Field(
+        default_factory=list, description="tool_protocol=openai_chat: request fields left out so the server's "
+        "defaults apply. [max_tokens, top_p] sends what tau2-bench's agent sends (a turn is then not capped at "
+        "turn_tokens; max_total_tokens still ends the episode).")
     record: Literal["episode", "turns"] = Field(
         "episode", description="How an episode is recorded for training: 'episode' (one conversation, the turns "
         "inside one growing context) or 'turns' (each model call its own conversation: the whole context so far "

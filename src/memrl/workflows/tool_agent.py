@@ -169,7 +169,8 @@ class _ChatSide:
         return min(self.config.turn_tokens, self.config.max_total_tokens - self.context_tokens)
 
     async def respond(self, params: SamplingParams) -> tuple[ParsedTurn, bool]:
-        reply = await self.engine.chat(self.chat, self.tools, params)  # type: ignore[attr-defined]
+        omit = tuple(getattr(self.config, "chat_omit", ()))
+        reply = await self.engine.chat(self.chat, self.tools, params, omit=omit)  # type: ignore[attr-defined]
         self.context_tokens = (reply.prompt_tokens or 0) + (reply.completion_tokens or 0)
         self.response_tokens += reply.completion_tokens or 0
         self._texts.append(reply.content or "")
@@ -183,7 +184,7 @@ class _ChatSide:
             else:
                 parsed.errors.append(err or "invalid tool call")
             self._pending.append((call_id, call is not None))
-            echoed.append(_echo_call(raw, call_id))
+            echoed.append(_echo_call(raw, call_id, call))
         entry: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if echoed:
             entry["tool_calls"] = echoed
@@ -207,11 +208,15 @@ class _ChatSide:
         return [self.conv]
 
 
-def _echo_call(raw: Any, call_id: str) -> dict[str, Any]:
-    """A server's tool call as it goes back in the assistant message: its id, name and arguments text as sent."""
+def _echo_call(raw: Any, call_id: str, call: Any) -> dict[str, Any]:
+    """A server's tool call as it goes back in the assistant message. A call that parsed goes back as
+    τ²-bench sends it (its arguments re-written by ``json.dumps``, whatever spacing or escapes the model
+    used); one that did not keeps the text the model wrote."""
     fn = raw.get("function") if isinstance(raw, dict) else None
     fn = fn if isinstance(fn, dict) else {}
     args = fn.get("arguments", "")
+    if call is not None:
+        args = json.dumps(call.arguments)
     return {"id": call_id, "type": "function",
             "function": {"name": str(fn.get("name") or ""),
                          "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}}
