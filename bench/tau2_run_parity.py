@@ -5,10 +5,16 @@ orchestrator, evaluator with the NL-assertion judge), every model reached throug
 the same tasks with ``memrl eval --workflow tool_agent`` as a user would, the agent over
 ``workflow.options.tool_protocol=openai_chat`` and the user and judge over ``protocol=chat``, with
 ``env.prompts=tau2``. The fake server answers from the request alone: the agent calls a lookup tool
-(arguments written compactly, one with a non-ASCII name) after odd user turns and writes text
-otherwise; the user (on telecom) looks at its phone's status bar before its second line and stops
-after its third; the judge meets every assertion. Printed per task:
-whether the agent's, the user's and the judge's requests are equal, and both rewards.
+(arguments written compactly, one with a non-ASCII name), then the task's gold actions, one a turn,
+then writes text (with the task's ``communicate_info``); the user (on telecom) looks at its phone's
+status bar and makes its gold device calls before its second line, and stops after its third; the judge meets every assertion.
+Every fourth task leaves its last gold call out. Printed per task: whether the agent's, the user's
+and the judge's requests are equal, and both rewards.
+
+With ``--solo``, τ²-bench's solo agent (``llm_agent_solo``, no user) on telecom's tickets beside
+``env.solo=true env.prompts=tau2``: the fake agent makes the task's gold calls and then calls ``done``
+(every fourth task writes text instead: τ²-bench's solo agent raises, its batch runner scores the run
+0, memrl ends it as ``agent_error``, 0).
 
     pip install loguru pandas toml addict deepdiff python-dotenv litellm   # what importing τ²-bench needs
     TAU2_DATA_DIR=~/tau2-bench/data PYTHONPATH=~/tau2-bench/src \
@@ -43,8 +49,11 @@ def who(body: dict[str, Any]) -> str:
     return "judge" if "expectedOutcome" in system else "user" if "<scenario>" in system else "agent"
 
 
-def answer(domain: str):
-    """The fake server's part for ``domain``: agent, user or judge, decided from the request alone."""
+def answer(domain: str, plan: list[tuple[str, str]], say: str = "", text_end: bool = False,
+           user_plan: list[tuple[str, str]] = ()):
+    """The fake server's part for ``domain``: agent, user or judge, decided from the request alone (``plan``:
+    the agent's gold calls; ``say``: what it must tell the user; ``text_end``: the solo agent then writes
+    text instead of calling done; ``user_plan``: the user's gold device calls)."""
     def reply(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         msgs, role = body["messages"], who(body)
         message: dict[str, Any] = {"role": "assistant", "content": None}
@@ -54,19 +63,27 @@ def answer(domain: str):
                 {"expectedOutcome": o, "reasoning": "seen", "metExpectation": True} for o in outcomes]})
         elif role == "user":
             said = sum(m["role"] == "assistant" for m in msgs)
-            if body.get("tools") and said == 1 and msgs[-1]["role"] == "user":  # telecom: look at the phone first
-                message["tool_calls"] = [{"id": "ucall_1", "type": "function",
-                                          "function": {"name": "check_status_bar", "arguments": "{}"}}]
+            calls, done = [("check_status_bar", "{}"), *user_plan], sum(m["role"] == "tool" for m in msgs)
+            if body.get("tools") and said >= 1 and done < len(calls):  # telecom: the status bar, then its gold calls
+                message["tool_calls"] = [{"id": f"ucall_{done}", "type": "function",
+                                          "function": {"name": calls[done][0], "arguments": calls[done][1]}}]
             else:
                 message["content"] = "###STOP###" if said >= 3 else f"Line {said + 1}: I need help with my account."
-        else:
-            users = sum(m["role"] == "user" for m in msgs)
-            if msgs[-1]["role"] == "user" and users % 2 == 1:
-                name, args = LOOKUP[domain]
+        elif body.get("tool_choice") == "required":  # τ²-bench's solo agent: the gold calls, then done (or text)
+            tools = sum(m["role"] == "tool" for m in msgs)
+            name, args = (plan + [("done", "{}")])[min(tools, len(plan))]
+            if tools == len(plan) and text_end:
+                message["content"] = "I think the ticket is solved."
+            else:
                 message["tool_calls"] = [{"id": f"call_{len(msgs)}", "type": "function",
                                           "function": {"name": name, "arguments": args}}]
+        else:  # the agent: a lookup, then its gold calls, one a turn; then text (with what it must tell)
+            calls, tools = [LOOKUP[domain], *plan], sum(m["role"] == "tool" for m in msgs)
+            if tools < len(calls):
+                message["tool_calls"] = [{"id": f"call_{len(msgs)}", "type": "function",
+                                          "function": {"name": calls[tools][0], "arguments": calls[tools][1]}}]
             else:
-                message["content"] = f"Noted ({len(msgs)} messages so far). What else can I do?"
+                message["content"] = f"Done ({len(msgs)} messages so far). {say}".strip()
         return 200, {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
                      "choices": [{"index": 0, "message": message,
                                   "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
@@ -85,19 +102,39 @@ def normal(raw: str) -> tuple[str, dict[str, Any]]:
     return who(body), out
 
 
-def theirs(domain: str, task_id: str, url: str) -> float:
+def theirs(domain: str, task_id: str, url: str, solo: bool) -> float:
     from tau2.data_model.simulation import TextRunConfig
     from tau2.registry import registry
     from tau2.runner.batch import run_single_task
 
+    if solo:
+        _quiet_dummy_user(registry)
     args = {"temperature": 0.0, "api_base": url, "api_key": "sk-local"}
-    config = TextRunConfig(domain=domain, agent="llm_agent", user="user_simulator", llm_agent=f"openai/{MODEL}",
+    config = TextRunConfig(domain=domain, agent="llm_agent_solo" if solo else "llm_agent",
+                           user="dummy_user" if solo else "user_simulator", llm_agent=f"openai/{MODEL}",
                            llm_args_agent=args, llm_user=f"openai/{MODEL}", llm_args_user=dict(args))
     task = next(t for t in registry.get_tasks_loader(domain)() if t.id == task_id)
-    return run_single_task(config, task).reward_info.reward
+    try:
+        return run_single_task(config, task).reward_info.reward
+    except ValueError as err:  # its solo agent raises on a text turn; its batch runner scores that run 0
+        if "only supports tool calls" not in str(err):
+            raise
+        return 0.0
 
 
-def ours(domain: str, task_id: str, url: str, data: Path) -> float:
+def _quiet_dummy_user(registry: Any) -> None:
+    """τ²-bench (a2c0247)'s runner builds every user with ``tools``, ``instructions``, ``llm`` and ``llm_args``,
+    which its ``DummyUser`` (the solo run's user) does not take; it gets a ``DummyUser`` that ignores them."""
+    from tau2.user.user_simulator import DummyUser
+
+    class Dummy(DummyUser):
+        def __init__(self, **_: Any) -> None:
+            super().__init__()
+
+    registry._users["dummy_user"] = Dummy
+
+
+def ours(domain: str, task_id: str, url: str, data: Path, solo: bool) -> float:
     out = Path(tempfile.mkdtemp(prefix="memrl_parity_"))
     side = [f"env.{s}.{k}={v}" for s in ("user", "judge") for k, v in
             (("protocol", "chat"), ("engine", "openai"), ("base_url", url), ("model", MODEL))]
@@ -105,8 +142,7 @@ def ours(domain: str, task_id: str, url: str, data: Path) -> float:
            "--data-dir", str(data), "--split", "base", "--task-ids", task_id, "--engine", "openai", "--base-url", url,
            "--model", MODEL, "--temperature", "0", "--out", str(out),
            "workflow.options.tool_protocol=openai_chat", "workflow.options.chat_omit=[max_tokens,top_p]",
-           "env.solo=false", "env.prompts=tau2",
-           "env.user.temperature=0", *side]
+           f"env.solo={str(solo).lower()}", "env.prompts=tau2", "env.user.temperature=0", *side]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"memrl eval failed:\n{done.stderr[-3000:]}")
@@ -119,6 +155,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True, help="a τ²-bench clone (memrl's env.data_dir)")
     ap.add_argument("--tasks", type=int, default=4, help="tasks per domain (the first of each)")
     ap.add_argument("--domains", default="retail,airline,telecom", help="comma-separated")
+    ap.add_argument("--solo", action="store_true", help="τ²-bench's solo agent (no user) on telecom's tickets "
+                    "(--domains is then telecom)")
     args = ap.parse_args()
     os.environ.update(OPENAI_API_KEY="sk-local", LITELLM_LOCAL_MODEL_COST_MAP="True")
     from loguru import logger
@@ -126,11 +164,20 @@ def main() -> None:
 
     logger.remove()
     equal = total = 0
-    for domain in args.domains.split(","):
-        for task in registry.get_tasks_loader(domain)()[: args.tasks]:
+    for domain in ("telecom",) if args.solo else args.domains.split(","):
+        for i, task in enumerate(registry.get_tasks_loader(domain)()[: args.tasks]):
+            gold = task.evaluation_criteria
+            plan = [(a.name, json.dumps(a.arguments)) for a in gold.actions or []
+                    if args.solo or a.requestor == "assistant"]
+            say = " ".join(gold.communicate_info or [])
+            user_plan = [(a.name, json.dumps(a.arguments)) for a in gold.actions or []
+                         if not args.solo and a.requestor == "user"]
+            if i % 4 == 3 and not args.solo:  # every fourth task one gold call short (should score 0)
+                plan, user_plan = (plan[:-1], user_plan) if plan else (plan, user_plan[:-1])
             runs, rewards = [], []
-            for run in (lambda u: theirs(domain, task.id, u), lambda u: ours(domain, task.id, u, args.data)):
-                server = FakeServer(answer(domain))
+            for run in (lambda u: theirs(domain, task.id, u, args.solo),
+                        lambda u: ours(domain, task.id, u, args.data, args.solo)):
+                server = FakeServer(answer(domain, plan, say, text_end=i % 4 == 3, user_plan=user_plan))
                 os.environ["OPENAI_BASE_URL"] = server.url  # τ²-bench's judge model is reached this way
                 rewards.append(run(server.url))
                 server.close()

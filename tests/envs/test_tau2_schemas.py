@@ -7,7 +7,9 @@ A stand-in ``tau2`` package (written here, with made-up descriptions) checks the
 
 from __future__ import annotations
 
+import json
 import sys
+from typing import Any
 import textwrap
 
 import pytest
@@ -30,6 +32,22 @@ def as_tool(fn):
     return _Tool(fn)
 '''
 
+
+FAKE_SOLO = '''
+from tau2.environment.tool import as_tool
+
+
+class LLMSoloAgent:
+    STOP_FUNCTION_NAME = "done"
+    TRANSFER_TOOL_NAME = "transfer_to_human_agents"
+
+    def __init__(self, tools, domain_policy, task, llm):
+        def done():
+            pass
+
+        self.tools = list(tools) + [as_tool(done)]
+        self.system_prompt = f"<solo>{domain_policy}</solo><ticket>{task.ticket}</ticket>"
+'''
 
 FAKE_JUDGE = '''
 from types import SimpleNamespace
@@ -76,7 +94,8 @@ def fake_tau2(tmp_path, monkeypatch):
     (root / "tau2/environment/tool.py").write_text(FAKE_TOOL)
     (root / "tau2/evaluator/evaluator_nl_assertions.py").write_text(FAKE_JUDGE)
     (root / "tau2/agent/llm_agent.py").write_text(
-        'AGENT_INSTRUCTION = "Be an agent."\nSYSTEM_PROMPT = "<i>{agent_instruction}</i><p>{domain_policy}</p>"\n')
+        'AGENT_INSTRUCTION = "Be an agent."\nSYSTEM_PROMPT = "<i>{agent_instruction}</i><p>{domain_policy}</p>"\n'
+        + FAKE_SOLO)
     real = _drop_tau2()
 
     def write(agent_tools, user_tools):
@@ -109,11 +128,14 @@ def test_the_agent_reads_tau2s_schemas_in_tau2s_order(fake_tau2, mock_dir):
     assert [s["function"]["name"] for s in schemas] == agent[:4]  # τ²-bench's order; only the tools memrl shows
     assert all(s["function"]["description"] == "tau2: " + s["function"]["name"] for s in schemas)
     assert [s["function"]["name"] for s in env.user_tools.schemas()] == ["dismiss_notification", "check_notifications"]
-    solo = load_domain("mock", mock_dir, prompts="tau2").new_env(solo=True).tool_schemas()
-    assert [s["function"]["name"] for s in solo] == agent[:4] + ["dismiss_notification", "check_notifications"]
+    solo_env = load_domain("mock", mock_dir, prompts="tau2").new_env(solo=True)
+    solo = solo_env.tool_schemas()  # τ²-bench's solo agent: the user's tools too, and its own stop tool last
+    assert [s["function"]["name"] for s in solo] == agent[:4] + ["dismiss_notification", "check_notifications", "done"]
     assert env.system_prompt() == f"<i>Be an agent.</i><p>{env.policy}</p>"  # τ²-bench's LLMAgent prompt
-    with pytest.raises(ValueError, match="env.prompts=tau2 is for dual control"):
-        load_domain("mock", mock_dir, prompts="tau2").new_env(solo=True).system_prompt()
+    assert solo_env.system_prompt("Fix it.") == f"<solo>{solo_env.policy}</solo><ticket>Fix it.</ticket>"
+    assert solo_env.stop_tool == "done" and env.stop_tool is None
+    with pytest.raises(ValueError, match="runs τ²-bench's solo agent, whose prompt holds the task's ticket"):
+        solo_env.system_prompt(None)
     plain_env = load_domain("mock", mock_dir).new_env(solo=False)
     assert plain_env.system_prompt() == plain_env.policy
     plain = plain_env.tool_schemas()
@@ -245,3 +267,42 @@ def test_judge_prompt_equals_the_real_tau2s():
     ours = judge_chat(["Agent checks the order", "Agent's tone"],
                       [Message(m.role, m.content) for m in talk], "tau2")
     assert ours == [{"role": m.role, "content": m.content} for m in sent[0]]
+
+
+def test_tau2s_solo_agent_protocol(fake_tau2, mock_dir):
+    """env.prompts=tau2 in solo mode is τ²-bench's LLMSoloAgent: the ticket in the system prompt and no user
+    message, tool_choice "required", the episode ended by its done tool (not run; the turn becomes the stop
+    message), and text without ###STOP### an agent error (not graded)."""
+    import asyncio
+
+    from memrl.engines.openai import OpenAIEngine
+    from memrl.workflows.tool_agent import TaskSample, tool_agent
+    from memrl.workflows.options import ToolAgentOptions
+    from tests.engines.test_openai_chat import FakeChatServer, completion
+
+    fake_tau2(["create_task", "get_users", "transfer_to_human_agents", "update_task_status"],
+              ["check_notifications", "dismiss_notification"])
+    domain = load_domain("mock", mock_dir, prompts="tau2")
+    task = next(t for t in domain.get_tasks(None) if t.id == "create_task_1")
+    gold = task.evaluation_criteria.actions[0]
+    create = {"id": "c1", "type": "function", "function": {"name": gold.name, "arguments": json.dumps(gold.arguments)}}
+    done = {"id": "c2", "type": "function", "function": {"name": "done", "arguments": "{}"}}
+
+    def run(second: dict) -> tuple[Any, list[dict]]:
+        replies = [completion({"content": None, "tool_calls": [create]}), completion(second)]
+        with FakeChatServer(lambda body: replies[len(srv.requests) - 1]) as srv:
+            engine = OpenAIEngine(srv.url, model="m", retries=0)
+            config = ToolAgentOptions(tool_protocol="openai_chat")
+            traj = asyncio.run(tool_agent(TaskSample(domain, task, solo=True), engine, None, config))
+        return traj, srv.requests
+
+    traj, sent = run({"content": None, "tool_calls": [done]})
+    assert sent[0]["messages"] == [{"role": "system", "content": f"<solo>{domain.new_env(solo=True).policy}</solo>"
+                                                                 f"<ticket>{task.ticket}</ticket>"}]
+    assert all(b["tool_choice"] == "required" for b in sent) and sent[0]["tools"][-1]["function"]["name"] == "done"
+    log = traj.info["messages"]
+    assert traj.info["ending"] == "agent_stop" and traj.reward == 1.0
+    assert log[-1] == {**log[-1], "role": "assistant", "content": "###STOP###", "tool_calls": []}
+    assert [m["role"] for m in log] == ["assistant", "tool", "assistant"]  # done was never run
+    traj, _ = run({"content": "I created the task."})
+    assert traj.info["ending"] == "agent_error" and traj.reward == 0.0

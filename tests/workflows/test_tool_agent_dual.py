@@ -37,3 +37,24 @@ def test_dual_control_episode(tau2_dir):
     assert traj.metrics["user_tool_calls"] == 1 and traj.reward == 1.0
     agent_view = tok.decode(aengine.calls[-1][0])
     assert "Mobile Data is now ON" not in agent_view and "Done, data is on." in agent_view
+
+
+def test_a_history_ending_with_the_agent_is_answered_by_the_user_first(tau2_dir):
+    """τ²'s orchestrator: a task whose message history ends with the agent's words gives the user the next turn
+    (mock's update_task_with_message_history); memrl crashed on such a task outside solo mode."""
+    from memrl.envs.user_sim import ScriptedUser
+
+    mock = load_domain("mock", tau2_dir)
+    task = next(t for t in mock.tasks if t.id == "update_task_with_message_history")
+    seen = []
+
+    def user(task, messages):
+        seen.append([m.role for m in messages])
+        return "###STOP###"
+
+    s = TaskSample(mock, task, solo=False, user=ScriptedUser(user))
+    agent = ScriptedEngine(lambda p, k: [0])
+    cfg = MemRLConfig.model_validate({"workflow": {"name": "tool_agent"}})
+    traj = asyncio.run(tool_agent(s, agent, build_hf_tokenizer(["x"], vocab_size=300), cfg.workflow))
+    assert seen == [["user", "assistant", "tool", "assistant"]] and not agent.calls
+    assert traj.info["ending"] == "user_stop" and traj.info["messages"][-1]["content"] == "###STOP###"

@@ -149,8 +149,8 @@ class EnvConfig(Section):
         "memrl", description="What the agent reads: memrl (the domain policy as system prompt, memrl's own tool "
         "descriptions; no tau2-bench install needed) or tau2 (tau2-bench's agent system prompt around the policy "
         "and its tool schemas; the user simulator's system prompt and tools and the NL-assertion judge's prompt "
-        "likewise; imported from your tau2-bench install: for numbers set beside its leaderboard's; dual "
-        "control only).")
+        "likewise; in solo mode tau2-bench's solo agent (the ticket in its prompt, a done tool); imported from "
+        "your tau2-bench install: for numbers set beside its leaderboard's).")
     tool_options: dict[str, Any] = Field(default_factory=dict, description="Switches of the domain's tools, e.g. "
                                          "{per_item_variant: true} for retail (tau2-bench's default is false).")
 

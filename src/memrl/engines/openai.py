@@ -149,9 +149,9 @@ class OpenAIEngine:
         return self._parse((await self.post("/completions", self._payload(prompt_ids, params)))["choices"][0])
 
     async def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
-                   params: SamplingParams, *, omit: tuple[str, ...] = ()) -> ChatReply:
+                   params: SamplingParams, *, omit: tuple[str, ...] = (), tool_choice: str = "auto") -> ChatReply:
         """One ``/chat/completions`` turn with OpenAI tool calling (see ``memrl.engines.openai_chat``)."""
-        payload = chat_payload(self.model, messages, tools, params, omit=omit)
+        payload = chat_payload(self.model, messages, tools, params, omit=omit, tool_choice=tool_choice)
         body = await self.post("/chat/completions", payload)
         return parse_chat_reply(body)
 

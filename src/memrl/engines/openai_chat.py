@@ -43,11 +43,12 @@ def side_omits(max_tokens: int | None) -> tuple[str, ...]:
 
 
 def chat_payload(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
-                 params: SamplingParams, *, omit: tuple[str, ...] = ()) -> dict[str, Any]:
+                 params: SamplingParams, *, omit: tuple[str, ...] = (), tool_choice: str = "auto") -> dict[str, Any]:
     """The request body; greedy decoding is sent as temperature 0 and top_p 1 as for ``/completions``.
 
-    With tools, ``tool_choice`` is "auto", as τ²-bench sends it (a vLLM server started without
-    ``--enable-auto-tool-choice`` then says so instead of answering in text). ``omit`` names fields
+    With tools, ``tool_choice`` is sent, "auto" unless said otherwise, as τ²-bench sends it (a vLLM server
+    started without ``--enable-auto-tool-choice`` then says so instead of answering in text; τ²-bench's
+    solo agent sends "required"). ``omit`` names fields
     to leave out, so the server's own defaults apply: τ²-bench sends its user simulator and judge
     neither ``max_tokens`` nor ``top_p`` (:func:`side_omits`).
     """
@@ -60,7 +61,7 @@ def chat_payload(model: str, messages: Sequence[Mapping[str, Any]], tools: Seque
     body["max_tokens"] = params.max_new_tokens
     if tools:  # an empty list is refused by some servers: leave the field out instead
         body["tools"] = [dict(t) for t in tools]
-        body["tool_choice"] = "auto"
+        body["tool_choice"] = tool_choice
     if params.top_k > 0 and not params.is_greedy:
         body["top_k"] = params.top_k  # a vLLM/SGLang extension that OpenAI refuses: sent only when set
     if params.seed is not None:

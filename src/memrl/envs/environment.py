@@ -222,17 +222,32 @@ class Environment:
     def user_db_hash(self) -> str:
         return db_hash(self.user_tools.db if self.user_tools is not None else None)
 
-    def system_prompt(self) -> str:
-        """The agent's system prompt: the policy, or with ``prompts`` tau2 τ²-bench's agent instructions around it."""
+    def system_prompt(self, ticket: str | None = None) -> str:
+        """The agent's system prompt: the policy, or with ``prompts`` tau2 τ²-bench's agent instructions around it
+        (in solo mode τ²-bench's solo agent's, which hold the task's ``ticket``)."""
         if self.prompts == "tau2":
-            from memrl.envs.tau2_schemas import tau2_system_prompt
+            from memrl.envs.tau2_schemas import tau2_solo_prompt, tau2_system_prompt
 
-            return tau2_system_prompt(self.policy, self.solo)
+            return tau2_solo_prompt(self.policy, ticket) if self.solo else tau2_system_prompt(self.policy)
         return self.policy
 
+    @property
+    def stop_tool(self) -> str | None:
+        """The tool whose call ends a solo episode: τ²-bench's solo agent's ``done`` (``prompts`` tau2), else None
+        (memrl's solo agent ends by writing text)."""
+        if self.prompts == "tau2" and self.solo:
+            from memrl.envs.tau2_schemas import tau2_stop_tool
+
+            return tau2_stop_tool()[0]
+        return None
+
     def tool_schemas(self) -> list[dict[str, Any]]:
-        """What the agent sees: its tools, plus the user's device tools in solo mode."""
+        """What the agent sees: its tools, plus the user's device tools in solo mode (and the stop tool)."""
         schemas = self.tools.schemas()
         if self._solo_user_tools():
             schemas += self.user_tools.schemas()  # type: ignore[union-attr]
+        if self.stop_tool is not None:
+            from memrl.envs.tau2_schemas import tau2_stop_tool
+
+            schemas.append(tau2_stop_tool()[1])
         return schemas

@@ -7,9 +7,9 @@ sentences, alphabetical order; and its system prompt is the policy alone, where 
 them; with ``tau2`` it imports the τ²-bench package the user installed (``pip install -e <clone>``),
 formats the system prompt as ``LLMAgent.system_prompt`` does, and asks each of its toolkit classes for
 what it gives its agent (``as_tool(method).openai_schema``, in the toolkit's order): byte for byte what
-τ²-bench prompts with, so eval numbers can be set beside its leaderboard's. (τ²-bench's solo agent has
-a protocol of its own, a ticket in the prompt and a ``done`` tool; memrl's solo mode is its own, so
-``tau2`` is for dual control.) Each memrl toolkit names its τ²-bench counterpart (``Toolkit.tau2_class``);
+τ²-bench prompts with, so eval numbers can be set beside its leaderboard's. In solo mode the agent is
+τ²-bench's ``LLMSoloAgent``: its prompt holds the task's ticket, and it ends the episode by calling the
+``done`` tool it adds (text without ``###STOP###`` is an agent error). Each memrl toolkit names its τ²-bench counterpart (``Toolkit.tau2_class``);
 a tool memrl shows that τ²-bench's class lacks (another τ²-bench version) is refused in one line.
 """
 
@@ -31,13 +31,34 @@ def _import_tau2(module: str) -> Any:
             from None
 
 
-def tau2_system_prompt(policy: str, solo: bool) -> str:
+def tau2_system_prompt(policy: str) -> str:
     """τ²-bench's agent system prompt around ``policy`` (``LLMAgent.system_prompt``)."""
-    if solo:
-        raise ValueError("env.prompts=tau2 is for dual control (env.solo=false): τ²-bench's solo agent has a "
-                         "protocol of its own (a ticket in the prompt, a done tool) that memrl's solo mode is not")
     agent = _import_tau2("tau2.agent.llm_agent")
     return agent.SYSTEM_PROMPT.format(domain_policy=policy, agent_instruction=agent.AGENT_INSTRUCTION)
+
+
+def _solo_agent(policy: str, ticket: str) -> Any:
+    """τ²-bench's ``LLMSoloAgent`` for ``policy`` and ``ticket`` (stand-ins for the task and tools it checks)."""
+    from types import SimpleNamespace
+
+    solo = _import_tau2("tau2.agent.llm_agent").LLMSoloAgent
+    task = SimpleNamespace(initial_state=None, ticket=ticket, evaluation_criteria=SimpleNamespace(actions=[None]))
+    return solo(tools=[SimpleNamespace(name=solo.TRANSFER_TOOL_NAME)], domain_policy=policy, task=task, llm="-")
+
+
+def tau2_solo_prompt(policy: str, ticket: str | None) -> str:
+    """τ²-bench's solo agent's system prompt: its instructions, ``policy`` and the task's ``ticket``."""
+    if not ticket:
+        raise ValueError("env.prompts=tau2 with env.solo=true runs τ²-bench's solo agent, whose prompt holds the "
+                         "task's ticket, and this task has none (τ²-bench runs telecom's and mock's ticketed tasks solo)")
+    return _solo_agent(policy, ticket).system_prompt
+
+
+@functools.lru_cache(maxsize=1)
+def tau2_stop_tool() -> tuple[str, dict[str, Any]]:
+    """The name and schema of the tool τ²-bench's solo agent calls to end its episode (``done``)."""
+    agent = _solo_agent("", "-")
+    return agent.STOP_FUNCTION_NAME, agent.tools[-1].openai_schema
 
 
 @functools.lru_cache(maxsize=None)

@@ -25,7 +25,6 @@ the turn/token limits (graded 0, as τ²-bench grades premature endings).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,10 +35,9 @@ from memrl.envs.messages import Message
 from memrl.envs.progress import episode_reward, progress_reward
 from memrl.envs.tasks import Task
 from memrl.envs.user_sim import AGENT_OPENING, UserSimulator, ends_conversation
-from memrl.types import Conversation, Trajectory
-from memrl.workflows.common import anchor, decode, encode_text, stop_token_ids, strip_stop, turn_seed
-from memrl.text.tool_calls import (FORMATS, ParsedTurn, TemplateFormat, get_parser, openai_messages,
-                                        read_openai_call)
+from memrl.types import Trajectory
+from memrl.workflows.common import anchor, turn_seed
+from memrl.workflows.tool_sides import ChatSide, TokenSide
 
 AGENT_STOP = "###STOP###"
 TRANSFER_TOOL = "transfer_to_human_agents"
@@ -72,156 +70,6 @@ async def _user_turn(sample: TaskSample, env: Any, messages: list[Message], seed
     return [Message("user", await user.reply(sample.task, messages, seed=seed))]  # type: ignore[union-attr]
 
 
-class _TokenSide:
-    """Token mode: the agent's context is one growing token sequence (what the trainer scores).
-
-    The prompt is encoded once; each model turn is appended as sampled (loss 1); tool results,
-    user turns and the end token of a cut turn are encoded as loss-0 segments.
-    """
-
-    def __init__(self, engine: Engine, tokenizer: Any, config: Any, env: Any) -> None:
-        self.engine, self.tokenizer, self.config, self.env = engine, tokenizer, config, env
-        self.fmt = TemplateFormat(tokenizer) if config.tool_format == "template" else FORMATS[config.tool_format]
-        self.parse = get_parser(config.tool_parser)
-        self.stops = stop_token_ids(tokenizer)
-        self.conv = Conversation()
-        self.end_ids: list[int] = []
-        self.turns: list[Conversation] | None = [] if getattr(config, "record", "episode") == "turns" else None
-
-    def start(self, policy: str, tools: list[dict[str, Any]], messages: list[Message]) -> None:
-        self.conv.append(encode_text(self.tokenizer, self.fmt.prompt(policy, tools, messages)), generated=False)
-        self.end_ids = encode_text(self.tokenizer, self.fmt.end)  # a template's end token is known once rendered
-
-    def budget(self) -> int:
-        return min(self.config.turn_tokens, self.config.max_total_tokens - len(self.conv.token_ids))
-
-    async def respond(self, params: SamplingParams) -> tuple[ParsedTurn, bool]:
-        """The model's next turn, parsed; and whether it hit the turn's token limit."""
-        res = await self.engine.generate(self.conv.token_ids, params)
-        if self.turns is not None:
-            self._record_turn(res)
-        self.conv.append(res.token_ids, generated=True, logprobs=res.logprobs)
-        truncated = False
-        if not res.token_ids or res.token_ids[-1] not in self.stops:
-            truncated = res.finish_reason == "length"
-            self.conv.append(self.end_ids, generated=False)  # close the turn so the next segment is well formed
-        return self.parse(decode(self.tokenizer, strip_stop(res.token_ids, self.stops))), truncated
-
-    def _record_turn(self, res: Any) -> None:
-        """``record=turns``: this call as its own conversation, the context so far as its prompt, anchored at
-        the database state and that context (shared by the episodes that reached both alike)."""
-        prompt = list(self.conv.token_ids)
-        self.turns.append(Conversation.from_prompt_response(  # type: ignore[union-attr]
-            prompt, res.token_ids, res.logprobs,
-            meta={"finish": res.finish_reason, "state": anchor(self.env.db_hash(), prompt)}))
-
-    def conversations(self) -> list[Conversation]:
-        """What the episode trains on: the one growing context, or with ``record=turns`` each call's own
-        conversation (the prompt-only context when no call was made)."""
-        return self.turns or [self.conv]
-
-    def tool_results(self, results: list[str], errors: list[str]) -> None:
-        self._add(self.fmt.after_tool_results(results + [f"Error: {err}" for err in errors]))
-
-    def user_turn(self, text: str) -> None:
-        self._add(self.fmt.after_user(text))
-
-    def _add(self, text: str) -> None:
-        self.conv.append(encode_text(self.tokenizer, text), generated=False)
-
-    @property
-    def response_tokens(self) -> int:
-        return self.conv.num_generated
-
-    def final_text(self) -> str:
-        return decode(self.tokenizer, self.conv.generated_ids())
-
-
-class _ChatSide:
-    """Chat mode (``workflow.tool_protocol=openai_chat``): the agent's context is a list of OpenAI chat
-    messages sent to ``/v1/chat/completions`` with the tools; the server's chat template and tool
-    parser turn them into a prompt and the reply into ``tool_calls``. No token ids: eval and serving only.
-
-    ``max_total_tokens`` is checked against the server's ``usage`` (prompt + completion of the last
-    turn) when it reports one.
-    """
-
-    stops: tuple[int, ...] = ()
-
-    def __init__(self, engine: Engine, config: Any) -> None:
-        if not callable(getattr(engine, "chat", None)):
-            raise ValueError("workflow.tool_protocol=openai_chat needs an engine that speaks /v1/chat/completions "
-                             f"(engine.kind=openai), got {type(engine).__name__}")
-        self.engine, self.config = engine, config
-        self.conv = Conversation()  # stays empty: nothing to train on
-        self.chat: list[dict[str, Any]] = []
-        self.tools: list[dict[str, Any]] = []
-        self.context_tokens = 0
-        self.response_tokens = 0
-        self._texts: list[str] = []
-        self._pending: list[tuple[str, bool]] = []  # (tool_call_id, parsed) of the last turn's calls, in order
-        self._made = 0
-
-    def start(self, policy: str, tools: list[dict[str, Any]], messages: list[Message]) -> None:
-        self.chat, self.tools = openai_messages(policy, messages), tools
-
-    def budget(self) -> int:
-        return min(self.config.turn_tokens, self.config.max_total_tokens - self.context_tokens)
-
-    async def respond(self, params: SamplingParams) -> tuple[ParsedTurn, bool]:
-        omit = tuple(getattr(self.config, "chat_omit", ()))
-        reply = await self.engine.chat(self.chat, self.tools, params, omit=omit)  # type: ignore[attr-defined]
-        self.context_tokens = (reply.prompt_tokens or 0) + (reply.completion_tokens or 0)
-        self.response_tokens += reply.completion_tokens or 0
-        self._texts.append(reply.content or "")
-        parsed = ParsedTurn((reply.content or "").strip())
-        echoed, self._pending = [], []
-        for raw in reply.tool_calls:
-            self._made += 1
-            call_id, call, err = read_openai_call(raw, f"call_{self._made}")
-            if call is not None:
-                parsed.calls.append(call)
-            else:
-                parsed.errors.append(err or "invalid tool call")
-            self._pending.append((call_id, call is not None))
-            echoed.append(_echo_call(raw, call_id, call))
-        entry: dict[str, Any] = {"role": "assistant", "content": reply.content}
-        if echoed:
-            entry["tool_calls"] = echoed
-        self.chat.append(entry)
-        return parsed, reply.finish_reason == "length"
-
-    def tool_results(self, results: list[str], errors: list[str]) -> None:
-        """Answer every call of the last turn, in its order, by ``tool_call_id`` (the API requires all)."""
-        ok, bad = iter(results), iter(errors)
-        for call_id, parsed in self._pending:
-            content = next(ok) if parsed else f"Error: {next(bad)}"
-            self.chat.append({"role": "tool", "tool_call_id": call_id, "content": content})
-
-    def user_turn(self, text: str) -> None:
-        self.chat.append({"role": "user", "content": text})
-
-    def final_text(self) -> str:
-        return "\n".join(t for t in self._texts if t)
-
-    def conversations(self) -> list[Conversation]:
-        return [self.conv]
-
-
-def _echo_call(raw: Any, call_id: str, call: Any) -> dict[str, Any]:
-    """A server's tool call as it goes back in the assistant message. A call that parsed goes back as
-    τ²-bench sends it (its arguments re-written by ``json.dumps``, whatever spacing or escapes the model
-    used); one that did not keeps the text the model wrote."""
-    fn = raw.get("function") if isinstance(raw, dict) else None
-    fn = fn if isinstance(fn, dict) else {}
-    args = fn.get("arguments", "")
-    if call is not None:
-        args = json.dumps(call.arguments)
-    return {"id": call_id, "type": "function",
-            "function": {"name": str(fn.get("name") or ""),
-                         "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}}
-
-
 async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config: Any, *,
                      sampling: SamplingParams | None = None, sample_id: str | None = None,
                      group_id: str | None = None) -> Trajectory:
@@ -233,24 +81,20 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
     messages = history_messages(task)
     env = task_env(domain, task, solo=sample.solo)
     env.set_state(task.initial_state, messages)
-    side: _TokenSide | _ChatSide = _ChatSide(engine, config) if chat else _TokenSide(engine, tokenizer, config, env)
+    side: TokenSide | ChatSide = ChatSide(engine, config) if chat else TokenSide(engine, tokenizer, config, env)
     base = (sampling or SamplingParams()).with_(stop_token_ids=side.stops)
-
-    opening: list[Message] = []
-    if sample.solo:
-        opening.append(Message("user", task.first_message()))
-    elif not messages:
-        opening.append(Message("assistant", AGENT_OPENING))
-        opening += await _user_turn(sample, env, opening, base.seed)
+    opening = await _opening(sample, env, messages, base.seed)
     messages += opening
-    side.start(env.system_prompt(), env.tool_schemas(), messages)
+    side.start(env.system_prompt(task.ticket), env.tool_schemas(), messages)
+    if isinstance(side, ChatSide) and env.stop_tool is not None:
+        side.tool_choice = "required"  # τ²-bench's solo agent must call a tool every turn
     side.conv.meta["state"] = anchor(env.db_hash(), len(messages))  # the episode's one conversation starts here
 
     stats = {"turns": 0.0, "tool_calls": 0.0, "invalid_tool_calls": 0.0, "tool_errors": 0.0,
              "turn_truncated": 0.0, "user_turns": 0.0, "user_tool_calls": 0.0,
              "prompt_too_long": 0.0}
     ending = "max_turns"
-    if not sample.solo and ends_conversation(opening[-1].content or ""):
+    if not sample.solo and opening and ends_conversation(opening[-1].content or ""):
         ending = "user_stop"
     for turn in range(config.max_turns if ending == "max_turns" else 0):
         budget = side.budget()
@@ -261,8 +105,11 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
         parsed, truncated = await side.respond(turn_seed(base, turn).with_(max_new_tokens=budget))
         stats["turns"] += 1
         stats["turn_truncated"] += float(truncated)
-        msg = Message("assistant", parsed.content or None, parsed.calls)
-        messages.append(msg)
+        if env.stop_tool is not None and any(c.name == env.stop_tool for c in parsed.calls):
+            messages.append(Message("assistant", AGENT_STOP))  # τ²'s solo agent: the turn becomes its stop message
+            ending = "agent_stop"
+            break
+        messages.append(Message("assistant", parsed.content or None, parsed.calls))
         stats["tool_calls"] += len(parsed.calls) + len(parsed.errors)
         stats["invalid_tool_calls"] += len(parsed.errors)
         if parsed.calls or parsed.errors:
@@ -272,8 +119,8 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
                 break
             side.tool_results(results, parsed.errors)  # errors are shown to the model, not part of the graded log
             continue
-        if AGENT_STOP in parsed.content or sample.solo:
-            ending = "agent_stop"
+        if AGENT_STOP in parsed.content or sample.solo:  # τ²'s solo agent may only stop by its tool
+            ending = "agent_stop" if AGENT_STOP in parsed.content or env.stop_tool is None else "agent_error"
             break
         reply, user_ending = await _user_reply(sample, env, messages, stats, turn_seed(base, 10_000 + turn).seed)
         if user_ending is not None:
@@ -281,6 +128,20 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
             break
         side.user_turn(reply)
     return await _graded(sample, messages, ending, stats, side, sample_id, group_id)
+
+
+async def _opening(sample: TaskSample, env: Any, history: list[Message], seed: int | None) -> list[Message]:
+    """What precedes the agent's first turn: memrl's solo agent reads the ticket as a user message (τ²-bench's
+    reads it in its system prompt); outside solo mode the agent greets and the user answers, or the user
+    answers the task's message history."""
+    if sample.solo:
+        return [] if env.stop_tool is not None else [Message("user", sample.task.first_message())]
+    if history:  # as τ²'s orchestrator: a history ending with the agent's words is the user's to answer
+        last = history[-1]
+        ends_with_agent = last.role == "assistant" and bool(last.content) and not last.tool_calls
+        return await _user_turn(sample, env, history, seed) if ends_with_agent else []
+    opening = [Message("assistant", AGENT_OPENING)]
+    return opening + await _user_turn(sample, env, opening, seed)
 
 
 def _run_calls(env: Any, calls: list[Any], messages: list[Message], stats: dict[str, float]) -> list[str]:
