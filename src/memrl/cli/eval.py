@@ -21,7 +21,9 @@ def eval_cmd(
     overrides: Optional[list[str]] = typer.Argument(None, help="Dotted overrides, e.g. workflow.options.chunk_tokens=2000."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder, hub id or alias "
                                         "(tiny, smollm2-135m-instruct). With --engine openai: the tokenizer "
-                                        "source and default served model name."),
+                                        "source and default served model name (a tool agent over "
+                                        "tool_protocol=openai_chat loads no tokenizer: any served name, "
+                                        "e.g. gpt-4.1-2025-04-14)."),
     workflow: Optional[str] = typer.Option(None, "--workflow", "-w", help="memagent | rememr1 | full_context | "
                                            "tool_agent (tasks of --domain/--split, --trials each, pass^k) | agent "
                                            "(a program: workflow.options.program or command), or your own as "
