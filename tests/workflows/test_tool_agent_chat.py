@@ -241,6 +241,7 @@ def test_memrl_eval_of_a_chat_api_model_needs_no_tokenizer(tmp_path):
                             "--out", str(tmp_path / "o"), "workflow.options.tool_protocol=openai_chat"],
                            capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "solo (no user) · NL assertions not judged · prompts memrl" in " ".join(r.stderr.split())
     assert json.loads((tmp_path / "o" / "results.json").read_text())["tasks"] == 2
     records = [json.loads(p.read_text()) for p in (tmp_path / "o" / "rollouts").rglob("*.jsonl")]
     assert len(records) == 2 and all("text" not in c for rec in records for c in rec["conversations"])

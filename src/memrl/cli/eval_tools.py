@@ -31,6 +31,14 @@ def with_domain(cfg: Any, domain: str) -> Any:
         raise ValueError(f"--domain {domain}: {err.errors()[0]['msg'].removeprefix('Value error, ')}") from None
 
 
+def side_models(cfg: Any) -> str:
+    """The banner's words on the user simulator and the judge (what a reader of the run needs to compare it)."""
+    e = cfg.env
+    user = "solo (no user)" if e.solo else f"user {e.user.model} ({e.user.protocol}, temperature {e.user.temperature})"
+    judge = f"judge {e.judge.model} ({e.judge.protocol})" if e.judge.model else "NL assertions not judged"
+    return f" · {user} · {judge} · prompts {e.prompts}"
+
+
 def chat_tokenizer(cfg: Any) -> Any:
     """The tokenizer of an eval over a chat API (``tool_protocol=openai_chat``): ``model.tokenizer`` if given,
     else none (its episodes hold no tokens, and ``--model`` may name a model with no tokenizer, gpt-4.1)."""
@@ -82,8 +90,8 @@ def eval_tools(cfg: Any, out: Path, trials: int, restart: bool, console: Console
     eng = build_engine(cfg)
     console.print(f"eval tool_agent · model {cfg.model.path} · engine {cfg.engine.kind} · "
                   + ", ".join(f"{c.env.domain} ({n} tasks)" for (c, _), n in zip(runs, counts))
-                  + f" · split {cfg.env.eval_split} · {trials} trial(s) · temperature {cfg.sampling.temperature}",
-                  highlight=False)
+                  + f" · split {cfg.env.eval_split} · {trials} trial(s) · temperature {cfg.sampling.temperature}"
+                  + side_models(cfg), highlight=False)
 
     async def run_all(started: Any, advance: Any) -> dict[str, Any]:
         total, done_before, results = sum(counts) * trials, 0, {}
