@@ -16,23 +16,13 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memrl.serve.streaming import aligned
-from memrl.gateway.requests import bad
+from memrl.serve.streaming import aligned, sse_data
+from memrl.serve.streaming import stream_usage as serve_stream_usage
 
 
 def stream_usage(options: Any, stream: bool) -> bool:
     """Whether a streamed chat completion ends with a usage chunk (``stream_options.include_usage``)."""
-    if options is None:
-        return False
-    if not stream:
-        raise bad("stream_options", "only with stream: true")
-    if not isinstance(options, dict) or any(k not in ("include_usage", "continuous_usage_stats") for k in options):
-        raise bad("stream_options", "accepted keys: include_usage, continuous_usage_stats")
-    return bool(options.get("include_usage"))
-
-
-def _data(payload: Any) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+    return serve_stream_usage(options, stream, ("include_usage", "continuous_usage_stats"))
 
 
 def chat_events(answer: dict[str, Any], pieces: Sequence[str], include_usage: bool) -> list[str]:
@@ -54,7 +44,7 @@ def chat_events(answer: dict[str, Any], pieces: Sequence[str], include_usage: bo
     chunks.append(chunk({}, choice["finish_reason"], **last))
     if include_usage:
         chunks.append({**head, "choices": [], "usage": answer["usage"]})
-    return [_data(c) for c in chunks] + ["data: [DONE]\n\n"]
+    return [sse_data(c) for c in chunks] + ["data: [DONE]\n\n"]
 
 
 def completion_events(answer: dict[str, Any], pieces: Sequence[str], include_usage: bool) -> list[str]:
@@ -76,7 +66,7 @@ def completion_events(answer: dict[str, Any], pieces: Sequence[str], include_usa
     chunks.append(chunk("", choice["finish_reason"], **last))
     if include_usage:
         chunks.append({**head, "choices": [], "usage": answer["usage"]})
-    return [_data(c) for c in chunks] + ["data: [DONE]\n\n"]
+    return [sse_data(c) for c in chunks] + ["data: [DONE]\n\n"]
 
 
 def _emitter(events: list[str], numbered: bool) -> Callable[..., None]:
@@ -84,7 +74,7 @@ def _emitter(events: list[str], numbered: bool) -> Callable[..., None]:
 
     def emit(kind: str, **data: Any) -> None:
         payload = {"type": kind, **({"sequence_number": next(seq)} if numbered else {}), **data}
-        events.append(f"event: {kind}\n{_data(payload)}")
+        events.append(f"event: {kind}\n{sse_data(payload)}")
 
     return emit
 

@@ -70,15 +70,19 @@ def aligned_spans(spans: Sequence[Span], text: str) -> list[Span]:
     return out
 
 
-def stream_usage(options: Any, stream: bool) -> bool:
-    """Whether the stream ends with a usage chunk (``stream_options.include_usage``); checked as OpenAI does."""
+def stream_usage(options: Any, stream: bool, accepted: tuple[str, ...] = ("include_usage",)) -> bool:
+    """Whether the stream ends with a usage chunk (``stream_options.include_usage``); checked as OpenAI does.
+
+    ``accepted``: the keys taken (the gateway also takes vLLM's ``continuous_usage_stats``, which it
+    accepts without acting on, so clients that always send it keep working)."""
     if options is None:
         return False
     if not stream:
         raise APIError(400, "stream_options: only with stream: true", code="invalid_value", param="stream_options")
-    if not isinstance(options, dict) or any(k != "include_usage" for k in options):
-        raise APIError(400, "stream_options: the accepted key is include_usage", code="unsupported",
-                       param="stream_options")
+    if not isinstance(options, dict) or any(k not in accepted for k in options):
+        keys = "the accepted key is include_usage" if accepted == ("include_usage",) else \
+            f"accepted keys: {', '.join(accepted)}"
+        raise APIError(400, f"stream_options: {keys}", code="unsupported", param="stream_options")
     return bool(options.get("include_usage"))
 
 
@@ -92,9 +96,9 @@ def events(answer: dict[str, Any], pieces: Sequence[list[Span]], include_usage: 
     tail = {"usage": None} if include_usage else {}
     for choice, spans in zip(answer["choices"], pieces):
         for body in (_chat_choice if chat else _completion_choice)(choice, spans):
-            yield _data({**head, "choices": [{"index": choice["index"], **body}], **tail})
+            yield sse_data({**head, "choices": [{"index": choice["index"], **body}], **tail})
     if include_usage:
-        yield _data({**head, "choices": [], "usage": answer["usage"]})
+        yield sse_data({**head, "choices": [], "usage": answer["usage"]})
     yield "data: [DONE]\n\n"
 
 
@@ -128,5 +132,5 @@ def _ids(choice: dict[str, Any]) -> dict[str, Any]:
     return {key: choice[key] for key in ("token_ids", "prompt_token_ids") if key in choice}
 
 
-def _data(payload: Any) -> str:
+def sse_data(payload: Any) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
