@@ -113,3 +113,19 @@ def test_task_ids_flag_keeps_telecoms_bracketed_ids_whole():
 
     ids = ["[mobile_data_issue]data_mode_off|data_usage_exceeded[PERSONA:None]", "12", "Zoë's task"]
     assert resolve_config(None, [], {"env.task_ids": ids}).env.task_ids == ids
+
+
+def test_a_tool_eval_where_every_trial_failed_says_why(tmp_path):
+    """The error names the first failure's cause (it said only where the failures were written)."""
+    import pytest
+
+    from memrl.engines.base import EngineError
+    from memrl.eval.runner import AllEpisodesFailedError
+
+    def refuse(prompt, params):
+        raise EngineError("HTTP 400 from http://x/v1/completions: temperature unsupported")
+
+    tok = build_hf_tokenizer(["x"], vocab_size=300)
+    with pytest.raises(AllEpisodesFailedError, match=r"all 8 trials failed \(see .*failures/\); the first: "
+                                                     r"memrl.engines.base.EngineError: HTTP 400 .*temperature"):
+        asyncio.run(run_tool_eval(cfg(), ScriptedEngine(refuse), tok, tmp_path / "out", 1))

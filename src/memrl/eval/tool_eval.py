@@ -80,6 +80,7 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
         on_start(len(samples) * trials, len(samples) * trials - len(todo))
     sem = asyncio.Semaphore(cfg.engine.concurrency)
     failed = 0
+    errors: list[str] = []
 
     async def one(sample: Any, task_id: str, t: int, dest: Path) -> None:
         nonlocal failed
@@ -95,6 +96,7 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
             except Exception as exc:  # recorded, not scored, retried by the next run
                 failed += 1
                 error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                errors.append(error)
                 _save(out / "failures" / folder / f"{t}.json",
                       {"task_id": task_id, "trial": t, "error": error, "seconds": time.perf_counter() - t0})
                 return
@@ -112,7 +114,7 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
 
     await gather_cancelling(one(*job) for job in todo)  # a dead engine stops every trial at once
     if todo and failed == len(todo):
-        raise AllEpisodesFailedError(f"all {failed} trials failed (see {out}/failures/)")
+        raise AllEpisodesFailedError(f"all {failed} trials failed (see {out}/failures/); the first: {errors[0][:500]}")
     return _write_results(cfg, out, [s.task.id for s in samples], trials)
 
 
