@@ -246,3 +246,6 @@ def test_memrl_eval_of_a_chat_api_model_needs_no_tokenizer(tmp_path):
     records = [json.loads(p.read_text()) for p in (tmp_path / "o" / "rollouts").rglob("*.jsonl")]
     assert len(records) == 2 and all("text" not in c for rec in records for c in rec["conversations"])
     assert all(b["model"] == "gpt-4.1-2025-04-14" for b in srv.requests)
+    from memrl.view.loader import eval_tokenizer_spec
+
+    assert eval_tokenizer_spec(tmp_path / "o") is None  # memrl view loads no tokenizer named gpt-4.1 either

@@ -79,7 +79,11 @@ def run_tokenizer_spec(run_dir: Path) -> str | None:
 def _spec_of(cfg: Path) -> str | None:
     if not cfg.is_file():
         return None
-    model = (yaml.safe_load(cfg.read_text()) or {}).get("model") or {}
+    saved = yaml.safe_load(cfg.read_text()) or {}
+    model = saved.get("model") or {}
+    options = ((saved.get("workflow") or {}).get("options") or {})
+    if options.get("tool_protocol") == "openai_chat" and not model.get("tokenizer"):
+        return None  # episodes over a chat API hold no tokens, and model.path may be an API name (gpt-4.1)
     spec = model.get("tokenizer") or model.get("path")
     return str(spec) if spec else None
 
