@@ -20,7 +20,10 @@ log and its grading are the same; no token ids come back, so that mode cannot tr
 
 An episode ends when the agent writes text in solo mode or ``###STOP###``, when
 the user simulator stops, transfers or leaves, on a transfer tool call, or at
-the turn/token limits (graded 0, as τ²-bench grades premature endings).
+the turn/token limits (graded 0, as τ²-bench grades premature endings). With
+``env.prompts=tau2`` in solo mode the agent is τ²-bench's solo agent: it stops by
+calling its ``done`` tool, and text without ``###STOP###`` is an agent error (0).
+The two ways the context is kept are in :mod:`memrl.workflows.tool_sides`.
 """
 
 from __future__ import annotations
