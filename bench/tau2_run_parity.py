@@ -9,7 +9,10 @@ the same tasks with ``memrl eval --workflow tool_agent`` as a user would, the ag
 then writes text (with the task's ``communicate_info``); the user (on telecom) looks at its phone's
 status bar and makes its gold device calls before its second line, and stops after its third; the judge meets every assertion.
 Every fourth task leaves its last gold call out. Printed per task: whether the agent's, the user's
-and the judge's requests are equal, and both rewards.
+and the judge's requests are equal, and both rewards. Compared: messages, tools, tool_choice,
+temperature, max_tokens, top_p, model. Not compared: ``seed``, which only pins a server's sampling:
+τ²-bench sends one per trial on every call (none here, as ``run_single_task`` runs with none), memrl
+one per call (the trial's seed stepped per turn).
 
 With ``--solo``, τ²-bench's solo agent (``llm_agent_solo``, no user) on telecom's tickets beside
 ``env.solo=true env.prompts=tau2``: the fake agent makes the task's gold calls and then calls ``done``
