@@ -41,6 +41,10 @@ class LLMSoloAgent:
     STOP_FUNCTION_NAME = "done"
     TRANSFER_TOOL_NAME = "transfer_to_human_agents"
 
+    @classmethod
+    def check_valid_task(cls, task):
+        return bool(task.evaluation_criteria.get("actions"))
+
     def __init__(self, tools, domain_policy, task, llm):
         def done():
             pass
@@ -88,11 +92,15 @@ def fake_tau2(tmp_path, monkeypatch):
 
     Any real ``tau2`` already imported is set aside and put back afterwards."""
     root = tmp_path / "fake"
-    for pkg in ("tau2", "tau2/environment", "tau2/domains", "tau2/domains/mock", "tau2/agent", "tau2/evaluator"):
+    for pkg in ("tau2", "tau2/environment", "tau2/domains", "tau2/domains/mock", "tau2/agent", "tau2/evaluator",
+                "tau2/data_model"):
         (root / pkg).mkdir(parents=True)
         (root / pkg / "__init__.py").write_text("")
     (root / "tau2/environment/tool.py").write_text(FAKE_TOOL)
     (root / "tau2/evaluator/evaluator_nl_assertions.py").write_text(FAKE_JUDGE)
+    (root / "tau2/data_model/tasks.py").write_text(
+        "from types import SimpleNamespace\n\n\nclass Task:\n    @classmethod\n    def model_validate(cls, d):\n"
+        "        return SimpleNamespace(**d)\n")
     (root / "tau2/agent/llm_agent.py").write_text(
         'AGENT_INSTRUCTION = "Be an agent."\nSYSTEM_PROMPT = "<i>{agent_instruction}</i><p>{domain_policy}</p>"\n'
         + FAKE_SOLO)
@@ -106,11 +114,12 @@ def fake_tau2(tmp_path, monkeypatch):
 
     monkeypatch.syspath_prepend(str(root))
     tau2_schemas._tau2_judge_template.cache_clear()
+    tau2_schemas.tau2_stop_tool.cache_clear()
     yield write
     _drop_tau2()
     sys.modules.update(real)
-    tau2_schemas._tau2_tools.cache_clear()
-    tau2_schemas._tau2_judge_template.cache_clear()
+    for cached in (tau2_schemas._tau2_tools, tau2_schemas._tau2_judge_template, tau2_schemas.tau2_stop_tool):
+        cached.cache_clear()
 
 
 @pytest.fixture
@@ -132,10 +141,15 @@ def test_the_agent_reads_tau2s_schemas_in_tau2s_order(fake_tau2, mock_dir):
     solo = solo_env.tool_schemas()  # τ²-bench's solo agent: the user's tools too, and its own stop tool last
     assert [s["function"]["name"] for s in solo] == agent[:4] + ["dismiss_notification", "check_notifications", "done"]
     assert env.system_prompt() == f"<i>Be an agent.</i><p>{env.policy}</p>"  # τ²-bench's LLMAgent prompt
-    assert solo_env.system_prompt("Fix it.") == f"<solo>{solo_env.policy}</solo><ticket>Fix it.</ticket>"
+    tasks = {t.id: t for t in load_domain("mock", mock_dir).tasks}
+    ticket = tasks["create_task_1"].ticket
+    assert solo_env.system_prompt(tasks["create_task_1"]) == f"<solo>{solo_env.policy}</solo><ticket>{ticket}</ticket>"
     assert solo_env.stop_tool == "done" and env.stop_tool is None
-    with pytest.raises(ValueError, match="runs τ²-bench's solo agent, whose prompt holds the task's ticket"):
-        solo_env.system_prompt(None)
+    with pytest.raises(ValueError, match="runs τ²-bench's solo agent, whose prompt holds the task's ticket, and task "
+                                         "update_task_with_message_history has none"):
+        solo_env.system_prompt(tasks["update_task_with_message_history"])
+    with pytest.raises(ValueError, match="τ²-bench's solo agent refuses task create_task_1_nl_eval"):
+        solo_env.system_prompt(tasks["create_task_1_nl_eval"])
     plain_env = load_domain("mock", mock_dir).new_env(solo=False)
     assert plain_env.system_prompt() == plain_env.policy
     plain = plain_env.tool_schemas()
@@ -306,3 +320,25 @@ def test_tau2s_solo_agent_protocol(fake_tau2, mock_dir):
     assert [m["role"] for m in log] == ["assistant", "tool", "assistant"]  # done was never run
     traj, _ = run({"content": "I created the task."})
     assert traj.info["ending"] == "agent_error" and traj.reward == 0.0
+
+
+def test_solo_prompt_and_tools_equal_the_real_tau2s(mock_dir):
+    """τ²-bench's solo agent on telecom (its tickets) and mock: system prompt and tools, against its own."""
+    pytest.importorskip("tau2.agent.llm_agent", reason="τ²-bench is not installed")
+    from tau2.agent.llm_agent import LLMSoloAgent
+    from tau2.registry import registry
+
+    for name in ("telecom", "mock"):
+        theirs_env = registry.get_env_constructor(name)(solo_mode=True)
+        tools = theirs_env.get_tools() + (theirs_env.get_user_tools() if theirs_env.user_tools else [])
+        ours = load_domain(name, mock_dir, prompts="tau2")
+        mine = {t.id: t for t in ours.tasks}
+        for task in [t for t in registry.get_tasks_loader(name)() if t.ticket][:5]:
+            env = ours.new_env(solo=True)
+            if not LLMSoloAgent.check_valid_task(task):  # τ²-bench refuses it, and memrl with it
+                with pytest.raises(ValueError, match="τ²-bench's solo agent refuses task"):
+                    env.system_prompt(mine[task.id])
+                continue
+            agent = LLMSoloAgent(tools=list(tools), domain_policy=theirs_env.get_policy(), task=task, llm="any")
+            assert env.system_prompt(mine[task.id]) == agent.system_prompt, (name, task.id)
+            assert env.tool_schemas() == [t.openai_schema for t in agent.tools], (name, task.id)

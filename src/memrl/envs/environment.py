@@ -222,13 +222,13 @@ class Environment:
     def user_db_hash(self) -> str:
         return db_hash(self.user_tools.db if self.user_tools is not None else None)
 
-    def system_prompt(self, ticket: str | None = None) -> str:
+    def system_prompt(self, task: Any = None) -> str:
         """The agent's system prompt: the policy, or with ``prompts`` tau2 τ²-bench's agent instructions around it
-        (in solo mode τ²-bench's solo agent's, which hold the task's ``ticket``)."""
+        (in solo mode τ²-bench's solo agent's, which hold the ``task``'s ticket)."""
         if self.prompts == "tau2":
             from memrl.envs.tau2_schemas import tau2_solo_prompt, tau2_system_prompt
 
-            return tau2_solo_prompt(self.policy, ticket) if self.solo else tau2_system_prompt(self.policy)
+            return tau2_solo_prompt(self.policy, task) if self.solo else tau2_system_prompt(self.policy)
         return self.policy
 
     @property

@@ -37,27 +37,36 @@ def tau2_system_prompt(policy: str) -> str:
     return agent.SYSTEM_PROMPT.format(domain_policy=policy, agent_instruction=agent.AGENT_INSTRUCTION)
 
 
-def _solo_agent(policy: str, ticket: str) -> Any:
-    """τ²-bench's ``LLMSoloAgent`` for ``policy`` and ``ticket`` (stand-ins for the task and tools it checks)."""
+def _solo_agent(policy: str, task: Any) -> Any:
+    """τ²-bench's ``LLMSoloAgent`` for ``policy`` and ``task`` (a stand-in for the tools it checks by name)."""
     from types import SimpleNamespace
 
     solo = _import_tau2("tau2.agent.llm_agent").LLMSoloAgent
-    task = SimpleNamespace(initial_state=None, ticket=ticket, evaluation_criteria=SimpleNamespace(actions=[None]))
     return solo(tools=[SimpleNamespace(name=solo.TRANSFER_TOOL_NAME)], domain_policy=policy, task=task, llm="-")
 
 
-def tau2_solo_prompt(policy: str, ticket: str | None) -> str:
-    """τ²-bench's solo agent's system prompt: its instructions, ``policy`` and the task's ``ticket``."""
-    if not ticket:
-        raise ValueError("env.prompts=tau2 with env.solo=true runs τ²-bench's solo agent, whose prompt holds the "
-                         "task's ticket, and this task has none (τ²-bench runs telecom's and mock's ticketed tasks solo)")
-    return _solo_agent(policy, ticket).system_prompt
+def tau2_solo_prompt(policy: str, task: Any) -> str:
+    """τ²-bench's solo agent's system prompt (its instructions, ``policy``, the ``task``'s ticket), for a task it
+    takes: one it refuses (no ticket; no gold actions; a history holding conversation) is a one-line error."""
+    if task is None or not task.ticket:
+        raise ValueError(f"env.prompts=tau2 with env.solo=true runs τ²-bench's solo agent, whose prompt holds the "
+                         f"task's ticket, and task {getattr(task, 'id', None)} has none (τ²-bench runs telecom's and "
+                         "mock's ticketed tasks solo)")
+    theirs = _import_tau2("tau2.data_model.tasks").Task.model_validate(task.model_dump(exclude_none=True))
+    solo = _import_tau2("tau2.agent.llm_agent").LLMSoloAgent
+    if not solo.check_valid_task(theirs):
+        raise ValueError(f"env.prompts=tau2 with env.solo=true: τ²-bench's solo agent refuses task {task.id} "
+                         "(LLMSoloAgent.check_valid_task: it needs gold actions, and a history of tool calls only)")
+    return _solo_agent(policy, theirs).system_prompt
 
 
 @functools.lru_cache(maxsize=1)
 def tau2_stop_tool() -> tuple[str, dict[str, Any]]:
     """The name and schema of the tool τ²-bench's solo agent calls to end its episode (``done``)."""
-    agent = _solo_agent("", "-")
+    from types import SimpleNamespace
+
+    task = SimpleNamespace(initial_state=None, ticket="-", evaluation_criteria=SimpleNamespace(actions=[None]))
+    agent = _solo_agent("", task)
     return agent.STOP_FUNCTION_NAME, agent.tools[-1].openai_schema
 
 

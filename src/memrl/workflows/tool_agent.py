@@ -88,7 +88,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
     base = (sampling or SamplingParams()).with_(stop_token_ids=side.stops)
     opening = await _opening(sample, env, messages, base.seed)
     messages += opening
-    side.start(env.system_prompt(task.ticket), env.tool_schemas(), messages)
+    side.start(env.system_prompt(task), env.tool_schemas(), messages)
     if isinstance(side, ChatSide) and env.stop_tool is not None:
         side.tool_choice = "required"  # τ²-bench's solo agent must call a tool every turn
     side.conv.meta["state"] = anchor(env.db_hash(), len(messages))  # the episode's one conversation starts here

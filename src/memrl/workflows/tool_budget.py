@@ -33,7 +33,7 @@ def tool_prompt_floor(cfg: MemRLConfig, tokenizer: Any, sample: Any) -> int:
     w = cfg.workflow
     fmt = TemplateFormat(tokenizer) if w.tool_format == "template" else FORMATS[w.tool_format]
     env = sample.domain.new_env(solo=sample.solo)
-    return len(encode_text(tokenizer, fmt.prompt(env.system_prompt(sample.task.ticket), env.tool_schemas(), [])))
+    return len(encode_text(tokenizer, fmt.prompt(env.system_prompt(sample.task), env.tool_schemas(), [])))
 
 
 def check_tool_prompt_budget(cfg: MemRLConfig, tokenizer: Any, samples: list[Any],
