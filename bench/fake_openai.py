@@ -15,6 +15,18 @@ from typing import Any
 Reply = Callable[[dict[str, Any]], "tuple[int, dict[str, Any]]"]
 
 
+def comparable(body: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    """``fields`` of a chat request, with two LiteLLM artefacts set aside (τ²-bench reaches its models through
+    LiteLLM): None-valued message keys (``tool_calls: None``) and the ``name`` it repeats beside ``function``
+    in each tool call."""
+    out = {k: body[k] for k in fields if k in body}
+    out["messages"] = [{k: v for k, v in m.items() if v is not None} for m in body["messages"]]
+    for m in out["messages"]:
+        for c in m.get("tool_calls", []):
+            c.pop("name", None)
+    return out
+
+
 class FakeServer:
     def __init__(self, reply: Reply) -> None:
         self.requests: list[str] = []

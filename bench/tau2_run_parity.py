@@ -7,8 +7,8 @@ the same tasks with ``memrl eval --workflow tool_agent`` as a user would, the ag
 ``env.prompts=tau2``. The fake server answers from the request alone: the agent calls a lookup tool
 (arguments written compactly, one with a non-ASCII name), then the task's gold actions, one a turn,
 then writes text (with the task's ``communicate_info``); the user (on telecom) looks at its phone's
-status bar and makes its gold device calls before its second line, and stops after its third; the judge meets every assertion.
-Every fourth task leaves its last gold call out. Printed per task: whether the agent's, the user's
+status bar and makes its gold device calls before its second line, and stops after its third; the
+judge meets every assertion. Every fourth task leaves its last gold call out. Printed per task: whether the agent's, the user's
 and the judge's requests are equal, and both rewards. Compared: messages, tools, tool_choice,
 temperature, max_tokens, top_p, model. Not compared: ``seed``, which only pins a server's sampling:
 τ²-bench sends one per trial on every call (none here, as ``run_single_task`` runs with none), memrl
@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fake_openai import FakeServer
+from fake_openai import FakeServer, comparable
 
 MODEL = "gpt-4.1-2025-04-14"
 LOOKUP = {"retail": ("find_user_id_by_name_zip", '{"first_name":"Zoë","last_name":"Rossi","zip":"19122"}'),
@@ -95,14 +95,9 @@ def answer(domain: str, plan: list[tuple[str, str]], say: str = "", text_end: bo
 
 
 def normal(raw: str) -> tuple[str, dict[str, Any]]:
-    """(whose, the fields compared); LiteLLM's ``name`` beside ``function`` and None-valued keys set aside."""
+    """(whose, the fields compared), LiteLLM's artefacts set aside."""
     body = json.loads(raw)
-    out = {k: body[k] for k in SENT if k in body}
-    out["messages"] = [{k: v for k, v in m.items() if v is not None} for m in body["messages"]]
-    for m in out["messages"]:
-        for c in m.get("tool_calls", []):
-            c.pop("name", None)
-    return who(body), out
+    return who(body), comparable(body, SENT)
 
 
 def theirs(domain: str, task_id: str, url: str, solo: bool) -> float:

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fake_openai import FakeServer
+from fake_openai import FakeServer, comparable
 
 MODEL = "gpt-4.1-2025-04-14"  # τ²-bench's default user and judge model
 AGENT = ["Hi! How can I help you today?",
@@ -51,15 +51,8 @@ def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 
 
 def normal(raw: str) -> dict[str, Any]:
-    """The request fields both clients set. Two LiteLLM artefacts are dropped: None-valued message keys
-    (``tool_calls: None``) and the ``name`` it repeats beside ``function`` in each tool call."""
-    body = json.loads(raw)
-    out = {k: body[k] for k in SENT if k in body}
-    out["messages"] = [{k: v for k, v in m.items() if v is not None} for m in body["messages"]]
-    for m in out["messages"]:
-        for c in m.get("tool_calls", []):
-            c.pop("name", None)
-    return out
+    """The request fields both clients set (LiteLLM's artefacts set aside)."""
+    return comparable(json.loads(raw), SENT)
 
 
 def theirs(domain: str, task_id: str, url: str) -> None:

@@ -42,6 +42,14 @@ def side_omits(max_tokens: int | None) -> tuple[str, ...]:
     return ("top_p",) if max_tokens is not None else ("top_p", "max_tokens")
 
 
+async def side_chat(engine: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *,
+                    max_tokens: int | None, temperature: float, seed: int | None) -> ChatReply:
+    """One request of a side model (user simulator, judge) as τ²-bench sends it: no ``top_p``, and no
+    ``max_tokens`` unless one is set."""
+    params = SamplingParams(max_new_tokens=max_tokens or 1, temperature=temperature, seed=seed)
+    return await engine.chat(messages, tools, params, omit=side_omits(max_tokens))
+
+
 def chat_payload(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
                  params: SamplingParams, *, omit: tuple[str, ...] = (), tool_choice: str = "auto") -> dict[str, Any]:
     """The request body; greedy decoding is sent as temperature 0 and top_p 1 as for ``/completions``.

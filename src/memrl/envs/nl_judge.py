@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memrl.engines.base import Engine, SamplingParams
-from memrl.engines.openai_chat import side_omits
+from memrl.engines.openai_chat import side_chat
 from memrl.envs.messages import Message
 
 JUDGE_SYSTEM = """You grade a customer-service conversation against a list of expected outcomes.
@@ -135,10 +135,8 @@ class LLMNLJudge:
         if not assertions:
             return []
         if self.chat:
-            params = SamplingParams(max_new_tokens=self.max_tokens or 1, temperature=self.temperature, seed=self.seed)
-            chat = judge_chat(assertions, messages, self.prompts)
-            chats = self.engine.chat  # type: ignore[attr-defined]
-            reply = await chats(chat, [], params, omit=side_omits(self.max_tokens))
+            reply = await side_chat(self.engine, judge_chat(assertions, messages, self.prompts), [],
+                                    max_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed)
             return parse_verdicts(reply.content or "", assertions)
         stops = stop_token_ids(self.tokenizer)
         params = SamplingParams(max_new_tokens=self.max_tokens, temperature=self.temperature,

@@ -9,7 +9,8 @@ formats the system prompt as ``LLMAgent.system_prompt`` does, and asks each of i
 what it gives its agent (``as_tool(method).openai_schema``, in the toolkit's order): byte for byte what
 τ²-bench prompts with, so eval numbers can be set beside its leaderboard's. In solo mode the agent is
 τ²-bench's ``LLMSoloAgent``: its prompt holds the task's ticket, and it ends the episode by calling the
-``done`` tool it adds (text without ``###STOP###`` is an agent error). Each memrl toolkit names its τ²-bench counterpart (``Toolkit.tau2_class``);
+``done`` tool it adds (text without ``###STOP###`` is an agent error). Each memrl toolkit names its
+τ²-bench counterpart (``Toolkit.tau2_class``);
 a tool memrl shows that τ²-bench's class lacks (another τ²-bench version) is refused in one line.
 """
 

@@ -13,12 +13,11 @@ twin (memrl renders the prompt; tools are written as text).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from memrl.engines.base import Engine, SamplingParams
-from memrl.engines.openai_chat import side_omits
+from memrl.engines.base import Engine
+from memrl.engines.openai_chat import side_chat
 from memrl.envs.messages import Message, ToolCall
 from memrl.envs.tasks import Task
 from memrl.envs.user_sim import AGENT_OPENING, USER_DEVICE, USER_SYSTEM, sent_to_user, user_system_prompt
@@ -31,6 +30,8 @@ def user_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
     their device calls as ``tool_calls`` (arguments as JSON text); results of the user's calls become
     "tool" messages answering the call's id. The agent's tool calls and their results are left out.
     """
+    from memrl.text.tool_calls import openai_call
+
     out: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for m in messages:
         if sent_to_user(m):
@@ -38,9 +39,7 @@ def user_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
         elif m.role == "user" and (m.content or m.tool_calls):
             entry: dict[str, Any] = {"role": "assistant", "content": m.content or None}
             if m.tool_calls:
-                entry["tool_calls"] = [{"id": c.id, "type": "function",  # arguments as τ²-bench writes them
-                                        "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-                                       for c in m.tool_calls]
+                entry["tool_calls"] = [openai_call(c, c.id, ascii_json=True) for c in m.tool_calls]
             out.append(entry)
         elif m.role == "tool" and m.requestor == "user":
             out.append({"role": "tool", "tool_call_id": m.call_id, "content": m.content or ""})
@@ -101,6 +100,5 @@ class ChatUserSimulator:
         return new
 
     async def _ask(self, chat: list[dict[str, Any]], tools: Sequence[dict[str, Any]], seed: int | None) -> Any:
-        params = SamplingParams(max_new_tokens=self.max_tokens or 1, temperature=self.temperature, seed=seed)
-        return await self.engine.chat(chat, tools, params,  # type: ignore[attr-defined]
-                                      omit=side_omits(self.max_tokens))
+        return await side_chat(self.engine, chat, tools, max_tokens=self.max_tokens, temperature=self.temperature,
+                               seed=seed)

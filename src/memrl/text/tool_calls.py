@@ -212,13 +212,14 @@ def hidden_from_agent(m: Message) -> bool:
     return m.role == "tool" and m.requestor == "user" or m.role == "user" and (bool(m.tool_calls) or not m.content)
 
 
-def openai_call(call: ToolCall, call_id: str, json_arguments: bool = True) -> dict[str, Any]:
+def openai_call(call: ToolCall, call_id: str, json_arguments: bool = True, ascii_json: bool = False) -> dict[str, Any]:
     """An agent's tool call as an OpenAI ``tool_calls`` entry.
 
     The API carries arguments as a JSON string; Hugging Face chat templates expect the object
-    (``json_arguments=False``), which is also what vLLM hands its template.
+    (``json_arguments=False``), which is also what vLLM hands its template. ``ascii_json``: the string
+    as τ²-bench writes a call back into its models' chats (``json.dumps`` defaults, non-ASCII escaped).
     """
-    args = json.dumps(call.arguments, ensure_ascii=False) if json_arguments else dict(call.arguments)
+    args = json.dumps(call.arguments, ensure_ascii=ascii_json) if json_arguments else dict(call.arguments)
     return {"id": call_id, "type": "function", "function": {"name": call.name, "arguments": args}}
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from memrl.engines.base import Engine, SamplingParams
 from memrl.envs.messages import Message
-from memrl.text.tool_calls import (FORMATS, ParsedTurn, TemplateFormat, get_parser, openai_messages,
+from memrl.text.tool_calls import (FORMATS, ParsedTurn, TemplateFormat, get_parser, openai_call, openai_messages,
                                    read_openai_call)
 from memrl.types import Conversation
 from memrl.workflows.common import anchor, decode, encode_text, stop_token_ids, strip_stop
@@ -160,11 +160,11 @@ def echo_call(raw: Any, call_id: str, call: Any) -> dict[str, Any]:
     """A server's tool call as it goes back in the assistant message. A call that parsed goes back as
     τ²-bench sends it (its arguments re-written by ``json.dumps``, whatever spacing or escapes the model
     used); one that did not keeps the text the model wrote."""
+    if call is not None:
+        return openai_call(call, call_id, ascii_json=True)
     fn = raw.get("function") if isinstance(raw, dict) else None
     fn = fn if isinstance(fn, dict) else {}
     args = fn.get("arguments", "")
-    if call is not None:
-        args = json.dumps(call.arguments)
     return {"id": call_id, "type": "function",
             "function": {"name": str(fn.get("name") or ""),
                          "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}}
