@@ -10,17 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from memrl.envs.domain import Domain, load_domain
+from memrl.envs.domain import Domain
 from memrl.envs.evaluate import evaluate, replay_gold
 from memrl.envs.messages import Message, ToolCall
 from memrl.envs.tasks import Task
-
-
-@pytest.fixture(scope="module")
-def telecom(tau2_dir):
-    if not (tau2_dir / "telecom" / "tasks.json").is_file():
-        pytest.skip(f"no telecom data in {tau2_dir}")
-    return load_domain("telecom", tau2_dir)
 
 
 def _episode(domain: Domain, task: Task, calls: list[ToolCall], solo: bool = False) -> list[Message]:

@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from memrl.envs.domain import load_domain
 from memrl.envs.evaluate import evaluate
 from memrl.envs.messages import Message, ToolCall
 from memrl.envs.user_sim import LLMUserSimulator
 from memrl.models.tiny import build_hf_tokenizer
 from memrl.testing.scripted import ScriptedEngine
 from memrl.workflows.common import encode_text
-
-
-@pytest.fixture(scope="module")
-def telecom(tau2_dir):
-    if not (tau2_dir / "telecom" / "tasks.json").is_file():
-        pytest.skip(f"no telecom data in {tau2_dir}")
-    return load_domain("telecom", tau2_dir)
 
 
 def test_user_simulator_calls_device_tools_until_it_answers(telecom):

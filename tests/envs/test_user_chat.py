@@ -90,15 +90,6 @@ def test_chat_protocol_needs_an_engine_that_chats():
         LLMNLJudge(object(), None, chat=True)
 
 
-@pytest.fixture(scope="module")
-def telecom(tau2_dir):
-    from memrl.envs.domain import load_domain
-
-    if not (tau2_dir / "telecom" / "tasks.json").is_file():
-        pytest.skip(f"no telecom data in {tau2_dir}")
-    return load_domain("telecom", tau2_dir)
-
-
 def test_the_user_works_its_device_by_function_calling(telecom):
     engine = ChatEngine([ChatReply(None, [call("toggle_data", "{}", "srv_1")], "tool_calls"),
                          ChatReply("", [call("run_speed_test", "{not json", "srv_2")], "tool_calls"),
