@@ -164,11 +164,58 @@ def test_config_builds_chat_sides_that_talk_to_a_chat_server_without_a_tokenizer
     assert load_config(None, []).env.judge.reply_tokens() == 1024
 
 
-def test_chat_protocol_with_an_engine_that_cannot_chat_is_one_line():
+TOOL_TEMPLATE = (  # a tool-aware ChatML template, as Qwen's renders calls: arguments through tojson
+    "{% if tools %}<|im_start|>system\nTOOLS {% for t in tools %}{{ t.function.name }} {% endfor %}<|im_end|>\n"
+    "{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content or '' }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function.arguments | tojson }}</tool_call>{% endfor %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_a_local_engine_answers_chat_requests_as_vllm_serves_them():
+    """TemplateChat: the model's template with tools=, earlier calls' arguments as objects, calls read back
+    with the hermes parser into tool_calls; no cap sent means the local default."""
+    from memrl.testing.scripted import ScriptedEngine
+    from memrl.text.template_chat import TemplateChat, as_chat
+    from memrl.workflows.common import encode_text
+
+    tok = build_hf_tokenizer(["toggle_data tool_call arguments name TOOLS"], vocab_size=400)
+    tok.chat_template = TOOL_TEMPLATE
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    answers = iter(['<tool_call>\n{"name": "toggle_data", "arguments": {}}\n</tool_call>', "Data is on."])
+    engine = ScriptedEngine(lambda prompt, params: encode_text(tok, next(answers)) + [end])
+    chat = as_chat(engine, tok)
+    assert isinstance(chat, TemplateChat) and as_chat(ChatEngine([]), tok).__class__ is ChatEngine
+    earlier = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": None, "tool_calls": [call("check", '{"a": 1}', "c0")]},
+               {"role": "tool", "tool_call_id": "c0", "content": "ok"}]
+    tools = [{"type": "function", "function": {"name": "toggle_data", "parameters": {"type": "object"}}}]
+    first = asyncio.run(chat.chat(earlier, tools, SamplingParams(max_new_tokens=9, top_p=0.5),
+                                  omit=("max_tokens", "top_p")))
+    prompt = tok.decode(engine.calls[0][0])
+    assert prompt.startswith("<|im_start|>system\nTOOLS toggle_data") and '<tool_call>{"a": 1}</tool_call>' in prompt
+    assert engine.calls[0][1].max_new_tokens == 2048 and engine.calls[0][1].top_p == 1.0
+    assert first.content is None and first.finish_reason == "tool_calls"
+    assert [c["function"] for c in first.tool_calls] == [{"name": "toggle_data", "arguments": "{}"}]
+    assert first.tool_calls[0]["id"].startswith("call_") and first.prompt_tokens == len(engine.calls[0][0])
+    second = asyncio.run(chat.chat(earlier, tools, SamplingParams(max_new_tokens=9)))
+    assert second.content == "Data is on." and not second.tool_calls and engine.calls[1][1].max_new_tokens == 9
+    tok.chat_template = None
+    with pytest.raises(ValueError, match="tokenizer's chat template, and this tokenizer has none"):
+        TemplateChat(engine, tok)
+
+
+def test_a_local_user_and_judge_take_the_chat_protocol():
+    """env.user.engine=hf env.user.protocol=chat: the simulator's requests go through the local model."""
     from memrl.config import load_config
+    from memrl.envs.nl_judge import build_nl_judge
+    from memrl.text.template_chat import TemplateChat
     from memrl.workflows.tool_agent import build_user_simulator
 
-    cfg = load_config(None, ["env.user.model=tiny", "env.user.protocol=chat"])
-    with pytest.raises(ValueError, match=r"env.user.protocol=chat needs an engine kind that speaks "
-                                         r"/v1/chat/completions \(openai\), not 'hf'"):
-        build_user_simulator(cfg)
+    cfg = load_config(None, ["env.user.model=tiny", "env.user.protocol=chat", "env.user.max_tokens=4",
+                             "env.judge.model=tiny", "env.judge.protocol=chat", "env.judge.max_tokens=4"])
+    user, judge = build_user_simulator(cfg), build_nl_judge(cfg)
+    assert isinstance(user, ChatUserSimulator) and isinstance(user.engine, TemplateChat)
+    assert isinstance(judge.engine, TemplateChat) and judge.chat
+    said = asyncio.run(user.reply(TASK, [Message("assistant", "Hi! How can I help you today?")]))
+    assert isinstance(said, str)
+    assert len(asyncio.run(judge.check(["a"], [Message("user", "hi")]))) == 1

@@ -24,7 +24,9 @@ class SideModelConfig(Section):
         "tokens", description="tokens: memrl renders the chat with the model's tokenizer and sends token ids "
         "(/completions or in-process). chat: OpenAI chat messages and function-calling tools to "
         "/v1/chat/completions (engine openai), as tau2-bench talks to its user simulator and judge; the "
-        "server's own template and tool parser apply, so any chat API (e.g. gpt-4.1) can play the part.")
+        "server's own template and tool parser apply, so any chat API (e.g. gpt-4.1) can play the part. With "
+        "engine hf, the same requests are rendered with the model's chat template and tools and its calls read "
+        "with the hermes parser, as vLLM serves them.")
     max_tokens: int | None = Field(None, gt=0, description="New tokens of one reply (null: 256 for the user, 1024 "
                                    "for the judge with protocol tokens; with protocol chat none is sent, as in "
                                    "tau2-bench).")

@@ -185,8 +185,9 @@ def build_side_engine(cfg: MemRLConfig, spec: Any, where: str) -> tuple[Engine, 
     a registered kind with a side builder. ``hf`` loads ``spec.model`` in-process; ``openai`` talks to
     ``spec.base_url`` (``spec.model`` then names the tokenizer and, unless ``spec.served_model`` is
     given, the served model). Concurrency, timeouts, retries, device and batch size follow ``engine``.
-    With ``spec.protocol`` chat no tokenizer is loaded (None): ``spec.model`` is only the served model's
-    name, and the kind must be one that ``chats``.
+    With ``spec.protocol`` chat a kind that ``chats`` loads no tokenizer (None: ``spec.model`` is only the
+    served model's name); any other kind's token engine is returned with its tokenizer, for
+    :func:`memrl.text.template_chat.as_chat` to answer chat requests with the model's own template.
     """
     from memrl.models.resolve import load_tokenizer
 
@@ -195,9 +196,5 @@ def build_side_engine(cfg: MemRLConfig, spec: Any, where: str) -> tuple[Engine, 
         raise ValueError(f"{where}.engine: engine kind {spec.engine!r} cannot run a side model; choose "
                          f"{', '.join(side_engine_kinds())}")
     chat = getattr(spec, "protocol", "tokens") == "chat"
-    if chat and not kind.chats:
-        chatting = [n for n in ENGINES.names if engine_kind(n).chats]
-        raise ValueError(f"{where}.protocol=chat needs an engine kind that speaks /v1/chat/completions "
-                         f"({', '.join(chatting)}), not {spec.engine!r}")
-    tokenizer = None if chat else load_tokenizer(spec.model)
+    tokenizer = None if chat and kind.chats else load_tokenizer(spec.model)
     return kind.side(cfg, spec, tokenizer, where), tokenizer

@@ -154,5 +154,9 @@ def build_nl_judge(cfg: Any) -> LLMNLJudge | None:
         return None
     engine, tokenizer = build_side_engine(cfg, e.judge, "env.judge")
     chat = e.judge.protocol == "chat"  # tau2-bench's judge call: temperature 0, no seed, no cap
+    if chat:
+        from memrl.text.template_chat import as_chat
+
+        engine = as_chat(engine, tokenizer)
     return LLMNLJudge(engine, tokenizer, max_tokens=e.judge.reply_tokens(), chat=chat, seed=None if chat else 0,
                       prompts=e.prompts)

@@ -13,14 +13,8 @@ counts the invalid call (``invalid_tool_calls``).
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from memrl.text.tool_calls import PARSERS, ToolAnswer, ToolParser, get_parser, split_tool_calls  # noqa: F401
 
-from memrl.text.tool_calls import PARSERS, ParsedTurn, get_parser, openai_call
-
-ToolParser = Callable[[str], ParsedTurn]
 _ALIASES = {"qwen": "hermes"}
 
 
@@ -38,23 +32,3 @@ def resolve_tool_parser(name: str) -> ToolParser:
         raise ValueError(f"unknown tool parser {name!r}: choose {', '.join([*PARSERS, *_ALIASES])} "
                          "or give an import path 'package.module:function'")
     return get_parser(name)
-
-
-@dataclass
-class ToolAnswer:
-    """One answer split into the text the program sees and its OpenAI tool calls."""
-
-    content: str | None
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    invalid: int = 0
-
-
-def split_tool_calls(text: str, parser: ToolParser) -> ToolAnswer:
-    """``text`` as OpenAI message fields: content (None when only calls remain) and ``tool_calls``."""
-    turn = parser(text)
-    if not isinstance(turn, ParsedTurn):
-        raise TypeError(f"a tool parser must return a ParsedTurn, got {type(turn).__name__}")
-    if turn.errors or not turn.calls:
-        return ToolAnswer(text, invalid=len(turn.errors))
-    calls = [openai_call(c, f"call_{uuid.uuid4().hex[:24]}") for c in turn.calls]
-    return ToolAnswer(turn.content or None, calls)

@@ -6,7 +6,7 @@ the same stop tokens and carry it forward as the same text, so these live in one
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 _STOP_STRINGS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
@@ -46,3 +46,18 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
 def decode(tokenizer: Any, ids: Sequence[int]) -> str:
     """Text of ``ids`` without special tokens."""
     return tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+def chat_ids(tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | None = None) -> list[int]:
+    """The ids of ``messages`` under the tokenizer's chat template, ready for the assistant's turn.
+
+    What an OpenAI-compatible server builds for the same request, so an agent trained
+    here sees the prompts it will be served with.
+    """
+    kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
+    if tools:
+        kwargs["tools"] = list(tools)
+    out = tokenizer.apply_chat_template([dict(m) for m in messages], **kwargs)
+    if isinstance(out, Mapping) or hasattr(out, "input_ids"):  # transformers may return a BatchEncoding
+        out = out["input_ids"]
+    return [int(t) for t in out]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -271,3 +272,29 @@ def agent_chat(policy: str, msgs: Sequence[Message], json_arguments: bool) -> li
         elif m.role in ("user", "system"):
             out.append({"role": m.role, "content": m.content or ""})
     return out
+
+
+ToolParser = Callable[[str], ParsedTurn]
+
+
+@dataclass
+class ToolAnswer:
+    """One answer split into the text the program sees and its OpenAI tool calls."""
+
+    content: str | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    invalid: int = 0
+
+
+def split_tool_calls(text: str, parser: ToolParser) -> ToolAnswer:
+    """``text`` as OpenAI message fields: content (None when only calls remain) and ``tool_calls``.
+
+    As vLLM's hermes parser does, an answer whose calls do not parse stays plain content (its invalid
+    calls counted), and each call gets a fresh ``call_...`` id."""
+    turn = parser(text)
+    if not isinstance(turn, ParsedTurn):
+        raise TypeError(f"a tool parser must return a ParsedTurn, got {type(turn).__name__}")
+    if turn.errors or not turn.calls:
+        return ToolAnswer(text, invalid=len(turn.errors))
+    calls = [openai_call(c, f"call_{uuid.uuid4().hex[:24]}") for c in turn.calls]
+    return ToolAnswer(turn.content or None, calls)

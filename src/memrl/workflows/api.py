@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from memrl.engines.base import Engine, GenerationResult, SamplingParams
 from memrl.plugins import finite_number
 from memrl.types import Conversation, Trajectory
+from memrl.text.tokens import chat_ids  # noqa: F401 (part of this module's API since it was written here)
 from memrl.workflows.common import anchor, decode, encode_text, stop_token_ids, strip_stop, turn_seed  # noqa: F401
 
 
@@ -100,21 +101,6 @@ class Generation(str):
     def truncated(self) -> bool:
         """The call ran out of ``max_new_tokens`` before a stop token."""
         return self.finish_reason == "length"
-
-
-def chat_ids(tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | None = None) -> list[int]:
-    """The ids of ``messages`` under the tokenizer's chat template, ready for the assistant's turn.
-
-    What an OpenAI-compatible server builds for the same request, so an agent trained
-    here sees the prompts it will be served with.
-    """
-    kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
-    if tools:
-        kwargs["tools"] = list(tools)
-    out = tokenizer.apply_chat_template([dict(m) for m in messages], **kwargs)
-    if isinstance(out, Mapping) or hasattr(out, "input_ids"):  # transformers may return a BatchEncoding
-        out = out["input_ids"]
-    return [int(t) for t in out]
 
 
 # Prompts longer than this (characters) are tokenized in a worker thread: every episode of a step shares one event

@@ -213,8 +213,9 @@ def build_user_simulator(cfg: Any) -> UserSimulator:
     kw = dict(max_tokens=e.user.reply_tokens(), temperature=e.user.temperature, prompts=e.prompts)
     if e.user.protocol == "chat":
         from memrl.envs.user_chat import ChatUserSimulator
+        from memrl.text.template_chat import as_chat
 
-        return ChatUserSimulator(engine, system_prompt=read_user_prompt(e.user.prompt), **kw)
+        return ChatUserSimulator(as_chat(engine, tokenizer), system_prompt=read_user_prompt(e.user.prompt), **kw)
     return LLMUserSimulator(engine, tokenizer, system_prompt=read_user_prompt(e.user.prompt), **kw)
 
 
