@@ -37,8 +37,9 @@ class EngineKind:
     ``build(cfg, model, pad_token_id=...)`` then gets that module (or a copy) and the tokenizer's pad id.
     ``preflight(cfg)``: checks of the kind's own options against the rest of the config, run by the
     trainer's preflight before any model loads (a ``ConfigError`` naming the keys to change).
-    ``chats``: its engines answer OpenAI chat messages (``await engine.chat(messages, tools, params)``), so
-    a side model may use ``protocol: chat`` (no tokenizer; the server's own template and tool parser).
+    ``chats``: its engines answer OpenAI chat messages themselves (``await engine.chat(messages, tools,
+    params)``), so a side model with ``protocol: chat`` loads no tokenizer (the server's own template and
+    tool parser apply); any other kind's engine is wrapped to answer them with the model's template.
     """
 
     build: Builder

@@ -108,8 +108,9 @@ class LLMNLJudge:
         sends them to its judge model; ``max_tokens`` None then sends no cap, as τ²-bench. ``prompts`` tau2:
         τ²-bench's own judge prompt (``env.prompts``)."""
         if chat and not callable(getattr(engine, "chat", None)):
-            raise ValueError("env.judge.protocol=chat needs an engine that speaks /v1/chat/completions "
-                             f"(env.judge.engine=openai), got {type(engine).__name__}")
+            raise ValueError("env.judge.protocol=chat needs an engine that speaks /v1/chat/completions (an "
+                             "OpenAI-compatible server, or memrl.text.template_chat.as_chat(engine, tokenizer)), "
+                             f"got {type(engine).__name__}")
         self.engine = engine
         self.tokenizer = tokenizer
         self.max_tokens = 1024 if max_tokens is None and not chat else max_tokens

@@ -7,7 +7,7 @@ device tools as function-calling schemas with ``tool_choice`` "auto"; its tool c
 ``message.tool_calls`` and their results go back as ``tool`` messages under the call's id. The
 agent's tool-calling turns never reach it. This class sends exactly that, so any chat server
 (OpenAI, or vLLM/SGLang with their own chat template and tool parser) can play the user, and no
-local tokenizer is needed. :class:`memrl.envs.user_sim.LLMUserSimulator` is the token-level
+local tokenizer is needed; a local model plays it through :mod:`memrl.text.template_chat`. :class:`memrl.envs.user_sim.LLMUserSimulator` is the token-level
 twin (memrl renders the prompt; tools are written as text).
 """
 
@@ -55,8 +55,9 @@ class ChatUserSimulator:
                  system_prompt: str | None = None, prompts: str = "memrl") -> None:
         """``max_tokens`` None sends no cap (τ²-bench sends none); ``prompts`` tau2: τ²-bench's system prompt."""
         if not callable(getattr(engine, "chat", None)):
-            raise ValueError("env.user.protocol=chat needs an engine that speaks /v1/chat/completions "
-                             f"(env.user.engine=openai), got {type(engine).__name__}")
+            raise ValueError("env.user.protocol=chat needs an engine that speaks /v1/chat/completions (an "
+                             "OpenAI-compatible server, or memrl.text.template_chat.as_chat(engine, tokenizer)), "
+                             f"got {type(engine).__name__}")
         self.engine = engine
         self.max_tokens = max_tokens
         self.temperature = temperature
