@@ -10,9 +10,9 @@ then writes text (with the task's ``communicate_info``); the user (on telecom) l
 status bar and makes its gold device calls before its second line, and stops after its third; the
 judge meets every assertion. Every fourth task leaves its last gold call out. Printed per task: whether the agent's, the user's
 and the judge's requests are equal, and both rewards. Compared: messages, tools, tool_choice,
-temperature, max_tokens, top_p, model. Not compared: ``seed``, which only pins a server's sampling:
-τ²-bench sends one per trial on every call (none here, as ``run_single_task`` runs with none), memrl
-one per call (the trial's seed stepped per turn).
+temperature, max_tokens, top_p, seed, model. The seed is the first trial's of a run seeded 300 (τ²-bench's
+default): its batch runner hands ``run_single_task`` that seed, which goes on every agent and user call;
+memrl sends the same with ``workflow.options.seeds=tau2 sampling.seed=300``.
 
 With ``--solo``, τ²-bench's solo agent (``llm_agent_solo``, no user) on telecom's tickets beside
 ``env.solo=true env.prompts=tau2``: the fake agent makes the task's gold calls and then calls ``done``
@@ -32,6 +32,7 @@ import argparse
 import ast
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -44,7 +45,8 @@ MODEL = "gpt-4.1-2025-04-14"
 LOOKUP = {"retail": ("find_user_id_by_name_zip", '{"first_name":"Zoë","last_name":"Rossi","zip":"19122"}'),
           "airline": ("get_user_details", '{"user_id":"mia_li_3668"}'),
           "telecom": ("get_customer_by_phone", '{"phone_number":"555-123-2002"}')}
-SENT = ("messages", "tools", "tool_choice", "temperature", "max_tokens", "top_p", "model")
+SENT = ("messages", "tools", "tool_choice", "temperature", "max_tokens", "top_p", "seed", "model")
+RUN_SEED = 300  # τ²-bench's default --seed
 
 
 def who(body: dict[str, Any]) -> str:
@@ -112,8 +114,10 @@ def theirs(domain: str, task_id: str, url: str, solo: bool) -> float:
                            user="dummy_user" if solo else "user_simulator", llm_agent=f"openai/{MODEL}",
                            llm_args_agent=args, llm_user=f"openai/{MODEL}", llm_args_user=dict(args))
     task = next(t for t in registry.get_tasks_loader(domain)() if t.id == task_id)
+    random.seed(RUN_SEED)  # what τ²-bench's batch runner does before it draws each trial's seed
+    seed = random.randint(0, 1000000)
     try:
-        return run_single_task(config, task).reward_info.reward
+        return run_single_task(config, task, seed=seed).reward_info.reward
     except ValueError as err:  # its solo agent raises on a text turn; its batch runner scores that run 0
         if "only supports tool calls" not in str(err):
             raise
@@ -140,6 +144,7 @@ def ours(domain: str, task_id: str, url: str, data: Path, solo: bool) -> float:
            "--data-dir", str(data), "--split", "base", "--task-ids", task_id, "--engine", "openai", "--base-url", url,
            "--model", MODEL, "--temperature", "0", "--out", str(out),
            "workflow.options.tool_protocol=openai_chat", "workflow.options.chat_omit=[max_tokens,top_p]",
+           "workflow.options.seeds=tau2", f"sampling.seed={RUN_SEED}",
            f"env.solo={str(solo).lower()}", "env.prompts=tau2", "env.user.temperature=0", *side]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:

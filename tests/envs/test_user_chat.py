@@ -115,6 +115,17 @@ def test_the_user_works_its_device_by_function_calling(telecom):
     assert third[0] == second[0] and [c[2].seed for c in engine.calls] == [3, 4, 5]  # unreadable call: asked again
 
 
+def test_tau2_seeding_sends_one_seed_on_every_round_of_a_users_turn(telecom):
+    engine = ChatEngine([ChatReply(None, [call("toggle_data", "{}", "srv_1")], "tool_calls"),
+                         ChatReply("Done.")])
+    task = telecom.tasks[0]
+    env = telecom.new_env()
+    env.set_state(task.initial_state)
+    asyncio.run(ChatUserSimulator(engine).act(task, [Message("assistant", "Turn data on.")], env, seed=3,
+                                              step_seed=False))
+    assert [c[2].seed for c in engine.calls] == [3, 3]
+
+
 def test_a_user_that_only_calls_gives_up(telecom):
     engine = ChatEngine([ChatReply(None, [call("check_status_bar", "{}", "s")], "tool_calls")])
     env = telecom.new_env()

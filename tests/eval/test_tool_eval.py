@@ -9,7 +9,7 @@ import sys
 
 from memrl.config.schema import MemRLConfig
 from memrl.eval.runner import check_resume
-from memrl.eval.tool_eval import aggregate_tool_eval, run_tool_eval, task_folder
+from memrl.eval.tool_eval import aggregate_tool_eval, run_tool_eval, task_folder, trial_seeds
 from memrl.models.tiny import build_hf_tokenizer
 from memrl.testing.scripted import ScriptedEngine
 from memrl.workflows.common import encode_text
@@ -129,3 +129,35 @@ def test_a_tool_eval_where_every_trial_failed_says_why(tmp_path):
     with pytest.raises(AllEpisodesFailedError, match=r"all 8 trials failed \(see .*failures/\); the first: "
                                                      r"memrl.engines.base.EngineError: HTTP 400 .*temperature"):
         asyncio.run(run_tool_eval(cfg(), ScriptedEngine(refuse), tok, tmp_path / "out", 1))
+
+
+def test_tau2_seeds_send_tau2_benchs_trial_seed_on_every_call(tmp_path):
+    """τ²-bench's batch runner: random.seed(300), then one randint(0, 10^6) per trial (values from CPython's
+    Mersenne Twister, the stream random.seed(300) gives on every platform); each trial's seed on every call."""
+    assert trial_seeds(300, 4, "tau2") == [626729, 373753, 361454, 1567]
+    assert trial_seeds(300, 2) == [300, 8219]
+    tok = build_hf_tokenizer(["Let me look.", "Nothing to change here."], vocab_size=400)
+    calls: list[tuple[int, int]] = []
+
+    def reply(prompt, params):  # a lookup first, then text: two agent calls per trial
+        calls.append(params.seed)
+        text = ('<tool_call>{"name": "search_books", "arguments": {"query": "x"}}</tool_call>' if len(calls) % 2
+                else "Nothing to change here.")
+        return encode_text(tok, text) + [tok.convert_tokens_to_ids("<|im_end|>")]
+
+    def config(seeds: str) -> MemRLConfig:
+        return MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "options": {"max_turns": 2, "seeds": seeds}},
+                                           "env": {"domain": "library", "eval_split": "test", "num_tasks": 1},
+                                           "sampling": {"temperature": 1.0, "seed": 300}})
+
+    c = config("tau2")
+    out = tmp_path / "out"
+    asyncio.run(run_tool_eval(c, ScriptedEngine(reply), tok, out, 2))
+    assert calls == [626729, 626729, 373753, 373753]
+    task = load_samples(c, "eval")[0].task.id
+    assert json.loads((out / "episodes" / task_folder(task) / "1.json").read_text())["seed"] == 373753
+    sims = json.loads((out / "tau2_results.json").read_text())["simulations"]
+    assert sorted(s["seed"] for s in sims) == [373753, 626729]
+    calls.clear()  # memrl's: each call its own
+    asyncio.run(run_tool_eval(config("memrl"), ScriptedEngine(reply), tok, tmp_path / "memrl", 1))
+    assert len(calls) == 2 and calls[0] != calls[1]

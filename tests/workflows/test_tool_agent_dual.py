@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from memrl.config.schema import MemRLConfig
+from memrl.engines.base import SamplingParams
 from memrl.envs.domain import load_domain
 from memrl.envs.user_sim import LLMUserSimulator
 from memrl.models.tiny import build_hf_tokenizer
@@ -17,7 +18,8 @@ from memrl.text.tool_calls import render_call
 from memrl.envs.messages import ToolCall
 
 
-def test_dual_control_episode(tau2_dir):
+def _dual_episode(tau2_dir, options=None, sampling=None):
+    """The telecom dual-control episode: the user turns data on with its phone, the agent refuels."""
     telecom = load_domain("telecom", tau2_dir)
     tok = build_hf_tokenizer(["tool_call name arguments toggle_data refuel_data"], vocab_size=400)
     end = tok.convert_tokens_to_ids("<|im_end|>")
@@ -29,14 +31,31 @@ def test_dual_control_episode(tau2_dir):
                    render_call(ToolCall("refuel_data", {"customer_id": "C1001", "line_id": "L1002", "gb_amount": 2.0})),
                    "I added 2 GB. Anything else?"]
     aengine = ScriptedEngine(lambda p, k: encode_text(tok, agent_texts[len(aengine.calls) - 1]) + [end])
-    cfg = MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "max_total_tokens": 400_000,
-                                                   "turn_tokens": 2048}})
+    cfg = MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "options": {
+        "max_total_tokens": 400_000, "turn_tokens": 2048, **(options or {})}}})
     s = TaskSample(telecom, task, solo=False, user=LLMUserSimulator(uengine, tok))
-    traj = asyncio.run(tool_agent(s, aengine, tok, cfg.workflow))
+    traj = asyncio.run(tool_agent(s, aengine, tok, cfg.workflow, sampling=sampling))
+    return traj, aengine, uengine, tok
+
+
+def test_dual_control_episode(tau2_dir):
+    traj, aengine, _, tok = _dual_episode(tau2_dir)
     assert traj.info["ending"] == "user_stop", traj.info
     assert traj.metrics["user_tool_calls"] == 1 and traj.reward == 1.0
     agent_view = tok.decode(aengine.calls[-1][0])
     assert "Mobile Data is now ON" not in agent_view and "Done, data is on." in agent_view
+
+
+def test_tau2_seeds_put_the_episodes_seed_on_every_agent_and_user_call(tau2_dir):
+    """τ²-bench's orchestrator sets the trial's seed in the agent's and the user's model arguments: every call
+    sends it, the user's device-tool rounds included. memrl's own seeding gives each call its own."""
+    sampling = SamplingParams(temperature=1.0, seed=11)
+    traj, aengine, uengine, _ = _dual_episode(tau2_dir, {"seeds": "tau2"}, sampling)
+    assert traj.reward == 1.0 and len(aengine.calls) == 3 and len(uengine.calls) == 4
+    assert {c[1].seed for c in aengine.calls + uengine.calls} == {11}
+    traj, aengine, uengine, _ = _dual_episode(tau2_dir, None, sampling)
+    seeds = [c[1].seed for c in aengine.calls + uengine.calls]
+    assert traj.reward == 1.0 and len(set(seeds)) == len(seeds) == 7
 
 
 def test_a_history_ending_with_the_agent_is_answered_by_the_user_first(tau2_dir):

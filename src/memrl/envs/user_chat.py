@@ -76,17 +76,18 @@ class ChatUserSimulator:
         return (answer.content or "").strip()
 
     async def act(self, task: Task, messages: Sequence[Message], env: Any, *, seed: int | None = None,
-                  max_rounds: int = 10) -> list[Message]:
+                  max_rounds: int = 10, step_seed: bool = True) -> list[Message]:
         """The user's next turn with their device tools: calls, each run on ``env`` as the user, until a
         text reply (the last message returned). A reply whose every call is unreadable is asked for again;
-        after ``max_rounds`` the user gives up (``###STOP###``), as :meth:`LLMUserSimulator.act` does."""
+        after ``max_rounds`` the user gives up (``###STOP###``), as :meth:`LLMUserSimulator.act` does
+        (and seeds its rounds as it does)."""
         from memrl.text.tool_calls import read_openai_call
 
         tools = env.user_tools.schemas() if env.user_tools is not None else []
         new: list[Message] = []
         for r in range(max_rounds):
             answer = await self._ask(self.messages(task, [*messages, *new], bool(tools)), tools,
-                                     None if seed is None else seed + r)
+                                     None if seed is None else seed + r * step_seed)
             made = len(messages) + len(new)
             read = [read_openai_call(raw, f"user_call_{made}_{k}") for k, raw in enumerate(answer.tool_calls)]
             calls = [ToolCall(c.name, c.arguments, id=i, requestor="user") for i, c, _ in read if c is not None]

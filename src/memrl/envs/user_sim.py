@@ -143,17 +143,18 @@ class LLMUserSimulator:
         return await self._generate(self.chat(task, messages), seed)
 
     async def act(self, task: Task, messages: Sequence[Message], env: Any, *, seed: int | None = None,
-                  max_rounds: int = 10) -> list[Message]:
+                  max_rounds: int = 10, step_seed: bool = True) -> list[Message]:
         """The user's next turn with their own tools (``env.user_tools``): tool calls, each run on ``env``
         as the user, until a text reply (the last message returned). After ``max_rounds`` rounds of
-        calls the user gives up (``###STOP###``), so a looping simulator cannot stall the episode."""
+        calls the user gives up (``###STOP###``), so a looping simulator cannot stall the episode. Round
+        ``r`` samples with ``seed + r`` (``step_seed=False``: ``seed`` on every round, as τ²-bench seeds)."""
         from memrl.text.tool_calls import parse_hermes
 
         tools = env.user_tools.schemas() if env.user_tools is not None else []
         new: list[Message] = []
         for r in range(max_rounds):
             text = await self._generate(self.chat(task, [*messages, *new], tools),
-                                        None if seed is None else seed + r)
+                                        None if seed is None else seed + r * step_seed)
             turn = parse_hermes(text) if tools else None
             if turn is None or not turn.calls:  # text (an unparseable call stays text: the agent reads it)
                 new.append(Message("user", text))

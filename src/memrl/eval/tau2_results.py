@@ -69,7 +69,7 @@ def tau2_simulation(record: dict[str, Any], task: Any, stamp: str, solo: bool) -
             "termination_reason": TERMINATION.get(info.get("ending"), "agent_error"),
             "agent_cost": None, "user_cost": None, "reward_info": reward_info,
             "messages": [tau2_message(m, i, stamp) for i, m in enumerate(msgs)],
-            "trial": int(record["trial"]), "seed": None}
+            "trial": int(record["trial"]), "seed": record.get("seed")}
 
 
 def tau2_results(cfg: Any, records: list[dict[str, Any]], tasks: list[Any], policy: str, trials: int,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import statistics
 import time
 import traceback
@@ -75,6 +76,8 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
     if not samples:
         raise ValueError(f"no tasks in split {cfg.env.eval_split!r} of domain {cfg.env.domain!r}")
     base = sampling_params(cfg)
+    seeds = trial_seeds(base.seed if base.seed is not None else cfg.trainer.seed, trials,
+                        getattr(cfg.workflow, "seeds", "memrl"))
     todo = _unfinished(samples, trials, out)
     if on_start:
         on_start(len(samples) * trials, len(samples) * trials - len(todo))
@@ -84,7 +87,7 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
 
     async def one(sample: Any, task_id: str, t: int, dest: Path) -> None:
         nonlocal failed
-        seed = (base.seed if base.seed is not None else cfg.trainer.seed) + 7919 * t
+        seed = seeds[t]
         folder = task_folder(task_id)
         async with sem:
             t0 = time.perf_counter()
@@ -100,7 +103,7 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
                 _save(out / "failures" / folder / f"{t}.json",
                       {"task_id": task_id, "trial": t, "error": error, "seconds": time.perf_counter() - t0})
                 return
-        record = {"task_id": task_id, "trial": t, "reward": traj.reward, "success": is_success(traj.reward),
+        record = {"task_id": task_id, "trial": t, "seed": seed, "reward": traj.reward, "success": is_success(traj.reward),
                   "metrics": traj.metrics, "info": traj.info, "seconds": round(time.perf_counter() - t0, 3)}
         if rollouts:  # before the episode file, which marks the trial done
             save_eval_rollout(out, f"{folder}/{t}", traj, tokenizer, {"task_id": task_id, "trial": t})
@@ -116,6 +119,16 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
     if todo and failed == len(todo):
         raise AllEpisodesFailedError(f"all {failed} trials failed (see {out}/failures/); the first: {errors[0][:500]}")
     return _write_results(cfg, out, [s.task.id for s in samples], trials)
+
+
+def trial_seeds(seed: int, trials: int, scheme: str = "memrl") -> list[int]:
+    """Each trial's episode seed. memrl's: ``seed + 7919 t``. ``tau2``: τ²-bench's batch runner's, the
+    first ``trials`` draws of ``randint(0, 1000000)`` after ``random.seed(seed)``, so a run seeded as
+    τ²-bench's (its default is 300) sends the very seeds its trials send."""
+    if scheme == "tau2":
+        rng = random.Random(seed)
+        return [rng.randint(0, 1_000_000) for _ in range(trials)]
+    return [seed + 7919 * t for t in range(trials)]
 
 
 def _unfinished(samples: list[Any], trials: int, out: Path) -> list[tuple[Any, str, int, Path]]:

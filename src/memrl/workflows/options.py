@@ -105,6 +105,11 @@ class ToolAgentOptions(OptionsModel):
         default_factory=list, description="tool_protocol=openai_chat: request fields left out so the server's "
         "defaults apply. [max_tokens, top_p] sends what tau2-bench's agent sends (a turn is then not capped at "
         "turn_tokens; max_total_tokens still ends the episode).")
+    seeds: Literal["memrl", "tau2"] = Field(
+        "memrl", description="How a seeded episode seeds its model calls: 'memrl' (each call its own seed, "
+        "stepped per turn) or 'tau2' (tau2-bench's: every agent and user call of the episode sends the episode's "
+        "seed, and memrl eval gives trial t tau2-bench's t-th trial seed, random.seed(sampling.seed) then "
+        "randint(0, 1000000) per trial; tau2-bench's default seed is 300).")
     record: Literal["episode", "turns"] = Field(
         "episode", description="How an episode is recorded for training: 'episode' (one conversation, the turns "
         "inside one growing context) or 'turns' (each model call its own conversation: the whole context so far "

@@ -63,13 +63,37 @@ class TaskSample:
         return self.task.id
 
 
-async def _user_turn(sample: TaskSample, env: Any, messages: list[Message], seed: int | None) -> list[Message]:
+@dataclass
+class CallSeeds:
+    """The seed of each model call of a seeded episode. memrl's: every call its own (the agent's turn ``t``
+    ``turn_seed(base, t)``, the user's after it ``turn_seed(base, 10_000 + t)``, the opening ``base.seed``,
+    a user's device-tool rounds stepped from there). ``tau2``: τ²-bench's, ``base.seed`` on every agent and
+    user call (its orchestrator sets the trial's seed in both models' arguments)."""
+
+    base: SamplingParams
+    tau2: bool = False
+
+    def agent(self, turn: int) -> SamplingParams:
+        return self.base if self.tau2 else turn_seed(self.base, turn)
+
+    def user(self, turn: int | None) -> tuple[int | None, bool]:
+        """(seed, whether a user's tool rounds step it) for the user's turn after the agent's ``turn``
+        (``None``: the opening)."""
+        if self.tau2 or turn is None:
+            return self.base.seed, not self.tau2
+        return turn_seed(self.base, 10_000 + turn).seed, True
+
+
+async def _user_turn(sample: TaskSample, env: Any, messages: list[Message], seed: int | None,
+                     step_seed: bool = True) -> list[Message]:
     """The user's next turn. In a dual-control domain (the user has tools, e.g. telecom's phone) a simulator
     that can act (``act``) calls them first; those calls and results join the graded log, and the agent
-    is shown only the final text (the last message)."""
+    is shown only the final text (the last message). ``step_seed=False``: each of those calls sends ``seed``
+    itself (τ²-bench's seeding), not ``seed`` + its round."""
     user = sample.user
     if env.user_tools is not None and env.user_tools.tools and hasattr(user, "act"):
-        return await user.act(sample.task, messages, env, seed=seed)  # type: ignore[union-attr]
+        kw = {} if step_seed else {"step_seed": False}
+        return await user.act(sample.task, messages, env, seed=seed, **kw)  # type: ignore[union-attr]
     return [Message("user", await user.reply(sample.task, messages, seed=seed))]  # type: ignore[union-attr]
 
 
@@ -86,7 +110,8 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
     env.set_state(task.initial_state, messages)
     side: TokenSide | ChatSide = ChatSide(engine, config) if chat else TokenSide(engine, tokenizer, config, env)
     base = (sampling or SamplingParams()).with_(stop_token_ids=side.stops)
-    opening = await _opening(sample, env, messages, base.seed)
+    seeds = CallSeeds(base, tau2=getattr(config, "seeds", "memrl") == "tau2")
+    opening = await _opening(sample, env, messages, seeds)
     messages += opening
     side.start(env.system_prompt(task), env.tool_schemas(), messages)
     if isinstance(side, ChatSide) and env.stop_tool is not None:
@@ -105,7 +130,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
             ending = "max_tokens"
             stats["prompt_too_long"] = float(turn == 0)  # cut before the agent said anything: nothing to train
             break
-        parsed, truncated = await side.respond(turn_seed(base, turn).with_(max_new_tokens=budget))
+        parsed, truncated = await side.respond(seeds.agent(turn).with_(max_new_tokens=budget))
         stats["turns"] += 1
         stats["turn_truncated"] += float(truncated)
         if env.stop_tool is not None and any(c.name == env.stop_tool for c in parsed.calls):
@@ -125,7 +150,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
         if AGENT_STOP in parsed.content or sample.solo:  # τ²'s solo agent may only stop by its tool
             ending = "agent_stop" if AGENT_STOP in parsed.content or env.stop_tool is None else "agent_error"
             break
-        reply, user_ending = await _user_reply(sample, env, messages, stats, turn_seed(base, 10_000 + turn).seed)
+        reply, user_ending = await _user_reply(sample, env, messages, stats, seeds, turn)
         if user_ending is not None:
             ending = user_ending
             break
@@ -133,7 +158,7 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
     return await _graded(sample, messages, ending, stats, side, sample_id, group_id)
 
 
-async def _opening(sample: TaskSample, env: Any, history: list[Message], seed: int | None) -> list[Message]:
+async def _opening(sample: TaskSample, env: Any, history: list[Message], seeds: CallSeeds) -> list[Message]:
     """What precedes the agent's first turn: memrl's solo agent reads the ticket as a user message (τ²-bench's
     reads it in its system prompt); outside solo mode the agent greets and the user answers, or the user
     answers the task's message history."""
@@ -142,9 +167,9 @@ async def _opening(sample: TaskSample, env: Any, history: list[Message], seed: i
     if history:  # as τ²'s orchestrator: a history ending with the agent's words is the user's to answer
         last = history[-1]
         ends_with_agent = last.role == "assistant" and bool(last.content) and not last.tool_calls
-        return await _user_turn(sample, env, history, seed) if ends_with_agent else []
+        return await _user_turn(sample, env, history, *seeds.user(None)) if ends_with_agent else []
     opening = [Message("assistant", AGENT_OPENING)]
-    return opening + await _user_turn(sample, env, opening, seed)
+    return opening + await _user_turn(sample, env, opening, *seeds.user(None))
 
 
 def _run_calls(env: Any, calls: list[Any], messages: list[Message], stats: dict[str, float]) -> list[str]:
@@ -159,9 +184,9 @@ def _run_calls(env: Any, calls: list[Any], messages: list[Message], stats: dict[
 
 
 async def _user_reply(sample: TaskSample, env: Any, messages: list[Message], stats: dict[str, float],
-                      seed: int | None) -> tuple[str, str | None]:
-    """The simulated user's reply, and the episode's ending if the reply ends it."""
-    user_msgs = await _user_turn(sample, env, messages, seed)
+                      seeds: CallSeeds, turn: int) -> tuple[str, str | None]:
+    """The simulated user's reply after the agent's ``turn``, and the episode's ending if the reply ends it."""
+    user_msgs = await _user_turn(sample, env, messages, *seeds.user(turn))
     messages += user_msgs
     stats["user_tool_calls"] += sum(len(m.tool_calls) for m in user_msgs)
     reply = user_msgs[-1].content or ""
