@@ -230,3 +230,24 @@ def test_a_local_user_and_judge_take_the_chat_protocol():
     said = asyncio.run(user.reply(TASK, [Message("assistant", "Hi! How can I help you today?")]))
     assert isinstance(said, str)
     assert len(asyncio.run(judge.check(["a"], [Message("user", "hi")]))) == 1
+
+
+def test_the_users_and_the_judges_chat_requests_are_counted_under_their_roles():
+    from memrl.engines.usage import metering
+
+    verdict = {"results": [{"expectedOutcome": "a", "reasoning": "seen", "metExpectation": True}]}
+    user = ChatUserSimulator(ChatEngine([ChatReply("Sure.", prompt_tokens=40, completion_tokens=2)]))
+    judge = LLMNLJudge(ChatEngine([ChatReply(json.dumps(verdict), prompt_tokens=90, completion_tokens=30)]), None,
+                       max_tokens=None, seed=None, chat=True)
+
+    async def episode() -> dict:
+        with metering() as meter:
+            await user.reply(TASK, conversation()[:1])
+            await user.reply(TASK, conversation()[:3])
+            await judge.check(["a"], conversation())
+        return meter
+
+    meter = asyncio.run(episode())
+    assert (meter["user"].requests, meter["user"].prompt_tokens, meter["user"].completion_tokens) == (2, 80, 4)
+    assert (meter["judge"].requests, meter["judge"].prompt_tokens, meter["judge"].completion_tokens) == (1, 90, 30)
+    assert "agent" not in meter

@@ -197,14 +197,17 @@ def test_eval_of_a_split_over_a_chat_server(tmp_path, tok):
     from memrl.eval.tool_eval import run_tool_eval
     from memrl.workflows import load_samples
 
+    usage = {"prompt_tokens": 1500, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 1024}}
+
     def play_gold(body: dict[str, Any]) -> dict[str, Any]:
         task = tasks[body["messages"][1]["content"]]
         done = sum(m["role"] == "assistant" for m in body["messages"])
         acts = task.evaluation_criteria.actions
         if done < len(acts):
             return completion({"content": None, "tool_calls": [openai_call(f"c{done}", acts[done].name,
-                                                                           acts[done].arguments)]})
-        return completion({"content": " ".join(["Done."] + (task.evaluation_criteria.communicate_info or []))})
+                                                                           acts[done].arguments)]}, usage=usage)
+        return completion({"content": " ".join(["Done."] + (task.evaluation_criteria.communicate_info or []))},
+                          usage=usage)
 
     with FakeChatServer(play_gold) as srv:
         c = MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "tool_protocol": "openai_chat"},
@@ -222,6 +225,11 @@ def test_eval_of_a_split_over_a_chat_server(tmp_path, tok):
         res = asyncio.run(go())
     assert res["tasks"] == len(tasks) == 8 and res["pass_hat_k"] == {"1": 1.0}
     assert all(r["_path"] == "/v1/chat/completions" for r in srv.requests)
+    n = len(srv.requests)  # every request answered with the usage above: the totals are n times it
+    assert res["chat_usage"] == {"agent": {"requests": n, "prompt_tokens": 1500 * n, "cached_tokens": 1024 * n,
+                                           "completion_tokens": 7 * n, "unreported": 0}}
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert f"Chat requests of the finished trials: agent {n} requests, {1.5 * n:g}k prompt" in md
 
 
 def test_memrl_eval_of_a_chat_api_model_needs_no_tokenizer(tmp_path):

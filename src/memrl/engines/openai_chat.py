@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memrl.engines.base import EngineError, SamplingParams
+from memrl.engines.usage import count
 
 
 @dataclass
@@ -24,7 +25,8 @@ class ChatReply:
 
     ``tool_calls`` are the raw ``message.tool_calls`` entries: their ``arguments`` are the JSON
     text the model wrote and may not parse, which the caller reports back to the model.
-    ``prompt_tokens``/``completion_tokens`` come from ``usage`` when the server sends it.
+    ``prompt_tokens``/``completion_tokens`` come from ``usage`` when the server sends it, ``cached_tokens``
+    from its ``prompt_tokens_details`` (the prompt tokens served from the server's cache).
     """
 
     content: str | None
@@ -32,6 +34,7 @@ class ChatReply:
     finish_reason: str = "stop"
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None
 
 
 OMITTABLE = frozenset({"max_tokens", "top_p"})
@@ -43,11 +46,13 @@ def side_omits(max_tokens: int | None) -> tuple[str, ...]:
 
 
 async def side_chat(engine: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], *,
-                    max_tokens: int | None, temperature: float, seed: int | None) -> ChatReply:
-    """One request of a side model (user simulator, judge) as τ²-bench sends it: no ``top_p``, and no
-    ``max_tokens`` unless one is set."""
+                    max_tokens: int | None, temperature: float, seed: int | None, role: str) -> ChatReply:
+    """One request of a side model (``role``: user, judge) as τ²-bench sends it: no ``top_p``, and no
+    ``max_tokens`` unless one is set. Its usage goes to the episode's meter (:mod:`memrl.engines.usage`)."""
     params = SamplingParams(max_new_tokens=max_tokens or 1, temperature=temperature, seed=seed)
-    return await engine.chat(messages, tools, params, omit=side_omits(max_tokens))
+    reply = await engine.chat(messages, tools, params, omit=side_omits(max_tokens))
+    count(role, reply)
+    return reply
 
 
 def chat_payload(model: str, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]],
@@ -92,11 +97,13 @@ def parse_chat_reply(body: Mapping[str, Any]) -> ChatReply:
     calls = message.get("tool_calls") or []
     if not isinstance(calls, list):
         raise EngineError(f"choices[0].message.tool_calls is not a list: {str(calls)[:200]}")
-    usage = body.get("usage") or {}
+    usage = body.get("usage") if isinstance(body.get("usage"), Mapping) else {}
+    details = usage.get("prompt_tokens_details")
     return ChatReply(content=content if isinstance(content, str) else None, tool_calls=list(calls),
                      finish_reason=str(choices[0].get("finish_reason") or "stop"),
                      prompt_tokens=_count(usage.get("prompt_tokens")),
-                     completion_tokens=_count(usage.get("completion_tokens")))
+                     completion_tokens=_count(usage.get("completion_tokens")),
+                     cached_tokens=_count(details.get("cached_tokens")) if isinstance(details, Mapping) else None)
 
 
 def _count(value: Any) -> int | None:

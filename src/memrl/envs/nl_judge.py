@@ -137,7 +137,8 @@ class LLMNLJudge:
             return []
         if self.chat:
             reply = await side_chat(self.engine, judge_chat(assertions, messages, self.prompts), [],
-                                    max_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed)
+                                    max_tokens=self.max_tokens, temperature=self.temperature, seed=self.seed,
+                                    role="judge")
             return parse_verdicts(reply.content or "", assertions)
         stops = stop_token_ids(self.tokenizer)
         params = SamplingParams(max_new_tokens=self.max_tokens, temperature=self.temperature,

@@ -103,4 +103,4 @@ class ChatUserSimulator:
 
     async def _ask(self, chat: list[dict[str, Any]], tools: Sequence[dict[str, Any]], seed: int | None) -> Any:
         return await side_chat(self.engine, chat, tools, max_tokens=self.max_tokens, temperature=self.temperature,
-                               seed=seed)
+                               seed=seed, role="user")

@@ -24,6 +24,7 @@ from typing import Any
 from memrl.config.schema import MemRLConfig
 from memrl.io.atomic import atomic_write
 from memrl.engines.base import Engine, EngineDeadError
+from memrl.engines.usage import usage_line, usage_totals
 from memrl.eval.passk import is_success, pass_hat_ks
 from memrl.eval.records import ROLLOUTS, save_eval_rollout, task_folder
 from memrl.eval.runner import AllEpisodesFailedError, ending_counts, endings_note, gather_cancelling, sampling_params
@@ -185,6 +186,7 @@ def aggregate_tool_eval(cfg: MemRLConfig, out: Path, task_ids: list[str], trials
         "pass_hat_k": {str(k): v for k, v in pass_hat_ks(outcomes).items()},
         "nl_assertions_unchecked": sum(t["nl_unchecked"] for t in per_task.values()),
         "endings": ending_counts(records), "max_total_tokens": cfg.workflow.max_total_tokens,
+        "chat_usage": usage_totals([r.get("metrics") or {} for r in records]),
         "per_task": per_task,
     }
 
@@ -199,6 +201,8 @@ def tool_results_markdown(results: dict[str, Any]) -> str:
              f"| {results['tasks']} | {results['complete_tasks']} | {results['failed_trials']} | "
              f"{'-' if avg is None else f'{avg:.3f}'} | " + " | ".join(f"{v:.3f}" for v in ks.values()) + " |", ""]
     lines += [line + "\n" for line in endings_note(results.get("endings") or {}, results.get("max_total_tokens", 0))]
+    if results.get("chat_usage"):
+        lines.append(f"Chat requests of the finished trials: {usage_line(results['chat_usage'])}.\n")
     if results["nl_assertions_unchecked"]:
         lines.append(f"{results['nl_assertions_unchecked']} natural-language assertion(s) were not judged "
                      "(no judge configured): rewards are higher than τ²-bench would give.\n")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memrl.engines.base import Engine, SamplingParams
+from memrl.engines.usage import metering, usage_metrics
 from memrl.envs.domain import Domain, task_env
 from memrl.envs.evaluate import evaluate_async, history_messages
 from memrl.envs.messages import Message
@@ -100,7 +101,16 @@ async def _user_turn(sample: TaskSample, env: Any, messages: list[Message], seed
 async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config: Any, *,
                      sampling: SamplingParams | None = None, sample_id: str | None = None,
                      group_id: str | None = None) -> Trajectory:
-    """Run one episode of ``sample.task`` and grade it with the τ²-bench rules."""
+    """Run one episode of ``sample.task`` and grade it with the τ²-bench rules. Chat requests (agent, user,
+    judge) add their requests and tokens to the episode's metrics (:mod:`memrl.engines.usage`)."""
+    with metering() as meter:
+        traj = await _episode(sample, engine, tokenizer, config, sampling, sample_id, group_id)
+    traj.metrics.update(usage_metrics(meter))
+    return traj
+
+
+async def _episode(sample: TaskSample, engine: Engine, tokenizer: Any, config: Any, sampling: SamplingParams | None,
+                   sample_id: str | None, group_id: str | None) -> Trajectory:
     task, domain = sample.task, sample.domain
     if not sample.solo and sample.user is None:
         raise ValueError("tool_agent outside solo mode needs a user simulator (env.user.model)")

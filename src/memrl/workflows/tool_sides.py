@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from memrl.engines.base import Engine, SamplingParams
+from memrl.engines.usage import count
 from memrl.envs.messages import Message
 from memrl.text.tool_calls import (FORMATS, ParsedTurn, TemplateFormat, get_parser, openai_call, openai_messages,
                                    read_openai_call)
@@ -119,6 +120,7 @@ class ChatSide:
         omit = tuple(getattr(self.config, "chat_omit", ()))
         reply = await self.engine.chat(self.chat, self.tools, params, omit=omit,  # type: ignore[attr-defined]
                                        tool_choice=self.tool_choice)
+        count("agent", reply)
         self.context_tokens = (reply.prompt_tokens or 0) + (reply.completion_tokens or 0)
         self.response_tokens += reply.completion_tokens or 0
         self._texts.append(reply.content or "")
