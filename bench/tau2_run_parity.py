@@ -14,6 +14,11 @@ temperature, max_tokens, top_p, seed, model. The seed is the first trial's of a 
 default): its batch runner hands ``run_single_task`` that seed, which goes on every agent and user call;
 memrl sends the same with ``workflow.options.seeds=tau2 sampling.seed=300``.
 
+Both runs have τ²-bench's limits, 200 steps and 10 tool errors (``--max-steps``, ``--max-errors``; memrl's
+``workflow.options.max_steps``/``max_errors``), and each line prints both termination reasons. With
+``--errors`` every other task's agent looks a user up with wrong arguments, again and again, until the error
+limit ends the run (``too_many_errors``); a small ``--max-steps`` (9, say) cuts the others (``max_steps``).
+
 With ``--solo``, τ²-bench's solo agent (``llm_agent_solo``, no user) on telecom's tickets beside
 ``env.solo=true env.prompts=tau2``: the fake agent makes the task's gold calls and then calls ``done``
 (every fourth task writes text instead: τ²-bench's solo agent raises, its batch runner scores the run
@@ -42,6 +47,8 @@ from typing import Any
 from fake_openai import FakeServer, comparable
 
 MODEL = "gpt-4.1-2025-04-14"
+BAD_LOOKUP = {"retail": '{"first_name":"No","last_name":"Body","zip":"00000"}', "airline": '{"user_id":"nobody_0"}',
+              "telecom": '{"phone_number":"000-000-0000"}'}
 LOOKUP = {"retail": ("find_user_id_by_name_zip", '{"first_name":"Zoë","last_name":"Rossi","zip":"19122"}'),
           "airline": ("get_user_details", '{"user_id":"mia_li_3668"}'),
           "telecom": ("get_customer_by_phone", '{"phone_number":"555-123-2002"}')}
@@ -55,10 +62,11 @@ def who(body: dict[str, Any]) -> str:
 
 
 def answer(domain: str, plan: list[tuple[str, str]], say: str = "", text_end: bool = False,
-           user_plan: list[tuple[str, str]] = ()):
+           user_plan: list[tuple[str, str]] = (), fail: bool = False):
     """The fake server's part for ``domain``: agent, user or judge, decided from the request alone (``plan``:
     the agent's gold calls; ``say``: what it must tell the user; ``text_end``: the solo agent then writes
-    text instead of calling done; ``user_plan``: the user's gold device calls)."""
+    text instead of calling done; ``user_plan``: the user's gold device calls; ``fail``: the agent repeats a
+    lookup with wrong arguments)."""
     def reply(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         msgs, role = body["messages"], who(body)
         message: dict[str, Any] = {"role": "assistant", "content": None}
@@ -84,6 +92,8 @@ def answer(domain: str, plan: list[tuple[str, str]], say: str = "", text_end: bo
                                           "function": {"name": name, "arguments": args}}]
         else:  # the agent: a lookup, then its gold calls, one a turn; then text (with what it must tell)
             calls, tools = [LOOKUP[domain], *plan], sum(m["role"] == "tool" for m in msgs)
+            if fail:
+                calls, tools = [(LOOKUP[domain][0], BAD_LOOKUP[domain])], 0
             if tools < len(calls):
                 message["tool_calls"] = [{"id": f"call_{len(msgs)}", "type": "function",
                                           "function": {"name": calls[tools][0], "arguments": calls[tools][1]}}]
@@ -102,7 +112,7 @@ def normal(raw: str) -> tuple[str, dict[str, Any]]:
     return who(body), comparable(body, SENT)
 
 
-def theirs(domain: str, task_id: str, url: str, solo: bool) -> float:
+def theirs(domain: str, task_id: str, url: str, solo: bool, limits: tuple[int, int]) -> tuple[float, str]:
     from tau2.data_model.simulation import TextRunConfig
     from tau2.registry import registry
     from tau2.runner.batch import run_single_task
@@ -112,16 +122,18 @@ def theirs(domain: str, task_id: str, url: str, solo: bool) -> float:
     args = {"temperature": 0.0, "api_base": url, "api_key": "sk-local"}
     config = TextRunConfig(domain=domain, agent="llm_agent_solo" if solo else "llm_agent",
                            user="dummy_user" if solo else "user_simulator", llm_agent=f"openai/{MODEL}",
-                           llm_args_agent=args, llm_user=f"openai/{MODEL}", llm_args_user=dict(args))
+                           llm_args_agent=args, llm_user=f"openai/{MODEL}", llm_args_user=dict(args),
+                           max_steps=limits[0], max_errors=limits[1])
     task = next(t for t in registry.get_tasks_loader(domain)() if t.id == task_id)
     random.seed(RUN_SEED)  # what τ²-bench's batch runner does before it draws each trial's seed
     seed = random.randint(0, 1000000)
     try:
-        return run_single_task(config, task, seed=seed).reward_info.reward
+        sim = run_single_task(config, task, seed=seed)
+        return sim.reward_info.reward, sim.termination_reason.value
     except ValueError as err:  # its solo agent raises on a text turn; its batch runner scores that run 0
         if "only supports tool calls" not in str(err):
             raise
-        return 0.0
+        return 0.0, "agent_error"
 
 
 def _quiet_dummy_user(registry: Any) -> None:
@@ -136,7 +148,9 @@ def _quiet_dummy_user(registry: Any) -> None:
     registry._users["dummy_user"] = Dummy
 
 
-def ours(domain: str, task_id: str, url: str, data: Path, solo: bool) -> float:
+def ours(domain: str, task_id: str, url: str, data: Path, solo: bool, limits: tuple[int, int]) -> tuple[float, str]:
+    from memrl.eval.tau2_results import TERMINATION
+
     out = Path(tempfile.mkdtemp(prefix="memrl_parity_"))
     side = [f"env.{s}.{k}={v}" for s in ("user", "judge") for k, v in
             (("protocol", "chat"), ("engine", "openai"), ("base_url", url), ("model", MODEL))]
@@ -144,13 +158,15 @@ def ours(domain: str, task_id: str, url: str, data: Path, solo: bool) -> float:
            "--data-dir", str(data), "--split", "base", "--task-ids", task_id, "--engine", "openai", "--base-url", url,
            "--model", MODEL, "--temperature", "0", "--out", str(out),
            "workflow.options.tool_protocol=openai_chat", "workflow.options.chat_omit=[max_tokens,top_p]",
-           "workflow.options.seeds=tau2", f"sampling.seed={RUN_SEED}",
+           "workflow.options.seeds=tau2", f"sampling.seed={RUN_SEED}", f"workflow.options.max_turns={limits[0]}",
+           f"workflow.options.max_steps={limits[0]}", f"workflow.options.max_errors={limits[1]}",
            f"env.solo={str(solo).lower()}", "env.prompts=tau2", "env.user.temperature=0", *side]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"memrl eval failed:\n{done.stderr[-3000:]}")
     result = json.loads((out / "results.json").read_text())
-    return result["per_task"][task_id]["rewards"][0]
+    ending = json.loads(next((out / "episodes").rglob("0.json")).read_text())["info"]["ending"]
+    return result["per_task"][task_id]["rewards"][0], TERMINATION.get(ending, "agent_error")
 
 
 def main() -> None:
@@ -160,7 +176,11 @@ def main() -> None:
     ap.add_argument("--domains", default="retail,airline,telecom", help="comma-separated")
     ap.add_argument("--solo", action="store_true", help="τ²-bench's solo agent (no user) on telecom's tickets "
                     "(--domains is then telecom)")
+    ap.add_argument("--max-steps", type=int, default=200, help="both runs' step limit (τ²-bench's default 200)")
+    ap.add_argument("--max-errors", type=int, default=10, help="both runs' tool-error limit (τ²-bench's default 10)")
+    ap.add_argument("--errors", action="store_true", help="every other task's agent repeats a failing lookup")
     args = ap.parse_args()
+    limits = (args.max_steps, args.max_errors)
     os.environ.update(OPENAI_API_KEY="sk-local", LITELLM_LOCAL_MODEL_COST_MAP="True")
     from loguru import logger
     from tau2.registry import registry
@@ -178,9 +198,10 @@ def main() -> None:
             if i % 4 == 3 and not args.solo:  # every fourth task one gold call short (should score 0)
                 plan, user_plan = (plan[:-1], user_plan) if plan else (plan, user_plan[:-1])
             runs, rewards = [], []
-            for run in (lambda u: theirs(domain, task.id, u, args.solo),
-                        lambda u: ours(domain, task.id, u, args.data, args.solo)):
-                server = FakeServer(answer(domain, plan, say, text_end=i % 4 == 3, user_plan=user_plan))
+            for run in (lambda u: theirs(domain, task.id, u, args.solo, limits),
+                        lambda u: ours(domain, task.id, u, args.data, args.solo, limits)):
+                server = FakeServer(answer(domain, plan, say, text_end=i % 4 == 3, user_plan=user_plan,
+                                           fail=args.errors and i % 2 == 1))
                 os.environ["OPENAI_BASE_URL"] = server.url  # τ²-bench's judge model is reached this way
                 rewards.append(run(server.url))
                 server.close()
@@ -192,8 +213,8 @@ def main() -> None:
             same = all(v.endswith("equal") for v in verdict.values()) and rewards[0] == rewards[1]
             equal, total = equal + same, total + 1
             print(f"{domain:8} {task.id[:40]:40} " + "  ".join(f"{k} {v}" for k, v in verdict.items())
-                  + f"  reward tau2 {rewards[0]} memrl {rewards[1]}")
-    print(f"{equal}/{total} tasks: equal requests and equal rewards")
+                  + f"  tau2 {rewards[0][0]} {rewards[0][1]}  memrl {rewards[1][0]} {rewards[1][1]}")
+    print(f"{equal}/{total} tasks: equal requests, equal rewards and equal termination reasons")
 
 
 if __name__ == "__main__":

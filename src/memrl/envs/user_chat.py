@@ -13,7 +13,7 @@ twin (memrl renders the prompt; tools are written as text).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from memrl.engines.base import Engine
@@ -76,11 +76,12 @@ class ChatUserSimulator:
         return (answer.content or "").strip()
 
     async def act(self, task: Task, messages: Sequence[Message], env: Any, *, seed: int | None = None,
-                  max_rounds: int = 10, step_seed: bool = True) -> list[Message]:
+                  max_rounds: int = 10, step_seed: bool = True,
+                  halt: Callable[[list[Message]], bool] | None = None) -> list[Message]:
         """The user's next turn with their device tools: calls, each run on ``env`` as the user, until a
         text reply (the last message returned). A reply whose every call is unreadable is asked for again;
         after ``max_rounds`` the user gives up (``###STOP###``), as :meth:`LLMUserSimulator.act` does
-        (and seeds its rounds as it does)."""
+        (and seeds and halts its rounds as it does)."""
         from memrl.text.tool_calls import read_openai_call
 
         tools = env.user_tools.schemas() if env.user_tools is not None else []
@@ -98,6 +99,8 @@ class ChatUserSimulator:
                 return new
             new.append(Message("user", (answer.content or "").strip() or None, calls))
             new += [env.step(c) for c in calls]
+            if halt is not None and halt(new):  # a τ²-bench limit reached: the turn ends at these results
+                return new
         new.append(Message("user", "###STOP###"))
         return new
 

@@ -143,11 +143,14 @@ class LLMUserSimulator:
         return await self._generate(self.chat(task, messages), seed)
 
     async def act(self, task: Task, messages: Sequence[Message], env: Any, *, seed: int | None = None,
-                  max_rounds: int = 10, step_seed: bool = True) -> list[Message]:
+                  max_rounds: int = 10, step_seed: bool = True,
+                  halt: Callable[[list[Message]], bool] | None = None) -> list[Message]:
         """The user's next turn with their own tools (``env.user_tools``): tool calls, each run on ``env``
         as the user, until a text reply (the last message returned). After ``max_rounds`` rounds of
         calls the user gives up (``###STOP###``), so a looping simulator cannot stall the episode. Round
-        ``r`` samples with ``seed + r`` (``step_seed=False``: ``seed`` on every round, as τ²-bench seeds)."""
+        ``r`` samples with ``seed + r`` (``step_seed=False``: ``seed`` on every round, as τ²-bench seeds).
+        ``halt(messages so far)`` True after a round's results ends the turn there, without a text reply
+        (a τ²-bench step or error limit, :mod:`memrl.workflows.tool_steps`)."""
         from memrl.text.tool_calls import parse_hermes
 
         tools = env.user_tools.schemas() if env.user_tools is not None else []
@@ -163,6 +166,8 @@ class LLMUserSimulator:
                      for k, c in enumerate(turn.calls)]
             new.append(Message("user", turn.content or None, calls))
             new += [env.step(c) for c in calls]
+            if halt is not None and halt(new):  # a τ²-bench limit reached: the turn ends at these results
+                return new
         new.append(Message("user", "###STOP###"))
         return new
 

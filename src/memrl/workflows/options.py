@@ -89,6 +89,13 @@ class ToolAgentOptions(OptionsModel):
     """A τ²-bench agent: tools, a policy, and (outside solo mode) a simulated user."""
 
     max_turns: int = Field(30, gt=0, description="Model turns per episode before it is cut (reward 0).")
+    max_steps: int | None = Field(None, gt=0, description="tau2-bench's step limit (its default: 200): every "
+                                  "message of the agent or the user and every batch of tool results is a step; "
+                                  "the episode ends at the limit (max_steps, reward 0) where tau2-bench's "
+                                  "orchestrator would end it. None: no step limit.")
+    max_errors: int | None = Field(None, gt=0, description="tau2-bench's error limit (its default: 10): the "
+                                   "episode ends (too_many_errors, reward 0) once this many tool calls, the "
+                                   "agent's and the user's, returned an error. None: no limit.")
     turn_tokens: int = Field(512, gt=0, description="Max new tokens of one model turn.")
     max_total_tokens: int = Field(8192, gt=0, description="Context limit of the whole episode.")
     tool_format: Literal["qwen", "hermes", "template"] = Field(

@@ -28,7 +28,7 @@ The two ways the context is kept are in :mod:`memrl.workflows.tool_sides`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from memrl.engines.base import Engine, SamplingParams
@@ -42,6 +42,7 @@ from memrl.envs.user_sim import AGENT_OPENING, UserSimulator, ends_conversation
 from memrl.types import Trajectory
 from memrl.workflows.common import anchor, turn_seed
 from memrl.workflows.tool_sides import ChatSide, TokenSide
+from memrl.workflows.tool_steps import StepLimits
 
 AGENT_STOP = "###STOP###"
 TRANSFER_TOOL = "transfer_to_human_agents"
@@ -85,17 +86,21 @@ class CallSeeds:
         return turn_seed(self.base, 10_000 + turn).seed, True
 
 
-async def _user_turn(sample: TaskSample, env: Any, messages: list[Message], seed: int | None,
-                     step_seed: bool = True) -> list[Message]:
-    """The user's next turn. In a dual-control domain (the user has tools, e.g. telecom's phone) a simulator
-    that can act (``act``) calls them first; those calls and results join the graded log, and the agent
-    is shown only the final text (the last message). ``step_seed=False``: each of those calls sends ``seed``
-    itself (τ²-bench's seeding), not ``seed`` + its round."""
-    user = sample.user
+async def _user_turn(run: _Run, messages: list[Message], turn: int | None) -> tuple[list[Message], str | None]:
+    """The user's turn after the agent's ``turn`` (``None``: the opening), counted against τ²-bench's limits:
+    what of it τ²-bench would have let happen, and the limit that cut it. In a dual-control domain (the
+    user has tools, e.g. telecom's phone) a simulator that can act (``act``) calls them first; those calls
+    and results join the graded log, and the agent is shown only the final text (the last message)."""
+    user, env = run.sample.user, run.env
+    seed, step_seed = run.seeds.user(turn)
     if env.user_tools is not None and env.user_tools.tools and hasattr(user, "act"):
-        kw = {} if step_seed else {"step_seed": False}
-        return await user.act(sample.task, messages, env, seed=seed, **kw)  # type: ignore[union-attr]
-    return [Message("user", await user.reply(sample.task, messages, seed=seed))]  # type: ignore[union-attr]
+        kw: dict[str, Any] = {} if step_seed else {"step_seed": False}
+        if run.limits.active:
+            kw["halt"] = run.limits.would_stop
+        said = await user.act(run.sample.task, messages, env, seed=seed, **kw)  # type: ignore[union-attr]
+    else:
+        said = [Message("user", await user.reply(run.sample.task, messages, seed=seed))]  # type: ignore[union-attr]
+    return run.limits.user_turn(said)
 
 
 async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config: Any, *,
@@ -109,6 +114,21 @@ async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config:
     return traj
 
 
+@dataclass
+class _Run:
+    """One episode in progress: what its turns read and change."""
+
+    sample: TaskSample
+    env: Any
+    side: Any
+    seeds: CallSeeds
+    messages: list[Message]
+    limits: StepLimits
+    stats: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
+        ("turns", "tool_calls", "invalid_tool_calls", "tool_errors", "turn_truncated", "user_turns",
+         "user_tool_calls", "prompt_too_long"), 0.0))
+
+
 async def _episode(sample: TaskSample, engine: Engine, tokenizer: Any, config: Any, sampling: SamplingParams | None,
                    sample_id: str | None, group_id: str | None) -> Trajectory:
     task, domain = sample.task, sample.domain
@@ -120,66 +140,76 @@ async def _episode(sample: TaskSample, engine: Engine, tokenizer: Any, config: A
     env.set_state(task.initial_state, messages)
     side: TokenSide | ChatSide = ChatSide(engine, config) if chat else TokenSide(engine, tokenizer, config, env)
     base = (sampling or SamplingParams()).with_(stop_token_ids=side.stops)
-    seeds = CallSeeds(base, tau2=getattr(config, "seeds", "memrl") == "tau2")
-    opening = await _opening(sample, env, messages, seeds)
+    run = _Run(sample, env, side, CallSeeds(base, tau2=getattr(config, "seeds", "memrl") == "tau2"), messages,
+               StepLimits(getattr(config, "max_steps", None), getattr(config, "max_errors", None)))
+    opening, ending = await _opening(run)
     messages += opening
     side.start(env.system_prompt(task), env.tool_schemas(), messages)
     if isinstance(side, ChatSide) and env.stop_tool is not None:
         side.tool_choice = "required"  # τ²-bench's solo agent must call a tool every turn
     side.conv.meta["state"] = anchor(env.db_hash(), len(messages))  # the episode's one conversation starts here
+    for turn in range(config.max_turns if ending is None else 0):
+        ending = await _agent_turn(run, turn)
+        if ending is not None:
+            break
+    return await _graded(sample, messages, ending or "max_turns", run.stats, side, sample_id, group_id)
 
-    stats = {"turns": 0.0, "tool_calls": 0.0, "invalid_tool_calls": 0.0, "tool_errors": 0.0,
-             "turn_truncated": 0.0, "user_turns": 0.0, "user_tool_calls": 0.0,
-             "prompt_too_long": 0.0}
-    ending = "max_turns"
-    if not sample.solo and opening and ends_conversation(opening[-1].content or ""):
-        ending = "user_stop"
-    for turn in range(config.max_turns if ending == "max_turns" else 0):
-        budget = side.budget()
-        if budget <= 0:
-            ending = "max_tokens"
-            stats["prompt_too_long"] = float(turn == 0)  # cut before the agent said anything: nothing to train
-            break
-        parsed, truncated = await side.respond(seeds.agent(turn).with_(max_new_tokens=budget))
-        stats["turns"] += 1
-        stats["turn_truncated"] += float(truncated)
-        if env.stop_tool is not None and any(c.name == env.stop_tool for c in parsed.calls):
-            messages.append(Message("assistant", AGENT_STOP))  # τ²'s solo agent: the turn becomes its stop message
-            ending = "agent_stop"
-            break
-        messages.append(Message("assistant", parsed.content or None, parsed.calls))
-        stats["tool_calls"] += len(parsed.calls) + len(parsed.errors)
-        stats["invalid_tool_calls"] += len(parsed.errors)
-        if parsed.calls or parsed.errors:
-            results = _run_calls(env, parsed.calls, messages, stats)
-            if any(c.name == TRANSFER_TOOL for c in parsed.calls):
-                ending = "transfer"
-                break
-            side.tool_results(results, parsed.errors)  # errors are shown to the model, not part of the graded log
-            continue
-        if AGENT_STOP in parsed.content or sample.solo:  # τ²'s solo agent may only stop by its tool
-            ending = "agent_stop" if AGENT_STOP in parsed.content or env.stop_tool is None else "agent_error"
-            break
-        reply, user_ending = await _user_reply(sample, env, messages, stats, seeds, turn)
-        if user_ending is not None:
-            ending = user_ending
-            break
+
+async def _agent_turn(run: _Run, turn: int) -> str | None:
+    """One model turn and what follows it (its tool results, or the user's reply); the episode's ending if
+    this turn ends it. Steps are counted as τ²-bench counts them (:mod:`memrl.workflows.tool_steps`)."""
+    side, env, messages, stats, limits = run.side, run.env, run.messages, run.stats, run.limits
+    budget = side.budget()
+    if budget <= 0:
+        stats["prompt_too_long"] = float(turn == 0)  # cut before the agent said anything: nothing to train
+        return "max_tokens"
+    parsed, truncated = await side.respond(run.seeds.agent(turn).with_(max_new_tokens=budget))
+    stats["turns"] += 1
+    stats["turn_truncated"] += float(truncated)
+    if not (run.sample.solo and turn == 0):  # τ²'s solo agent's first message is its initial state
+        limits.step()
+    if env.stop_tool is not None and any(c.name == env.stop_tool for c in parsed.calls):
+        messages.append(Message("assistant", AGENT_STOP))  # τ²'s solo agent: the turn becomes its stop message
+        return limits.reached() or "agent_stop"
+    messages.append(Message("assistant", parsed.content or None, parsed.calls))
+    stats["tool_calls"] += len(parsed.calls) + len(parsed.errors)
+    stats["invalid_tool_calls"] += len(parsed.errors)
+    if parsed.calls or parsed.errors:
+        results = _run_calls(env, parsed.calls, messages, stats)
+        limits.step(messages[len(messages) - len(results):], unreadable=len(parsed.errors))
+        if limits.reached() or any(c.name == TRANSFER_TOOL for c in parsed.calls):
+            return limits.reached() or "transfer"
+        side.tool_results(results, parsed.errors)  # errors are shown to the model, not part of the graded log
+        return None
+    if AGENT_STOP in parsed.content or run.sample.solo:  # τ²'s solo agent may only stop by its tool
+        if AGENT_STOP in parsed.content or env.stop_tool is None:
+            return limits.reached() or "agent_stop"
+        return "agent_error"  # τ²'s solo agent raises on text before its step is counted: no limit applies
+    if limits.reached():
+        return limits.reached()
+    reply, user_ending = await _user_reply(run, turn)
+    if user_ending is None:
         side.user_turn(reply)
-    return await _graded(sample, messages, ending, stats, side, sample_id, group_id)
+    return user_ending
 
 
-async def _opening(sample: TaskSample, env: Any, history: list[Message], seeds: CallSeeds) -> list[Message]:
-    """What precedes the agent's first turn: memrl's solo agent reads the ticket as a user message (τ²-bench's
-    reads it in its system prompt); outside solo mode the agent greets and the user answers, or the user
-    answers the task's message history."""
+async def _opening(run: _Run) -> tuple[list[Message], str | None]:
+    """What precedes the agent's first turn, and the episode's ending if it ends there: memrl's solo agent
+    reads the ticket as a user message (τ²-bench's reads it in its system prompt); outside solo mode the
+    agent greets and the user answers, or the user answers the task's message history."""
+    sample, env, history = run.sample, run.env, run.messages
     if sample.solo:
-        return [] if env.stop_tool is not None else [Message("user", sample.task.first_message())]
+        return ([] if env.stop_tool is not None else [Message("user", sample.task.first_message())]), None
+    opening: list[Message] = []
     if history:  # as τ²'s orchestrator: a history ending with the agent's words is the user's to answer
         last = history[-1]
-        ends_with_agent = last.role == "assistant" and bool(last.content) and not last.tool_calls
-        return await _user_turn(sample, env, history, *seeds.user(None)) if ends_with_agent else []
-    opening = [Message("assistant", AGENT_OPENING)]
-    return opening + await _user_turn(sample, env, opening, *seeds.user(None))
+        if not (last.role == "assistant" and bool(last.content) and not last.tool_calls):
+            return [], None
+    else:
+        opening = [Message("assistant", AGENT_OPENING)]
+    said, hit = await _user_turn(run, history + opening, None)
+    ending = hit or ("user_stop" if said and ends_conversation(said[-1].content or "") else None)
+    return opening + said, ending
 
 
 def _run_calls(env: Any, calls: list[Any], messages: list[Message], stats: dict[str, float]) -> list[str]:
@@ -193,14 +223,16 @@ def _run_calls(env: Any, calls: list[Any], messages: list[Message], stats: dict[
     return results
 
 
-async def _user_reply(sample: TaskSample, env: Any, messages: list[Message], stats: dict[str, float],
-                      seeds: CallSeeds, turn: int) -> tuple[str, str | None]:
-    """The simulated user's reply after the agent's ``turn``, and the episode's ending if the reply ends it."""
-    user_msgs = await _user_turn(sample, env, messages, *seeds.user(turn))
-    messages += user_msgs
-    stats["user_tool_calls"] += sum(len(m.tool_calls) for m in user_msgs)
+async def _user_reply(run: _Run, turn: int) -> tuple[str, str | None]:
+    """The simulated user's reply after the agent's ``turn``, and the episode's ending if the reply ends it
+    (or a τ²-bench limit cut the user's turn: what followed the cut is left out)."""
+    user_msgs, hit = await _user_turn(run, run.messages, turn)
+    run.messages += user_msgs
+    run.stats["user_tool_calls"] += sum(len(m.tool_calls) for m in user_msgs)
+    run.stats["user_turns"] += 1
     reply = user_msgs[-1].content or ""
-    stats["user_turns"] += 1
+    if hit is not None:
+        return reply, hit
     marker = ends_conversation(reply)
     if marker is None:
         return reply, None

@@ -1,0 +1,70 @@
+"""τ²-bench's two limits on a simulation, steps and tool errors (``workflow.options.max_steps`` /
+``max_errors``).
+
+τ²-bench's orchestrator counts a step for every message the agent or the user sends and for every
+batch of tool results. After each step that does not hand tool calls to the environment it ends the
+simulation once the tool results that were errors (the agent's and the user's together) reach
+``max_errors`` (``too_many_errors``) or the steps reach ``max_steps`` (``max_steps``); a limit ends it
+even when that same step stopped it too (the limit's reason is the one recorded), and either scores 0.
+What the initial state holds is not a step: the agent's greeting, a task's message history, the solo
+agent's first message. memrl counts the same way, so an episode ends where τ²-bench's would and is
+graded as it would be. ``None`` switches a limit off (memrl's default; ``max_turns`` and
+``max_total_tokens`` bound an episode either way). τ²-bench's defaults are 200 steps and 10 errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from memrl.envs.messages import Message
+
+
+@dataclass
+class StepLimits:
+    """Steps and tool errors so far, against the limits (``None``: no limit)."""
+
+    max_steps: int | None = None
+    max_errors: int | None = None
+    steps: int = 0
+    errors: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.max_steps is not None or self.max_errors is not None
+
+    def would_stop(self, msgs: list[Message]) -> bool:
+        """Whether a user's turn that went as far as ``msgs`` has reached a limit (nothing is counted)."""
+        return replace(self).user_turn(msgs)[1] is not None
+
+    def step(self, results: Sequence[Message] = (), unreadable: int = 0) -> None:
+        """One step: a message, or a batch of tool ``results`` (each result that is an error counts, as do
+        ``unreadable`` calls the agent wrote, which memrl answers with an error instead of running)."""
+        self.steps += 1
+        self.errors += sum(bool(m.error) for m in results) + unreadable
+
+    def reached(self) -> str | None:
+        """The limit reached, if any, checked in τ²-bench's order (errors last, so they win)."""
+        if self.max_errors is not None and self.errors >= self.max_errors:
+            return "too_many_errors"
+        if self.max_steps is not None and self.steps >= self.max_steps:
+            return "max_steps"
+        return None
+
+    def user_turn(self, msgs: list[Message]) -> tuple[list[Message], str | None]:
+        """A user's turn (its messages, each tool-calling one followed by its results) counted step by step:
+        the part of it τ²-bench would have let happen, and the limit that cut it (``None``: all of it).
+        The check skipped after a message that calls tools falls, as in τ²-bench, after its results."""
+        i = 0
+        while i < len(msgs):
+            self.step()
+            j = i + 1
+            if msgs[i].tool_calls:
+                while j < len(msgs) and msgs[j].role == "tool":
+                    j += 1
+                self.step(msgs[i + 1:j])
+            i = j
+            hit = self.reached()
+            if hit is not None:
+                return msgs[:i], hit
+        return msgs, None

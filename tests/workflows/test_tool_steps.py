@@ -1,0 +1,84 @@
+"""τ²-bench's step and error limits (workflow.options.max_steps / max_errors), counted as its orchestrator
+counts them: a step per message and per batch of tool results, checked except when calls await results."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from memrl.envs.messages import Message, ToolCall
+from memrl.envs.user_sim import ScriptedUser
+from memrl.text.tool_calls import render_call
+from memrl.workflows.tool_agent import tool_agent
+from memrl.workflows.tool_steps import StepLimits
+from tests.workflows.test_tool_agent import Script, cfg, sample, tok  # noqa: F401  (tok: a fixture)
+
+
+def user_turn_with_a_call() -> list[Message]:
+    call = ToolCall("toggle_data", {}, id="u", requestor="user")
+    return [Message("user", None, [call]), Message("tool", "bad", call_id="u", requestor="user", error=True),
+            Message("user", "Done.")]
+
+
+def test_a_users_turn_is_three_steps_and_is_cut_where_tau2_checks():
+    limits = StepLimits(max_steps=10)
+    assert limits.user_turn(user_turn_with_a_call()) == (user_turn_with_a_call(), None)
+    assert (limits.steps, limits.errors) == (3, 1)
+    # at the limit after the call's results: the turn stops there (no check after the call itself)
+    kept, hit = StepLimits(max_steps=2).user_turn(user_turn_with_a_call())
+    assert hit == "max_steps" and [m.role for m in kept] == ["user", "tool"]
+    kept, hit = StepLimits(max_steps=1).user_turn(user_turn_with_a_call())
+    assert hit == "max_steps" and len(kept) == 2  # a limit reached on the call message is seen after its results
+    kept, hit = StepLimits(max_steps=2, max_errors=1).user_turn(user_turn_with_a_call())
+    assert hit == "too_many_errors" and len(kept) == 2  # both reached: τ² records the error limit
+    assert StepLimits().user_turn(user_turn_with_a_call())[1] is None  # no limits: never cut
+
+
+def test_tool_errors_end_the_episode_at_max_errors(tok):
+    s = sample("return_")
+    bad = render_call(ToolCall("get_member_details", {"member_id": "M999"}))  # an unknown member: an error
+    script = Script(tok, [bad])
+    traj = asyncio.run(tool_agent(s, script.engine, tok, cfg(max_errors=3).workflow))
+    assert traj.info["ending"] == "too_many_errors" and traj.reward == 0.0
+    assert len(script.outputs) == 3 and traj.metrics["tool_errors"] == 3
+    traj = asyncio.run(tool_agent(s, Script(tok, [bad]).engine, tok, cfg(max_turns=5).workflow))
+    assert traj.info["ending"] == "max_turns"  # no error limit by default
+
+
+@pytest.mark.parametrize("max_steps, ending, agent_turns", [(1, "max_steps", 0), (2, "max_steps", 1),
+                                                             (3, "max_steps", 1), (4, "max_steps", 2),
+                                                             (5, "max_steps", 2), (6, "max_steps", 3),
+                                                             (7, "max_steps", 3), (8, "user_stop", 3)])
+def test_steps_count_every_message_and_batch_of_results_after_the_greeting(tok, max_steps, ending, agent_turns):
+    """Greeting (not a step); user 1, agent text 2, user 3, agent call 4 (not checked: it awaits results),
+    results 5, agent text 6, the user's stop 7. At a limit of 7 the limit wins over the stop, as in τ²."""
+    s = sample("return_")
+    loan = s.task.evaluation_criteria.actions[0].arguments["loan_id"]
+    said = iter(["I want to return a book.", "The loan is mine.", "Thanks ###STOP###"])
+    s.solo, s.user = False, ScriptedUser(lambda task, messages: next(said))
+    script = Script(tok, ["Which loan?", render_call(ToolCall("return_book", {"loan_id": loan})), "Returned."])
+    traj = asyncio.run(tool_agent(s, script.engine, tok, cfg(max_steps=max_steps).workflow))
+    assert (traj.info["ending"], len(script.outputs)) == (ending, agent_turns)
+
+
+def test_the_solo_agents_first_message_is_not_a_step(tok):
+    """τ²'s orchestrator generates the solo agent's first message while it initialises: call (free), results 1,
+    call 2 (awaits results), results 3: a limit of 2 is seen after the second batch of results."""
+    s = sample("return_")
+    script = Script(tok, [render_call(ToolCall("search_books", {"query": "x"}))])
+    traj = asyncio.run(tool_agent(s, script.engine, tok, cfg(max_steps=2).workflow))
+    assert traj.info["ending"] == "max_steps" and len(script.outputs) == 2
+
+
+def test_a_limit_reached_inside_the_users_turn_ends_it_without_another_request(tau2_dir):
+    """User 1, agent 2, the user's toggle_data call 3, its result 4: at max_steps=4 τ²-bench stops after the
+    result; the user is not asked for the text that would have followed."""
+    from tests.workflows.test_tool_agent_dual import _dual_episode
+
+    traj, aengine, uengine, _ = _dual_episode(tau2_dir, {"max_steps": 4})
+    assert traj.info["ending"] == "max_steps" and traj.reward == 0.0
+    assert len(aengine.calls) == 1 and len(uengine.calls) == 2
+    assert [m["role"] for m in traj.info["messages"]][-2:] == ["user", "tool"]
+    traj, _, uengine, _ = _dual_episode(tau2_dir, {"max_steps": 5})  # the text reply is step 5
+    assert traj.info["ending"] == "max_steps" and len(uengine.calls) == 3
