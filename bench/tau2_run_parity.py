@@ -10,7 +10,8 @@ then writes text (with the task's ``communicate_info``); the user (on telecom) l
 status bar and makes its gold device calls before its second line, and stops after its third; the
 judge meets every assertion. Every fourth task leaves its last gold call out. Printed per task: whether the agent's, the user's
 and the judge's requests are equal, and both rewards. Compared: messages, tools, tool_choice,
-temperature, max_tokens, top_p, seed, model. The seed is the first trial's of a run seeded 300 (τ²-bench's
+temperature, max_tokens, top_p, seed, model; and each run's agent and user cost (LiteLLM's prices of the fake
+usage, 1,000 prompt tokens a reply of which 512 cached, and 50 completion tokens). The seed is the first trial's of a run seeded 300 (τ²-bench's
 default): its batch runner hands ``run_single_task`` that seed, which goes on every agent and user call;
 memrl sends the same with ``workflow.options.seeds=tau2 sampling.seed=300``.
 
@@ -102,7 +103,8 @@ def answer(domain: str, plan: list[tuple[str, str]], say: str = "", text_end: bo
         return 200, {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
                      "choices": [{"index": 0, "message": message,
                                   "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-                     "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+                     "usage": {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050,
+                               "prompt_tokens_details": {"cached_tokens": 512}}}
     return reply
 
 
@@ -129,11 +131,11 @@ def theirs(domain: str, task_id: str, url: str, solo: bool, limits: tuple[int, i
     seed = random.randint(0, 1000000)
     try:
         sim = run_single_task(config, task, seed=seed)
-        return sim.reward_info.reward, sim.termination_reason.value
+        return sim.reward_info.reward, sim.termination_reason.value, _cents(sim.agent_cost, sim.user_cost)
     except ValueError as err:  # its solo agent raises on a text turn; its batch runner scores that run 0
         if "only supports tool calls" not in str(err):
             raise
-        return 0.0, "agent_error"
+        return 0.0, "agent_error", None
 
 
 def _quiet_dummy_user(registry: Any) -> None:
@@ -166,7 +168,14 @@ def ours(domain: str, task_id: str, url: str, data: Path, solo: bool, limits: tu
         raise SystemExit(f"memrl eval failed:\n{done.stderr[-3000:]}")
     result = json.loads((out / "results.json").read_text())
     ending = json.loads(next((out / "episodes").rglob("0.json")).read_text())["info"]["ending"]
-    return result["per_task"][task_id]["rewards"][0], TERMINATION.get(ending, "agent_error")
+    sim = json.loads((out / "tau2_results.json").read_text())["simulations"][0]
+    costs = None if ending == "agent_error" else _cents(sim["agent_cost"], sim["user_cost"])
+    return result["per_task"][task_id]["rewards"][0], TERMINATION.get(ending, "agent_error"), costs
+
+
+def _cents(*costs: float | None) -> tuple[float | None, ...]:
+    """Costs in US cents to 9 places (what is compared: τ²-bench sums per response, memrl prices the sums)."""
+    return tuple(None if c is None else round(100 * c, 9) for c in costs)
 
 
 def main() -> None:
@@ -213,8 +222,9 @@ def main() -> None:
             same = all(v.endswith("equal") for v in verdict.values()) and rewards[0] == rewards[1]
             equal, total = equal + same, total + 1
             print(f"{domain:8} {task.id[:40]:40} " + "  ".join(f"{k} {v}" for k, v in verdict.items())
-                  + f"  tau2 {rewards[0][0]} {rewards[0][1]}  memrl {rewards[1][0]} {rewards[1][1]}")
-    print(f"{equal}/{total} tasks: equal requests, equal rewards and equal termination reasons")
+                  + f"  tau2 {rewards[0][0]} {rewards[0][1]}  memrl {rewards[1][0]} {rewards[1][1]}"
+                  + f"  costs {'equal' if rewards[0][2] == rewards[1][2] else 'DIFFER'} (cents {rewards[0][2]})")
+    print(f"{equal}/{total} tasks: equal requests, rewards, termination reasons and costs")
 
 
 if __name__ == "__main__":

@@ -60,3 +60,47 @@ def test_the_usage_line_is_short_numbers():
                                 "unreported": 1}})
     assert line == ("agent 120 requests, 1.2M prompt (300k cached) + 34k completion tokens; "
                     "user 3 requests, 950 prompt + 12 completion tokens, 1 without usage")
+
+
+def test_cost_is_litellms_price_of_the_tokens_with_cached_ones_at_the_cache_price(monkeypatch):
+    import sys
+    import types
+
+    from memrl.engines.usage import usage_cost
+
+    seen = {}
+
+    def cost_per_token(**kw):
+        seen.update(kw)
+        return 0.25, 0.5
+
+    fake = types.SimpleNamespace(model_cost={"gpt-x": {}}, cost_per_token=cost_per_token)
+    monkeypatch.setitem(sys.modules, "litellm", fake)
+    monkeypatch.delenv("LITELLM_LOCAL_MODEL_COST_MAP", raising=False)
+    usage = {"requests": 3, "prompt_tokens": 1500, "cached_tokens": 1024, "completion_tokens": 70, "unreported": 0}
+    assert usage_cost("gpt-x", usage) == 0.75
+    assert seen == {"model": "gpt-x", "prompt_tokens": 1500, "completion_tokens": 70, "cache_read_input_tokens": 1024}
+    import os
+
+    assert os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"  # LiteLLM's own table: nothing fetched
+    assert usage_cost("Qwen/Qwen2.5-7B-Instruct", usage) is None  # not priced under exactly that name
+    assert usage_cost(None, usage) is None and usage_cost("gpt-x", None) is None
+    monkeypatch.setitem(sys.modules, "litellm", None)  # not installed
+    assert usage_cost("gpt-x", usage) is None
+
+
+def test_cost_equals_what_tau2_bench_charges_per_response():
+    """τ²-bench prices each response with LiteLLM's completion_cost; memrl prices the summed tokens."""
+    import os
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    litellm = __import__("pytest").importorskip("litellm", reason="LiteLLM is not installed (τ²-bench brings it)")
+    from memrl.engines.usage import usage_cost
+
+    model, replies = "gpt-4.1-2025-04-14", [(1500, 70, 1024), (2100, 35, 1536), (800, 12, 0)]
+    theirs = sum(litellm.completion_cost(completion_response=litellm.ModelResponse(
+        model=model, choices=[{"message": {"role": "assistant", "content": "x"}}],
+        usage={"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+               "prompt_tokens_details": {"cached_tokens": k}})) for p, c, k in replies)
+    usage = {"prompt_tokens": 4400, "completion_tokens": 117, "cached_tokens": 2560}
+    assert abs(usage_cost(model, usage) - theirs) < 1e-12 and theirs > 0

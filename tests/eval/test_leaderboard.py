@@ -136,6 +136,32 @@ def test_an_episode_as_a_tau2_simulation():
     assert first["role"] == "assistant" and [c["id"] for c in first["tool_calls"]] == ["call_1", "call_2"]
     assert (a["id"], a["role"], a["error"], b["id"], b["error"]) == ("call_1", "tool", False, "call_2", True)
     assert tau2_simulation(record, task, "t", solo=False)["messages"][0]["content"] == "My ticket"
+    assert (sim["agent_cost"], sim["user_cost"]) == (None, None)  # no chat requests: nothing to price
+    for ending, reason in (("max_steps", "max_steps"), ("too_many_errors", "too_many_errors"),
+                           ("agent_error", "agent_error")):
+        record["info"]["ending"] = ending
+        assert tau2_simulation(record, task, "t", solo=True)["termination_reason"] == reason
+
+
+def test_a_simulations_costs_are_its_agent_and_user_tokens_at_litellms_prices(monkeypatch):
+    import sys
+    import types
+
+    from memrl.eval.tau2_results import tau2_simulation
+    from memrl.envs.tasks import Task
+
+    prices = {"gpt-x": 1e-6}
+    fake = types.SimpleNamespace(model_cost=prices, cost_per_token=lambda model, prompt_tokens, completion_tokens,
+                                 cache_read_input_tokens: (prompt_tokens * prices[model], 2 * completion_tokens * 1e-6))
+    monkeypatch.setitem(sys.modules, "litellm", fake)
+    task = Task.model_validate({"id": "7", "evaluation_criteria": {"actions": [], "reward_basis": ["DB"]}})
+    metrics = {"agent_requests": 2, "agent_prompt_tokens": 1000, "agent_cached_tokens": 0,
+               "agent_completion_tokens": 50, "agent_unreported": 0, "user_requests": 1, "user_prompt_tokens": 300,
+               "user_cached_tokens": 0, "user_completion_tokens": 5, "user_unreported": 0}
+    record = {"task_id": "7", "trial": 0, "reward": 1.0, "metrics": metrics,
+              "info": {"ending": "user_stop", "messages": []}}
+    sim = tau2_simulation(record, task, "t", solo=False, models={"agent": "gpt-x", "user": "local-model"})
+    assert sim["agent_cost"] == 1000e-6 + 100e-6 and sim["user_cost"] is None  # the user's model has no price
 
 
 def test_a_bad_domain_in_the_list_is_one_line_before_anything_runs(tmp_path):

@@ -161,3 +161,20 @@ def test_tau2_seeds_send_tau2_benchs_trial_seed_on_every_call(tmp_path):
     calls.clear()  # memrl's: each call its own
     asyncio.run(run_tool_eval(config("memrl"), ScriptedEngine(reply), tok, tmp_path / "memrl", 1))
     assert len(calls) == 2 and calls[0] != calls[1]
+
+
+def test_results_md_says_what_the_chat_requests_cost():
+    from memrl.eval.tool_eval import tool_results_markdown
+
+    usage = {"requests": 2, "prompt_tokens": 3000, "cached_tokens": 0, "completion_tokens": 40, "unreported": 0}
+    results = {"model": "gpt-4.1", "domain": "retail", "split": "base", "trials": 1, "solo": False, "tasks": 1,
+               "complete_tasks": 1, "failed_trials": 0, "avg_reward": 1.0, "pass_hat_k": {"1": 1.0},
+               "nl_assertions_unchecked": 0, "endings": {}, "per_task": {},
+               "chat_usage": {"agent": usage, "user": usage, "judge": usage},
+               "chat_cost_usd": {"agent": 0.00632, "user": 0.00632, "judge": None}}
+    md = tool_results_markdown(results)
+    assert ("Chat requests of the finished trials: agent 2 requests, 3k prompt + 40 completion tokens; user 2 "
+            "requests, 3k prompt + 40 completion tokens; judge 2 requests, 3k prompt + 40 completion tokens. "
+            "Cost at LiteLLM's prices: $0.0126 (agent $0.0063, user $0.0063; judge not priced).") in md
+    results["chat_cost_usd"] = {"agent": None, "user": None, "judge": None}
+    assert "Cost" not in tool_results_markdown(results)

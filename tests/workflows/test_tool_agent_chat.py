@@ -228,6 +228,7 @@ def test_eval_of_a_split_over_a_chat_server(tmp_path, tok):
     n = len(srv.requests)  # every request answered with the usage above: the totals are n times it
     assert res["chat_usage"] == {"agent": {"requests": n, "prompt_tokens": 1500 * n, "cached_tokens": 1024 * n,
                                            "completion_tokens": 7 * n, "unreported": 0}}
+    assert res["chat_cost_usd"] == {"agent": None}  # the served name is no model LiteLLM prices
     md = (tmp_path / "out" / "results.md").read_text()
     assert f"Chat requests of the finished trials: agent {n} requests, {1.5 * n:g}k prompt" in md
 

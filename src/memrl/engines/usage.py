@@ -6,11 +6,13 @@ episode running at the same time, so their replies cannot be counted on the obje
 episode opens a meter (:func:`metering`), and every chat reply received while it runs, in its asyncio
 task or a task started from it, is added to that episode's meter (:func:`count`). A reply outside any
 meter is not counted. Tokens are what the server's ``usage`` says; a reply without ``usage`` counts as
-a request with unreported tokens.
+a request with unreported tokens. :func:`usage_cost` prices them as τ²-bench prices its runs (LiteLLM's
+price table), when LiteLLM is installed and knows the model.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -91,3 +93,34 @@ def _short(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f}{unit}".replace(".0" + unit, unit)
     return str(n)
+
+
+def role_models(cfg: Any) -> dict[str, str | None]:
+    """The model name each role's chat requests carry in a run of ``cfg`` (what LiteLLM prices)."""
+    e = cfg.env
+    return {"agent": cfg.engine.served_model or cfg.model.path, "user": e.user.served_model or e.user.model,
+            "judge": e.judge.served_model or e.judge.model}
+
+
+def usage_cost(model: str | None, usage: Mapping[str, int] | None) -> float | None:
+    """US dollars for ``usage`` at LiteLLM's price for ``model``, as τ²-bench costs its runs (LiteLLM's
+    ``completion_cost``: cached prompt tokens at the cache price). The price table is the one LiteLLM
+    ships (``LITELLM_LOCAL_MODEL_COST_MAP``: nothing is fetched). None without LiteLLM, or for a model
+    name it has no price for under exactly that name (a local or self-served model)."""
+    if not model or not usage:
+        return None
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        import litellm
+    except ImportError:
+        return None
+    if model not in litellm.model_cost:
+        return None
+    try:
+        prompt, completion = litellm.cost_per_token(
+            model=model, prompt_tokens=int(usage.get("prompt_tokens", 0)),
+            completion_tokens=int(usage.get("completion_tokens", 0)),
+            cache_read_input_tokens=int(usage.get("cached_tokens", 0)))
+    except Exception:  # a price entry LiteLLM cannot apply: no cost rather than a wrong one
+        return None
+    return float(prompt) + float(completion)

@@ -7,9 +7,10 @@ memrl writes the finished episodes of an eval in that layout, so ``tau2 view --f
 them and ``tau2 evaluate-trajs`` re-grades them with the benchmark's own evaluator (memrl's tool
 results are the benchmark's, so the replay reproduces them).
 
-What memrl does not have is left at τ²'s defaults: costs are null, the git commit is memrl's
+What memrl does not have is left at τ²'s defaults: the git commit is memrl's
 version, ``max_errors`` is ``workflow.options.max_errors`` or else τ²'s default (10), ``max_steps``
-``workflow.options.max_steps`` or else ``max_turns``. An episode memrl cut at ``workflow.max_turns`` is
+``workflow.options.max_steps`` or else ``max_turns``. Costs are the agent's and the user's chat tokens at
+LiteLLM's prices, as τ²-bench's (null where there are none: a local model, no LiteLLM). An episode memrl cut at ``workflow.max_turns`` is
 τ²'s ``max_steps``, as is one cut at ``max_steps``; one cut at ``max_errors`` is ``too_many_errors``;
 one cut at ``workflow.max_total_tokens`` is ``context_window_exceeded``; a
 transfer to a human is a ``user_stop`` (τ²'s user simulator ends the call at a transfer). In solo
@@ -54,7 +55,8 @@ def _with_call_ids(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def tau2_simulation(record: dict[str, Any], task: Any, stamp: str, solo: bool) -> dict[str, Any]:
+def tau2_simulation(record: dict[str, Any], task: Any, stamp: str, solo: bool,
+                    models: dict[str, str | None] | None = None) -> dict[str, Any]:
     """A memrl episode record (``episodes/<task>/<trial>.json``) as a τ²-bench ``SimulationRun``."""
     info = record.get("info") or {}
     msgs = _with_call_ids([m for m in info.get("messages") or []
@@ -70,15 +72,24 @@ def tau2_simulation(record: dict[str, Any], task: Any, stamp: str, solo: bool) -
     return {"id": f"{task.id}/{record['trial']}", "task_id": task.id, "timestamp": stamp, "start_time": stamp,
             "end_time": stamp, "duration": seconds,
             "termination_reason": TERMINATION.get(info.get("ending"), "agent_error"),
-            "agent_cost": None, "user_cost": None, "reward_info": reward_info,
+            **_costs(record, models or {}), "reward_info": reward_info,
             "messages": [tau2_message(m, i, stamp) for i, m in enumerate(msgs)],
             "trial": int(record["trial"]), "seed": record.get("seed")}
+
+
+def _costs(record: dict[str, Any], models: dict[str, str | None]) -> dict[str, float | None]:
+    """τ²-bench's ``agent_cost`` and ``user_cost`` of one simulation: its chat tokens at LiteLLM's prices."""
+    from memrl.engines.usage import usage_cost, usage_totals
+
+    usage = usage_totals([record.get("metrics") or {}])
+    return {f"{role}_cost": usage_cost(models.get(role), usage.get(role)) for role in ("agent", "user")}
 
 
 def tau2_results(cfg: Any, records: list[dict[str, Any]], tasks: list[Any], policy: str, trials: int,
                  stamps: list[str]) -> dict[str, Any]:
     """The τ²-bench ``Results`` document of an eval's finished episodes."""
     from memrl import __version__
+    from memrl.engines.usage import role_models
 
     e = cfg.env
     solo = bool(e.solo)
@@ -94,7 +105,8 @@ def tau2_results(cfg: Any, records: list[dict[str, Any]], tasks: list[Any], poli
                  "max_errors": cfg.workflow.max_errors or TAU2_MAX_ERRORS, "user_info": user, "agent_info": agent,
                  "environment_info": {"domain_name": e.domain, "policy": policy}, "seed": cfg.sampling.seed},
         "tasks": [t.model_dump(mode="json", exclude_unset=True) for t in tasks],
-        "simulations": [tau2_simulation(r, by_id[r["task_id"]], s, solo) for r, s in zip(records, stamps)],
+        "simulations": [tau2_simulation(r, by_id[r["task_id"]], s, solo, role_models(cfg))
+                        for r, s in zip(records, stamps)],
     }
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from memrl.config.schema import MemRLConfig
 from memrl.io.atomic import atomic_write
 from memrl.engines.base import Engine, EngineDeadError
-from memrl.engines.usage import usage_line, usage_totals
+from memrl.engines.usage import role_models, usage_cost, usage_line, usage_totals
 from memrl.eval.passk import is_success, pass_hat_ks
 from memrl.eval.records import ROLLOUTS, save_eval_rollout, task_folder
 from memrl.eval.runner import AllEpisodesFailedError, ending_counts, endings_note, gather_cancelling, sampling_params
@@ -186,9 +186,17 @@ def aggregate_tool_eval(cfg: MemRLConfig, out: Path, task_ids: list[str], trials
         "pass_hat_k": {str(k): v for k, v in pass_hat_ks(outcomes).items()},
         "nl_assertions_unchecked": sum(t["nl_unchecked"] for t in per_task.values()),
         "endings": ending_counts(records), "max_total_tokens": cfg.workflow.max_total_tokens,
-        "chat_usage": usage_totals([r.get("metrics") or {} for r in records]),
+        **_chat_spend(cfg, records),
         "per_task": per_task,
     }
+
+
+def _chat_spend(cfg: MemRLConfig, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """``chat_usage`` (per role: requests and tokens over the finished trials) and ``chat_cost_usd`` (per
+    role: what they cost at LiteLLM's prices, None where it has none)."""
+    usage = usage_totals([r.get("metrics") or {} for r in records])
+    models = role_models(cfg)
+    return {"chat_usage": usage, "chat_cost_usd": {role: usage_cost(models[role], u) for role, u in usage.items()}}
 
 
 def tool_results_markdown(results: dict[str, Any]) -> str:
@@ -202,7 +210,8 @@ def tool_results_markdown(results: dict[str, Any]) -> str:
              f"{'-' if avg is None else f'{avg:.3f}'} | " + " | ".join(f"{v:.3f}" for v in ks.values()) + " |", ""]
     lines += [line + "\n" for line in endings_note(results.get("endings") or {}, results.get("max_total_tokens", 0))]
     if results.get("chat_usage"):
-        lines.append(f"Chat requests of the finished trials: {usage_line(results['chat_usage'])}.\n")
+        lines.append(f"Chat requests of the finished trials: {usage_line(results['chat_usage'])}."
+                     + _cost_note(results.get("chat_cost_usd") or {}) + "\n")
     if results["nl_assertions_unchecked"]:
         lines.append(f"{results['nl_assertions_unchecked']} natural-language assertion(s) were not judged "
                      "(no judge configured): rewards are higher than τ²-bench would give.\n")
@@ -210,3 +219,14 @@ def tool_results_markdown(results: dict[str, Any]) -> str:
     for task_id, t in results["per_task"].items():
         lines.append(f"| {task_id} | {t['trials']} | {t['successes']} | {' '.join(f'{r:g}' for r in t['rewards'])} |")
     return "\n".join(lines) + "\n"
+
+
+def _cost_note(costs: dict[str, float | None]) -> str:
+    """`` Cost at LiteLLM's prices: $1.2345 (agent $1.2000, user $0.0345; judge not priced).``, or nothing."""
+    priced = {r: c for r, c in costs.items() if c is not None}
+    if not priced:
+        return ""
+    parts = ", ".join(f"{r} ${c:.4f}" for r, c in priced.items())
+    unpriced = [r for r, c in costs.items() if c is None]
+    missing = f"; {', '.join(unpriced)} not priced" if unpriced else ""
+    return f" Cost at LiteLLM's prices: ${sum(priced.values()):.4f} ({parts}{missing})."
