@@ -162,6 +162,9 @@ def test_a_simulations_costs_are_its_agent_and_user_tokens_at_litellms_prices(mo
               "info": {"ending": "user_stop", "messages": []}}
     sim = tau2_simulation(record, task, "t", solo=False, models={"agent": "gpt-x", "user": "local-model"})
     assert sim["agent_cost"] == 1000e-6 + 100e-6 and sim["user_cost"] is None  # the user's model has no price
+    solo = {k: v for k, v in metrics.items() if k.startswith("agent_")}
+    sim = tau2_simulation({**record, "metrics": solo}, task, "t", solo=True, models={"agent": "gpt-x"})
+    assert (sim["agent_cost"], sim["user_cost"]) == (1000e-6 + 100e-6, 0.0)  # no user: it cost nothing, as in τ²
 
 
 def test_a_bad_domain_in_the_list_is_one_line_before_anything_runs(tmp_path):

@@ -78,11 +78,16 @@ def tau2_simulation(record: dict[str, Any], task: Any, stamp: str, solo: bool,
 
 
 def _costs(record: dict[str, Any], models: dict[str, str | None]) -> dict[str, float | None]:
-    """τ²-bench's ``agent_cost`` and ``user_cost`` of one simulation: its chat tokens at LiteLLM's prices."""
+    """τ²-bench's ``agent_cost`` and ``user_cost`` of one simulation: its chat tokens at LiteLLM's prices; 0 for a
+    side that sent no chat request in an episode that sent some (τ²-bench's solo run: its user costs 0), null
+    when nothing can be priced."""
     from memrl.engines.usage import usage_cost, usage_totals
 
     usage = usage_totals([record.get("metrics") or {}])
-    return {f"{role}_cost": usage_cost(models.get(role), usage.get(role)) for role in ("agent", "user")}
+    costs = {role: usage_cost(models.get(role), usage.get(role)) for role in ("agent", "user")}
+    if any(c is not None for c in costs.values()):
+        costs = {role: 0.0 if role not in usage else c for role, c in costs.items()}
+    return {f"{role}_cost": c for role, c in costs.items()}
 
 
 def tau2_results(cfg: Any, records: list[dict[str, Any]], tasks: list[Any], policy: str, trials: int,
