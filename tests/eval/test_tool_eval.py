@@ -146,7 +146,8 @@ def test_tau2_seeds_send_tau2_benchs_trial_seed_on_every_call(tmp_path):
         return encode_text(tok, text) + [tok.convert_tokens_to_ids("<|im_end|>")]
 
     def config(seeds: str) -> MemRLConfig:
-        return MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "options": {"max_turns": 2, "seeds": seeds}},
+        options = {"max_turns": 2, "seeds": seeds}
+        return MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "options": options},
                                            "env": {"domain": "library", "eval_split": "test", "num_tasks": 1},
                                            "sampling": {"temperature": 1.0, "seed": 300}})
 

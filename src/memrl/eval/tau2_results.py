@@ -7,14 +7,14 @@ memrl writes the finished episodes of an eval in that layout, so ``tau2 view --f
 them and ``tau2 evaluate-trajs`` re-grades them with the benchmark's own evaluator (memrl's tool
 results are the benchmark's, so the replay reproduces them).
 
-What memrl does not have is left at τ²'s defaults: the git commit is memrl's
-version, ``max_errors`` is ``workflow.options.max_errors`` or else τ²'s default (10), ``max_steps``
-``workflow.options.max_steps`` or else ``max_turns``. Costs are the agent's and the user's chat tokens at
-LiteLLM's prices, as τ²-bench's (null where there are none: a local model, no LiteLLM). An episode memrl cut at ``workflow.max_turns`` is
-τ²'s ``max_steps``, as is one cut at ``max_steps``; one cut at ``max_errors`` is ``too_many_errors``;
-one cut at ``workflow.max_total_tokens`` is ``context_window_exceeded``; a
-transfer to a human is a ``user_stop`` (τ²'s user simulator ends the call at a transfer). In solo
-mode the ticket is not a message (τ² puts it in the agent's prompt), and the agent and user are
+The git commit is memrl's version; ``max_errors`` is ``workflow.options.max_errors``, or else τ²'s
+default (10); ``max_steps`` is ``workflow.options.max_steps``, or else ``max_turns``. Costs are the
+agent's and the user's chat tokens at LiteLLM's prices, as τ²-bench's (null where nothing can be
+priced: a local model, no LiteLLM). An episode memrl cut at ``workflow.max_turns`` or at ``max_steps``
+is τ²'s ``max_steps``; one cut at ``max_errors`` is ``too_many_errors``; one cut at
+``workflow.max_total_tokens`` is ``context_window_exceeded``; a transfer to a human is a ``user_stop``
+(τ²'s user simulator ends the call at a transfer). In solo mode the ticket is not a message (τ² puts
+it in the agent's prompt), and the agent and user are
 named ``llm_agent_solo`` / ``dummy_user``, which is how τ²-bench recognises a solo run.
 """
 
@@ -106,7 +106,8 @@ def tau2_results(cfg: Any, records: list[dict[str, Any]], tasks: list[Any], poli
              "llm_args": {"temperature": e.user.temperature, "max_tokens": e.user.max_tokens}})
     return {
         "timestamp": max(stamps) if stamps else dt.datetime.now().isoformat(),
-        "info": {"git_commit": f"memrl {__version__}", "num_trials": trials, "max_steps": cfg.workflow.max_steps or cfg.workflow.max_turns,
+        "info": {"git_commit": f"memrl {__version__}", "num_trials": trials,
+                 "max_steps": cfg.workflow.max_steps or cfg.workflow.max_turns,
                  "max_errors": cfg.workflow.max_errors or TAU2_MAX_ERRORS, "user_info": user, "agent_info": agent,
                  "environment_info": {"domain_name": e.domain, "policy": policy}, "seed": cfg.sampling.seed},
         "tasks": [t.model_dump(mode="json", exclude_unset=True) for t in tasks],

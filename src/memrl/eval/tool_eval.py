@@ -104,8 +104,8 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
                 _save(out / "failures" / folder / f"{t}.json",
                       {"task_id": task_id, "trial": t, "error": error, "seconds": time.perf_counter() - t0})
                 return
-        record = {"task_id": task_id, "trial": t, "seed": seed, "reward": traj.reward, "success": is_success(traj.reward),
-                  "metrics": traj.metrics, "info": traj.info, "seconds": round(time.perf_counter() - t0, 3)}
+        record = {"task_id": task_id, "trial": t, "seed": seed, "reward": traj.reward,
+                  "success": is_success(traj.reward), "metrics": traj.metrics, "info": traj.info, "seconds": round(time.perf_counter() - t0, 3)}
         if rollouts:  # before the episode file, which marks the trial done
             save_eval_rollout(out, f"{folder}/{t}", traj, tokenizer, {"task_id": task_id, "trial": t})
         _save(dest, record)
