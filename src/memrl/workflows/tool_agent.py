@@ -176,17 +176,19 @@ async def _agent_turn(run: _Run, turn: int) -> str | None:
     stats["invalid_tool_calls"] += len(parsed.errors)
     if parsed.calls or parsed.errors:
         results = _run_calls(env, parsed.calls, messages, stats)
-        limits.step(messages[len(messages) - len(results):], unreadable=len(parsed.errors))
-        if limits.reached() or any(c.name == TRANSFER_TOOL for c in parsed.calls):
-            return limits.reached() or "transfer"
-        side.tool_results(results, parsed.errors)  # errors are shown to the model, not part of the graded log
+        limits.step(results, unreadable=len(parsed.errors))
+        hit = limits.reached()
+        if hit or any(c.name == TRANSFER_TOOL for c in parsed.calls):
+            return hit or "transfer"
+        side.tool_results([r.content or "" for r in results], parsed.errors)  # errors: shown, not graded
         return None
     if AGENT_STOP in parsed.content or run.sample.solo:  # τ²'s solo agent may only stop by its tool
         if AGENT_STOP in parsed.content or env.stop_tool is None:
             return limits.reached() or "agent_stop"
         return "agent_error"  # τ²'s solo agent raises on text before its step is counted: no limit applies
-    if limits.reached():
-        return limits.reached()
+    hit = limits.reached()
+    if hit:
+        return hit
     reply, user_ending = await _user_reply(run, turn)
     if user_ending is None:
         side.user_turn(reply)
@@ -212,14 +214,11 @@ async def _opening(run: _Run) -> tuple[list[Message], str | None]:
     return opening + said, ending
 
 
-def _run_calls(env: Any, calls: list[Any], messages: list[Message], stats: dict[str, float]) -> list[str]:
-    """Each tool call's observation, appended to the graded log; their texts for the model."""
-    results = []
-    for call in calls:
-        obs = env.step(call)
-        messages.append(obs)
-        stats["tool_errors"] += float(obs.error)
-        results.append(obs.content or "")
+def _run_calls(env: Any, calls: list[Any], messages: list[Message], stats: dict[str, float]) -> list[Message]:
+    """Each tool call's observation, appended to the graded log and returned."""
+    results = [env.step(call) for call in calls]
+    messages += results
+    stats["tool_errors"] += sum(float(obs.error) for obs in results)
     return results
 
 
