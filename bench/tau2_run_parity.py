@@ -19,6 +19,11 @@ Both runs have τ²-bench's limits, 200 steps and 10 tool errors (``--max-steps`
 ``workflow.options.max_steps``/``max_errors``), and each line prints both termination reasons. With
 ``--errors`` every other task's agent looks a user up with wrong arguments, again and again, until the error
 limit ends the run (``too_many_errors``); a small ``--max-steps`` (9, say) cuts the others (``max_steps``).
+``--timeout S`` gives both runs τ²-bench's wall-clock limit (memrl's ``workflow.options.timeout_s``) and
+``--user-delay D`` makes every user reply take D seconds. With ``--timeout 7 --user-delay 2`` the user's
+fourth request ends at 8 s: where it is the user's stop, the stop is recorded (``user_stop``); where a
+telecom user is still at its phone, the run ends after that round (``timeout``), the clock read where
+τ²-bench reads it (a margin of 1 s either way, so a loaded machine does not move the cut).
 
 With ``--solo``, τ²-bench's solo agent (``llm_agent_solo``, no user) on telecom's tickets beside
 ``env.solo=true env.prompts=tau2``: the fake agent makes the task's gold calls and then calls ``done``
@@ -42,6 +47,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +69,11 @@ def who(body: dict[str, Any]) -> str:
 
 
 def answer(domain: str, plan: list[tuple[str, str]], say: str = "", text_end: bool = False,
-           user_plan: list[tuple[str, str]] = (), fail: bool = False):
+           user_plan: list[tuple[str, str]] = (), fail: bool = False, user_delay: float = 0.0):
     """The fake server's part for ``domain``: agent, user or judge, decided from the request alone (``plan``:
     the agent's gold calls; ``say``: what it must tell the user; ``text_end``: the solo agent then writes
     text instead of calling done; ``user_plan``: the user's gold device calls; ``fail``: the agent repeats a
-    lookup with wrong arguments)."""
+    lookup with wrong arguments; ``user_delay``: seconds each user reply takes)."""
     def reply(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         msgs, role = body["messages"], who(body)
         message: dict[str, Any] = {"role": "assistant", "content": None}
@@ -76,6 +82,7 @@ def answer(domain: str, plan: list[tuple[str, str]], say: str = "", text_end: bo
             message["content"] = json.dumps({"results": [
                 {"expectedOutcome": o, "reasoning": "seen", "metExpectation": True} for o in outcomes]})
         elif role == "user":
+            time.sleep(user_delay)
             said = sum(m["role"] == "assistant" for m in msgs)
             calls, done = [("check_status_bar", "{}"), *user_plan], sum(m["role"] == "tool" for m in msgs)
             if body.get("tools") and said >= 1 and done < len(calls):  # telecom: the status bar, then its gold calls
@@ -114,7 +121,10 @@ def normal(raw: str) -> tuple[str, dict[str, Any]]:
     return who(body), comparable(body, SENT)
 
 
-def theirs(domain: str, task_id: str, url: str, solo: bool, limits: tuple[int, int]) -> tuple[float, str]:
+Limits = tuple[int, int, "float | None"]  # max steps, max errors, timeout (seconds)
+
+
+def theirs(domain: str, task_id: str, url: str, solo: bool, limits: Limits) -> tuple[float, str]:
     from tau2.data_model.simulation import TextRunConfig
     from tau2.registry import registry
     from tau2.runner.batch import run_single_task
@@ -125,7 +135,7 @@ def theirs(domain: str, task_id: str, url: str, solo: bool, limits: tuple[int, i
     config = TextRunConfig(domain=domain, agent="llm_agent_solo" if solo else "llm_agent",
                            user="dummy_user" if solo else "user_simulator", llm_agent=f"openai/{MODEL}",
                            llm_args_agent=args, llm_user=f"openai/{MODEL}", llm_args_user=dict(args),
-                           max_steps=limits[0], max_errors=limits[1])
+                           max_steps=limits[0], max_errors=limits[1], timeout=limits[2])
     task = next(t for t in registry.get_tasks_loader(domain)() if t.id == task_id)
     random.seed(RUN_SEED)  # what τ²-bench's batch runner does before it draws each trial's seed
     seed = random.randint(0, 1000000)
@@ -150,7 +160,7 @@ def _quiet_dummy_user(registry: Any) -> None:
     registry._users["dummy_user"] = Dummy
 
 
-def ours(domain: str, task_id: str, url: str, data: Path, solo: bool, limits: tuple[int, int]) -> tuple[float, str]:
+def ours(domain: str, task_id: str, url: str, data: Path, solo: bool, limits: Limits) -> tuple[float, str]:
     from memrl.eval.tau2_results import TERMINATION
 
     out = Path(tempfile.mkdtemp(prefix="memrl_parity_"))
@@ -162,7 +172,8 @@ def ours(domain: str, task_id: str, url: str, data: Path, solo: bool, limits: tu
            "workflow.options.tool_protocol=openai_chat", "workflow.options.chat_omit=[max_tokens,top_p]",
            "workflow.options.seeds=tau2", f"sampling.seed={RUN_SEED}", f"workflow.options.max_turns={limits[0]}",
            f"workflow.options.max_steps={limits[0]}", f"workflow.options.max_errors={limits[1]}",
-           f"env.solo={str(solo).lower()}", "env.prompts=tau2", "env.user.temperature=0", *side]
+           f"env.solo={str(solo).lower()}", "env.prompts=tau2", "env.user.temperature=0", *side,
+           *([f"workflow.options.timeout_s={limits[2]}"] if limits[2] else [])]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"memrl eval failed:\n{done.stderr[-3000:]}")
@@ -188,8 +199,11 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=200, help="both runs' step limit (τ²-bench's default 200)")
     ap.add_argument("--max-errors", type=int, default=10, help="both runs' tool-error limit (τ²-bench's default 10)")
     ap.add_argument("--errors", action="store_true", help="every other task's agent repeats a failing lookup")
+    ap.add_argument("--timeout", type=float, default=None, help="both runs' wall-clock limit in seconds "
+                    "(τ²-bench's default: none)")
+    ap.add_argument("--user-delay", type=float, default=0.0, help="seconds every user reply takes")
     args = ap.parse_args()
-    limits = (args.max_steps, args.max_errors)
+    limits = (args.max_steps, args.max_errors, args.timeout)
     os.environ.update(OPENAI_API_KEY="sk-local", LITELLM_LOCAL_MODEL_COST_MAP="True")
     from loguru import logger
     from tau2.registry import registry
@@ -210,7 +224,7 @@ def main() -> None:
             for run in (lambda u: theirs(domain, task.id, u, args.solo, limits),
                         lambda u: ours(domain, task.id, u, args.data, args.solo, limits)):
                 server = FakeServer(answer(domain, plan, say, text_end=i % 4 == 3, user_plan=user_plan,
-                                           fail=args.errors and i % 2 == 1))
+                                           fail=args.errors and i % 2 == 1, user_delay=args.user_delay))
                 os.environ["OPENAI_BASE_URL"] = server.url  # τ²-bench's judge model is reached this way
                 rewards.append(run(server.url))
                 server.close()

@@ -248,11 +248,12 @@ def test_memrl_eval_of_a_chat_api_model_needs_no_tokenizer(tmp_path):
                             "--domain", "library", "--split", "test", "--num-tasks", "2", "--engine", "openai",
                             "--base-url", srv.url, "--model", "gpt-4.1-2025-04-14", "--temperature", "0",
                             "--out", str(tmp_path / "o"), "workflow.options.tool_protocol=openai_chat",
-                            "workflow.options.seeds=tau2", "workflow.options.max_errors=10"],
+                            "workflow.options.seeds=tau2", "workflow.options.max_errors=10",
+                            "workflow.options.timeout_s=3600"],
                            capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     assert ("solo (no user) · NL assertions not judged · prompts memrl · seeds tau2 · ends at 30 turns, "
-            "10 tool errors") in " ".join(r.stderr.split())
+            "10 tool errors, 3600 s") in " ".join(r.stderr.split())
     assert json.loads((tmp_path / "o" / "results.json").read_text())["tasks"] == 2
     records = [json.loads(p.read_text()) for p in (tmp_path / "o" / "rollouts").rglob("*.jsonl")]
     assert len(records) == 2 and all("text" not in c for rec in records for c in rec["conversations"])

@@ -82,3 +82,89 @@ def test_a_limit_reached_inside_the_users_turn_ends_it_without_another_request(t
     assert [m["role"] for m in traj.info["messages"]][-2:] == ["user", "tool"]
     traj, _, uengine, _ = _dual_episode(tau2_dir, {"max_steps": 5})  # the text reply is step 5
     assert traj.info["ending"] == "max_steps" and len(uengine.calls) == 3
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_timeout_is_read_between_steps_and_gives_way_to_a_stop_or_another_limit():
+    clock = Clock()
+    limits = StepLimits(timeout_s=10, clock=clock)
+    assert limits.active and limits.reached() is None
+    clock.t = 109.9
+    assert limits.reached() is None
+    clock.t = 110.0  # τ²-bench: elapsed >= timeout
+    assert limits.reached() == "timeout"
+    assert limits.reached(stopped=True) is None  # the step stopped the run: the stop is recorded
+    assert limits.reached(timed=False) is None
+    assert StepLimits(max_steps=1, timeout_s=10, clock=clock, started=0, steps=1).reached() == "max_steps"
+    assert StepLimits(max_errors=1, timeout_s=10, clock=clock, started=0, errors=1).reached() == "too_many_errors"
+    assert StepLimits(max_steps=5, clock=clock, started=0).reached() is None  # no timeout set: never
+
+
+def test_a_users_turn_reads_the_clock_at_its_end_only():
+    """A simulator that acts in rounds asks would_stop (a live reading) after each round; the turn as a whole
+    is then counted with the clock read once, at its end, where a stop wins over the timeout."""
+    clock = Clock()
+    limits = StepLimits(timeout_s=10, clock=clock)
+    clock.t = 200.0
+    kept, hit = limits.user_turn(user_turn_with_a_call())
+    assert hit == "timeout" and len(kept) == 3  # not cut after the call's results: that was read live
+    assert StepLimits(timeout_s=10, clock=clock, started=100).user_turn(user_turn_with_a_call(), stops=True)[1] is None
+    assert StepLimits(timeout_s=10, clock=clock, started=100).would_stop(user_turn_with_a_call()[:2])
+    assert not StepLimits(timeout_s=10, clock=clock, started=195).would_stop(user_turn_with_a_call()[:2])
+
+
+@pytest.mark.parametrize("said, ending, agent_turns", [
+    (["I want to return a book.", "The loan is mine.", "Thanks ###STOP###"], "timeout", 1),
+    (["I want to return a book.", "Thanks ###STOP###"], "user_stop", 1)])
+def test_an_episode_past_its_timeout_ends_at_the_next_check(tok, monkeypatch, said, ending, agent_turns):
+    """Each user reply takes 6 s of a 10 s budget: the first (6 s) passes the check after it, the second
+    (12 s) ends the run there as timeout, reward 0, unless it is the user's stop (τ²'s stop is recorded)."""
+    import memrl.workflows.tool_steps as tool_steps
+
+    clock = Clock()
+    monkeypatch.setattr(tool_steps, "CLOCK", clock)
+    lines = iter(said)
+
+    def reply(task, messages):
+        clock.t += 6
+        return next(lines)
+
+    s = sample("return_")
+    s.solo, s.user = False, ScriptedUser(reply)
+    script = Script(tok, ["Which loan?", "Sure."])
+    traj = asyncio.run(tool_agent(s, script.engine, tok, cfg(timeout_s=10).workflow))
+    assert (traj.info["ending"], len(script.outputs)) == (ending, agent_turns)
+    if ending == "timeout":
+        assert traj.reward == 0.0 and "timeout" in traj.info["note"]
+
+
+def test_a_timeout_inside_the_users_device_round_ends_it_without_another_request(tau2_dir, monkeypatch):
+    """Each user model call takes 6 s of 10: the opening line (6 s) passes; the toggle_data call (12 s) and its
+    result end the run there (read live, between the user's rounds), the user is not asked for its text."""
+    import memrl.workflows.tool_steps as tool_steps
+    from memrl.envs.user_sim import LLMUserSimulator
+    from tests.workflows.test_tool_agent_dual import _dual_episode
+
+    clock, slow = Clock(), LLMUserSimulator._generate
+
+    async def generate(self, chat, seed):
+        clock.t += 6
+        return await slow(self, chat, seed)
+
+    monkeypatch.setattr(tool_steps, "CLOCK", clock)
+    monkeypatch.setattr(LLMUserSimulator, "_generate", generate)
+    traj, aengine, uengine, _ = _dual_episode(tau2_dir, {"timeout_s": 10})
+    assert traj.info["ending"] == "timeout" and traj.reward == 0.0
+    assert len(aengine.calls) == 1 and len(uengine.calls) == 2
+    assert [m["role"] for m in traj.info["messages"]][-2:] == ["user", "tool"]
+    traj, _, uengine, _ = _dual_episode(tau2_dir, {"timeout_s": 1000})
+    assert traj.info["ending"] == "user_stop" and len(uengine.calls) == 4

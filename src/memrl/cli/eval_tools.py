@@ -37,8 +37,8 @@ def side_models(cfg: Any) -> str:
     user = "solo (no user)" if e.solo else f"user {e.user.model} ({e.user.protocol}, temperature {e.user.temperature})"
     judge = f"judge {e.judge.model} ({e.judge.protocol})" if e.judge.model else "NL assertions not judged"
     w = cfg.workflow
-    limits = [f"{w.max_turns} turns"] + [f"{n} {what}" for n, what in ((w.max_steps, "steps"), (w.max_errors,
-                                                                                                "tool errors")) if n]
+    limits = [f"{w.max_turns} turns"] + [f"{n:g} {what}" for n, what in (
+        (w.max_steps, "steps"), (w.max_errors, "tool errors"), (w.timeout_s, "s")) if n]
     return f" · {user} · {judge} · prompts {e.prompts} · seeds {w.seeds} · ends at {', '.join(limits)}"
 
 

@@ -11,7 +11,8 @@ The git commit is memrl's version; ``max_errors`` is ``workflow.options.max_erro
 default (10); ``max_steps`` is ``workflow.options.max_steps``, or else ``max_turns``. Costs are the
 agent's and the user's chat tokens at LiteLLM's prices, as τ²-bench's (null where nothing can be
 priced: a local model, no LiteLLM). An episode memrl cut at ``workflow.max_turns`` or at ``max_steps``
-is τ²'s ``max_steps``; one cut at ``max_errors`` is ``too_many_errors``; one cut at
+is τ²'s ``max_steps``; one cut at ``max_errors`` is ``too_many_errors``; one cut at ``timeout_s`` is
+``timeout``; one cut at
 ``workflow.max_total_tokens`` is ``context_window_exceeded``; a transfer to a human is a ``user_stop``
 (τ²'s user simulator ends the call at a transfer). In solo mode the ticket is not a message (τ² puts
 it in the agent's prompt), and the agent and user are
@@ -27,7 +28,7 @@ from typing import Any
 
 TERMINATION = {"agent_stop": "agent_stop", "user_stop": "user_stop", "transfer": "user_stop",
                "max_turns": "max_steps", "max_steps": "max_steps", "too_many_errors": "too_many_errors",
-               "max_tokens": "context_window_exceeded"}
+               "timeout": "timeout", "max_tokens": "context_window_exceeded"}
 TAU2_MAX_ERRORS = 10  # τ²-bench's default, written when workflow.options.max_errors is not set
 
 

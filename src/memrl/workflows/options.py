@@ -96,6 +96,10 @@ class ToolAgentOptions(OptionsModel):
     max_errors: int | None = Field(None, gt=0, description="tau2-bench's error limit (its default: 10): the "
                                    "episode ends (too_many_errors, reward 0) once this many tool calls, the "
                                    "agent's and the user's, returned an error. None: no limit.")
+    timeout_s: float | None = Field(None, gt=0, description="tau2-bench's --timeout: the episode ends (timeout, "
+                                    "reward 0) at the first step past this many seconds of wall-clock time, "
+                                    "unless that step ended it otherwise; a model call under way is not "
+                                    "interrupted. None (tau2-bench's default): no timeout.")
     turn_tokens: int = Field(512, gt=0, description="Max new tokens of one model turn.")
     max_total_tokens: int = Field(8192, gt=0, description="Context limit of the whole episode.")
     tool_format: Literal["qwen", "hermes", "template"] = Field(

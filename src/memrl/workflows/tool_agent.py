@@ -100,7 +100,8 @@ async def _user_turn(run: _Run, messages: list[Message], turn: int | None) -> tu
         said = await user.act(run.sample.task, messages, env, seed=seed, **kw)  # type: ignore[union-attr]
     else:
         said = [Message("user", await user.reply(run.sample.task, messages, seed=seed))]  # type: ignore[union-attr]
-    return run.limits.user_turn(said)
+    stops = bool(said) and ends_conversation(said[-1].content or "") is not None
+    return run.limits.user_turn(said, stops=stops)
 
 
 async def tool_agent(sample: TaskSample, engine: Engine, tokenizer: Any, config: Any, *,
@@ -141,7 +142,8 @@ async def _episode(sample: TaskSample, engine: Engine, tokenizer: Any, config: A
     side: TokenSide | ChatSide = ChatSide(engine, config) if chat else TokenSide(engine, tokenizer, config, env)
     base = (sampling or SamplingParams()).with_(stop_token_ids=side.stops)
     run = _Run(sample, env, side, CallSeeds(base, tau2=getattr(config, "seeds", "memrl") == "tau2"), messages,
-               StepLimits(getattr(config, "max_steps", None), getattr(config, "max_errors", None)))
+               StepLimits(getattr(config, "max_steps", None), getattr(config, "max_errors", None),
+                          getattr(config, "timeout_s", None)))
     opening, ending = await _opening(run)
     messages += opening
     side.start(env.system_prompt(task), env.tool_schemas(), messages)
@@ -170,7 +172,7 @@ async def _agent_turn(run: _Run, turn: int) -> str | None:
         limits.step()
     if env.stop_tool is not None and any(c.name == env.stop_tool for c in parsed.calls):
         messages.append(Message("assistant", AGENT_STOP))  # τ²'s solo agent: the turn becomes its stop message
-        return limits.reached() or "agent_stop"
+        return limits.reached(stopped=True) or "agent_stop"
     messages.append(Message("assistant", parsed.content or None, parsed.calls))
     stats["tool_calls"] += len(parsed.calls) + len(parsed.errors)
     stats["invalid_tool_calls"] += len(parsed.errors)
@@ -184,7 +186,7 @@ async def _agent_turn(run: _Run, turn: int) -> str | None:
         return None
     if AGENT_STOP in parsed.content or run.sample.solo:  # τ²'s solo agent may only stop by its tool
         if AGENT_STOP in parsed.content or env.stop_tool is None:
-            return limits.reached() or "agent_stop"
+            return limits.reached(stopped=True) or "agent_stop"
         return "agent_error"  # τ²'s solo agent raises on text before its step is counted: no limit applies
     hit = limits.reached()
     if hit:

@@ -1,37 +1,55 @@
-"""τ²-bench's two limits on a simulation, steps and tool errors (``workflow.options.max_steps`` /
-``max_errors``).
+"""τ²-bench's limits on a simulation: steps, tool errors and wall-clock time (``workflow.options.max_steps``
+/ ``max_errors`` / ``timeout_s``).
 
 τ²-bench's orchestrator counts a step for every message the agent or the user sends and for every
 batch of tool results. After each step that does not hand tool calls to the environment it ends the
 simulation once the tool results that were errors (the agent's and the user's together) reach
 ``max_errors`` (``too_many_errors``) or the steps reach ``max_steps`` (``max_steps``); a limit ends it
 even when that same step stopped it too (the limit's reason is the one recorded), and either scores 0.
+At the same points it ends a simulation that has run ``timeout`` seconds since it started
+(``timeout``, also 0), but only one that nothing else ended: a stop on that step, or a step or error
+limit, is recorded instead. The clock is read between steps, so a slow model call is not cut short.
 What the initial state holds is not a step: the agent's greeting, a task's message history, the solo
 agent's first message. memrl counts the same way, so an episode ends where τ²-bench's would and is
 graded as it would be. ``None`` switches a limit off (memrl's default; ``max_turns`` and
-``max_total_tokens`` bound an episode either way). τ²-bench's defaults are 200 steps and 10 errors.
+``max_total_tokens`` bound an episode either way). τ²-bench's defaults are 200 steps, 10 errors and no
+timeout.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from memrl.envs.messages import Message
 
+CLOCK: Callable[[], float] = time.perf_counter  # the timeout's clock, as τ²-bench's (tests replace it)
+
 
 @dataclass
 class StepLimits:
-    """Steps and tool errors so far, against the limits (``None``: no limit)."""
+    """Steps and tool errors so far and the time since the episode started, against the limits (``None``:
+    no limit). ``clock``: a monotonic clock in seconds, :data:`CLOCK` unless given."""
 
     max_steps: int | None = None
     max_errors: int | None = None
+    timeout_s: float | None = None
     steps: int = 0
     errors: int = 0
+    clock: Callable[[], float] | None = None
+    started: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.started is None:
+            self.started = self.now()
+
+    def now(self) -> float:
+        return (self.clock or CLOCK)()
 
     @property
     def active(self) -> bool:
-        return self.max_steps is not None or self.max_errors is not None
+        return self.max_steps is not None or self.max_errors is not None or self.timeout_s is not None
 
     def would_stop(self, msgs: list[Message]) -> bool:
         """Whether a user's turn that went as far as ``msgs`` has reached a limit (nothing is counted)."""
@@ -43,18 +61,25 @@ class StepLimits:
         self.steps += 1
         self.errors += sum(bool(m.error) for m in results) + unreadable
 
-    def reached(self) -> str | None:
-        """The limit reached, if any, checked in τ²-bench's order (errors last, so they win)."""
+    def reached(self, *, stopped: bool = False, timed: bool = True) -> str | None:
+        """The limit reached, if any, checked in τ²-bench's order (errors last, so they win over steps). The
+        timeout applies only when the step did not stop the episode (``stopped``) and ``timed`` (False: the
+        clock was already read live at this point, see :meth:`user_turn`)."""
         if self.max_errors is not None and self.errors >= self.max_errors:
             return "too_many_errors"
         if self.max_steps is not None and self.steps >= self.max_steps:
             return "max_steps"
+        late = self.timeout_s is not None and self.now() - (self.started or 0.0) >= self.timeout_s
+        if timed and not stopped and late:
+            return "timeout"
         return None
 
-    def user_turn(self, msgs: list[Message]) -> tuple[list[Message], str | None]:
+    def user_turn(self, msgs: list[Message], *, stops: bool = False) -> tuple[list[Message], str | None]:
         """A user's turn (its messages, each tool-calling one followed by its results) counted step by step:
         the part of it τ²-bench would have let happen, and the limit that cut it (``None``: all of it).
-        The check skipped after a message that calls tools falls, as in τ²-bench, after its results."""
+        The check skipped after a message that calls tools falls, as in τ²-bench, after its results.
+        ``stops``: the turn's last message ends the conversation. The clock is read at the turn's end only:
+        a simulator that acts in rounds asked :meth:`would_stop` after each one as it went, and went on."""
         i = 0
         while i < len(msgs):
             self.step()
@@ -64,7 +89,8 @@ class StepLimits:
                     j += 1
                 self.step(msgs[i + 1:j])
             i = j
-            hit = self.reached()
+            last = i >= len(msgs)
+            hit = self.reached(stopped=last and stops, timed=last)
             if hit is not None:
                 return msgs[:i], hit
         return msgs, None
