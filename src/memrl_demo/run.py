@@ -197,6 +197,7 @@ def run_demo(out: Path, *, rl_steps: int | None = None, seed: int = 0, console: 
     settled (:mod:`memrl_demo.settle`); a number trains exactly that many.
     """
     from memrl.data.outdir import record_outputs
+    from memrl_demo.folder import claim_folder
 
     if rl_steps is None:
         rl_steps, settle = RL_STEPS, scale.settle_steps
@@ -205,6 +206,7 @@ def run_demo(out: Path, *, rl_steps: int | None = None, seed: int = 0, console: 
 
     stage = rl_stage(estimator, asynchronous)
     record_outputs(out, (*DEMO_OUTPUTS, *stage))
+    claim_folder(out, "needle", seed, DEMO_OUTPUTS)
     with deterministic(seed, threads):
         return _run(out, rl_steps, seed, console or Console(stderr=True, width=None if sys.stderr.isatty() else 160),
                     scale, max_staleness if asynchronous else None, estimator, settle)

@@ -76,12 +76,14 @@ def run_tools_demo(out: Path, *, rl_steps: int = 60, seed: int = 0, reward: str 
     what gives gigpo turns to credit) trains in ``out/rl[_<estimator>]_turns``, summary
     ``summary[_<estimator>]_turns.json``."""
     from memrl.data.outdir import record_outputs
+    from memrl_demo.folder import claim_folder
 
     if reward not in REWARDS:
         raise ValueError(f"--reward must be one of {', '.join(REWARDS)}, not {reward!r}")
     if record not in RECORDS:
         raise ValueError(f"--record must be one of {', '.join(RECORDS)}, not {record!r}")
     record_outputs(out, (*DEMO_OUTPUTS, *rl_stage(estimator, record=record)))
+    claim_folder(out, "tools", seed, DEMO_OUTPUTS)
     with deterministic(seed, threads):
         return _run(out, rl_steps, seed, reward, console or _console(), scale, estimator, record)
 

@@ -47,6 +47,8 @@ def test_keys_default_to_those_present_and_a_typo_names_the_closest(two_runs):
     runs = [[{"step": 1, "reward": 0.1, "f1": 0.2, "eval/accuracy": 3.0, "flag": True, "kl": 0.0}]]
     assert pick_keys(runs, None) == ["reward", "eval/accuracy"]  # kl is 0 throughout: left out unless asked
     assert pick_keys(runs, ["kl"]) == ["kl"]
+    stuck = [[{"step": 1, "reward": 0.0, "kl": 0.0, "entropy": 0.0, "response_tokens": 5.0}]]
+    assert pick_keys(stuck, None) == ["reward", "response_tokens"]  # a reward of 0 throughout is what to see
     assert pick_keys(runs, ["f1", "f1"]) == ["f1"]
     with pytest.raises(ValueError, match=r"--metric 'f11': no run has it; did you mean 'f1'\?"):
         pick_keys(runs, ["f11"])

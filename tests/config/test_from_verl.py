@@ -140,7 +140,21 @@ def test_the_cli_writes_a_config_memrl_loads(tmp_path):
     r = CliRunner().invoke(app, ["config", "from-verl", str(script), "--out", str(out)])
     assert r.exit_code == 2 and "exists: pass --force" in r.output
     r = CliRunner().invoke(app, ["config", "from-verl", "-"], input="echo nothing here\n")
-    assert r.exit_code == 2 and "no verl overrides" in r.output
+    assert r.exit_code == 2 and "not a verl launch script" in r.output
+    memrl_words = "memrl train trainer.total_steps=3 algorithm.n=4 workflow.options.max_turns=2\n"
+    r = CliRunner().invoke(app, ["config", "from-verl", "-"], input=memrl_words)  # memrl's own keys, not verl's
+    assert r.exit_code == 2 and "not a verl launch script (no actor_rollout_ref" in " ".join(r.output.split())
+
+
+def test_the_count_is_of_the_scripts_own_flags():
+    """A flag verl's defaults decide (adv_estimator gae, which memrl cannot run) is reported as a default, not
+    counted among the script's flags."""
+    script = "python -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Q actor_rollout_ref.rollout.n=4 \\\n"
+    script += "  trainer.n_gpus_per_node=8\n"
+    r = CliRunner().invoke(app, ["config", "from-verl", "-"], input=script)
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.output.split())
+    assert "translated 2 of 3 verl flags; 1 left out" in said and "algorithm.adv_estimator (verl's default)" in said
 
 
 VERL = os.environ.get("MEMRL_VERL_REPO")
@@ -164,3 +178,16 @@ def test_every_verl_example_script_translates_into_a_config_that_loads(tmp_path)
         load_config(out, [])
         translated += 1
     assert translated > 80
+
+
+def test_overrides_gathered_in_a_multi_line_variable_are_the_scripts():
+    """verl's example scripts (e.g. run_qwen3_5-122b-a10b_veomni.sh) collect overrides in a quoted variable
+    spanning lines and expand it in the command; an unclosed quote leaves the other lines readable."""
+    script = ('lr=1e-6\nmode=gspo\nACTOR="\n    actor_rollout_ref.actor.optim.lr=$lr \\\n'
+              '    actor_rollout_ref.actor.policy_loss.loss_mode=${mode}"\n'
+              'python3 -m verl.trainer.main_ppo $ACTOR algorithm.adv_estimator=grpo  # a "comment\n')
+    flags, unresolved = overrides_of(script)
+    assert flags == {A + "optim.lr": "1e-6", A + "policy_loss.loss_mode": "gspo", "algorithm.adv_estimator": "grpo"}
+    assert unresolved == []
+    broken = 'echo "never closed\ntrainer.total_training_steps=5\n'
+    assert overrides_of(broken)[0] == {"trainer.total_training_steps": "5"}

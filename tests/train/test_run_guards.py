@@ -161,6 +161,22 @@ def test_every_episode_failing_stops_after_max_failed_steps(tmp_path):
     assert [r["step"] for r in rows] == [1, 2] and rows[-1]["failed_episodes"] == 16
 
 
+def test_a_run_that_never_trained_keeps_no_checkpoint_and_takes_a_corrected_config(tmp_path):
+    """Checkpoints of a run whose every step was idle hold the initial weights: none is written, so fixing the
+    cause (here the engine; for a user, data.train_file) starts the run again instead of being refused."""
+    from memrl.train.preflight import check_run_config
+
+    cfg = config(tmp_path, trainer__total_steps=10, trainer__max_failed_steps=2, trainer__save_every=1)
+    with pytest.raises(NothingTrainableError):
+        Trainer(cfg, engine=failing_engine(RuntimeError("no such field")), tracker_console=quiet()).run()
+    assert not (tmp_path / "run" / "checkpoints").exists() or not any((tmp_path / "run" / "checkpoints").iterdir())
+    fixed = config(tmp_path, trainer__total_steps=1, trainer__max_failed_steps=2, trainer__save_every=1,
+                   trainer__lr=5e-4)
+    check_run_config(fixed, tmp_path / "run", notice=lambda msg: None)  # not "started with a different config"
+    last = Trainer(fixed, engine=coin_engine(load_tokenizer("tiny")), tracker_console=quiet()).run()
+    assert "reward" in last and (tmp_path / "run" / "checkpoints" / "step_000001").is_dir()
+
+
 def test_a_trainable_step_resets_the_failure_streak(tmp_path):
     good = coin_engine(load_tokenizer("tiny"))
     holder: dict = {}

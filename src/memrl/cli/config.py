@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Collection
 from typing import Any, Optional
 
 import typer
@@ -143,12 +144,13 @@ def from_verl(
     """
     import sys
 
-    from memrl.config.from_verl import overrides_of, render_yaml, translate
+    from memrl.config.from_verl import VERL_ONLY_GROUPS, overrides_of, render_yaml, translate
 
     text = sys.stdin.read() if script == "-" else _read_script(Path(script))
     flags, unresolved = overrides_of(text)
-    if not flags:
-        raise ValueError(f"{script}: no verl overrides (key.name=value words) found")
+    if not any(k.split(".", 1)[0] in VERL_ONLY_GROUPS for k in flags):
+        raise ValueError(f"{script}: not a verl launch script (no {'/'.join(VERL_ONLY_GROUPS)}.* override among "
+                         f"its {len(flags)} key.name=value words)")
     result = translate(flags)
     rendered = render_yaml(result)
     _check_translation(rendered)
@@ -161,7 +163,7 @@ def from_verl(
             fh.write(rendered)
     else:
         typer.echo(rendered, nl=False)
-    _report(len(flags), result.skipped, unresolved, out)
+    _report(flags.keys(), result.skipped, unresolved, out)
 
 
 def _read_script(path: Path) -> str:
@@ -186,16 +188,18 @@ def _check_translation(rendered: str) -> None:
         Path(fh.name).unlink()
 
 
-def _report(total: int, skipped: dict[str, str], unresolved: list[str], out: Optional[Path]) -> None:
-    """On standard error: how many flags were translated, then the others grouped by why they were left out."""
+def _report(flags: Collection[str], skipped: dict[str, str], unresolved: list[str], out: Optional[Path]) -> None:
+    """On standard error: how many of the script's flags were translated, then those left out grouped by why,
+    and what verl's defaults would do that memrl does not (a default, not a flag of the script)."""
     from rich.console import Console
 
     err = Console(stderr=True, width=120, highlight=False)
     where = f" into {out}" if out else ""
-    err.print(f"translated {total - len(skipped)} of {total} verl flags{where}; {len(skipped)} left out:")
+    left = [k for k in skipped if k in flags]
+    err.print(f"translated {len(flags) - len(left)} of {len(flags)} verl flags{where}; {len(left)} left out:")
     by_reason: dict[str, list[str]] = {}
     for key, why in skipped.items():
-        by_reason.setdefault(why, []).append(key)
+        by_reason.setdefault(why, []).append(key if key in flags else f"{key} (verl's default)")
     for why, keys in sorted(by_reason.items(), key=lambda kv: len(kv[1])):
         err.print(f"- {why} ({len(keys)}): " + ", ".join(keys), soft_wrap=False)
     if unresolved:

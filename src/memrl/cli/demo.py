@@ -31,7 +31,8 @@ def demo(
                                       "trainer.mode=async (rollouts continue during updates) into OUT/rl_async; "
                                       "its numbers can vary a little between runs (timing decides which "
                                       "episodes finish first)."),
-    max_staleness: int = typer.Option(1, "--max-staleness", min=0, help="With --async: trainer.async.max_staleness."),
+    max_staleness: int = typer.Option(None, "--max-staleness", min=0, help="With --async: "
+                                      "trainer.async.max_staleness (default 1)."),
     estimator: str = typer.Option(None, "--estimator", help="algorithm.adv_estimator of the RL stage (default "
                                   "grpo): a registered name (memrl config schema lists them, e.g. gigpo: "
                                   "turn-level credit by anchor state) or an import path. Another than the "
@@ -53,7 +54,7 @@ def demo(
     """
     from memrl.data.outdir import check_writable_dir, clear_outputs
 
-    checked_flags(task, reward, asynchronous, record)
+    checked_flags(task, reward, asynchronous, record, max_staleness)
     given: dict[str, Any] = {} if steps is None else {"rl_steps": steps}  # else each demo's own default
     if estimator is not None:
         given["estimator"] = checked_estimator(estimator)
@@ -71,11 +72,15 @@ def demo(
 
         if fresh:
             clear_outputs(out, "--fresh", legacy=LEGACY_DEMO)
-        run_demo(out, seed=seed, asynchronous=asynchronous, max_staleness=max_staleness, **given)
+        run_demo(out, seed=seed, asynchronous=asynchronous, max_staleness=1 if max_staleness is None else max_staleness,
+                 **given)
 
 
-def checked_flags(task: str, reward: str, asynchronous: bool, record: str | None) -> None:
+def checked_flags(task: str, reward: str, asynchronous: bool, record: str | None,
+                  max_staleness: int | None = None) -> None:
     """A usage error, before anything runs, for a value a flag does not take or a flag the task does not have."""
+    if max_staleness is not None and not asynchronous:
+        raise typer.BadParameter("--max-staleness applies with --async only", param_hint="--max-staleness")
     if task not in ("needle", "tools"):
         raise typer.BadParameter(f"--task must be needle or tools, not {task!r}", param_hint="--task")
     if reward not in ("tau2", "progress"):

@@ -98,6 +98,10 @@ def eval_cmd(
         "--suite": None if suite == "qa" else suite, "--repeats": repeats}, trials,
         {"--task-ids": task_ids, "--num-tasks": num_tasks})
     _check_data_exists(data, built)
+    if data is not None and data.is_file() and (docs or tasks):
+        flag = "--docs" if docs else "--tasks"
+        raise ValueError(f"{flag} applies to a folder of eval files (eval_<N>.json, RULER's); --data {data} is one "
+                         f"file of samples, evaluated whole: leave {flag} out (--max-samples K takes the first K)")
     quiet_hub_progress()
     console = Console(stderr=True)
     if cfg.eval.repeats > 1 and cfg.sampling.temperature == 0:
@@ -160,11 +164,9 @@ def _qa(cfg: Any, data: Path, docs: str | None, out: Path, max_samples: int | No
     from memrl.eval.runner import EVAL_OUTPUTS, find_eval_file, run_eval
     from memrl.models.resolve import load_tokenizer
 
-    if not docs:
-        raise ValueError("--docs: give at least one document count (e.g. --docs 50,100)")
-    sizes = parse_docs(docs)
+    sizes = parse_docs(docs) if docs else []
     if not sizes:
-        raise ValueError("--docs: give at least one document count")
+        raise ValueError(_no_docs(data))
     for n in sizes:  # a missing file is reported before the model loads
         find_eval_file(data, n)
     prepare_out(out, restart, EVAL_OUTPUTS, cfg)
@@ -185,6 +187,22 @@ def _qa(cfg: Any, data: Path, docs: str | None, out: Path, max_samples: int | No
         console.print(f"[yellow]{failed} episode(s) failed and are not counted in the accuracy; see {out}/failures/ "
                       "and re-run the same command to retry them[/yellow]", highlight=False)
     sys.stdout.flush()
+
+
+def _no_docs(data: Path) -> str:
+    """What to say when --docs names no document count: the counts --data has files for, or why none."""
+    import re
+
+    folder, stem = (data, "eval") if data.is_dir() else (data.parent, data.name)  # a folder, or a name prefix
+    files = sorted(folder.glob(f"{stem}_*")) if folder.is_dir() and "{n}" not in stem else []
+    counts = sorted({int(m.group(1)) for p in files if (m := re.search(r"_(\d+)\.\w+$", p.name))})
+    if not data.exists() and not counts:
+        return f"--data {data}: no such folder (nor {stem}_<N>.json files in {folder})"
+    if not counts:
+        return (f"--docs: give the document counts to evaluate; {data} has no eval_<N> files (memrl data synth "
+                f"--out {data} writes them)")
+    return (f"--docs: give the document counts to evaluate, e.g. --docs {','.join(map(str, counts))} "
+            f"({data} has eval files for {', '.join(map(str, counts))} documents)")
 
 
 def _ruler(cfg: object, data: Path, docs: str | None, tasks: str | None, out: Path, max_samples: int | None,

@@ -40,14 +40,25 @@ def prepare_out(out: Path, restart: bool, outputs: Iterable[str], cfg: Any = Non
         check_resume(out, cfg, data)
 
 
-def out_lock(out: Path, console: Console) -> contextlib.AbstractContextManager[Any]:
-    """Hold ``--out`` for this eval: a second ``memrl eval`` on the same folder refuses in one line."""
+@contextlib.contextmanager
+def out_lock(out: Path, console: Console) -> Iterator[Any]:
+    """Hold ``--out`` for this eval: a second ``memrl eval`` on the same folder refuses in one line. A folder
+    this call created is removed again if the eval stopped before writing anything into it."""
     from memrl.data.outdir import check_writable_dir
     from memrl.data.runlock import hold_folder
 
+    new = not out.exists()
     check_writable_dir(out)
-    return hold_folder(out, "memrl eval", "--out",
-                       lambda msg: console.print(f"notice: {msg}", highlight=False, markup=False))
+    if (out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file():  # results would hide its rollouts
+        raise ValueError(f"--out {out} is a training run (it holds checkpoints or metrics.jsonl); memrl eval writes "
+                         "its results into a folder of their own: give another --out")
+    try:
+        with hold_folder(out, "memrl eval", "--out",
+                         lambda msg: console.print(f"notice: {msg}", highlight=False, markup=False)) as held:
+            yield held
+    finally:
+        if new and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
 
 
 @contextlib.contextmanager

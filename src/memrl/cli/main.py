@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from memrl import __version__
@@ -15,6 +17,38 @@ from memrl.cli import tinker as tinker_cli
 from memrl.cli import train as train_cli
 from memrl.cli import view as view_cli
 
+
+
+def _fold_long_words() -> None:
+    """typer's option tables cut a word longer than its column with an ellipsis (``sampling.temperatur…`` in
+    an 80-column terminal or a pipe), losing the key or flag the text names; fold it onto the next line."""
+    from rich.columns import Columns
+    from rich.text import Text
+    from typer import rich_utils
+
+    if getattr(rich_utils, "memrl_folds", False):
+        return
+    light, helps = getattr(rich_utils, "highlighter", None), getattr(rich_utils, "_get_parameter_help", None)
+    if light is None or helps is None:  # another typer: its own layout
+        return
+
+    def fold(shown: Any) -> Any:
+        if isinstance(shown, Text):
+            shown.overflow = "fold"
+        elif isinstance(shown, Columns):
+            for part in shown.renderables:
+                fold(part)
+        return shown
+
+    rich_utils.highlighter = lambda text: fold(light(text))  # option names and help text
+    negative = getattr(rich_utils, "negative_highlighter", None)
+    if negative is not None:  # --no-... flags
+        rich_utils.negative_highlighter = lambda text: fold(negative(text))
+    rich_utils._get_parameter_help = lambda **kwargs: fold(helps(**kwargs))  # with [default: ...], [env var: ...]
+    rich_utils.memrl_folds = True  # type: ignore[attr-defined]
+
+
+_fold_long_words()
 app = typer.Typer(
     name="memrl",
     help="memrl: reinforcement learning for LLM agents whose episodes span several conversations "

@@ -39,6 +39,15 @@ def _check_vocab(trajs: list[Any], vocab: int, model: str, source: Path) -> None
     raise ValueError(f"{source}: token id {top} is outside the vocabulary of {model} ({vocab} ids); {hint}")
 
 
+def check_flags(epochs: int, lr: float, batch_rows: int) -> None:
+    """Refuse a flag no fine-tuning can run with, before anything is read or written."""
+    for flag, value, ok, need in (("--epochs", epochs, epochs >= 1, "at least 1"),
+                                  ("--lr", lr, lr > 0, "positive"),
+                                  ("--batch-rows", batch_rows, batch_rows >= 1, "at least 1")):
+        if not ok:
+            raise ValueError(f"{flag} {value:g}: must be {need}")
+
+
 def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: int, lr: float,
               batch_rows: int, source: Path) -> tuple[int, float]:
     """Load ``model``, train it on ``trajs`` and export it to ``out``; (optimizer steps, final loss)."""
@@ -65,8 +74,8 @@ def sft_cmd(
     model: str = typer.Option(..., "--model", "-m", help="Model to fine-tune (folder, hub id or alias)."),
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the fine-tuned HF model."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it is a non-empty folder."),
-    epochs: int = typer.Option(1, "--epochs"),
-    lr: float = typer.Option(1e-5, "--lr"),
+    epochs: int = typer.Option(1, "--epochs", help="Passes over the kept conversations."),
+    lr: float = typer.Option(1e-5, "--lr", help="AdamW learning rate."),
     batch_rows: int = typer.Option(32, "--batch-rows", help="Conversations per optimizer step."),
     min_reward: Optional[float] = typer.Option(None, "--min-reward", help="Keep only trajectories with reward >= this "
                                                "(rejection-sampling fine-tuning; see also memrl rft)."),
@@ -75,6 +84,7 @@ def sft_cmd(
     from memrl.eval.records import read_rollouts
     from memrl.train.outdir import check_target
 
+    check_flags(epochs, lr, batch_rows)
     check_target(out, force)  # before training, not after
     trajs = read_rollouts(trajectories)
     if min_reward is not None:
@@ -109,15 +119,17 @@ def rft_cmd(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model to fine-tune (default: the model "
                                         "recorded in the folder's config.yaml / eval_config.yaml)."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it is a non-empty folder."),
-    epochs: int = typer.Option(1, "--epochs"),
-    lr: float = typer.Option(1e-5, "--lr"),
+    epochs: int = typer.Option(1, "--epochs", help="Passes over the kept conversations."),
+    lr: float = typer.Option(1e-5, "--lr", help="AdamW learning rate."),
     batch_rows: int = typer.Option(32, "--batch-rows", help="Conversations per optimizer step."),
 ) -> None:
     """Rejection-sampling fine-tuning: SFT on the generated tokens of the episodes that reached --min-reward."""
-    from memrl.eval.records import read_rollouts
+    from memrl.eval.records import read_rollouts, rollout_paths
     from memrl.train.outdir import check_target
 
+    check_flags(epochs, lr, batch_rows)
     check_target(out, force)
+    rollout_paths(rollouts)  # a folder with no rollouts is the mistake to name, not a missing --model
     base = model or (recorded_model(rollouts) if rollouts.is_dir() else None)
     if base is None:
         raise ValueError(f"--model: {rollouts} records no model (no config.yaml or eval_config.yaml); name one")

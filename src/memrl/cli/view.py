@@ -37,6 +37,8 @@ def view_cmd(
         serve(server, announce=lambda url: typer.echo(f"memrl view: {url}  (refresh for new steps; Ctrl-C stops)"))
         return
     payload = load_payload(path, tokenizer, steps=steps, last=last)
+    if steps and not payload["episodes"]:
+        _no_such_steps(path, steps)
     page = render_page(payload)
     with atomic_write(out) as fh:
         fh.write(page)
@@ -44,3 +46,13 @@ def view_cmd(
     typer.echo(f"wrote {out} ({len(payload['episodes'])} episodes, {size:.1f} MB)")
     if size > 50:
         typer.echo("the page is large: pick steps with --steps A-B or --last N", err=True)
+
+
+def _no_such_steps(path: Path, steps: str) -> None:
+    """A page with none of the episodes asked for is a mistake in --steps: say which steps the run saved."""
+    from memrl.view.loader import rollout_files
+
+    saved = rollout_files(path)[1] if path.is_dir() else []
+    if saved:
+        shown = ", ".join(map(str, saved[:10])) + (f", ... {saved[-1]}" if len(saved) > 10 else "")
+        raise ValueError(f"--steps {steps}: no saved rollout step matches; {path} has steps {shown}")

@@ -60,6 +60,10 @@ RC_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "
            "bypass_mode", "loss_type")
 
 
+# Config groups only verl has (memrl shares algorithm.*, trainer.*, data.*): a script sets at least one.
+VERL_ONLY_GROUPS = ("actor_rollout_ref", "critic", "reward_model", "custom_reward_function")
+
+
 @dataclass
 class Translation:
     """memrl settings (dotted key -> (value, where it came from)) and the verl flags left out, with why."""

@@ -203,6 +203,10 @@ def _format_validation_error(exc: ValidationError, source: str, given: dict[str,
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """A YAML file's mapping of sections, unchecked; a one-line :class:`ConfigError` for a missing or bad file."""
     p = Path(path)
+    if p.is_dir():
+        some = sorted(p.glob("*.yaml"))[:3]
+        hint = f" (it has {', '.join(str(x) for x in some)}{', ...' if len(some) == 3 else ''})" if some else ""
+        raise ConfigError(f"config file {p} is a folder: give one YAML file{hint}")
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     try:

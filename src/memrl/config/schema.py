@@ -25,7 +25,7 @@ __all__ = ["AlgorithmConfig", "EngineConfig", "VLLMOptions", "Section"]  # re-ex
 class ModelConfig(Section):
     """Which model to load (a local Hugging Face folder, a hub id, or a memrl alias)."""
 
-    path: str = Field("tiny", description="HF model folder/id or alias such as 'tiny'.")
+    path: str = Field("tiny", min_length=1, description="HF model folder/id or alias such as 'tiny'.")
     tokenizer: str | None = Field(None, description="Tokenizer path; defaults to the model's.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 
@@ -197,7 +197,8 @@ class TrainerConfig(Section):
     grad_clip: float = Field(1.0, gt=0)
     seed: int = 42
     output_dir: str = "runs/default"
-    total_steps: int = Field(100, ge=0)
+    total_steps: int = Field(100, ge=1, description="Optimizer steps of the whole run (a resumed run trains "
+                             "until it has this many).")
     save_every: int = Field(10, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
     allow_changes: list[str] = Field(default_factory=list, description="Settings (section.key, e.g. trainer.lr) "

@@ -15,15 +15,13 @@ VAR = re.compile(r"\$(?:\{(?P<braced>\w+)(?::-(?P<default>[^}]*))?\}|(?P<plain>[
 
 def overrides_of(script: str) -> tuple[dict[str, str], list[str]]:
     """The ``key=value`` words of a shell script's commands (dotted keys; ``+key`` as ``key``), with the
-    script's ``NAME=value`` assignments substituted into ``$NAME``/``${NAME}``; and the variables left unresolved."""
-    text = script.replace("\\\n", " ")
+    script's ``NAME=value`` assignments substituted into ``$NAME``/``${NAME}``; and the variables left unresolved.
+    A quoted value may span lines, and the overrides a script gathers in a variable (``ACTOR="actor.x=1
+    actor.y=2"``, expanded in the command as ``$ACTOR``) count as the script's."""
     names: dict[str, str] = {}
     found: dict[str, str] = {}
     unresolved: list[str] = []
-    for line in text.splitlines():
-        line = line.split(" #", 1)[0].strip()
-        if not line or line.startswith("#"):
-            continue
+    for line in _logical_lines(script):
         try:
             words = shlex.split(line, comments=True)
         except ValueError:
@@ -34,11 +32,42 @@ def overrides_of(script: str) -> tuple[dict[str, str], list[str]]:
                 continue
             if re.fullmatch(r"[A-Za-z_]\w*", key):  # a shell variable (NAME=value, export NAME=value)
                 names[key] = _substitute(value, names, unresolved)
+                _gather(names[key], found)
                 continue
             key = key.lstrip("+~")
             if "." in key:
                 found[key] = _substitute(value, names, unresolved)
     return found, sorted(set(unresolved))
+
+
+def _logical_lines(script: str) -> list[str]:
+    """The script's lines, continuations joined and a double-quoted value that spans lines kept whole;
+    comment-only lines dropped. A quote never closed leaves its lines as they are."""
+    lines: list[str] = []
+    pending: list[str] = []
+    for raw in script.replace("\\\n", " ").splitlines():
+        line = raw if pending else raw.split(" #", 1)[0].strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        pending.append(line)
+        joined = " ".join(pending)
+        if joined.replace('\\"', "").count('"') % 2 == 0:
+            lines.append(joined)
+            pending = []
+    return lines + [p.split(" #", 1)[0].strip() for p in pending]
+
+
+def _gather(value: str, found: dict[str, str]) -> None:
+    """The dotted ``key=value`` words inside a variable's value (a group of overrides the command expands)."""
+    try:
+        words = shlex.split(value)
+    except ValueError:
+        return
+    for word in words:
+        key, eq, val = word.partition("=")
+        key = key.lstrip("+~")
+        if eq and "." in key and re.fullmatch(r"[\w.]+", key):
+            found[key] = val
 
 
 def _substitute(value: str, names: dict[str, str], unresolved: list[str]) -> str:

@@ -109,7 +109,10 @@ def _published_prompts(cfg: MemRLConfig, recorded: dict[str, Any] | None) -> Mem
 
 
 def recorded_settings(out: Path) -> dict[str, Any] | None:
-    """The answer-changing settings ``out`` holds results of (``eval_config.yaml``), or None."""
+    """The answer-changing settings ``out`` holds results of (``eval_config.yaml``), or None (also when it
+    holds no result yet: a start that failed early decides nothing)."""
+    if not _holds_results(out):
+        return None
     try:
         found = yaml.safe_load((out / "eval_config.yaml").read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
@@ -147,7 +150,7 @@ def check_resume(out: Path, cfg: MemRLConfig, data: dict[str, str] | None = None
     :func:`~memrl.eval.files.data_record`), an older folder without a data record gets this one."""
     path = out / "eval_config.yaml"
     fp = _fingerprint(cfg)
-    if path.is_file():
+    if path.is_file() and _holds_results(out):  # a start that failed before any result has nothing to protect
         old = yaml.safe_load(path.read_text())
         old = old if isinstance(old, dict) else {}
         was_data = old.pop("data", None)
@@ -160,6 +163,13 @@ def check_resume(out: Path, cfg: MemRLConfig, data: dict[str, str] | None = None
         check_same_data(out, was_data, data)  # an older folder without a data record gets this one
     with atomic_write(path) as fh:
         yaml.safe_dump({**fp, **({"data": data} if data else {})}, fh, sort_keys=False)
+
+
+def _holds_results(out: Path) -> bool:
+    """Whether ``out`` holds any finished or failed episode, or a results file."""
+    if (out / "results.json").is_file():
+        return True
+    return any(p.is_file() for sub in ("episodes", "failures", ROLLOUTS) for p in (out / sub).rglob("*"))
 
 
 def episode_record(traj: Trajectory, n: int, seconds: float) -> dict[str, Any]:

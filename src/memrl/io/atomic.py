@@ -134,6 +134,8 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Like :func:`atomic_write` for libraries that want a path (pyarrow, torch.save)."""
     path = Path(path)
+    if path.is_dir():  # os.replace would fail at the end, naming the temp file
+        raise IsADirectoryError(f"{path} is a folder; name a file to write, such as one inside it")
     tmp = _create_temp(path)
     try:
         yield tmp

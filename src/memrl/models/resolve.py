@@ -49,7 +49,24 @@ def resolve_model_path(spec: str) -> str:
         from memrl.models.smol import smollm2_path
 
         return str(smollm2_path())
+    _refuse_run_folder(spec)
     return spec
+
+
+def _refuse_run_folder(spec: str) -> None:
+    """A training run (or one of its checkpoints) is not a model folder: say how to make one of it, rather
+    than let transformers report a tokenizer it cannot find."""
+    path = Path(spec)
+    if not path.is_dir() or (path / "config.json").is_file():
+        return
+    if path.parent.name == "checkpoints" and path.name.startswith("step_"):
+        run, step = path.parent.parent, f" --step {int(path.name.split('_')[-1])}" if path.name[5:].isdigit() else ""
+    elif (path / "checkpoints").is_dir():
+        run, step = path, ""
+    else:
+        return
+    raise ModelNotFoundError(f"{spec} is a memrl training run{' checkpoint' if step else ''}, not a model folder: "
+                             f"`memrl export {run}{step} --out DIR` writes its weights as one, then give DIR")
 
 
 def quiet_hub_progress() -> None:

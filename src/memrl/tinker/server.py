@@ -91,11 +91,13 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str
           state_dir: str = "runs/tinker", engine: str = "hf", dtype: str = "auto", lora_alpha: float = 32.0,
           limits: dict[str, int] | None = None, access_log: bool = False) -> None:
     """Serve the Tinker API for ``model`` (blocking)."""
+    from memrl.data.outdir import check_writable_dir
     from memrl.tinker.app import create_app
     from memrl.tinker.wire import require_sdk
 
     check_port(port)
     check_engine(engine)
+    check_writable_dir(Path(state_dir), flag="--state-dir")  # before the model loads, not after
     key, generated = resolve_key(api_key)
     require_sdk()
     sock = bind_socket(host, port)

@@ -17,6 +17,7 @@ from memrl.io.labels import folder_labels
 from memrl.io.metrics import numeric_keys, read_metrics
 
 DEFAULT_KEYS = ("reward", "eval/accuracy", "response_tokens", "kl", "entropy", "grad_norm")
+ALWAYS_DRAWN = ("reward", "eval/accuracy")  # a run that learns nothing must show it: 0 throughout is the news
 COLUMNS = 3  # panels per row
 
 
@@ -49,8 +50,9 @@ def pick_keys(runs: Sequence[list[dict[str, Any]]], asked: Sequence[str] | None)
     """The metrics to draw: ``asked`` (each must be in some run, else one line naming the closest) or the
     default ones that some run has."""
     have = list(dict.fromkeys(k for rows in runs for k in numeric_keys(rows)))
-    if not asked:  # a default metric that is 0 throughout (kl without a KL term) is left out
-        keys = [k for k in DEFAULT_KEYS if k in have and any(v for rows in runs for v in series(rows, k).values)]
+    if not asked:  # a default metric that is 0 throughout (kl without a KL term) is left out, but not a reward
+        keys = [k for k in DEFAULT_KEYS if k in have and (k in ALWAYS_DRAWN or any(
+            v for rows in runs for v in series(rows, k).values))]
         if not keys:
             raise ValueError(f"metrics.jsonl has none of {', '.join(DEFAULT_KEYS)}; pick some with --metric "
                              f"(it has: {', '.join(have[:20]) or 'no numbers'})")

@@ -110,6 +110,9 @@ def check_output_dir(out: Path) -> None:
         check_writable_dir(out, flag="trainer.output_dir=")
     except OutputDirError as err:
         raise ConfigError(f"{str(err).replace('= ', '=', 1)}; choose another trainer.output_dir") from None
+    if (out / "eval_config.yaml").is_file():  # its results and a run's rollouts would mix in one viewer
+        raise ConfigError(f"trainer.output_dir={out} is an eval folder (memrl eval --out: it holds eval_config.yaml); "
+                          "choose another trainer.output_dir")
 
 
 def check_run_config(cfg: MemRLConfig, run_dir: Path, notice: Callable[[str], None] = print) -> None:

@@ -30,6 +30,8 @@ def sft(
     on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Train ``policy`` in place; returns the mean token loss of each optimizer step."""
+    if epochs < 1 or batch_rows < 1 or not lr > 0:
+        raise ValueError(f"sft: epochs {epochs} and batch_rows {batch_rows} must be >= 1 and lr {lr} > 0")
     rows: list[Row] = rows_from_trajectories(trajectories)
     if not rows:
         raise ValueError("no generated tokens to train on")

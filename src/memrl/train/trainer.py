@@ -246,8 +246,8 @@ class Trainer:
                     last["time/step"] = time.perf_counter() - began  # throughput over steps 2..N leaves warm-up out
                     self.tracker.log(self.step, last)
                     saved = self.step % t.save_every == 0 or self.trained_steps >= t.total_steps
-                    if saved and (self.dist.main or self.sharded):
-                        self.save()
+                    if saved and self.trained_steps and (self.dist.main or self.sharded):
+                        self.save()  # not a run that never trained: its folder then takes a corrected config
                     self.idle.check()  # every rank holds the same streak: all stop together
         finally:
             self.source.close()
@@ -268,7 +268,7 @@ class Trainer:
             return True
         if signum is None:
             return False
-        if not saved and self.step > 0 and (self.dist.main or self.sharded):
+        if not saved and self.trained_steps > 0 and (self.dist.main or self.sharded):
             self.save()
         raise TrainingInterrupted(self.step, signum)
 
