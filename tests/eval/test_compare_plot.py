@@ -92,3 +92,15 @@ def test_refusals_are_one_line(tmp_path):
     (tmp_path / "bad" / "results.json").write_text("{oops")
     with pytest.raises(ValueError, match="results.json: not JSON"):
         plot_evals([tmp_path / "bad"], tmp_path / "x.png")
+
+
+def test_an_eval_with_nothing_finished_or_no_results_yet_is_named(tmp_path):
+    failed = folder(tmp_path / "failed", qa([0.0, 0.0, 0.0], finished=(0, 0, 0)))
+    r = CliRunner().invoke(app, ["plot", str(failed)])
+    assert r.exit_code == 2 and "nothing to plot: no sub_em value" in " ".join(r.output.split())
+    assert not (failed / "curves.png").exists()  # no empty picture
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    (stopped / "eval_config.yaml").write_text("model: {}\n")
+    r = CliRunner().invoke(app, ["plot", str(stopped)])
+    assert r.exit_code == 2 and "an eval folder without results.json" in " ".join(r.output.split())

@@ -145,6 +145,9 @@ def _folder_kind(folder: Path) -> str:
         return "run"
     if (folder / "results.json").is_file():
         return "eval"
+    if (folder / "eval_config.yaml").is_file():  # an eval that stopped before its results were summed up
+        raise ValueError(f"{folder}: an eval folder without results.json (interrupted, or nothing finished yet): "
+                         "run the same memrl eval command again to finish it, then plot")
     raise ValueError(f"{folder}: neither a training run (no metrics.jsonl) nor an eval folder (no results.json)")
 
 

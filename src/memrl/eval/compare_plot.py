@@ -123,6 +123,9 @@ def plot_evals(folders: Sequence[Path], out: Path, metrics: Sequence[str] | None
     chosen = pick_metrics(kind, all_results, metrics)
     labels = folder_labels(folders)
     panels = [(m, [curve(kind, r, m) for r in all_results]) for m in chosen]
+    if not any(y is not None for _, curves in panels for c in curves for y in c.y):
+        raise ValueError(f"nothing to plot: no {', '.join(chosen)} value in {', '.join(map(str, folders))} "
+                         "(did every episode fail? see failures/ there)")
     _draw(out, kind, labels, panels)
     return out, [(m, *table(labels, cs)) for m, cs in panels]
 
