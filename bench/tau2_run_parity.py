@@ -24,6 +24,9 @@ limit ends the run (``too_many_errors``); a small ``--max-steps`` (9, say) cuts 
 fourth request ends at 8 s: where it is the user's stop, the stop is recorded (``user_stop``); where a
 telecom user is still at its phone, the run ends after that round (``timeout``), the clock read where
 τ²-bench reads it (a margin of 1 s either way, so a loaded machine does not move the cut).
+``--enforce`` turns on τ²-bench's communication rule in both (``--enforce-communication-protocol``;
+memrl's ``workflow.options.enforce_protocol``) and has some agents and telecom users write text beside a
+tool call: those runs end as ``agent_error`` / ``user_error``, the others as before.
 
 With ``--solo``, τ²-bench's solo agent (``llm_agent_solo``, no user) on telecom's tickets beside
 ``env.solo=true env.prompts=tau2``: the fake agent makes the task's gold calls and then calls ``done``
@@ -69,11 +72,13 @@ def who(body: dict[str, Any]) -> str:
 
 
 def answer(domain: str, plan: list[tuple[str, str]], say: str = "", text_end: bool = False,
-           user_plan: list[tuple[str, str]] = (), fail: bool = False, user_delay: float = 0.0):
+           user_plan: list[tuple[str, str]] = (), fail: bool = False, user_delay: float = 0.0,
+           mixed: str = ""):
     """The fake server's part for ``domain``: agent, user or judge, decided from the request alone (``plan``:
     the agent's gold calls; ``say``: what it must tell the user; ``text_end``: the solo agent then writes
     text instead of calling done; ``user_plan``: the user's gold device calls; ``fail``: the agent repeats a
-    lookup with wrong arguments; ``user_delay``: seconds each user reply takes)."""
+    lookup with wrong arguments; ``user_delay``: seconds each user reply takes; ``mixed``: "agent" or "user"
+    writes text beside its first tool call, which τ²-bench's communication rule refuses)."""
     def reply(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         msgs, role = body["messages"], who(body)
         message: dict[str, Any] = {"role": "assistant", "content": None}
@@ -88,6 +93,7 @@ def answer(domain: str, plan: list[tuple[str, str]], say: str = "", text_end: bo
             if body.get("tools") and said >= 1 and done < len(calls):  # telecom: the status bar, then its gold calls
                 message["tool_calls"] = [{"id": f"ucall_{done}", "type": "function",
                                           "function": {"name": calls[done][0], "arguments": calls[done][1]}}]
+                message["content"] = "One moment." if mixed == "user" else None
             else:
                 message["content"] = "###STOP###" if said >= 3 else f"Line {said + 1}: I need help with my account."
         elif body.get("tool_choice") == "required":  # τ²-bench's solo agent: the gold calls, then done (or text)
@@ -105,6 +111,7 @@ def answer(domain: str, plan: list[tuple[str, str]], say: str = "", text_end: bo
             if tools < len(calls):
                 message["tool_calls"] = [{"id": f"call_{len(msgs)}", "type": "function",
                                           "function": {"name": calls[tools][0], "arguments": calls[tools][1]}}]
+                message["content"] = "Let me look that up." if mixed == "agent" else None
             else:
                 message["content"] = f"Done ({len(msgs)} messages so far). {say}".strip()
         return 200, {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
@@ -121,7 +128,7 @@ def normal(raw: str) -> tuple[str, dict[str, Any]]:
     return who(body), comparable(body, SENT)
 
 
-Limits = tuple[int, int, "float | None"]  # max steps, max errors, timeout (seconds)
+Limits = tuple[int, int, "float | None", bool]  # max steps, max errors, timeout (seconds), enforce protocol
 
 
 def theirs(domain: str, task_id: str, url: str, solo: bool, limits: Limits) -> tuple[float, str]:
@@ -135,7 +142,8 @@ def theirs(domain: str, task_id: str, url: str, solo: bool, limits: Limits) -> t
     config = TextRunConfig(domain=domain, agent="llm_agent_solo" if solo else "llm_agent",
                            user="dummy_user" if solo else "user_simulator", llm_agent=f"openai/{MODEL}",
                            llm_args_agent=args, llm_user=f"openai/{MODEL}", llm_args_user=dict(args),
-                           max_steps=limits[0], max_errors=limits[1], timeout=limits[2])
+                           max_steps=limits[0], max_errors=limits[1], timeout=limits[2],
+                           enforce_communication_protocol=limits[3])
     task = next(t for t in registry.get_tasks_loader(domain)() if t.id == task_id)
     random.seed(RUN_SEED)  # what τ²-bench's batch runner does before it draws each trial's seed
     seed = random.randint(0, 1000000)
@@ -173,14 +181,15 @@ def ours(domain: str, task_id: str, url: str, data: Path, solo: bool, limits: Li
            "workflow.options.seeds=tau2", f"sampling.seed={RUN_SEED}", f"workflow.options.max_turns={limits[0]}",
            f"workflow.options.max_steps={limits[0]}", f"workflow.options.max_errors={limits[1]}",
            f"env.solo={str(solo).lower()}", "env.prompts=tau2", "env.user.temperature=0", *side,
-           *([f"workflow.options.timeout_s={limits[2]}"] if limits[2] else [])]
+           *([f"workflow.options.timeout_s={limits[2]}"] if limits[2] else []),
+           f"workflow.options.enforce_protocol={str(limits[3]).lower()}"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"memrl eval failed:\n{done.stderr[-3000:]}")
     result = json.loads((out / "results.json").read_text())
     ending = json.loads(next((out / "episodes").rglob("0.json")).read_text())["info"]["ending"]
     sim = json.loads((out / "tau2_results.json").read_text())["simulations"][0]
-    costs = None if ending == "agent_error" else _cents(sim["agent_cost"], sim["user_cost"])
+    costs = None if solo and ending == "agent_error" else _cents(sim["agent_cost"], sim["user_cost"])  # τ² raised
     return result["per_task"][task_id]["rewards"][0], TERMINATION.get(ending, "agent_error"), costs
 
 
@@ -202,8 +211,11 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=None, help="both runs' wall-clock limit in seconds "
                     "(τ²-bench's default: none)")
     ap.add_argument("--user-delay", type=float, default=0.0, help="seconds every user reply takes")
+    ap.add_argument("--enforce", action="store_true", help="both runs enforce τ²-bench's communication rule; "
+                    "the agent of every fourth task (from the second) and the telecom user of every fourth (from "
+                    "the third) write text beside a tool call")
     args = ap.parse_args()
-    limits = (args.max_steps, args.max_errors, args.timeout)
+    limits = (args.max_steps, args.max_errors, args.timeout, args.enforce)
     os.environ.update(OPENAI_API_KEY="sk-local", LITELLM_LOCAL_MODEL_COST_MAP="True")
     from loguru import logger
     from tau2.registry import registry
@@ -224,7 +236,8 @@ def main() -> None:
             for run in (lambda u: theirs(domain, task.id, u, args.solo, limits),
                         lambda u: ours(domain, task.id, u, args.data, args.solo, limits)):
                 server = FakeServer(answer(domain, plan, say, text_end=i % 4 == 3, user_plan=user_plan,
-                                           fail=args.errors and i % 2 == 1, user_delay=args.user_delay))
+                                           fail=args.errors and i % 2 == 1, user_delay=args.user_delay,
+                                           mixed={1: "agent", 2: "user"}.get(i % 4, "") if args.enforce else ""))
                 os.environ["OPENAI_BASE_URL"] = server.url  # τ²-bench's judge model is reached this way
                 rewards.append(run(server.url))
                 server.close()

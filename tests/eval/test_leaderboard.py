@@ -138,7 +138,7 @@ def test_an_episode_as_a_tau2_simulation():
     assert tau2_simulation(record, task, "t", solo=False)["messages"][0]["content"] == "My ticket"
     assert (sim["agent_cost"], sim["user_cost"]) == (None, None)  # no chat requests: nothing to price
     for ending, reason in (("max_steps", "max_steps"), ("too_many_errors", "too_many_errors"),
-                           ("timeout", "timeout"), ("agent_error", "agent_error")):
+                           ("timeout", "timeout"), ("user_error", "user_error"), ("agent_error", "agent_error")):
         record["info"]["ending"] = ending
         assert tau2_simulation(record, task, "t", solo=True)["termination_reason"] == reason
 

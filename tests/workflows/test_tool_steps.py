@@ -168,3 +168,40 @@ def test_a_timeout_inside_the_users_device_round_ends_it_without_another_request
     assert [m["role"] for m in traj.info["messages"]][-2:] == ["user", "tool"]
     traj, _, uengine, _ = _dual_episode(tau2_dir, {"timeout_s": 1000})
     assert traj.info["ending"] == "user_stop" and len(uengine.calls) == 4
+
+
+def test_the_communication_rule_ends_a_mixed_or_empty_message_when_enforced(tok):
+    """τ²-bench's --enforce-communication-protocol: text and a tool call in one agent message is agent_error
+    (the call is not run); an empty user reply is user_error. Off by default, as in τ²-bench."""
+    from memrl.workflows.tool_steps import breaks_protocol
+
+    assert breaks_protocol("Let me look.", True) and breaks_protocol("  ", False)
+    assert not breaks_protocol("Hello", False) and not breaks_protocol(None, True)
+    s = sample("return_")
+    loan = s.task.evaluation_criteria.actions[0].arguments["loan_id"]
+    mixed = "Let me return it. " + render_call(ToolCall("return_book", {"loan_id": loan}))
+    said = iter(["I want to return a book.", "   "])
+    s.solo, s.user = False, ScriptedUser(lambda task, messages: next(said))
+    script = Script(tok, [mixed])
+    traj = asyncio.run(tool_agent(s, script.engine, tok, cfg(enforce_protocol=True).workflow))
+    assert traj.info["ending"] == "agent_error" and traj.reward == 0.0 and traj.metrics["tool_calls"] == 1
+    assert traj.info["messages"][-1]["role"] == "assistant"  # recorded, not run: no tool result follows
+    said = iter(["I want to return a book.", "   "])
+    traj = asyncio.run(tool_agent(s, Script(tok, ["Which loan?"]).engine, tok, cfg(enforce_protocol=True).workflow))
+    assert traj.info["ending"] == "user_error" and traj.reward == 0.0
+    said = iter(["I want to return a book.", "   ", "###STOP###"])
+    traj = asyncio.run(tool_agent(s, Script(tok, ["Which loan?"]).engine, tok, cfg().workflow))
+    assert traj.info["ending"] == "user_stop"  # not enforced: the empty reply is just a reply
+
+
+def test_a_step_limit_reached_on_a_message_that_breaks_the_rule_is_recorded_instead(tok):
+    """User 1, agent's mixed message 2: at max_steps=2 τ²-bench records max_steps (its limits overwrite the
+    error); at 3 the rule's agent_error stands."""
+    s = sample("return_")
+    mixed = "Checking. " + render_call(ToolCall("search_books", {"query": "x"}))
+    for limit, ending in ((2, "max_steps"), (3, "agent_error")):
+        said = iter(["I want to return a book."])
+        s.solo, s.user = False, ScriptedUser(lambda task, messages: next(said))
+        traj = asyncio.run(tool_agent(s, Script(tok, [mixed]).engine, tok,
+                                      cfg(enforce_protocol=True, max_steps=limit).workflow))
+        assert traj.info["ending"] == ending

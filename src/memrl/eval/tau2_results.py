@@ -28,7 +28,7 @@ from typing import Any
 
 TERMINATION = {"agent_stop": "agent_stop", "user_stop": "user_stop", "transfer": "user_stop",
                "max_turns": "max_steps", "max_steps": "max_steps", "too_many_errors": "too_many_errors",
-               "timeout": "timeout", "max_tokens": "context_window_exceeded"}
+               "timeout": "timeout", "user_error": "user_error", "max_tokens": "context_window_exceeded"}
 TAU2_MAX_ERRORS = 10  # τ²-bench's default, written when workflow.options.max_errors is not set
 
 

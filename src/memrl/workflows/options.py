@@ -100,6 +100,9 @@ class ToolAgentOptions(OptionsModel):
                                     "reward 0) at the first step past this many seconds of wall-clock time, "
                                     "unless that step ended it otherwise; a model call under way is not "
                                     "interrupted. None (tau2-bench's default): no timeout.")
+    enforce_protocol: bool = Field(False, description="tau2-bench's --enforce-communication-protocol: an agent "
+                                   "or user message with both text and tool calls, or with neither, ends the "
+                                   "episode (agent_error / user_error, reward 0). Off, as in tau2-bench.")
     turn_tokens: int = Field(512, gt=0, description="Max new tokens of one model turn.")
     max_total_tokens: int = Field(8192, gt=0, description="Context limit of the whole episode.")
     tool_format: Literal["qwen", "hermes", "template"] = Field(

@@ -42,7 +42,7 @@ from memrl.envs.user_sim import AGENT_OPENING, UserSimulator, ends_conversation
 from memrl.types import Trajectory
 from memrl.workflows.common import anchor, turn_seed
 from memrl.workflows.tool_sides import ChatSide, TokenSide
-from memrl.workflows.tool_steps import StepLimits
+from memrl.workflows.tool_steps import StepLimits, breaks_protocol, first_protocol_break
 
 AGENT_STOP = "###STOP###"
 TRANSFER_TOOL = "transfer_to_human_agents"
@@ -95,11 +95,19 @@ async def _user_turn(run: _Run, messages: list[Message], turn: int | None) -> tu
     seed, step_seed = run.seeds.user(turn)
     if env.user_tools is not None and env.user_tools.tools and hasattr(user, "act"):
         kw: dict[str, Any] = {} if step_seed else {"step_seed": False}
-        if run.limits.active:
-            kw["halt"] = run.limits.would_stop
+        if run.limits.active or run.enforce:
+            kw["halt"] = lambda msgs: run.limits.would_stop(msgs) or (run.enforce and
+                                                                     first_protocol_break(msgs) is not None)
         said = await user.act(run.sample.task, messages, env, seed=seed, **kw)  # type: ignore[union-attr]
     else:
         said = [Message("user", await user.reply(run.sample.task, messages, seed=seed))]  # type: ignore[union-attr]
+    bad = first_protocol_break(said) if run.enforce else None
+    if bad is not None:  # τ²'s orchestrator ends the run at that message (its calls are not run there)
+        kept, hit = run.limits.user_turn(said[:bad])
+        if hit is not None:
+            return kept, hit
+        run.limits.step()
+        return said[:bad + 1], run.limits.reached(stopped=True) or "user_error"
     stops = bool(said) and ends_conversation(said[-1].content or "") is not None
     return run.limits.user_turn(said, stops=stops)
 
@@ -125,6 +133,7 @@ class _Run:
     seeds: CallSeeds
     messages: list[Message]
     limits: StepLimits
+    enforce: bool = False  # τ²-bench's communication rule (workflow.options.enforce_protocol)
     stats: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("turns", "tool_calls", "invalid_tool_calls", "tool_errors", "turn_truncated", "user_turns",
          "user_tool_calls", "prompt_too_long"), 0.0))
@@ -143,7 +152,7 @@ async def _episode(sample: TaskSample, engine: Engine, tokenizer: Any, config: A
     base = (sampling or SamplingParams()).with_(stop_token_ids=side.stops)
     run = _Run(sample, env, side, CallSeeds(base, tau2=getattr(config, "seeds", "memrl") == "tau2"), messages,
                StepLimits(getattr(config, "max_steps", None), getattr(config, "max_errors", None),
-                          getattr(config, "timeout_s", None)))
+                          getattr(config, "timeout_s", None)), enforce=bool(getattr(config, "enforce_protocol", False)))
     opening, ending = await _opening(run)
     messages += opening
     side.start(env.system_prompt(task), env.tool_schemas(), messages)
@@ -170,12 +179,15 @@ async def _agent_turn(run: _Run, turn: int) -> str | None:
     stats["turn_truncated"] += float(truncated)
     if not (run.sample.solo and turn == 0):  # τ²'s solo agent's first message is its initial state
         limits.step()
+    if run.enforce and breaks_protocol(parsed.content, bool(parsed.calls or parsed.errors)):
+        messages.append(Message("assistant", parsed.content or None, parsed.calls))  # its calls are not run
+        _count_calls(stats, parsed)
+        return limits.reached(stopped=True) or "agent_error"
     if env.stop_tool is not None and any(c.name == env.stop_tool for c in parsed.calls):
         messages.append(Message("assistant", AGENT_STOP))  # τ²'s solo agent: the turn becomes its stop message
         return limits.reached(stopped=True) or "agent_stop"
     messages.append(Message("assistant", parsed.content or None, parsed.calls))
-    stats["tool_calls"] += len(parsed.calls) + len(parsed.errors)
-    stats["invalid_tool_calls"] += len(parsed.errors)
+    _count_calls(stats, parsed)
     if parsed.calls or parsed.errors:
         results = _run_calls(env, parsed.calls, messages, stats)
         limits.step(results, unreadable=len(parsed.errors))
@@ -214,6 +226,11 @@ async def _opening(run: _Run) -> tuple[list[Message], str | None]:
     said, hit = await _user_turn(run, history + opening, None)
     ending = hit or ("user_stop" if said and ends_conversation(said[-1].content or "") else None)
     return opening + said, ending
+
+
+def _count_calls(stats: dict[str, float], parsed: Any) -> None:
+    stats["tool_calls"] += len(parsed.calls) + len(parsed.errors)
+    stats["invalid_tool_calls"] += len(parsed.errors)
 
 
 def _run_calls(env: Any, calls: list[Any], messages: list[Message], stats: dict[str, float]) -> list[Message]:

@@ -94,3 +94,17 @@ class StepLimits:
             if hit is not None:
                 return msgs[:i], hit
         return msgs, None
+
+
+def breaks_protocol(content: str | None, calls: bool) -> bool:
+    """τ²-bench's communication rule (``--enforce-communication-protocol``, memrl's
+    ``workflow.options.enforce_protocol``): a message carries text or tool calls, never both and never
+    neither. Its orchestrator checks every agent and user message and ends a run that breaks it as
+    ``agent_error`` / ``user_error`` (a step or error limit reached on that step is recorded instead)."""
+    return calls == bool((content or "").strip())
+
+
+def first_protocol_break(msgs: Sequence[Message]) -> int | None:
+    """The index of the first user message in ``msgs`` that breaks the rule, if any."""
+    return next((i for i, m in enumerate(msgs) if m.role == "user" and breaks_protocol(m.content, bool(m.tool_calls))),
+                None)
