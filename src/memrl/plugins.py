@@ -178,6 +178,8 @@ def reward_value(name: str, text: str, golds: Sequence[str], answer: str | None,
 def finite_number(value: Any, lead: str, context: str = "") -> float:
     """``value`` as a float, or a one-line ValueError (``lead`` names who gave it): a NaN or infinite reward or
     metric would otherwise reach the advantages and the logs."""
+    if isinstance(value, (str, bytes)):  # float("1.0") would pass a judge's raw text as a number
+        raise ValueError(f"{lead} {value!r} ({type(value).__name__}), not a number")
     try:
         number = float(value)
     except (TypeError, ValueError):

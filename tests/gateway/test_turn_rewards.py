@@ -144,3 +144,13 @@ def test_call_rewards_train_per_conversation_advantages(tmp_path: Path, monkeypa
         assert got == pytest.approx(step_reinforce_advantages(returns, groups).tolist(), abs=1e-6)
         assert any(round(r["conversations"][0]["advantage"], 5) != round(r["conversations"][1]["advantage"], 5)
                    for r in records)
+
+
+def test_an_online_outcome_may_not_use_a_metric_name_the_trainer_writes():
+    from memrl.gateway.online_rewards import BadField, outcome_of
+
+    assert outcome_of({"reward": 1, "metrics": {"steps": 3}}, need_reward=True).metrics == {"steps": 3.0}
+    for name in ("step", "reward", "time/agent"):
+        with pytest.raises(BadField, match="a name the trainer writes itself") as err:
+            outcome_of({"reward": 1, "metrics": {name: 3}}, need_reward=True)
+        assert err.value.param == f"metrics.{name}"

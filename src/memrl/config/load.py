@@ -231,11 +231,16 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "") -> MemRLConfig:
         raise _format_validation_error(exc, source, {}) from None
 
 
-def load_config(path: str | Path | None = None, overrides: Sequence[str] | Iterable[str] = ()) -> MemRLConfig:
-    """Read YAML (optional), apply overrides, validate; raise :class:`ConfigError` on any problem."""
+def load_config(path: str | Path | Mapping[str, Any] | None = None,
+                overrides: Sequence[str] | Iterable[str] = ()) -> MemRLConfig:
+    """Read YAML (optional; or take a dict of sections, as the file would hold), apply overrides, validate;
+    raise :class:`ConfigError` on any problem."""
     raw: dict[str, Any] = {}
     source = ""
-    if path is not None:
+    if isinstance(path, Mapping):
+        raw = copy.deepcopy(dict(path))
+        check_keys(raw)
+    elif path is not None:
         raw = read_config_file(path)
         source = f" in {path}"
         check_keys(raw)

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from memrl.workflows.metric_names import TRAINER_METRICS, TRAINER_PREFIXES
+
 OUTCOME_KEYS = ("reward", "metrics", "turn_rewards")
 
 
@@ -85,6 +87,9 @@ def outcome_of(body: Any, *, need_reward: bool) -> Outcome:
     metrics = body.get("metrics") or {}
     if not isinstance(metrics, Mapping):
         raise BadField("metrics", "must be an object of numbers")
+    taken = [str(k) for k in metrics if str(k) in TRAINER_METRICS or str(k).startswith(TRAINER_PREFIXES)]
+    if taken:
+        raise BadField(f"metrics.{taken[0]}", "is a name the trainer writes itself; give the metric another name")
     checked = {str(k): _finite(v, f"metrics.{k}") for k, v in metrics.items()}
     turns = turn_rewards_of(body["turn_rewards"]) if body.get("turn_rewards") is not None else []
     return Outcome(reward, checked, turns)

@@ -16,6 +16,7 @@ import yaml
 from memrl.config import ConfigError, MemRLConfig
 from memrl.io.atomic import atomic_write
 from memrl.workflows.tool_budget import check_tool_prompt_budget, tool_prompt_floor  # noqa: F401 (their old home)
+from memrl.workflows.api import check_defined
 
 # Config keys that may change between a run and its resumption.
 RESUMABLE_CHANGES = {*(f"trainer.{k}" for k in ("total_steps", "save_every", "eval.every", "keep_checkpoints",
@@ -48,11 +49,13 @@ def check_config(cfg: MemRLConfig, workflow: Any = None, *, has_samples: bool = 
     caller brings the training samples, so the workflow's data files are not needed.
     """
     workflow = workflow if workflow is not None else cfg.workflow.build()
-    if not has_samples:
-        try:
-            workflow.check(cfg)
-        except (ValueError, FileNotFoundError) as err:
-            raise ConfigError(str(err)) from None
+    try:
+        check_defined(workflow)
+        workflow.check(cfg)
+        if not has_samples:
+            getattr(workflow, "check_data", lambda _cfg: None)(cfg)
+    except (ValueError, FileNotFoundError) as err:
+        raise ConfigError(str(err)) from None
     if cfg.data.eval_file and not Path(cfg.data.eval_file).is_file():
         raise ConfigError(f"data.eval_file: file not found: {cfg.data.eval_file}")
     a, t = cfg.algorithm, cfg.trainer

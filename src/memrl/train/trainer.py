@@ -14,6 +14,8 @@ itself, so weight sync is free; other engines receive merged weights through
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -227,11 +229,25 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------------------
     def run(self) -> dict[str, float]:
-        """Train to ``trainer.total_steps``; on SIGINT/SIGTERM save the last finished step and raise TrainingInterrupted."""
+        """Train to ``trainer.total_steps``; on SIGINT/SIGTERM save the last finished step and raise
+        TrainingInterrupted.
+
+        Called where an event loop is already running (a Jupyter cell, an ``async def``), the run goes to a
+        worker thread of its own (the rollouts start event loops of their own) and this call waits for it;
+        signals then reach the notebook, not the run: interrupt the kernel to stop waiting."""
+        if not _loop_running():
+            return self._run()
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="memrl-train") as pool:
+            return pool.submit(self._run).result()
+
+    def _run(self) -> dict[str, float]:
         t = self.cfg.trainer
         last: dict[str, float] = {}
         if self.resumed_from is not None:
             self.tracker.console.print(f"resumed from step {self.resumed_from} ({self.run_dir})")
+        if self.trained_steps >= t.total_steps:  # run() again, or a finished run: say so rather than return {}
+            self.tracker.console.print(f"nothing to train: {self.run_dir} has trained {self.trained_steps} of "
+                                       f"trainer.total_steps={t.total_steps} steps (raise it to train more)")
         saved = True  # the step we start from is either a checkpoint or step 0 (nothing to save)
         try:
             with StopRequest(t.stop_grace_s) as stop:
@@ -272,3 +288,11 @@ class Trainer:
             self.save()
         raise TrainingInterrupted(self.step, signum)
 
+
+def _loop_running() -> bool:
+    """Whether this thread is inside a running event loop (a notebook cell, an ``async def``)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import difflib
+import inspect
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -28,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from memrl.engines.base import Engine, GenerationResult, SamplingParams
 from memrl.plugins import finite_number
+from memrl.workflows.metric_names import TRAINER_METRICS, TRAINER_PREFIXES
 from memrl.types import Conversation, Trajectory
 from memrl.text.tokens import chat_ids  # noqa: F401 (part of this module's API since it was written here)
 from memrl.workflows.common import anchor, decode, encode_text, stop_token_ids, strip_stop, turn_seed  # noqa: F401
@@ -218,8 +220,13 @@ class Episode:
         conv.reward = (conv.reward or 0.0) + finite_number(value, f"workflow {self.workflow!r}: ep.turn_reward got")
 
     def metric(self, name: str, value: float) -> None:
-        """A scalar logged as the mean over a step's episodes under ``name`` in metrics.jsonl."""
-        self.metrics[str(name)] = finite_number(value, f"workflow {self.workflow!r}: ep.metric({name!r}) got")
+        """A scalar logged as the mean over a step's episodes under ``name`` in metrics.jsonl (a name the trainer
+        writes itself is refused: the two would overwrite each other there)."""
+        name = str(name)
+        if name in TRAINER_METRICS or name.startswith(TRAINER_PREFIXES):
+            raise ValueError(f"workflow {self.workflow!r}: ep.metric({name!r}): the trainer writes {name!r} itself; "
+                             "give the workflow's metric another name")
+        self.metrics[name] = finite_number(value, f"workflow {self.workflow!r}: ep.metric({name!r}) got")
 
     @property
     def rewarded(self) -> bool:
@@ -244,6 +251,22 @@ def default_id(sample: Any) -> str:
     if isinstance(sample, Mapping):
         return str(sample.get("id", sample.get("index", 0)))
     return str(getattr(sample, "index", 0))
+
+
+def check_defined(workflow: Any) -> None:
+    """Refuse, before any model loads, a workflow class whose episodes could only fail: one without its own
+    ``async def run(self, ep)`` (a typo in the name, a plain ``def``), unless it runs episodes its own way."""
+    cls = type(workflow)
+    if not isinstance(workflow, Workflow) or cls.episode is not Workflow.episode:
+        return
+    label = getattr(workflow, "label", cls.__name__)
+    if cls.run is Workflow.run:
+        own = [n for c in cls.__mro__[:cls.__mro__.index(Workflow)] for n in vars(c) if not n.startswith("_")]
+        close = difflib.get_close_matches("run", own, n=1, cutoff=0.5)
+        hint = f" ({close[0]!r} is defined: a typo?)" if close else ""
+        raise ValueError(f"workflow {label!r} defines no run method{hint}: add async def run(self, ep)")
+    if not inspect.iscoroutinefunction(cls.run):
+        raise ValueError(f"workflow {label!r}: run must be a coroutine, async def run(self, ep) (it is a plain def)")
 
 
 class Workflow:
@@ -331,6 +354,11 @@ class Workflow:
 
     def check(self, config: Any) -> None:
         """Refuse a config this workflow cannot run, in one line (``ValueError``), before models load."""
+        return None
+
+    def check_data(self, config: Any) -> None:
+        """Refuse missing data files (``ValueError``/``FileNotFoundError``) before models load; not called when
+        the caller hands the samples over itself (``Trainer(..., train=...)``)."""
         return None
 
     def check_samples(self, config: Any, tokenizer: Any, samples: list[Any], warn: Callable[[str], None]) -> None:

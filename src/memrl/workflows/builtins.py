@@ -58,7 +58,7 @@ class QAWorkflow(_LoopWorkflow):
     def norm_tokens(self) -> int | None:
         return max(getattr(self.options, "memory_tokens", 0), self.options.final_tokens)
 
-    def check(self, config: Any) -> None:
+    def check_data(self, config: Any) -> None:
         if not config.data.train_file:
             raise ValueError("data.train_file is required for training (a file from memrl data synth or the demo)")
         if not Path(config.data.train_file).is_file():
