@@ -101,3 +101,23 @@ class NoSamples(Twice):
 def test_load_samples_returning_nothing_names_it(tmp_path):
     with pytest.raises(ValueError, match=r"load_samples\('train'\) returned NoneType, not a list"):
         Trainer(cfg(tmp_path), workflow=NoSamples())
+
+
+def test_a_resume_on_other_samples_is_refused_unless_allowed(tmp_path):
+    from memrl.train.state import samples_fingerprint
+
+    assert samples_fingerprint(RECORDS)["sha256"] == samples_fingerprint([dict(r) for r in RECORDS])["sha256"]
+    assert samples_fingerprint([object()])["sha256"] is None  # objects: counted only
+    Trainer(cfg(tmp_path, lr=1e-3), workflow=Twice(first_tokens=2), train=RECORDS).run()
+    state = json.loads((tmp_path / "run" / "checkpoints" / "step_000001" / "state.json").read_text())
+    assert state["samples"] == samples_fingerprint(RECORDS)
+    more = cfg(tmp_path, lr=1e-3, total_steps=2)
+    other = [{"word": w} for w in ("tiger", "ocean", "cloud")]
+    with pytest.raises(ConfigError, match="was trained on other samples .the same 3 samples in number, different"):
+        Trainer(more, workflow=Twice(first_tokens=2), train=other)
+    with pytest.raises(ConfigError, match=r"\(3 samples then, 4 now\)"):
+        Trainer(more, workflow=Twice(first_tokens=2), train=[*RECORDS, {"word": "moon"}])
+    allowed = cfg(tmp_path, lr=1e-3, total_steps=2, allow_changes=["data.train_file"])
+    trainer = Trainer(allowed, workflow=Twice(first_tokens=2), train=other)
+    assert trainer.resumed_from == 1
+    assert Trainer(more, workflow=Twice(first_tokens=2), train=RECORDS).resumed_from == 1  # the same: resumes

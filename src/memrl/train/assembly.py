@@ -188,6 +188,7 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
     reference = Reference(policy, needed=cfg.algorithm.kl_coef > 0)  # the initial weights, not the resumed ones
     wf.setup(cfg)
     samples, eval_samples = load_data(cfg, wf, tokenizer, train, eval, warn)
+    fingerprint = state.samples_fingerprint(samples)
     sampler = ResumableSampler(len(samples), cfg.trainer.seed)
     runner = RolloutRunner(cfg, wf, samples, sampler, tokenizer, lambda msg: print_warning(console, msg, ""))
     if found is not None:  # weights first: engines built next start from them
@@ -207,8 +208,10 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
     run_state, idle = state.RunState(), IdleStreak(cfg)
     if found is not None:
         run_state = state.restore(cfg, found[1], policy, optimizer, scheduler)
+        state.check_same_samples(cfg, run_state.samples, fingerprint, run_dir)
         sampler.position, idle.streak = run_state.data_position, run_state.idle_streak
         runner.pending = list(run_state.pending)  # an asynchronous run's samples not trained on yet
+    run_state.samples = fingerprint
     updater = PolicyUpdate(cfg, policy, optimizer, scheduler, reference, dist, sharded=sharded, pad_id=pad_id,
                            device=device, norm_length=wf.norm_tokens(), teacher=build_teacher(cfg, tokenizer, device))
     weight_sync = WeightSync(cfg, eng, pool, policy, push=sync_engine, sharded=sharded, main=dist.main)

@@ -7,11 +7,14 @@ resumed run continues exactly where the saved one stood.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from memrl.config import MemRLConfig
+from memrl.config import ConfigError, MemRLConfig
 from memrl.train import checkpoint
 from memrl.train.preflight import check_run_config
 
@@ -29,6 +32,8 @@ class RunState:
     idle_steps: int = 0
     # asynchronous training: samples drawn from the data order but not trained on yet (regenerated on resume)
     pending: list[int] = field(default_factory=list)
+    # what the run trains on (samples_fingerprint): a resume on other samples would silently change the data order
+    samples: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -37,6 +42,8 @@ class RunState:
             del out["idle_steps"]
         if not self.pending:
             del out["pending"]
+        if self.samples is None:
+            del out["samples"]
         return out
 
     @classmethod
@@ -44,7 +51,31 @@ class RunState:
         return cls(step=state["step"], data_position=state["data_position"],
                    nan_streak=state.get("nan_streak", 0), idle_streak=state.get("idle_streak", 0),
                    idle_steps=state.get("idle_steps", 0),
-                   pending=list(state.get("pending", [])))
+                   pending=list(state.get("pending", [])), samples=state.get("samples"))
+
+
+def samples_fingerprint(samples: Sequence[Any]) -> dict[str, Any]:
+    """How many samples, and a SHA-256 of them when they are plain JSON data (records; None for objects,
+    whose text form need not be stable across processes)."""
+    digest = hashlib.sha256()
+    try:
+        for sample in samples:
+            digest.update(json.dumps(sample, sort_keys=True).encode())
+            digest.update(b"\n")
+    except (TypeError, ValueError):
+        return {"count": len(samples), "sha256": None}
+    return {"count": len(samples), "sha256": digest.hexdigest()}
+
+
+def check_same_samples(cfg: MemRLConfig, saved: dict[str, Any] | None, now: dict[str, Any], run_dir: Path) -> None:
+    """A resumed run must train on the samples it started with (the data order is a permutation of them),
+    unless ``trainer.allow_changes`` names ``data.train_file``."""
+    if saved is None or saved == now or "data.train_file" in cfg.trainer.allow_changes:
+        return
+    what = (f"{saved['count']} samples then, {now['count']} now" if saved["count"] != now["count"]
+            else f"the same {now['count']} samples in number, different in content")
+    raise ConfigError(f"{run_dir} was trained on other samples ({what}); resume with the ones it started with, "
+                      "use another trainer.output_dir, or pass trainer.allow_changes=[data.train_file]")
 
 
 def choose_checkpoint(cfg: MemRLConfig, run_dir: Path, warn: Callable[[str], None]) -> tuple[int, Path] | None:
