@@ -121,3 +121,14 @@ def test_a_resume_on_other_samples_is_refused_unless_allowed(tmp_path):
     trainer = Trainer(allowed, workflow=Twice(first_tokens=2), train=other)
     assert trainer.resumed_from == 1
     assert Trainer(more, workflow=Twice(first_tokens=2), train=RECORDS).resumed_from == 1  # the same: resumes
+
+
+def test_a_config_option_that_replaces_the_objects_own_is_announced(tmp_path, capsys):
+    from memrl.train.arguments import run_workflow
+
+    config = {**cfg(tmp_path), "workflow": {"options": {"first_tokens": 6}}}
+    _, wf = run_workflow(config, Twice(first_tokens=4))
+    assert wf.options.first_tokens == 6
+    assert "workflow.options.first_tokens=6 from the config replaces first_tokens=4" in capsys.readouterr().err
+    run_workflow(config, Twice(first_tokens=6))
+    assert "replaces" not in capsys.readouterr().err  # the same value: nothing to say

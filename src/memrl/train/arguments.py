@@ -10,6 +10,7 @@ workflow object given from Python is what runs, so its own ``Options`` check the
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,10 @@ def run_workflow(config: Any, workflow: Any) -> tuple[MemRLConfig, Workflow]:
     if given is not None and given != name and not _names(given, target):
         raise ConfigError(f"workflow.name {given!r} and the workflow argument ({name}) are two workflows: "
                           "give only one of them")
+    for key in sorted(set(base) & set(options)):
+        if base[key] != options[key]:  # the config's value wins, as a command-line setting would: say so
+            print(f"notice: workflow.options.{key}={options[key]!r} from the config replaces {key}={base[key]!r} "
+                  f"given to the {name} workflow object", file=sys.stderr)
     try:
         model(**{**base, **options})
     except ValidationError as exc:
