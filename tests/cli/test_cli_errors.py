@@ -87,3 +87,19 @@ def test_describe_path_errors():
     assert describe(PermissionError(13, "Permission denied", "/x/y")) == "/x/y: permission denied"
     assert describe(IsADirectoryError(21, "Is a directory", "/x")) == "/x: is a folder, expected a file"
     assert describe(FileNotFoundError("no eval_5.json in d")) == "no eval_5.json in d"
+
+
+def test_a_ctrl_c_no_command_handled_says_so_and_exits_130():
+    import typer
+
+    from memrl.cli.errors import user_errors
+
+    app = typer.Typer()
+
+    @app.command()
+    @user_errors
+    def slow() -> None:
+        raise KeyboardInterrupt  # as while a model loads
+
+    r = CliRunner().invoke(app, [])
+    assert r.exit_code == 130 and r.output.strip() == "interrupted (Ctrl-C)"

@@ -52,5 +52,8 @@ def user_errors(fn: F) -> F:
         except USER_ERRORS as exc:
             print(f"error: {describe(exc)}", file=sys.stderr)
             raise typer.Exit(2) from None
+        except KeyboardInterrupt:  # a Ctrl-C no command handled itself (while a model loads, say): say so
+            print("interrupted (Ctrl-C)", file=sys.stderr)
+            raise typer.Exit(130) from None
 
     return wrapper  # type: ignore[return-value]
