@@ -175,3 +175,14 @@ def test_a_second_signal_kills_running_commands(tmp_path):
     assert r.returncode == 128 + signal.SIGTERM, r.stderr
     assert _wait_dead(int(pidfile.read_text())), "a running command outlived the trainer's hard exit"
     assert "exiting now" in r.stderr
+
+
+def test_a_program_passed_as_a_function_object_is_told_its_import_path():
+    from memrl.gateway.workflow import AgentWorkflow
+
+    async def solve(client, sample):
+        return 1.0
+
+    with pytest.raises(ValueError, match=r"named by its import path, not passed as an object: "
+                                         r"program='tests.gateway.test_program_faults:.*solve'"):
+        AgentWorkflow(program=solve)

@@ -93,6 +93,15 @@ class AgentOptions(BaseModel):
             raise ValueError("workflow.options.command must not be empty")
         return self
 
+    @field_validator("program", mode="before")
+    @classmethod
+    def _a_path_not_an_object(cls, v: Any) -> Any:
+        if callable(v) and not isinstance(v, str):  # the run records the program by name (config.yaml, resume)
+            where = f"{getattr(v, '__module__', 'module')}:{getattr(v, '__qualname__', 'function')}"
+            raise ValueError(f"program is named by its import path, not passed as an object: program={where!r} "
+                             "(a module the run can import)")
+        return v
+
     @field_validator("program")
     @classmethod
     def _loadable(cls, v: str | None) -> str | None:
