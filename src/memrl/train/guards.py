@@ -9,7 +9,7 @@ the setting to change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from memrl.config import MemRLConfig
 
@@ -36,6 +36,16 @@ class RolloutTally:
     prompt_too_long: int = 0
     dropped_groups: int = 0
     last_error: str = ""
+    said: set[str] = field(default_factory=set)  # failure messages printed this step
+    repeated: int = 0  # failures not printed: the same message as one printed this step
+
+    def first_time(self, message: str) -> bool:
+        """Whether ``message`` is new this step (print it); a repeat is only counted."""
+        if message in self.said:
+            self.repeated += 1
+            return False
+        self.said.add(message)
+        return True
 
     def cause(self, cfg: MemRLConfig) -> str:
         """Why this step had nothing to train on, and what to change."""

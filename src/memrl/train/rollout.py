@@ -126,7 +126,8 @@ class RolloutRunner:
             self.tally.failed += 1
             self.tally.last_error = one_line(exc)
             where = self._keep_traceback(step, idx, k, exc)
-            self.warn(f"episode of sample {idx} failed: {self.tally.last_error}{where}")
+            if self.tally.first_time(self.tally.last_error):  # 96 identical lines say less than one and a count
+                self.warn(f"episode of sample {idx} failed: {self.tally.last_error}{where}")
             return None
 
     def _keep_traceback(self, step: int, idx: int, k: int, exc: BaseException) -> str:

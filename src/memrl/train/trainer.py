@@ -179,6 +179,10 @@ class Trainer:
         metrics: dict[str, float] = {**stats, "failed_episodes": float(self.failed_episodes),
                                      **self.source.metrics(trajs, all_trajs, stats, t1 - t0)}
         metrics["time/rollout"] = t1 - t0
+        if self.tally.repeated:
+            self.tracker.console.print(f"... and {self.tally.repeated} more episode(s) failed with the same error "
+                                       f"(tracebacks in {self.run_dir}/failures)", style="yellow", highlight=False,
+                                       markup=False)
         self.tally.dropped_groups = int(stats["dropped_groups"])
         self._count_too_long(all_trajs, metrics)
         rows = rows_from_trajectories(trajs)
