@@ -172,7 +172,20 @@ def reward_value(name: str, text: str, golds: Sequence[str], answer: str | None,
         value = fn(text, sample=sample if sample is not None else {"answers": list(golds)}, answer=answer, **kw)
     else:
         value = fn(text, golds, answer)
-    return finite_number(value, f"reward {name!r} returned", f" for answer {answer!r}")
+    return finite_reward(value, f"reward {name!r} returned", f" for answer {answer!r}")
+
+
+# Largest |reward|: group means and variances are taken in float32, where 1e20 squared is already infinite,
+# so one huge reward would make a whole step's update non-finite (and be skipped with everyone's episodes).
+MAX_REWARD = 1e15
+
+
+def finite_reward(value: Any, lead: str, context: str = "") -> float:
+    """:func:`finite_number`, and within ``±MAX_REWARD``."""
+    number = finite_number(value, lead, context)
+    if abs(number) > MAX_REWARD:
+        raise ValueError(f"{lead} {number:g}{context}: a reward must lie within ±{MAX_REWARD:g}")
+    return number
 
 
 def finite_number(value: Any, lead: str, context: str = "") -> float:

@@ -99,3 +99,10 @@ def test_a_draw_at_the_top_of_the_cdf_lands_on_the_last_token_with_mass():
     probs = torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.2, 0.3, 0.5, 0.0]])
     assert _inverse_cdf(probs, torch.tensor([1.0, 1.0, 0.9999], dtype=torch.float64)).tolist() == [1, 1, 2]
     assert _inverse_cdf(probs, torch.tensor([0.0, 0.0, 0.0], dtype=torch.float64)).tolist() == [0, 1, 0]
+
+
+def test_a_top_p_too_small_for_float32_keeps_the_most_likely_token():
+    logits = torch.tensor([1.0, 3.0, 2.0, 0.0])
+    for p in (1e-300, 1e-50, 1e-9):  # 1e-300 is 0.0 in float32: nothing would be kept
+        out = filter_logits(logits, top_k=0, top_p=p)
+        assert torch.isfinite(out).tolist() == [False, True, False, False]

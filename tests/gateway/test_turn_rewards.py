@@ -154,3 +154,6 @@ def test_an_online_outcome_may_not_use_a_metric_name_the_trainer_writes():
         with pytest.raises(BadField, match="a name the trainer writes itself") as err:
             outcome_of({"reward": 1, "metrics": {name: 3}}, need_reward=True)
         assert err.value.param == f"metrics.{name}"
+    with pytest.raises(BadField, match="within") as err:
+        outcome_of({"reward": 1e308}, need_reward=True)  # one agent's number must not wreck the step's update
+    assert err.value.param == "reward"

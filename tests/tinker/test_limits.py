@@ -84,3 +84,24 @@ def test_sdk_splits_big_batches_and_meets_sampling_limits(small):
     finally:
         sc.close("success").result(timeout=30)
     assert tc.model_id not in small.svc.tenants  # the closed session's adapters were released
+
+
+def test_a_create_with_an_impossible_id_is_refused_before_it_takes_a_slot(small):
+    sid = post(small, "/api/v1/create_session", {"tags": [], "sdk_version": "x"}).json()["session_id"]
+    for _ in range(3):  # more than the free slots would allow, were each to hold one
+        r = post(small, "/api/v1/create_model", {"session_id": sid, "model_seq_id": 10**250, "base_model": "tiny",
+                                                 "lora_config": {"rank": 2}})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "model_seq_id"
+    r = post(small, "/api/v1/create_model", {"session_id": sid, "model_seq_id": 7, "base_model": "tiny",
+                                             "lora_config": {"rank": 2}})
+    assert r.status_code == 200 and "request_id" in r.json()
+
+
+def test_a_checkpoint_record_is_held_to_what_a_request_may_ask():
+    from memrl.tinker.tenants import LoraSpec
+
+    assert LoraSpec.from_dict({"rank": 4, "seed": 1, "train_mlp": False}).train_mlp is False
+    for bad in ({"rank": 3000}, {"rank": "abc"}, {"rank": True}, {"rank": 4, "train_attn": "yes"},
+                {"rank": 4, "seed": 1.5}):
+        with pytest.raises(ValueError, match="checkpoint record: lora"):
+            LoraSpec.from_dict(bad)

@@ -36,6 +36,9 @@ def test_a_metric_named_as_the_trainers_own_and_a_string_reward_are_refused(tok)
     ep.metric("turns", 3)  # a workflow's own name
     with pytest.raises(ValueError, match=r"ep.reward got '1.0' \(str\), not a number"):
         ep.reward("1.0")  # a judge's raw text is not a reward
+    with pytest.raises(ValueError, match=r"ep.reward got 1e\+308: a reward must lie within ±1e\+15"):
+        ep.reward(1e308)  # finite, but its square overflows the advantages of the whole step
+    ep.reward(-1e15)
 
 
 class Rnu(Workflow):

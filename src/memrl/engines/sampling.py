@@ -42,6 +42,7 @@ def filter_logits_batch(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     if bool(use_p.any()):
         probs = torch.softmax(sorted_logits, dim=-1)
         drop_sorted = ((torch.cumsum(probs, dim=-1) - probs) >= top_p.unsqueeze(-1)) & use_p.unsqueeze(-1)
+        drop_sorted[..., 0] = False  # the most likely token always stays (a top_p that rounds to 0 in float32)
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits

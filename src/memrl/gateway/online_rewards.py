@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from memrl.plugins import MAX_REWARD
 from memrl.workflows.metric_names import TRAINER_METRICS, TRAINER_PREFIXES
 
 OUTCOME_KEYS = ("reward", "metrics", "turn_rewards")
@@ -48,9 +49,12 @@ class Outcome:
 
 
 def _finite(value: Any, param: str) -> float:
-    """A finite number (not a bool): a NaN reward would turn its whole group's advantages into NaN."""
+    """A finite number (not a bool) within ±MAX_REWARD: a NaN or huge reward would make its step's whole
+    update non-finite, every other agent's episodes with it."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise BadField(param, "must be a finite number")
+    if abs(value) > MAX_REWARD:
+        raise BadField(param, f"must lie within ±{MAX_REWARD:g}")
     return float(value)
 
 

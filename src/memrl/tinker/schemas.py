@@ -26,8 +26,11 @@ class SessionRef(Body):
     session_id: str
 
 
+MAX_LORA_RANK = 1024  # also what a checkpoint's record may name (memrl.tinker.tenants.LoraSpec.from_dict)
+
+
 class LoraConfigBody(Body):
-    rank: int = Field(ge=1, le=1024)
+    rank: int = Field(ge=1, le=MAX_LORA_RANK)
     seed: Optional[int] = None
     train_unembed: bool = True
     train_mlp: bool = True

@@ -158,7 +158,7 @@ class TinkerService:
             raise APIError(400, "lora_config: full fine-tuning is not served; create a LoRA training client",
                            param="lora_config")
         _check_optimizer(body.optimizer_config)
-        model_id = f"{body.session_id}:train:{body.model_seq_id}"
+        model_id = _new_model_id(self.state_dir, body.session_id, body.model_seq_id)
         if model_id not in self.tenants:
             self._check_room()
         lora = LoraSpec(**body.lora_config.model_dump())
@@ -175,12 +175,16 @@ class TinkerService:
             raise ValueError(f"model {model_id} exists already")
         adapter = self.host.new_name("t")
         params = await asyncio.to_thread(self.host.add_adapter, adapter, lora)
+        try:  # the run's record first: a client is registered (and holds a --max-loras slot) only once it exists
+            ckpt.write_run(self.state_dir, model_id, {
+                "training_run_id": model_id, "base_model": self.base_name, "is_lora": True, "lora_rank": lora.rank,
+                "lora": lora.to_dict(), "created": time.time(), "user_metadata": user_metadata})
+        except BaseException:
+            self.host.remove_adapter(adapter)
+            raise
         tenant = Tenant(model_id, session_id, adapter, lora, params, new_optimizer(params), user_metadata)
         self.tenants[model_id] = tenant
         self.sessions[session_id].models.append(model_id)
-        ckpt.write_run(self.state_dir, model_id, {
-            "training_run_id": model_id, "base_model": self.base_name, "is_lora": True, "lora_rank": lora.rank,
-            "lora": lora.to_dict(), "created": time.time(), "user_metadata": user_metadata})
         return tenant
 
     def info(self, model_id: str) -> dict[str, Any]:
@@ -284,7 +288,7 @@ class TinkerService:
             self.session(body.session_id)
             self.check_base_model(body.base_model)
             _check_optimizer(body.optimizer_config)
-            model_id, session_id = f"{body.session_id}:train:{body.model_seq_id}", body.session_id
+            model_id, session_id = _new_model_id(self.state_dir, body.session_id, body.model_seq_id), body.session_id
             dedupe = ("create", model_id)
             self._check_room()
         else:
@@ -327,3 +331,13 @@ def _name(path: str | None, seq_id: int | None) -> str:
         return ckpt.check_name(name)
     except ckpt.CheckpointError as exc:
         raise APIError(400, str(exc), param="path") from None
+
+
+def _new_model_id(state_dir: Path, session_id: str, seq_id: int) -> str:
+    """The SDK's id of a new training client, checked before any work (it names the run's folder)."""
+    model_id = f"{session_id}:train:{seq_id}"
+    try:
+        ckpt.run_dir(state_dir, model_id)
+    except ckpt.CheckpointError as exc:
+        raise APIError(400, str(exc), param="model_seq_id") from None
+    return model_id

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from memrl.tinker.schemas import MAX_LORA_RANK
+
 _MLP = ("mlp", "feed_forward", "ffn", "experts")
 _ATTN = ("attn", "attention")
 
@@ -43,7 +45,16 @@ class LoraSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoraSpec:
-        return cls(**{k: data[k] for k in ("rank", "seed", "train_mlp", "train_attn", "train_unembed") if k in data})
+        """A checkpoint's record, held to what a request may ask (a file in the state folder is not trusted)."""
+        got = {k: data[k] for k in ("rank", "seed", "train_mlp", "train_attn", "train_unembed") if k in data}
+        rank = got.get("rank")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= MAX_LORA_RANK:
+            raise ValueError(f"checkpoint record: lora rank must be an integer in 1..{MAX_LORA_RANK}, got {rank!r}")
+        if any(not isinstance(got[k], bool) for k in ("train_mlp", "train_attn", "train_unembed") if k in got):
+            raise ValueError("checkpoint record: lora train_mlp/train_attn/train_unembed must be true or false")
+        if got.get("seed") is not None and (isinstance(got["seed"], bool) or not isinstance(got["seed"], int)):
+            raise ValueError(f"checkpoint record: lora seed must be an integer, got {got['seed']!r}")
+        return cls(**got)
 
 
 def classify_linears(model: Any) -> dict[str, list[str]]:

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from memrl.engines.base import Engine, GenerationResult, SamplingParams
-from memrl.plugins import finite_number
+from memrl.plugins import finite_number, finite_reward
 from memrl.workflows.metric_names import TRAINER_METRICS, TRAINER_PREFIXES
 from memrl.types import Conversation, Trajectory
 from memrl.text.tokens import chat_ids  # noqa: F401 (part of this module's API since it was written here)
@@ -209,7 +209,7 @@ class Episode:
 
     def reward(self, value: float) -> None:
         """The episode's outcome reward (a finite number); the last call wins."""
-        self._reward = finite_number(value, f"workflow {self.workflow!r}: ep.reward got")
+        self._reward = finite_reward(value, f"workflow {self.workflow!r}: ep.reward got")
 
     def turn_reward(self, value: float) -> None:
         """A reward of the latest conversation's own (added to what it has: merged turns sum), for the
@@ -217,7 +217,7 @@ class Episode:
         if not self.conversations:
             raise ValueError(f"workflow {self.workflow!r}: ep.turn_reward before any ep.generate")
         conv = self.conversations[-1]
-        conv.reward = (conv.reward or 0.0) + finite_number(value, f"workflow {self.workflow!r}: ep.turn_reward got")
+        conv.reward = (conv.reward or 0.0) + finite_reward(value, f"workflow {self.workflow!r}: ep.turn_reward got")
 
     def metric(self, name: str, value: float) -> None:
         """A scalar logged as the mean over a step's episodes under ``name`` in metrics.jsonl (a name the trainer
