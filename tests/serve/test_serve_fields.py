@@ -168,8 +168,11 @@ def test_text_that_cannot_fit_the_window_is_refused_without_tokenizing(tiny_mode
         r = c.post("/v1/completions", json={"prompt": "a" * (256 * longest + 1), "max_tokens": 1})
         too_long = "é" * (128 * longest + 1)  # 2 bytes a character
         chat = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": too_long}]})
+        parts = c.post("/v1/chat/completions", json={"messages": [  # content as a list of parts is text too
+            {"role": "user", "content": [{"type": "text", "text": too_long}]}]})
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     assert chat.status_code == 400 and chat.json()["error"]["param"] == "messages"
+    assert parts.status_code == 400 and parts.json()["error"]["code"] == "context_length_exceeded"
     assert slow.encoded == 0
 
 
@@ -196,3 +199,17 @@ def test_a_huge_request_does_not_block_a_short_one(tiny_model):
     short, big_running, big_status = asyncio.run(go())
     assert short.status_code == 200 and len(short.json()["choices"][0]["token_ids"]) == 4
     assert big_running and big_status == 503 and engine.stats.generated_tokens < 50_000
+
+
+def test_a_lone_surrogate_is_a_400_not_a_500(client):
+    def raw(text: str, path: str = "/v1/completions"):  # JSON's \\ud800 escape: a surrogate no encoder would send
+        r = client.post(path, content=text.encode(), headers={"Content-Type": "application/json"})
+        return r.status_code, r.json()
+
+    status, body = raw('{"prompt": "\\ud800 hi", "max_tokens": 2}')
+    assert status == 400 and "lone surrogate" in body["error"]["message"] and body["error"]["param"] == "prompt"
+    status, body = raw('{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}',
+                       "/v1/chat/completions")
+    assert status == 400 and body["error"]["param"] == "messages"
+    status, body = post(client, {"prompt": "hi", "max_tokens": 2, "top_p": 1e-300})  # rounds to 0 in float32
+    assert status == 200 and len(body["choices"][0]["token_ids"]) >= 1

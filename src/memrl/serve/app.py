@@ -27,7 +27,7 @@ import hmac
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Optional, TextIO, Union
 
 from memrl.engines.base import Engine, GenerationResult, SamplingParams
@@ -127,8 +127,13 @@ class _Routes:
                               stop_token_ids=tuple(sorted(set(stops))), top_logprobs=top or 0)
 
     def check_text_size(self, texts: Sequence[Any], field: str) -> None:
-        """Refuse text that cannot fit the window whatever its tokens, before spending time tokenizing it."""
-        size = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts if isinstance(t, str))
+        """Refuse text that cannot fit the window whatever its tokens, before spending time tokenizing it
+        (every string in ``texts``, nested parts too), and text no tokenizer can read (a lone surrogate)."""
+        strings = list(_strings(texts))
+        size = sum(len(t.encode("utf-8", "surrogatepass")) for t in strings)
+        if any(_has_surrogate(t) for t in strings):
+            raise APIError(400, f"{field}: text with a lone surrogate (\\ud800-\\udfff) is not valid Unicode",
+                           code="invalid_value", param=field)
         window = self.limits.max_model_len
         if size > window * self.max_token_bytes:
             raise APIError(400, f"{field}: {size} bytes of text are more than {window} tokens "
@@ -220,7 +225,7 @@ class _Routes:
         stops = stop_strings(body)
         if not body.messages:
             raise APIError(400, "messages: must not be empty", code="invalid_value", param="messages")
-        self.check_text_size([m.get("content") for m in body.messages], "messages")
+        self.check_text_size(body.messages, "messages")  # every string: list-of-parts content, names, calls
 
         def template() -> list[int]:
             ids = self.tokenizer.apply_chat_template(body.messages, add_generation_prompt=True, tokenize=True)
@@ -279,3 +284,24 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
     app.post("/v1/completions", dependencies=keyed)(routes.completions)
     app.post("/v1/chat/completions", dependencies=keyed)(routes.chat)
     return app
+
+
+def _strings(value: Any, depth: int = 0) -> Iterator[str]:
+    """Every string inside ``value`` (lists and dicts, keys included), to a depth no valid request exceeds."""
+    if isinstance(value, str):
+        yield value
+    elif depth < 32 and isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key, depth + 1)
+            yield from _strings(item, depth + 1)
+    elif depth < 32 and isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item, depth + 1)
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False

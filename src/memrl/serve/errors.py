@@ -16,7 +16,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 # HTTP status -> OpenAI error type. 499 is nginx's "client closed request": it only reaches the access log.
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          405: "invalid_request_error", 413: "invalid_request_error", 499: "client_closed_request",
+          405: "invalid_request_error", 409: "conflict_error", 410: "invalid_request_error",
+          413: "invalid_request_error", 499: "client_closed_request",
           503: "service_unavailable"}
 
 
