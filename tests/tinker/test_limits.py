@@ -105,3 +105,16 @@ def test_a_checkpoint_record_is_held_to_what_a_request_may_ask():
                 {"rank": 4, "seed": 1.5}):
         with pytest.raises(ValueError, match="checkpoint record: lora"):
             LoraSpec.from_dict(bad)
+
+
+def test_a_foreign_run_record_in_the_state_folder_is_left_out_of_listings(tmp_path):
+    import json as _json
+
+    from memrl.tinker.checkpoints import list_runs, write_run
+
+    write_run(tmp_path, "s1:train:0", {"training_run_id": "s1:train:0", "created": 1.0})
+    for name, record in (("a", [1, 2]), ("b", {"training_run_id": "../x"}), ("c", {"training_run_id": "ok",
+                                                                                    "created": "soon"})):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "run.json").write_text(_json.dumps(record))
+    assert [r["training_run_id"] for r in list_runs(tmp_path)] == ["s1:train:0"]

@@ -147,7 +147,14 @@ def list_runs(state_dir: Path) -> list[dict[str, Any]]:
     """The ``run.json`` of every training run ever created under ``state_dir``."""
     root = state_dir / "runs"
     runs = [read_json(d / "run.json") for d in sorted(root.iterdir())] if root.is_dir() else []
-    return [r for r in runs if r]
+    return [r for r in runs if _run_record(r)]
+
+
+def _run_record(record: Any) -> bool:
+    """Whether a ``run.json`` is one this server wrote (an object naming a valid model id); another file in the
+    state folder must not break every client's listing."""
+    return isinstance(record, dict) and isinstance(record.get("training_run_id"), str) \
+        and bool(_MODEL_ID.match(record["training_run_id"])) and isinstance(record.get("created", 0.0), (int, float))
 
 
 def delete(state_dir: Path, model_id: str, checkpoint_id: str) -> None:
