@@ -213,3 +213,11 @@ def test_a_lone_surrogate_is_a_400_not_a_500(client):
     assert status == 400 and body["error"]["param"] == "messages"
     status, body = post(client, {"prompt": "hi", "max_tokens": 2, "top_p": 1e-300})  # rounds to 0 in float32
     assert status == 200 and len(body["choices"][0]["token_ids"]) >= 1
+
+
+def test_one_request_may_not_queue_more_sequences_than_the_limit(client):
+    status, body = post(client, {"prompt": [[5, 6]] * 64, "n": 16, "max_tokens": 2})
+    assert status == 400 and body["error"]["param"] == "n" and "1024 sequences in one request, at most 256" in \
+        body["error"]["message"]
+    status, body = post(client, {"prompt": [[5, 6]] * 16, "n": 16, "max_tokens": 1})  # 256: at the limit
+    assert status == 200 and len(body["choices"]) == 256

@@ -197,6 +197,9 @@ class _Routes:
             return self.tokenizer.encode(text, add_special_tokens=body.add_special_tokens)
 
         prompts = await asyncio.to_thread(parse_prompts, body.prompt, encode, self.limits)
+        if len(prompts) * n > self.limits.max_sequences:
+            raise APIError(400, f"{len(prompts)} prompts x n={n} is {len(prompts) * n} sequences in one request, at "
+                           f"most {self.limits.max_sequences}: split it", code="invalid_value", param="n")
         for prompt in prompts:
             check_window(len(prompt), sp.max_new_tokens, self.limits)
         jobs = [(p, sp if n == 1 else sp.with_(seed=None if sp.seed is None else sp.seed + k))

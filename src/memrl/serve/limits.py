@@ -29,17 +29,20 @@ class ServeLimits:
     ``max_model_len`` bounds prompt + ``max_tokens`` (the model's position window by
     default); ``vocab_size`` bounds token ids (``None`` skips that check, for engines
     that check ids themselves); ``max_n`` bounds ``n``; ``max_prompts`` bounds the
-    prompts of one ``/v1/completions`` request; ``max_body_bytes`` bounds the JSON body.
+    prompts of one ``/v1/completions`` request, ``max_sequences`` its prompts times ``n`` (every
+    sequence the request makes the engine decode: 256 prompts x n=16 would queue 4,096 of them ahead of
+    every other client); ``max_body_bytes`` bounds the JSON body.
     """
 
     max_model_len: int
     vocab_size: int | None = None
     max_n: int = 16
     max_prompts: int = 256
+    max_sequences: int = 256
     max_body_bytes: int = 8 * 2**20
 
     def __post_init__(self) -> None:
-        for name in ("max_model_len", "max_n", "max_prompts", "max_body_bytes"):
+        for name in ("max_model_len", "max_n", "max_prompts", "max_sequences", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
