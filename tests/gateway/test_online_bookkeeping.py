@@ -120,6 +120,11 @@ def test_requests_are_checked_before_anything_changes(online, tools_tokenizer):
             assert (r.status_code, r.json()["error"]["param"]) == (400, param), body
         bad_json = http.post(got["reward_url"], headers={**AUTH, "content-type": "application/json"}, content=b"{")
         assert bad_json.status_code == 400
+        deep = b'{"reward": 1, "metrics": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+        nested = http.post(got["reward_url"], headers={**AUTH, "content-type": "application/json"}, content=deep)
+        assert (nested.status_code, nested.json()["error"]["message"]) == (400, "body: nested too deeply")
+        huge = http.post(got["reward_url"], headers=AUTH, json={"reward": 1e308})
+        assert (huge.status_code, huge.json()["error"]["param"]) == (400, "reward")
         per_call = http.post(got["base_url"].removesuffix("/v1") + "/reward", json={"turn_rewards": [2.0]},
                              headers={"Authorization": f"Bearer {got['api_key']}"})
         assert per_call.json() == {"id": got["id"], "status": "running"}

@@ -43,6 +43,8 @@ async def _json(request: Request, empty: Any = None) -> Any:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise APIError(400, "body: not valid JSON", code="invalid_value", param="body") from None
+    except RecursionError:  # thousands of nested brackets: no outcome is shaped like that
+        raise APIError(400, "body: nested too deeply", code="invalid_value", param="body") from None
 
 
 def _outcome(body: Any, need_reward: bool) -> Outcome:
