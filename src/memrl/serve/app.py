@@ -27,10 +27,11 @@ import hmac
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Optional, TextIO, Union
 
 from memrl.engines.base import Engine, GenerationResult, SamplingParams
+from memrl.io.json_strings import json_strings
 from memrl.workflows.common import stop_token_ids
 
 try:
@@ -129,7 +130,7 @@ class _Routes:
     def check_text_size(self, texts: Sequence[Any], field: str) -> None:
         """Refuse text that cannot fit the window whatever its tokens, before spending time tokenizing it
         (every string in ``texts``, nested parts too), and text no tokenizer can read (a lone surrogate)."""
-        strings = list(_strings(texts))
+        strings = list(json_strings(texts, keys=True, max_depth=32))
         size = sum(len(t.encode("utf-8", "surrogatepass")) for t in strings)
         if any(_has_surrogate(t) for t in strings):
             raise APIError(400, f"{field}: text with a lone surrogate (\\ud800-\\udfff) is not valid Unicode",
@@ -287,19 +288,6 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
     app.post("/v1/completions", dependencies=keyed)(routes.completions)
     app.post("/v1/chat/completions", dependencies=keyed)(routes.chat)
     return app
-
-
-def _strings(value: Any, depth: int = 0) -> Iterator[str]:
-    """Every string inside ``value`` (lists and dicts, keys included), to a depth no valid request exceeds."""
-    if isinstance(value, str):
-        yield value
-    elif depth < 32 and isinstance(value, dict):
-        for key, item in value.items():
-            yield from _strings(key, depth + 1)
-            yield from _strings(item, depth + 1)
-    elif depth < 32 and isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _strings(item, depth + 1)
 
 
 def _has_surrogate(text: str) -> bool:

@@ -12,22 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from memrl.io.json_strings import json_strings
 from memrl.view.loader import is_eval, rollout_files
 from memrl.view.records import read_json_object, read_jsonl
 
 MAX_QUERY = 200  # characters: a search is typed, not pasted documents
-
-
-def _strings(value: Any) -> Iterator[str]:
-    """Every string inside a JSON value (tool-call arguments, answers lists, nested info)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
 
 
 def record_texts(record: Any) -> Iterator[str]:
@@ -37,11 +26,11 @@ def record_texts(record: Any) -> Iterator[str]:
     for key in ("sample_id", "task_id", "group_id"):
         if isinstance(record.get(key), str):
             yield record[key]
-    yield from _strings(record.get("info"))
+    yield from json_strings(record.get("info"))
     for conv in record.get("conversations") or []:
         if isinstance(conv, dict):
-            yield from _strings(conv.get("text"))
-            yield from _strings(conv.get("meta"))
+            yield from json_strings(conv.get("text"))
+            yield from json_strings(conv.get("meta"))
 
 
 def _hit(texts: Iterator[str], needle: str) -> bool:

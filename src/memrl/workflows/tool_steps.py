@@ -69,8 +69,8 @@ class StepLimits:
             return "too_many_errors"
         if self.max_steps is not None and self.steps >= self.max_steps:
             return "max_steps"
-        late = self.timeout_s is not None and self.now() - (self.started or 0.0) >= self.timeout_s
-        if timed and not stopped and late:
+        if timed and not stopped and self.timeout_s is not None and self.now() - (self.started or 0.0) >= \
+                self.timeout_s:  # the clock is read only where it can decide
             return "timeout"
         return None
 
