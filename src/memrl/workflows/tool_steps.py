@@ -69,10 +69,9 @@ class StepLimits:
             return "too_many_errors"
         if self.max_steps is not None and self.steps >= self.max_steps:
             return "max_steps"
-        if timed and not stopped and self.timeout_s is not None and self.now() - (self.started or 0.0) >= \
-                self.timeout_s:  # the clock is read only where it can decide
-            return "timeout"
-        return None
+        if not timed or stopped or self.timeout_s is None:  # the clock is read only where it can decide
+            return None
+        return "timeout" if self.now() - (self.started or 0.0) >= self.timeout_s else None
 
     def user_turn(self, msgs: list[Message], *, stops: bool = False) -> tuple[list[Message], str | None]:
         """A user's turn (its messages, each tool-calling one followed by its results) counted step by step:
