@@ -229,9 +229,13 @@ def optimizer_state(optimizer: torch.optim.Optimizer, params: dict[str, torch.nn
 def load_optimizer_state(optimizer: torch.optim.Optimizer, params: dict[str, torch.nn.Parameter],
                          tensors: dict[str, torch.Tensor]) -> None:
     """Put saved AdamW moments back on the adapter's tensors (``step`` stays a CPU scalar, as torch keeps it)."""
+    loaded = {}
     for key, p in params.items():
         fields = {f.split("::", 1)[1]: t for f, t in tensors.items() if f.split("::", 1)[0] == key}
-        if not fields:
-            continue
-        optimizer.state[p] = {f: (t.float().cpu() if f == "step" else t.to(p.device, p.dtype))
-                              for f, t in fields.items()}
+        for name, t in fields.items():  # a file in the state folder is not trusted: moments must fit their weight
+            want = () if name == "step" else tuple(p.shape)
+            if tuple(t.shape) != want and not (name == "step" and t.numel() == 1):
+                raise ValueError(f"optimizer state {key}::{name} has shape {tuple(t.shape)}, the adapter's {want}")
+        if fields:
+            loaded[p] = {f: (t.float().cpu() if f == "step" else t.to(p.device, p.dtype)) for f, t in fields.items()}
+    optimizer.state.update(loaded)  # all or nothing
