@@ -38,7 +38,8 @@ def flat_settings(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _allowed(key: str, allowed: Iterable[str]) -> bool:
+def is_allowed(key: str, allowed: Iterable[str]) -> bool:
+    """Whether ``key`` is named in ``allowed`` (``trainer.allow_changes``): itself or a section above it."""
     return any(key == a or key.startswith(a + ".") for a in allowed)
 
 
@@ -139,9 +140,9 @@ def check_run_config(cfg: MemRLConfig, run_dir: Path, notice: Callable[[str], No
             raise ConfigError(f"{path} is not a memrl config; restore it or use another trainer.output_dir")
         was_flat = flat_settings(_as_run_today(old))
         changed = {k: (was_flat.get(k), v) for k, v in flat_settings(new).items()
-                   if was_flat.get(k) != v and not _allowed(k, RESUMABLE_CHANGES)}
+                   if was_flat.get(k) != v and not is_allowed(k, RESUMABLE_CHANGES)}
         if changed and checkpoints(run_dir):
-            refused = [k for k in changed if not _allowed(k, cfg.trainer.allow_changes)]
+            refused = [k for k in changed if not is_allowed(k, cfg.trainer.allow_changes)]
             if refused:
                 keys = ",".join(refused)
                 raise ConfigError(f"{run_dir} was started with a different config (changed: {', '.join(refused)}); "

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from memrl.config import ConfigError, MemRLConfig
 from memrl.train import checkpoint
-from memrl.train.preflight import check_run_config
+from memrl.train.preflight import check_run_config, is_allowed
 
 
 @dataclass
@@ -70,7 +70,7 @@ def samples_fingerprint(samples: Sequence[Any]) -> dict[str, Any]:
 def check_same_samples(cfg: MemRLConfig, saved: dict[str, Any] | None, now: dict[str, Any], run_dir: Path) -> None:
     """A resumed run must train on the samples it started with (the data order is a permutation of them),
     unless ``trainer.allow_changes`` names ``data.train_file``."""
-    if saved is None or saved == now or "data.train_file" in cfg.trainer.allow_changes:
+    if saved is None or saved == now or is_allowed("data.train_file", cfg.trainer.allow_changes):
         return
     what = (f"{saved['count']} samples then, {now['count']} now" if saved["count"] != now["count"]
             else f"the same {now['count']} samples in number, different in content")
