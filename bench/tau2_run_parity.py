@@ -30,8 +30,15 @@ tool call: those runs end as ``agent_error`` / ``user_error``, the others as bef
 
 With ``--solo``, τ²-bench's solo agent (``llm_agent_solo``, no user) on telecom's tickets beside
 ``env.solo=true env.prompts=tau2``: the fake agent makes the task's gold calls and then calls ``done``
-(every fourth task writes text instead: τ²-bench's solo agent raises, its batch runner scores the run
-0, memrl ends it as ``agent_error``, 0).
+(every fourth task writes text instead: τ²-bench's solo agent raises, which this script scores 0, as memrl's
+default ends it, ``agent_error``, 0; with ``--invalid`` both go through the retries below instead).
+
+``--invalid`` sets memrl's ``workflow.options.invalid_messages=tau2`` and ``--max-retries 3``, and runs
+τ²-bench's task through its batch runner's ``run_with_retry`` (3 retries, its default): the agent of every
+fourth task (from the second) sends an empty message after its lookup, and that of every fourth (from the
+third) writes its lookup's arguments as broken JSON. τ²-bench raises on both; every try sends the same
+requests (the fake server answers from the request alone), so both runs end as ``infrastructure_error``
+after four tries, without a reward.
 
     pip install loguru pandas toml addict deepdiff python-dotenv litellm   # what importing τ²-bench needs
     TAU2_DATA_DIR=~/tau2-bench/data PYTHONPATH=~/tau2-bench/src \
@@ -73,12 +80,13 @@ def who(body: dict[str, Any]) -> str:
 
 def answer(domain: str, plan: list[tuple[str, str]], say: str = "", text_end: bool = False,
            user_plan: list[tuple[str, str]] = (), fail: bool = False, user_delay: float = 0.0,
-           mixed: str = ""):
+           mixed: str = "", invalid: str = ""):
     """The fake server's part for ``domain``: agent, user or judge, decided from the request alone (``plan``:
     the agent's gold calls; ``say``: what it must tell the user; ``text_end``: the solo agent then writes
     text instead of calling done; ``user_plan``: the user's gold device calls; ``fail``: the agent repeats a
     lookup with wrong arguments; ``user_delay``: seconds each user reply takes; ``mixed``: "agent" or "user"
-    writes text beside its first tool call, which τ²-bench's communication rule refuses)."""
+    writes text beside its first tool call, which τ²-bench's communication rule refuses; ``invalid``: "empty",
+    the agent's message after its lookup is empty, or "json", its lookup's arguments are broken JSON)."""
     def reply(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         msgs, role = body["messages"], who(body)
         message: dict[str, Any] = {"role": "assistant", "content": None}
@@ -108,7 +116,11 @@ def answer(domain: str, plan: list[tuple[str, str]], say: str = "", text_end: bo
             calls, tools = [LOOKUP[domain], *plan], sum(m["role"] == "tool" for m in msgs)
             if fail:
                 calls, tools = [(LOOKUP[domain][0], BAD_LOOKUP[domain])], 0
-            if tools < len(calls):
+            if invalid == "json":
+                calls = [(calls[0][0], calls[0][1][:-3])]
+            if invalid == "empty" and tools == 1:
+                message["content"] = ""
+            elif tools < len(calls):
                 message["tool_calls"] = [{"id": f"call_{len(msgs)}", "type": "function",
                                           "function": {"name": calls[tools][0], "arguments": calls[tools][1]}}]
                 message["content"] = "Let me look that up." if mixed == "agent" else None
@@ -128,7 +140,7 @@ def normal(raw: str) -> tuple[str, dict[str, Any]]:
     return who(body), comparable(body, SENT)
 
 
-Limits = tuple[int, int, "float | None", bool]  # max steps, max errors, timeout (seconds), enforce protocol
+Limits = tuple[int, int, "float | None", bool, bool]  # max steps, max errors, timeout (s), enforce, invalid=tau2
 
 
 def theirs(domain: str, task_id: str, url: str, solo: bool, limits: Limits) -> tuple[float, str]:
@@ -147,6 +159,13 @@ def theirs(domain: str, task_id: str, url: str, solo: bool, limits: Limits) -> t
     task = next(t for t in registry.get_tasks_loader(domain)() if t.id == task_id)
     random.seed(RUN_SEED)  # what τ²-bench's batch runner does before it draws each trial's seed
     seed = random.randint(0, 1000000)
+    if limits[4]:  # through its batch runner's retries: a run that raises ends as infrastructure_error
+        from tau2.runner.progress import run_with_retry
+
+        sim = run_with_retry(lambda: run_single_task(config, task, seed=seed), task, 0, seed, max_retries=3,
+                             retry_delay=0.0, console_display=False)
+        reward = sim.reward_info.reward if sim.reward_info else None
+        return reward, sim.termination_reason.value, _cents(sim.agent_cost, sim.user_cost)
     try:
         sim = run_single_task(config, task, seed=seed)
         return sim.reward_info.reward, sim.termination_reason.value, _cents(sim.agent_cost, sim.user_cost)
@@ -182,13 +201,17 @@ def ours(domain: str, task_id: str, url: str, data: Path, solo: bool, limits: Li
            f"workflow.options.max_steps={limits[0]}", f"workflow.options.max_errors={limits[1]}",
            f"env.solo={str(solo).lower()}", "env.prompts=tau2", "env.user.temperature=0", *side,
            *([f"workflow.options.timeout_s={limits[2]}"] if limits[2] else []),
-           f"workflow.options.enforce_protocol={str(limits[3]).lower()}"]
+           f"workflow.options.enforce_protocol={str(limits[3]).lower()}",
+           *(["workflow.options.invalid_messages=tau2", "--max-retries", "3", "eval.retry_delay_s=0"]
+             if limits[4] else [])]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"memrl eval failed:\n{done.stderr[-3000:]}")
     result = json.loads((out / "results.json").read_text())
-    ending = json.loads(next((out / "episodes").rglob("0.json")).read_text())["info"]["ending"]
     sim = json.loads((out / "tau2_results.json").read_text())["simulations"][0]
+    if sim["termination_reason"] == "infrastructure_error":
+        return None, sim["termination_reason"], _cents(sim["agent_cost"], sim["user_cost"])
+    ending = json.loads(next((out / "episodes").rglob("0.json")).read_text())["info"]["ending"]
     costs = None if solo and ending == "agent_error" else _cents(sim["agent_cost"], sim["user_cost"])  # τ² raised
     return result["per_task"][task_id]["rewards"][0], TERMINATION.get(ending, "agent_error"), costs
 
@@ -214,8 +237,10 @@ def main() -> None:
     ap.add_argument("--enforce", action="store_true", help="both runs enforce τ²-bench's communication rule; "
                     "the agent of every fourth task (from the second) and the telecom user of every fourth (from "
                     "the third) write text beside a tool call")
+    ap.add_argument("--invalid", action="store_true", help="memrl's invalid_messages=tau2 and both runs' retries; "
+                    "some agents send an empty message or broken JSON arguments (see above)")
     args = ap.parse_args()
-    limits = (args.max_steps, args.max_errors, args.timeout, args.enforce)
+    limits = (args.max_steps, args.max_errors, args.timeout, args.enforce, args.invalid)
     os.environ.update(OPENAI_API_KEY="sk-local", LITELLM_LOCAL_MODEL_COST_MAP="True")
     from loguru import logger
     from tau2.registry import registry
@@ -237,7 +262,8 @@ def main() -> None:
                         lambda u: ours(domain, task.id, u, args.data, args.solo, limits)):
                 server = FakeServer(answer(domain, plan, say, text_end=i % 4 == 3, user_plan=user_plan,
                                            fail=args.errors and i % 2 == 1, user_delay=args.user_delay,
-                                           mixed={1: "agent", 2: "user"}.get(i % 4, "") if args.enforce else ""))
+                                           mixed={1: "agent", 2: "user"}.get(i % 4, "") if args.enforce else "",
+                                           invalid={1: "empty", 2: "json"}.get(i % 4, "") if args.invalid else ""))
                 os.environ["OPENAI_BASE_URL"] = server.url  # τ²-bench's judge model is reached this way
                 rewards.append(run(server.url))
                 server.close()

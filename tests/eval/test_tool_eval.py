@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from memrl.config.schema import MemRLConfig
 from memrl.eval.runner import check_resume
 from memrl.eval.tool_eval import aggregate_tool_eval, run_tool_eval, task_folder, trial_seeds
@@ -50,7 +52,8 @@ def test_trials_pass_hat_k_resume_and_transcripts(tmp_path):
     assert len(calls) == 3 * len(tasks)
 
 
-def test_failed_trials_are_not_scored_and_pass_hat_k_needs_all_trials(tmp_path):
+def test_failed_trials_are_left_out_of_pass_hat_k_as_tau2_leaves_out_infrastructure_errors(tmp_path):
+    """τ²-bench's metrics: pass^k over every task with a finished trial, k up to the fewest finished."""
     c = cfg()
     out = tmp_path / "out"
     ids = ["t1", "t/2"]
@@ -64,7 +67,8 @@ def test_failed_trials_are_not_scored_and_pass_hat_k_needs_all_trials(tmp_path):
     (out / "failures" / task_folder("t/2") / "2.json").write_text("{}")
     res = aggregate_tool_eval(c, out, ids, 3)
     assert res["complete_tasks"] == 1 and res["failed_trials"] == 1
-    assert res["pass_hat_k"] == {"1": 2 / 3, "2": 1 / 3, "3": 0.0}  # t1 only: C(2,k)/C(3,k)
+    # t1: C(2,k)/C(3,k) = 2/3, 1/3; t/2 (two trials, both solved): 1, 1; k stops at 2
+    assert res["pass_hat_k"] == pytest.approx({"1": 5 / 6, "2": 2 / 3})
     assert res["avg_reward"] == 4 / 5 and res["nl_assertions_unchecked"] == 5
     assert task_folder("t/2") != "t_2" and task_folder("t1") == "t1"
 
@@ -179,3 +183,52 @@ def test_results_md_says_what_the_chat_requests_cost():
             "Cost at LiteLLM's prices: $0.0126 (agent $0.0063, user $0.0063; judge not priced).") in md
     results["chat_cost_usd"] = {"agent": None, "user": None, "judge": None}
     assert "Cost" not in tool_results_markdown(results)
+
+
+def test_a_failing_trial_is_tried_again_then_recorded_as_tau2s_infrastructure_error(tmp_path):
+    """eval.max_retries: τ²-bench's run_with_retry (same seed each try); still failing, the trial is written to
+    failures/ and to tau2_results.json as an infrastructure_error run, and left out of the metrics."""
+    tok = build_hf_tokenizer(["Nothing to change here."], vocab_size=400)
+    calls = []
+
+    def reply(prompt, params):
+        calls.append(params.seed)
+        if 2 <= len(calls) <= 4:  # the second trial's three tries fail, each at its first request
+            raise RuntimeError("server hung up")
+        return encode_text(tok, "Nothing to change here.") + [tok.convert_tokens_to_ids("<|im_end|>")]
+
+    c = cfg().model_copy(update={"eval": cfg().eval.model_copy(update={"max_retries": 2, "retry_delay_s": 0}),
+                                 "engine": cfg().engine.model_copy(update={"concurrency": 1})})
+    samples = load_samples(c, "eval")
+    out = tmp_path / "out"
+    res = asyncio.run(run_tool_eval(c, ScriptedEngine(reply), tok, out, 1))
+    assert calls[1] == calls[2] == calls[3]  # each try of a trial sends what the first sent (its seed)
+    assert res["failed_trials"] == 1 and sum(t["trials"] for t in res["per_task"].values()) == len(samples) - 1
+    failed = json.loads(next((out / "failures").rglob("0.json")).read_text())
+    assert failed["attempts"] == 3 and failed["error"] == "RuntimeError: server hung up"
+    sims = json.loads((out / "tau2_results.json").read_text())["simulations"]
+    infra = [x for x in sims if x["termination_reason"] == "infrastructure_error"]
+    assert len(sims) == len(samples) and len(infra) == 1
+    assert infra[0]["messages"] == [] and infra[0]["reward_info"] is None
+    assert infra[0]["info"] == {"error": "RuntimeError: server hung up", "error_type": "RuntimeError",
+                                "failed_after_attempts": 3}
+    res = asyncio.run(run_tool_eval(c, ScriptedEngine(reply), tok, out, 1))  # the next run: its fourth try passes
+    assert res["failed_trials"] == 0 and not list((out / "failures").rglob("*.json"))
+
+
+def test_a_folder_evaluated_before_an_option_existed_resumes_at_its_default(tmp_path):
+    import yaml
+
+    c = cfg()
+    out = tmp_path / "out"
+    check_resume(out, c)
+    (out / "episodes").mkdir()
+    (out / "episodes" / "x.json").write_text("{}")
+    recorded = yaml.safe_load((out / "eval_config.yaml").read_text())
+    del recorded["workflow"]["options"]["invalid_messages"], recorded["env"]["solo"]  # an older memrl's record
+    (out / "eval_config.yaml").write_text(yaml.safe_dump(recorded))
+    check_resume(out, c)  # the new settings at their defaults: the same run
+    changed = MemRLConfig.model_validate({**c.model_dump(), "workflow": {"name": "tool_agent", "max_turns": 2,
+                                                                         "invalid_messages": "tau2"}})
+    with pytest.raises(Exception, match="changed: workflow.options"):
+        check_resume(out, changed)

@@ -64,6 +64,10 @@ def eval_cmd(
                                            "comma-separated (env.task_ids; tau2-bench's --task-ids)."),
     num_tasks: Optional[int] = typer.Option(None, "--num-tasks", min=1, help="tool_agent: the first N tasks of "
                                             "--split (env.num_tasks; tau2-bench's --num-tasks)."),
+    max_retries: Optional[int] = typer.Option(None, "--max-retries", min=0, help="tool_agent: eval.max_retries, "
+                                              "tries again at once of a trial that fails (tau2-bench's "
+                                              "--max-retries; memrl's default 0: a failed trial waits for the "
+                                              "next run)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Episodes in flight at once."),
     rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts", help="Also save each episode's tokens and "
                                   "log-probs as a rollout record in OUT/rollouts/ (what memrl sft/rft and memrl view "
@@ -88,7 +92,7 @@ def eval_cmd(
         "model.path": model, "workflow.name": workflow, "engine.kind": engine, "engine.base_url": base_url,
         "sampling.temperature": temperature, "sampling.top_p": top_p, "engine.concurrency": concurrency,
         "eval.protocol": protocol, "eval.repeats": repeats, "env.domain": domains[0] if domains else None,
-        "env.eval_split": split, "env.data_dir": data_dir, "env.num_tasks": num_tasks,
+        "env.eval_split": split, "env.data_dir": data_dir, "env.num_tasks": num_tasks, "eval.max_retries": max_retries,
         "env.task_ids": [t.strip() for t in task_ids.split(",") if t.strip()] if task_ids else None,
     }), None if restart else recorded_settings(out))  # re-scoring a folder keeps the sampling it was run with
     built = cfg.workflow.build()
@@ -96,7 +100,7 @@ def eval_cmd(
     _check_flags_apply(on_tasks, {  # first: a flag the workflow ignores is the error, not whether its file exists
         "--data": data, "--docs": docs, "--max-samples": max_samples, "--tasks": tasks,
         "--suite": None if suite == "qa" else suite, "--repeats": repeats}, trials,
-        {"--task-ids": task_ids, "--num-tasks": num_tasks})
+        {"--task-ids": task_ids, "--num-tasks": num_tasks, "--max-retries": max_retries})
     _check_data_exists(data, built)
     if data is not None and data.is_file() and (docs or tasks):
         flag = "--docs" if docs else "--tasks"

@@ -173,6 +173,12 @@ class EvalConfig(Section):
         "(temperature 0.7, top_p 0.95 unless sampling.* is set).")
     repeats: int = Field(1, ge=1, description="Samples per question (seeds differ); reports mean accuracy and "
                          "pass@K per document count (MemAgent's --sampling).")
+    max_retries: int = Field(0, ge=0, description="tool_agent: a trial that fails (raises: an HTTP error, or "
+                             "tau2-bench's invalid messages with workflow.options.invalid_messages=tau2) is run "
+                             "again at once, with the same seed, up to this many times (tau2-bench's "
+                             "--max-retries, its default 3); one still failing is left out of the metrics and "
+                             "tried again by the next run.")
+    retry_delay_s: float = Field(1.0, ge=0, description="Seconds between those tries (tau2-bench's --retry-delay).")
 
 
 class LoraConfig(Section):

@@ -40,3 +40,11 @@ class Message:
                  for c in d.get("tool_calls") or []]
         return cls(role=d["role"], content=d.get("content"), tool_calls=calls, error=bool(d.get("error", False)),
                    call_id=d.get("call_id") or d.get("id") or "", requestor=d.get("requestor") or "assistant")
+
+
+class InvalidMessageError(ValueError):
+    """A message τ²-bench refuses by raising (``workflow.options.invalid_messages=tau2``): an empty one, a tool
+    call whose arguments are not a JSON object, a solo agent's text. Its run then fails as a whole and its batch
+    runner tries it again, then records it as ``infrastructure_error``, outside the metrics; ``memrl eval`` does
+    the same (``eval.max_retries``)."""
+

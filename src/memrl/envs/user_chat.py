@@ -18,7 +18,7 @@ from typing import Any
 
 from memrl.engines.base import Engine
 from memrl.engines.openai_chat import side_chat
-from memrl.envs.messages import Message, ToolCall
+from memrl.envs.messages import InvalidMessageError, Message, ToolCall
 from memrl.envs.tasks import Task
 from memrl.envs.user_sim import AGENT_OPENING, USER_DEVICE, USER_SYSTEM, sent_to_user, user_system_prompt
 
@@ -77,9 +77,10 @@ class ChatUserSimulator:
 
     async def act(self, task: Task, messages: Sequence[Message], env: Any, *, seed: int | None = None,
                   max_rounds: int = 10, step_seed: bool = True,
-                  halt: Callable[[list[Message]], bool] | None = None) -> list[Message]:
+                  halt: Callable[[list[Message]], bool] | None = None, strict: bool = False) -> list[Message]:
         """The user's next turn with their device tools: calls, each run on ``env`` as the user, until a
-        text reply (the last message returned). A reply whose every call is unreadable is asked for again;
+        text reply (the last message returned). A reply whose every call is unreadable is asked for again
+        (``strict``: a call that cannot be read raises, as τ²-bench's ``generate`` does);
         after ``max_rounds`` the user gives up (``###STOP###``), as :meth:`LLMUserSimulator.act` does
         (and seeds and halts its rounds as it does)."""
         from memrl.text.tool_calls import read_openai_call
@@ -91,6 +92,9 @@ class ChatUserSimulator:
                                      None if seed is None else seed + r * step_seed)
             made = len(messages) + len(new)
             read = [read_openai_call(raw, f"user_call_{made}_{k}") for k, raw in enumerate(answer.tool_calls)]
+            if strict and any(c is None for _, c, _ in read):
+                raise InvalidMessageError(f"the user's tool call could not be read (tau2-bench raises): "
+                                          f"{next(e for _, c, e in read if c is None)}")
             calls = [ToolCall(c.name, c.arguments, id=i, requestor="user") for i, c, _ in read if c is not None]
             if not calls and answer.tool_calls:
                 continue

@@ -154,6 +154,7 @@ def check_resume(out: Path, cfg: MemRLConfig, data: dict[str, str] | None = None
         old = yaml.safe_load(path.read_text())
         old = old if isinstance(old, dict) else {}
         was_data = old.pop("data", None)
+        old = _with_new_defaults(old, fp, cfg)
         if old != fp:
             diff = [f"{sec}.{k}" for sec in fp for k in fp[sec] if (old.get(sec) or {}).get(k) != fp[sec][k]]
             raise ConfigError(f"{out} holds results of a different config (changed: {', '.join(diff)}); "
@@ -163,6 +164,31 @@ def check_resume(out: Path, cfg: MemRLConfig, data: dict[str, str] | None = None
         check_same_data(out, was_data, data)  # an older folder without a data record gets this one
     with atomic_write(path) as fh:
         yaml.safe_dump({**fp, **({"data": data} if data else {})}, fh, sort_keys=False)
+
+
+def _with_new_defaults(old: dict[str, Any], fp: dict[str, Any], cfg: MemRLConfig) -> dict[str, Any]:
+    """``old`` (a folder's recorded settings) with the settings memrl gained since it was written filled in where
+    they hold their default now: that folder ran as the default does (a new option must not lock old results)."""
+    models = {"model": cfg.model, "sampling": cfg.sampling, "env": cfg.env, "options": cfg.workflow.opts}
+
+    def fill(was: Any, now: dict[str, Any], model: Any) -> Any:
+        if not isinstance(was, dict) or model is None:
+            return was
+        fields = type(model).model_fields
+        added = {k: v for k, v in now.items() if k not in was and k in fields and not fields[k].is_required()
+                 and _dumped(fields[k].get_default(call_default_factory=True)) == v}
+        return {**was, **added}
+
+    out = {sec: fill(was, fp.get(sec) or {}, models.get(sec)) for sec, was in old.items()}
+    wf = out.get("workflow")
+    if isinstance(wf, dict) and isinstance(wf.get("options"), dict):
+        out["workflow"] = {**wf, "options": fill(wf["options"], fp["workflow"]["options"], models["options"])}
+    return out
+
+
+def _dumped(value: Any) -> Any:
+    """A default as ``model_dump(mode="json")`` writes it (a nested model as its dict)."""
+    return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
 
 
 def _holds_results(out: Path) -> bool:

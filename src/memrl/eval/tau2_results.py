@@ -12,7 +12,8 @@ default (10); ``max_steps`` is ``workflow.options.max_steps``, or else ``max_tur
 agent's and the user's chat tokens at LiteLLM's prices, as τ²-bench's (null where nothing can be
 priced: a local model, no LiteLLM). An episode memrl cut at ``workflow.max_turns`` or at ``max_steps``
 is τ²'s ``max_steps``; one cut at ``max_errors`` is ``too_many_errors``; one cut at ``timeout_s`` is
-``timeout``; one cut at
+``timeout``; a trial that failed every try (``failures/``) is an ``infrastructure_error`` run without
+messages, as τ²-bench records one; one cut at
 ``workflow.max_total_tokens`` is ``context_window_exceeded``; a transfer to a human is a ``user_stop``
 (τ²'s user simulator ends the call at a transfer). In solo mode the ticket is not a message (τ² puts
 it in the agent's prompt), and the agent and user are
@@ -91,9 +92,23 @@ def _costs(record: dict[str, Any], models: dict[str, str | None]) -> dict[str, f
     return {f"{role}_cost": c for role, c in costs.items()}
 
 
+def tau2_failure(record: dict[str, Any], stamp: str) -> dict[str, Any]:
+    """A trial that failed every try (``failures/<task>/<trial>.json``) as τ²-bench records one: an
+    ``infrastructure_error`` run with no messages, which its metrics leave out."""
+    error = str(record.get("error") or "")
+    kind, _, _ = error.partition(":")
+    return {"id": f"{record['task_id']}/{record['trial']}", "task_id": record["task_id"], "timestamp": stamp,
+            "start_time": stamp, "end_time": stamp, "duration": 0.0, "termination_reason": "infrastructure_error",
+            "agent_cost": None, "user_cost": None, "reward_info": None, "messages": [],
+            "trial": int(record["trial"]), "seed": record.get("seed"),
+            "info": {"error": error, "error_type": kind.strip() if kind.strip().isidentifier() else "Exception",
+                     "failed_after_attempts": int(record.get("attempts") or 1)}}
+
+
 def tau2_results(cfg: Any, records: list[dict[str, Any]], tasks: list[Any], policy: str, trials: int,
-                 stamps: list[str]) -> dict[str, Any]:
-    """The τ²-bench ``Results`` document of an eval's finished episodes."""
+                 stamps: list[str], failures: list[tuple[dict[str, Any], str]] = ()) -> dict[str, Any]:
+    """The τ²-bench ``Results`` document of an eval's finished episodes (and its failed trials, ``failures``:
+    (record, stamp) pairs)."""
     from memrl import __version__
     from memrl.engines.usage import role_models
 
@@ -113,7 +128,7 @@ def tau2_results(cfg: Any, records: list[dict[str, Any]], tasks: list[Any], poli
                  "environment_info": {"domain_name": e.domain, "policy": policy}, "seed": cfg.sampling.seed},
         "tasks": [t.model_dump(mode="json", exclude_unset=True) for t in tasks],
         "simulations": [tau2_simulation(r, by_id[r["task_id"]], s, solo, role_models(cfg))
-                        for r, s in zip(records, stamps)],
+                        for r, s in zip(records, stamps)] + [tau2_failure(r, s) for r, s in failures],
     }
 
 
@@ -125,16 +140,32 @@ def write_tau2_results(cfg: Any, out: Path, task_ids: list[str], trials: int) ->
 
     domain = load_domain(cfg.env.domain, cfg.env.data_dir, tool_options=cfg.env.tool_options)
     tasks = {t.id: t for t in domain.get_tasks(cfg.env.eval_split)}
-    records, stamps = [], []
+    records, stamps, failures = [], [], []
     for task_id in task_ids:
         for t in range(trials):
             path = out / "episodes" / task_folder(task_id) / f"{t}.json"
+            failed = out / "failures" / task_folder(task_id) / f"{t}.json"
             if path.is_file():
                 records.append(json.loads(path.read_text(encoding="utf-8")))
-                stamps.append(dt.datetime.fromtimestamp(path.stat().st_mtime).isoformat())
+                stamps.append(_stamp(path))
+            elif failed.is_file():
+                failures.append(({"task_id": task_id, "trial": t, **_read_failure(failed)}, _stamp(failed)))
     policy = domain.new_env(solo=cfg.env.solo).policy
-    doc = tau2_results(cfg, records, [tasks[i] for i in task_ids], policy, trials, stamps)
+    doc = tau2_results(cfg, records, [tasks[i] for i in task_ids], policy, trials, stamps, failures)
     dest = out / "tau2_results.json"
     with atomic_write(dest) as fh:
         json.dump(doc, fh, indent=1, ensure_ascii=False, default=str)
     return dest
+
+
+def _stamp(path: Path) -> str:
+    return dt.datetime.fromtimestamp(path.stat().st_mtime).isoformat()
+
+
+def _read_failure(path: Path) -> dict[str, Any]:
+    """A failure record's fields (an unreadable one still marks its trial failed)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: data[k] for k in ("error", "seed", "attempts") if isinstance(data, dict) and k in data}

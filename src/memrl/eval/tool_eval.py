@@ -5,8 +5,9 @@ trials are saved under ``episodes/`` (summary), ``transcripts/`` (the conversati
 ``rollouts/`` (tokens and log-probs, the record training writes: see :mod:`memrl.eval.records`),
 and skipped by the next run; ``tau2_results.json`` holds them in τ²-bench's own results layout
 (:mod:`memrl.eval.tau2_results`); a trial that failed (an HTTP
-error, a crash) is written to ``failures/``, not scored, and tried again next time. pass^k is
-computed over tasks whose K trials all finished, as τ²-bench does (see :mod:`memrl.eval.passk`).
+error, a crash; first tried again ``eval.max_retries`` times) is written to ``failures/``, not scored,
+and tried again next time. pass^k is computed as τ²-bench's metrics compute it, failed trials left out
+(see :func:`aggregate_tool_eval` and :mod:`memrl.eval.passk`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import random
 import statistics
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,17 +93,14 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
         folder = task_folder(task_id)
         async with sem:
             t0 = time.perf_counter()
-            try:
-                traj = await workflow.episode(sample, engine=engine, tokenizer=tokenizer,
-                                              sampling=base.with_(seed=seed), sample_id=task_id, group_id=task_id)
-            except EngineDeadError:
-                raise
-            except Exception as exc:  # recorded, not scored, retried by the next run
+            traj, error, tries = await _tried(lambda: workflow.episode(
+                sample, engine=engine, tokenizer=tokenizer, sampling=base.with_(seed=seed), sample_id=task_id,
+                group_id=task_id), 1 + cfg.eval.max_retries, cfg.eval.retry_delay_s)
+            if traj is None:  # recorded, not scored, retried by the next run
                 failed += 1
-                error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
                 errors.append(error)
-                _save(out / "failures" / folder / f"{t}.json",
-                      {"task_id": task_id, "trial": t, "error": error, "seconds": time.perf_counter() - t0})
+                _save(out / "failures" / folder / f"{t}.json", {"task_id": task_id, "trial": t, "seed": seed,
+                      "error": error, "attempts": tries, "seconds": time.perf_counter() - t0})
                 return
         record = {"task_id": task_id, "trial": t, "seed": seed, "reward": traj.reward,
                   "success": is_success(traj.reward), "metrics": traj.metrics, "info": traj.info, "seconds": round(time.perf_counter() - t0, 3)}
@@ -120,6 +118,22 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
     if todo and failed == len(todo):
         raise AllEpisodesFailedError(f"all {failed} trials failed (see {out}/failures/); the first: {errors[0][:500]}")
     return _write_results(cfg, out, [s.task.id for s in samples], trials)
+
+
+async def _tried(episode: Callable[[], Awaitable[Any]], tries: int, delay_s: float) -> tuple[Any, str, int]:
+    """(the trajectory or None, the last error, tries made): an episode run up to ``tries`` times while it raises,
+    as τ²-bench's ``run_with_retry`` runs a simulation (the same seed each time; a dead engine stops at once)."""
+    error = ""
+    for attempt in range(tries):
+        if attempt:
+            await asyncio.sleep(delay_s)
+        try:
+            return await episode(), "", attempt + 1
+        except EngineDeadError:
+            raise
+        except Exception as exc:
+            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return None, error, tries
 
 
 def trial_seeds(seed: int, trials: int, scheme: str = "memrl") -> list[int]:
@@ -157,7 +171,9 @@ def _write_results(cfg: MemRLConfig, out: Path, task_ids: list[str], trials: int
 
 
 def aggregate_tool_eval(cfg: MemRLConfig, out: Path, task_ids: list[str], trials: int) -> dict[str, Any]:
-    """Per-task outcomes and pass^1..K over the tasks whose K trials all finished."""
+    """Per-task outcomes, and pass^k as τ²-bench's metrics compute it: over every task with a finished trial,
+    for k up to the fewest finished trials of any of them (failed trials are left out, as its
+    ``infrastructure_error`` runs are)."""
     per_task: dict[str, Any] = {}
     outcomes: dict[str, list[bool]] = {}
     rewards: list[float] = []
@@ -177,11 +193,12 @@ def aggregate_tool_eval(cfg: MemRLConfig, out: Path, task_ids: list[str], trials
         records += recs
         per_task[task_id] = {"trials": len(recs), "successes": sum(map(is_success, rs)), "rewards": rs,
                              "nl_unchecked": sum(int((r.get("info") or {}).get("nl_unchecked", 0)) for r in recs)}
-        if len(recs) == trials:
+        if recs:
             outcomes[task_id] = [is_success(r) for r in rs]
     return {
         "domain": cfg.env.domain, "split": cfg.env.eval_split, "model": cfg.model.path, "trials": trials,
-        "solo": cfg.env.solo, "tasks": len(task_ids), "complete_tasks": len(outcomes), "failed_trials": failed,
+        "solo": cfg.env.solo, "tasks": len(task_ids), "failed_trials": failed,
+        "complete_tasks": sum(t["trials"] == trials for t in per_task.values()),
         "avg_reward": statistics.fmean(rewards) if rewards else None,
         "pass_hat_k": {str(k): v for k, v in pass_hat_ks(outcomes).items()},
         "nl_assertions_unchecked": sum(t["nl_unchecked"] for t in per_task.values()),

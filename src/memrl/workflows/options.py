@@ -103,6 +103,12 @@ class ToolAgentOptions(OptionsModel):
     enforce_protocol: bool = Field(False, description="tau2-bench's --enforce-communication-protocol: an agent "
                                    "or user message with both text and tool calls, or with neither, ends the "
                                    "episode (agent_error / user_error, reward 0). Off, as in tau2-bench.")
+    invalid_messages: Literal["memrl", "tau2"] = Field(
+        "memrl", description="What an empty agent or user message, a tool call from the server whose arguments "
+        "are not a JSON object, or a solo agent's text turn does. 'memrl': the episode goes on (the model is "
+        "shown the error; the solo agent's text ends it as agent_error, reward 0), what training needs. 'tau2': "
+        "the trial fails, as in tau2-bench, where such a message raises; memrl eval runs it again up to "
+        "eval.max_retries times and then leaves it out of the metrics (tau2-bench's infrastructure_error).")
     turn_tokens: int = Field(512, gt=0, description="Max new tokens of one model turn.")
     max_total_tokens: int = Field(8192, gt=0, description="Context limit of the whole episode.")
     tool_format: Literal["qwen", "hermes", "template"] = Field(

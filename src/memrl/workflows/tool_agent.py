@@ -42,7 +42,8 @@ from memrl.envs.user_sim import AGENT_OPENING, UserSimulator, ends_conversation
 from memrl.types import Trajectory
 from memrl.workflows.common import anchor, turn_seed
 from memrl.workflows.tool_sides import ChatSide, TokenSide
-from memrl.workflows.tool_steps import StepLimits, breaks_protocol, first_protocol_break
+from memrl.workflows.tool_steps import (StepLimits, breaks_protocol, check_agent_message, check_user_messages,
+                                        first_protocol_break)
 
 AGENT_STOP = "###STOP###"
 TRANSFER_TOOL = "transfer_to_human_agents"
@@ -95,12 +96,16 @@ async def _user_turn(run: _Run, messages: list[Message], turn: int | None) -> tu
     seed, step_seed = run.seeds.user(turn)
     if env.user_tools is not None and env.user_tools.tools and hasattr(user, "act"):
         kw: dict[str, Any] = {} if step_seed else {"step_seed": False}
+        if run.strict:
+            kw["strict"] = True  # a reply whose calls cannot be read raises, as in τ²-bench
         if run.limits.active or run.enforce:
             kw["halt"] = lambda msgs: run.limits.would_stop(msgs) or (run.enforce and
                                                                      first_protocol_break(msgs) is not None)
         said = await user.act(run.sample.task, messages, env, seed=seed, **kw)  # type: ignore[union-attr]
     else:
         said = [Message("user", await user.reply(run.sample.task, messages, seed=seed))]  # type: ignore[union-attr]
+    if run.strict:
+        check_user_messages(said)
     bad = first_protocol_break(said) if run.enforce else None
     if bad is not None:  # τ²'s orchestrator ends the run at that message (its calls are not run there)
         kept, hit = run.limits.user_turn(said[:bad])
@@ -134,6 +139,7 @@ class _Run:
     messages: list[Message]
     limits: StepLimits
     enforce: bool = False  # τ²-bench's communication rule (workflow.options.enforce_protocol)
+    strict: bool = False  # raise where τ²-bench raises (workflow.options.invalid_messages=tau2)
     stats: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("turns", "tool_calls", "invalid_tool_calls", "tool_errors", "turn_truncated", "user_turns",
          "user_tool_calls", "prompt_too_long"), 0.0))
@@ -152,7 +158,8 @@ async def _episode(sample: TaskSample, engine: Engine, tokenizer: Any, config: A
     base = (sampling or SamplingParams()).with_(stop_token_ids=side.stops)
     run = _Run(sample, env, side, CallSeeds(base, tau2=getattr(config, "seeds", "memrl") == "tau2"), messages,
                StepLimits(getattr(config, "max_steps", None), getattr(config, "max_errors", None),
-                          getattr(config, "timeout_s", None)), enforce=bool(getattr(config, "enforce_protocol", False)))
+                          getattr(config, "timeout_s", None)), enforce=bool(getattr(config, "enforce_protocol", False)),
+               strict=getattr(config, "invalid_messages", "memrl") == "tau2")
     opening, ending = await _opening(run)
     messages += opening
     side.start(env.system_prompt(task), env.tool_schemas(), messages)
@@ -177,6 +184,9 @@ async def _agent_turn(run: _Run, turn: int) -> str | None:
     parsed, truncated = await side.respond(run.seeds.agent(turn).with_(max_new_tokens=budget))
     stats["turns"] += 1
     stats["turn_truncated"] += float(truncated)
+    if run.strict:
+        check_agent_message(parsed.content, bool(parsed.calls), parsed.errors if isinstance(side, ChatSide) else (),
+                            run.sample.solo and env.stop_tool is not None and not (parsed.calls or parsed.errors))
     if not (run.sample.solo and turn == 0):  # τ²'s solo agent's first message is its initial state
         limits.step()
     if run.enforce and breaks_protocol(parsed.content, bool(parsed.calls or parsed.errors)):

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from memrl.envs.messages import Message
+from memrl.envs.messages import InvalidMessageError, Message
 
 CLOCK: Callable[[], float] = time.perf_counter  # the timeout's clock, as τ²-bench's (tests replace it)
 
@@ -107,3 +107,20 @@ def first_protocol_break(msgs: Sequence[Message]) -> int | None:
     """The index of the first user message in ``msgs`` that breaks the rule, if any."""
     return next((i for i, m in enumerate(msgs) if m.role == "user" and breaks_protocol(m.content, bool(m.tool_calls))),
                 None)
+
+
+def check_agent_message(content: str, calls: bool, errors: Sequence[str], solo_text: bool) -> None:
+    """Raise :class:`InvalidMessageError` where τ²-bench's agent or orchestrator raises on the agent's message
+    (``errors``: tool calls the server returned that could not be read; ``solo_text``: a solo agent wrote text)."""
+    if errors:
+        raise InvalidMessageError(f"the agent's tool call could not be read (tau2-bench raises): {errors[0]}")
+    if not calls and not content.strip():
+        raise InvalidMessageError("the agent sent an empty message (tau2-bench raises)")
+    if solo_text:
+        raise InvalidMessageError("the solo agent wrote text instead of calling a tool (tau2-bench raises)")
+
+
+def check_user_messages(msgs: Sequence[Message]) -> None:
+    """Raise :class:`InvalidMessageError` on an empty user message, as τ²-bench's orchestrator does."""
+    if any(m.role == "user" and not m.tool_calls and not (m.content or "").strip() for m in msgs):
+        raise InvalidMessageError("the user sent an empty message (tau2-bench raises)")
