@@ -92,8 +92,8 @@ def test_split_ids_are_found_in_the_other_task_files(tmp_path):
     folder.mkdir()
     (folder / "db.json").write_text(json.dumps({"tasks": {}, "users": {}}))
     (folder / "policy.md").write_text("p")
-    (folder / "tasks.json").write_text(json.dumps([{"id": "a"}]))
-    (folder / "tasks_small.json").write_text(json.dumps([{"id": "s1"}, {"id": "s2"}]))
+    (folder / "tasks.json").write_text(json.dumps([{"id": "a", "ticket": "t"}]))
+    (folder / "tasks_small.json").write_text(json.dumps([{"id": "s1", "ticket": "t"}, {"id": "s2", "ticket": "t"}]))
     (folder / "split_tasks.json").write_text(json.dumps({"small": ["s2", "s1"], "full": ["f1"], "base": ["a"]}))
     dom = load_domain("mock", tmp_path)
     assert [t.id for t in dom.get_tasks("base")] == ["a"] and [t.id for t in dom.tasks] == ["a"]

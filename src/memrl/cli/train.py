@@ -107,7 +107,8 @@ def plot_cmd(
                                        "required for several)."),
     metric: Optional[list[str]] = typer.Option(None, "--metric", "-m", help="What to draw, repeatable. Runs: any "
                                                "metrics.jsonl key (default: reward, eval/accuracy, response_tokens, "
-                                               "kl, entropy, grad_norm where present). Long-context evals: sub_em "
+                                               "kl, entropy, grad_norm where present and not 0 throughout; reward and eval/accuracy always). "
+                                               "Long-context evals: sub_em "
                                                "(default), em, f1. RULER evals: average (default) or a task."),
     smooth: int = typer.Option(1, "--smooth", help="Runs: also draw a trailing mean over this many steps (1: off)."),
 ) -> None:

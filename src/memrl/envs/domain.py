@@ -33,6 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from memrl.data.errors import DataError
 from memrl.envs.environment import Environment
+from memrl.envs.task_checks import check_tasks
 from memrl.envs.tasks import Task, read_tasks
 from memrl.envs.toolkit import Toolkit
 
@@ -120,7 +121,9 @@ class Domain:
             if path is None or not path.is_file():
                 continue
             if fname not in self._extra:
-                self._extra[fname] = {t.id: t for t in read_tasks(path)}
+                tasks = read_tasks(path)
+                check_tasks(path, tasks, self.toolkit, self.user_toolkit)
+                self._extra[fname] = {t.id: t for t in tasks}
             found.update(self._extra[fname])
         return found
 
@@ -220,7 +223,9 @@ def _from_folder(spec: ToolDomain, folder: Path, toolkit: type[Toolkit], user_to
     opts = spec.policy_options
     policy = compose(folder, solo=False, **opts) if compose else policy_file.read_text()
     solo_policy = compose(folder, solo=True, **opts) if compose else (solo.read_text() if solo else None)
-    return Domain(name=spec.name, policy=policy, tasks=read_tasks(tasks_file),
+    tasks = read_tasks(tasks_file)
+    check_tasks(tasks_file, tasks, toolkit, user_toolkit)
+    return Domain(name=spec.name, policy=policy, tasks=tasks,
                   db_text=_read_db(db_file, toolkit), toolkit=toolkit, user_toolkit=user_toolkit,
                   user_db_text=_read_db(user_db, user_toolkit) if user_db else None,
                   solo_policy=solo_policy, splits=splits, folder=folder, tool_options=tool_options)

@@ -57,7 +57,15 @@ class AdvantageEstimator:
     turns: Callable[..., torch.Tensor] | None = None
 
     def __call__(self, scores: torch.Tensor, group_ids: Sequence[Hashable], **kw: Any) -> torch.Tensor:
-        return self.fn(scores, group_ids, **kw)
+        out = self.fn(scores, group_ids, **kw)
+        name = f"{getattr(self.fn, '__module__', '?')}:{getattr(self.fn, '__qualname__', repr(self.fn))}"
+        if not isinstance(out, torch.Tensor) or out.shape != scores.shape:
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"advantage estimator {name} returned {got}; it must return a tensor of one value per "
+                             f"episode, shape {tuple(scores.shape)}")
+        if bool(torch.isfinite(scores).all()) and not bool(torch.isfinite(out).all()):
+            raise ValueError(f"advantage estimator {name} returned non-finite values (NaN or inf) for finite rewards")
+        return out
 
 
 def register_adv_est(name: str, *, tokens: Callable[..., torch.Tensor] = spread, needs_group: bool = False,

@@ -1,0 +1,65 @@
+"""A domain's tasks are checked against its tools when it loads (a typo in a gold action inverts its reward)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from importlib import resources
+
+import pytest
+
+from memrl.data.errors import DataError
+from memrl.envs.domain import LIBRARY, ToolDomain
+
+
+def library_copy(tmp_path, edit):
+    folder = tmp_path / "lib"
+    shutil.copytree(resources.files("memrl.envs.domains") / "library", folder)
+    tasks = json.loads((folder / "tasks.json").read_text())
+    edit(tasks)
+    (folder / "tasks.json").write_text(json.dumps(tasks))
+    return ToolDomain("lib", LIBRARY.toolkit, folder=folder)
+
+
+def first_action(tasks):
+    row = next(i for i, t in enumerate(tasks) if (t.get("evaluation_criteria") or {}).get("actions"))
+    return row, tasks[row]["evaluation_criteria"]["actions"][0]
+
+
+def test_a_gold_action_naming_no_tool_of_the_domain_is_refused_with_its_row(tmp_path):
+    row = []
+
+    def typo(tasks):
+        i, action = first_action(tasks)
+        row.append(i + 1)
+        action["name"] = action["name"][:-1]
+
+    domain = library_copy(tmp_path, typo)
+    with pytest.raises(DataError, match=rf"tasks.json:{row[0]}:evaluation_criteria.actions\[0\].name: task .* "
+                                        r"has no tool '.*'; did you mean"):
+        domain()
+
+
+def test_an_argument_the_tool_does_not_take_is_refused(tmp_path):
+    def extra(tasks):
+        first_action(tasks)[1]["arguments"]["colour"] = "red"
+
+    with pytest.raises(DataError, match=r"actions\[0\].arguments: task .* takes no argument 'colour' \(it takes: "):
+        library_copy(tmp_path, extra)()
+
+
+def test_a_task_with_neither_ticket_nor_user_scenario_is_refused(tmp_path):
+    def bare(tasks):
+        tasks[0].pop("ticket", None)
+        tasks[0].pop("user_scenario", None)
+
+    with pytest.raises(DataError, match=r"tasks.json:1:user_scenario: task .* has neither a ticket nor a user"):
+        library_copy(tmp_path, bare)()
+
+
+def test_the_bundled_and_tau2_domains_pass_the_check(tau2_dir):
+    from memrl.envs.domain import load_domain
+
+    assert load_domain("library").get_tasks(None)
+    for name in ("mock", "retail", "airline", "telecom", "banking_knowledge"):
+        assert load_domain(name, tau2_dir).get_tasks(None)
