@@ -232,3 +232,17 @@ def test_a_folder_evaluated_before_an_option_existed_resumes_at_its_default(tmp_
                                                                          "invalid_messages": "tau2"}})
     with pytest.raises(Exception, match="changed: workflow.options"):
         check_resume(out, changed)
+
+
+def test_a_run_whose_every_trial_sent_an_invalid_message_still_writes_its_results(tmp_path):
+    """τ²-bench's infrastructure errors are an outcome of the model there, not a broken setup: results are
+    written (no trial scored) instead of the all-failed error."""
+    tok = build_hf_tokenizer(["Nothing to change here."], vocab_size=400)
+    c = MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "max_turns": 2, "invalid_messages": "tau2"},
+                                    "env": {"domain": "library", "eval_split": "test"}})
+    out = tmp_path / "out"
+    empty = ScriptedEngine(lambda prompt, params: [tok.convert_tokens_to_ids("<|im_end|>")])
+    res = asyncio.run(run_tool_eval(c, empty, tok, out, 1))
+    assert res["failed_trials"] == res["tasks"] and res["avg_reward"] is None and res["pass_hat_k"] == {}
+    sims = json.loads((out / "tau2_results.json").read_text())["simulations"]
+    assert {s["termination_reason"] for s in sims} == {"infrastructure_error"}

@@ -26,6 +26,7 @@ from memrl.config.schema import MemRLConfig
 from memrl.io.atomic import atomic_write
 from memrl.engines.base import Engine, EngineDeadError
 from memrl.engines.usage import role_models, usage_cost, usage_line, usage_totals
+from memrl.envs.messages import InvalidMessageError
 from memrl.eval.passk import is_success, pass_hat_ks
 from memrl.eval.records import ROLLOUTS, save_eval_rollout, task_folder
 from memrl.eval.runner import AllEpisodesFailedError, ending_counts, endings_note, gather_cancelling, sampling_params
@@ -115,9 +116,10 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
             on_episode()
 
     await gather_cancelling(one(*job) for job in todo)  # a dead engine stops every trial at once
-    if todo and failed == len(todo):
+    results = _write_results(cfg, out, [s.task.id for s in samples], trials)
+    if todo and failed == len(todo) and not all(e.startswith(INVALID) for e in errors):  # the setup, not the model
         raise AllEpisodesFailedError(f"all {failed} trials failed (see {out}/failures/); the first: {errors[0][:500]}")
-    return _write_results(cfg, out, [s.task.id for s in samples], trials)
+    return results
 
 
 async def _tried(episode: Callable[[], Awaitable[Any]], tries: int, delay_s: float) -> tuple[Any, str, int]:
@@ -134,6 +136,9 @@ async def _tried(episode: Callable[[], Awaitable[Any]], tries: int, delay_s: flo
         except Exception as exc:
             error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     return None, error, tries
+
+
+INVALID = f"{InvalidMessageError.__module__}.{InvalidMessageError.__qualname__}"  # how its error line starts
 
 
 def trial_seeds(seed: int, trials: int, scheme: str = "memrl") -> list[int]:
