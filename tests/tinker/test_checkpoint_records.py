@@ -17,3 +17,44 @@ def test_optimizer_moments_of_another_shape_are_refused_and_nothing_is_loaded():
     assert not opt.state  # all or nothing: a's moments were not kept either
     load_optimizer_state(opt, {"a": a, "b": b}, good)
     assert torch.equal(opt.state[a]["exp_avg"], torch.ones(2, 3)) and float(opt.state[a]["step"]) == 3.0
+
+
+def _save(state_dir, value, overwrite):
+    from memrl.tinker import checkpoints as ckpt
+
+    return ckpt.save(state_dir, "m1", "weights", "ck", {"w": torch.full((2,), value)}, None, {"base": "tiny"},
+                     overwrite)
+
+
+def test_an_overwrite_that_fails_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    from memrl.tinker import checkpoints as ckpt
+
+    import safetensors.torch as st
+
+    path = _save(tmp_path, 1.0, False)
+
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(st, "save_file", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        _save(tmp_path, 2.0, True)
+    monkeypatch.undo()
+    _, _, folder = ckpt.folder_of(tmp_path, path)
+    assert torch.equal(ckpt.load(folder)[1]["w"], torch.full((2,), 1.0))
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["ck"]  # nothing staged or set aside is left
+
+
+def test_a_server_killed_between_the_two_renames_gets_the_old_checkpoint_back_at_its_next_start(tmp_path):
+    from memrl.tinker import checkpoints as ckpt
+
+    path = _save(tmp_path, 1.0, False)
+    _, _, folder = ckpt.folder_of(tmp_path, path)
+    folder.rename(folder.with_name(".ck.old-1-2"))  # the old one set aside, the new one never renamed in
+    (folder.parent / ".ck.new-1-2").mkdir()
+    assert ckpt.recover(tmp_path) == [str(folder)]
+    assert torch.equal(ckpt.load(ckpt.folder_of(tmp_path, path)[2])[1]["w"], torch.full((2,), 1.0))
+    _save(tmp_path, 3.0, True)
+    (folder.parent / ".ck.old-9-9").mkdir()  # killed after the new one landed: the old copy just goes
+    assert ckpt.recover(tmp_path) == [] and sorted(p.name for p in folder.parent.iterdir()) == ["ck"]
+    assert torch.equal(ckpt.load(folder)[1]["w"], torch.full((2,), 3.0))

@@ -6,8 +6,10 @@
 A checkpoint folder holds ``adapter.safetensors`` (LoRA tensors under peft's names without the adapter
 name), ``optimizer.safetensors`` (AdamW's ``step``/``exp_avg``/``exp_avg_sq`` per tensor, for
 ``weights``) and ``meta.json`` (base model, LoRA shape, time). No pickle anywhere: a checkpoint is
-data, never code. Each folder is built in a temp sibling and renamed into place, so a crash or Ctrl-C
-mid-save leaves either the old checkpoint or the new one, never half of one; a restarted server on
+data, never code. Each folder is built complete in a temp sibling and renamed into place (an overwritten one
+steps aside only then, and comes back if the rename fails or, at the next start, if the server died between
+the two renames: :func:`recover`), so a crash or Ctrl-C mid-save leaves the old checkpoint or the new one,
+never half of one and never neither; a restarted server on
 the same ``--state-dir`` finds every checkpoint by its path.
 """
 
@@ -97,17 +99,49 @@ def save(state_dir: Path, model_id: str, kind: str, name: str, adapter: dict[str
     if folder.exists() and not overwrite:
         raise CheckpointError(f"a checkpoint named {name!r} exists already at {path} (pass overwrite=True)")
     folder.parent.mkdir(parents=True, exist_ok=True)
-    trash = folder.with_name(f".{name}.old-{os.getpid()}-{time.monotonic_ns()}")
-    if folder.exists():  # overwrite: move the old one aside first, so the rename below lands
-        os.replace(folder, trash)
-    with atomic_dir(folder) as tmp:
+    stamp = f"{os.getpid()}-{time.monotonic_ns()}"
+    staged, trash = folder.with_name(f".{name}.new-{stamp}"), folder.with_name(f".{name}.old-{stamp}")
+    with atomic_dir(staged) as tmp:  # the new checkpoint, complete, beside the old one
         save_file({k: v.detach().cpu().contiguous() for k, v in adapter.items()}, str(tmp / "adapter.safetensors"))
         if optimizer is not None:
             save_file({k: v.detach().cpu().contiguous() for k, v in optimizer.items()},
                       str(tmp / "optimizer.safetensors"))
         write_json(tmp / "meta.json", {**meta, "tinker_path": path, "time": time.time(), "kind": kind})
+    try:
+        if folder.exists():  # overwrite: the old one steps aside only now, for the rename below
+            os.replace(folder, trash)
+        os.replace(staged, folder)
+    except BaseException:
+        if trash.exists() and not folder.exists():
+            os.replace(trash, folder)  # the old checkpoint stays where it was
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
     shutil.rmtree(trash, ignore_errors=True)
     return path
+
+
+def recover(state_dir: Path) -> list[str]:
+    """Finish what a server killed inside ``save`` left (run at start, before any request): an old checkpoint
+    set aside whose new one never landed goes back under its name; a set-aside one whose replacement landed,
+    and a staged one that never did, are removed. Returns what was put back."""
+    restored = []
+    for base in _kind_folders(state_dir):
+        for entry in sorted(base.glob(".*.old-*"), key=lambda p: p.stat().st_mtime, reverse=True):
+            name = entry.name[1:].rsplit(".old-", 1)[0]
+            if not (base / name).exists():
+                os.replace(entry, base / name)
+                restored.append(str(base / name))
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
+        for entry in base.glob(".*.new-*"):
+            shutil.rmtree(entry, ignore_errors=True)
+    return restored
+
+
+def _kind_folders(state_dir: Path) -> list[Path]:
+    root = state_dir / "runs"
+    runs = [d for d in root.iterdir() if d.is_dir()] if root.is_dir() else []
+    return [d / kind for d in runs for kind in KINDS if (d / kind).is_dir()]
 
 
 def load(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:

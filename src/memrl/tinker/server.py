@@ -21,6 +21,7 @@ from typing import Any
 import uvicorn
 
 from memrl.serve.server import AnnouncingServer, bind_socket, check_port, url_of
+from memrl.tinker import checkpoints as ckpt
 from memrl.tinker.limits import TinkerLimits
 from memrl.tinker.service import TinkerService
 
@@ -75,6 +76,9 @@ def build_service(model: str, state_dir: str | Path, *, dtype: str = "auto", dev
     vocab = int(host.model.get_input_embeddings().num_embeddings)
     lim = replace(TinkerLimits(max_model_len=window, vocab_size=vocab), **(limits or {}))
     Path(state_dir).mkdir(parents=True, exist_ok=True)
+    for folder in ckpt.recover(Path(state_dir)):
+        print(f"memrl tinker: {folder}: put back the checkpoint an interrupted overwrite had set aside",
+              file=sys.stderr, flush=True)
     return TinkerService(host, engine, base_name=name, aliases={model, resolved, name}, tokenizer_id=name,
                          state_dir=Path(state_dir), limits=lim, poll_s=poll_s)
 
