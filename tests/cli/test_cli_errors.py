@@ -103,3 +103,26 @@ def test_a_ctrl_c_no_command_handled_says_so_and_exits_130():
 
     r = CliRunner().invoke(app, [])
     assert r.exit_code == 130 and r.output.strip() == "interrupted (Ctrl-C)"
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_other_os_errors_keep_their_trace():
+    import errno
+
+    import typer
+
+    from memrl.cli.errors import user_errors
+
+    app = typer.Typer()
+    raised: list[OSError] = []
+
+    @app.command()
+    @user_errors
+    def write() -> None:
+        raise raised[0]
+
+    raised.append(OSError(errno.ENOSPC, "No space left on device", "runs/x/metrics.jsonl"))
+    r = CliRunner().invoke(app, [])
+    assert r.exit_code == 2 and r.output.startswith("error: runs/x/metrics.jsonl: no space left on device; free")
+    raised[0] = OSError(errno.EIO, "Input/output error", "runs/x/metrics.jsonl")
+    r = CliRunner().invoke(app, [])
+    assert r.exit_code == 1 and isinstance(r.exception, OSError) and r.exception.errno == errno.EIO

@@ -41,3 +41,21 @@ def test_file_eval_scores_resumes_and_keeps_failures(tmp_path):
     seen = []
     asyncio.run(run_workflow_eval(cfg, eng, tok, wf, out, on_start=lambda total, done: seen.append((total, done))))
     assert seen == [(10, 8)] and len(eng.calls) == calls + 2  # only the failed ones are tried again
+
+
+def test_a_damaged_episode_file_is_set_aside_named_and_its_episode_run_again(tmp_path, capsys):
+    data = tmp_path / "samples.jsonl"
+    data.write_text("".join(json.dumps({"n": n}) + "\n" for n in (0, 2)))
+    cfg = MemRLConfig.model_validate({"model": {"path": "tiny"}, "data": {"eval_file": str(data)}})
+    tok = load_tokenizer("tiny")
+    eng = ScriptedEngine(lambda p, s: [5, 6])
+    wf = Parity().bind(cfg)
+    out = tmp_path / "out"
+    asyncio.run(run_workflow_eval(cfg, eng, tok, wf, out))
+    victim = sorted((out / "episodes").glob("*.json"))[0]
+    victim.write_text(victim.read_text()[:20])  # cut short (a copy interrupted, a full disk)
+    calls = len(eng.calls)
+    res = asyncio.run(run_workflow_eval(cfg, eng, tok, wf, out))
+    assert res["episodes"] == 2 and res["mean_reward"] == 1.0 and len(eng.calls) == calls + 1
+    assert victim.with_name(victim.name + ".damaged").read_text() != victim.read_text()  # kept, not deleted
+    assert f"notice: {victim} is damaged" in capsys.readouterr().err

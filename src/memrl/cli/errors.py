@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import sys
 from collections.abc import Callable
@@ -16,11 +17,13 @@ from memrl.models.resolve import ModelNotFoundError
 F = TypeVar("F", bound=Callable[..., Any])
 
 # OSErrors a user causes by pointing a flag at the wrong kind of path (a folder for a file, a
-# file for a folder, a read-only place). Other OSErrors (disk full, I/O errors) keep their
-# traceback: they are not a typo, and the trace is what a bug report needs.
+# file for a folder, a read-only place). A full disk gets a line of its own; other OSErrors (I/O errors)
+# keep their traceback: they are not a typo, and the trace is what a bug report needs.
 PATH_ERRORS: tuple[type[OSError], ...] = (
     FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError,
 )
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # one line too: the trace of a full disk helps nobody
 
 USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DataError, ModelNotFoundError, ValueError, *PATH_ERRORS)
 
@@ -51,6 +54,13 @@ def user_errors(fn: F) -> F:
             return fn(*args, **kwargs)
         except USER_ERRORS as exc:
             print(f"error: {describe(exc)}", file=sys.stderr)
+            raise typer.Exit(2) from None
+        except OSError as exc:
+            if exc.errno not in DISK_FULL:
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            print(f"error: {where}no space left on device; free some space and re-run the same command (training "
+                  "resumes from its last complete checkpoint, an eval from its finished episodes)", file=sys.stderr)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:  # a Ctrl-C no command handled itself (while a model loads, say): say so
             print("interrupted (Ctrl-C)", file=sys.stderr)

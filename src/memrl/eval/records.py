@@ -88,3 +88,23 @@ def read_record(out: Path, name: str) -> dict[str, Any] | None:
         return json.loads(line)
     except ValueError:
         return None
+
+
+def finished_episode(path: Path) -> dict[str, Any] | None:
+    """The episode file ``path`` as a record, or None when the episode is to run (again): no file, or a damaged
+    one (cut short, not JSON), which is set aside as ``<name>.damaged`` with a notice naming it, not deleted."""
+    import sys
+
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        record = None
+    if isinstance(record, dict):
+        return record
+    aside = path.with_name(path.name + ".damaged")
+    path.replace(aside)
+    print(f"notice: {path} is damaged (not a JSON record); set aside as {aside.name}, its episode runs again",
+          file=sys.stderr, flush=True)
+    return None

@@ -36,7 +36,7 @@ from memrl.io.atomic import atomic_write
 from memrl.data.stream import read_samples_lazily
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
 from memrl.eval.files import check_eval_file, check_same_data, match_eval_file
-from memrl.eval.records import ROLLOUTS, save_eval_rollout
+from memrl.eval.records import ROLLOUTS, finished_episode, save_eval_rollout
 from memrl.eval.report import summarize, write_reports
 from memrl.eval.transcript import render_transcript
 from memrl.rewards.published import METRIC_LABELS, score_protocol
@@ -242,13 +242,11 @@ class AllEpisodesFailedError(RuntimeError):
 
 def _is_done(dest: Path) -> bool:
     """An episode file marks a finished episode; one with an ``error`` is a failure an older memrl saved."""
-    if not dest.is_file():
+    record = finished_episode(dest)  # a damaged one is set aside and redone
+    if record is None:
         return False
-    try:
-        if not json.loads(dest.read_text(encoding="utf-8")).get("error"):
-            return True
-    except ValueError:  # half-written by a non-atomic writer: redo it
-        pass
+    if not record.get("error"):
+        return True
     dest.unlink()
     return False
 

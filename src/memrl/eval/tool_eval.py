@@ -28,7 +28,7 @@ from memrl.engines.base import Engine, EngineDeadError
 from memrl.engines.usage import role_models, usage_cost, usage_line, usage_totals
 from memrl.envs.messages import InvalidMessageError
 from memrl.eval.passk import is_success, pass_hat_ks
-from memrl.eval.records import ROLLOUTS, save_eval_rollout, task_folder
+from memrl.eval.records import ROLLOUTS, finished_episode, save_eval_rollout, task_folder
 from memrl.eval.runner import AllEpisodesFailedError, ending_counts, endings_note, gather_cancelling, sampling_params
 from memrl.workflows import build_workflow
 
@@ -158,7 +158,7 @@ def _unfinished(samples: list[Any], trials: int, out: Path) -> list[tuple[Any, s
         task_id = sample.task.id
         for t in range(trials):
             dest = out / "episodes" / task_folder(task_id) / f"{t}.json"
-            if not dest.is_file():
+            if finished_episode(dest) is None:
                 todo.append((sample, task_id, t, dest))
     return todo
 

@@ -21,7 +21,7 @@ from typing import Any
 from memrl.config import MemRLConfig
 from memrl.engines.base import Engine
 from memrl.eval.passk import is_success, pass_hat_ks
-from memrl.eval.records import ROLLOUTS, save_eval_rollout
+from memrl.eval.records import ROLLOUTS, finished_episode, save_eval_rollout
 from memrl.eval.runner import AllEpisodesFailedError, episode_name, gather_cancelling, repeat_sampling, sampling_params
 from memrl.io.atomic import atomic_write
 from memrl.train.rollout import metric_means, one_line, own_failure
@@ -40,7 +40,7 @@ async def run_workflow_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, wo
         raise ValueError(f"no eval samples: {workflow.data_source(cfg, 'eval')}")
     repeats, base = cfg.eval.repeats, sampling_params(cfg)
     todo = [(i, r) for i in range(len(samples)) for r in range(repeats)
-            if not (out / "episodes" / f"{episode_name(i, r)}.json").is_file()]
+            if finished_episode(out / "episodes" / f"{episode_name(i, r)}.json") is None]
     if on_start:
         on_start(len(samples) * repeats, len(samples) * repeats - len(todo))
     sem = asyncio.Semaphore(cfg.engine.concurrency)
