@@ -106,3 +106,82 @@ def test_the_same_failure_is_printed_once_a_step_with_a_count(tmp_path):
     assert printed.count("failed: RuntimeError: no field 'word'") == 1
     assert "... and 7 more episode(s) failed with the same error" in printed
     assert len(list((tmp_path / "run" / "failures").iterdir())) == 8  # every traceback is still kept
+
+
+def test_a_step_the_stop_cut_short_is_not_trained_and_the_resumed_run_does_it_again(tmp_path):
+    """Episodes outliving trainer.stop_grace_s: the step is dropped (no idle step, no update, data position
+    back where it began), step 1's checkpoint stands, and the resumed run draws step 2's samples again."""
+    import json
+
+    from memrl.models.resolve import load_tokenizer
+    from memrl.testing import ScriptedEngine
+    from memrl.train.signals import TrainingInterrupted
+    from tests.train.helpers import coin_engine
+
+    class HangsAtStep2(ScriptedEngine):
+        async def generate(self, prompt_ids, params):
+            if trainer.step == 2:
+                if not sent:
+                    sent.append(os.kill(os.getpid(), signal.SIGINT))  # the user's Ctrl-C, mid-step
+                await asyncio.sleep(3600)  # an agent that never answers
+            return await super().generate(prompt_ids, params)
+
+    sent: list = []
+    tok = load_tokenizer("tiny")
+    cfg = config(tmp_path, trainer__total_steps=3, trainer__stop_grace_s=0.3)
+    out = io.StringIO()
+    trainer = Trainer(cfg, engine=HangsAtStep2(coin_engine(tok).reply), tracker_console=Console(file=out, width=400))
+    with pytest.raises(TrainingInterrupted) as err:
+        trainer.run()
+    assert err.value.step == 1 and "step 2: the stop cut 8 episode(s) short" in out.getvalue()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1] and rows[0]["data_position"] == 2
+    state = json.loads(next((tmp_path / "run" / "checkpoints").glob("step_*1/state.json")).read_text())
+    assert state["data_position"] == 2 and not state.get("idle_steps")
+    resumed = Trainer(cfg, engine=coin_engine(tok))
+    resumed.run()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["data_position"]) for r in rows] == [(1, 2), (2, 4), (3, 6)]
+    assert not any(r.get("idle_steps") for r in rows)
+
+
+def test_a_sampled_eval_seeds_its_episodes_by_step_sample_and_repeat(tmp_path):
+    from memrl.models.resolve import load_tokenizer
+    from memrl.testing import ScriptedEngine
+    from memrl.train.rollout import evaluate_samples
+    from memrl.workflows import build_workflow, load_samples
+    cfg = config(tmp_path, trainer__eval={"every": 1, "n": 2, "temperature": 1.0})
+    tok = load_tokenizer("tiny")
+    seen: list[int] = []
+
+    class Recording(ScriptedEngine):
+        async def generate(self, prompt_ids, params):
+            seen.append(params.seed)
+            return await super().generate(prompt_ids, params)
+
+    def by_seed(prompt, params):  # what a seeded engine does: the draw follows from the seed
+        return tok.encode("\\boxed{" + "bc"[params.seed % 2] + "}", add_special_tokens=False) + [tok.eos_token_id]
+
+    eng = Recording(by_seed)
+    wf, samples = build_workflow(cfg), load_samples(cfg, "train")[:2]
+    first = [asyncio.run(evaluate_samples(cfg, wf, samples, eng, tok, step=s)) for s in (4, 4, 5)]
+    per_run = len(seen) // 3
+    runs = [sorted(seen[i * per_run:(i + 1) * per_run]) for i in range(3)]
+    assert None not in seen and runs[0] == runs[1] != runs[2]  # the same step draws the same; another step not
+    assert len(set(runs[0])) >= 4 and first[0] == first[1]  # 2 samples x 2 repeats, each its own seed
+
+
+def test_a_stop_abandons_a_hung_eval_after_the_grace_period(tmp_path, monkeypatch):
+    from memrl import Episode, Workflow
+    from memrl.train.rollout import EvalStopped, evaluate_samples
+
+    class Hangs(Workflow):
+        async def run(self, ep: Episode) -> None:
+            await asyncio.sleep(3600)  # an agent waiting on a tool that never answers
+
+    cfg = config(tmp_path, trainer__stop_grace_s=0.3)
+    monkeypatch.setattr(signals, "_stop_at", [time.monotonic()])  # as the first SIGTERM sets it
+    start = time.perf_counter()
+    with pytest.raises(EvalStopped, match=r"still running 0.3 s later \(trainer.stop_grace_s\)"):
+        asyncio.run(evaluate_samples(cfg, Hangs(), [{}, {}], None, None))
+    assert time.perf_counter() - start < 5

@@ -217,7 +217,9 @@ class TrainerConfig(Section):
     max_failed_steps: int = Field(3, ge=1, description="Stop (non-zero exit) after this many steps in a row "
                                   "in which every episode failed or nothing was trainable.")
     stop_grace_s: float = Field(30.0, gt=0, description="After a first SIGINT/SIGTERM, seconds the current step's "
-                                "episodes may still run before they are failed and the last finished step is saved.")
+                                "episodes (or an eval's) may still run; then the step is not trained (synchronous mode: the "
+                                "resumed run does it again) or the eval is abandoned, and the last finished step is "
+                                "saved.")
     eval: TrainEvalConfig = Field(default_factory=TrainEvalConfig)
     tensorboard: bool = False
     wandb_project: str | None = None

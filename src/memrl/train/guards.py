@@ -38,6 +38,7 @@ class RolloutTally:
     last_error: str = ""
     said: set[str] = field(default_factory=set)  # failure messages printed this step
     repeated: int = 0  # failures not printed: the same message as one printed this step
+    stopped: int = 0  # episodes a stop cut short (trainer.stop_grace_s)
 
     def first_time(self, message: str) -> bool:
         """Whether ``message`` is new this step (print it); a repeat is only counted."""

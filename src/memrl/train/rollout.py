@@ -122,6 +122,7 @@ class RolloutRunner:
             if isinstance(exc, TimeoutError) and scope.expired():
                 exc = EpisodeStopped(f"the run is stopping and this episode was still running "
                                      f"{self.cfg.trainer.stop_grace_s:g} s later (trainer.stop_grace_s)")
+                self.tally.stopped += 1
             self.failed_episodes += 1
             self.tally.failed += 1
             self.tally.last_error = one_line(exc)
@@ -239,10 +240,21 @@ def rollout_metrics(all_trajs: list[Trajectory], seconds: float) -> dict[str, fl
     return metrics
 
 
+class EvalStopped(RuntimeError):
+    """The run was asked to stop and an eval episode outlived ``trainer.stop_grace_s``: the eval is abandoned."""
+
+
+EVAL_ROUND = -1  # the generation round eval episodes are seeded under (training rounds count from 0)
+
+
 async def evaluate_samples(cfg: MemRLConfig, workflow: Any, samples: list[Any], engine: Engine | None,
-                           tokenizer: Any, progress: Callable[[str], None] = _silent) -> float:
+                           tokenizer: Any, progress: Callable[[str], None] = _silent, step: int = 0) -> float:
     """Accuracy (%) of the configured reward, ``trainer.eval.n`` episodes per question (verl's val_kwargs.n);
-    ``progress`` hears the episodes, calls and tokens done so far."""
+    ``progress`` hears the episodes, calls and tokens done so far.
+
+    Sampled evals (``trainer.eval.temperature`` > 0) seed each episode by (step, sample, repeat), as training
+    episodes are seeded, so a resumed run measures what an uninterrupted one does. A stop gives running eval
+    episodes ``trainer.stop_grace_s``, then raises :class:`EvalStopped`."""
     tc = cfg.trainer
     params = (SamplingParams(greedy=True) if tc.eval.temperature == 0
               else SamplingParams(temperature=tc.eval.temperature, top_p=tc.eval.top_p))
@@ -250,12 +262,24 @@ async def evaluate_samples(cfg: MemRLConfig, workflow: Any, samples: list[Any], 
         workflow = as_workflow(workflow)
     counter = CallCounter(engine, len(samples) * tc.eval.n, progress, "eval")
 
-    async def one(sample: Any) -> Trajectory:
-        traj = await workflow.episode(sample, engine=counter if engine is not None else None, tokenizer=tokenizer,
-                                      sampling=params)
+    async def one(i: int, sample: Any, k: int) -> Trajectory:
+        seeded = params if params.greedy else params.with_(seed=episode_seed(tc.seed, step, EVAL_ROUND, i, k))
+        try:
+            async with asyncio.timeout(None) as scope:
+                watch = asyncio.ensure_future(_cut_on_stop(scope, tc.stop_grace_s))
+                try:
+                    traj = await workflow.episode(sample, engine=counter if engine is not None else None,
+                                                  tokenizer=tokenizer, sampling=seeded)
+                finally:
+                    watch.cancel()
+        except TimeoutError:
+            if scope.expired():
+                raise EvalStopped(f"the run is stopping and an eval episode was still running "
+                                  f"{tc.stop_grace_s:g} s later (trainer.stop_grace_s)") from None
+            raise
         counter.episode_done()
         return traj
 
-    trajs = await asyncio.gather(*(one(s) for s in samples for _ in range(tc.eval.n)))
+    trajs = await asyncio.gather(*(one(i, s, k) for i, s in enumerate(samples) for k in range(tc.eval.n)))
     return 100.0 * statistics.fmean(t.reward for t in trajs)
 

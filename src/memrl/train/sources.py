@@ -27,6 +27,10 @@ Collected = tuple[list[Trajectory], list[Trajectory], dict[str, float]]
 class RolloutSource(Protocol):
     """What the loop needs from a rollout mode."""
 
+    # a step whose episodes a stop cut short is not trained and is redone on resume (its samples drawn again);
+    # the asynchronous mode trains on what finished, as it always does with failed episodes
+    redoes_cut_steps: bool
+
     def collect(self, step: int) -> Collected:
         """(episodes to train on, every episode generated, rollout stats)."""
         ...
@@ -59,6 +63,8 @@ class RolloutSource(Protocol):
 
 class SyncRollout:
     """Generate with the current weights, update, then sync the engine (nothing overlaps)."""
+
+    redoes_cut_steps = True
 
     def __init__(self, runner: RolloutRunner, weight_sync: WeightSync, policy: Any) -> None:
         self.runner, self.weight_sync, self.policy = runner, weight_sync, policy

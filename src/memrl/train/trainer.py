@@ -32,7 +32,7 @@ from memrl.train.correction import mismatch_warning
 from memrl.train.engine_sync import engine_weights
 from memrl.train.guards import RolloutTally
 from memrl.train.preflight import RESUMABLE_CHANGES, check_config  # noqa: F401 (re-exported)
-from memrl.train.rollout import evaluate_samples
+from memrl.train.rollout import EvalStopped, evaluate_samples
 from memrl.train.rollouts import save_step_rollouts
 from memrl.train.scoring import assign_advantages, without_non_finite
 from memrl.train.signals import StopRequest, TrainingInterrupted
@@ -113,6 +113,8 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         rows, metrics, tally = self.dist.broadcast(self._collect() if self.dist.main else None)
+        if tally.stopped and self.source.redoes_cut_steps:
+            raise StepCut(tally.stopped)
         warning = self.idle.record(bool(rows), tally)  # run() stops after trainer.max_failed_steps idle steps
         if warning:
             self.state.idle_steps += 1  # verl/AReaL count steps that update the policy: this one does not
@@ -212,11 +214,17 @@ class Trainer:
                 f"[yellow]{self.tally.prompt_too_long} of {self.tally.attempted} episodes cut before generating: "
                 f"the prompt exceeded workflow.options.max_total_tokens={self.cfg.workflow.max_total_tokens}[/yellow]")
 
-    def evaluate(self) -> float:
-        """Accuracy (%) of the configured reward on ``data.eval_file`` (greedy unless trainer.eval.temperature)."""
+    def evaluate(self) -> float | None:
+        """Accuracy (%) of the configured reward on ``data.eval_file`` (greedy unless trainer.eval.temperature);
+        None when a stop cut it short (``trainer.stop_grace_s``): the step is then logged and saved without it."""
         self.policy.eval()
-        return self.source.run(evaluate_samples(self.cfg, self.workflow, self.eval_samples, self.engine,
-                                                self.tokenizer, self.runner.progress))
+        try:
+            return self.source.run(evaluate_samples(self.cfg, self.workflow, self.eval_samples, self.engine,
+                                                    self.tokenizer, self.runner.progress, step=self.step))
+        except EvalStopped as stopped:
+            self.tracker.console.print(f"step {self.step}: eval abandoned ({stopped}); the step is saved without "
+                                       "eval/accuracy", style="yellow", highlight=False, markup=False)
+            return None
 
     def engine_weights(self) -> dict[str, torch.Tensor] | None:
         """Merged weights for the engine (rank 0); under FSDP every rank must call this (collective gather)."""
@@ -256,13 +264,17 @@ class Trainer:
         try:
             with StopRequest(t.stop_grace_s) as stop:
                 if t.eval.every and self.step == 0 and self.dist.main:  # the curve starts from the untrained policy
-                    self.tracker.log(0, {"eval/accuracy": self.evaluate()})
+                    self._log_eval(0, {})
                 while not self._stopping(stop, saved):
                     self.step += 1
-                    began = time.perf_counter()
-                    last = self.train_step()
+                    began, mark = time.perf_counter(), self._mark()
+                    try:
+                        last = self.train_step()
+                    except StepCut as cut:  # the stop's save (next check) keeps the step before, data as then
+                        self._drop_cut_step(cut, mark)
+                        continue
                     if t.eval.every and self.step % t.eval.every == 0 and self.dist.main:
-                        last["eval/accuracy"] = self.evaluate()
+                        self._log_eval(None, last)
                     last["time/step"] = time.perf_counter() - began  # throughput over steps 2..N leaves warm-up out
                     self.tracker.log(self.step, last)
                     saved = self.step % t.save_every == 0 or self.trained_steps >= t.total_steps
@@ -278,6 +290,27 @@ class Trainer:
     fit = run  # the names other trainers use (TRL: trainer.train())
     train = run
 
+    def _log_eval(self, step: int | None, into: dict[str, float]) -> None:
+        """Evaluate; the accuracy goes into ``into`` (logged with step 0 itself when ``step`` is 0)."""
+        acc = self.evaluate()
+        if acc is not None:
+            into["eval/accuracy"] = acc
+        if step == 0 and into:
+            self.tracker.log(0, into)
+
+    def _mark(self) -> tuple[int, list[int], int]:
+        """What a cut step must give back: the data position, the pending samples, the failed-episode count."""
+        return self.sampler.position, list(self.runner.pending), self.runner.failed_episodes
+
+    def _drop_cut_step(self, cut: StepCut, mark: tuple[int, list[int], int]) -> None:
+        """Forget a step the stop cut short: nothing of it was trained, and the data position goes back to where
+        the step began, so the resumed run draws its samples again (as if the stop had come before it)."""
+        self.tracker.console.print(f"step {self.step}: the stop cut {cut.episodes} episode(s) short "
+                                   "(trainer.stop_grace_s); the step is not trained and the resumed run does it again",
+                                   style="yellow", highlight=False, markup=False)
+        self.step -= 1
+        self.sampler.position, self.runner.pending, self.runner.failed_episodes = mark[0], list(mark[1]), mark[2]
+
     def _stopping(self, stop: StopRequest, saved: bool) -> bool:
         """Whether the run is complete; if rank 0 got a signal, checkpoint the last finished step and raise.
 
@@ -291,6 +324,14 @@ class Trainer:
         if not saved and self.trained_steps > 0 and (self.dist.main or self.sharded):
             self.save()
         raise TrainingInterrupted(self.step, signum)
+
+
+class StepCut(Exception):
+    """A stop cut this step's episodes short (``trainer.stop_grace_s``): it must not be trained or saved."""
+
+    def __init__(self, episodes: int) -> None:
+        super().__init__(f"{episodes} episode(s) cut short by the stop")
+        self.episodes = episodes
 
 
 def _loop_running() -> bool:
