@@ -160,3 +160,31 @@ def test_call_cap_refuses_further_calls(gateway, tools_tokenizer):
     ep, session, err = run(go())
     assert "has made its 2 model calls" in err.body["message"] and "more than 2" in str(session.failure)
     assert len(ep.conversations) == 2
+
+
+def test_a_call_whose_client_left_is_cancelled_and_not_recorded(gateway, tools_tokenizer):
+    """A program that timed out never saw the answer: training on it would credit tokens it did not act on."""
+    tok = tools_tokenizer
+
+    class Slow(ScriptedEngine):
+        async def generate(self, prompt_ids, params):
+            if not self.calls:
+                self.calls.append(prompt_ids)
+                await asyncio.sleep(3)  # longer than the client waits, shorter than the test
+            return await super().generate(prompt_ids, params)
+
+    eng = Slow(lambda prompt, params: tok.encode("late", add_special_tokens=False) + [tok.eos_token_id])
+
+    async def main():
+        async with open_episode(gateway, eng, tok) as (ep, endpoint, client):
+            with pytest.raises(openai.APITimeoutError):
+                await client.with_options(timeout=0.5).chat.completions.create(
+                    model="any", messages=[{"role": "user", "content": "hi"}], max_tokens=8)
+            await asyncio.sleep(4)  # past the slow call's end: had it run on, it would be recorded by now
+            r = await client.chat.completions.create(model="any", messages=[{"role": "user", "content": "again"}],
+                                                     max_tokens=8)
+            return ep, r
+
+    ep, r = run(main())
+    assert r.choices[0].message.content == "late"
+    assert len(ep.conversations) == 1 and ep.conversations[0].meta["messages"][0]["content"] == "again"

@@ -9,6 +9,8 @@ request that fails for any other reason gets a 503 and fails its episode: nothin
 
 # No ``from __future__ import annotations`` here: FastAPI reads these annotations at run time.
 import asyncio
+import concurrent.futures
+import contextvars
 import functools
 from typing import Any
 
@@ -44,7 +46,7 @@ async def _call(sessions: Sessions, session: Session, req: CallRequest) -> dict[
     except RuntimeError:  # the episode's loop is gone: it has finished
         raise APIError(404, f"episode {session.id!r} is finished", code="episode_not_found") from None
     try:
-        return await asyncio.wrap_future(future)
+        return await _unless_client_left(future)
     except asyncio.CancelledError:
         if future.cancelled():  # the episode ended (timeout, program returned) while this call ran
             raise APIError(404, f"episode {session.id!r} finished during this call",
@@ -56,6 +58,24 @@ async def _call(sessions: Sessions, session: Session, req: CallRequest) -> dict[
         session.fail(exc)
         raise APIError(503, f"the call failed ({type(exc).__name__}); this episode will be discarded",
                        code="call_failed") from None
+
+
+_REQUEST: contextvars.ContextVar[Request | None] = contextvars.ContextVar("memrl_gateway_request", default=None)
+DISCONNECT_POLL_S = 0.5
+
+
+async def _unless_client_left(future: concurrent.futures.Future[Any]) -> Any:
+    """The call's answer; if its HTTP client has gone meanwhile (a timeout, a killed program), the call is
+    cancelled: nothing the program never saw is recorded and trained on (as ``memrl serve`` answers 499)."""
+    waiting = asyncio.wrap_future(future)
+    request = _REQUEST.get()
+    while True:
+        done, _ = await asyncio.wait({waiting}, timeout=DISCONNECT_POLL_S)
+        if done:
+            return waiting.result()
+        if request is not None and await request.is_disconnected():
+            future.cancel()
+            raise APIError(499, "client disconnected: this call is not recorded", code="client_closed_request")
 
 
 def _request_of(kind: str, body: Any, k: Any, param: str, prompt: Any, *, model: str, **extra: Any) -> CallRequest:
@@ -79,7 +99,8 @@ def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int 
     app.add_exception_handler(Exception, _unexpected)
     app.get("/health")(health)
 
-    def session_of(episode_id: str, request: Request) -> Session:
+    async def session_of(episode_id: str, request: Request) -> Session:
+        _REQUEST.set(request)  # this request's task: _call watches whether its client is still there
         return sessions.get(episode_id, authorization(request.headers))
 
     @app.get("/episodes/{episode_id}/v1/models")
