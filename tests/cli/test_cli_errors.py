@@ -126,3 +126,22 @@ def test_a_full_disk_is_one_line_naming_the_file_and_other_os_errors_keep_their_
     raised[0] = OSError(errno.EIO, "Input/output error", "runs/x/metrics.jsonl")
     r = CliRunner().invoke(app, [])
     assert r.exit_code == 1 and isinstance(r.exception, OSError) and r.exception.errno == errno.EIO
+
+
+def test_an_interrupted_fine_tuning_says_nothing_was_written(tmp_path, capsys):
+    import signal
+
+    import typer
+
+    from memrl.cli.sft import _stops_say_nothing_kept
+
+    with pytest.raises(typer.Exit) as ended:
+        with _stops_say_nothing_kept(tmp_path / "model"):
+            raise KeyboardInterrupt
+    assert ended.value.exit_code == 130
+    assert f"nothing was written to {tmp_path / 'model'}" in capsys.readouterr().err
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(typer.Exit) as ended:
+        with _stops_say_nothing_kept(tmp_path / "model"):
+            signal.raise_signal(signal.SIGTERM)  # a container's stop: was a silent death
+    assert ended.value.exit_code == 143 and signal.getsignal(signal.SIGTERM) == before

@@ -47,6 +47,15 @@ def test_output_dir_that_is_a_file_fails_before_work(tmp_path):
         Trainer(config(tmp_path))
 
 
+@pytest.mark.parametrize("name,make", [("checkpoints", "file"), ("metrics.jsonl", "folder")])
+def test_a_run_folder_entry_of_the_wrong_kind_fails_before_work(tmp_path, name, make):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / name).mkdir() if make == "folder" else (run / name).write_text("x")
+    with pytest.raises(ConfigError, match=rf"run/{name} is a {make}, where the run writes its {name}"):
+        Trainer(config(tmp_path))
+
+
 def test_unwritable_output_dir_fails_before_work(tmp_path, monkeypatch):
     import tempfile
 

@@ -9,6 +9,11 @@ masks as sampled (prompts, tool results and user turns are context, never target
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -48,6 +53,29 @@ def check_flags(epochs: int, lr: float, batch_rows: int) -> None:
             raise ValueError(f"{flag} {value:g}: must be {need}")
 
 
+@contextlib.contextmanager
+def _stops_say_nothing_kept(out: Path) -> Iterator[None]:
+    """Ctrl-C or SIGTERM while fine-tuning: say that nothing was written (the model is exported only at the end)
+    and exit 130 / 143, instead of a bare 'interrupted' or a silent death."""
+    got: list[int] = []
+
+    def on_term(signum: int, frame: Any) -> None:
+        got.append(signum)
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main else None
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"interrupted: fine-tuning stopped before its end, so nothing was written to {out} (a model is "
+              "exported only when training completes); re-run the same command to start again", file=sys.stderr)
+        raise typer.Exit(128 + (got[0] if got else signal.SIGINT)) from None
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: int, lr: float,
               batch_rows: int, source: Path) -> tuple[int, float]:
     """Load ``model``, train it on ``trajs`` and export it to ``out``; (optimizer steps, final loss)."""
@@ -60,9 +88,10 @@ def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: i
     tok = load_tokenizer(model)
     policy = load_model(model)
     _check_vocab(trajs, policy.get_input_embeddings().num_embeddings, model, source)
-    losses = sft(policy, trajs, epochs=epochs, lr=lr, batch_rows=batch_rows,
-                 pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
-                 on_step=lambda s, v: typer.echo(f"sft step {s}: loss {v:.4f}") if s % 10 == 0 else None)
+    with _stops_say_nothing_kept(out):
+        losses = sft(policy, trajs, epochs=epochs, lr=lr, batch_rows=batch_rows,
+                     pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
+                     on_step=lambda s, v: typer.echo(f"sft step {s}: loss {v:.4f}") if s % 10 == 0 else None)
     export_model(policy, tok, out, force=force)
     return len(losses), losses[-1]
 

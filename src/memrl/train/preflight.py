@@ -114,6 +114,12 @@ def check_output_dir(out: Path) -> None:
         check_writable_dir(out, flag="trainer.output_dir=")
     except OutputDirError as err:
         raise ConfigError(f"{str(err).replace('= ', '=', 1)}; choose another trainer.output_dir") from None
+    for name, want in (("checkpoints", "folder"), ("rollouts", "folder"), ("failures", "folder"),
+                       ("metrics.jsonl", "file")):
+        path = out / name
+        if path.exists() and path.is_dir() != (want == "folder"):  # found at the first save, steps later
+            raise ConfigError(f"{path} is a {'file' if want == 'folder' else 'folder'}, where the run writes its "
+                              f"{name} {want}; move it away or choose another trainer.output_dir")
     if (out / "eval_config.yaml").is_file():  # its results and a run's rollouts would mix in one viewer
         raise ConfigError(f"trainer.output_dir={out} is an eval folder (memrl eval --out: it holds eval_config.yaml); "
                           "choose another trainer.output_dir")
