@@ -106,3 +106,16 @@ def test_an_asynchronous_step_reports_while_it_waits_for_groups(tmp_path, monkey
     trainer.run()
     waits = [line for line in buf.getvalue().splitlines() if line.startswith("  ... waiting for rollouts: ")]
     assert waits and all(re.match(r"  \.\.\. waiting for rollouts: [01]/2 groups complete \(", w) for w in waits)
+
+
+def test_a_resume_past_steps_missing_from_metrics_says_so(tmp_path):
+    import json
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "reward": 0.5}) + "\n" for s in (1, 3, 4)))
+    console, buf = _console()
+    Tracker(tmp_path, 3, console=console).close()
+    assert "has no row for step(s) 2 of the 3 the checkpoint holds" in buf.getvalue()
+    assert [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 3]
+    console, buf = _console()
+    Tracker(tmp_path, 0, console=console).close()  # a fresh start misses nothing
+    assert "no row" not in buf.getvalue()

@@ -76,10 +76,15 @@ class Tracker:
         keeps nothing: a run killed before its first checkpoint had logged the
         step-0 eval, which is about to be logged anew.
         """
+        rows = read_rows(self.path, warn=lambda msg: print_warning(self.console, msg)) if self.path.is_file() else []
+        keep = [r for r in rows if step > 0 and r["step"] <= step]
+        missing = sorted(set(range(1, step + 1)) - {int(r["step"]) for r in keep})
+        if missing:  # the run resumes all the same: its curves just lack these steps
+            shown = ", ".join(map(str, missing[:5])) + (", ..." if len(missing) > 5 else "")
+            print_warning(self.console, f"{self.path} has no row for step(s) {shown} of the {step} the checkpoint "
+                          "holds (deleted or cut short?): the curves will lack them")
         if not self.path.is_file():
             return
-        rows = read_rows(self.path, warn=lambda msg: print_warning(self.console, msg))
-        keep = [r for r in rows if step > 0 and r["step"] <= step]
         with atomic_write(self.path) as fh:
             fh.write("".join(json.dumps(r) + "\n" for r in keep))
 
