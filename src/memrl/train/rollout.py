@@ -248,8 +248,10 @@ EVAL_ROUND = -1  # the generation round eval episodes are seeded under (training
 
 
 async def evaluate_samples(cfg: MemRLConfig, workflow: Any, samples: list[Any], engine: Engine | None,
-                           tokenizer: Any, progress: Callable[[str], None] = _silent, step: int = 0) -> float:
-    """Accuracy (%) of the configured reward, ``trainer.eval.n`` episodes per question (verl's val_kwargs.n);
+                           tokenizer: Any, progress: Callable[[str], None] = _silent,
+                           step: int = 0) -> dict[str, float]:
+    """``eval/accuracy``: the mean reward in %, ``trainer.eval.n`` episodes per question (verl's val_kwargs.n),
+    and ``eval/<name>``: the mean of each metric the episodes reported (``ep.metric``, turns, tokens);
     ``progress`` hears the episodes, calls and tokens done so far.
 
     Sampled evals (``trainer.eval.temperature`` > 0) seed each episode by (step, sample, repeat), as training
@@ -281,5 +283,6 @@ async def evaluate_samples(cfg: MemRLConfig, workflow: Any, samples: list[Any], 
         return traj
 
     trajs = await asyncio.gather(*(one(i, s, k) for i, s in enumerate(samples) for k in range(tc.eval.n)))
-    return 100.0 * statistics.fmean(t.reward for t in trajs)
+    means = {f"eval/{k}": v for k, v in metric_means([t.metrics for t in trajs]).items() if k != "accuracy"}
+    return {"eval/accuracy": 100.0 * statistics.fmean(t.reward for t in trajs), **means}
 

@@ -214,9 +214,10 @@ class Trainer:
                 f"[yellow]{self.tally.prompt_too_long} of {self.tally.attempted} episodes cut before generating: "
                 f"the prompt exceeded workflow.options.max_total_tokens={self.cfg.workflow.max_total_tokens}[/yellow]")
 
-    def evaluate(self) -> float | None:
-        """Accuracy (%) of the configured reward on ``data.eval_file`` (greedy unless trainer.eval.temperature);
-        None when a stop cut it short (``trainer.stop_grace_s``): the step is then logged and saved without it."""
+    def evaluate(self) -> dict[str, float] | None:
+        """``eval/accuracy`` (the mean reward in %) on ``data.eval_file`` and the mean of each metric its episodes
+        reported as ``eval/<name>`` (greedy unless trainer.eval.temperature); None when a stop cut it short
+        (``trainer.stop_grace_s``): the step is then logged and saved without it."""
         self.policy.eval()
         try:
             return self.source.run(evaluate_samples(self.cfg, self.workflow, self.eval_samples, self.engine,
@@ -291,10 +292,8 @@ class Trainer:
     train = run
 
     def _log_eval(self, step: int | None, into: dict[str, float]) -> None:
-        """Evaluate; the accuracy goes into ``into`` (logged with step 0 itself when ``step`` is 0)."""
-        acc = self.evaluate()
-        if acc is not None:
-            into["eval/accuracy"] = acc
+        """Evaluate; its metrics go into ``into`` (logged with step 0 itself when ``step`` is 0)."""
+        into.update(self.evaluate() or {})
         if step == 0 and into:
             self.tracker.log(0, into)
 
