@@ -30,7 +30,7 @@ from memrl.envs.messages import InvalidMessageError
 from memrl.eval.passk import is_success, pass_hat_ks
 from memrl.eval.records import ROLLOUTS, finished_episode, save_eval_rollout, task_folder
 from memrl.eval.runner import AllEpisodesFailedError, ending_counts, endings_note, gather_cancelling, sampling_params
-from memrl.workflows import build_workflow
+from memrl.workflows import build_workflow, samples_of
 
 TOOL_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", ROLLOUTS, "results.json",
                      "results.md", "tau2_results.json")
@@ -75,7 +75,7 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
     if trials < 1:
         raise ValueError(f"--trials must be >= 1, got {trials}")
     workflow = build_workflow(cfg)  # the user simulator and judge, built once for every trial
-    samples = workflow.load_samples("eval")
+    samples = samples_of(workflow, "eval")
     if not samples:
         raise ValueError(f"no tasks in split {cfg.env.eval_split!r} of domain {cfg.env.domain!r}")
     base = sampling_params(cfg)

@@ -26,6 +26,7 @@ from memrl.eval.runner import AllEpisodesFailedError, episode_name, gather_cance
 from memrl.io.atomic import atomic_write
 from memrl.train.rollout import metric_means, one_line, own_failure
 from memrl.types import Trajectory
+from memrl.workflows import samples_of
 from memrl.workflows.api import Workflow
 
 WORKFLOW_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", ROLLOUTS, "results.json", "results.md")
@@ -35,7 +36,7 @@ async def run_workflow_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, wo
                             on_start: Callable[[int, int], None] | None = None,
                             on_episode: Callable[[], None] | None = None, rollouts: bool = True) -> dict[str, Any]:
     """Run every (sample, repeat) not finished yet, then summarise everything in ``out``."""
-    samples = workflow.load_samples("eval")
+    samples = samples_of(workflow, "eval")
     if not samples:
         raise ValueError(f"no eval samples: {workflow.data_source(cfg, 'eval')}")
     repeats, base = cfg.eval.repeats, sampling_params(cfg)

@@ -36,6 +36,7 @@ from memrl.train.sources import RolloutSource, rollout_source
 from memrl.train.tracking import Tracker, print_warning
 from memrl.train.teacher import build_teacher
 from memrl.train.update import PolicyUpdate
+from memrl.workflows import samples_of
 from memrl.workflows.api import Workflow
 
 
@@ -117,7 +118,7 @@ def _count(n: int) -> str:
 
 def _loaded(wf: Workflow) -> list[Any]:
     """The workflow's training samples, as a list; one line naming ``load_samples`` for anything else."""
-    got = wf.load_samples("train")
+    got = samples_of(wf, "train")
     if got is None or isinstance(got, (str, bytes, dict)) or not hasattr(got, "__iter__"):
         raise ValueError(f"workflow {wf.label!r}: load_samples('train') returned {type(got).__name__}, not a list "
                          "of samples")
@@ -130,7 +131,7 @@ def load_data(cfg: MemRLConfig, wf: Workflow, tokenizer: Any, train: list[Any] |
     samples = list(train) if train is not None else _loaded(wf)
     check_dataset_size(cfg, len(samples), "the train= samples" if train is not None else wf.data_source(cfg, "train"))
     wf.check_samples(cfg, tokenizer, samples, warn)
-    held_out = (list(eval) if eval is not None else wf.load_samples("eval"))[: cfg.trainer.eval.samples]
+    held_out = (list(eval) if eval is not None else samples_of(wf, "eval"))[: cfg.trainer.eval.samples]
     if cfg.trainer.eval.every and not held_out:
         raise ConfigError("trainer.eval.every > 0 but there are no eval samples (data.eval_file, or eval=[...])")
     return samples, held_out

@@ -21,7 +21,36 @@ def build_workflow(cfg: Any, *, services: bool = True) -> Workflow:
 
 def load_samples(cfg: Any, split: str) -> list[Any]:
     """The samples of ``split`` ('train' or 'eval') that the config's workflow reads."""
-    return build_workflow(cfg, services=False).load_samples(split)
+    return samples_of(build_workflow(cfg, services=False), split)
 
 
-__all__: list[Any] = ["Episode", "Generation", "Workflow", "anchor", "build_workflow", "get_workflow", "load_samples"]
+def samples_of(workflow: Workflow, split: str) -> list[Any]:
+    """``workflow.load_samples(split)``, with what a plug-in's loader raises told in one line naming the workflow
+    and the split: a pydantic ``ValidationError`` (several lines, no file) by its first error, anything but a
+    ``ValueError`` (which a loader writes to be read as it is) by its type and message."""
+    from pydantic import ValidationError
+
+    try:
+        return workflow.load_samples(split)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ())) or "a sample"
+        more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+        raise ValueError(f"workflow {workflow.label!r}: load_samples({split!r}): {where}: {first['msg']}{more}; "
+                         f"source: {_source(workflow, split)}") from None
+    except (ValueError, OSError):
+        raise  # a file that is missing or malformed already says where
+    except Exception as err:  # noqa: BLE001 - a plug-in's bug, told where it happened
+        raise ValueError(f"workflow {workflow.label!r}: load_samples({split!r}) raised {type(err).__name__}: {err}; "
+                         f"source: {_source(workflow, split)}") from err
+
+
+def _source(workflow: Workflow, split: str) -> str:
+    try:
+        return workflow.data_source(workflow.config, split)
+    except Exception:  # noqa: BLE001 - a message helper must not fail the message
+        return "unknown"
+
+
+__all__: list[Any] = ["Episode", "Generation", "Workflow", "anchor", "build_workflow", "get_workflow", "load_samples",
+                     "samples_of"]
