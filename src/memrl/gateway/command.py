@@ -166,6 +166,10 @@ async def run_command(command: Sequence[str], env: dict[str, str],
         _kill_group(pgid)  # cancelled (a timeout, a stopping run): never leave the command behind
         with _groups_lock:
             _groups.discard(pgid)
+        if not proto.exited.done():  # reap it while the loop lives: after the loop closes, asyncio's child
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):  # watcher logs "Loop ... is closed"
+                async with asyncio.timeout(_DRAIN_S):
+                    await asyncio.shield(proto.exited)
         transport.close()
     out = proto.out.close()
     tail = "\n".join(line.decode(errors="replace") for line, _ in proto.err.close())
