@@ -55,3 +55,42 @@ def test_kv_reserve_is_capped_not_the_longest_budget_of_the_batch(tiny_model, mo
     alone = HFEngine(model)
     again = asyncio.run(alone.generate([5, 6, 7, 8], SamplingParams(max_new_tokens=40, greedy=True)))
     assert again.token_ids == longer.token_ids
+
+
+def test_owners_take_turns_in_the_queue_and_requests_without_one_keep_arrival_order():
+    from memrl.engines.hf_batch import Request, fair_order
+
+    def req(owner, tag):
+        r = Request([1], SHORT, None, None, owner=owner)  # type: ignore[arg-type]
+        r.prompt = [tag]
+        return r
+
+    big, small = object(), object()
+    queue = [req(big, i) for i in range(4)] + [req(small, 10), req(small, 11)]
+    assert [r.prompt[0] for r in fair_order(queue)] == [0, 10, 1, 11, 2, 3]
+    plain = [req(None, i) for i in range(5)]
+    assert fair_order(plain) == plain
+
+
+def test_a_served_request_of_many_sequences_does_not_hold_back_another_clients_prompt(tiny_model):
+    """max_batch_size 2: one request's 6 sequences queued first, then another's 1; it rides in the second batch."""
+    from memrl.engines.base import REQUEST_OWNER
+
+    model, _ = tiny_model
+    eng = HFEngine(model, max_batch_size=2, batch_wait_s=0.05)
+    finished: list[str] = []
+
+    async def client(name, n):
+        REQUEST_OWNER.set(object())  # what memrl serve does per HTTP request
+        await asyncio.gather(*(eng.generate([5, 6, 7], SHORT) for _ in range(n)))
+        finished.append(name)
+
+    async def go():
+        big = asyncio.ensure_future(client("big", 6))
+        await asyncio.sleep(0)
+        small = asyncio.ensure_future(client("small", 1))
+        await asyncio.gather(big, small)
+        await eng.close()
+
+    asyncio.run(go())
+    assert finished == ["small", "big"] and eng.stats.batch_sizes[:4] == [2, 2, 2, 1]

@@ -9,6 +9,7 @@ sampled.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -87,3 +88,9 @@ class EngineDeadError(EngineError):
     Workflows let it propagate; ``memrl train`` and ``memrl eval`` stop with a non-zero exit
     instead of recording every later episode as failed.
     """
+
+
+# Who the requests started in this context belong to (a ``contextvars`` value tasks copy when created):
+# ``memrl serve`` sets one per HTTP request, and an engine that batches (the HF engine) lets owners take turns,
+# so one request of 256 sequences does not take every batch while another client's single prompt waits.
+REQUEST_OWNER: ContextVar[object] = ContextVar("memrl_request_owner", default=None)

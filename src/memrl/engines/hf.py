@@ -49,8 +49,8 @@ from typing import Any
 
 import torch
 
-from memrl.engines.base import GenerationResult, SamplingParams
-from memrl.engines.hf_batch import (Answer, BatchRows, EagerStepper, Request, attention_cap, left_padded,
+from memrl.engines.base import REQUEST_OWNER, GenerationResult, SamplingParams
+from memrl.engines.hf_batch import (Answer, BatchRows, EagerStepper, Request, attention_cap, fair_order, left_padded,
                                     over_attention, prefill)
 from memrl.engines.hf_static import StaticDecoder, describe_decode, resolve_decode
 from memrl.engines.kv_cache import release_freed_memory, reserved_cache
@@ -163,7 +163,7 @@ class HFEngine:
         self._ensure_worker(lane)
         assert lane.wake is not None
         fut: asyncio.Future[GenerationResult] = asyncio.get_running_loop().create_future()
-        lane.pending.append(Request(prompt, params, fut, _seeded(params.seed)))
+        lane.pending.append(Request(prompt, params, fut, _seeded(params.seed), owner=REQUEST_OWNER.get()))
         lane.wake.set()
         return await fut
 
@@ -247,10 +247,11 @@ class HFEngine:
         """Oldest requests first, up to ``max_batch_size``, ``max_batch_tokens`` padded tokens and, where a padded
         prefill materializes attention scores, their memory cap (:func:`~memrl.engines.hf_batch.attention_cap`)."""
         batch: list[Request] = []
+        order = fair_order(pending)
         longest = 0
         distinct: set[tuple[int, ...]] = set()  # prompts prefilled once however often they repeat
         lengths: set[int] = set()
-        for req in pending:
+        for req in order:
             longest_if = max(longest, len(req.prompt) + req.params.max_new_tokens)
             key = tuple(req.prompt) if self._attention_cap is not None else ()
             rows = len(distinct) + (key not in distinct)
@@ -261,7 +262,8 @@ class HFEngine:
             distinct.add(key)
             lengths.add(len(key))
             longest = longest_if
-        del pending[: len(batch)]
+        taken = {id(r) for r in batch}
+        pending[:] = [r for r in pending if id(r) not in taken]
         return batch
 
     async def _run(self, lane: _Lane) -> None:

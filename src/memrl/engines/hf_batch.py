@@ -26,6 +26,24 @@ class Request:
     future: asyncio.Future[GenerationResult]
     generator: torch.Generator | None
     cut: bool = False  # set by HFEngine.interrupt: leave at the next step with the tokens so far
+    owner: object = None  # who asked (memrl serve: one HTTP request): batches take owners in turn
+
+
+
+def fair_order(pending: Sequence[Request]) -> list[Request]:
+    """``pending`` with owners taking turns: each owner's first request (in arrival order), then each one's
+    second, and so on. Requests without an owner (training, eval) keep their places: arrival order."""
+    if all(r.owner is None for r in pending):
+        return list(pending)
+    turn: dict[object, int] = {}
+    keyed = []
+    for pos, req in enumerate(pending):
+        rank = 0
+        if req.owner is not None:
+            rank = turn.get(req.owner, 0)
+            turn[req.owner] = rank + 1
+        keyed.append((rank, pos, req))
+    return [req for _, _, req in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
 Answer = Callable[[Request, GenerationResult], None]

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Optional, TextIO, Union
 
-from memrl.engines.base import Engine, GenerationResult, SamplingParams
+from memrl.engines.base import REQUEST_OWNER, Engine, GenerationResult, SamplingParams
 from memrl.io.json_strings import json_strings
 from memrl.workflows.common import stop_token_ids
 
@@ -143,7 +143,11 @@ class _Routes:
     async def generate_all(self, request: Request,
                            jobs: Sequence[tuple[list[int], SamplingParams]]) -> list[GenerationResult]:
         """Run ``jobs`` on the engine; cancel them all if the client leaves or the server stops."""
-        tasks = [asyncio.ensure_future(self.engine.generate(p, sp)) for p, sp in jobs]
+        owner = REQUEST_OWNER.set(object())  # this HTTP request's sequences take turns with other requests'
+        try:
+            tasks = [asyncio.ensure_future(self.engine.generate(p, sp)) for p, sp in jobs]  # each copies the owner
+        finally:
+            REQUEST_OWNER.reset(owner)
         self.inflight.update(tasks)
         together = asyncio.gather(*tasks)
         together.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved even when we leave early
