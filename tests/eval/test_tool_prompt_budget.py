@@ -37,8 +37,8 @@ def test_budget_below_the_system_prompt_is_refused_naming_the_setting():
     with pytest.raises(ConfigError) as err:
         check_tool_prompt_budget(low, tok, samples, warnings.append)
     msg = str(err.value)
-    assert "\n" not in msg and f"workflow.max_total_tokens={floor}" in msg and str(floor) in msg
-    assert "prompt_too_long" in msg and "workflow.max_total_tokens=" in msg.split("e.g.")[1]
+    assert "\n" not in msg and f"workflow.options.max_total_tokens={floor}" in msg and str(floor) in msg
+    assert "prompt_too_long" in msg and "workflow.options.max_total_tokens=" in msg.split("e.g.")[1]
     tight, _ = library(f"workflow.max_total_tokens={floor + 10}")
     check_tool_prompt_budget(tight, tok, samples, warnings.append)
     assert len(warnings) == 1 and "leaves 10 tokens" in warnings[0]
@@ -50,7 +50,7 @@ def test_telecom_default_budget_is_refused_before_any_episode(tmp_path, tau2_dir
                tau2_dir, "--split", "small", "--out", out)
     lines = [x for x in r.output.strip().splitlines() if x.startswith("error:")]
     assert r.exit_code == 2 and len(lines) == 1, r.output
-    assert "workflow.max_total_tokens=8192" in lines[0] and "telecom" in lines[0]
+    assert "workflow.options.max_total_tokens=8192" in lines[0] and "telecom" in lines[0]
     assert not (out / "episodes").exists()
 
 

@@ -181,13 +181,13 @@ def test_context_limit_follows_the_servers_usage_count():
 
 def test_chat_mode_needs_a_chat_engine_and_cannot_train(tmp_path):
     s = sample("return_1")
-    with pytest.raises(ValueError, match="workflow.tool_protocol=openai_chat needs .*engine.kind=openai"):
+    with pytest.raises(ValueError, match="workflow.options.tool_protocol=openai_chat needs .*engine.kind=openai"):
         asyncio.run(tool_agent(s, ScriptedEngine(lambda p, k: []), None, cfg(tool_protocol="openai_chat").workflow))
     from memrl.train.preflight import check_config
 
     bad = MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "tool_protocol": "openai_chat"},
                                       "trainer": {"output_dir": str(tmp_path / "run")}})
-    with pytest.raises(ConfigError, match="workflow.tool_protocol=openai_chat .*workflow.tool_protocol=tokens"):
+    with pytest.raises(ConfigError, match="workflow.options.tool_protocol=openai_chat .*workflow.options.tool_protocol=tokens"):
         check_config(bad)
 
 

@@ -106,7 +106,7 @@ def test_templates_that_cannot_be_cut_are_refused(tok):
     s = sample("return_1")
     plain = build_hf_tokenizer(["hello"], vocab_size=300)
     plain.chat_template = None
-    with pytest.raises(ValueError, match="workflow.tool_format=template needs a tokenizer with a chat template"):
+    with pytest.raises(ValueError, match="workflow.options.tool_format=template needs a tokenizer with a chat template"):
         asyncio.run(tool_agent(s, Script(plain, ["hi"]).engine, plain, cfg(tool_format="template").workflow))
     counting = build_hf_tokenizer(["hello"], vocab_size=300)
     counting.chat_template = ("{{ messages | length }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n"

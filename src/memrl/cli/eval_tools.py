@@ -128,7 +128,7 @@ def _report(console: Console, cfg: Any, folder: Path, results: dict[str, Any]) -
     cut = (results.get("endings") or {}).get("prompt_too_long", 0)
     if cut:
         console.print(f"[yellow]{cfg.env.domain}: {cut} trial(s) ended before the agent's first turn "
-                      f"(prompt_too_long): the prompt exceeds workflow.max_total_tokens="
+                      f"(prompt_too_long): the prompt exceeds workflow.options.max_total_tokens="
                       f"{cfg.workflow.max_total_tokens}; raise it[/yellow]", highlight=False)
     if results["failed_trials"]:
         console.print(f"[yellow]{cfg.env.domain}: {results['failed_trials']} trial(s) failed and are not scored; "

@@ -231,8 +231,8 @@ def endings_note(endings: dict[str, int], max_total_tokens: int) -> list[str]:
     if cut:
         share = "every one" if cut == sum(endings.values()) else f"{cut} of {sum(endings.values())}"
         lines.append(f"warning: {share} of the trials ended before the agent's first turn (prompt_too_long: the "
-                     f"prompt exceeds workflow.max_total_tokens={max_total_tokens}); their reward 0 says nothing "
-                     "about the model: raise workflow.max_total_tokens")
+                     f"prompt exceeds workflow.options.max_total_tokens={max_total_tokens}); their reward 0 says "
+                     "nothing about the model: raise workflow.options.max_total_tokens")
     return lines
 
 

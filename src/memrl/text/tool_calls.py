@@ -12,7 +12,7 @@ validity metric.
 Prompts: ``ChatFormat`` writes ChatML itself (``qwen``, ``hermes``); ``TemplateFormat``
 uses the tokenizer's own chat template with ``tools=`` (``template``). ``openai_messages``
 and ``read_openai_call`` are the same conversation and calls as OpenAI chat messages, for
-``workflow.tool_protocol=openai_chat``.
+``workflow.options.tool_protocol=openai_chat``.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ FORMATS = {"qwen": ChatFormat("user"), "hermes": ChatFormat("tool")}
 
 
 class TemplateFormat:
-    """The tokenizer's own chat template with ``tools=`` (``workflow.tool_format=template``).
+    """The tokenizer's own chat template with ``tools=`` (``workflow.options.tool_format=template``).
 
     This is the prompt an OpenAI-compatible server (vLLM, SGLang) builds from the same messages
     and tools, so a model trained in token mode sees what it will see when served. Later segments
@@ -163,8 +163,8 @@ class TemplateFormat:
 
     def __init__(self, tokenizer: Any) -> None:
         if not getattr(tokenizer, "chat_template", None):
-            raise ValueError("workflow.tool_format=template needs a tokenizer with a chat template; "
-                             "use workflow.tool_format=qwen or hermes")
+            raise ValueError("workflow.options.tool_format=template needs a tokenizer with a chat template; "
+                             "use workflow.options.tool_format=qwen or hermes")
         self.tokenizer = tokenizer
         self.end = ""
         self._base: list[dict[str, Any]] = []
@@ -182,7 +182,7 @@ class TemplateFormat:
         after = closed[closed.rindex("!") + 1:]  # the end of an agent turn and what separates it from the next
         ends = sorted((t for t in self._stop_strings() if after.startswith(t)), key=len)
         if not ends:
-            raise ValueError("workflow.tool_format=template: the chat template closes an assistant turn with "
+            raise ValueError("workflow.options.tool_format=template: the chat template closes an assistant turn with "
                              f"{after[:40]!r}, which starts with no stop token of this tokenizer")
         self.end, self._tail = ends[-1], after[len(ends[-1]):]
         return self._render(agent_chat(policy, msgs, json_arguments=False), True)
@@ -196,8 +196,9 @@ class TemplateFormat:
         before = self._render(self._base, False)
         full = self._render(self._base + new, True)
         if not full.startswith(before):
-            raise ValueError("workflow.tool_format=template: this chat template renders earlier turns differently "
-                             "once more follow, so turns cannot be appended as tokens; use workflow.tool_format="
+            raise ValueError("workflow.options.tool_format=template: this chat template renders earlier turns "
+                             "differently once more follow, so turns cannot be appended as tokens; use "
+                             "workflow.options.tool_format="
                              "qwen or hermes")
         return self._tail + full[len(before):]
 

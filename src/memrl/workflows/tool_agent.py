@@ -13,7 +13,7 @@ prompt (the ids the engine was given), that call's tokens trained, and its ancho
 state the database and that context, so ``gigpo`` compares turns that acted from
 the same place.
 
-With ``workflow.tool_protocol=openai_chat`` the same episode runs against any
+With ``workflow.options.tool_protocol=openai_chat`` the same episode runs against any
 OpenAI-compatible chat server instead: the context is OpenAI chat messages, the
 tools go in ``tools=`` and calls come back as ``message.tool_calls``. The message
 log and its grading are the same; no token ids come back, so that mode cannot train.

@@ -14,8 +14,8 @@ from memrl.text.tool_calls import FORMATS, TemplateFormat
 def check_env(cfg: MemRLConfig) -> None:
     """The tool agent's settings: a trainable protocol, a domain whose splits exist, a user simulator."""
     if cfg.workflow.tool_protocol == "openai_chat":
-        raise ConfigError("workflow.tool_protocol=openai_chat returns no token ids to train on; train with "
-                          "workflow.tool_protocol=tokens (openai_chat is for memrl eval against a chat server)")
+        raise ConfigError("workflow.options.tool_protocol=openai_chat returns no token ids to train on; train with "
+                          "workflow.options.tool_protocol=tokens (openai_chat is for memrl eval against a chat server)")
     try:
         domain = load_domain(cfg.env.domain, cfg.env.data_dir, prompts=cfg.env.prompts)
         domain.get_tasks(cfg.env.train_split)
@@ -29,7 +29,7 @@ def check_env(cfg: MemRLConfig) -> None:
 
 def tool_prompt_floor(cfg: MemRLConfig, tokenizer: Any, sample: Any) -> int:
     """Tokens of the domain's system prompt and tool schemas: the part of every tool_agent episode's
-    first prompt that no task makes shorter (token protocol; ``workflow.tool_format`` decides the layout)."""
+    first prompt that no task makes shorter (token protocol; ``workflow.options.tool_format`` decides the layout)."""
     w = cfg.workflow
     fmt = TemplateFormat(tokenizer) if w.tool_format == "template" else FORMATS[w.tool_format]
     env = sample.domain.new_env(solo=sample.solo)
@@ -38,7 +38,7 @@ def tool_prompt_floor(cfg: MemRLConfig, tokenizer: Any, sample: Any) -> int:
 
 def check_tool_prompt_budget(cfg: MemRLConfig, tokenizer: Any, samples: list[Any],
                              warn: Callable[[str], None]) -> None:
-    """Refuse a ``workflow.max_total_tokens`` below the domain's system prompt and tools: every episode would
+    """Refuse a ``workflow.options.max_total_tokens`` below the domain's system prompt and tools: every episode would
     end ``prompt_too_long`` with no turn (reward 0 that says nothing about the model); warn when it leaves
     less than one turn's worth."""
     w = cfg.workflow
@@ -48,10 +48,13 @@ def check_tool_prompt_budget(cfg: MemRLConfig, tokenizer: Any, samples: list[Any
     room = w.max_total_tokens - floor
     if room <= 0:
         suggest = -(-(floor + 4 * w.turn_tokens) // 1024) * 1024
-        raise ConfigError(f"workflow.max_total_tokens={w.max_total_tokens} is below the {floor} tokens of domain "
+        raise ConfigError(f"workflow.options.max_total_tokens={w.max_total_tokens} is below the {floor} tokens of "
+                          f"domain "
                           f"{cfg.env.domain}'s system prompt and tool schemas: every episode would end before the "
-                          f"agent's first turn (prompt_too_long); raise it, e.g. workflow.max_total_tokens={suggest}")
+                          f"agent's first turn (prompt_too_long); raise it, e.g. "
+                          f"workflow.options.max_total_tokens={suggest}")
     if room < w.turn_tokens:
-        warn(f"workflow.max_total_tokens={w.max_total_tokens} leaves {room} tokens after domain {cfg.env.domain}'s "
-             f"{floor}-token system prompt and tools, less than one turn (workflow.turn_tokens={w.turn_tokens}); "
+        warn(f"workflow.options.max_total_tokens={w.max_total_tokens} leaves {room} tokens after domain "
+             f"{cfg.env.domain}'s {floor}-token system prompt and tools, less than one turn "
+             f"(workflow.options.turn_tokens={w.turn_tokens}); "
              "most episodes will end prompt_too_long")

@@ -85,7 +85,7 @@ class TokenSide:
 
 
 class ChatSide:
-    """Chat mode (``workflow.tool_protocol=openai_chat``): the agent's context is a list of OpenAI chat
+    """Chat mode (``workflow.options.tool_protocol=openai_chat``): the agent's context is a list of OpenAI chat
     messages sent to ``/v1/chat/completions`` with the tools; the server's chat template and tool
     parser turn them into a prompt and the reply into ``tool_calls``. No token ids: eval and serving only.
 
@@ -97,7 +97,8 @@ class ChatSide:
 
     def __init__(self, engine: Engine, config: Any) -> None:
         if not callable(getattr(engine, "chat", None)):
-            raise ValueError("workflow.tool_protocol=openai_chat needs an engine that speaks /v1/chat/completions "
+            raise ValueError("workflow.options.tool_protocol=openai_chat needs an engine that speaks "
+                             "/v1/chat/completions "
                              f"(engine.kind=openai), got {type(engine).__name__}")
         self.engine, self.config = engine, config
         self.conv = Conversation()  # stays empty: nothing to train on
