@@ -185,3 +185,10 @@ def test_a_stop_abandons_a_hung_eval_after_the_grace_period(tmp_path, monkeypatc
     with pytest.raises(EvalStopped, match=r"still running 0.3 s later \(trainer.stop_grace_s\)"):
         asyncio.run(evaluate_samples(cfg, Hangs(), [{}, {}], None, None))
     assert time.perf_counter() - start < 5
+
+
+def test_each_rollout_mode_says_whether_a_cut_step_is_redone():
+    from memrl.train import sources
+
+    assert sources.SyncRollout.redoes_cut_steps is True  # its step's samples are drawn again on resume
+    assert sources.AsyncRollout.redoes_cut_steps is False  # trains what finished, as with failed episodes

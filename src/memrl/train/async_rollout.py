@@ -75,8 +75,6 @@ class Group:
 
 
 class AsyncRollout:
-    redoes_cut_steps = False  # its steps train on the groups that finished, cut ones like failed ones
-
     """The producer thread, its buffer of complete groups, and the weight gate."""
 
     def __init__(self, cfg: MemRLConfig, runner: RolloutRunner, engine: Engine, *, version: int,

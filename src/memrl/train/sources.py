@@ -103,6 +103,8 @@ class AsyncRollout:
     resumed run drew but did not train on).
     """
 
+    redoes_cut_steps = False  # its steps train on the groups that finished, cut ones like failed ones
+
     def __init__(self, cfg: MemRLConfig, runner: RolloutRunner, engine: Engine, weight_sync: WeightSync) -> None:
         self.cfg, self.runner, self.engine, self.weight_sync = cfg, runner, engine, weight_sync
         self.producer: async_rollout.AsyncRollout | None = None
