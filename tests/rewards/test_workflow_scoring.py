@@ -53,8 +53,9 @@ def test_trainer_eval_n_averages_n_sampled_episodes():
 
     cfg = MemRLConfig.model_validate({"trainer": {"eval_n": 4, "eval_temperature": 1.0, "eval_top_p": 0.7}})
     samples = [_sample(), _sample()]
-    assert asyncio.run(evaluate_samples(cfg, wf, samples, None, None)) == 25.0  # 2 of 8 episodes
+    assert asyncio.run(evaluate_samples(cfg, wf, samples, None, None)) == {"eval/accuracy": 25.0}  # 2 of 8
     assert len(seen) == 8 and all((p.temperature, p.top_p, p.is_greedy) == (1.0, 0.7, False) for p in seen)
+    assert len({p.seed for p in seen}) == 8  # each (sample, repeat) its own seed
 
     seen.clear()
     asyncio.run(evaluate_samples(MemRLConfig(), wf, samples, None, None))  # default: one greedy episode each
