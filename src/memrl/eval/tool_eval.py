@@ -86,7 +86,7 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
         on_start(len(samples) * trials, len(samples) * trials - len(todo))
     sem = asyncio.Semaphore(cfg.engine.concurrency)
     failed = 0
-    errors: list[str] = []
+    errors: list[BaseException] = []
 
     async def one(sample: Any, task_id: str, t: int, dest: Path) -> None:
         nonlocal failed
@@ -94,12 +94,13 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
         folder = task_folder(task_id)
         async with sem:
             t0 = time.perf_counter()
-            traj, error, tries = await _tried(lambda: workflow.episode(
+            traj, exc, tries = await _tried(lambda: workflow.episode(
                 sample, engine=engine, tokenizer=tokenizer, sampling=base.with_(seed=seed), sample_id=task_id,
                 group_id=task_id), 1 + cfg.eval.max_retries, cfg.eval.retry_delay_s)
             if traj is None:  # recorded, not scored, retried by the next run
                 failed += 1
-                errors.append(error)
+                errors.append(exc)
+                error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
                 _save(out / "failures" / folder / f"{t}.json", {"task_id": task_id, "trial": t, "seed": seed,
                       "error": error, "attempts": tries, "seconds": time.perf_counter() - t0})
                 return
@@ -117,28 +118,27 @@ async def run_tool_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, out: P
 
     await gather_cancelling(one(*job) for job in todo)  # a dead engine stops every trial at once
     results = _write_results(cfg, out, [s.task.id for s in samples], trials)
-    if todo and failed == len(todo) and not all(e.startswith(INVALID) for e in errors):  # the setup, not the model
-        raise AllEpisodesFailedError(f"all {failed} trials failed (see {out}/failures/); the first: {errors[0][:500]}")
+    if todo and failed == len(todo) and not all(isinstance(e, InvalidMessageError) for e in errors):  # the setup
+        first = "".join(traceback.format_exception_only(type(errors[0]), errors[0])).strip()
+        raise AllEpisodesFailedError(f"all {failed} trials failed (see {out}/failures/); the first: {first[:500]}")
     return results
 
 
-async def _tried(episode: Callable[[], Awaitable[Any]], tries: int, delay_s: float) -> tuple[Any, str, int]:
+async def _tried(episode: Callable[[], Awaitable[Any]], tries: int,
+                 delay_s: float) -> tuple[Any, Exception | None, int]:
     """(the trajectory or None, the last error, tries made): an episode run up to ``tries`` times while it raises,
     as τ²-bench's ``run_with_retry`` runs a simulation (the same seed each time; a dead engine stops at once)."""
-    error = ""
+    error: Exception | None = None
     for attempt in range(tries):
         if attempt:
             await asyncio.sleep(delay_s)
         try:
-            return await episode(), "", attempt + 1
+            return await episode(), None, attempt + 1
         except EngineDeadError:
             raise
         except Exception as exc:
-            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            error = exc
     return None, error, tries
-
-
-INVALID = f"{InvalidMessageError.__module__}.{InvalidMessageError.__qualname__}"  # how its error line starts
 
 
 def trial_seeds(seed: int, trials: int, scheme: str = "memrl") -> list[int]:
