@@ -34,23 +34,24 @@ def test_which_agent_and_user_messages_tau2_refuses():
         check_user_messages([Message("user", " ")])
 
 
-def test_an_empty_agent_message_fails_the_episode_only_in_tau2_mode(tok):
+def episode(tok, agent_says: str, user_says: list[str], **options):
+    """One return_ episode with a scripted agent and user."""
     s = sample("return_")
-    said = iter(["I want to return a book.", "###STOP###"])
+    said = iter(user_says)
     s.solo, s.user = False, ScriptedUser(lambda task, messages: next(said))
+    return asyncio.run(tool_agent(s, Script(tok, [agent_says]).engine, tok, cfg(**options).workflow))
+
+
+def test_an_empty_agent_message_fails_the_episode_only_in_tau2_mode(tok):
     with pytest.raises(InvalidMessageError, match="agent sent an empty message"):
-        asyncio.run(tool_agent(s, Script(tok, [""]).engine, tok, cfg(invalid_messages="tau2").workflow))
-    said = iter(["I want to return a book.", "###STOP###"])
-    traj = asyncio.run(tool_agent(s, Script(tok, [""]).engine, tok, cfg().workflow))
+        episode(tok, "", ["I want to return a book.", "###STOP###"], invalid_messages="tau2")
+    traj = episode(tok, "", ["I want to return a book.", "###STOP###"])
     assert traj.info["ending"] == "user_stop"  # memrl's default: the user answers the empty message
 
 
 def test_an_empty_user_reply_fails_the_episode_in_tau2_mode(tok):
-    s = sample("return_")
-    said = iter(["I want to return a book.", ""])
-    s.solo, s.user = False, ScriptedUser(lambda task, messages: next(said))
     with pytest.raises(InvalidMessageError, match="user sent an empty message"):
-        asyncio.run(tool_agent(s, Script(tok, ["Which loan?"]).engine, tok, cfg(invalid_messages="tau2").workflow))
+        episode(tok, "Which loan?", ["I want to return a book.", ""], invalid_messages="tau2")
 
 
 def test_unreadable_arguments_from_a_chat_server_fail_the_episode_in_tau2_mode():
