@@ -12,9 +12,9 @@ import asyncio
 import statistics
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from memrl.config import MemRLConfig
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
@@ -25,6 +25,8 @@ from memrl.train.signals import stop_requested_at
 from memrl.types import Trajectory
 from memrl.workflows.api import Workflow
 from memrl.workflows.registry import as_workflow
+
+T = TypeVar("T")
 
 MAX_FAILURE_FILES = 200  # tracebacks kept per run: enough to debug, bounded if every episode fails
 
@@ -59,6 +61,24 @@ def one_line(exc: BaseException) -> str:
     if len(lines) > 1:
         text += f" ... {lines[-1]}"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def until_stop_grace(awaitable: Awaitable[T], grace_s: float, what: str,
+                           error: type[EpisodeStopped] = EpisodeStopped) -> T:
+    """``awaitable``'s result; once the run is asked to stop it has ``grace_s`` seconds more, then ``error`` is
+    raised (``what``: the episode, as the message names it). A timeout of the episode's own passes through."""
+    try:
+        async with asyncio.timeout(None) as scope:
+            watch = asyncio.ensure_future(_cut_on_stop(scope, grace_s))
+            try:
+                return await awaitable
+            finally:
+                watch.cancel()
+    except TimeoutError:
+        if scope.expired():
+            raise error(f"the run is stopping and {what} was still running {grace_s:g} s later "
+                        "(trainer.stop_grace_s)") from None
+        raise
 
 
 async def _cut_on_stop(scope: asyncio.Timeout, grace_s: float) -> None:
@@ -106,23 +126,15 @@ class RolloutRunner:
         seed = episode_seed(self.cfg.trainer.seed, step, round_, idx, k)
         self.tally.attempted += 1
         try:
-            async with asyncio.timeout(None) as scope:
-                watch = asyncio.ensure_future(_cut_on_stop(scope, self.cfg.trainer.stop_grace_s))
-                try:
-                    return await self.workflow.episode(self.samples[idx], engine=engine or self.engine,
-                                                       tokenizer=self.tokenizer,
-                                                       sampling=sampling_params(self.cfg).with_(seed=seed),
-                                                       sample_id=str(idx),
-                                                       group_id=group_id or f"{step}:{round_}:{idx}")
-                finally:
-                    watch.cancel()
+            return await until_stop_grace(
+                self.workflow.episode(self.samples[idx], engine=engine or self.engine, tokenizer=self.tokenizer,
+                                      sampling=sampling_params(self.cfg).with_(seed=seed), sample_id=str(idx),
+                                      group_id=group_id or f"{step}:{round_}:{idx}"),
+                self.cfg.trainer.stop_grace_s, "this episode")
         except BaseException as exc:
             if not own_failure(exc):
                 raise  # a dead engine (every later episode would fail too) or this task's cancellation
-            if isinstance(exc, TimeoutError) and scope.expired():
-                exc = EpisodeStopped(f"the run is stopping and this episode was still running "
-                                     f"{self.cfg.trainer.stop_grace_s:g} s later (trainer.stop_grace_s)")
-                self.tally.stopped += 1
+            self.tally.stopped += int(isinstance(exc, EpisodeStopped))
             self.failed_episodes += 1
             self.tally.failed += 1
             self.tally.last_error = one_line(exc)
@@ -240,7 +252,7 @@ def rollout_metrics(all_trajs: list[Trajectory], seconds: float) -> dict[str, fl
     return metrics
 
 
-class EvalStopped(RuntimeError):
+class EvalStopped(EpisodeStopped):
     """The run was asked to stop and an eval episode outlived ``trainer.stop_grace_s``: the eval is abandoned."""
 
 
@@ -266,19 +278,9 @@ async def evaluate_samples(cfg: MemRLConfig, workflow: Any, samples: list[Any], 
 
     async def one(i: int, sample: Any, k: int) -> Trajectory:
         seeded = params if params.greedy else params.with_(seed=episode_seed(tc.seed, step, EVAL_ROUND, i, k))
-        try:
-            async with asyncio.timeout(None) as scope:
-                watch = asyncio.ensure_future(_cut_on_stop(scope, tc.stop_grace_s))
-                try:
-                    traj = await workflow.episode(sample, engine=counter if engine is not None else None,
-                                                  tokenizer=tokenizer, sampling=seeded)
-                finally:
-                    watch.cancel()
-        except TimeoutError:
-            if scope.expired():
-                raise EvalStopped(f"the run is stopping and an eval episode was still running "
-                                  f"{tc.stop_grace_s:g} s later (trainer.stop_grace_s)") from None
-            raise
+        traj = await until_stop_grace(workflow.episode(sample, engine=counter if engine is not None else None,
+                                                       tokenizer=tokenizer, sampling=seeded),
+                                      tc.stop_grace_s, "an eval episode", EvalStopped)
         counter.episode_done()
         return traj
 
