@@ -29,7 +29,6 @@ class Request:
     owner: object = None  # who asked (memrl serve: one HTTP request): batches take owners in turn
 
 
-
 def fair_order(pending: Sequence[Request]) -> list[Request]:
     """``pending`` with owners taking turns: each owner's first request (in arrival order), then each one's
     second, and so on. Requests without an owner (training, eval) keep their places: arrival order."""

@@ -116,19 +116,10 @@ def _count(n: int) -> str:
     return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n:,}"
 
 
-def _loaded(wf: Workflow) -> list[Any]:
-    """The workflow's training samples, as a list; one line naming ``load_samples`` for anything else."""
-    got = samples_of(wf, "train")
-    if got is None or isinstance(got, (str, bytes, dict)) or not hasattr(got, "__iter__"):
-        raise ValueError(f"workflow {wf.label!r}: load_samples('train') returned {type(got).__name__}, not a list "
-                         "of samples")
-    return list(got)
-
-
 def load_data(cfg: MemRLConfig, wf: Workflow, tokenizer: Any, train: list[Any] | None, eval: list[Any] | None,
               warn: Callable[[str], None]) -> tuple[list[Any], list[Any]]:
     """The training and held-out samples: given ones, else the workflow's own; checked before any episode."""
-    samples = list(train) if train is not None else _loaded(wf)
+    samples = list(train) if train is not None else samples_of(wf, "train")
     check_dataset_size(cfg, len(samples), "the train= samples" if train is not None else wf.data_source(cfg, "train"))
     wf.check_samples(cfg, tokenizer, samples, warn)
     held_out = (list(eval) if eval is not None else samples_of(wf, "eval"))[: cfg.trainer.eval.samples]

@@ -25,13 +25,13 @@ def load_samples(cfg: Any, split: str) -> list[Any]:
 
 
 def samples_of(workflow: Workflow, split: str) -> list[Any]:
-    """``workflow.load_samples(split)``, with what a plug-in's loader raises told in one line naming the workflow
-    and the split: a pydantic ``ValidationError`` (several lines, no file) by its first error, anything but a
+    """``workflow.load_samples(split)`` as a list (anything else it returns is refused), with what a plug-in's
+    loader raises told in one line naming the workflow and the split: a pydantic ``ValidationError`` (several lines, no file) by its first error, anything but a
     ``ValueError`` (which a loader writes to be read as it is) by its type and message."""
     from pydantic import ValidationError
 
     try:
-        return workflow.load_samples(split)
+        got = workflow.load_samples(split)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(x) for x in first.get("loc", ())) or "a sample"
@@ -43,6 +43,10 @@ def samples_of(workflow: Workflow, split: str) -> list[Any]:
     except Exception as err:  # noqa: BLE001 - a plug-in's bug, told where it happened
         raise ValueError(f"workflow {workflow.label!r}: load_samples({split!r}) raised {type(err).__name__}: {err}; "
                          f"source: {_source(workflow, split)}") from err
+    if got is None or isinstance(got, (str, bytes, dict)) or not hasattr(got, "__iter__"):
+        raise ValueError(f"workflow {workflow.label!r}: load_samples({split!r}) returned {type(got).__name__}, not a "
+                         "list of samples")
+    return list(got)
 
 
 def _source(workflow: Workflow, split: str) -> str:
