@@ -10,6 +10,7 @@ nothing to start from: refused here too, not after the first episodes fail.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from pathlib import Path
 from typing import Any
@@ -48,18 +49,11 @@ def check_tasks(path: Path, tasks: list[Task], toolkit: type[Toolkit], user_tool
 def _check_action(path: Path, row: int, j: int, task_id: str, action: Any, tools: dict[str, set[str] | None]) -> None:
     where = f"evaluation_criteria.actions[{j}]"
     if action.name not in tools:
-        near = _nearest(action.name, list(tools))
-        hint = f"; did you mean {near!r}?" if near else f" (its tools: {', '.join(sorted(tools)) or 'none'})"
+        near = difflib.get_close_matches(action.name, list(tools), n=1, cutoff=0.75)
+        hint = f"; did you mean {near[0]!r}?" if near else f" (its tools: {', '.join(sorted(tools)) or 'none'})"
         raise DataError(path, row, f"{where}.name", f"task {task_id}: the domain has no tool {action.name!r}{hint}")
     takes = tools[action.name]
     unknown = sorted(set(action.arguments) - takes) if takes is not None else []
     if unknown:
         raise DataError(path, row, f"{where}.arguments", f"task {task_id}: tool {action.name!r} takes no argument "
                         f"{unknown[0]!r} (it takes: {', '.join(sorted(takes)) or 'none'})")
-
-
-def _nearest(name: str, choices: list[str]) -> str | None:
-    import difflib
-
-    found = difflib.get_close_matches(name, choices, n=1, cutoff=0.75)
-    return found[0] if found else None
