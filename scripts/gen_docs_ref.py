@@ -171,7 +171,7 @@ def command_lines(path: list[str], cmd: Any, ctx: Any) -> list[str]:
     lines = [f"{'#' * min(len(path) + 1, 4)} `{title}`", "", "```text", f"Usage: {usage(title, cmd)}", "```", ""]
     if cmd.help:
         lines += [cmd.help.strip().replace("<", "&lt;").replace(">", "&gt;"), ""]
-    params = [p for p in cmd.params if p.name not in ("help", "version")]
+    params = [p for p in cmd.params if p.name != "help"]
     if params:
         lines += ["| parameter | type | default | description |", "|---|---|---|---|"]
         lines += [_param_row(p, ctx) for p in params] + [""]

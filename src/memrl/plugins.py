@@ -4,7 +4,8 @@ A config names a built-in (``workflow.name=memagent``) or any object importable 
 ``package.module:attribute`` (``workflow.name=my_pkg.agents:my_workflow``), the way slime takes a
 generate function and verl a reward function by path. Names are checked when the config is
 validated, so a typo or a missing module fails in one line before any model loads. Built-ins
-are registered here by path too and imported only when used.
+are registered here by path too and imported only when used; an installed package's plug-ins have
+names as well, declared as entry points (:mod:`memrl.installed_plugins`).
 
 Protocols:
 
@@ -27,6 +28,8 @@ import inspect
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from memrl.installed_plugins import installed_names, installed_target
 
 
 def load_object(spec: str, what: str) -> Any:
@@ -82,20 +85,28 @@ class Registry:
         return tuple(self._builtins)
 
     def target(self, name: str) -> str:
-        """The import path behind a built-in name (any other name is its own path)."""
-        return self._builtins.get(name, name)
+        """The import path behind a name: a built-in's, an installed package's (entry point), else the name."""
+        return self._builtins.get(name) or installed_target(self.kind, name) or name
+
+    def known(self, name: str) -> bool:
+        """Whether ``name`` is a built-in or declared by an installed package (no import path needed)."""
+        return name in self._builtins or name in installed_names(self.kind)
 
     def validate(self, name: str) -> str:
         """``name`` if it is a built-in or a loadable plug-in (imported now to find out), else ValueError."""
         if name not in self._builtins:
-            if ":" not in name:
-                raise ValueError(f"unknown {self.kind} {name!r}: choose {', '.join(self._builtins)} "
+            if ":" not in name and not self.known(name):
+                raise ValueError(f"unknown {self.kind} {name!r}: choose {', '.join(self.choices())} "
                                  "or give an import path 'package.module:name'")
             self.get(name)
         return name
 
+    def choices(self) -> tuple[str, ...]:
+        """Built-in names, then those of installed packages."""
+        return self.names + tuple(n for n in installed_names(self.kind) if n not in self._builtins)
+
     def get(self, name: str) -> Any:
-        obj = load_object(self._builtins.get(name, name), self.kind)
+        obj = load_object(self.target(name), self.kind)
         check = self._check_spec
         if isinstance(check, str):
             check = self._check_spec = load_object(check, f"{self.kind} check")

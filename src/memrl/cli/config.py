@@ -11,6 +11,7 @@ import typer
 import yaml
 
 from memrl.cli.common import resolve_config
+from memrl.cli.config_plugins import plugins
 from memrl.cli.errors import user_errors
 from memrl.config import MemRLConfig
 from memrl.config.describe import FieldRow, field_rows
@@ -204,3 +205,6 @@ def _report(flags: Collection[str], skipped: dict[str, str], unresolved: list[st
         err.print(f"- {why} ({len(keys)}): " + ", ".join(keys), soft_wrap=False)
     if unresolved:
         err.print(f"not set in the script, left as written: {', '.join('$' + v for v in unresolved)}")
+
+
+app.command("plugins")(user_errors(plugins))

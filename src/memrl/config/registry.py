@@ -9,7 +9,8 @@ and without a static import of ``memrl.rl`` or ``memrl.engines`` (which sit abov
 
 Yours: decorate a function in your module and name it by import path (``algorithm.adv_estimator=
 my_pkg.est:my_estimator``), or, from Python, import your module before the config is validated and
-use the registered name.
+use the registered name, or declare it as an entry point of your package
+(:mod:`memrl.installed_plugins`) and use that name anywhere.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator
 
+from memrl.installed_plugins import installed_names, installed_target
 from memrl.plugins import load_object
 
 T = TypeVar("T")
@@ -64,8 +66,11 @@ class NameRegistry:
         self._load_builtins()
         if name in self._entries:
             return self._entries[name]
-        if ":" in name:
-            obj = load_object(name, self.kind)
+        path = name if ":" in name else installed_target(self.kind, name)
+        if path is not None:
+            obj = load_object(path, self.kind)
+            if name in self._entries:  # an installed module whose decorator registered the same name
+                return self._entries[name]
             if not callable(obj):
                 raise ValueError(f"{self.kind} {name!r}: {type(obj).__name__} object is not callable")
             return obj
@@ -79,6 +84,7 @@ class NameRegistry:
     def unknown(self, name: str) -> str:
         """The one-line error for a name that is not registered: the nearest name and every choice."""
         names = self.names
+        names += tuple(n for n in installed_names(self.kind) if n not in names)
         near = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         return f"unknown {self.kind} {name!r}{hint}: choose {', '.join(names)} or an import path 'package.module:name'"

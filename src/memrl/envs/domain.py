@@ -254,8 +254,8 @@ def load_domain(name: str, data_dir: str | Path | None = None, *,
     """
     from memrl.plugins import DOMAINS
 
-    if name not in DOMAINS.names and ":" not in name:
-        raise ValueError(f"memrl has no tools for domain {name!r}; choose {', '.join(DOMAINS.names)} "
+    if not DOMAINS.known(name) and ":" not in name:
+        raise ValueError(f"memrl has no tools for domain {name!r}; choose {', '.join(DOMAINS.choices())} "
                          "or give an import path 'package.module:factory'")
     domain = DOMAINS.get(name)(data_dir=data_dir, tool_options=dict(tool_options or {}))
     missing = [m for m in DOMAIN_METHODS if not callable(getattr(domain, m, None))]
