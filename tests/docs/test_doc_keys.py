@@ -9,7 +9,8 @@ from tests.docs.test_reference_fresh import load_generator
 
 SECTIONS = "model|data|workflow|env|sampling|eval|engine|algorithm|teacher|lora|trainer|cluster"
 KEY = re.compile(rf"(?<![\w./-])((?:{SECTIONS})\.[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)")
-FREE_FORM = ("env.tool_options.", "engine.vllm.args.")  # dictionaries the domain / vLLM check themselves
+FREE_FORM = ("env.tool_options.", "engine.vllm.args.", "algorithm.policy_loss_options.",
+             "algorithm.adv_estimator_options.")  # dictionaries the domain / vLLM / plug-in check themselves
 # Named on purpose: a method, the typos in the error examples, the pre-options spelling the notice maps,
 # the option of the example plug-in workflow examples/custom_workflow/recall.py (not a built-in), and
 # verl-agent's own settings in the algorithms reference's table that maps them to memrl's.

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import inspect
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from memrl.config.plugin_options import check_plugin_options
 from memrl.config.rollout_corr import RolloutCorrectionConfig
 from memrl.config.registry import (ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, OFF_POLICY, POLICY_LOSSES,
                                    registered)
@@ -15,6 +16,12 @@ from memrl.config.section import Section
 TisLevel = Literal["token", "sequence"]  # memrl.rl.offpolicy reads the same list
 # The fields below that only some policy losses read (their ``options``; tests/rl/test_policy_losses_more.py keeps
 # the two lists equal): set with another loss, they are refused.
+# The keywords memrl passes to every policy loss / advantage estimator, with the key that sets each (a plug-in's
+# own settings may not take these names).
+LOSS_KEYWORDS = {"cliprange_low": "algorithm.clip_ratio_low", "cliprange_high": "algorithm.clip_ratio_high",
+                 "clip_ratio_c": "algorithm.clip_ratio_c", "loss_agg_mode": "algorithm.loss_agg_mode",
+                 "norm_length": "the workflow's token budget", "weights": "algorithm.rollout_correction"}
+ESTIMATOR_KEYWORDS = {"epsilon": "algorithm.epsilon"}
 LOSS_OPTION_FIELDS = ("sapo_tau_pos", "sapo_tau_neg", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
                       "kl_cov_coef", "dro_beta")
 
@@ -78,6 +85,13 @@ class AlgorithmConfig(Section):
     kl_cov_coef: float = Field(0.1, ge=0, description="kl_cov: weight of that penalty (verl's ppo_kl_coef).")
     dro_beta: float | None = Field(None, gt=0, description="dro: weight of the quadratic log-ratio penalty; "
                                    "required with policy_loss=dro (no default, as in verl).")
+    policy_loss_options: dict[str, Any] = Field(
+        default_factory=dict, description="A plug-in policy loss's own settings, passed to it as keyword "
+        "arguments (policy_loss=my_pkg.losses:scaled with policy_loss_options={scale: 0.5}); checked against its "
+        "signature when the config loads. Built-in losses read theirs from the keys above.")
+    adv_estimator_options: dict[str, Any] = Field(
+        default_factory=dict, description="A plug-in advantage estimator's own settings, passed to it as keyword "
+        "arguments beside epsilon; checked against its signature when the config loads.")
     off_policy: registered(OFF_POLICY) = Field(
         "none", description="Policy loss and its correction for samples the engine drew under other weights: a "
         "registered name (memrl.rl.register_off_policy) or an import path.")
@@ -107,7 +121,17 @@ class AlgorithmConfig(Section):
         if self.rollout_correction.enabled and self.off_policy != "none":
             raise ValueError(f"rollout_correction and off_policy={self.off_policy!r} both correct the engine's "
                              "log-probs: use one (off_policy: none with rollout_correction, or no rollout_correction)")
+        self._plugin_options()
         return self._policy_loss_fits()
+
+    def _plugin_options(self) -> None:
+        """A plug-in's own settings must be keywords it takes (else its first update would fail)."""
+        if self.policy_loss_options:
+            check_plugin_options("policy_loss_options", self.policy_loss, POLICY_LOSSES.get(self.policy_loss),
+                                 self.policy_loss_options, LOSS_KEYWORDS, positional=4)
+        if self.adv_estimator_options:
+            check_plugin_options("adv_estimator_options", self.adv_estimator, ADV_ESTIMATORS.get(self.adv_estimator),
+                                 self.adv_estimator_options, ESTIMATOR_KEYWORDS, positional=2)
 
     @property
     def replaces_ppo(self) -> bool:

@@ -252,13 +252,14 @@ def turn_advantages(estimator: str, rows: TurnRows, *, gamma: float = 1.0, episo
 
 
 def episode_advantages(scores: torch.Tensor, group_ids: Sequence[Hashable], estimator: str = "grpo",
-                       epsilon: float = 1e-6) -> torch.Tensor:
-    """One scalar per episode from the registered estimator's episode stage.
+                       epsilon: float = 1e-6, options: dict[str, Any] | None = None) -> torch.Tensor:
+    """One scalar per episode from the registered estimator's episode stage (``options``: a plug-in's own
+    settings, ``algorithm.adv_estimator_options``).
 
     Computed per *episode* within its group, so an episode with more conversations is not counted
     more often in the group mean/std.
     """
-    return get_estimator(estimator)(scores, group_ids, epsilon=epsilon)
+    return get_estimator(estimator)(scores, group_ids, epsilon=epsilon, **(options or {}))
 
 
 def broadcast(episode_values: torch.Tensor, conv_episode: Sequence[int], response_mask: torch.Tensor,

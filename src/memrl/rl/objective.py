@@ -46,7 +46,7 @@ def _policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages:
         chosen = policy_loss(algorithm.policy_loss)
         options = {name: getattr(algorithm, name) for name in chosen.options}
         loss, clipfrac, ppo_kl, lower = chosen(old_log_prob.detach(), log_prob, advantages.detach(), response_mask,
-                                               weights=weights, **clip, **options)
+                                               weights=weights, **clip, **options, **algorithm.policy_loss_options)
         return loss, {"clipfrac": clipfrac.detach(), "ppo_kl": ppo_kl.detach(), "clipfrac_lower": lower.detach()}
     if rc.enabled:
         if rc.bypass_mode:

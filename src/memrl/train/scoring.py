@@ -33,7 +33,7 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
     a = cfg.algorithm
     scores = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
     groups = [t.group_id for t in trajs]
-    ep_adv = episode_advantages(scores, groups, a.adv_estimator, a.epsilon)
+    ep_adv = episode_advantages(scores, groups, a.adv_estimator, a.epsilon, a.adv_estimator_options)
     width = max(len(r) for r in rows) - 1
     mask = torch.zeros((len(rows), width))
     for i, r in enumerate(rows):
