@@ -65,6 +65,9 @@ class EngineConfig(Section):
         "different lengths on a CPU, or eager attention): long prompts are then prefilled fewer at a time. "
         "Counted as rows x heads x length^2 x 4 bytes (the peak measured is about a third). Default: 12 on a CPU, "
         "none on a GPU (SDPA's kernels need no such memory).")
+    continuous_batching: bool = Field(
+        True, description="hf: a request that arrives while a batch decodes joins it at the next step (eager "
+        "decode); false: it waits for the batch to end. Same tokens either way (seeded requests).")
     decode: Literal["auto", "eager", "static"] = Field(
         "auto", description="hf: how decode steps run. static = a preallocated KV cache with fixed shapes per "
         "batch-size bucket, one CUDA graph per bucket on a GPU (no per-token Python or kernel-launch cost; same "

@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import operator
+import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,7 @@ import torch
 from memrl.engines.base import REQUEST_OWNER, GenerationResult, SamplingParams
 from memrl.engines.hf_batch import (Answer, BatchRows, EagerStepper, Request, attention_cap, fair_order, left_padded,
                                     over_attention, prefill)
+from memrl.engines.hf_join import join_waiting
 from memrl.engines.hf_static import StaticDecoder, describe_decode, resolve_decode
 from memrl.engines.kv_cache import release_freed_memory, reserved_cache
 
@@ -74,6 +76,7 @@ class _Lane:
     wake: asyncio.Event | None = None
     lock: asyncio.Lock | None = None
     worker: asyncio.Task[None] | None = None
+    guard: threading.Lock = field(default_factory=threading.Lock)  # pending/running: the decode thread takes joiners
 
 
 @dataclass
@@ -85,6 +88,8 @@ class EngineStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0
     batch_sizes: list[int] = field(default_factory=list)
+    joined: int = 0  # requests that joined a running batch (continuous batching)
+    peak_rows: int = 0  # the most rows one decode step has run
 
 
 def _vocab_size(model: Any) -> int | None:
@@ -117,6 +122,7 @@ class HFEngine:
         reserve_new_tokens: int = 1024,
         decode: str = "auto",
         max_attention_bytes: int | None = None,
+        continuous_batching: bool = True,
     ) -> None:
         self.model = model
         self.cache_kw = cache_keyword(model)
@@ -135,6 +141,7 @@ class HFEngine:
         self.weight_version = 0
         self.long_new_tokens = long_new_tokens
         self.reserve_new_tokens = reserve_new_tokens
+        self.continuous_batching = continuous_batching  # requests join a decoding batch (memrl.engines.hf_join)
         self._generator = torch.Generator().manual_seed(seed)
         self._lanes = (_Lane(), _Lane())  # short, long
         self.decode = decode  # auto | eager | static (memrl.engines.hf_static)
@@ -163,7 +170,8 @@ class HFEngine:
         self._ensure_worker(lane)
         assert lane.wake is not None
         fut: asyncio.Future[GenerationResult] = asyncio.get_running_loop().create_future()
-        lane.pending.append(Request(prompt, params, fut, _seeded(params.seed), owner=REQUEST_OWNER.get()))
+        with lane.guard:
+            lane.pending.append(Request(prompt, params, fut, _seeded(params.seed), owner=REQUEST_OWNER.get()))
         lane.wake.set()
         return await fut
 
@@ -194,12 +202,13 @@ class HFEngine:
         this so it need not wait for the turns in flight; they go on under the new weights). Call it on
         the event loop the requests were made on."""
         for lane in self._lanes:
-            for req in lane.running:
-                req.cut = True
-            for req in lane.pending:
+            with lane.guard:
+                for req in lane.running:
+                    req.cut = True
+                queued, lane.pending[:] = list(lane.pending), []
+            for req in queued:
                 if not req.future.done():
                     req.future.set_result(GenerationResult([], [], "abort", {"weight_version": self.weight_version}))
-            lane.pending.clear()
 
     def release_static(self) -> None:
         """Free the static decode's cache and graphs (a hosted replica going to sleep); the next batch
@@ -225,10 +234,11 @@ class HFEngine:
     async def close(self) -> None:
         """Cancel queued and running requests; the decode threads stop at their next step."""
         for lane in self._lanes:
-            for req in lane.running + lane.pending:
+            with lane.guard:
+                reqs, lane.pending[:] = lane.running + lane.pending, []
+            for req in reqs:
                 if not req.future.done():
                     req.future.cancel()
-            lane.pending.clear()
             if lane.worker is not None:
                 lane.worker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -282,20 +292,22 @@ class HFEngine:
                 lane.wake.clear()
                 await lane.wake.wait()
             await asyncio.sleep(self.batch_wait_s)  # let concurrent callers join this batch
-            batch = [r for r in self._take_batch(lane.pending) if not r.future.done()]
+            with lane.guard:
+                batch = [r for r in self._take_batch(lane.pending) if not r.future.done()]
             if not batch:
                 continue
             async with lane.lock:
                 lane.running = batch
                 try:
-                    await self._decode_isolated(batch, answer)
+                    await self._decode_isolated(batch, answer, lane)
                 finally:
                     lane.running = []
 
-    async def _decode_isolated(self, batch: list[Request], answer: Answer) -> None:
-        """Decode ``batch``; if that raises, decode its unanswered requests one by one so only the culprit fails."""
+    async def _decode_isolated(self, batch: list[Request], answer: Answer, lane: _Lane | None = None) -> None:
+        """Decode ``batch`` (which requests of ``lane`` join as it decodes); if that raises, decode its unanswered
+        requests one by one so only the culprit fails."""
         try:
-            await asyncio.to_thread(self._generate_batch, batch, answer)
+            await asyncio.to_thread(self._generate_batch, batch, answer, lane)
             return
         except Exception as exc:
             if len(batch) == 1:
@@ -313,7 +325,8 @@ class HFEngine:
                     req.future.set_exception(exc)
 
     # -- the batched decode loop -------------------------------------------------
-    def _generate_batch(self, reqs: list[Request], answer: Answer | None = None) -> list[GenerationResult]:
+    def _generate_batch(self, reqs: list[Request], answer: Answer | None = None,
+                        lane: _Lane | None = None) -> list[GenerationResult]:
         """Decode ``reqs`` together; ``answer(req, result)`` is called as each row finishes.
 
         A row whose future is done (its caller cancelled it) is dropped at the next step
@@ -321,12 +334,12 @@ class HFEngine:
         """
         release_freed_memory()  # what the trainer freed (an update's activations) is not held during the decode
         try:
-            return self._decode(reqs, answer)
+            return self._decode(reqs, answer, lane)
         finally:
             release_freed_memory()
 
     @torch.inference_mode()
-    def _decode(self, reqs: list[Request], answer: Answer | None) -> list[GenerationResult]:
+    def _decode(self, reqs: list[Request], answer: Answer | None, lane: _Lane | None = None) -> list[GenerationResult]:
         device = self.device
         input_ids, attention, positions = left_padded([r.prompt for r in reqs], self.pad_token_id, device)
         rows = BatchRows(reqs, answer, self.weight_version)
@@ -334,6 +347,7 @@ class HFEngine:
         self.stats.requests += len(reqs)
         self.stats.batches += 1
         self.stats.batch_sizes.append(len(reqs))
+        self.stats.peak_rows = max(self.stats.peak_rows, len(reqs))
         self.stats.prompt_tokens += sum(len(r.prompt) for r in reqs)
         if not active:
             return rows.results()
@@ -359,7 +373,9 @@ class HFEngine:
                     next_tokens = [next_tokens[j] for j in still]
                     active = [active[j] for j in still]
                 logits = stepper.forward(next_tokens)
-        return rows.results()
+                if lane is not None and lane.pending and self.continuous_batching and isinstance(stepper, EagerStepper):
+                    logits, active = join_waiting(self, lane, rows, stepper, logits, active)
+        return rows.results()[:len(reqs)]
 
     def _stepper(self, static: StaticDecoder | None, cache: Any, attention: torch.Tensor, last_pos: torch.Tensor,
                  reserve: int) -> StaticDecoder | EagerStepper:

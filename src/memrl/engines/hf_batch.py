@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from memrl.engines.base import GenerationResult, SamplingParams
+from memrl.engines.kv_cache import append_rows
 from memrl.engines.sampling import select_tokens, top_logprobs
 
 
@@ -128,6 +129,19 @@ class EagerStepper:
         self.cache.batch_select_indices(idx)
         self.attention, self.last_pos = self.attention[idx], self.last_pos[idx]
 
+    @property
+    def width(self) -> int:
+        """Columns of the cache (and attention mask) every row's filled part ends at."""
+        return int(self.attention.shape[1])
+
+    def admit(self, cache: Any, attention: torch.Tensor, last_pos: torch.Tensor) -> None:
+        """Append prefilled rows (their cache, mask and last positions) after the live ones; the narrower side
+        is left-padded with masked columns (:func:`~memrl.engines.kv_cache.append_rows`)."""
+        width = append_rows(self.cache, cache)
+        pad = [torch.nn.functional.pad(a, (width - a.shape[1], 0)) for a in (self.attention, attention)]
+        self.attention = torch.cat(pad)
+        self.last_pos = torch.cat([self.last_pos, last_pos])
+
     def forward(self, next_tokens: list[int]) -> torch.Tensor:
         """Feed each live row its token; the next-token logits ``[n, vocab]``."""
         self.attention = torch.cat([self.attention, self.attention.new_ones((len(next_tokens), 1))], dim=1)
@@ -146,20 +160,36 @@ class BatchRows:
     """
 
     def __init__(self, reqs: list[Request], answer: Answer | None, weight_version: int) -> None:
-        self.reqs, self.answer, self.weight_version = reqs, answer, weight_version
+        self.reqs, self.answer, self.weight_version = list(reqs), answer, weight_version
         self.ids: list[list[int]] = [[] for _ in reqs]
         self.logprobs: list[list[float]] = [[] for _ in reqs]
         self.top: list[list[list[tuple[int, float]]]] = [[] for _ in reqs]
         self.reasons: list[str | None] = [None] * len(reqs)
 
-    def start(self) -> list[int]:
-        """Finish the rows with nothing to decode (cancelled already, or no new tokens asked); the others."""
-        for i, r in enumerate(self.reqs):
+    def start(self, first: int = 0) -> list[int]:
+        """Finish the rows from ``first`` on with nothing to decode (cancelled already, or no new tokens asked);
+        the others."""
+        for i in range(first, len(self.reqs)):
+            r = self.reqs[i]
             if r.future.done() or r.cut:
                 self.finish(i, "abort")
             elif r.params.max_new_tokens == 0:
                 self.finish(i, "length")
-        return [i for i in range(len(self.reqs)) if self.reasons[i] is None]
+        return [i for i in range(first, len(self.reqs)) if self.reasons[i] is None]
+
+    def add(self, reqs: list[Request]) -> list[int]:
+        """Rows for requests joining the running batch (continuous batching); those of them left to decode."""
+        first = len(self.reqs)
+        self.reqs += reqs
+        self.ids += [[] for _ in reqs]
+        self.logprobs += [[] for _ in reqs]
+        self.top += [[] for _ in reqs]
+        self.reasons += [None] * len(reqs)
+        return self.start(first)
+
+    def tokens_left(self, i: int) -> int:
+        """New tokens row ``i`` may still generate."""
+        return self.reqs[i].params.max_new_tokens - len(self.ids[i])
 
     def result(self, i: int) -> GenerationResult:
         extra = {"top_logprobs": self.top[i]} if self.reqs[i].params.top_logprobs else {}

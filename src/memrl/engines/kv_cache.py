@@ -55,6 +55,29 @@ def kv_layer_class() -> type:
     return ReservedLayer
 
 
+def append_rows(cache: Any, joined: Any) -> int:
+    """Append the rows of ``joined`` (a prefilled :func:`reserved_cache`) to ``cache``, in place; the new width.
+
+    Both are left-padded: the narrower one gets zero keys/values on the left (masked out by the caller's
+    attention mask, as a prompt's padding is), so every row's filled part ends at the same column. Each
+    layer keeps room for the larger of the two caches' remaining reserves. Copies both caches once.
+    """
+    width = 0
+    for mine, theirs in zip(cache.layers, joined.layers):
+        n, k = mine.keys.shape[0], theirs.keys.shape[0]
+        width = max(mine.filled, theirs.filled)
+        room = max(mine._k.shape[-2] - mine.filled, theirs._k.shape[-2] - theirs.filled)
+        heads, dim = mine._k.shape[1], mine._k.shape[3]
+        for name in ("_k", "_v"):
+            out = getattr(mine, name).new_zeros(n + k, heads, width + room, dim)
+            out[:n, :, width - mine.filled:width] = getattr(mine, name)[:, :, :mine.filled]
+            out[n:, :, width - theirs.filled:width] = getattr(theirs, name)[:, :, :theirs.filled]
+            setattr(mine, name, out)
+        mine.filled = width
+        mine.keys, mine.values = mine._k[:, :, :width], mine._v[:, :, :width]
+    return width
+
+
 def reserved_cache(capacity: int) -> Any:
     """A ``DynamicCache`` whose layers reserve ``capacity`` positions (see :func:`_kv_layer_class`)."""
     from transformers import DynamicCache
