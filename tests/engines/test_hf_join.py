@@ -115,6 +115,28 @@ def test_a_joined_request_cancelled_by_its_caller_leaves_the_batch(tiny_model):
     assert len(first.token_ids) == 60 and eng.stats.generated_tokens < 10_000
 
 
+def test_nobody_joins_a_batch_that_a_weight_update_waits_for(tiny_model):
+    """Else a stream of newcomers would keep the batch, and the update, going for ever."""
+    model, tok = tiny_model
+    eng = HFEngine(model, long_new_tokens=100_000)
+
+    async def go():
+        head = asyncio.ensure_future(eng.generate(texts(tok, "a")[0], SamplingParams(max_new_tokens=80, greedy=True)))
+        while not eng._lanes[0].running:
+            await asyncio.sleep(0.001)
+        update = asyncio.ensure_future(eng.update_weights({}))
+        await asyncio.sleep(0)  # the update now waits for the batch
+        late = await eng.generate(texts(tok, "hi")[0], SamplingParams(max_new_tokens=3, greedy=True))
+        first = await head
+        await update
+        await eng.close()
+        return first, late
+
+    first, late = asyncio.run(go())
+    assert eng.stats.joined == 0 and eng.stats.batches == 2
+    assert first.meta["weight_version"] == 0 and late.meta["weight_version"] == 1
+
+
 def test_appended_cache_rows_give_the_logits_of_separate_caches(tiny_model):
     """Two prefilled groups of different widths, appended, decode one step as each group does alone."""
     model, tok = tiny_model

@@ -19,6 +19,10 @@ reserves the prompt width plus at most ``reserve_new_tokens`` positions and grow
 (doubling) only as far as its rows actually decode, so one request's budget does
 not size the memory of its batch-mates.
 
+Continuous batching (``continuous_batching``, on by default): a request that arrives while a batch decodes
+joins it at the next step instead of waiting for the batch to end (:mod:`memrl.engines.hf_join`; eager
+decode only).
+
 Failure and cancellation are per request. Prompt ids outside the vocabulary are
 rejected by ``generate`` before they reach a batch; if a batched decode still
 raises, its unanswered requests are decoded again one at a time, so only the
@@ -51,20 +55,11 @@ from typing import Any
 import torch
 
 from memrl.engines.base import REQUEST_OWNER, GenerationResult, SamplingParams
-from memrl.engines.hf_batch import (Answer, BatchRows, EagerStepper, Request, attention_cap, fair_order, left_padded,
-                                    over_attention, prefill)
+from memrl.engines.hf_batch import (Answer, BatchRows, EagerStepper, Request, attention_cap, cache_keyword,
+                                    fair_order, left_padded, over_attention, prefill, vocab_size)
 from memrl.engines.hf_join import join_waiting
 from memrl.engines.hf_static import StaticDecoder, describe_decode, resolve_decode
 from memrl.engines.kv_cache import release_freed_memory, reserved_cache
-
-
-def cache_keyword(model: Any) -> str:
-    """The name ``forward`` takes the KV cache under: ``cache`` since transformers 5.x renamed it (the old
-    ``past_key_values`` still works but warns on every call), ``past_key_values`` before."""
-    import inspect
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft wrapper passes it on
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 @dataclass
@@ -90,14 +85,6 @@ class EngineStats:
     batch_sizes: list[int] = field(default_factory=list)
     joined: int = 0  # requests that joined a running batch (continuous batching)
     peak_rows: int = 0  # the most rows one decode step has run
-
-
-def _vocab_size(model: Any) -> int | None:
-    """Rows of the input embedding: the exclusive upper bound of a valid token id."""
-    with contextlib.suppress(Exception):
-        return int(model.get_input_embeddings().num_embeddings)
-    size = getattr(getattr(model, "config", None), "vocab_size", None)
-    return int(size) if size else None
 
 
 def _seeded(seed: int | None) -> torch.Generator | None:
@@ -132,7 +119,7 @@ class HFEngine:
             eos = getattr(cfg, "eos_token_id", 0)
             pad = eos[0] if isinstance(eos, (list, tuple)) else (eos or 0)
         self.pad_token_id = int(pad)
-        self.vocab_size = _vocab_size(model)
+        self.vocab_size = vocab_size(model)
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self._attention_cap = attention_cap(model, max_attention_bytes)  # bounds a padded prefill's scores
@@ -142,6 +129,7 @@ class HFEngine:
         self.long_new_tokens = long_new_tokens
         self.reserve_new_tokens = reserve_new_tokens
         self.continuous_batching = continuous_batching  # requests join a decoding batch (memrl.engines.hf_join)
+        self._draining = 0  # callers waiting for the batches to end: nobody joins them meanwhile
         self._generator = torch.Generator().manual_seed(seed)
         self._lanes = (_Lane(), _Lane())  # short, long
         self.decode = decode  # auto | eager | static (memrl.engines.hf_static)
@@ -223,13 +211,18 @@ class HFEngine:
 
     @contextlib.asynccontextmanager
     async def _between_batches(self) -> AsyncIterator[None]:
-        """Hold every lane's lock: no batch decodes inside this block."""
-        async with contextlib.AsyncExitStack() as stack:
-            for lane in self._lanes:
-                self._ensure_worker(lane)
-                assert lane.lock is not None
-                await stack.enter_async_context(lane.lock)
-            yield
+        """Hold every lane's lock: no batch decodes inside this block (and none admits newcomers while we wait,
+        or a stream of joiners would keep a batch, and a weight update, going forever)."""
+        self._draining += 1
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                for lane in self._lanes:
+                    self._ensure_worker(lane)
+                    assert lane.lock is not None
+                    await stack.enter_async_context(lane.lock)
+                yield
+        finally:
+            self._draining -= 1
 
     async def close(self) -> None:
         """Cancel queued and running requests; the decode threads stop at their next step."""
@@ -373,7 +366,8 @@ class HFEngine:
                     next_tokens = [next_tokens[j] for j in still]
                     active = [active[j] for j in still]
                 logits = stepper.forward(next_tokens)
-                if lane is not None and lane.pending and self.continuous_batching and isinstance(stepper, EagerStepper):
+                if lane is not None and lane.pending and self.continuous_batching and not self._draining \
+                        and isinstance(stepper, EagerStepper):
                     logits, active = join_waiting(self, lane, rows, stepper, logits, active)
         return rows.results()[:len(reqs)]
 

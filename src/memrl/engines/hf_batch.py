@@ -7,6 +7,7 @@ its own generator when seeded, so what a row generates does not depend on the ro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,23 @@ class Request:
     generator: torch.Generator | None
     cut: bool = False  # set by HFEngine.interrupt: leave at the next step with the tokens so far
     owner: object = None  # who asked (memrl serve: one HTTP request): batches take owners in turn
+
+
+def cache_keyword(model: Any) -> str:
+    """The name ``forward`` takes the KV cache under: ``cache`` since transformers 5.x renamed it (the old
+    ``past_key_values`` still works but warns on every call), ``past_key_values`` before."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft wrapper passes it on
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def vocab_size(model: Any) -> int | None:
+    """Rows of the input embedding: the exclusive upper bound of a valid token id."""
+    with contextlib.suppress(Exception):
+        return int(model.get_input_embeddings().num_embeddings)
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    return int(size) if size else None
 
 
 def fair_order(pending: Sequence[Request]) -> list[Request]:
