@@ -177,7 +177,7 @@ def test_pick_joiners_keeps_the_limits_of_a_new_batch():
     picked = pick_joiners(pending, live=2, width=20, tokens_left=30, max_rows=8, max_tokens=1000, attention_cap=None)
     # (20 + 30) * 3 = 150 fits; the 50-token prompt makes (50 + 30) * 4 = 320 fit too; the last needs 4000 > 1000
     assert [len(r.prompt) for r in picked] == [10, 50]
-    assert [len(r.prompt) for r in pending] == [3, 4]  # the cancelled one is left for the worker to discard
-    assert pick_joiners(pending[1:], live=8, width=1, tokens_left=1, max_rows=8, max_tokens=10**9,
+    assert [len(r.prompt) for r in pending] == [4]  # the cancelled one is dropped (nobody waits for it)
+    assert pick_joiners(pending, live=8, width=1, tokens_left=1, max_rows=8, max_tokens=10**9,
                         attention_cap=None) == []
     loop.close()

@@ -32,12 +32,11 @@ def pick_joiners(pending: list[Request], *, live: int, width: int, tokens_left: 
     (its ``width`` or the longest new prompt, plus the most new tokens any row may still add) times its
     rows within ``max_tokens``; the newcomers' own prefill within the attention cap.
     """
+    pending[:] = [r for r in pending if not r.future.done()]  # cancelled while queued: nobody waits for them
     picked: list[Request] = []
     lengths: set[int] = set()
     prompts: set[tuple[int, ...]] = set()
     for req in fair_order(pending):
-        if req.future.done():
-            continue  # cancelled while queued: the lane's worker discards it
         rows = live + len(picked) + 1
         reach = max(width, len(req.prompt)) + max(tokens_left, req.params.max_new_tokens)
         key = tuple(req.prompt)
