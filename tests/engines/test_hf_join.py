@@ -9,7 +9,7 @@ import torch
 
 from memrl.engines.base import SamplingParams
 from memrl.engines.hf import HFEngine, cache_keyword
-from memrl.engines.hf_batch import Request, left_padded, prefill
+from memrl.engines.hf_batch import EagerStepper, Request, left_padded, prefill
 from memrl.engines.hf_join import pick_joiners
 from memrl.engines.kv_cache import append_rows, reserved_cache
 
@@ -161,6 +161,52 @@ def test_appended_cache_rows_give_the_logits_of_separate_caches(tiny_model):
     assert width == max(a0.shape[1], a1.shape[1]) and a0.shape[1] != a1.shape[1]
     att = torch.cat([torch.nn.functional.pad(a, (width - a.shape[1], 0)) for a in (a0, a1)])
     torch.testing.assert_close(step(c0, att, torch.cat([l0, l1])), alone, atol=1e-5, rtol=0)
+
+
+def test_a_joined_batch_drops_the_padding_columns_of_rows_that_left(tiny_model):
+    """Else a batch that keeps admitting rows would carry every column of its history."""
+    model, tok = tiny_model
+    kw = cache_keyword(model)
+    long_prompt, short_prompt, joiner = texts(tok, "the key is 42 and the value is", "a", "hi there")
+
+    def prefilled(prompts):
+        ids, att, pos = left_padded(prompts, 0, torch.device("cpu"))
+        cache = reserved_cache(ids.shape[1] + 4)
+        logits = prefill(model, kw, cache, prompts, ids, att, pos)
+        return cache, att, pos[:, -1], logits
+
+    cache, att, last, _ = prefilled([long_prompt, short_prompt])
+    stepper = EagerStepper(model, kw, cache, att, last)
+    stepper.drop([1])  # the long row leaves: its padding columns are masked in every live row
+    c2, a2, l2, _ = prefilled([joiner])
+    stepper.admit(c2, a2, l2)
+    assert stepper.width == max(len(short_prompt), len(joiner)) < len(long_prompt)
+    merged = stepper.forward([5, 5])
+    alone = [EagerStepper(model, kw, *prefilled([p])[:3]).forward([5]) for p in (short_prompt, joiner)]
+    torch.testing.assert_close(merged, torch.cat(alone), atol=1e-5, rtol=0)
+
+
+def test_requests_that_fail_to_join_wait_for_the_next_batch_and_the_batch_goes_on(tiny_model, monkeypatch):
+    import memrl.engines.hf_join as hf_join
+
+    model, tok = tiny_model
+    real = hf_join.prefill
+    calls = {"n": 0}
+
+    def once_out_of_memory(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hf_join, "prefill", once_out_of_memory)
+    first = (texts(tok, "a")[0], SamplingParams(max_new_tokens=40, temperature=1.0, seed=3))
+    late = (texts(tok, "hello")[0], SamplingParams(max_new_tokens=6, temperature=1.0, seed=4))
+    eng = HFEngine(model, long_new_tokens=100_000)
+    joined = asyncio.run(_while_decoding(eng, first, [late]))
+    assert calls["n"] == 1 and eng.stats.batch_sizes == [1, 1]  # no one-by-one retry of the whole batch
+    alone = asyncio.run(_alone(HFEngine(model, continuous_batching=False), [first, late]))
+    assert [r.token_ids for r in joined] == [r.token_ids for r in alone]
 
 
 def _req(loop: asyncio.AbstractEventLoop, prompt: list[int], new: int, done: bool = False) -> Request:

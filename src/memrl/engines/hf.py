@@ -72,6 +72,7 @@ class _Lane:
     lock: asyncio.Lock | None = None
     worker: asyncio.Task[None] | None = None
     guard: threading.Lock = field(default_factory=threading.Lock)  # pending/running: the decode thread takes joiners
+    epoch: int = 0  # bumped by close(): a decode thread still running from before takes no new joiners
 
 
 @dataclass
@@ -229,6 +230,7 @@ class HFEngine:
         for lane in self._lanes:
             with lane.guard:
                 reqs, lane.pending[:] = lane.running + lane.pending, []
+                lane.epoch += 1
             for req in reqs:
                 if not req.future.done():
                     req.future.cancel()
@@ -333,7 +335,7 @@ class HFEngine:
 
     @torch.inference_mode()
     def _decode(self, reqs: list[Request], answer: Answer | None, lane: _Lane | None = None) -> list[GenerationResult]:
-        device = self.device
+        device, epoch = self.device, lane.epoch if lane is not None else 0
         input_ids, attention, positions = left_padded([r.prompt for r in reqs], self.pad_token_id, device)
         rows = BatchRows(reqs, answer, self.weight_version)
         active = rows.start()
@@ -367,7 +369,7 @@ class HFEngine:
                     active = [active[j] for j in still]
                 logits = stepper.forward(next_tokens)
                 if lane is not None and lane.pending and self.continuous_batching and not self._draining \
-                        and isinstance(stepper, EagerStepper):
+                        and getattr(stepper, "admits", False) and lane.epoch == epoch:
                     logits, active = join_waiting(self, lane, rows, stepper, logits, active)
         return rows.results()[:len(reqs)]
 

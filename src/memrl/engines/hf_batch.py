@@ -140,6 +140,7 @@ class EagerStepper:
                  last_pos: torch.Tensor) -> None:
         self.model, self.cache_kw, self.cache = model, cache_kw, cache
         self.attention, self.last_pos = attention, last_pos
+        self.admits = True  # takes rows that join mid-batch (off after a join failed)
 
     def drop(self, keep: list[int]) -> None:
         """Keep only the rows ``keep`` (indices among the live rows) in the batch and the cache."""
@@ -155,10 +156,13 @@ class EagerStepper:
     def admit(self, cache: Any, attention: torch.Tensor, last_pos: torch.Tensor) -> None:
         """Append prefilled rows (their cache, mask and last positions) after the live ones; the narrower side
         is left-padded with masked columns (:func:`~memrl.engines.kv_cache.append_rows`)."""
-        width = append_rows(self.cache, cache)
-        pad = [torch.nn.functional.pad(a, (width - a.shape[1], 0)) for a in (self.attention, attention)]
-        self.attention = torch.cat(pad)
-        self.last_pos = torch.cat([self.last_pos, last_pos])
+        seen = self.attention.any(dim=0)  # columns some live row attends to; those before the first are dropped
+        skip = int(seen.int().argmax()) if bool(seen.any()) else 0
+        width = max(self.width - skip, attention.shape[1])
+        pad = [torch.nn.functional.pad(a, (width - a.shape[1], 0)) for a in (self.attention[:, skip:], attention)]
+        merged, last = torch.cat(pad), torch.cat([self.last_pos, last_pos])
+        append_rows(self.cache, cache, skip)  # the one step that changes the cache: all or nothing
+        self.attention, self.last_pos = merged, last
 
     def forward(self, next_tokens: list[int]) -> torch.Tensor:
         """Feed each live row its token; the next-token logits ``[n, vocab]``."""

@@ -15,6 +15,7 @@ Only the eager decode joins; the static (CUDA-graph) decode keeps fixed batches.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +23,8 @@ import torch
 
 from memrl.engines.hf_batch import BatchRows, EagerStepper, Request, fair_order, left_padded, over_attention, prefill
 from memrl.engines.kv_cache import reserved_cache
+
+log = logging.getLogger(__name__)
 
 
 def pick_joiners(pending: list[Request], *, live: int, width: int, tokens_left: int, max_rows: int,
@@ -33,6 +36,8 @@ def pick_joiners(pending: list[Request], *, live: int, width: int, tokens_left: 
     rows within ``max_tokens``; the newcomers' own prefill within the attention cap.
     """
     pending[:] = [r for r in pending if not r.future.done()]  # cancelled while queued: nobody waits for them
+    if live >= max_rows:
+        return []
     picked: list[Request] = []
     lengths: set[int] = set()
     prompts: set[tuple[int, ...]] = set()
@@ -54,8 +59,7 @@ def pick_joiners(pending: list[Request], *, live: int, width: int, tokens_left: 
 
 
 def admit(model: Any, cache_kw: str, stepper: EagerStepper, rows: BatchRows, joiners: Sequence[Request],
-          logits: torch.Tensor, active: list[int], *, pad_token_id: int, reserve_new_tokens: int,
-          ) -> tuple[torch.Tensor, list[int]]:
+          logits: torch.Tensor, active: list[int], *, pad_token_id: int) -> tuple[torch.Tensor, list[int]]:
     """Prefill ``joiners``, append them to the running batch; the batch's next-token logits and live rows.
 
     ``logits`` are the live rows' (from the step just taken); the newcomers' come from their prefill,
@@ -66,8 +70,7 @@ def admit(model: Any, cache_kw: str, stepper: EagerStepper, rows: BatchRows, joi
         return logits, active
     prompts = [rows.reqs[i].prompt for i in new]
     input_ids, attention, positions = left_padded(prompts, pad_token_id, logits.device)
-    longest_new = max(rows.tokens_left(i) for i in new)
-    cache = reserved_cache(input_ids.shape[1] + min(longest_new, reserve_new_tokens))
+    cache = reserved_cache(input_ids.shape[1])  # copied into the batch's cache at once: the batch keeps the room
     joined = prefill(model, cache_kw, cache, prompts, input_ids, attention, positions)
     stepper.admit(cache, attention, positions[:, -1])
     return torch.cat([logits, joined.to(logits.dtype)]), active + new
@@ -84,9 +87,28 @@ def join_waiting(engine: Any, lane: Any, rows: BatchRows, stepper: EagerStepper,
     if not joiners:
         return logits, active
     engine.stats.requests += len(joiners)
-    engine.stats.joined += len(joiners)
     engine.stats.prompt_tokens += sum(len(r.prompt) for r in joiners)
-    logits, active = admit(engine.model, engine.cache_kw, stepper, rows, joiners, logits, active,
-                           pad_token_id=engine.pad_token_id, reserve_new_tokens=engine.reserve_new_tokens)
+    first = len(rows.reqs)
+    try:
+        logits, active = admit(engine.model, engine.cache_kw, stepper, rows, joiners, logits, active,
+                               pad_token_id=engine.pad_token_id)
+    except Exception as exc:  # noqa: BLE001 - out of memory, most likely: the batch goes on without them
+        _requeue(lane, rows, first, exc)
+        stepper.admits = False
+        return logits, active
+    engine.stats.joined += len(joiners)
     engine.stats.peak_rows = max(engine.stats.peak_rows, len(active))
     return logits, active
+
+
+def _requeue(lane: Any, rows: BatchRows, first: int, exc: BaseException) -> None:
+    """Put the requests that failed to join (rows ``first..``, not yet answered) back at the head of the queue:
+    they decode in a batch of their own once this one ends, and this one keeps its rows."""
+    back = [r for i, r in enumerate(rows.reqs[first:], first) if rows.reasons[i] is None]
+    for i in range(first, len(rows.reqs)):
+        rows.reasons[i] = rows.reasons[i] or "requeued"  # never answered from this batch
+    with lane.guard:
+        lane.running[:] = [r for r in lane.running if all(r is not b for b in back)]
+        lane.pending[:0] = back
+    log.warning("hf engine: %d request(s) could not join the running batch (%s: %s); they wait for the next batch",
+                len(back), type(exc).__name__, " ".join(str(exc).split())[:200])

@@ -51,7 +51,10 @@ class HostedHF(Hosted):
             self.model.load_state_dict(weights, strict=False)
         self.model.eval()
         pad = getattr(self.model.config, "pad_token_id", None)
-        self.engine = HFEngine(self.model, pad_token_id=pad, max_batch_size=max_batch_size, seed=seed)
+        engine = dict(((options or {}).get("config") or {}).get("engine") or {})  # the run's engine section
+        self.engine = HFEngine(self.model, pad_token_id=pad, max_batch_size=max_batch_size, seed=seed,
+                               decode=engine.get("decode", "auto"),
+                               continuous_batching=engine.get("continuous_batching", True))
 
     async def sleep(self) -> None:
         if self.device != "cpu":

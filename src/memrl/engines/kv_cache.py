@@ -55,27 +55,34 @@ def kv_layer_class() -> type:
     return ReservedLayer
 
 
-def append_rows(cache: Any, joined: Any) -> int:
+def append_rows(cache: Any, joined: Any, skip: int = 0) -> int:
     """Append the rows of ``joined`` (a prefilled :func:`reserved_cache`) to ``cache``, in place; the new width.
 
     Both are left-padded: the narrower one gets zero keys/values on the left (masked out by the caller's
-    attention mask, as a prompt's padding is), so every row's filled part ends at the same column. Each
-    layer keeps room for the larger of the two caches' remaining reserves. Copies both caches once.
+    attention mask, as a prompt's padding is), so every row's filled part ends at the same column. The
+    first ``skip`` columns of ``cache`` (masked in every row: padding of rows that have left) are dropped,
+    so a batch that keeps admitting rows does not drag its whole history along. Each layer keeps room
+    for the larger of the two caches' remaining reserves. The new tensors are built for every layer
+    before any is replaced, so a failure (out of memory) leaves ``cache`` as it was.
     """
-    width = 0
+    built = []
     for mine, theirs in zip(cache.layers, joined.layers):
         n, k = mine.keys.shape[0], theirs.keys.shape[0]
-        width = max(mine.filled, theirs.filled)
+        kept = mine.filled - skip
+        width = max(kept, theirs.filled)
         room = max(mine._k.shape[-2] - mine.filled, theirs._k.shape[-2] - theirs.filled)
         heads, dim = mine._k.shape[1], mine._k.shape[3]
+        pair = []
         for name in ("_k", "_v"):
             out = getattr(mine, name).new_zeros(n + k, heads, width + room, dim)
-            out[:n, :, width - mine.filled:width] = getattr(mine, name)[:, :, :mine.filled]
+            out[:n, :, width - kept:width] = getattr(mine, name)[:, :, skip:mine.filled]
             out[n:, :, width - theirs.filled:width] = getattr(theirs, name)[:, :, :theirs.filled]
-            setattr(mine, name, out)
-        mine.filled = width
-        mine.keys, mine.values = mine._k[:, :, :width], mine._v[:, :, :width]
-    return width
+            pair.append(out)
+        built.append((mine, width, pair))
+    for mine, width, (keys, values) in built:
+        mine._k, mine._v, mine.filled = keys, values, width
+        mine.keys, mine.values = keys[:, :, :width], values[:, :, :width]
+    return built[0][1] if built else 0
 
 
 def reserved_cache(capacity: int) -> Any:
