@@ -44,7 +44,7 @@ def test_requests_sent_mid_batch_join_it_and_generate_what_they_would_alone(tiny
     later = [(p, SamplingParams(max_new_tokens=12, temperature=1.0, seed=10 + k, top_logprobs=2))
              for k, p in enumerate(texts(tok, "the key is 42 and the value is", "hi", "the key is 42 and the value is"))]
     later.append((later[1][0], SamplingParams(max_new_tokens=9, greedy=True)))
-    eng = HFEngine(model, long_new_tokens=100_000)
+    eng = HFEngine(model, long_new_tokens=100_000, continuous_batching=True)
     joined = asyncio.run(_while_decoding(eng, first, later))
     assert eng.stats.joined == len(later) and eng.stats.batches == 1  # nobody waited for the 300 tokens
     alone = asyncio.run(_alone(HFEngine(model, continuous_batching=False), [first, *later]))
@@ -65,7 +65,7 @@ def test_without_continuous_batching_a_late_request_waits_for_the_next_batch(tin
 
 def test_joining_respects_the_batch_size(tiny_model):
     model, tok = tiny_model
-    eng = HFEngine(model, long_new_tokens=100_000, max_batch_size=2)
+    eng = HFEngine(model, long_new_tokens=100_000, max_batch_size=2, continuous_batching=True)
     later = [(p, SamplingParams(max_new_tokens=4, greedy=True)) for p in texts(tok, "one", "two two", "three")]
     asyncio.run(_while_decoding(eng, (texts(tok, "a")[0], LONG), later))
     assert eng.stats.joined == len(later) and eng.stats.batches == 1  # each joined as a row became free
@@ -74,7 +74,7 @@ def test_joining_respects_the_batch_size(tiny_model):
 
 def test_an_interrupt_cuts_the_rows_that_joined(tiny_model):
     model, tok = tiny_model
-    eng = HFEngine(model, long_new_tokens=100_000)
+    eng = HFEngine(model, long_new_tokens=100_000, continuous_batching=True)
 
     async def go():
         head = asyncio.ensure_future(eng.generate(texts(tok, "a")[0], LONG))
@@ -95,7 +95,7 @@ def test_an_interrupt_cuts_the_rows_that_joined(tiny_model):
 
 def test_a_joined_request_cancelled_by_its_caller_leaves_the_batch(tiny_model):
     model, tok = tiny_model
-    eng = HFEngine(model, long_new_tokens=100_000)
+    eng = HFEngine(model, long_new_tokens=100_000, continuous_batching=True)
 
     async def go():
         head = asyncio.ensure_future(eng.generate(texts(tok, "a")[0], SamplingParams(max_new_tokens=60, greedy=True)))
@@ -118,7 +118,7 @@ def test_a_joined_request_cancelled_by_its_caller_leaves_the_batch(tiny_model):
 def test_nobody_joins_a_batch_that_a_weight_update_waits_for(tiny_model):
     """Else a stream of newcomers would keep the batch, and the update, going for ever."""
     model, tok = tiny_model
-    eng = HFEngine(model, long_new_tokens=100_000)
+    eng = HFEngine(model, long_new_tokens=100_000, continuous_batching=True)
 
     async def go():
         head = asyncio.ensure_future(eng.generate(texts(tok, "a")[0], SamplingParams(max_new_tokens=80, greedy=True)))
@@ -202,7 +202,7 @@ def test_requests_that_fail_to_join_wait_for_the_next_batch_and_the_batch_goes_o
     monkeypatch.setattr(hf_join, "prefill", once_out_of_memory)
     first = (texts(tok, "a")[0], SamplingParams(max_new_tokens=40, temperature=1.0, seed=3))
     late = (texts(tok, "hello")[0], SamplingParams(max_new_tokens=6, temperature=1.0, seed=4))
-    eng = HFEngine(model, long_new_tokens=100_000)
+    eng = HFEngine(model, long_new_tokens=100_000, continuous_batching=True)
     joined = asyncio.run(_while_decoding(eng, first, [late]))
     assert calls["n"] == 1 and eng.stats.batch_sizes == [1, 1]  # no one-by-one retry of the whole batch
     alone = asyncio.run(_alone(HFEngine(model, continuous_batching=False), [first, late]))
@@ -227,3 +227,13 @@ def test_pick_joiners_keeps_the_limits_of_a_new_batch():
     assert pick_joiners(pending, live=8, width=1, tokens_left=1, max_rows=8, max_tokens=10**9,
                         attention_cap=None) == []
     loop.close()
+
+
+def test_training_keeps_fixed_batches_and_memrl_serve_joins():
+    """Off by default (a training run stays bitwise reproducible); a server's clients arrive whenever."""
+    from memrl.config import load_config
+    from memrl.serve.server import _load
+
+    assert load_config(None, []).engine.continuous_batching is False
+    _, engine = _load("hf", "tiny", "float32", 4, None)
+    assert engine.continuous_batching is True

@@ -66,8 +66,10 @@ class EngineConfig(Section):
         "Counted as rows x heads x length^2 x 4 bytes (the peak measured is about a third). Default: 12 on a CPU, "
         "none on a GPU (SDPA's kernels need no such memory).")
     continuous_batching: bool = Field(
-        True, description="hf: a request that arrives while a batch decodes joins it at the next step (eager "
-        "decode); false: it waits for the batch to end. Same tokens either way (seeded requests).")
+        False, description="hf: a request that arrives while a batch decodes joins it at the next step (eager "
+        "decode) instead of waiting for the batch to end: faster multi-turn rollouts when some answers are long, "
+        "but which step a request joins at depends on thread timing, so a run's numbers are no longer bitwise "
+        "reproducible (seeded requests keep their tokens up to float rounding). memrl serve turns it on.")
     decode: Literal["auto", "eager", "static"] = Field(
         "auto", description="hf: how decode steps run. static = a preallocated KV cache with fixed shapes per "
         "batch-size bucket, one CUDA graph per bucket on a GPU (no per-token Python or kernel-launch cost; same "

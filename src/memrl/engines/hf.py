@@ -19,9 +19,9 @@ reserves the prompt width plus at most ``reserve_new_tokens`` positions and grow
 (doubling) only as far as its rows actually decode, so one request's budget does
 not size the memory of its batch-mates.
 
-Continuous batching (``continuous_batching``, on by default): a request that arrives while a batch decodes
-joins it at the next step instead of waiting for the batch to end (:mod:`memrl.engines.hf_join`; eager
-decode only).
+Continuous batching (``continuous_batching``; ``memrl serve`` turns it on): a request that arrives while a
+batch decodes joins it at the next step instead of waiting for the batch to end (:mod:`memrl.engines.hf_join`;
+eager decode only). Off, batches form as before and a training run is bitwise reproducible.
 
 Failure and cancellation are per request. Prompt ids outside the vocabulary are
 rejected by ``generate`` before they reach a batch; if a batched decode still
@@ -110,7 +110,7 @@ class HFEngine:
         reserve_new_tokens: int = 1024,
         decode: str = "auto",
         max_attention_bytes: int | None = None,
-        continuous_batching: bool = True,
+        continuous_batching: bool = False,
     ) -> None:
         self.model = model
         self.cache_kw = cache_keyword(model)

@@ -54,7 +54,7 @@ class HostedHF(Hosted):
         engine = dict(((options or {}).get("config") or {}).get("engine") or {})  # the run's engine section
         self.engine = HFEngine(self.model, pad_token_id=pad, max_batch_size=max_batch_size, seed=seed,
                                decode=engine.get("decode", "auto"),
-                               continuous_batching=engine.get("continuous_batching", True))
+                               continuous_batching=engine.get("continuous_batching", False))
 
     async def sleep(self) -> None:
         if self.device != "cpu":

@@ -154,7 +154,8 @@ def _load(kind: str, model: str, dtype: str, max_batch_size: int, max_model_len:
     from memrl.models.resolve import resolve_model_path
 
     overrides = [f"model.path={model}", f"model.dtype={dtype}", f"engine.kind={kind}",
-                 f"engine.max_batch_size={max_batch_size}", "trainer.seed=0"]
+                 f"engine.max_batch_size={max_batch_size}", "trainer.seed=0",
+                 "engine.continuous_batching=true"]  # clients arrive whenever: a request joins the running batch
     if max_model_len is not None:
         overrides.append(f"engine.vllm.max_model_len={max_model_len}")
     engine = build_engine(load_config(None, overrides))
