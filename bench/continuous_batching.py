@@ -85,8 +85,8 @@ def main() -> None:
           f"tokens each, {args.long_share:.0%} of calls {args.long_new} ({generated} in all), {args.repeats} runs each")
     for joining in (False, True):
         w = walls[joining]
-        print(f"  continuous_batching={str(joining).lower():5}  wall min {min(w):.2f} s  median {statistics.median(w):.2f}"
-              f" s  {generated / min(w):,.0f} tok/s (best)")
+        print(f"  continuous_batching={str(joining).lower():5}  wall min {min(w):.2f} s  "
+              f"median {statistics.median(w):.2f} s  {generated / min(w):,.0f} tok/s (best)")
     print(f"  speed-up (median wall): {statistics.median(walls[False]) / statistics.median(walls[True]):.2f}x; "
           f"calls with equal tokens: {same}/{len(outputs[True])}")
 

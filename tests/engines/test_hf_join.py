@@ -42,7 +42,8 @@ def test_requests_sent_mid_batch_join_it_and_generate_what_they_would_alone(tiny
     model, tok = tiny_model
     first = (texts(tok, "a")[0], LONG)
     later = [(p, SamplingParams(max_new_tokens=12, temperature=1.0, seed=10 + k, top_logprobs=2))
-             for k, p in enumerate(texts(tok, "the key is 42 and the value is", "hi", "the key is 42 and the value is"))]
+             for k, p in enumerate(texts(tok, "the key is 42 and the value is", "hi",
+                                         "the key is 42 and the value is"))]
     later.append((later[1][0], SamplingParams(max_new_tokens=9, greedy=True)))
     eng = HFEngine(model, long_new_tokens=100_000, continuous_batching=True)
     joined = asyncio.run(_while_decoding(eng, first, later))
@@ -72,17 +73,24 @@ def test_joining_respects_the_batch_size(tiny_model):
     assert eng.stats.peak_rows == 2
 
 
+async def _joined(eng: HFEngine, head: tuple[list[int], SamplingParams], late: tuple[list[int], SamplingParams],
+                  ) -> tuple[asyncio.Future, asyncio.Future]:
+    """``head`` decoding, and ``late`` sent after it started and now a row of its batch."""
+    first = asyncio.ensure_future(eng.generate(*head))
+    while not eng._lanes[0].running:
+        await asyncio.sleep(0.001)
+    second = asyncio.ensure_future(eng.generate(*late))
+    while eng.stats.joined == 0:
+        await asyncio.sleep(0.001)
+    return first, second
+
+
 def test_an_interrupt_cuts_the_rows_that_joined(tiny_model):
     model, tok = tiny_model
     eng = HFEngine(model, long_new_tokens=100_000, continuous_batching=True)
 
     async def go():
-        head = asyncio.ensure_future(eng.generate(texts(tok, "a")[0], LONG))
-        while not eng._lanes[0].running:
-            await asyncio.sleep(0.001)
-        late = asyncio.ensure_future(eng.generate(texts(tok, "hello")[0], LONG.with_(seed=2)))
-        while eng.stats.joined == 0:
-            await asyncio.sleep(0.001)
+        head, late = await _joined(eng, (texts(tok, "a")[0], LONG), (texts(tok, "hello")[0], LONG.with_(seed=2)))
         eng.interrupt()
         out = await asyncio.gather(head, late)
         await eng.close()
@@ -98,13 +106,8 @@ def test_a_joined_request_cancelled_by_its_caller_leaves_the_batch(tiny_model):
     eng = HFEngine(model, long_new_tokens=100_000, continuous_batching=True)
 
     async def go():
-        head = asyncio.ensure_future(eng.generate(texts(tok, "a")[0], SamplingParams(max_new_tokens=60, greedy=True)))
-        while not eng._lanes[0].running:
-            await asyncio.sleep(0.001)
-        late = asyncio.ensure_future(eng.generate(texts(tok, "hello")[0], SamplingParams(max_new_tokens=100_000,
-                                                                                        greedy=True)))
-        while eng.stats.joined == 0:
-            await asyncio.sleep(0.001)
+        head, late = await _joined(eng, (texts(tok, "a")[0], SamplingParams(max_new_tokens=60, greedy=True)),
+                                   (texts(tok, "hello")[0], SamplingParams(max_new_tokens=100_000, greedy=True)))
         late.cancel()
         first = await head
         await eng.idle()

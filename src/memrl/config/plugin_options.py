@@ -20,8 +20,9 @@ def check_plugin_options(field: str, name: str, fn: Any, options: Mapping[str, A
 
     ``name``: the configured plug-in (``algorithm.policy_loss`` value); ``standard``: the keywords memrl
     itself passes, each with the config key that sets it; ``positional``: how many leading arguments memrl
-    passes by position (tensors; whatever the plug-in calls them, they are not settings). A built-in (a function of memrl) is refused:
-    its settings are fields of ``algorithm`` already, listed in the config reference.
+    passes by position (tensors; whatever the plug-in calls them, they are not settings). A built-in (a
+    function of memrl) is refused: its settings are fields of ``algorithm`` already, listed in the config
+    reference.
     """
     if not options:
         return

@@ -108,7 +108,8 @@ def _requeue(lane: Any, rows: BatchRows, first: int, exc: BaseException) -> None
     for i in range(first, len(rows.reqs)):
         rows.reasons[i] = rows.reasons[i] or "requeued"  # never answered from this batch
     with lane.guard:
-        lane.running[:] = [r for r in lane.running if all(r is not b for b in back)]
+        gone = {id(r) for r in back}
+        lane.running[:] = [r for r in lane.running if id(r) not in gone]
         lane.pending[:0] = back
     log.warning("hf engine: %d request(s) could not join the running batch (%s: %s); they wait for the next batch",
                 len(back), type(exc).__name__, " ".join(str(exc).split())[:200])
