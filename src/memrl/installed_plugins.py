@@ -65,6 +65,12 @@ def installed_names(kind: str) -> tuple[str, ...]:
     return tuple(declared(group)) if group else ()
 
 
+def with_installed(kind: str, names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` (a registry's built-ins), then the installed names of ``kind`` they do not already hold: the
+    choices an unknown-name error lists."""
+    return names + tuple(n for n in installed_names(kind) if n not in names)
+
+
 def installed_target(kind: str, name: str) -> str | None:
     """The import path an installed package declares as ``name`` for ``kind`` (None: none declares it), or a
     one-line ValueError when two packages declare it differently or the entry point names no attribute."""

@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memrl.installed_plugins import installed_names, installed_target
+from memrl.installed_plugins import installed_names, installed_target, with_installed
 
 
 def load_object(spec: str, what: str) -> Any:
@@ -103,7 +103,7 @@ class Registry:
 
     def choices(self) -> tuple[str, ...]:
         """Built-in names, then those of installed packages."""
-        return self.names + tuple(n for n in installed_names(self.kind) if n not in self._builtins)
+        return with_installed(self.kind, self.names)
 
     def get(self, name: str) -> Any:
         obj = load_object(self.target(name), self.kind)

@@ -21,7 +21,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator
 
-from memrl.installed_plugins import installed_names, installed_target
+from memrl.installed_plugins import installed_target, with_installed
 from memrl.plugins import load_object
 
 T = TypeVar("T")
@@ -83,8 +83,7 @@ class NameRegistry:
 
     def unknown(self, name: str) -> str:
         """The one-line error for a name that is not registered: the nearest name and every choice."""
-        names = self.names
-        names += tuple(n for n in installed_names(self.kind) if n not in names)
+        names = with_installed(self.kind, self.names)
         near = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         return f"unknown {self.kind} {name!r}{hint}: choose {', '.join(names)} or an import path 'package.module:name'"
