@@ -19,3 +19,43 @@ def test_help_at_80_columns_cuts_no_word(cmd):
     assert max(len(line) for line in r.output.splitlines()) <= 80
     cut = [line for line in r.output.splitlines() if "…" in line]
     assert not cut, cut
+
+
+def _description(output: str) -> list[str]:
+    """The lines between the usage line and the first option panel, without the box margin."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if "Usage:" in line) + 1
+    end = next(i for i, line in enumerate(lines) if line.startswith("╭"))
+    return [line.strip() for line in lines[start:end]]
+
+
+@pytest.mark.parametrize("cmd", [["tinker"], ["demo"], ["data", "synth"], ["train"]], ids=" ".join)
+def test_description_wraps_to_the_terminal_not_the_source(cmd):
+    """Docstrings are wrapped at 110 columns in the source; at 80 no description line may end where the next
+    line's first word would still have fitted (typer keeps the source's line breaks unless memrl reflows
+    them, which showed ``memrl tinker --help`` as alternating full and half lines)."""
+    r = CliRunner().invoke(app, [*cmd, "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": "80"})
+    text = _description(r.output)
+    assert sum(bool(line) for line in text) >= 3, text
+    early = [(a, b) for a, b in zip(text, text[1:]) if a and b and len(a) + 1 + len(b.split()[0]) <= 76]
+    assert not early, early
+
+
+def test_reflow_joins_prose_and_keeps_items_and_examples():
+    from memrl.cli.help_text import reflow
+
+    doc = """First line
+        of the summary.
+
+        Prose wrapped
+        at the source.
+        - an item
+          continued
+        - another
+
+            memrl train x.yaml
+            memrl view runs/x
+        """
+    assert reflow(doc) == ("First line of the summary.\n\nProse wrapped at the source.\n- an item continued\n"
+                           "- another\n\n    memrl train x.yaml\n    memrl view runs/x")
+    assert reflow("\b\nkeep\nthese") == "\b\nkeep\nthese"

@@ -16,6 +16,7 @@ from memrl.cli import sft as sft_cli
 from memrl.cli import tinker as tinker_cli
 from memrl.cli import train as train_cli
 from memrl.cli import view as view_cli
+from memrl.cli.help_text import reflow_app
 
 
 
@@ -82,6 +83,9 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """memrl command line."""
+
+
+reflow_app(app)
 
 
 def main() -> None:
