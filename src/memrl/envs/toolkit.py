@@ -169,14 +169,6 @@ class Toolkit:
         return fn(arguments, strict=self.strict_args)
 
 
-def calculate_expression(expression: str) -> str:
-    """τ²-bench's ``calculate`` tool: digits, ``+ - * /``, parentheses, dots and spaces only, evaluated by
-    Python and rounded to 2 decimals; Python's own errors (syntax, division by zero) are the observation."""
-    if any(ch not in "0123456789+-*/(). " for ch in expression):
-        raise ValueError("Invalid characters in expression")
-    return str(round(float(eval(expression, {"__builtins__": None}, {})), 2))  # noqa: S307 - checked above
-
-
 @dataclass
 class Raw:
     """A tool result that τ²-bench returns as a plain dict/list (not a pydantic model): its

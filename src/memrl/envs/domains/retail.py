@@ -21,7 +21,8 @@ import json
 from typing import Any
 
 from memrl.envs.domains.retail_db import UserAddress, normalized_retail_db
-from memrl.envs.toolkit import Toolkit, calculate_expression, tool
+from memrl.envs.calculate import calculate_expression
+from memrl.envs.toolkit import Toolkit, tool
 
 
 class RetailTools(Toolkit):

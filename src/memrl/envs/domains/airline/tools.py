@@ -39,7 +39,8 @@ from memrl.envs.domains.airline.models import (
     ReservationFlight,
 )
 from memrl.envs.domains.airline.records import AirlineRecords, as_models, dumped
-from memrl.envs.toolkit import calculate_expression, tool
+from memrl.envs.calculate import calculate_expression
+from memrl.envs.toolkit import tool
 
 NOW = "2024-05-15T15:00:00"  # τ²-bench's fixed clock (the policy's "today" is 2024-05-15)
 NEW_CERTIFICATE_NUMBERS = (3221322, 3221323, 3221324)
