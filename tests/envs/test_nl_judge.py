@@ -87,3 +87,10 @@ def test_no_judge_without_a_model():
     assert build_nl_judge(MemRLConfig.model_validate({})) is None
     with pytest.raises(ValueError, match="env.judge.base_url"):
         build_nl_judge(MemRLConfig.model_validate({"env": {"nl_judge_model": "tiny32", "nl_judge_engine": "openai"}}))
+
+
+@pytest.mark.parametrize("text", ["1" * 5000, "[" * 100_000, '{"results": ' + "[" * 100_000 + "}"])
+def test_unreadable_judge_answers_are_unmet_not_errors(text):
+    """A number past Python's int-string limit (ValueError) or nesting past the stack (RecursionError): unmet."""
+    checks = parse_verdicts(text, ["the agent apologised"])
+    assert [c.met for c in checks] == [False]

@@ -78,3 +78,32 @@ def test_openai_messages_pair_ids_and_hide_the_users_device_calls():
     assert calls[0]["function"] == {"name": "a", "arguments": '{"x": 1}'} and calls[1]["id"] == "given"
     assert [m["tool_call_id"] for m in chat[4:6]] == [c["id"] for c in calls]
     assert chat[3]["content"] is None and chat[-1] == {"role": "user", "content": "Done"}
+
+
+def test_json_nested_past_the_stack_is_an_invalid_call_not_a_crash():
+    """A sampling policy can write ``[[[[...`` 100k deep: json.loads raises RecursionError, which must read as an
+    unparseable call (the policy is told, the episode goes on), as any other bad JSON."""
+    from memrl.text.tool_calls import parse_hermes, parse_json, read_openai_call
+
+    deep = "[" * 100_000 + "]" * 100_000
+    turn = parse_hermes(f'<tool_call>{{"name": "f", "arguments": {{"a": {deep}}}}}</tool_call>')
+    assert not turn.calls and "nested too deeply" in turn.errors[0]
+    assert "nested too deeply" in parse_json(deep).errors[0]
+    _, call, error = read_openai_call({"id": "c1", "function": {"name": "f", "arguments": f'{{"a": {deep}}}'}}, "x")
+    assert call is None and "nested too deeply" in error
+
+
+def test_arguments_nested_deeper_than_the_log_can_copy_are_refused():
+    """500 levels parse (json's own limit is ~1,000) but the episode log is copied recursively downstream."""
+    from memrl.envs.messages import Message
+    from memrl.text.tool_calls import MAX_ARG_DEPTH, parse_hermes
+
+    def call(depth: int) -> str:
+        value = "[" * (depth - 1) + "]" * (depth - 1)
+        return f'<tool_call>{{"name": "f", "arguments": {{"a": {value}}}}}</tool_call>'
+
+    ok = parse_hermes(call(MAX_ARG_DEPTH))
+    assert len(ok.calls) == 1 and not ok.errors
+    Message("assistant", None, ok.calls).to_dict()
+    refused = parse_hermes(call(500))
+    assert not refused.calls and f"more than {MAX_ARG_DEPTH} levels" in refused.errors[0]

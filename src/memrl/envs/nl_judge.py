@@ -81,7 +81,7 @@ def parse_verdicts(text: str, assertions: Sequence[str]) -> list[NLCheck]:
         try:
             data = json.loads(candidate)
             break
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, a number past int limits, nesting past the stack
             continue
     results = data.get("results") if isinstance(data, dict) else None
     results = [r for r in results if isinstance(r, dict)] if isinstance(results, list) else []

@@ -36,6 +36,30 @@ class ParsedTurn:
     errors: list[str] = field(default_factory=list)
 
 
+MAX_ARG_DEPTH = 100  # arguments nested deeper are an invalid call (a tool takes a few levels at most)
+
+
+def _loads(text: str) -> Any:
+    """``json.loads``, with JSON nested past Python's recursion limit (``[[[[...``, which a sampling policy can
+    write) read as unparseable: a ValueError, like any other bad call, not a RecursionError that ends the
+    episode."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _depth(value: Any) -> int:
+    """How many containers deep ``value`` nests (without recursion: it may be nested hundreds deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            stack += [(v, level + 1) for v in (item.values() if isinstance(item, dict) else item)]
+    return deepest
+
+
 def _to_call(obj: Any) -> ToolCall:
     if isinstance(obj, dict) and isinstance(obj.get("function"), dict) and "name" not in obj:
         obj = obj["function"]  # OpenAI's wrapper {"type": "function", "function": {name, arguments}}
@@ -43,9 +67,11 @@ def _to_call(obj: Any) -> ToolCall:
         raise ValueError('a tool call must be a JSON object with a string "name"')
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):  # OpenAI-style arguments given as a JSON string ("" for none)
-        args = json.loads(args) if args.strip() else {}
+        args = _loads(args) if args.strip() else {}
     if not isinstance(args, dict):
         raise ValueError('"arguments" must be a JSON object')
+    if _depth(args) > MAX_ARG_DEPTH:  # the episode's log is copied and dumped recursively downstream
+        raise ValueError(f'"arguments" nested more than {MAX_ARG_DEPTH} levels deep')
     return ToolCall(obj["name"], args)
 
 
@@ -57,7 +83,7 @@ def parse_hermes(text: str) -> ParsedTurn:
             turn.errors.append("unclosed <tool_call> block")
             continue
         try:
-            turn.calls.append(_to_call(json.loads(body)))
+            turn.calls.append(_to_call(_loads(body)))
         except (json.JSONDecodeError, ValueError) as err:
             turn.errors.append(f"could not parse tool call {body[:80]!r}: {err}")
     return turn
@@ -68,7 +94,7 @@ def parse_json(text: str) -> ParsedTurn:
     if not stripped.startswith(("{", "[")):
         return ParsedTurn(stripped)
     try:
-        obj = json.loads(stripped)
+        obj = _loads(stripped)
         objs = obj if isinstance(obj, list) else [obj]
         return ParsedTurn("", [_to_call(o) for o in objs])
     except (json.JSONDecodeError, ValueError) as err:
