@@ -76,6 +76,47 @@ def test_grep_counts_matches_and_falls_back_to_literal(docs):
     assert grep_text(grep, "zzqqxx") == "No matches found for pattern: zzqqxx"
 
 
+def tau3_grep(docs, query: str, case_sensitive: bool = False, top_k: int = 10) -> list[tuple[str, float]]:
+    """τ³'s ``GrepRetriever.retrieve`` (Python's ``re``), as the reference."""
+    import re
+
+    if not query.strip():
+        return []
+    flags = 0 if case_sensitive else re.IGNORECASE
+    try:
+        pattern = re.compile(query, flags)
+    except re.error:
+        pattern = re.compile(re.escape(query), flags)
+    hits = [(d.id, float(len(m))) for d in docs if (m := pattern.findall(d.content))]
+    hits.sort(key=lambda h: h[1], reverse=True)
+    return hits[:top_k]
+
+
+GREP_PATTERNS = ["annual fee", "ANNUAL FEE", r"\bfee\b", r"\d+(\.\d+)?%", r"\$[\d,]+", "", "a*", r"(?=fee)", "^",
+                 "$", r"^\s*#+ .*$", r"(?m)^\s*#+ .*$", r"(?i)dispute|chargeback", r"(?s)card.{0,40}limit",
+                 r"[A-Z]{3,}", r"\w+@\w+\.com", r"(credit|debit) card", r"(?P<n>\d)\s*days?", "[", "(", "a{2,",
+                 r"\bé", "straße", r"[^\x00-\x7f]", r"(?<=\$)\d+", r"\b(\w+) \1\b", "fee(s)?|charge(s)?", ".",
+                 r"\p{L}", "(?:a|b)+?c"]
+
+
+@pytest.mark.parametrize("case_sensitive", [False, True])
+def test_grep_finds_what_tau3s_re_finds(docs, case_sensitive):
+    """The search runs on ``regex``'s engine (it can stop); its matches must be ``re``'s on the real KB."""
+    grep = GrepRetriever(docs, top_k=len(docs), case_sensitive=case_sensitive)
+    for query in GREP_PATTERNS:
+        assert grep.search(query) == tau3_grep(docs, query, case_sensitive, len(docs)), query
+
+
+def test_a_pattern_that_backtracks_for_minutes_is_stopped(docs):
+    """τ³'s ``re`` takes minutes over the KB for such a pattern (x4 per 2 more characters), holding the
+    interpreter lock, and so does ``regex`` for this one; memrl stops at the budget with an error the agent
+    reads."""
+    grep = GrepRetriever(docs, budget_s=0.2)
+    with pytest.raises(TimeoutError, match="took over 0.2 s on the knowledge base"):
+        grep.search(r"(.?){12}.{12}\d{30}")
+    assert grep.search("annual fee")  # the retriever still works after a stop
+
+
 def test_kb_search_text_layout(docs):
     text = kb_search_text(BM25Retriever(docs, top_k=2), "open business checking account eligibility")
     first = text.split("\n")

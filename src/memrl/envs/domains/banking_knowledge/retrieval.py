@@ -6,7 +6,11 @@ ranked as τ³'s pipelines rank them.
   The top ``top_k`` (10) by score, ties in document order.
 * **grep**: the pattern as a Python regex (case-insensitive unless ``case_sensitive``; a pattern
   that does not compile is searched literally) over each document's content; documents ranked by
-  match count, ties in document order, top ``grep_top_k`` (10).
+  match count, ties in document order, top ``grep_top_k`` (10). The pattern is the agent's own, and a
+  regex such as ``(.?){10}.{10}x`` backtracks for minutes over the knowledge base, holding the interpreter
+  lock (τ³ would freeze a training run's every episode with it). So the search runs on the ``regex``
+  package's engine (its Python-compatible ``VERSION0``: the same matches as ``re``), which can stop: past
+  ``GREP_BUDGET_S`` seconds the tool fails with an error the agent reads.
 * **dense**: cosine similarity between embeddings of the query and of each document's content,
   from a user-supplied embedder (``embedder: "package.module:function"``, ``texts -> (n, d)``
   array). τ³ calls OpenAI or OpenRouter models here; memrl makes no network calls, so dense
@@ -92,21 +96,51 @@ class BM25Retriever(Retriever):
         return [(self.docs[i].id, float(scores[i])) for i in best]
 
 
+GREP_BUDGET_S = 5.0  # one grep call over the whole knowledge base (a typical pattern takes milliseconds)
+
+
 class GrepRetriever(Retriever):
-    def __init__(self, docs: Sequence[Document], top_k: int = 10, case_sensitive: bool = False) -> None:
+    def __init__(self, docs: Sequence[Document], top_k: int = 10, case_sensitive: bool = False,
+                 budget_s: float = GREP_BUDGET_S) -> None:
         super().__init__(docs, top_k)
-        self.flags = 0 if case_sensitive else re.IGNORECASE
+        self.case_sensitive = case_sensitive
+        self.budget_s = budget_s
 
     def search(self, query: str) -> list[tuple[str, float]]:
         if not query.strip():
             return []
+        flags = 0 if self.case_sensitive else re.IGNORECASE
         try:
-            pattern = re.compile(query, self.flags)
+            re.compile(query, flags)  # τ³'s test of the pattern: one that Python's re refuses is taken literally
+            source = query
         except re.error:
-            pattern = re.compile(re.escape(query), self.flags)
-        hits = [(d.id, float(len(found))) for d in self.docs if (found := pattern.findall(d.content))]
+            source = re.escape(query)
+        find = _stoppable(source, self.case_sensitive)
+        deadline = time.monotonic() + self.budget_s
+        hits = []
+        for d in self.docs:
+            try:
+                found = find(d.content, max(deadline - time.monotonic(), 1e-3))
+            except TimeoutError:
+                raise TimeoutError(f"grep pattern {query!r} took over {self.budget_s:g} s on the knowledge base "
+                                   "(it backtracks); use a simpler pattern") from None
+            if found:
+                hits.append((d.id, float(len(found))))
         hits.sort(key=lambda h: h[1], reverse=True)
         return hits[: self.top_k]
+
+
+def _stoppable(source: str, case_sensitive: bool) -> Callable[[str, float], list[Any]]:
+    """``findall(text, timeout)`` for a pattern ``re`` compiles: on ``regex``'s engine in its ``re``-compatible
+    mode, which can stop; on ``re`` (unstoppable) for a pattern only ``re`` reads."""
+    import regex
+
+    try:
+        pattern = regex.compile(source, regex.VERSION0 | (0 if case_sensitive else regex.IGNORECASE))
+    except regex.error:
+        plain = re.compile(source, 0 if case_sensitive else re.IGNORECASE)
+        return lambda text, timeout: plain.findall(text)
+    return lambda text, timeout: pattern.findall(text, timeout=timeout)
 
 
 class DenseRetriever(Retriever):

@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from memrl.envs.domains.banking_knowledge.capped_run import capped_run
 from memrl.envs.domains.banking_knowledge.retrieval import Document
 
 TIMEOUT_S = 30
@@ -122,8 +123,7 @@ class Sandbox:
         if blocked:
             return 1, "", f"Error: Command blocked - contains '{blocked}' which could escape the sandbox"
         try:
-            done = subprocess.run(self.argv(command), capture_output=True, text=True, timeout=timeout,
-                                  cwd=self.kb_dir)
+            done = capped_run(self.argv(command), timeout=timeout, cwd=self.kb_dir)  # τ³: subprocess.run
         except subprocess.TimeoutExpired:
             return 124, "", f"Command timed out after {timeout:g} seconds"
         except FileNotFoundError:
