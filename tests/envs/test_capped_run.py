@@ -46,3 +46,11 @@ def test_timeout_raises_as_subprocess_run_and_stops_the_children(tmp_path):
         capped_run(["sh", "-c", f"(sleep 1; touch {marker}) & sleep 30"], timeout=0.3, cwd=tmp_path)
     subprocess.run(["sleep", "1.5"])
     assert not marker.exists()  # the background child was killed with its group
+
+
+def test_a_background_child_holding_the_output_is_a_timeout_as_in_subprocess_run(tmp_path):
+    """The shell exits at once but its background ``sleep`` keeps stdout open: subprocess.run's communicate()
+    waits for the pipe until the timeout too; here the whole group is then stopped."""
+    argv = ["sh", "-c", "sleep 30 & echo started"]
+    with pytest.raises(subprocess.TimeoutExpired):
+        capped_run(argv, timeout=0.5, cwd=tmp_path)

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import IO
 
@@ -33,9 +34,14 @@ def capped_run(argv: list[str], *, timeout: float, cwd: Path,
                  for name, stream in (("out", proc.stdout), ("err", proc.stderr))]
         for pump in pumps:
             pump.start()
+        deadline = time.monotonic() + timeout
         try:
             code = proc.wait(timeout=timeout)
-        except BaseException:  # the timeout, or Ctrl-C: the command stops too
+            for pump in pumps:  # as subprocess.run, the output ends when the pipes close, within the timeout
+                pump.join(timeout=max(deadline - time.monotonic(), 0))
+            if any(pump.is_alive() for pump in pumps):  # a child left running in the background holds them
+                raise subprocess.TimeoutExpired(argv, timeout)
+        except BaseException:  # the timeout, or Ctrl-C: the command and what it started stop too
             _kill(proc)
             raise
         finally:
