@@ -12,6 +12,7 @@ a write in one environment can never show up in another one or in the Task.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import json
@@ -125,6 +126,16 @@ class Environment:
             return Message("tool", to_text(self.call(call)), call_id=call_id, requestor=call.requestor)
         except Exception as err:  # noqa: BLE001 - the agent sees every failure as text
             return Message("tool", f"Error: {err}", error=True, call_id=call_id, requestor=call.requestor)
+
+    async def step_async(self, call: ToolCall) -> Message:
+        """:meth:`step`, in a worker thread for a tool marked ``blocking`` (a sandboxed command, a rating
+        server): the event loop, and with it every other episode and the engine's answers, goes on meanwhile.
+        The same observation either way."""
+        try:
+            blocking = self._route(call.name, call.requestor).blocking(call.name)
+        except ToolError:
+            blocking = False  # step answers with the refusal
+        return await asyncio.to_thread(self.step, call) if blocking else self.step(call)
 
     def has_tool(self, name: str, requestor: str = "assistant") -> bool:
         try:

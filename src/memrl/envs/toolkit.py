@@ -24,11 +24,18 @@ class ToolError(Exception):
     """A tool refused the call (bad id, wrong state...): shown to the agent as an error observation."""
 
 
-def tool(kind: ToolKind) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Mark a toolkit method as a tool. ``write`` tools may change the database."""
+def tool(kind: ToolKind, *, blocking: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a toolkit method as a tool. ``write`` tools may change the database.
+
+    ``blocking``: the tool waits on something outside the process (a sandboxed command, a rating or
+    embedding server), so an episode runs it in a worker thread (:meth:`Environment.step_async`) and the
+    other episodes and the engine go on meanwhile. Only for tools that touch nothing shared but read-only
+    data: the others run on the event loop, in the order the episodes call them.
+    """
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn.__memrl_tool__ = kind  # type: ignore[attr-defined]
+        fn.__memrl_blocking__ = blocking  # type: ignore[attr-defined]
         return fn
 
     return mark
@@ -160,6 +167,11 @@ class Toolkit:
 
             return tau2_schemas(self, [t.name for t in self.shown_tools()])
         return [t.schema() for t in self.shown_tools()]
+
+    def blocking(self, name: str) -> bool:
+        """Whether tool ``name`` is marked ``blocking`` (see :func:`tool`); False for an unknown name."""
+        fn = self.tools.get(name)
+        return fn is not None and bool(getattr(fn.fn, "__memrl_blocking__", False))
 
     def call(self, name: str, arguments: dict[str, Any]) -> Any:
         """Run tool ``name``; unknown names fail with τ²-bench's wording."""

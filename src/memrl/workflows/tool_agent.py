@@ -199,7 +199,7 @@ async def _agent_turn(run: _Run, turn: int) -> str | None:
     messages.append(Message("assistant", parsed.content or None, parsed.calls))
     _count_calls(stats, parsed)
     if parsed.calls or parsed.errors:
-        results = _run_calls(env, parsed.calls, messages, stats)
+        results = await _run_calls(env, parsed.calls, messages, stats)
         limits.step(results, unreadable=len(parsed.errors))
         hit = limits.reached()
         if hit or any(c.name == TRANSFER_TOOL for c in parsed.calls):
@@ -243,9 +243,9 @@ def _count_calls(stats: dict[str, float], parsed: Any) -> None:
     stats["invalid_tool_calls"] += len(parsed.errors)
 
 
-def _run_calls(env: Any, calls: list[Any], messages: list[Message], stats: dict[str, float]) -> list[Message]:
-    """Each tool call's observation, appended to the graded log and returned."""
-    results = [env.step(call) for call in calls]
+async def _run_calls(env: Any, calls: list[Any], messages: list[Message], stats: dict[str, float]) -> list[Message]:
+    """Each tool call's observation, appended to the graded log and returned (one call after the other)."""
+    results = [await env.step_async(call) for call in calls]
     messages += results
     stats["tool_errors"] += sum(float(obs.error) for obs in results)
     return results

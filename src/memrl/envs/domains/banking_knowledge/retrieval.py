@@ -140,7 +140,7 @@ def _stoppable(source: str, case_sensitive: bool) -> Callable[[str, float], list
     except regex.error:
         plain = re.compile(source, 0 if case_sensitive else re.IGNORECASE)
         return lambda text, timeout: plain.findall(text)
-    return lambda text, timeout: pattern.findall(text, timeout=timeout)
+    return lambda text, timeout: pattern.findall(text, timeout=timeout, concurrent=True)  # the GIL is let go
 
 
 class DenseRetriever(Retriever):

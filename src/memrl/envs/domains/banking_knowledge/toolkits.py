@@ -3,7 +3,9 @@
 As in τ³, the retrieval tools are mixins placed before the banking tools, so the agent's tool list
 starts with them (``KB_search``, ``grep``, then ``transfer_to_human_agents``...). The retrievers
 are built once per domain and shared by every environment (they only read); a sandbox is one per
-environment (``terminal_use_write`` lets the agent change its files).
+environment (``terminal_use_write`` lets the agent change its files). The retrieval tools are ``blocking``:
+an episode runs them in a worker thread, so a sandboxed command (~0.4 s), a rating or embedding request or
+a long grep holds up only its own episode; a custom embedder or rater may be called from several threads.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ class KBSearchMixin:
 
     kb_retriever: Retriever | None = None
 
-    @tool("read")
+    @tool("read", blocking=True)
     def KB_search(self, query: str) -> str:  # noqa: N802 - τ³'s tool name
         """Search the knowledge base for relevant documents.
 
@@ -39,7 +41,7 @@ class GrepMixin:
 
     grep_retriever: Retriever | None = None
 
-    @tool("read")
+    @tool("read", blocking=True)
     def grep(self, pattern: str) -> str:
         """Search for a regex pattern in all knowledge base documents.
 
@@ -80,7 +82,7 @@ class KBSearchDenseMixin:
 
     dense_retriever: Retriever | None = None
 
-    @tool("read")
+    @tool("read", blocking=True)
     def KB_search_dense(self, query: str, k: int = 10) -> str:  # noqa: N802 - τ³'s tool name
         """Search the knowledge base using dense embedding retrieval.
 
@@ -100,7 +102,7 @@ class ShellMixin:
 
     sandbox: Sandbox | None = None
 
-    @tool("read")
+    @tool("read", blocking=True)
     def shell(self, command: str) -> str:
         """Execute a shell command in the knowledge base directory.
 
