@@ -56,13 +56,16 @@ def _pump(stream: IO[bytes] | None, buf: bytearray, limit: int, over: threading.
     """Read ``stream`` to its end, keeping its first ``limit + 1`` bytes; past them stop the command."""
     if stream is None:
         return
-    while chunk := stream.read1(1 << 16):  # type: ignore[attr-defined]
-        room = limit + 1 - len(buf)
-        if room > 0:
-            buf += chunk[:room]
-        if len(buf) > limit and not over.is_set():
-            over.set()
-            _kill(proc)
+    try:
+        while chunk := stream.read1(1 << 16):  # type: ignore[attr-defined]
+            room = limit + 1 - len(buf)
+            if room > 0:
+                buf += chunk[:room]
+            if len(buf) > limit and not over.is_set():
+                over.set()
+                _kill(proc)
+    except (OSError, ValueError):  # the pipe was closed under us (the run ended on a timeout or Ctrl-C)
+        return
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
