@@ -148,6 +148,27 @@ def test_a_failing_request_does_not_fail_its_batch_mates(tiny_model):
         assert m.logprobs == pytest.approx(a.logprobs, abs=1e-5)
 
 
+def test_a_huge_top_k_is_no_limit_and_never_fails_its_batch(tiny_model):
+    """``top_k=10**20`` from a client overflowed the batch's int64 tensor: every batch-mate was then decoded
+    again alone. It means what any top_k past the vocabulary means, no limit, and the batch runs once."""
+    model, tok = tiny_model
+    eng = HFEngine(model)
+    ps = prompts(tok)
+    huge = [SamplingParams(max_new_tokens=6, temperature=1.0, seed=3, top_k=k) for k in (10**20, -10**20)]
+    off = SamplingParams(max_new_tokens=6, temperature=1.0, seed=3)
+
+    async def go():
+        want = await eng.generate(ps[0], off)
+        eng.stats.batch_sizes.clear()
+        got = await asyncio.gather(*[eng.generate(p, GREEDY) for p in ps], *[eng.generate(ps[0], h) for h in huge])
+        await eng.close()
+        return want, got
+
+    want, got = run(go())
+    assert eng.stats.batch_sizes == [len(ps) + 2]  # one batch, no one-at-a-time rerun
+    assert got[-1].token_ids == got[-2].token_ids == want.token_ids
+
+
 def test_cancelled_request_leaves_the_batch_and_short_ones_are_answered_first(tiny_model):
     """A long row does not hold back a short batch-mate, and cancelling it stops its decoding."""
     model, tok = tiny_model

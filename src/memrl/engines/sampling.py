@@ -48,9 +48,15 @@ def filter_logits_batch(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     return logits
 
 
+def _bounded_k(top_k: int, vocab: int) -> int:
+    """``top_k`` with the same meaning inside int64: 0 (off) for any value <= 0, ``vocab`` (off) past it, so a
+    client's ``top_k=10**20`` cannot overflow the tensor and fail every row of its batch."""
+    return 0 if top_k <= 0 else min(top_k, vocab)
+
+
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """One row ``[V]`` of :func:`filter_logits_batch`."""
-    k = torch.tensor([top_k], device=logits.device)
+    k = torch.tensor([_bounded_k(top_k, logits.shape[-1])], device=logits.device)
     p = torch.tensor([top_p], dtype=torch.float32, device=logits.device)
     return filter_logits_batch(logits.unsqueeze(0), k, p).squeeze(0)
 
@@ -91,7 +97,7 @@ def select_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
     sampled = [i for i, p in enumerate(params) if not p.is_greedy]
     if sampled:
         rows = torch.tensor(sampled, device=device)
-        top_k = torch.tensor([params[i].top_k for i in sampled], device=device)
+        top_k = torch.tensor([_bounded_k(params[i].top_k, logits.shape[-1]) for i in sampled], device=device)
         top_p = torch.tensor([params[i].top_p for i in sampled], dtype=torch.float32, device=device)
         probs = torch.softmax(filter_logits_batch(scaled[rows], top_k, top_p), dim=-1)
         if not bool(torch.isfinite(probs).all()) or bool((probs.sum(-1) <= 0).any()):
