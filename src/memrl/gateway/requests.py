@@ -193,6 +193,9 @@ def _call(call: Any, where: str) -> dict[str, Any]:
             args = json.loads(args) if args.strip() else {}
         except json.JSONDecodeError as exc:
             raise bad(f"{where}.function.arguments", f"not valid JSON ({exc.msg})") from None
+        except (ValueError, RecursionError):  # a number past Python's digit limit, nesting past the stack
+            raise bad(f"{where}.function.arguments", "not readable JSON (too deeply nested or too long a number)") \
+                from None
     if not isinstance(args, dict):
         raise bad(f"{where}.function.arguments", "must be a JSON object")
     out = {k: v for k, v in call.items() if v is not None}
