@@ -211,7 +211,7 @@ def _sampling_routes(app: FastAPI, svc: TinkerService) -> None:
 def _json(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the stack
         raise APIError(400, "request body is not valid JSON", param="body") from None
     if not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object", param="body")

@@ -56,7 +56,7 @@ class ModelRef(Body):
 
 
 class AdamParamsBody(Body):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)  # an infinite rate ran, then broke the result
     type: Optional[str] = None
     learning_rate: float = Field(default=1e-4, ge=0)
     beta1: float = Field(default=0.9, ge=0, lt=1)

@@ -60,6 +60,9 @@ def bad(field_name: str, message: str) -> APIError:
     return APIError(400, f"{field_name}: {message}", code="invalid_value", param=field_name)
 
 
+MAX_TENSOR_ELEMENTS = 2**24  # what a 64 MB body holds as float32: a sparse tensor may not unpack to more
+
+
 def decompress(body: bytes, encoding: str | None, max_bytes: int) -> bytes:
     """Undo ``Content-Encoding: zstd`` (the SDK's ``proto_compress_fwdbwd``), capped at ``max_bytes``."""
     if not encoding or encoding == "identity":
@@ -87,8 +90,10 @@ def _tensor(msg: Any, name: str) -> np.ndarray:
     shape = [int(s) for s in msg.shape]
     if msg.HasField("sparse_csr"):
         csr = msg.sparse_csr
-        if len(shape) != 2:
+        if len(shape) != 2 or min(shape) < 0:
             raise bad(name, "a sparse tensor must be 2-D")
+        if shape[0] * shape[1] > MAX_TENSOR_ELEMENTS:  # checked before np.zeros: a 140-byte body asked for GBs
+            raise bad(name, f"shape {shape} unpacks to more than {MAX_TENSOR_ELEMENTS} values")
         values = np.frombuffer(csr.values, dtype=dtype)
         crow = np.frombuffer(csr.crow_indices, dtype=np.int64)
         col = np.frombuffer(csr.col_indices, dtype=np.int64)
@@ -136,7 +141,17 @@ def parse_forward_backward(body: bytes) -> FwdBwdRequest:
 
 
 def parse_forward_backward_json(body: dict[str, Any], forward_only: bool) -> FwdBwdRequest:
-    """The JSON form of the same request (older SDKs, plain HTTP clients)."""
+    """The JSON form of the same request (older SDKs, plain HTTP clients); a body of the wrong shape is a 400."""
+    try:
+        return _forward_backward_json(body, forward_only)
+    except APIError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError, OverflowError) as exc:
+        raise APIError(400, f"forward_backward_input: malformed ({type(exc).__name__}: {str(exc)[:200]})",
+                       code="invalid_value", param="forward_backward_input") from None
+
+
+def _forward_backward_json(body: dict[str, Any], forward_only: bool) -> FwdBwdRequest:
     fb = body.get("forward_backward_input") or body.get("forward_input") or {}
     data = []
     for i, datum in enumerate(fb.get("data") or []):
