@@ -75,24 +75,37 @@ class _SlowTemplate:
     def __len__(self) -> int:
         return len(self._tok)
 
+    def is_big(self, messages) -> bool:
+        return sum(len(m.get("content") or "") for m in messages) > self._big
+
     def apply_chat_template(self, messages, **kwargs):
-        if sum(len(m.get("content") or "") for m in messages) > self._big:
+        if self.is_big(messages):
             self.saw_other_done = self.other_done.wait(timeout=5)  # on the shared loop this can only time out
             messages = [{"role": "user", "content": "short"}]
         return self._tok.apply_chat_template(messages, **kwargs)
 
 
-@pytest.mark.timeout(120)
-def test_a_huge_prompt_is_tokenized_off_the_shared_loop(gateway, tools_tokenizer):
-    from memrl.workflows.api import OFF_LOOP_CHARS
+class _SlowManyMessages(_SlowTemplate):
+    def is_big(self, messages) -> bool:
+        return len(messages) > self._big
 
-    slow = _SlowTemplate(tools_tokenizer, OFF_LOOP_CHARS)
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("many", [False, True], ids=["long text", "many empty messages"])
+def test_a_huge_prompt_is_tokenized_off_the_shared_loop(gateway, tools_tokenizer, many):
+    """Text past OFF_LOOP_CHARS, or as many empty messages (an audit's 250,000 of them stalled every other
+    episode for 6 s: only the messages' text was counted)."""
+    from memrl.workflows.api import MESSAGE_CHARS, OFF_LOOP_CHARS
+
+    count = OFF_LOOP_CHARS // MESSAGE_CHARS + 1
+    slow = (_SlowManyMessages(tools_tokenizer, count - 1) if many else _SlowTemplate(tools_tokenizer, OFF_LOOP_CHARS))
     engine = scripted(tools_tokenizer, "ok")
+    messages = ([{"role": "user", "content": ""}] * count if many
+                else [{"role": "user", "content": "word " * (OFF_LOOP_CHARS // 4)}])
 
     async def big():
         async with open_episode(gateway, engine, slow) as (_, _endpoint, client):
-            return await client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "word " * (OFF_LOOP_CHARS // 4)}], max_tokens=4)
+            return await client.chat.completions.create(model="m", messages=messages, max_tokens=4)
 
     async def small():
         async with open_episode(gateway, engine, slow) as (_, _endpoint, client):
@@ -107,3 +120,31 @@ def test_a_huge_prompt_is_tokenized_off_the_shared_loop(gateway, tools_tokenizer
     answer, _ = asyncio.run(step())
     assert answer.choices[0].message.content == "ok"
     assert slow.saw_other_done is True  # the other episode was answered while the big prompt was tokenized
+
+
+class _Window(_SlowTemplate):
+    """The real tokenizer with a 1,000-token window."""
+
+    model_max_length = 1000
+
+
+def test_more_messages_or_tools_than_the_window_has_tokens_are_a_400_before_rendering(gateway, tools_tokenizer):
+    tok = _Window(tools_tokenizer, 10**9)
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+
+    async def go():
+        async with open_episode(gateway, scripted(tools_tokenizer, "fine"), tok) as (ep, endpoint, client):
+            errors = []
+            for kwargs in ({"messages": [{"role": "user", "content": ""}] * 1001},
+                           {"messages": [{"role": "user", "content": "hi"}], "tools": [tool] * 1001}):
+                with pytest.raises(openai.BadRequestError) as err:
+                    await client.chat.completions.create(model="m", max_tokens=4, **kwargs)
+                errors.append(err.value.body)
+            ok = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                                      max_tokens=8)
+            return errors, ok
+
+    errors, ok = asyncio.run(go())
+    assert [e["param"] for e in errors] == ["messages", "tools"]
+    assert all("cannot fit" in e["message"] and e["code"] == "context_length_exceeded" for e in errors)
+    assert ok.choices[0].message.content == "fine"

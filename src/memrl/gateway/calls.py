@@ -26,6 +26,8 @@ from memrl.serve.limits import ServeLimits, check_window, model_window, parse_pr
 from memrl.workflows.api import OFF_LOOP_CHARS, prompt_chars
 from memrl.workflows.common import anchor
 
+TOOL_CHARS = 1024  # what one tool's schema costs to render, in characters (for choosing to render off the loop)
+
 _BIG = 10**9
 _token_bytes: dict[int, tuple[Any, int]] = {}
 
@@ -89,6 +91,10 @@ def encode_prompt(session: Session, req: CallRequest, limits: ServeLimits) -> li
     """The prompt's token ids (a 400 for what cannot be rendered or cannot fit)."""
     ep = session.episode
     if req.kind == "chat":
+        for field, items in (("messages", req.prompt), ("tools", req.tools or [])):
+            if len(items) > limits.max_model_len:  # each renders to a token at least: cannot fit, need not render
+                raise APIError(400, f"{field}: {len(items)} of them cannot fit in {limits.max_model_len} tokens (this "
+                               "model's maximum context length)", code="context_length_exceeded", param=field)
         size = sum(len(m["content"].encode("utf-8", "surrogatepass"))
                    for m in req.prompt if isinstance(m.get("content"), str))
         if size > limits.max_model_len * max_token_bytes(ep.tokenizer):
@@ -115,7 +121,8 @@ async def model_call(session: Session, req: CallRequest) -> dict[str, Any]:
     ep = session.episode
     settings = session.settings
     limits = limits_for(ep.engine, ep.tokenizer)
-    if prompt_chars(req.prompt) > OFF_LOOP_CHARS:  # the episode loop is shared: tokenize megabytes off it
+    work = prompt_chars(req.prompt) + TOOL_CHARS * len(req.tools or [])
+    if work > OFF_LOOP_CHARS:  # the episode loop is shared: render big prompts (many messages, tools) off it
         ids = await asyncio.to_thread(encode_prompt, session, req, limits)
     else:
         ids = encode_prompt(session, req, limits)

@@ -110,12 +110,16 @@ class Generation(str):
 OFF_LOOP_CHARS = 64 * 1024
 
 
+MESSAGE_CHARS = 64  # what one chat message costs to render beyond its text (the template's markers), in characters
+
+
 def prompt_chars(prompt: Any) -> int:
-    """Characters of text in a prompt given as text, chat messages (their string contents) or token ids (0)."""
+    """Characters to render for a prompt given as text, chat messages (their string contents, plus
+    :data:`MESSAGE_CHARS` each: 250,000 empty messages are work too) or token ids (0)."""
     if isinstance(prompt, str):
         return len(prompt)
     if isinstance(prompt, Sequence):
-        return sum(prompt_chars(m.get("content")) if isinstance(m, Mapping) else
+        return sum(prompt_chars(m.get("content")) + MESSAGE_CHARS if isinstance(m, Mapping) else
                    len(m) if isinstance(m, str) else 0 for m in prompt)
     return 0
 
