@@ -111,10 +111,13 @@ def test_reports_are_checked_field_by_field():
                         ({"reward": 1, "metrics": {"a": "x"}}, "metrics.a"), ({"metrics": {}}, "reward"),
                         ({"reward": 1, "turn_rewards": [{"call": 1.5, "reward": 1}]}, "turn_rewards[0].call"),
                         ({"reward": 1, "turn_rewards": [{"call": 0, "reward": 1, "why": 2}]}, "turn_rewards[0].why"),
-                        ({"reward": 1, "extra": 1}, "extra"), ([1], "body")]:
+                        ({"reward": 1, "extra": 1}, "extra"), ([1], "body"),
+                        ({"reward": 1, "metrics": {f"m{i}": 1 for i in range(65)}}, "metrics"),
+                        ({"reward": 1, "metrics": {"x" * 201: 1}}, "metrics")]:
         with pytest.raises(BadField) as err:
             outcome_of(body, need_reward=True)
         assert err.value.param == param
+    assert len(outcome_of({"reward": 1, "metrics": {f"m{i}": 1 for i in range(64)}}, need_reward=True).metrics) == 64
     with pytest.raises(BadField, match=r"turn_rewards\[1\].call: no call -3"):
         resolve_calls(["a", "b"], [(1, 1.0), (-3, 1.0)])
     assert resolve_calls(["a", "b"], [(-1, 1.0), (0, 2.0)]) == [("b", 1.0), ("a", 2.0)]

@@ -60,6 +60,8 @@ def test_bad_records_are_skipped_with_a_warning_naming_file_and_line(broken_run,
     assert load_episode(run, "1-0", "tiny", warn=warnings.append) is None
     assert load_episode(run, "1-4", "tiny", warn=warnings.append) is None
     assert load_episode(run, "1-5", "tiny", warn=warnings.append)["conversations"]
+    for absurd in ("9" * 300 + "-0", "1-" + "9" * 5000):  # were a 500 (file name too long, int digit limit)
+        assert load_episode(run, absurd, "tiny", warn=warnings.append) is None
 
 
 def test_cli_still_writes_the_page(broken_run, tmp_path):

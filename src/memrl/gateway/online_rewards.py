@@ -78,6 +78,10 @@ def turn_rewards_of(value: Any, param: str = "turn_rewards") -> list[tuple[int, 
     return out
 
 
+MAX_METRICS = 64  # metric names one episode may post with its reward
+MAX_METRIC_NAME = 200
+
+
 def outcome_of(body: Any, *, need_reward: bool) -> Outcome:
     """``body`` (a JSON object) checked whole; ``need_reward``: the episode's reward must be in it."""
     if not isinstance(body, Mapping):
@@ -91,6 +95,11 @@ def outcome_of(body: Any, *, need_reward: bool) -> Outcome:
     metrics = body.get("metrics") or {}
     if not isinstance(metrics, Mapping):
         raise BadField("metrics", "must be an object of numbers")
+    if len(metrics) > MAX_METRICS:  # each name is a column of metrics.jsonl and a panel of memrl view
+        raise BadField("metrics", f"{len(metrics)} names, at most {MAX_METRICS} per episode")
+    long = [str(k) for k in metrics if len(str(k)) > MAX_METRIC_NAME]
+    if long:
+        raise BadField("metrics", f"name {long[0][:40]!r}... is longer than {MAX_METRIC_NAME} characters")
     taken = [str(k) for k in metrics if str(k) in TRAINER_METRICS or str(k).startswith(TRAINER_PREFIXES)]
     if taken:
         raise BadField(f"metrics.{taken[0]}", "is a name the trainer writes itself; give the metric another name")

@@ -273,7 +273,7 @@ def load_episode(path: Path, ep_id: str, tokenizer: str | None = None,
         if (path / "rollouts").is_dir():
             ep = with_rollout(ep, path, get_tokenizer(tokenizer or eval_tokenizer_spec(path), warn), warn)
         return graded(ep, rec, folder_grader(path, warn), warn)
-    m = re.fullmatch(r"(\d+)-(\d+)", ep_id)
+    m = re.fullmatch(r"(\d{1,9})-(\d{1,9})", ep_id)  # longer numbers name no file (and int() would refuse them)
     file = path / "rollouts" / f"step_{int(m.group(1)):06d}.jsonl" if m else None
     if file is None or not file.is_file():
         return None
