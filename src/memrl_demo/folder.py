@@ -26,7 +26,7 @@ def claim_folder(out: Path, task: str, seed: int, stages: tuple[str, ...]) -> No
         raise ValueError(f"{out} holds the {held[0]} demo of seed {held[1]}; --task {task} --seed {seed} needs "
                          "another --out (or --fresh to delete that demo's outputs there first)")
     if not (out / CLAIM).is_file():
-        record_outputs(out, (CLAIM,))
+        record_outputs(out, (CLAIM,), by="memrl demo")
         with atomic_write(out / CLAIM) as fh:
             json.dump({"task": task, "seed": seed}, fh)
             fh.write("\n")

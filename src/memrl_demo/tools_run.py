@@ -82,7 +82,7 @@ def run_tools_demo(out: Path, *, rl_steps: int = 60, seed: int = 0, reward: str 
         raise ValueError(f"--reward must be one of {', '.join(REWARDS)}, not {reward!r}")
     if record not in RECORDS:
         raise ValueError(f"--record must be one of {', '.join(RECORDS)}, not {record!r}")
-    record_outputs(out, (*DEMO_OUTPUTS, *rl_stage(estimator, record=record)))
+    record_outputs(out, (*DEMO_OUTPUTS, *rl_stage(estimator, record=record)), by="memrl demo")
     claim_folder(out, "tools", seed, DEMO_OUTPUTS)
     with deterministic(seed, threads):
         return _run(out, rl_steps, seed, reward, console or _console(), scale, estimator, record)

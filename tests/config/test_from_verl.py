@@ -139,6 +139,9 @@ def test_the_cli_writes_a_config_memrl_loads(tmp_path):
     assert "translated 21 of 27 verl flags" in r.output and "$CKPT" in r.output
     r = CliRunner().invoke(app, ["config", "from-verl", str(script), "--out", str(out)])
     assert r.exit_code == 2 and "exists: pass --force" in r.output
+    before = script.read_text()
+    r = CliRunner().invoke(app, ["config", "from-verl", str(script), "--out", str(script), "--force"])
+    assert r.exit_code == 2 and "is the script being translated" in r.output and script.read_text() == before
     r = CliRunner().invoke(app, ["config", "from-verl", "-"], input="echo nothing here\n")
     assert r.exit_code == 2 and "not a verl launch script" in r.output
     memrl_words = "memrl train trainer.total_steps=3 algorithm.n=4 workflow.options.max_turns=2\n"

@@ -64,6 +64,38 @@ def test_manifest_accumulates_names(tmp_path):
     assert json.loads((tmp_path / MANIFEST).read_text())["entries"] == ["a.json", "b.json"]
 
 
+def test_starting_over_keeps_what_other_commands_wrote_there(tmp_path):
+    # memrl data synth writes eval_50.json; memrl eval --data DIR --out DIR --restart must not delete its own input
+    record_outputs(tmp_path, ["eval_50.json", "token_report.json"], by="memrl data synth")
+    (tmp_path / "eval_50.json").write_text("[]")
+    (tmp_path / "token_report.json").write_text("{}")
+    record_outputs(tmp_path, ["results.json", "episodes"], by="memrl eval")
+    (tmp_path / "results.json").write_text("{}")
+    (tmp_path / "episodes").mkdir()
+    writing = temp_name("eval_50.json")
+    (tmp_path / writing).write_text("a synth writing right now")
+    assert clear_outputs(tmp_path, "--restart", by="memrl eval") == 2
+    assert sorted(os.listdir(tmp_path)) == sorted([MANIFEST, "eval_50.json", "token_report.json", writing])
+    kept = json.loads((tmp_path / MANIFEST).read_text())
+    assert kept["entries"] == ["eval_50.json", "token_report.json"]
+    assert kept["owners"]["eval_50.json"] == ["memrl data synth"]
+    # the synth's own start-over (or a clear for every command) then removes them
+    assert clear_outputs(tmp_path, "--fresh") == 3 and os.listdir(tmp_path) == []
+
+
+def test_a_name_two_commands_wrote_is_deleted_by_either_and_old_manifests_by_any(tmp_path):
+    record_outputs(tmp_path, ["rollouts"], by="memrl demo")
+    record_outputs(tmp_path, ["rollouts"], by="memrl eval")
+    (tmp_path / "rollouts").mkdir()
+    assert json.loads((tmp_path / MANIFEST).read_text())["owners"]["rollouts"] == ["memrl demo", "memrl eval"]
+    assert clear_outputs(tmp_path, "--fresh", by="memrl demo") == 1 and os.listdir(tmp_path) == []
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / MANIFEST).write_text(json.dumps({"written_by": "memrl", "entries": ["results.json"]}))  # no owners
+    (old / "results.json").write_text("{}")
+    assert clear_outputs(old, "--restart", by="memrl eval") == 1 and os.listdir(old) == []
+
+
 def test_writable_dir_checks(tmp_path, monkeypatch):
     f = tmp_path / "file.txt"
     f.write_text("x")

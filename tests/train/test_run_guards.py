@@ -15,6 +15,7 @@ from memrl.engines.base import EngineDeadError
 from memrl.models.resolve import load_tokenizer
 from memrl.testing import ScriptedEngine
 from memrl.train.guards import NothingTrainableError, RunFinished
+from memrl.train.preflight import RUN_CONFIG_HEADER
 from memrl.train.tracking import Tracker, read_metrics
 from memrl.train.trainer import Trainer
 from tests.train.helpers import coin_engine, config
@@ -109,9 +110,23 @@ def test_impossible_settings_are_refused(tmp_path):
 
 def test_corrupt_run_config_is_one_line(tmp_path):
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "config.yaml").write_text("model: [unclosed")
+    (tmp_path / "run" / "config.yaml").write_text(RUN_CONFIG_HEADER + "model: [unclosed")
     with pytest.raises(ConfigError, match="config.yaml is unreadable"):
         Trainer(config(tmp_path))
+
+
+def test_the_users_own_config_in_the_output_folder_is_never_replaced(tmp_path):
+    # memrl train exp/config.yaml with trainer.output_dir: exp
+    (tmp_path / "run").mkdir()
+    mine = "# my experiment\ntrainer:\n  output_dir: run   # next to this file\n"
+    (tmp_path / "run" / "config.yaml").write_text(mine)
+    with pytest.raises(ConfigError, match="not a config memrl recorded.*trainer.output_dir"):
+        Trainer(config(tmp_path))
+    assert (tmp_path / "run" / "config.yaml").read_text() == mine
+    (tmp_path / "run" / "config.yaml").unlink()
+    Trainer(config(tmp_path))  # the run records its own, which a second start then reads
+    assert (tmp_path / "run" / "config.yaml").read_text().startswith(RUN_CONFIG_HEADER)
+    Trainer(config(tmp_path))
 
 
 # -- metrics.jsonl ----------------------------------------------------------------------------------

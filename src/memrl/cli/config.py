@@ -156,6 +156,8 @@ def from_verl(
     rendered = render_yaml(result)
     _check_translation(rendered)
     if out is not None:
+        if script != "-" and out.resolve() == Path(script).resolve():
+            raise ValueError(f"--out {out} is the script being translated; choose another file")
         if out.exists() and not force:
             raise ValueError(f"{out} exists: pass --force to overwrite it")
         from memrl.io.atomic import atomic_write

@@ -105,7 +105,7 @@ def _synth_paper(protocol: str, console: Console, opts: dict[str, Any]) -> list[
     console.print(f"{len(plan.questions)} questions, paragraph pool of {len(plan.pool):,} ({protocol}'s generator)")
     for notice in plan.notices:
         console.print(notice, highlight=False, markup=False)
-    record_outputs(plan.out, plan.output_names() + ["token_report.json"])
+    record_outputs(plan.out, plan.output_names() + ["token_report.json"], by="memrl data synth")
     with progress(console, "synth", total=plan.total_samples, noun="samples") as bar:
         return plan.run(bar.advance)
 
@@ -115,7 +115,7 @@ def _synth_memrl(console: Console, opts: dict[str, Any]) -> list[FileReport]:
     with busy(console, f"reading {opts['input_path']}"):
         plan = plan_synthesis(**opts)
     console.print(f"{len(plan.synth.questions)} questions, paragraph pool of {len(plan.synth.pool):,}")
-    record_outputs(plan.out, plan.output_names() + ["token_report.json"])
+    record_outputs(plan.out, plan.output_names() + ["token_report.json"], by="memrl data synth")
     with progress(console, "synth", total=plan.total_samples, noun="samples") as bar:
         return plan.run(bar.advance)
 

@@ -233,7 +233,7 @@ def _counter(out: Path, tokenizer: Optional[str], names: list[str], lengths: lis
 
     with console.status(f"loading tokenizer {tokenizer or '(approximate counts)'}"):
         counter = load_token_counter(tokenizer)
-    record_outputs(out, [file_name(t, n) for t in names for n in lengths] + [REPORT])
+    record_outputs(out, [file_name(t, n) for t in names for n in lengths] + [REPORT], by="memrl data ruler")
     return counter
 
 

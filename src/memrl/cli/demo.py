@@ -65,13 +65,13 @@ def demo(
             from memrl_demo.tools_run import run_tools_demo
 
             if fresh:
-                clear_outputs(out, "--fresh")
+                clear_outputs(out, "--fresh", by="memrl demo")
             run_tools_demo(out, seed=seed, reward=reward, record=record or "episode", **given)
             return
         from memrl_demo.run import LEGACY_DEMO, run_demo
 
         if fresh:
-            clear_outputs(out, "--fresh", legacy=LEGACY_DEMO)
+            clear_outputs(out, "--fresh", legacy=LEGACY_DEMO, by="memrl demo")
         run_demo(out, seed=seed, asynchronous=asynchronous, max_staleness=1 if max_staleness is None else max_staleness,
                  **given)
 

@@ -34,8 +34,8 @@ def prepare_out(out: Path, restart: bool, outputs: Iterable[str], cfg: Any = Non
 
     check_writable_dir(out)
     if restart:
-        clear_outputs(out, "--restart")
-    record_outputs(out, outputs)
+        clear_outputs(out, "--restart", by="memrl eval")
+    record_outputs(out, outputs, by="memrl eval")
     if cfg is not None:
         check_resume(out, cfg, data)
 

@@ -114,7 +114,7 @@ def sft_cmd(
     from memrl.train.outdir import check_target
 
     check_flags(epochs, lr, batch_rows)
-    check_target(out, force)  # before training, not after
+    check_target(out, force, _local_inputs(trajectories, model))  # before training, not after
     trajs = read_rollouts(trajectories)
     if min_reward is not None:
         trajs = [t for t in trajs if t.reward >= min_reward]
@@ -123,6 +123,12 @@ def sft_cmd(
     steps, loss = _finetune(trajs, model, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
                             source=trajectories)
     typer.echo(f"{len(trajs)} trajectories, {steps} steps, final loss {loss:.4f}; model in {out}")
+
+
+def _local_inputs(data: Path, model: str | None) -> list[Path]:
+    """What the command reads from disk, which ``--out --force`` must never replace: the data, and the model
+    when it is a local folder."""
+    return [data] + ([Path(model)] if model and Path(model).exists() else [])
 
 
 def recorded_model(folder: Path) -> str | None:
@@ -157,11 +163,12 @@ def rft_cmd(
     from memrl.train.outdir import check_target
 
     check_flags(epochs, lr, batch_rows)
-    check_target(out, force)
+    check_target(out, force, _local_inputs(rollouts, model))
     rollout_paths(rollouts)  # a folder with no rollouts is the mistake to name, not a missing --model
     base = model or (recorded_model(rollouts) if rollouts.is_dir() else None)
     if base is None:
         raise ValueError(f"--model: {rollouts} records no model (no config.yaml or eval_config.yaml); name one")
+    check_target(out, force, _local_inputs(rollouts, base))  # the recorded model may be a local folder
     every = read_rollouts(rollouts)
     kept = [t for t in every if t.reward >= min_reward]
     tokens = sum(c.num_generated for t in kept for c in t.conversations)

@@ -3,9 +3,12 @@
 ``memrl eval --restart`` and ``memrl demo --fresh`` used to ``rmtree`` the whole ``--out``
 folder, and ``--out .`` would have deleted the user's working directory. Every command that
 writes into a folder now records the top-level names it writes in ``OUT/.memrl-output``
-(before writing them, so a killed run is still covered). Starting over deletes exactly those
-entries, plus atomic-write leftovers of them, and refuses, changing nothing, if the folder
-holds anything else. The folder itself is never removed.
+(before writing them, so a killed run is still covered), with the command that wrote each one.
+Starting over deletes exactly the entries of the command that starts over, plus atomic-write
+leftovers of them; entries other memrl commands wrote there stay (``memrl eval --out DATA --restart``
+once deleted the ``eval_N.json`` files ``memrl data synth`` had written in the same folder, its own
+input). It refuses, changing nothing, if the folder holds anything memrl did not write. The folder
+itself is never removed.
 """
 
 from __future__ import annotations
@@ -57,8 +60,9 @@ def _is_plain_name(name: object) -> bool:
             and "/" not in name and "\\" not in name)
 
 
-def recorded_entries(out: Path) -> set[str] | None:
-    """Names memrl recorded writing in ``out``; ``None`` when there is no readable manifest."""
+def _read_manifest(out: Path) -> dict[str, set[str]] | None:
+    """Each recorded name -> the commands that recorded it (empty: a manifest from before owners were kept);
+    ``None`` when there is no readable manifest."""
     try:
         data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -66,22 +70,38 @@ def recorded_entries(out: Path) -> set[str] | None:
     names = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(names, list):
         return None
-    return {n for n in names if _is_plain_name(n)}
+    owners = data.get("owners") if isinstance(data.get("owners"), dict) else {}
+    return {n: {str(o) for o in owners.get(n) or () if isinstance(o, str)}
+            for n in names if _is_plain_name(n)}
 
 
-def record_outputs(out: Path, names: Iterable[str]) -> None:
-    """Create ``out`` if needed and add ``names`` (top-level entries about to be written) to its manifest."""
+def recorded_entries(out: Path) -> set[str] | None:
+    """Names memrl recorded writing in ``out``; ``None`` when there is no readable manifest."""
+    manifest = _read_manifest(out)
+    return None if manifest is None else set(manifest)
+
+
+def _write_manifest(out: Path, manifest: dict[str, set[str]]) -> None:
+    owners = {n: sorted(o) for n, o in sorted(manifest.items()) if o}
+    with atomic_write(out / MANIFEST) as fh:
+        json.dump({"written_by": "memrl", "entries": sorted(manifest), "owners": owners}, fh, indent=1)
+        fh.write("\n")
+
+
+def record_outputs(out: Path, names: Iterable[str], by: str | None = None) -> None:
+    """Create ``out`` if needed and add ``names`` (top-level entries about to be written by command ``by``,
+    e.g. ``"memrl eval"``) to its manifest."""
     names = set(names)
     bad = [n for n in names if not _is_plain_name(n)]
     if bad:
         raise ValueError(f"output names must be plain file names, got {bad[0]!r}")
     out.mkdir(parents=True, exist_ok=True)
-    known = recorded_entries(out) or set()
-    if names <= known and (out / MANIFEST).is_file():
+    manifest = _read_manifest(out) or {}
+    if all(n in manifest and (by is None or by in manifest[n]) for n in names) and (out / MANIFEST).is_file():
         return
-    with atomic_write(out / MANIFEST) as fh:
-        json.dump({"written_by": "memrl", "entries": sorted(known | names)}, fh, indent=1)
-        fh.write("\n")
+    for name in names:
+        manifest.setdefault(name, set()).update({by} if by else set())
+    _write_manifest(out, manifest)
 
 
 def _ours(name: str, recorded: set[str]) -> bool:
@@ -91,8 +111,11 @@ def _ours(name: str, recorded: set[str]) -> bool:
     return target is not None and (target in recorded or target == MANIFEST)
 
 
-def clear_outputs(out: Path, flag: str, legacy: tuple[Iterable[str], str] | None = None) -> int:
-    """Delete what memrl wrote in ``out``; refuse if anything else is there. Returns entries removed.
+def clear_outputs(out: Path, flag: str, legacy: tuple[Iterable[str], str] | None = None,
+                  by: str | None = None) -> int:
+    """Delete what command ``by`` wrote in ``out`` (every command's when ``by`` is None, and names recorded
+    without an owner always); keep what other memrl commands wrote; refuse if anything else is there.
+    Returns entries removed.
 
     A missing or empty folder is fine. A folder with entries but no manifest (written by hand,
     or by a memrl older than the manifest) is refused like any folder with foreign entries,
@@ -106,27 +129,29 @@ def clear_outputs(out: Path, flag: str, legacy: tuple[Iterable[str], str] | None
     if not out.is_dir():
         raise OutputDirError(f"{flag}: {out} is a file, not a folder; refusing to delete it")
     names = sorted(os.listdir(out))
-    recorded = recorded_entries(out)
-    if recorded is None and legacy is not None:
+    manifest = _read_manifest(out)
+    if manifest is None and legacy is not None:
         legacy_names, signature = set(legacy[0]), legacy[1]
         if (out / signature).is_file() and set(names) <= legacy_names:
-            recorded = legacy_names
-    recorded = recorded or set()
-    foreign = [n for n in names if not _ours(n, recorded)]
+            manifest = {n: set() for n in legacy_names}
+    manifest = manifest or {}
+    foreign = [n for n in names if not _ours(n, set(manifest))]
     if foreign:
         count = f"{len(foreign)} such entr{'y' if len(foreign) == 1 else 'ies'}"
         raise OutputDirError(f"{flag}: refusing to delete the contents of {out}: it holds {foreign[0]!r}, "
                              f"which memrl did not write ({count}); remove them yourself or choose another --out")
-    removed = 0
-    for name in names:
-        if name in (MANIFEST, LOCK_NAME):  # the lock is held by the run that is clearing the folder
-            continue
+    others = {n: o for n, o in manifest.items() if by is not None and o and by not in o}
+    doomed = [n for n in names if n not in (MANIFEST, LOCK_NAME)  # the lock: held by the run clearing the folder
+              and n not in others and temp_target(n) not in others]
+    for name in doomed:
         path = out / name
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink()
-        removed += 1
-    with contextlib.suppress(FileNotFoundError):
-        (out / MANIFEST).unlink()
-    return removed
+    if others:
+        _write_manifest(out, others)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            (out / MANIFEST).unlink()
+    return len(doomed)

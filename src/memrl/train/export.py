@@ -17,7 +17,7 @@ def export_run(run_dir: Path, out: Path, step: int | None = None, *, force: bool
 
     ``out`` must be new or an empty folder; ``force`` replaces a non-empty one (never a file).
     """
-    check_target(out, force)  # before loading a model: a wrong --out costs nothing
+    check_target(out, force, [run_dir])  # before loading a model: a wrong --out costs nothing
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a training run (no config.yaml)")

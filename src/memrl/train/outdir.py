@@ -10,16 +10,31 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from memrl.io.atomic import atomic_dir
 
 
-def check_target(out: Path, force: bool) -> None:
-    """Refuse a file, and a non-empty folder unless ``force`` (it will then be replaced as a whole)."""
+def check_target(out: Path, force: bool, inputs: Iterable[Path] = ()) -> None:
+    """Refuse a file, a non-empty folder unless ``force`` (it will then be replaced as a whole), and a
+    folder whose replacement would destroy what the command reads or where the user stands.
+
+    ``--out . --force`` once emptied the working directory (input run included) and wrote nothing, and
+    ``export RUN --out RUN --force`` replaced the run it exported with the model.
+    """
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is an existing file; choose a folder path")
+    target = out.resolve()
+    if target == Path.cwd().resolve() or target in Path.cwd().resolve().parents:
+        raise ValueError(f"--out {out} is the folder you are in (or holds it); name a new folder for the model")
+    for given in inputs:
+        source = Path(given).resolve()
+        if target == source or target in source.parents:
+            raise ValueError(f"--out {out} {'is' if target == source else 'holds'} the input {given}; "
+                             "choose another folder")
+        if source in target.parents and target.is_dir() and any(target.iterdir()):
+            raise ValueError(f"--out {out} is inside the input {given} and not empty; choose another folder")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise ValueError(f"--out {out} is not empty; choose a new folder, or pass --force to replace it")
 
@@ -31,17 +46,20 @@ def replacing_dir(out: Path) -> Iterator[Path]:
     The old folder is moved aside only after the new one is complete and is
     put back if the final rename fails, so ``out`` is never left half-written.
     """
+    out = out.resolve()  # "." has no name: the old folder's parking place must never be its parent
+    parking: Path | None = None  # a fresh folder of our own, the only thing ever removed here
     aside: Path | None = None
     try:
         with atomic_dir(out) as tmp:
             yield tmp
             if out.exists():
-                aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent)) / out.name
-                out.rename(aside)
+                parking = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+                out.rename(parking / out.name)
+                aside = parking / out.name
     except BaseException:
         if aside is not None and not out.exists():
             aside.rename(out)
         raise
     finally:
-        if aside is not None and out.exists():
-            shutil.rmtree(aside.parent, ignore_errors=True)
+        if parking is not None and (aside is None or out.exists()):
+            shutil.rmtree(parking, ignore_errors=True)

@@ -125,20 +125,30 @@ def check_output_dir(out: Path) -> None:
                           "choose another trainer.output_dir")
 
 
+RUN_CONFIG_HEADER = "# memrl train: the settings this run started with (a resumed run is compared with them)\n"
+
+
 def check_run_config(cfg: MemRLConfig, run_dir: Path, notice: Callable[[str], None] = print) -> None:
     """A resumed run must keep its config (apart from RESUMABLE_CHANGES and ``trainer.allow_changes``, each
     change of which is told to ``notice``); records the config it runs with.
 
     A folder without checkpoints has nothing to resume (a first start refused for a bad setting, or
-    killed before its first save): its config is replaced, so fixing that setting is not refused.
+    killed before its first save): its config is replaced, so fixing that setting is not refused. A
+    ``config.yaml`` there that memrl did not record (no :data:`RUN_CONFIG_HEADER`: the user's own, say
+    ``memrl train exp/config.yaml`` with ``output_dir: exp``) is never replaced: that once turned a
+    commented 7-line file into memrl's 211-line dump.
     """
     from memrl.train.checkpoint import checkpoints
 
     path = run_dir / "config.yaml"
     new = cfg.model_dump(mode="json")
     if path.is_file():
+        text = path.read_text(errors="replace")
+        if not text.startswith(RUN_CONFIG_HEADER) and not checkpoints(run_dir):
+            raise ConfigError(f"{path} is not a config memrl recorded (a file of yours?) and memrl train keeps the "
+                              "run's settings under that name: set trainer.output_dir to another folder, or move it")
         try:
-            old = yaml.safe_load(path.read_text())
+            old = yaml.safe_load(text)
         except (yaml.YAMLError, UnicodeDecodeError) as err:
             raise ConfigError(f"{path} is unreadable ({type(err).__name__}); restore it or use another "
                               "trainer.output_dir") from None
@@ -157,7 +167,7 @@ def check_run_config(cfg: MemRLConfig, run_dir: Path, notice: Callable[[str], No
             for key, (was, now) in changed.items():
                 notice(f"resuming {run_dir} with {key} changed from {was!r} to {now!r} (trainer.allow_changes)")
     with atomic_write(path) as fh:  # a run killed here must not leave a torn config that blocks resuming
-        fh.write(yaml.safe_dump(new, sort_keys=False))
+        fh.write(RUN_CONFIG_HEADER + yaml.safe_dump(new, sort_keys=False))
 
 
 def _as_run_today(old: dict[str, Any]) -> dict[str, Any]:

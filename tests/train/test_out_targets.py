@@ -1,0 +1,74 @@
+"""``--out`` of export/sft/rft: replacing a folder never reaches the user's own files or the command's inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memrl.train.outdir import check_target, replacing_dir
+
+
+def _project(tmp_path: Path) -> Path:
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "config.yaml").write_text("x: 1\n")
+    (tmp_path / "notes.txt").write_text("mine")
+    return tmp_path
+
+
+def test_the_current_folder_or_one_holding_it_is_refused_even_with_force(tmp_path, monkeypatch):
+    monkeypatch.chdir(_project(tmp_path) / "run")
+    for out in (Path("."), Path(".."), tmp_path / "run"):
+        with pytest.raises(ValueError, match="the folder you are in"):
+            check_target(out, force=True)
+    assert (tmp_path / "notes.txt").is_file() and (tmp_path / "run" / "config.yaml").is_file()
+
+
+@pytest.mark.parametrize("out, says", [("run", "is the input"), (".", "the folder you are in"),
+                                       ("run/checkpoints", "inside the input")])
+def test_an_out_that_is_holds_or_lies_in_the_input_is_refused(tmp_path, monkeypatch, out, says):
+    monkeypatch.chdir(_project(tmp_path))
+    (tmp_path / "run" / "checkpoints" / "step_1").mkdir()
+    with pytest.raises(ValueError, match=says):
+        check_target(Path(out), force=True, inputs=[Path("run")])
+    monkeypatch.chdir("/")
+    with pytest.raises(ValueError, match="holds the input"):
+        check_target(tmp_path, force=True, inputs=[tmp_path / "run"])
+
+
+def test_a_new_folder_inside_the_input_and_a_sibling_are_fine(tmp_path, monkeypatch):
+    monkeypatch.chdir(_project(tmp_path))
+    check_target(Path("run/model"), force=False, inputs=[Path("run")])  # export RUN --out RUN/model
+    (tmp_path / "old_model").mkdir()
+    (tmp_path / "old_model" / "w").write_text("old")
+    check_target(Path("old_model"), force=True, inputs=[Path("run")])
+    with pytest.raises(ValueError, match="--force"):
+        check_target(Path("old_model"), force=False, inputs=[Path("run")])
+
+
+def test_replacing_a_relative_folder_touches_nothing_beside_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(_project(tmp_path))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "old.bin").write_text("old")
+    with replacing_dir(Path("model")) as tmp:
+        (tmp / "new.bin").write_text("new")
+    assert [p.name for p in (tmp_path / "model").iterdir()] == ["new.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "notes.txt", "run"]  # no parking left
+
+
+def test_a_failed_swap_keeps_the_old_folder_and_every_sibling(tmp_path, monkeypatch):
+    monkeypatch.chdir(_project(tmp_path))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "old.bin").write_text("old")
+    real = Path.rename
+
+    def refuse(self, target):
+        if self.name == "model":
+            raise OSError(16, "Device or resource busy")
+        return real(self, target)
+
+    monkeypatch.setattr(Path, "rename", refuse)
+    with pytest.raises(OSError), replacing_dir(Path("model")) as tmp:
+        (tmp / "new.bin").write_text("new")
+    assert (tmp_path / "model" / "old.bin").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "notes.txt", "run"]
