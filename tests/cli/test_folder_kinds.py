@@ -57,7 +57,8 @@ def test_an_eval_whose_start_failed_does_not_hold_its_folder(tmp_path):
 
 
 @pytest.mark.parametrize("flag, value, said", [("--epochs", "0", "--epochs 0: must be at least 1"),
-                                                ("--lr", "-1", "--lr -1: must be positive"),
+                                                ("--lr", "-1", "--lr -1: must be a positive finite number"),
+                                                ("--lr", "inf", "--lr inf: must be a positive finite number"),
                                                 ("--batch-rows", "0", "--batch-rows 0: must be at least 1")])
 def test_sft_and_rft_refuse_a_flag_no_training_can_run_with_before_writing(tmp_path, flag, value, said):
     src = tmp_path / "rollouts.jsonl"

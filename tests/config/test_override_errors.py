@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from memrl.config import ConfigError, load_config
@@ -47,3 +49,21 @@ def test_cli_error_for_a_bad_override(yaml_file):
 
     r = CliRunner().invoke(app, ["config", "show", str(yaml_file), "trainer.lr=-1"])
     assert r.exit_code == 2 and "command-line setting trainer.lr=-1" in r.output and str(yaml_file) not in r.output
+
+
+@pytest.mark.parametrize("override, said", [
+    ("trainer.lr=inf", "trainer.lr: Input should be a finite number"),  # every weight NaN after step 1
+    ("algorithm.kl_coef=inf", "algorithm.kl_coef: Input should be a finite number"),  # every step skipped, "done"
+    ("sampling.temperature=inf", "sampling.temperature: Input should be a finite number"),
+    ("trainer.seed=-1", "trainer.seed: Input should be greater than or equal to 0"),  # numpy's refusal, unnamed
+    ("sampling.seed=4294967296", "sampling.seed: Input should be less than 4294967296"),
+])
+def test_a_number_no_run_can_use_is_refused_where_it_is_written(override, said):
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        load_config("configs/memagent_grpo.yaml", [override])
+
+
+@pytest.mark.parametrize("override", ["trainer.grad_clip=inf", "algorithm.clip_ratio_high=inf",
+                                      "algorithm.tis_cap=inf", "engine.timeout_s=inf"])
+def test_infinity_stays_allowed_where_it_means_no_limit(override):
+    load_config("configs/memagent_grpo.yaml", [override])

@@ -25,7 +25,7 @@ def demo(
     reward: str = typer.Option("tau2", "--reward", help="--task tools: train on tau2 (tau2-bench's reward) or "
                                "progress (fraction of checks passed; not a tau2-bench number). Held-out success "
                                "is always tau2-bench's."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seeds data, model init, warm start and RL; the same seed "
+    seed: int = typer.Option(0, "--seed", min=0, max=2**32 - 1, help="Seeds data, model init, warm start and RL; the same seed "
                              "prints the same numbers on every run on a given machine."),
     asynchronous: bool = typer.Option(False, "--async", help="--task needle: run the GRPO stage with "
                                       "trainer.mode=async (rollouts continue during updates) into OUT/rl_async; "

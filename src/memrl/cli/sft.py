@@ -10,6 +10,7 @@ masks as sampled (prompts, tool results and user turns are context, never target
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import sys
 import threading
@@ -47,7 +48,7 @@ def _check_vocab(trajs: list[Any], vocab: int, model: str, source: Path) -> None
 def check_flags(epochs: int, lr: float, batch_rows: int) -> None:
     """Refuse a flag no fine-tuning can run with, before anything is read or written."""
     for flag, value, ok, need in (("--epochs", epochs, epochs >= 1, "at least 1"),
-                                  ("--lr", lr, lr > 0, "positive"),
+                                  ("--lr", lr, math.isfinite(lr) and lr > 0, "a positive finite number"),
                                   ("--batch-rows", batch_rows, batch_rows >= 1, "at least 1")):
         if not ok:
             raise ValueError(f"{flag} {value:g}: must be {need}")

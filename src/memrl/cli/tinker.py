@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import typer
@@ -48,10 +49,10 @@ def tinker_cmd(
                         ("--max-num-samples", max_num_samples), ("--micro-tokens", micro_tokens)):
         if value < 1:
             raise ValueError(f"{flag} {value}: must be >= 1")
-    if not max_body_mb > 0:
-        raise ValueError(f"--max-body-mb {max_body_mb}: must be > 0")
-    if not lora_alpha > 0:
-        raise ValueError(f"--lora-alpha {lora_alpha}: must be > 0")
+    if not (math.isfinite(max_body_mb) and max_body_mb > 0):
+        raise ValueError(f"--max-body-mb {max_body_mb}: must be a positive finite number")
+    if not (math.isfinite(lora_alpha) and lora_alpha > 0):
+        raise ValueError(f"--lora-alpha {lora_alpha}: must be a positive finite number")
     limits = {"max_loras": max_loras, "max_datums": max_datums, "max_num_samples": max_num_samples,
               "micro_tokens": micro_tokens, "max_body_bytes": int(max_body_mb * 2**20)}
     serve(model, host=host, port=port, api_key=api_key, state_dir=state_dir, engine=engine, dtype=dtype,

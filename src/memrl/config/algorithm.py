@@ -11,7 +11,7 @@ from memrl.config.plugin_options import check_plugin_options
 from memrl.config.rollout_corr import RolloutCorrectionConfig
 from memrl.config.registry import (ADV_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, OFF_POLICY, POLICY_LOSSES,
                                    registered)
-from memrl.config.section import Section
+from memrl.config.section import Finite, Section
 
 TisLevel = Literal["token", "sequence"]  # memrl.rl.offpolicy reads the same list
 # The fields below that only some policy losses read (their ``options``; tests/rl/test_policy_losses_more.py keeps
@@ -33,12 +33,12 @@ class AlgorithmConfig(Section):
         "grpo", description="Advantage estimator: a registered name (memrl.rl.register_adv_est) or an import path "
         "'package.module:function'.")
     n: int = Field(8, ge=1, description="Episodes per prompt (the GRPO group); MemAgent uses 16.")
-    epsilon: float = Field(1e-6, gt=0, description="Added to the group std (grpo).")
+    epsilon: Finite = Field(1e-6, gt=0, description="Added to the group std (grpo).")
     gamma: float = Field(1.0, ge=0, le=1, description="Discount: per token for reinforce_plus_plus, per turn "
                          "(conversation) for gigpo and step_reinforce (ROLL's step_reward_gamma, 0.95 in its examples).")
-    episode_weight: float = Field(1.0, ge=0, description="gigpo: weight of the episode score normalised in its "
+    episode_weight: Finite = Field(1.0, ge=0, description="gigpo: weight of the episode score normalised in its "
                                   "prompt group (ROLL's episode_reward_weight).")
-    step_weight: float = Field(1.0, ge=0, description="gigpo: weight of the turn's discounted return normalised "
+    step_weight: Finite = Field(1.0, ge=0, description="gigpo: weight of the turn's discounted return normalised "
                                "among the group's turns with the same anchor state (ROLL's step_reward_weight).")
     turn_norm: Literal["mean_std", "mean"] = Field(
         "mean_std", description="gigpo and step_reinforce: how scores and returns are normalised in their groups: "
@@ -55,11 +55,11 @@ class AlgorithmConfig(Section):
     loss_agg_mode: registered(LOSS_AGGREGATIONS) = Field(
         "token-mean", description="How a [rows, tokens] loss becomes one number: a registered name "
         "(memrl.rl.register_loss_agg) or an import path.")
-    kl_coef: float = Field(0.0, ge=0, description="KL loss weight; MemAgent uses 0.001.")
+    kl_coef: Finite = Field(0.0, ge=0, description="KL loss weight; MemAgent uses 0.001.")
     kl_estimator: registered(KL_ESTIMATORS) = Field(
         "low_var_kl", description="Per-token KL estimate to the reference: a registered name "
         "(memrl.rl.register_kl) or an import path.")
-    entropy_coef: float = Field(0.0, ge=0)
+    entropy_coef: Finite = Field(0.0, ge=0)
     ppo_epochs: int = Field(1, ge=1)
     dynamic_sampling: bool = Field(False, description="DAPO: drop groups whose rewards are all equal, refill.")
     max_gen_batches: int = Field(4, ge=1, description="Dynamic sampling: rollout rounds per step before giving up.")
@@ -73,17 +73,17 @@ class AlgorithmConfig(Section):
         "clip_cov / kl_cov (restrain the tokens with the largest log-prob/advantage covariance); gspo, sapo and "
         "geo_mean aggregate per sequence, so loss_agg_mode becomes seq-mean-token-mean. Or a name registered with "
         "memrl.rl.register_policy_loss, or an import path.")
-    sapo_tau_pos: float = Field(1.0, gt=0, description="sapo: gate temperature where the advantage is positive "
+    sapo_tau_pos: Finite = Field(1.0, gt=0, description="sapo: gate temperature where the advantage is positive "
                                 "(verl's tau_pos).")
-    sapo_tau_neg: float = Field(1.05, gt=0, description="sapo: gate temperature where it is not (verl's tau_neg).")
+    sapo_tau_neg: Finite = Field(1.05, gt=0, description="sapo: gate temperature where it is not (verl's tau_neg).")
     clip_cov_ratio: float = Field(0.0002, gt=0, le=1, description="clip_cov: share of trained tokens whose "
                                   "gradient is dropped (at least one).")
     clip_cov_lb: float = Field(1.0, description="clip_cov: only tokens with covariance above this are dropped.")
     clip_cov_ub: float = Field(5.0, description="clip_cov: ... and below this.")
     kl_cov_ratio: float = Field(0.0002, gt=0, le=1, description="kl_cov: share of trained tokens (the largest "
                                 "covariance, at least one) given the |log ratio| penalty.")
-    kl_cov_coef: float = Field(0.1, ge=0, description="kl_cov: weight of that penalty (verl's ppo_kl_coef).")
-    dro_beta: float | None = Field(None, gt=0, description="dro: weight of the quadratic log-ratio penalty; "
+    kl_cov_coef: Finite = Field(0.1, ge=0, description="kl_cov: weight of that penalty (verl's ppo_kl_coef).")
+    dro_beta: Finite | None = Field(None, gt=0, description="dro: weight of the quadratic log-ratio penalty; "
                                    "required with policy_loss=dro (no default, as in verl).")
     policy_loss_options: dict[str, Any] = Field(
         default_factory=dict, description="A plug-in policy loss's own settings, passed to it as keyword "

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from memrl.config.registry import ENGINES, registered
-from memrl.config.section import Section
+from memrl.config.section import Section, Seed
 
 
 class VLLMOptions(Section):
@@ -29,7 +29,7 @@ class VLLMOptions(Section):
     kv_cache_memory: float | None = Field(None, gt=0, description="KV cache size in GiB (CPU: "
                                           "VLLM_CPU_KVCACHE_SPACE; GPU: kv_cache_memory_bytes); null: vLLM's "
                                           "default (GPU: engine.gpu_memory_utilization).")
-    seed: int | None = Field(None, description="Engine seed (default: trainer.seed).")
+    seed: Seed | None = Field(None, description="Engine seed (default: trainer.seed).")
     sleep: Literal["auto", "on", "off"] = Field("auto", description="Sleep mode (free accelerator memory during "
                                                 "updates): auto = on where the platform supports it and "
                                                 "cluster.placement=colocate.")

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from memrl.config.algorithm import AlgorithmConfig
 from memrl.config.engine import EngineConfig, VLLMOptions
 from memrl.config.registry import registered
-from memrl.config.section import Section, external_fields
+from memrl.config.section import Finite, Section, Seed, external_fields
 from memrl.config.sides import AsyncConfig, JudgeConfig, TrainEvalConfig, UserSimConfig
 from memrl.config.teacher import TeacherConfig
 from memrl.plugins import DOMAINS, REWARDS, WORKFLOWS
@@ -41,7 +41,7 @@ class DataConfig(Section):
         description="Number of documents per eval file (RULER-HQA sizes).",
     )
     train_tokens: int | None = Field(None, description="Token budget of the training file.")
-    seed: int = 42
+    seed: Seed = 42
     allow_repeats: bool = False
     include_question_distractors: bool = True
     format: Literal["json", "jsonl", "parquet"] = "json"
@@ -158,10 +158,10 @@ class EnvConfig(Section):
 class SamplingConfig(Section):
     """Rollout sampling (greedy when temperature is 0)."""
 
-    temperature: float = Field(1.0, ge=0)
+    temperature: Finite = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = 0
-    seed: int | None = None
+    seed: Seed | None = None
 
 
 class EvalConfig(Section):
@@ -196,12 +196,12 @@ class TrainerConfig(Section):
 
     section_key: ClassVar[str | None] = "trainer"
 
-    lr: float = Field(1e-6, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    lr: Finite = Field(1e-6, gt=0)
+    weight_decay: Finite = Field(0.0, ge=0)
     warmup_steps: int = Field(0, ge=0)
     lr_schedule: Literal["constant", "cosine"] = "constant"
     grad_clip: float = Field(1.0, gt=0)
-    seed: int = 42
+    seed: Seed = 42
     output_dir: str = "runs/default"
     total_steps: int = Field(100, ge=1, description="Optimizer steps of the whole run (a resumed run trains "
                              "until it has this many).")
@@ -244,8 +244,8 @@ class ClusterConfig(Section):
                                 "null starts Ray on this machine when rollout_replicas > 0.")
     rollout_replicas: int = Field(0, ge=0, description="Engine replicas as Ray actors, each an engine.kind "
                                   "(hf or vllm) engine (0: the in-process engine).")
-    replica_cpus: float = Field(1.0, gt=0, description="CPUs Ray reserves per replica.")
-    replica_gpus: float = Field(0.0, ge=0, description="GPUs per replica (fractions share a GPU).")
+    replica_cpus: Finite = Field(1.0, gt=0, description="CPUs Ray reserves per replica.")
+    replica_gpus: Finite = Field(0.0, ge=0, description="GPUs per replica (fractions share a GPU).")
     trainers: int = Field(1, ge=1, description="Data-parallel trainer processes (torch.distributed); "
                           "under torchrun WORLD_SIZE wins.")
     strategy: Literal["ddp", "fsdp"] = Field("ddp", description="ddp: every rank holds the whole model and "

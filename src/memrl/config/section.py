@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, model_validator
+
+# A number that must be finite: ``ge=0`` lets ``inf`` through, and ``trainer.lr=inf`` turned every weight into
+# NaN at step 1 (``algorithm.kl_coef=inf`` skipped every step yet reported "done"). Limits where infinity
+# means "none" (timeouts, clip ratios, caps) stay plain floats.
+Finite = Annotated[float, AllowInfNan(False)]
+# A seed numpy and torch both take.
+Seed = Annotated[int, Field(ge=0, lt=2**32)]
 
 
 class Section(BaseModel):

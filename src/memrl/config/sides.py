@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from memrl.config.registry import ENGINES, registered
-from memrl.config.section import Section
+from memrl.config.section import Finite, Section
 
 
 class SideModelConfig(Section):
@@ -42,7 +42,7 @@ class SideModelConfig(Section):
 class UserSimConfig(SideModelConfig):
     """The user simulator of a tool agent outside solo mode (``env.solo=false``)."""
 
-    temperature: float = Field(1.0, ge=0, description="Sampling temperature of the simulated user.")
+    temperature: Finite = Field(1.0, ge=0, description="Sampling temperature of the simulated user.")
     prompt: str | None = Field(None, description="Text file with the user simulator's system prompt "
                                "(must contain {scenario}).")
 
@@ -61,7 +61,7 @@ class TrainEvalConfig(Section):
     samples: int | None = Field(None, ge=1, description="Evaluate the first K samples (null: all).")
     n: int = Field(1, ge=1, description="Episodes per eval question; the accuracy is their mean (MemAgent "
                    "validates with n=4, temperature 1.0, top_p 0.7).")
-    temperature: float = Field(0.0, ge=0, description="Eval sampling temperature (0: greedy).")
+    temperature: Finite = Field(0.0, ge=0, description="Eval sampling temperature (0: greedy).")
     top_p: float = Field(1.0, gt=0, le=1, description="Eval nucleus sampling.")
 
 

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from memrl.config.registry import TEACHERS, registered
-from memrl.config.section import Section
+from memrl.config.section import Finite, Section
 
 
 class TeacherConfig(Section):
@@ -34,7 +34,7 @@ class TeacherConfig(Section):
     mode: Literal["replace", "add"] = Field("replace", description="replace: the distillation advantage alone "
                                             "(rewards are still computed and logged); add: added to the RL "
                                             "advantage of algorithm.adv_estimator.")
-    weight: float = Field(1.0, gt=0, description="Coefficient of the distillation advantage (tinker's "
+    weight: Finite = Field(1.0, gt=0, description="Coefficient of the distillation advantage (tinker's "
                           "kl_penalty_coef).")
     discount: float = Field(0.0, ge=0, le=1, description="0: each token's own reverse KL; >0: the discounted "
                             "sum of its own and later tokens' (tinker's kl_discount_factor).")

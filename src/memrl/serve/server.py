@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import math
 import os
 import signal
 import socket
@@ -105,8 +106,8 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, dtype: str = "a
     _check_engine_kind(engine)
     if max_n < 1:
         raise ValueError(f"--max-n {max_n}: must be >= 1")
-    if not max_body_mb > 0:
-        raise ValueError(f"--max-body-mb {max_body_mb}: must be > 0")
+    if not (math.isfinite(max_body_mb) and max_body_mb > 0):
+        raise ValueError(f"--max-body-mb {max_body_mb}: must be a positive finite number")
     if max_batch_size < 1:
         raise ValueError(f"--max-batch-size {max_batch_size}: must be >= 1")
     if max_model_len is not None and max_model_len < 1:
