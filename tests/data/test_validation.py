@@ -76,3 +76,35 @@ def test_a_budget_the_pool_can_fill_is_accepted_and_filled(tmp_path):
     plan = plan_synthesis(src, tmp_path / "out", [], train_tokens=120)
     (report,) = plan.run()
     assert report.tokens_max <= 120 and report.tokens_min > 60
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"index": "abc"}, "index"), ({"index": 2.7}, "index"), ({"index": True}, "index"),
+    ({"num_docs": "many"}, "num_docs"), ({"gold_docs": 5}, "gold_docs"),
+])
+def test_a_bad_optional_field_names_its_file_row_and_field(tmp_path, extra, field):
+    rows = [{"context": "Document 1: x", "input": "q?", "answers": ["x"]} for _ in range(3)]
+    rows[1].update(extra)
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError) as err:
+        list(read_samples(path))
+    assert str(err.value).startswith(f"{path}:2:{field}: expected ")
+
+
+def test_optional_fields_in_their_usual_spellings_are_read(tmp_path):
+    rows = [{"context": "Document 1: x", "input": "q?", "answers": ["x"], **extra}
+            for extra in ({"index": None}, {"index": 7.0, "num_docs": "3"}, {"gold_docs": None})]
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = list(read_samples(path))
+    assert [s.index for s in got] == [0, 7, 2] and got[1].num_docs == 3 and got[2].gold_docs == []
+
+
+def test_a_train_record_whose_extra_info_is_not_an_object_is_named(tmp_path):
+    rec = {"context": "x", "prompt": [{"role": "user", "content": "q?"}],
+           "reward_model": {"ground_truth": ["x"]}, "extra_info": "x"}
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    with pytest.raises(DataError, match=r"train.jsonl:1:extra_info: expected an object"):
+        list(read_samples(path))

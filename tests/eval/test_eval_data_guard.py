@@ -127,3 +127,11 @@ def test_sigterm_stops_an_eval_and_its_agent_commands(tmp_path):
     assert "Exit 143" in r.stderr.strip().splitlines(), r.stderr
     assert "interrupted — re-run the same command to resume" in r.stderr
     assert _wait_dead(int(pidfile.read_text())), "the agent command outlived the eval"
+
+
+def test_max_samples_takes_the_first_k_of_one_file_of_samples(tmp_path):
+    out = tmp_path / "out"
+    r = memrl_eval("--data", samples(tmp_path / "a.jsonl", 6), "--out", out, "--max-samples", "2")
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "results.json").read_text())["episodes"] == 2
+    assert sorted(p.name for p in (out / "episodes").iterdir()) == ["0.json", "1.json"]

@@ -120,7 +120,7 @@ def eval_cmd(
         if (data is None and cfg.data.eval_file) or (data is not None and data.is_file()):
             from memrl.cli.eval_workflow import eval_file
 
-            eval_file(cfg, data, out, restart, console, rollouts)  # one file of the workflow's own samples
+            eval_file(cfg, data, out, restart, console, rollouts, max_samples)  # one file of the workflow's own samples
             return
         if data is None:
             raise ValueError("--data: give the folder of eval files (memrl data synth --out, or memrl data ruler "

@@ -10,8 +10,10 @@ from rich.console import Console
 from memrl.cli.eval_common import prepare_out, run_with_progress
 
 
-def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Console, rollouts: bool) -> None:
-    """Mean reward, accuracy and pass^k of the config's workflow over the file's samples."""
+def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Console, rollouts: bool,
+              max_samples: int | None = None) -> None:
+    """Mean reward, accuracy and pass^k of the config's workflow over the file's samples (the first
+    ``max_samples``)."""
     from memrl.engines.factory import build_engine
     from memrl.eval.files import data_record
     from memrl.eval.workflow_eval import WORKFLOW_EVAL_OUTPUTS, run_workflow_eval
@@ -29,7 +31,8 @@ def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Co
                   f"{cfg.data.eval_file} · {cfg.eval.repeats} repeat(s)", highlight=False)
     try:
         results = run_with_progress(console, out, eng, lambda started, advance: run_workflow_eval(
-            cfg, eng, tokenizer, workflow, out, on_start=started, on_episode=advance, rollouts=rollouts))
+            cfg, eng, tokenizer, workflow, out, on_start=started, on_episode=advance, rollouts=rollouts,
+            max_samples=max_samples))
     finally:
         workflow.close()
     passes = " ".join(f"pass^{k} {v:.3f}" for k, v in results["pass_hat_k"].items())

@@ -85,6 +85,31 @@ def _answers(value: Any, file: Path, row: int, name: str) -> list[str]:
     raise DataError(file, row, name, f"expected a non-empty list of strings, got {type_name(value)}")
 
 
+def _int(value: Any, default: int, file: Path, row: int, name: str) -> int:
+    """An optional integer field (``index``, ``num_docs``): an int, an integral float or digits; absent or null:
+    ``default``."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise DataError(file, row, name, f"expected an integer, got {type_name(value)}")
+    try:
+        number = float(value) if not isinstance(value, int) else value
+    except ValueError:
+        raise DataError(file, row, name, f"expected an integer, got {value!r}"[:200]) from None
+    if number != number or number in (float("inf"), float("-inf")) or number != int(number):
+        raise DataError(file, row, name, f"expected an integer, got {value!r}")
+    return int(number)
+
+
+def _list(value: Any, file: Path, row: int, name: str) -> list[Any]:
+    """An optional list field (``gold_docs``): a list, or nothing."""
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise DataError(file, row, name, f"expected a list, got {type_name(value)}")
+    return list(value)
+
+
 NEEDS = ("a long-context record needs context (the document text), input (the question) and answers "
          "(a list of gold answers)")
 
@@ -105,13 +130,13 @@ def parse_sample(rec: dict[str, Any], file: Path, row: int) -> LongContextSample
         answers = _answers(rec["answers"], file, row, "answers")
         known = {"context", "input", "answers", "num_docs", "index", "id", "gold_docs"}
         return LongContextSample(
-            index=int(rec.get("index", row - 1)),
+            index=_int(rec.get("index"), row - 1, file, row, "index"),
             question=question,
             answers=answers,
             context=context,
-            num_docs=int(rec.get("num_docs", context.count("Document "))),
+            num_docs=_int(rec.get("num_docs"), context.count("Document "), file, row, "num_docs"),
             id=None if rec.get("id") is None else str(rec["id"]),
-            gold_docs=list(rec.get("gold_docs") or []),
+            gold_docs=_list(rec.get("gold_docs"), file, row, "gold_docs"),
             extra={k: v for k, v in rec.items() if k not in known},
         )
     if "prompt" in rec:  # train (verl) schema
@@ -126,13 +151,16 @@ def parse_sample(rec: dict[str, Any], file: Path, row: int) -> LongContextSample
             raise DataError(file, row, "reward_model", f"expected an object, got {type_name(rm)}")
         answers = _answers(rm.get("ground_truth"), file, row, "reward_model.ground_truth")
         info = rec.get("extra_info") or {}
+        if not isinstance(info, dict):
+            raise DataError(file, row, "extra_info", f"expected an object, got {type_name(info)}")
         return LongContextSample(
-            index=int(info.get("index", row - 1)),
+            index=_int(info.get("index"), row - 1, file, row, "extra_info.index"),
             question=question,
             answers=answers,
             context=context,
-            num_docs=int(info.get("num_docs", context.count("Document "))),
-            gold_docs=list(info.get("gold_docs") or []),
+            num_docs=_int(info.get("num_docs"), context.count("Document "), file, row,
+                          "extra_info.num_docs"),
+            gold_docs=_list(info.get("gold_docs"), file, row, "extra_info.gold_docs"),
             extra={"data_source": rec.get("data_source", "hotpotqa")},
         )
     raise DataError(file, row, "input", f"missing field (neither eval 'input' nor train 'prompt' schema); {NEEDS}")

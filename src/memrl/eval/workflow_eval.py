@@ -34,9 +34,10 @@ WORKFLOW_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", ROLLOUTS, "
 
 async def run_workflow_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, workflow: Workflow, out: Path, *,
                             on_start: Callable[[int, int], None] | None = None,
-                            on_episode: Callable[[], None] | None = None, rollouts: bool = True) -> dict[str, Any]:
-    """Run every (sample, repeat) not finished yet, then summarise everything in ``out``."""
-    samples = samples_of(workflow, "eval")
+                            on_episode: Callable[[], None] | None = None, rollouts: bool = True,
+                            max_samples: int | None = None) -> dict[str, Any]:
+    """Run every (sample, repeat) not finished yet (of the first ``max_samples`` samples), then summarise them."""
+    samples = samples_of(workflow, "eval")[:max_samples]
     if not samples:
         raise ValueError(f"no eval samples: {workflow.data_source(cfg, 'eval')}")
     repeats, base = cfg.eval.repeats, sampling_params(cfg)
