@@ -3,11 +3,13 @@ a run folder given as a model says how to make it one, and an eval whose start f
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from typer.testing import CliRunner
 
 from memrl.cli.main import app
-from memrl.models.resolve import ModelNotFoundError, resolve_model_path
+from memrl.models.resolve import ModelNotFoundError, load_model, load_tokenizer, resolve_model_path
 
 
 def one_line_error(args):
@@ -22,6 +24,20 @@ def test_memrl_eval_refuses_a_training_runs_folder(tmp_path):
                            "--model", "tiny", "--out", tmp_path])
     assert f"--out {tmp_path} is a training run" in said and "give another --out" in said
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints"]  # nothing written there
+
+
+@pytest.mark.parametrize("load", [load_model, load_tokenizer])
+def test_a_model_path_that_is_nothing_or_not_a_model_says_so(tmp_path, monkeypatch, load):
+    monkeypatch.chdir(tmp_path)
+    for spec in (str(tmp_path / "nomodel"), "./nomodel", "runs/x/model"):
+        with pytest.raises(ModelNotFoundError, match=f"^{re.escape(spec)}: no such folder \\(a model is"):
+            load(spec)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "weights.bin").write_text("x")
+    with pytest.raises(ModelNotFoundError, match="^empty: the folder holds no .*not a Hugging Face model folder"):
+        load("empty")
+    with pytest.raises(ModelNotFoundError, match="^weights.bin: is a file, not a model folder"):
+        load("weights.bin")
 
 
 def test_memrl_train_refuses_an_eval_folder(tmp_path):

@@ -84,16 +84,41 @@ def quiet_hub_progress() -> None:
     disable_progress_bars()
 
 
+KINDS = ("a model is a local folder, a hub id such as Qwen/Qwen2.5-0.5B-Instruct, or an alias (tiny, "
+         "smollm2-135m-instruct)")
+# any of these makes a folder worth handing to AutoTokenizer (which then says what else it misses)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model", "merges.txt", "config.json")
+
+
+def check_local(spec: str, path: str, needs: tuple[str, ...]) -> None:
+    """Say plainly what is wrong with a local path before transformers does: a missing folder used to read as
+    "Repo id must be in the form 'repo_name'...", a folder of something else as "install sentencepiece"."""
+    local = Path(path).expanduser()
+    looks_local = spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or "\\" in spec
+    if not local.exists():
+        if looks_local:
+            raise ModelNotFoundError(f"{spec}: no such folder ({KINDS})")
+        return
+    if not local.is_dir():
+        raise ModelNotFoundError(f"{spec}: is a file, not a model folder ({KINDS})")
+    if not any((local / name).is_file() for name in needs):
+        what = needs[0] if len(needs) == 1 else "tokenizer files"
+        raise ModelNotFoundError(f"{spec}: the folder holds no {what}, so it is not a Hugging Face model folder "
+                                 "(memrl export writes one)")
+
+
 def load_tokenizer(spec: str) -> Any:
     """A ``transformers`` tokenizer from a folder, hub id or alias."""
     from transformers import AutoTokenizer
 
     path = resolve_model_path(spec)
+    check_local(spec, path, TOKENIZER_FILES)
     try:
         return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
         where = "folder" if Path(path).exists() else "hub id (no local folder of that name)"
-        raise ModelNotFoundError(f"cannot load tokenizer {spec!r} as a {where}: {exc}") from None
+        raise ModelNotFoundError(f"cannot load tokenizer {spec!r} as a {where}: {' '.join(str(exc).split())}") from None
 
 
 def pick_dtype(dtype: str, device: str) -> Any:
@@ -119,9 +144,10 @@ def load_model(spec: str, dtype: str = "auto", device: str | None = None) -> Any
 
     device = device or default_device()
     path = resolve_model_path(spec)
+    check_local(spec, path, ("config.json",))
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, device))
     except (OSError, ValueError) as exc:
         where = "folder" if Path(path).exists() else "hub id (no local folder of that name)"
-        raise ModelNotFoundError(f"cannot load model {spec!r} as a {where}: {exc}") from None
+        raise ModelNotFoundError(f"cannot load model {spec!r} as a {where}: {' '.join(str(exc).split())}") from None
     return model.to(device).eval()
