@@ -65,3 +65,25 @@ def test_example_configs_load():
         from memrl.plugins import WORKFLOWS
 
         assert cfg.workflow.name in WORKFLOWS.names
+
+
+@pytest.mark.parametrize("text, said", [
+    ("trainer:\n  lr: 1.0e-5\nalgorithm:\n  n: 4\ntrainer:\n  lr: 2.0e-6\n",
+     "key 'trainer' appears twice in one section (YAML would keep only the last) at line 5, column 1"),
+    ("trainer:\n  lr: 1.0e-5\n  lr: 2.0e-6\n", "key 'lr' appears twice in one section"),
+    ("a: [1\n", "expected ',' or ']', but got '<stream end>' (while parsing a flow sequence) at line 2, column 1"),
+])
+def test_a_yaml_mistake_is_one_line_with_its_place(tmp_path, text, said):
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert said in str(err.value)
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"{path}: not valid YAML: ")
+
+
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_bytes("model:\n  path: tiny\n".encode("utf-16"))  # what PowerShell's > writes
+    with pytest.raises(ConfigError, match=r"exp.yaml: not UTF-8 text \(byte 0: .*\); save it as UTF-8$"):
+        load_config(path)

@@ -135,3 +135,23 @@ def test_a_config_option_that_replaces_the_objects_own_is_announced(tmp_path, ca
     assert "workflow.options.first_tokens=6 from the config replaces first_tokens=4" in capsys.readouterr().err
     run_workflow(config, Twice(first_tokens=6))
     assert "replaces" not in capsys.readouterr().err  # the same value: nothing to say
+
+
+class InitRaises(Workflow):
+    def __init__(self, **options):
+        super().__init__(**options)
+        raise RuntimeError("no connection to my retriever")
+
+    async def run(self, ep: Episode) -> None:
+        ep.reward(0.0)
+
+
+def test_a_workflow_whose_constructor_raises_is_one_line_naming_it_and_where():
+    from memrl.workflows.registry import make_workflow
+
+    name = f"{__name__}:InitRaises"
+    with pytest.raises(ValueError) as err:
+        make_workflow(name)
+    said = str(err.value)
+    assert said.startswith(f"workflow {name!r}: building it raised RuntimeError: no connection to my retriever (at ")
+    assert said.endswith(f"test_workflow_api_guards.py:{InitRaises.__init__.__code__.co_firstlineno + 2})")

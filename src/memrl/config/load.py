@@ -200,6 +200,31 @@ def _format_validation_error(exc: ValidationError, source: str, given: dict[str,
     return ConfigError(f"invalid config{source if file_only else ''}: " + "; ".join(lines))
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping: YAML keeps the last silently, so a second
+    ``trainer:`` section replaced the first one's settings without a word."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one section (YAML would keep only the last)",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's report in one line: what, while doing what, at which line and column."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is None or problem is None:
+        return " ".join(str(exc).split())
+    context = getattr(exc, "context", None)
+    return f"{problem}{f' ({context})' if context else ''} at line {mark.line + 1}, column {mark.column + 1}"
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """A YAML file's mapping of sections, unchecked; a one-line :class:`ConfigError` for a missing or bad file."""
     p = Path(path)
@@ -210,9 +235,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     try:
-        loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        loaded = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{p}: not valid YAML: {_yaml_problem(exc)}") from None
     if loaded is None:
         loaded = {}
     if not isinstance(loaded, dict):

@@ -123,12 +123,30 @@ def make_workflow(name: str, options: Mapping[str, Any] | None = None) -> Workfl
     if isinstance(obj, Workflow):
         return obj.with_options({**obj.options.model_dump(), **dict(options or {})}) if options else obj
     if inspect.isclass(obj):
-        return obj(**dict(options or {}))
+        return _built(name, obj, options)
     notice(f"workflow {name!r} is a function with the old signature; write it as a memrl.Workflow subclass "
            "(see examples/custom_workflow): functions keep working for one release")
     wf = FunctionWorkflow(obj, **dict(options or {}))
     wf.name = name  # type: ignore[misc]  # messages name it as the config does
     return wf
+
+
+def _built(name: str, cls: type, options: Mapping[str, Any] | None) -> Workflow:
+    """``cls(**options)``; an exception of the user's constructor becomes one line that names the workflow and
+    where it was raised (a 30-line traceback through memrl's loader said less)."""
+    try:
+        return cls(**dict(options or {}))
+    except ValidationError:  # its options: named by the caller
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's own code: say what and where, in one line
+        raise ValueError(f"workflow {name!r}: building it raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
+
+
+def _where(exc: BaseException) -> str:
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
 def as_workflow(obj: Any, options: Mapping[str, Any] | None = None) -> Workflow:
