@@ -114,3 +114,11 @@ def test_cli_writes_one_self_contained_file(run_dir, tmp_path):
     assert r.exit_code == 0 and {e["step"] for e in data_of(out.read_text())["episodes"]} == {2}
     bad = CliRunner().invoke(app, ["view", str(run_dir), "--out", str(out), "--steps", "3-1"])
     assert bad.exit_code == 2 and "ends before it starts" in bad.output
+    metrics = run_dir / "metrics.jsonl"
+    before = metrics.read_bytes()
+    for target in (metrics, run_dir / "curves.png"):  # an input, or any file that is not a page
+        bad = CliRunner().invoke(app, ["view", str(run_dir), "--out", str(target)])
+        assert bad.exit_code == 2 and f"--out {target}: the page is one HTML file; name a .html file" in bad.output
+    bad = CliRunner().invoke(app, ["plot", str(run_dir), "--out", str(metrics)])
+    assert bad.exit_code == 2 and f"--out {metrics}: the plot is a PNG image; name a .png file" in bad.output
+    assert metrics.read_bytes() == before

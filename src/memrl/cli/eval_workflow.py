@@ -22,6 +22,8 @@ def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Co
 
     if data is not None:
         cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"eval_file": str(data)})})
+    # what a run keeps in its folder (an online gateway's online.json) goes to --out, not to runs/default
+    cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"output_dir": str(out)})})
     workflow = build_workflow(cfg)
     source = Path(cfg.data.eval_file)  # results of another file (or of this one, changed) must not mix in
     prepare_out(out, restart, WORKFLOW_EVAL_OUTPUTS, cfg, data_record(source) if source.is_file() else None)

@@ -120,6 +120,8 @@ def plot_cmd(
     """
     import errno
 
+    if out is not None and out.suffix.lower() != ".png":  # also keeps it off the inputs (metrics.jsonl, results.json)
+        raise ValueError(f"--out {out}: the plot is a PNG image; name a .png file")
     kinds = {_folder_kind(f) for f in folders}
     if len(kinds) > 1:
         raise ValueError("training runs and eval folders cannot be overlaid: plot them separately")

@@ -27,6 +27,8 @@ def view_cmd(
     from memrl.view.page import render_page
     from memrl.view.server import make_server, serve
 
+    if out is not None and out.suffix.lower() not in (".html", ".htm"):  # never over its input (metrics.jsonl)
+        raise ValueError(f"--out {out}: the page is one HTML file; name a .html file")
     if out is None:
         server = make_server(path, port, tokenizer, steps=steps, last=last)  # a taken port fails before the load
         try:

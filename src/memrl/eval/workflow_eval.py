@@ -29,7 +29,8 @@ from memrl.types import Trajectory
 from memrl.workflows import samples_of
 from memrl.workflows.api import Workflow
 
-WORKFLOW_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", ROLLOUTS, "results.json", "results.md")
+WORKFLOW_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", ROLLOUTS, "results.json", "results.md",
+                         "online.json")
 
 
 async def run_workflow_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, workflow: Workflow, out: Path, *,
