@@ -85,6 +85,12 @@ def test_sft_and_rft_refuse_a_flag_no_training_can_run_with_before_writing(tmp_p
         assert not out.exists()
 
 
+def test_a_nan_reward_floor_is_refused_before_anything_is_read(tmp_path):
+    for cmd in (["sft", "--trajectories", tmp_path / "none.jsonl", "--model", "tiny"], ["rft", tmp_path / "none.jsonl"]):
+        said = one_line_error([*cmd, "--out", tmp_path / "m", "--min-reward", "nan"])
+        assert said == "error: --min-reward nan: give a number (no reward is >= nan, so nothing would be kept)"
+
+
 def test_small_mistakes_are_named_in_one_line(tmp_path):
     (tmp_path / "cfgs").mkdir()
     (tmp_path / "cfgs" / "a.yaml").write_text("model: {path: tiny}\n")
@@ -100,6 +106,9 @@ def test_small_mistakes_are_named_in_one_line(tmp_path):
     assert f"--state-dir {tmp_path / 'file'} is a file, not a folder" in said
     (tmp_path / "notes").mkdir()
     assert "no *.jsonl rollout files" in one_line_error(["rft", tmp_path / "notes", "--out", tmp_path / "m"])
+    said = one_line_error(["train", "configs/memagent_grpo.yaml", "model.path=tiny", f"data.train_file={tmp_path / 'notes'}",
+                           f"trainer.output_dir={tmp_path / 'r'}"])
+    assert f"data.train_file: {tmp_path / 'notes'} is a folder; give the training file in it" in said
 
 
 def test_a_page_or_plot_written_over_a_folder_or_of_no_step_is_refused(tmp_path):

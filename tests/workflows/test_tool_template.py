@@ -115,3 +115,14 @@ def test_templates_that_cannot_be_cut_are_refused(tok):
     script = Script(counting, [render_call(ToolCall("search_books", {"query": "x"}))])
     with pytest.raises(ValueError, match="renders earlier turns differently"):
         asyncio.run(tool_agent(s, script.engine, counting, cfg(tool_format="template").workflow))
+
+
+def test_a_tokenizer_without_chat_template_is_used_as_plain_text_and_said_once(capsys):
+    from memrl.workflows.templates import apply_chat
+
+    plain = build_hf_tokenizer(["hello"], vocab_size=300)
+    plain.chat_template = None
+    plain.name_or_path = "my-base-model"
+    assert apply_chat(plain, "Question?") == apply_chat(plain, "Question?") == "Question?\n"
+    said = capsys.readouterr().err
+    assert said.count("my-base-model: the tokenizer has no chat template") == 1 and said.count("\n") == 1

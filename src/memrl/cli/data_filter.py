@@ -156,8 +156,9 @@ def register(app: typer.Typer) -> None:
 def _check_options(input: Path, out: Path, metric: str, tries: int, max_new_tokens: int, concurrency: int) -> None:
     if metric not in METRICS:
         raise ValueError(f"--metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    if tries < 1 or max_new_tokens < 1 or concurrency < 1:
-        raise ValueError("--tries, --max-new-tokens and --concurrency must be >= 1")
+    for flag, value in (("--tries", tries), ("--max-new-tokens", max_new_tokens), ("--concurrency", concurrency)):
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
     if not input.is_file():
         raise ValueError(f"--input: no such file: {input}")
     if out.resolve() == input.resolve():

@@ -115,6 +115,8 @@ def sft_cmd(
     from memrl.train.outdir import check_target
 
     check_flags(epochs, lr, batch_rows)
+    if min_reward is not None and math.isnan(min_reward):
+        raise ValueError("--min-reward nan: give a number (no reward is >= nan, so nothing would be kept)")
     check_target(out, force, _local_inputs(trajectories, model))  # before training, not after
     trajs = read_rollouts(trajectories)
     if min_reward is not None:
@@ -164,6 +166,8 @@ def rft_cmd(
     from memrl.train.outdir import check_target
 
     check_flags(epochs, lr, batch_rows)
+    if math.isnan(min_reward):
+        raise ValueError("--min-reward nan: give a number (no reward is >= nan, so nothing would be kept)")
     check_target(out, force, _local_inputs(rollouts, model))
     rollout_paths(rollouts)  # a folder with no rollouts is the mistake to name, not a missing --model
     base = model or (recorded_model(rollouts) if rollouts.is_dir() else None)

@@ -61,6 +61,9 @@ class QAWorkflow(_LoopWorkflow):
     def check_data(self, config: Any) -> None:
         if not config.data.train_file:
             raise ValueError("data.train_file is required for training (a file from memrl data synth or the demo)")
+        if Path(config.data.train_file).is_dir():
+            raise ValueError(f"data.train_file: {config.data.train_file} is a folder; give the training file in it "
+                             "(memrl data synth writes train_<N>k.parquet)")
         if not Path(config.data.train_file).is_file():
             raise ValueError(f"data.train_file: file not found: {config.data.train_file}")
         if config.trainer.eval.every and not config.data.eval_file:

@@ -88,6 +88,11 @@ def apply_chat(tokenizer: Any, text: str) -> str:
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                              add_generation_prompt=True)
+    from memrl.config.renames import notice
+
+    name = getattr(tokenizer, "name_or_path", "") or "the model"
+    notice(f"{name}: the tokenizer has no chat template, so prompts go to the model as plain text (a base "
+           "model?); give a chat model, or model.tokenizer with a template, if that was not meant")
     return text + "\n"
 
 
