@@ -56,7 +56,8 @@ import torch
 
 from memrl.engines.base import REQUEST_OWNER, GenerationResult, SamplingParams
 from memrl.engines.hf_batch import (Answer, BatchRows, EagerStepper, Request, attention_cap, cache_keyword,
-                                    fair_order, left_padded, over_attention, prefill, vocab_size)
+                                    fair_order, left_padded, masks_materialize, over_attention, prefill,
+                                    vocab_size)
 from memrl.engines.hf_join import join_waiting
 from memrl.engines.hf_static import StaticDecoder, describe_decode, resolve_decode
 from memrl.engines.kv_cache import release_freed_memory, reserved_cache
@@ -124,6 +125,7 @@ class HFEngine:
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
         self._attention_cap = attention_cap(model, max_attention_bytes)  # bounds a padded prefill's scores
+        self._split_prefill = masks_materialize(model)  # prompts of other lengths prefill apart (hf_batch.prefill)
         self.batch_wait_s = batch_wait_s
         self.stats = EngineStats()
         self.weight_version = 0
@@ -354,7 +356,7 @@ class HFEngine:
         with self._static_claim() as static:
             cache = reserved_cache(input_ids.shape[1] if static else reserve)  # static: the prompt only
             logits = prefill(self.model, self.cache_kw, cache, [reqs[i].prompt for i in active],
-                             input_ids, attention, positions)
+                             input_ids, attention, positions, split=self._split_prefill)
             stepper = self._stepper(static, cache, attention, positions[:, -1], reserve)
             del cache
             while True:
