@@ -88,3 +88,18 @@ def test_the_joined_cache_is_the_padded_one_with_the_same_reserve(tiny_model):
             got[split, "keys"] = layer.keys.transpose(1, 2)[attention.bool()]  # every row's real positions
     assert torch.allclose(got[True], got[False], atol=1e-5)
     assert torch.allclose(got[True, "keys"], got[False, "keys"], atol=1e-5)
+
+
+def test_long_requests_joining_a_decoding_batch_prefill_by_length_too(tiny_model, monkeypatch):
+    from tests.engines.test_hf_join import _alone, _while_decoding
+
+    calls = []
+    real = hf_batch._prefill_by_length
+    monkeypatch.setattr(hf_batch, "_prefill_by_length", lambda *a, **k: calls.append(a[3]) or real(*a, **k))
+    model = tiny_model[0]
+    first = ([5, 6, 7], SamplingParams(max_new_tokens=300, temperature=1.0, seed=1))  # keeps the batch decoding
+    later = [(LONG[0], PARAMS[0]), (LONG[1], PARAMS[1]), (LONG[2], PARAMS[3])]
+    eng = HFEngine(model, long_new_tokens=100_000, continuous_batching=True)
+    joined = asyncio.run(_while_decoding(eng, first, later))
+    assert eng.stats.joined == 3 and eng.stats.batches == 1 and [700, 530, 600] in calls
+    assert_same(asyncio.run(_alone(HFEngine(model), [first, *later])), joined)

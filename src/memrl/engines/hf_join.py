@@ -59,7 +59,8 @@ def pick_joiners(pending: list[Request], *, live: int, width: int, tokens_left: 
 
 
 def admit(model: Any, cache_kw: str, stepper: EagerStepper, rows: BatchRows, joiners: Sequence[Request],
-          logits: torch.Tensor, active: list[int], *, pad_token_id: int) -> tuple[torch.Tensor, list[int]]:
+          logits: torch.Tensor, active: list[int], *, pad_token_id: int,
+          split: bool = False) -> tuple[torch.Tensor, list[int]]:
     """Prefill ``joiners``, append them to the running batch; the batch's next-token logits and live rows.
 
     ``logits`` are the live rows' (from the step just taken); the newcomers' come from their prefill,
@@ -71,7 +72,7 @@ def admit(model: Any, cache_kw: str, stepper: EagerStepper, rows: BatchRows, joi
     prompts = [rows.reqs[i].prompt for i in new]
     input_ids, attention, positions = left_padded(prompts, pad_token_id, logits.device)
     cache = reserved_cache(input_ids.shape[1])  # copied into the batch's cache at once: the batch keeps the room
-    joined = prefill(model, cache_kw, cache, prompts, input_ids, attention, positions)
+    joined = prefill(model, cache_kw, cache, prompts, input_ids, attention, positions, split=split)
     stepper.admit(cache, attention, positions[:, -1])
     return torch.cat([logits, joined.to(logits.dtype)]), active + new
 
@@ -91,7 +92,7 @@ def join_waiting(engine: Any, lane: Any, rows: BatchRows, stepper: EagerStepper,
     first = len(rows.reqs)
     try:
         logits, active = admit(engine.model, engine.cache_kw, stepper, rows, joiners, logits, active,
-                               pad_token_id=engine.pad_token_id)
+                               pad_token_id=engine.pad_token_id, split=engine._split_prefill)
     except Exception as exc:  # noqa: BLE001 - out of memory, most likely: the batch goes on without them
         _requeue(lane, rows, first, exc)
         stepper.admits = False
