@@ -163,6 +163,15 @@ def test_fresh_start_drops_rows_of_a_run_killed_before_its_first_checkpoint(tmp_
     assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2]
 
 
+def test_a_start_over_drops_the_rollouts_of_steps_its_history_no_longer_has(tmp_path):
+    rollouts = tmp_path / "run" / "rollouts"
+    rollouts.mkdir(parents=True)
+    for name in ("step_000002.jsonl", "step_000003.jsonl", "notes.txt"):
+        (rollouts / name).write_text("{}\n")
+    Trainer(config(tmp_path))  # no checkpoint: the run starts at step 0
+    assert sorted(p.name for p in rollouts.iterdir()) == ["notes.txt"]
+
+
 # -- runs that stop working ---------------------------------------------------------------------------
 def test_dead_engine_stops_the_run_at_once(tmp_path):
     eng = failing_engine(EngineDeadError("replica 0 exited with code -9"))

@@ -30,6 +30,7 @@ from memrl.models.resolve import quiet_hub_progress
 from memrl.train.policy import Reference, build_policy
 from memrl.train.preflight import check_config, check_dataset_size
 from memrl.train.rollout import RolloutRunner
+from memrl.train.rollouts import drop_rollouts_after
 from memrl.train.sampler import ResumableSampler
 from memrl.train.setup import build_engine, build_optimizer, seed_everything
 from memrl.train.sources import RolloutSource, rollout_source
@@ -207,6 +208,8 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
     updater = PolicyUpdate(cfg, policy, optimizer, scheduler, reference, dist, sharded=sharded, pad_id=pad_id,
                            device=device, norm_length=wf.norm_tokens(), teacher=build_teacher(cfg, tokenizer, device))
     weight_sync = WeightSync(cfg, eng, pool, policy, push=sync_engine, sharded=sharded, main=dist.main)
+    if dist.main:
+        drop_rollouts_after(run_dir, run_state.step)  # as the tracker drops the metrics rows of those steps
     tracker = Tracker(run_dir, run_state.step, cfg.trainer.tensorboard, cfg.trainer.wandb_project,
                       cfg.model_dump(mode="json"), console=console, total_steps=cfg.trainer.total_steps) \
         if dist.main else QuietTracker()

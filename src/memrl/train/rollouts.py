@@ -52,6 +52,19 @@ def row_views(rows: Sequence[Any], n_conversations: Sequence[int]) -> tuple[list
     return adv, lps
 
 
+def drop_rollouts_after(run_dir: Path, step: int) -> int:
+    """Delete ``rollouts/step_N.jsonl`` for N > ``step``, where a run resumes (``step``: its checkpoint; 0, a start
+    over in a folder whose run had not saved one): they recorded steps of a history the run no longer has, and
+    the viewer showed them beside the new run's. Returns the count deleted."""
+    gone = 0
+    for path in (Path(run_dir) / "rollouts").glob("step_*.jsonl"):
+        number = path.stem[len("step_"):]
+        if number.isdigit() and int(number) > step:
+            path.unlink(missing_ok=True)
+            gone += 1
+    return gone
+
+
 def save_step_rollouts(run_dir: Path, step: int, trajs: Sequence[Trajectory], rows: Sequence[Any],
                        tokenizer: Any, n: int, seed: int) -> Path | None:
     """Write ``n`` of this step's episodes to ``run_dir/rollouts/step_NNNNNN.jsonl``; returns the path."""
