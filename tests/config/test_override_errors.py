@@ -67,3 +67,11 @@ def test_a_number_no_run_can_use_is_refused_where_it_is_written(override, said):
                                       "algorithm.tis_cap=inf", "engine.timeout_s=inf"])
 def test_infinity_stays_allowed_where_it_means_no_limit(override):
     load_config("configs/memagent_grpo.yaml", [override])
+
+
+@pytest.mark.parametrize("override", ["algorithm.n=true", "trainer.lr=true", "trainer.seed=false"])
+def test_a_boolean_is_not_taken_as_a_number(override):
+    key = override.split("=")[0].split(".")[1]
+    with pytest.raises(ConfigError, match=f"{key}: expected a number, got (true|false)"):
+        load_config("configs/memagent_grpo.yaml", [override])
+    load_config("configs/memagent_grpo.yaml", ["lora.enabled=true", "trainer.tensorboard=false"])  # booleans stay

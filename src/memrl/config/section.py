@@ -27,6 +27,18 @@ class Section(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _no_booleans_as_numbers(cls, data: Any) -> Any:
+        """``algorithm.n=true`` is a mistake, not 1: pydantic's lax mode reads a boolean as a number."""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                info = cls.model_fields.get(key) or next(
+                    (f for f in cls.model_fields.values() if f.alias == key), None)
+                if isinstance(value, bool) and info is not None and _numbers_only(info.annotation):
+                    raise ValueError(f"{key}: expected a number, got {str(value).lower()}")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _moved_keys(cls, data: Any) -> Any:
         """Old flat keys of this section (``eval_every``) read at their nested place, with a notice."""
         if cls.section_key is None or not isinstance(data, dict):
@@ -44,6 +56,18 @@ class Section(BaseModel):
             from memrl.config.renames import moved_attribute
 
             return moved_attribute(type(self).section_key, self, key)
+
+
+def _numbers_only(annotation: Any) -> bool:
+    """Whether a field takes numbers and nothing else (None aside): int, float, Finite, Seed, ``int | None``."""
+    import types
+    import typing
+
+    args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+        else (annotation,)
+    kinds = [typing.get_args(a)[0] if typing.get_origin(a) is Annotated else a for a in args]
+    kinds = [k for k in kinds if k is not type(None)]
+    return bool(kinds) and all(k in (int, float) for k in kinds)
 
 
 def external_fields(model: type[BaseModel]) -> dict[str, Any]:
