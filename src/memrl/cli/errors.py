@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import typer
@@ -45,13 +48,39 @@ def describe(exc: BaseException) -> str:
     return str(exc)
 
 
+class Terminated(BaseException):
+    """SIGTERM, where the command has no handler of its own: raised like Ctrl-C's KeyboardInterrupt, so atomic
+    writes remove their temp files and the command ends with one line (it died silently, exit -15, leaving them)."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Install :func:`_raise_terminated` for SIGTERM while the command runs, unless someone handles it already
+    (train, eval, demo and the servers install their own, which take over inside)."""
+    own = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if own else None
+    try:
+        yield
+    finally:
+        if own:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def user_errors(fn: F) -> F:
     """Decorator for CLI commands: a bad flag, file or row ends with ``error: ...``."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with _sigterm_raises():
+                return fn(*args, **kwargs)
+        except Terminated:
+            print("terminated (SIGTERM): what was finished is kept, nothing half-written", file=sys.stderr)
+            raise typer.Exit(143) from None
         except USER_ERRORS as exc:
             print(f"error: {describe(exc)}", file=sys.stderr)
             raise typer.Exit(2) from None
