@@ -60,3 +60,22 @@ def test_trainer_eval_n_averages_n_sampled_episodes():
     seen.clear()
     asyncio.run(evaluate_samples(MemRLConfig(), wf, samples, None, None))  # default: one greedy episode each
     assert len(seen) == 2 and all(p.is_greedy for p in seen)
+
+
+def by_key(text: str, *, sample, **kw) -> float:
+    """A reward written for dict records (docs/guides/custom-reward.md), given a long-context sample."""
+    return float(any(g in text for g in sample["answers"]) and sample.get("missing", 1) == 1)
+
+
+def test_a_reward_written_for_dict_records_reads_a_long_context_sample():
+    from memrl.plugins import reward_value
+
+    sample = LongContextSample(index=3, question="Where?", answers=["Paris"], context="Document 1:\nParis",
+                               num_docs=1, extra={"data_source": "hotpotqa"})
+    assert sample["input"] == sample["question"] == "Where?" and sample["data_source"] == "hotpotqa"
+    assert sample["index"] == 3 and sample.get("nothing") is None
+    with pytest.raises(KeyError):
+        sample["nothing"]
+    name = f"{__name__}:by_key"
+    assert reward_value(name, "It is Paris.", ["Paris"], "Paris", sample=sample) == 1.0
+    assert reward_value(name, "It is Rome.", ["Paris"], "Rome", sample=sample) == 0.0

@@ -47,6 +47,25 @@ class LongContextSample:
     gold_docs: list[int] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __getitem__(self, key: str) -> Any:
+        """The sample read as its record (``sample["answers"]``, ``sample["input"]``, an extra column), so a reward
+        written for dict samples (TRL's shape) works on the long-context workflows unchanged."""
+        name = {"input": "question"}.get(key, key)
+        if name in RECORD_FIELDS:
+            return getattr(self, name)
+        if key in self.extra:
+            return self.extra[key]
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
+RECORD_FIELDS = ("index", "question", "answers", "context", "num_docs", "id", "gold_docs")
+
 
 def sample_header(sample: LongContextSample, schema: Schema) -> dict[str, Any]:
     """Every field of a record except ``context``, in the schema's layout."""
