@@ -124,8 +124,8 @@ def prefill(model: Any, cache_kw: str, cache: Any, prompts: Sequence[list[int]],
     A prompt sent several times (GRPO's n samples of it) is prefilled once, then its cache row repeated.
     ``split`` (where masks materialize: :func:`masks_materialize`): prompts of different lengths, the longest
     of at least :data:`SPLIT_PREFILL_TOKENS`, prefill one length at a time without a mask, and their caches
-    are joined left-padded, as one padded prefill would have left them. On 2 CPU cores, four 3-6K-token
-    prompts of SmolLM2 took 68 s so against 173 s padded together (``bench/prefill_split.py``).
+    are joined left-padded, as one padded prefill would have left them: on 2 CPU cores, four SmolLM2 prompts of
+    1.5-3K tokens took 17.2 s against 31.2 s padded together (``bench/prefill_split.py``).
     """
     device = input_ids.device
     first: dict[tuple[int, ...], int] = {}  # prompt -> its unique slot
