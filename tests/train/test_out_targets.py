@@ -72,3 +72,9 @@ def test_a_failed_swap_keeps_the_old_folder_and_every_sibling(tmp_path, monkeypa
         (tmp / "new.bin").write_text("new")
     assert (tmp_path / "model" / "old.bin").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "notes.txt", "run"]
+
+
+def test_an_out_that_cannot_be_written_fails_before_any_work(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="--out .*file/model: .*file is a file, so the folder cannot be created"):
+        check_target(tmp_path / "file" / "model", force=False)

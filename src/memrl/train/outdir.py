@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from memrl.data.outdir import check_writable_dir
 from memrl.io.atomic import atomic_dir
 
 
@@ -37,6 +38,7 @@ def check_target(out: Path, force: bool, inputs: Iterable[Path] = ()) -> None:
             raise ValueError(f"--out {out} is inside the input {given} and not empty; choose another folder")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise ValueError(f"--out {out} is not empty; choose a new folder, or pass --force to replace it")
+    check_writable_dir(out)  # a read-only place fails now, not after the model is loaded and merged
 
 
 @contextlib.contextmanager
