@@ -161,6 +161,10 @@ def test_fresh_start_drops_rows_of_a_run_killed_before_its_first_checkpoint(tmp_
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in (0, 1, 2, 3)))
     Tracker(tmp_path, 2, console=quiet())
     assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2]
+    said = io.StringIO()
+    Tracker(tmp_path, 0, console=Console(file=said, width=300))  # its checkpoints deleted: a start over, said
+    assert "has no checkpoint to resume from: the run starts over and the 2 step(s) it had logged (up to step 2) " \
+        "are dropped" in said.getvalue() and read_metrics(tmp_path) == []
 
 
 def test_a_start_over_drops_the_rollouts_of_steps_its_history_no_longer_has(tmp_path):
