@@ -78,8 +78,8 @@ class Tracker:
         """
         rows = read_rows(self.path, warn=lambda msg: print_warning(self.console, msg)) if self.path.is_file() else []
         keep = [r for r in rows if step > 0 and r["step"] <= step]
-        dropped = sorted({int(r["step"]) for r in rows if r["step"] > max(step, 0)})
-        if dropped and step == 0:  # a folder whose run had logged steps but saved no checkpoint (or lost them)
+        dropped = sorted({int(r["step"]) for r in rows if r["step"] > 0}) if step == 0 else []
+        if dropped:  # a folder whose run had logged steps but saved no checkpoint (or lost them)
             print_warning(self.console, f"{self.path.parent} has no checkpoint to resume from: the run starts over and "
                           f"the {len(dropped)} step(s) it had logged (up to step {dropped[-1]}) are dropped")
         missing = sorted(set(range(1, step + 1)) - {int(r["step"]) for r in keep})
