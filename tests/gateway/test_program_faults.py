@@ -177,6 +177,34 @@ def test_a_second_signal_kills_running_commands(tmp_path):
     assert "exiting now" in r.stderr
 
 
+SIGKILLED = """
+import asyncio, os, signal, sys, threading, time
+from memrl.gateway import guardian
+from memrl.gateway.command import run_command
+
+CODE = f"import os, time; open({sys.argv[1]!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+
+def episode():
+    asyncio.run(run_command([sys.executable, "-c", CODE], dict(os.environ), b""))
+
+threading.Thread(target=episode, daemon=True).start()
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+time.sleep(0.1)
+print(guardian._watcher.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_trainer_killed_by_sigkill_takes_its_commands_with_it(tmp_path):
+    """No cleanup runs in a SIGKILLed process: the watcher sees its pipe close and kills the groups."""
+    pidfile = tmp_path / "command.pid"
+    r = subprocess.run([sys.executable, "-c", SIGKILLED, str(pidfile)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert _wait_dead(int(pidfile.read_text())), "a running command outlived the SIGKILLed trainer"
+    assert _wait_dead(int(r.stdout.split()[0])), "the watcher outlived the trainer"
+
+
 def test_a_program_passed_as_a_function_object_is_told_its_import_path():
     from memrl.gateway.workflow import AgentWorkflow
 

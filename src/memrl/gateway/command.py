@@ -9,7 +9,8 @@ line. What a careless or hostile command can do, and what this module does about
   ``timeout_s``, then failed with "Event loop is closed");
 * it leaves children behind: every command runs in a process group of its own, killed when the
   episode ends (finished, failed, timed out or cancelled), when the process exits, and before a
-  second SIGTERM/SIGINT ends the trainer at once (:func:`memrl.train.signals.on_hard_exit`);
+  second SIGTERM/SIGINT ends the trainer at once (:func:`memrl.train.signals.on_hard_exit`), and
+  when the trainer dies by SIGKILL (a watcher process, :mod:`memrl.gateway.guardian`);
 * it prints gigabytes: only the last stdout line (at most :data:`MAX_LINE_BYTES`) and the last
   :data:`STDERR_LINES` stderr lines are kept, as the output streams in.
 
@@ -30,6 +31,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from memrl.gateway import guardian
 from memrl.train.signals import on_hard_exit
 
 STDERR_LINES = 20
@@ -155,6 +157,7 @@ async def run_command(command: Sequence[str], env: dict[str, str],
     pgid = transport.get_pid()  # start_new_session: the command leads a group of its own
     with _groups_lock:
         _groups.add(pgid)
+    guardian.watch(pgid)  # killed even if the trainer dies by SIGKILL
     try:
         _send(transport, stdin)
         await proto.exited
@@ -166,6 +169,7 @@ async def run_command(command: Sequence[str], env: dict[str, str],
         _kill_group(pgid)  # cancelled (a timeout, a stopping run): never leave the command behind
         with _groups_lock:
             _groups.discard(pgid)
+        guardian.unwatch(pgid)
         if not proto.exited.done():  # reap it while the loop lives: after the loop closes, asyncio's child
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):  # watcher logs "Loop ... is closed"
                 async with asyncio.timeout(_DRAIN_S):
