@@ -65,6 +65,19 @@ def test_reinforce_pp_discounted_returns():
     assert adv[1, 2] == 0
 
 
+def test_reinforce_pp_carries_the_return_across_a_gap_in_the_mask():
+    # one row, two assistant turns with a tool's tokens (mask 0) between them; reward 1 on the last token
+    rewards = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.0, 1.0], [0.0] * 6])
+    mask = torch.tensor([[1.0, 1.0, 0.0, 0.0, 1.0, 1.0]] * 2)
+    adv, ret = compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma=0.5)
+    # t5: 1; t4: 0.5; the gap passes 0.5 on undiscounted and gets 0; t1: 0.25; t0: 0.125
+    torch.testing.assert_close(ret[0], torch.tensor([0.125, 0.25, 0.0, 0.0, 0.5, 1.0]))
+    vals = torch.tensor([0.125, 0.25, 0.5, 1.0, 0.0, 0.0, 0.0, 0.0])
+    z = (vals - vals.mean()) / vals.std()
+    assert adv[0][mask[0].bool()].tolist() == pytest.approx(z[:4].tolist(), abs=1e-5)
+    assert adv[0, 2] == adv[0, 3] == 0
+
+
 def test_episode_advantage_is_not_weighted_by_conversation_count():
     # episode 0 has 3 conversations and reward 1, episode 1 has 1 conversation and reward 0
     ep = episode_advantages(torch.tensor([1.0, 0.0]), ["q", "q"], "grpo")

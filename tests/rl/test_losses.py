@@ -11,6 +11,7 @@ def test_agg_modes_by_hand():
     loss = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     assert agg_loss(loss, mask, "token-mean").item() == pytest.approx(7 / 3)
+    assert agg_loss(loss, mask, "token-sum").item() == pytest.approx(7)
     assert agg_loss(loss, mask, "seq-mean-token-sum").item() == pytest.approx(3.5)
     assert agg_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx(2.75)
     assert agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(7 / 6)
@@ -57,6 +58,20 @@ def test_kl_estimators_by_hand():
     assert kl_penalty(torch.tensor([0.0]), torch.tensor([30.0]), "k3").item() == 10.0
     with pytest.raises(ValueError):
         kl_penalty(logp, ref, "k4")
+
+
+def test_straight_through_kl_has_the_value_of_its_estimator_and_the_gradient_of_k2():
+    d = math.log(2)
+    for name, value in (("k1+", d), ("k3+", 0.5 + d - 1), ("low_var_kl+", 0.5 + d - 1), ("abs+", d),
+                        ("k2+", 0.5 * d * d)):
+        logp = torch.tensor([math.log(0.5)], requires_grad=True)
+        kl = kl_penalty(logp, torch.tensor([math.log(0.25)]), name)
+        assert kl.item() == pytest.approx(value), name
+        kl.sum().backward()
+        assert logp.grad.item() == pytest.approx(d), name  # d/dlogp 0.5 (logp - ref)^2 = logp - ref
+    logp = torch.tensor([math.log(0.5)], requires_grad=True)
+    kl_penalty(logp, torch.tensor([math.log(0.25)]), "k3").sum().backward()
+    assert logp.grad.item() == pytest.approx(1 - 0.5)  # k3's own gradient: 1 - e^(ref - logp), not d
 
 
 def test_dapo_dynamic_sampling_and_overlong():

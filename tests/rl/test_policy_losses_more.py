@@ -97,7 +97,7 @@ def test_kl_cov_penalises_the_largest_covariance():
     loss, share, ppo_kl, _ = kl_cov_loss(old, new, COV_ADV, torch.ones(1, 4), kl_cov_ratio=0.25, kl_cov_coef=0.1)
     e = math.exp(0.1)
     assert loss.item() == pytest.approx((-2 * e - e + e + 2 * e + 0.1 * 0.1) / 4, abs=1e-6)
-    assert share.item() == 0.25 and ppo_kl.item() == pytest.approx(-0.1)
+    assert share.item() == 0.25 and ppo_kl.item() == pytest.approx(0.1)  # mean |log r|, as verl's kl_cov
     loss.backward()  # -A r per token (no clip), and the |log r| penalty's slope on the last
     torch.testing.assert_close(new.grad, torch.tensor([[-2 * e / 4, -e / 4, e / 4, (2 * e + 0.1) / 4]]))
 
@@ -131,8 +131,7 @@ def test_equal_to_verl(verl_losses: types.SimpleNamespace, name: str, weighted: 
         torch.testing.assert_close(loss, v_loss, rtol=0, atol=1e-6)
         v_loss.backward(), loss.backward()
         torch.testing.assert_close(new_m.grad, new_v.grad, rtol=0, atol=1e-7)
-        if name != "kl_cov":  # verl's kl_cov reports the mean |log r| as its ppo_kl
-            assert ppo_kl.item() == pytest.approx(v_metrics["actor/ppo_kl"], abs=1e-6)
+        assert ppo_kl.item() == pytest.approx(v_metrics["actor/ppo_kl"], abs=1e-6)
         if "actor/pg_clipfrac" in v_metrics:
             assert clipfrac.item() == pytest.approx(v_metrics["actor/pg_clipfrac"], abs=1e-7)
         if "actor/pg_clipfrac_lower" in v_metrics:

@@ -37,13 +37,15 @@ def forget():
 def test_builtin_names():
     assert ADV_ESTIMATORS.names == ("grpo", "dr_grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
                                     "gigpo", "step_reinforce")
-    assert LOSS_AGGREGATIONS.names == ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+    assert LOSS_AGGREGATIONS.names == ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
                                        "seq-mean-token-sum-norm")
-    assert KL_ESTIMATORS.names == ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl")
+    assert KL_ESTIMATORS.names == ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "kl+", "abs+", "k2+",
+                                   "mse+", "k3+", "low_var_kl+")
     assert OFF_POLICY.names == ("none", "decoupled", "tis")
     assert [n for n in ADV_ESTIMATORS.names if get_estimator(n).needs_group] == ["grpo", "dr_grpo", "rloo", "gigpo",
                                                                                  "step_reinforce"]
-    assert [n for n in LOSS_AGGREGATIONS.names if loss_aggregation(n).per_token] == ["token-mean"]
+    assert [n for n in LOSS_AGGREGATIONS.names if loss_aggregation(n).per_token] == ["token-mean", "token-sum"]
+    assert [n for n in LOSS_AGGREGATIONS.names if loss_aggregation(n).summed] == ["token-sum"]
 
 
 @pytest.mark.parametrize("override, message", [

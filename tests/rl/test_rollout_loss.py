@@ -63,12 +63,21 @@ def test_bypass_reinforce_by_hand():
     assert torch.allclose(logp.grad, torch.tensor([[-0.75, -0.5]]))
 
 
-def test_bypass_rejection_removes_tokens_from_loss_and_denominator():
+def test_bypass_rejection_removes_tokens_from_the_loss_not_from_the_token_count():
     logp = torch.tensor([[-1.0, -1.0, -1.0]], requires_grad=True)
     engine = torch.tensor([[-1.0, -1.0, -3.0]])  # third token: ratio e^2, outside [1/2, 2]
     adv, mask = torch.ones(1, 3), torch.ones(1, 3)
     rc = RolloutCorrectionConfig(bypass_mode=True, loss_type="reinforce", rollout_rs="token_k1",
                                  rollout_rs_threshold=2.0)
     loss, stats = bypass_policy_loss(logp, engine, adv, mask, rc, **CLIP)
-    assert loss.item() == pytest.approx(1.0)  # mean of -A * logp over the two kept tokens
+    # token-mean: the kept tokens' -A * logp (1 + 1) over all 3 valid tokens, as verl's agg_loss divides by the
+    # batch's token count taken before rejection (compute_policy_loss_bypass_mode with global_batch_info)
+    assert loss.item() == pytest.approx(2 / 3)
     assert stats["rs_masked_frac"].item() == pytest.approx(1 / 3)
+    # per-row modes average each row over its kept tokens (both verl and memrl): (1 + 1) / 2
+    loss, _ = bypass_policy_loss(logp, engine, adv, mask, rc, **{**CLIP, "loss_agg_mode": "seq-mean-token-mean"})
+    assert loss.item() == pytest.approx(1.0)
+    rc = RolloutCorrectionConfig(bypass_mode=True, loss_type="ppo_clip", rollout_rs="token_k1", rollout_rs_threshold=2.0)
+    loss, _ = bypass_policy_loss(logp, engine, adv, mask, rc, **CLIP)
+    # ppo_clip: ratio 1 on the kept tokens, -A * 1 each: (-1 - 1) / 3
+    assert loss.item() == pytest.approx(-2 / 3)

@@ -26,11 +26,12 @@ def test_trains_logs_and_checkpoints(tmp_path):
     assert lines[1]["data_position"] == 4  # 2 prompts per step
 
 
-def test_micro_batching_gives_the_same_gradient(tmp_path):
-    """token-mean over a mini-batch split into micro-batches == one big batch."""
+@pytest.mark.parametrize("mode", ["token-mean", "token-sum", "seq-mean-token-mean"])
+def test_micro_batching_gives_the_same_gradient(tmp_path, mode):
+    """The aggregate over a mini-batch split into micro-batches == one big batch (a token sum is not rescaled)."""
     grads = []
     for budget in (100_000, 40):
-        cfg = config(tmp_path / str(budget), trainer__micro_batch_tokens=budget)
+        cfg = config(tmp_path / str(budget), trainer__micro_batch_tokens=budget, algorithm__loss_agg_mode=mode)
         tok = load_tokenizer("tiny")
         trainer = Trainer(cfg, policy=load_model("tiny", device="cpu"), engine=coin_engine(tok, seed=1))
         trajs, _, _ = trainer.rollout()

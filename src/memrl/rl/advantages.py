@@ -156,13 +156,19 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
 
 def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                                   gamma: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Discounted return per token (reset past the end of the response), whitened over the batch."""
+    """Discounted return per token, whitened over the batch.
+
+    Masked positions (a tool's or user's tokens between two assistant turns of one row) get no return and
+    pass the running return through unchanged, undiscounted: a reward at the row's end reaches the turns
+    before the gap, as in verl since its multi-turn fix (before it, the return restarted at each gap).
+    """
     returns = torch.zeros_like(token_level_rewards, dtype=torch.float32)
     running = torch.zeros(token_level_rewards.shape[0])
     for t in reversed(range(token_level_rewards.shape[1])):
-        running = token_level_rewards[:, t].float() + gamma * running
-        returns[:, t] = running
-        running = running * response_mask[:, t]
+        valid = response_mask[:, t].float()
+        new = token_level_rewards[:, t].float() + gamma * running
+        returns[:, t] = new * valid
+        running = new * valid + running * (1 - valid)
     adv = masked_whiten(returns, response_mask) * response_mask
     return adv, returns
 

@@ -63,8 +63,8 @@ def kl_cov_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: 
                 kl_cov_coef: float = 0.1) -> LossOut:
     """Unclipped ``-A r``, plus ``kl_cov_coef * |log r|`` on the highest-covariance tokens.
 
-    ``clipfrac``: the share of tokens given the penalty (verl reports none); ``clipfrac_lower`` 0; ``ppo_kl`` as
-    for every loss (verl's kl_cov reports the mean of ``|log r|`` instead)."""
+    ``clipfrac``: the share of tokens given the penalty (verl reports none); ``clipfrac_lower`` 0; ``ppo_kl`` the
+    mean of ``|log r|``, as verl's kl_cov reports it (the other losses report the mean of ``-log r``)."""
     neg_kl = log_prob - old_log_prob
     ratio = torch.exp(neg_kl)
     losses = -advantages * ratio
@@ -82,5 +82,5 @@ def kl_cov_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: 
     if weights is not None:
         losses = losses * weights
     loss = agg_loss(losses, response_mask, loss_agg_mode, norm_length)
-    return (loss, masked_mean(penalised, response_mask), masked_mean(-neg_kl, response_mask),
+    return (loss, masked_mean(penalised, response_mask), masked_mean(neg_kl.abs(), response_mask),
             torch.zeros((), device=loss.device))

@@ -21,22 +21,24 @@ class LossAggregation:
     """``fn(loss_mat, loss_mask, norm_length) -> scalar``; ``per_token``: a mean over tokens (else over rows).
 
     ``per_token`` tells the trainer how to weight micro-batches so their sum is one aggregate
-    over the mini-batch: by their share of its tokens, or of its rows.
+    over the mini-batch: by their share of its tokens, or of its rows; ``summed`` (a sum, not a
+    mean): micro-batches add up as they are.
     """
 
     fn: Callable[[torch.Tensor, torch.Tensor, int | None], torch.Tensor]
     per_token: bool = False
+    summed: bool = False
 
     def __call__(self, loss_mat: torch.Tensor, loss_mask: torch.Tensor,
                  norm_length: int | None = None) -> torch.Tensor:
         return self.fn(loss_mat, loss_mask, norm_length)
 
 
-def register_loss_agg(name: str, *, per_token: bool = False) -> Callable[[Callable[..., torch.Tensor]],
-                                                                       LossAggregation]:
+def register_loss_agg(name: str, *, per_token: bool = False,
+                      summed: bool = False) -> Callable[[Callable[..., torch.Tensor]], LossAggregation]:
     """Decorator: register ``fn(loss_mat, loss_mask, norm_length)`` as ``algorithm.loss_agg_mode=name``."""
     def decorate(fn: Callable[..., torch.Tensor]) -> LossAggregation:
-        return LOSS_AGGREGATIONS.register(name, LossAggregation(fn, per_token))
+        return LOSS_AGGREGATIONS.register(name, LossAggregation(fn, per_token, summed))
     return decorate
 
 
@@ -59,6 +61,12 @@ def register_kl(*names: str) -> Callable[[Callable[..., torch.Tensor]], Callable
 def _token_mean(loss_mat: torch.Tensor, loss_mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
     """Mean over all valid tokens of the mini-batch."""
     return masked_mean(loss_mat, loss_mask)
+
+
+@register_loss_agg("token-sum", per_token=True, summed=True)
+def _token_sum(loss_mat: torch.Tensor, loss_mask: torch.Tensor, norm_length: int | None) -> torch.Tensor:
+    """Sum over all valid tokens of the mini-batch, no normaliser (verl's ``token-sum``)."""
+    return (loss_mat * loss_mask).sum()
 
 
 @register_loss_agg("seq-mean-token-sum")
@@ -157,10 +165,29 @@ def _kl_k3(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.exp(k) - k - 1, min=-10, max=10)
 
 
+def _straight_through(forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+                      ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """verl's ``NAME+``: the value of ``forward``, the gradient of k2.
+
+    k1 and k3 estimate the KL's value without bias but not its gradient; k2's gradient is the KL's own.
+    """
+    def estimate(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
+        k2 = 0.5 * (logprob - ref_logprob).square()
+        return k2 - k2.detach() + forward(logprob, ref_logprob).detach()
+    estimate.__doc__ = f"{(forward.__doc__ or '').rstrip('.')}, with k2's gradient (straight through)."
+    return estimate
+
+
+for _names, _fn in ((("k1+", "kl+"), _kl_k1), (("abs+",), _kl_abs), (("k2+", "mse+"), _kl_k2),
+                    (("k3+", "low_var_kl+"), _kl_k3)):
+    register_kl(*_names)(_straight_through(_fn))
+
+
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str = "low_var_kl") -> torch.Tensor:
     """Per-token KL estimate between the policy and the reference, by the registered estimator ``kl_penalty``.
 
     k1 ``d``; abs ``|d|``; k2/mse ``0.5 d^2`` with ``d = logp - ref``;
     k3/low_var_kl ``exp(k) - k - 1`` with ``k = clamp(ref - logp, ±20)``, clamped to [-10, 10].
+    A name with ``+`` (``k3+``) has that value and k2's gradient, as in verl.
     """
     return KL_ESTIMATORS.get(kl_penalty)(logprob, ref_logprob)

@@ -9,7 +9,8 @@
   ratio already is the importance weight, so none is applied on top); ``"reinforce"`` is
   ``-A * w * log pi`` with the weights ``w = pi / pi_engine`` of the current policy. Both
   apply the rejection mask. As in verl, both are computed per micro-batch from the current
-  log-probs.
+  log-probs, and ``token-mean`` divides by every valid token, the rejected ones included (the
+  trainer's token count): rejecting tokens does not enlarge the others' weight.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def bypass_policy_loss(log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, a
             cliprange_high=cliprange_high, clip_ratio_c=3.0 if clip_ratio_c is None else clip_ratio_c,
             loss_agg_mode=loss_agg_mode, norm_length=norm_length)
         stats = {"clipfrac": clipfrac.detach(), "ppo_kl": ppo_kl.detach(), "clipfrac_lower": lower.detach()}
+    if loss_agg_mode == "token-mean":  # verl divides the kept tokens' sum by every valid token, rejected included
+        loss = loss * (mask.sum() / response_mask.sum())
     w = weights if weights is not None else torch.ones_like(log_prob)
     stats["is_weight_mean"] = masked_mean(w, mask).detach()
     stats["rs_masked_frac"] = masked_mean(1.0 - mask.to(log_prob.dtype), response_mask).detach()

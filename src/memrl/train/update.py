@@ -76,6 +76,7 @@ class PolicyUpdate:
         plan = _Plan(on_policy=a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1 and not (weighted or distills),
                      temperature=cfg.sampling.temperature or 1.0, norm_length=self.norm_length,
                      per_token=loss_aggregation(a.loss_agg_mode).per_token,
+                     summed=loss_aggregation(a.loss_agg_mode).summed,
                      behaviour=off_policy_correction(a.off_policy).uses_behaviour or rc.bypass_mode,
                      weighted=weighted)
         t0 = time.perf_counter()
@@ -169,7 +170,7 @@ class PolicyUpdate:
             for i, r in enumerate(group):
                 r.old_logprobs = old[i, : len(r) - 1].cpu()
         adv = row_tensor(group, "advantages", width, self.device)
-        scale = (float(mask.sum()) / n_tok) if plan.per_token else len(group) / n_rows
+        scale = 1.0 if plan.summed else (float(mask.sum()) / n_tok) if plan.per_token else len(group) / n_rows
         loss, terms = policy_objective(
             logp, old, adv, mask, a, entropy=ent, norm_length=plan.norm_length,
             ref_log_prob=row_tensor(group, "ref_logprobs", width, self.device) if a.kl_coef > 0 else None,
@@ -205,6 +206,7 @@ class _Plan:
     per_token: bool
     behaviour: bool
     weighted: bool = False  # rollout correction (decoupled): rows carry is_weights and train_mask
+    summed: bool = False  # the aggregation is a sum (token-sum): micro-batches are not scaled
 
 
 @dataclass
