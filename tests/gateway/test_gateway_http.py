@@ -151,15 +151,26 @@ def test_call_cap_refuses_further_calls(gateway, tools_tokenizer):
 
     async def go():
         async with open_episode(gateway, scripted(tok, "ok"), tok, max_calls=2) as (ep, endpoint, client):
+            for _ in range(3):  # refused before generating (a 400): not model calls, not counted
+                with pytest.raises(openai.BadRequestError):
+                    await client.completions.create(model="m", prompt="a", max_tokens=10**9)
+            async with httpx.AsyncClient() as http:  # a lone surrogate: JSON allows it, Python's SDK cannot send it
+                raw = await http.post(f"{client.base_url}completions", headers={
+                    "Authorization": f"Bearer {client.api_key}", "Content-Type": "application/json"},
+                    content=b'{"model": "m", "prompt": "a \\ud800", "max_tokens": 4}')
+            assert raw.status_code == 400 and "cannot be tokenized" in raw.text  # the request's fault, not the episode's
             for _ in range(2):
                 await client.completions.create(model="m", prompt="a", max_tokens=4)
             with pytest.raises(openai.PermissionDeniedError) as err:
                 await client.completions.create(model="m", prompt="a", max_tokens=4)
-            return ep, endpoint.session, err.value
+            with pytest.raises(openai.APIStatusError) as gone:  # a failed episode serves nothing more
+                await client.completions.create(model="m", prompt="a", max_tokens=4)
+            return ep, endpoint.session, err.value, gone.value
 
-    ep, session, err = run(go())
+    ep, session, err, gone = run(go())
     assert "has made its 2 model calls" in err.body["message"] and "more than 2" in str(session.failure)
-    assert len(ep.conversations) == 2
+    assert gone.status_code == 410 and gone.body["code"] == "episode_failed"
+    assert len(ep.conversations) == 2 and session.calls == 3
 
 
 def test_a_call_whose_client_left_is_cancelled_and_not_recorded(gateway, tools_tokenizer):

@@ -170,19 +170,58 @@ def test_refused_fields_are_named_and_record_nothing(gateway, tools_tokenizer):
             answers = []
             for path, body in BAD:
                 r = await raw.post(endpoint.base_url + path, json=body)
-                answers.append((r.status_code, r.json()["error"]["param"]))
+                error = r.json()["error"]
+                if path == "/messages":  # Anthropic's shape: the field is named in the message
+                    assert r.json()["type"] == "error" and error["type"] == "invalid_request_error", r.text
+                    answers.append((r.status_code, error["message"].split(":")[0]))
+                else:
+                    answers.append((r.status_code, error["param"]))
             wrong = await raw.post(endpoint.base_url + "/messages", headers={"x-api-key": "sk-ep-wrong"},
                                    json={"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]})
+            shapes = [(await raw.post(endpoint.base_url + "/messages", content=body,
+                                      headers={**h, "content-type": "application/json"})).json()
+                      for h, body in (({"x-api-key": "sk-ep-wrong"}, b"{not json"), ({}, b"{not json"),
+                                      ({}, b'{"messages": []}'))]
             await raw.aclose()
             async with open_episode(gateway, tool_then_text(tok), tok) as (other, _, other_client):
                 theirs = await other_client.responses.create(model="m", input="hi", max_output_tokens=2)
             with pytest.raises(openai.BadRequestError, match="previous_response_id: no stored response"):
                 await client.responses.create(model="m", input="hi", previous_response_id=theirs.id)
-            return ep, answers, wrong
+            return ep, answers, wrong, shapes
 
-    ep, answers, wrong = run(go())
+    ep, answers, wrong, shapes = run(go())
     assert answers == [(400, param) for param in EXPECTED]
     assert wrong.status_code == 401 and not ep.conversations  # another episode's response is not this one's
+    assert wrong.json()["error"]["type"] == "authentication_error" and wrong.json()["type"] == "error"
+    # the key is checked before the body is parsed: a wrong key with broken JSON is a 401, not a 400
+    assert [(a["type"], a["error"]["type"]) for a in shapes] == [
+        ("error", "authentication_error"), ("error", "invalid_request_error"), ("error", "invalid_request_error")]
+    assert "not valid JSON" in shapes[1]["error"]["message"] and "max_tokens" in shapes[2]["error"]["message"]
+
+
+def test_anthropic_prefill_is_continued_not_closed(gateway, tools_tokenizer):
+    """A final assistant message is the start of the answer (Anthropic's prefill): the prompt leaves it open."""
+    tok = tools_tokenizer
+    user = {"role": "user", "content": "Give JSON."}
+
+    async def go():
+        async with open_episode(gateway, tool_then_text(tok), tok, merge=False) as (ep, endpoint, _):
+            claude = anthropic.AsyncAnthropic(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+            made = await claude.messages.create(model="m", max_tokens=128, messages=[
+                user, {"role": "assistant", "content": [{"type": "text", "text": '{"sum":'}]}])
+            empty = await claude.messages.create(model="m", max_tokens=16, messages=[
+                user, {"role": "assistant", "content": ""}])
+            with pytest.raises(anthropic.BadRequestError, match="trailing whitespace"):
+                await claude.messages.create(model="m", max_tokens=16, messages=[
+                    user, {"role": "assistant", "content": "hello "}])
+            return ep, made, empty
+
+    ep, made, empty = run(go())
+    open_turn = prompt_ids(ep.conversations[0])
+    assert tok.decode(open_turn).endswith('<|im_start|>assistant\n{"sum":')  # left open, no new turn after it
+    assert made.content[0].text == CALL  # the answer is what was generated, without the prefill
+    assert prompt_ids(ep.conversations[1]) == chat_ids(tok, [user], None)  # an empty prefill is none
+    assert len(ep.conversations) == 2 and empty.stop_reason in ("end_turn", "max_tokens")
 
 
 USER = [{"role": "user", "content": "hi"}]

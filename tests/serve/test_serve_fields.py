@@ -221,3 +221,18 @@ def test_one_request_may_not_queue_more_sequences_than_the_limit(client):
         body["error"]["message"]
     status, body = post(client, {"prompt": [[5, 6]] * 16, "n": 16, "max_tokens": 1})  # 256: at the limit
     assert status == 200 and len(body["choices"]) == 256
+
+
+def test_chat_logprob_bytes_are_each_tokens_own_so_they_join_into_the_text(tiny_model):
+    """A byte-level token holding part of 'é' or '日' gives that part (OpenAI's ``bytes``), not U+FFFD's bytes."""
+    from memrl.engines.base import GenerationResult
+    from memrl.serve.answers import Answers
+
+    _, tok = tiny_model
+    text = "héllo 日本"
+    ids = tok.encode(text, add_special_tokens=False)
+    answers = Answers(tok)
+    content = answers.chat_logprobs(GenerationResult(ids, [-0.5] * len(ids), "length"), 0, False)["content"]
+    assert b"".join(bytes(c["bytes"]) for c in content).decode() == text
+    assert any(c["token"] == "\ufffd" for c in content)  # the token text stays the decoding, as vLLM writes it
+    assert bytes(answers.token_bytes(tok.eos_token_id)).decode() == tok.eos_token

@@ -16,7 +16,9 @@ from typing import Any
 
 import fastapi
 from fastapi import Depends, Request
+from fastapi.exceptions import RequestValidationError
 
+from memrl.gateway.anthropic_errors import AnthropicErrors
 from memrl.gateway.calls import CallRequest, model_call
 from memrl.gateway.online_routes import add_reward_routes
 from memrl.gateway.requests import (GatewayChatBody, GatewayCompletionBody, chat_messages, check_common, check_tools,
@@ -24,7 +26,7 @@ from memrl.gateway.requests import (GatewayChatBody, GatewayCompletionBody, chat
 from memrl.gateway.routes import add_protocol_routes, authorization, event_stream, pieces, recorded, stream_chat
 from memrl.gateway.sessions import Session, Sessions
 from memrl.gateway.sse import completion_events, stream_usage
-from memrl.serve.errors import APIError, error_response, install_error_handlers
+from memrl.serve.errors import APIError, error_response, install_error_handlers, validation_message
 from memrl.serve.fields import chat_logprobs, completion_logprobs, stop_strings
 from memrl.serve.limits import check_token_ids
 from memrl.serve.middleware import BodyLimit
@@ -32,6 +34,22 @@ from memrl.serve.middleware import BodyLimit
 
 async def _unexpected(request: Request, exc: Exception) -> Any:
     return error_response(503, f"the gateway could not answer ({type(exc).__name__})", code="gateway_error")
+
+
+async def _invalid_body(sessions: Sessions, request: Request, exc: RequestValidationError) -> Any:
+    """A body that is not valid JSON or not the right shape: a 400, once the episode and its key were checked.
+
+    FastAPI parses JSON before it runs the route's dependencies, so without this an unknown episode or a
+    wrong key sent with a malformed body got the 400 and not the 404/401 the same request gets otherwise.
+    """
+    episode_id = request.path_params.get("episode_id")
+    if isinstance(episode_id, str):
+        try:
+            sessions.get(episode_id, authorization(request.headers))
+        except APIError as err:
+            return error_response(err.status, err.message, err.code, err.param)
+    message, name = validation_message(exc)
+    return error_response(400, message, "invalid_value", name)
 
 
 async def health() -> dict[str, str]:
@@ -96,7 +114,9 @@ def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int 
     app = fastapi.FastAPI(title="memrl gateway", docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(AnthropicErrors)  # added last: the outermost, it sees the body limit's 413 too
     app.add_exception_handler(Exception, _unexpected)
+    app.add_exception_handler(RequestValidationError, functools.partial(_invalid_body, sessions))
     app.get("/health")(health)
 
     async def session_of(episode_id: str, request: Request) -> Session:

@@ -23,6 +23,7 @@ from memrl.gateway.tool_parser import split_tool_calls
 from memrl.serve.answers import Answers
 from memrl.serve.errors import APIError
 from memrl.serve.limits import ServeLimits, check_window, model_window, parse_prompts
+from memrl.text.tokens import chat_ids
 from memrl.workflows.api import OFF_LOOP_CHARS, prompt_chars
 from memrl.workflows.common import anchor
 
@@ -51,6 +52,7 @@ class CallRequest:
     add_special_tokens: bool = False
     model: str = "policy"
     parallel_tool_calls: bool = True  # False: answer with the first parsed call only (vLLM's behaviour)
+    continue_final: bool = False  # the last message is the assistant's prefill: generation continues it
 
 
 def limits_for(engine: Any, tokenizer: Any) -> ServeLimits:
@@ -101,6 +103,8 @@ def encode_prompt(session: Session, req: CallRequest, limits: ServeLimits) -> li
             raise APIError(400, f"messages: {size} bytes of text are more than {limits.max_model_len} tokens (this "
                            "model's maximum context length)", code="context_length_exceeded", param="messages")
         try:
+            if req.continue_final:
+                return chat_ids(ep.tokenizer, req.prompt, req.tools, continue_final=True)
             return ep.encode(req.prompt, req.tools)
         except Exception as exc:  # noqa: BLE001 - a template error is the request's, whatever it raises
             raise APIError(400, f"messages: cannot apply the chat template: {' '.join(str(exc).split())[:200]}",
@@ -131,6 +135,7 @@ async def model_call(session: Session, req: CallRequest) -> dict[str, Any]:
     if req.stop_token_ids or req.ignore_eos:
         stops = [*req.stop_token_ids, *([] if req.ignore_eos else ep.stops)]
     overrides = req.overrides if settings.request_sampling else {}
+    session.count_call()
     try:
         gen = await ep.generate(ids, max_new_tokens=budget, stop_token_ids=stops, merge=settings.merge,
                                 state=anchor(req.prompt), **overrides)  # gigpo's anchor: what the program sent

@@ -100,6 +100,23 @@ def chat_messages(body: MessagesBody) -> list[dict[str, Any]]:
     return out
 
 
+def prefilled(messages: list[dict[str, Any]]) -> bool:
+    """Whether the request ends with the assistant's own text to continue (Anthropic's prefill).
+
+    The answer then continues that text, as the API does; an empty final assistant message is no
+    prefill and is dropped (the API allows it). Trailing whitespace is refused, as the API refuses it.
+    """
+    last = messages[-1]
+    if last["role"] != "assistant" or last.get("tool_calls"):
+        return False
+    if not last["content"]:
+        messages.pop()
+        return False
+    if last["content"] != last["content"].rstrip():
+        raise bad("messages", "final assistant content cannot end with trailing whitespace")
+    return True
+
+
 def _blocks(role: str, blocks: list[Any], where: str) -> list[dict[str, Any]]:
     """One turn's blocks: its text joined, tool calls on the assistant's message, results as tool messages."""
     text: list[str] = []

@@ -57,6 +57,23 @@ class Session:
         if self.failure is None:
             self.failure = error
 
+    def count_call(self) -> None:
+        """Count a model call about to generate; past the episode's cap it is refused and the episode fails.
+
+        Called on the episode's loop once the request was checked: a request refused with a 400 (a
+        template error, a prompt too long) cost no generation and does not count, as the APIs bill it.
+        An episode that already failed (a call that raised, the cap) gets a 410 (not retried by the SDKs).
+        """
+        if self.failure is not None:  # discarded whatever comes next: generating more would only waste the engine
+            raise APIError(410, f"this episode failed ({' '.join(str(self.failure).split())[:200]}) and will be "
+                           "discarded; no further calls are served", code="episode_failed")
+        self.calls += 1
+        if self.calls > self.settings.max_calls:
+            limit = self.settings.max_calls
+            self.fail(RuntimeError(f"it made more than {limit} model calls in one episode (workflow.options.max_calls)"))
+            raise APIError(403, f"this episode has made its {limit} model calls (workflow.options.max_calls); "
+                           "it will be discarded", code="call_limit_exceeded")
+
     def run(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         """Schedule ``coro`` on the episode's loop; closing the session cancels it."""
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
@@ -101,15 +118,7 @@ class Sessions:
         return session
 
     def start_call(self, session: Session) -> None:
-        """Count a model call; past the episode's cap the call is refused and the episode fails."""
+        """Refuse a call to an episode that has finished meanwhile (a 404)."""
         with self._lock:
             if session.closed:
                 raise APIError(404, f"episode {session.id!r} is finished", code="episode_not_found")
-            session.calls += 1
-            over = session.calls > session.settings.max_calls
-        if over:
-            limit = session.settings.max_calls
-            session.fail(RuntimeError(f"it made more than {limit} model calls in one episode "
-                                      "(workflow.options.max_calls)"))
-            raise APIError(403, f"this episode has made its {limit} model calls (workflow.options.max_calls); "
-                           "it will be discarded", code="call_limit_exceeded")

@@ -3,11 +3,14 @@
 ``/v1/completions`` gives OpenAI's legacy block (``tokens``, ``token_logprobs``, ``top_logprobs`` as one
 ``{token: logprob}`` dict per step holding the k most likely tokens and the sampled one, ``text_offset``);
 ``/v1/chat/completions`` gives ``content: [{token, logprob, bytes, top_logprobs: [...]}]``. With
-``return_tokens_as_token_ids`` tokens are ``"token_id:N"`` strings, as vLLM writes them.
+``return_tokens_as_token_ids`` tokens are ``"token_id:N"`` strings, as vLLM writes them. A chat entry's
+``bytes`` are the token's own bytes, as OpenAI gives them (vLLM gives the bytes of its decoding, U+FFFD for
+a token that holds part of a character).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,11 +18,46 @@ from memrl.engines.base import GenerationResult
 from memrl.serve.fields import cut_at_stop
 
 
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet reversed: the character a byte-level BPE vocabulary writes -> the byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = list(printable), 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
+
+_BYTES = _byte_decoder()
+_HEX_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # sentencepiece's byte fallback pieces
+
+
+def _byte_level(tokenizer: Any) -> bool:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    decoder = getattr(backend, "decoder", None)
+    return type(decoder).__name__ == "ByteLevel"
+
+
 class Answers:
     """Builds answer fields with one tokenizer."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
+        self.byte_level = _byte_level(tokenizer)
+
+    def token_bytes(self, t: int) -> list[int]:
+        """The token's own UTF-8 bytes (OpenAI's ``bytes``): a token holding part of a character gives that part,
+        so joining the bytes of a step's tokens spells the text; its decoding alone would be U+FFFD."""
+        piece = self.tokenizer.convert_ids_to_tokens(t)
+        if isinstance(piece, str) and t not in getattr(self.tokenizer, "all_special_ids", ()):
+            if self.byte_level and all(c in _BYTES for c in piece):
+                return [_BYTES[c] for c in piece]
+            hexed = _HEX_BYTE.fullmatch(piece)
+            if hexed:
+                return [int(hexed.group(1), 16)]
+        return list(self.tokenizer.decode([t]).encode("utf-8", "surrogatepass"))
 
     def finished(self, res: GenerationResult, skip_special: bool,
                  stops: Sequence[str]) -> tuple[GenerationResult, str]:
@@ -62,8 +100,7 @@ class Answers:
 
     def chat_logprobs(self, res: GenerationResult, k: int, as_ids: bool) -> dict[str, Any]:
         def entry(t: int, lp: float) -> dict[str, Any]:
-            text = self.token(t, as_ids)
-            return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8", "surrogatepass"))}
+            return {"token": self.token(t, as_ids), "logprob": lp, "bytes": self.token_bytes(t)}
 
         alts = self.alternatives(res, k) if k else [[] for _ in res.token_ids]
         return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in alt]}

@@ -102,7 +102,7 @@ def parse_prompts(raw: Any, encode: Any, limits: ServeLimits) -> list[list[int]]
     for k, item in enumerate(raw):
         name = "prompt" if len(raw) == 1 else f"prompt[{k}]"
         if isinstance(item, str):
-            ids = check_token_ids(encode(item), name, limits.vocab_size)
+            ids = check_token_ids(_encoded(encode, item, name), name, limits.vocab_size)
         elif isinstance(item, list):
             ids = check_token_ids(item, name, limits.vocab_size)
         else:
@@ -112,6 +112,15 @@ def parse_prompts(raw: Any, encode: Any, limits: ServeLimits) -> list[list[int]]
             raise APIError(400, f"{name}: must not be empty", code="invalid_value", param="prompt")
         prompts.append(ids)
     return prompts
+
+
+def _encoded(encode: Any, text: str, name: str) -> list[int]:
+    """``encode(text)``; text the tokenizer refuses (a lone surrogate such as ``"\\ud800"``) is the request's 400."""
+    try:
+        return encode(text)
+    except Exception as exc:  # noqa: BLE001 - tokenizers raise TypeError, ValueError, their own exceptions
+        raise APIError(400, f"{name}: cannot be tokenized: {' '.join(str(exc).split())[:200]}",
+                       code="invalid_value", param="prompt") from None
 
 
 def check_window(prompt_len: int, max_tokens: int, limits: ServeLimits) -> None:

@@ -48,13 +48,17 @@ def decode(tokenizer: Any, ids: Sequence[int]) -> str:
     return tokenizer.decode(list(ids), skip_special_tokens=True)
 
 
-def chat_ids(tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | None = None) -> list[int]:
+def chat_ids(tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | None = None, *,
+             continue_final: bool = False) -> list[int]:
     """The ids of ``messages`` under the tokenizer's chat template, ready for the assistant's turn.
 
     What an OpenAI-compatible server builds for the same request, so an agent trained
-    here sees the prompts it will be served with.
+    here sees the prompts it will be served with. ``continue_final``: the last message is an
+    assistant's text to continue (a prefill), left open rather than closed and followed by a new turn.
     """
-    kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
+    kwargs: dict[str, Any] = {"add_generation_prompt": not continue_final, "tokenize": True}
+    if continue_final:
+        kwargs["continue_final_message"] = True
     if tools:
         kwargs["tools"] = list(tools)
     out = tokenizer.apply_chat_template([dict(m) for m in messages], **kwargs)
