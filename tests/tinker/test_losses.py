@@ -22,7 +22,7 @@ import torch
 from memrl.rl import compute_policy_loss, logprobs_from_logits
 from memrl.rl.offpolicy import clipped_token_losses
 from memrl.rl.rollout_loss import bypass_policy_loss
-from memrl.tinker.losses import LOSSES, UnsupportedLoss, tinker_loss
+from memrl.tinker.losses import LOSSES, REFUSED, UnsupportedLoss, tinker_loss
 
 LOG = math.log
 
@@ -47,7 +47,7 @@ A = [1.0, -1.0]
 
 
 def test_losses_listed():
-    assert LOSSES == ("cross_entropy", "importance_sampling", "ppo", "cispo")
+    assert LOSSES == ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")
 
 
 def test_cross_entropy_hand_checked():
@@ -130,7 +130,22 @@ def test_cispo_hand_checked():
     assert metrics["clipped:sum"] == 1.0
 
 
-@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cispo"])
+def test_dro_hand_checked():
+    # Tinker's DRO page: -(p * A - 0.5 * beta * (p - q)^2).sum(); p - q = (log 2, log 0.5), A = (1, -1)
+    d = LOG(2)
+    loss, grad, metrics = _loss_and_grad("dro", P, _rl_inputs(Q, A), {"beta": 0.4})
+    assert loss == pytest.approx(-(LOG(0.5) - 0.2 * d * d) - (-LOG(0.25) - 0.2 * d * d))
+    assert grad == pytest.approx([-1 + 0.4 * d, 1 - 0.4 * d])  # dL/dp = -A + beta * (p - q)
+    assert metrics["ratio:max"] == pytest.approx(2.0) and metrics["tokens:sum"] == 2.0
+    default, _, _ = _loss_and_grad("dro", P, _rl_inputs(Q, A))  # beta 0.05, the docs' example value
+    assert default == pytest.approx(-(LOG(0.5) - 0.025 * d * d) - (-LOG(0.25) - 0.025 * d * d))
+    with pytest.raises(ValueError, match="takes only beta; got clip_high_threshold"):
+        tinker_loss("dro", torch.tensor(P), _rl_inputs(Q, A), {"clip_high_threshold": 2})
+    with pytest.raises(ValueError, match="beta'] must be >= 0"):
+        tinker_loss("dro", torch.tensor(P), _rl_inputs(Q, A), {"beta": -1})
+
+
+@pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cispo", "dro"])
 def test_zero_advantage_positions_add_nothing_and_stay_finite(loss_fn):
     # the cookbook pads the prompt with q = 0 and A = 0; an extreme q there must not give NaN
     p = P + [LOG(1e-30), LOG(0.5)]
@@ -141,9 +156,9 @@ def test_zero_advantage_positions_add_nothing_and_stay_finite(loss_fn):
     assert padded[2]["tokens:sum"] == 2.0
 
 
-@pytest.mark.parametrize("name", ["gspo", "dro", "stable_reinforce", "custom", "nope"])
+@pytest.mark.parametrize("name", ["gspo", "stable_reinforce", "custom", "nope"])
 def test_unsupported_losses_refused(name):
-    with pytest.raises(UnsupportedLoss, match="supported: cross_entropy, importance_sampling, ppo, cispo"):
+    with pytest.raises(UnsupportedLoss, match="supported: cross_entropy, importance_sampling, ppo, cispo, dro"):
         tinker_loss(name, torch.zeros(2), _rl_inputs(Q, A))
     assert issubclass(UnsupportedLoss, ValueError)
 
@@ -321,3 +336,11 @@ def test_cookbook_mean_nll_is_summed_loss_over_summed_weights():
     cookbook = compute_mean_nll([TensorData.from_torch(lp) for lp in logprobs],
                                 [TensorData.from_torch(w) for w in weights])
     assert ours == pytest.approx(cookbook)
+
+
+def test_every_loss_the_sdk_names_is_computed_or_refused_by_name():
+    tinker_types = pytest.importorskip("tinker.types")
+    import typing
+
+    named = set(typing.get_args(tinker_types.LossFnType))
+    assert named <= set(LOSSES) | set(REFUSED), named - set(LOSSES) - set(REFUSED)

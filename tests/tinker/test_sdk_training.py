@@ -146,8 +146,8 @@ def test_refusals_name_the_problem(server, client):
         client.create_lora_training_client(base_model="Qwen/Qwen3-8B").result(timeout=60)
     tc = client.create_lora_training_client(base_model="tiny", rank=2).result(timeout=60)
     d = datum(tc.get_tokenizer().encode(TEXT))
-    with pytest.raises(tinker.BadRequestError, match="'dro' is not supported"):
-        tc.forward_backward([d], "dro").result(timeout=60)
+    with pytest.raises(tinker.BadRequestError, match="'gspo' is not supported"):
+        tc.forward_backward([d], "gspo").result(timeout=60)
     with pytest.raises(tinker.BadRequestError, match="'stable_reinforce' is not supported.*pass "
                                                      "loss_fn='importance_sampling'"):
         tc.forward_backward([d], "stable_reinforce").result(timeout=60)
@@ -194,3 +194,35 @@ def test_stop_strings_cut_after_the_token_that_completes_them(server):
     seq = cut_at_strings(GenerationResult(ids, [-1.0] * len(ids), "length"), strings, tok)
     assert seq.stop_reason == "stop" and "dog. The" in tok.decode(seq.tokens)
     assert "dog. The" not in tok.decode(seq.tokens[:-1]) and len(seq.logprobs) == len(seq.tokens)
+
+
+def test_checkpoint_ttls_order_and_unserved_rest_calls(server, client):
+    """A TTL is reported, changed and honoured (an expired checkpoint is gone); the newest of two saves in one
+    second is the last; REST calls this server does not serve say so in one line and change nothing."""
+    import json
+
+    tc = client.create_lora_training_client(base_model="tiny", rank=2).result(timeout=60)
+    rest = tinker.RestClient(base_url=server.url, api_key="tml-test-key-123")
+    tc.save_state("zz").result(timeout=60)
+    kept = tc.save_state("aa", ttl_seconds=7200).result(timeout=60).path
+    run = rest.get_training_run(tc.model_id).result(timeout=30)
+    assert run.last_checkpoint.checkpoint_id == "weights/aa"  # not "zz", which sorts last by name
+    assert run.last_checkpoint.expires_at is not None
+    with pytest.raises(tinker.BadRequestError, match="ttl_seconds"):  # the SDK's range: 1 hour to 10 years
+        tc.save_state("brief", ttl_seconds=5).result(timeout=60)
+    rest.set_checkpoint_ttl_from_tinker_path(kept, None).result(timeout=30)
+    points = {c.checkpoint_id: c for c in rest.list_checkpoints(tc.model_id).result(timeout=30).checkpoints}
+    assert points["weights/aa"].expires_at is None
+    gone = tc.save_state("gone", ttl_seconds=3600).result(timeout=60).path
+    meta = server.svc.state_dir / "runs" / tc.model_id.replace(":", "_") / "weights" / "gone" / "meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "expires_at": 1.0}))  # as if an hour had passed
+    assert "weights/gone" not in [c.checkpoint_id for c in rest.list_checkpoints(tc.model_id).result(30).checkpoints]
+    with pytest.raises(Exception, match="expired"):
+        client.create_training_client_from_state(gone).result(timeout=60)
+    tc.save_state("next").result(timeout=60)  # a save deletes what expired
+    assert not meta.parent.exists()
+    with pytest.raises(tinker.BadRequestError, match="publishing checkpoints is not served"):
+        rest.unpublish_checkpoint_from_tinker_path(kept).result(timeout=30)
+    with pytest.raises(tinker.BadRequestError, match="not served"):
+        rest.list_sessions().result(timeout=30)
+    assert "weights/aa" in [c.checkpoint_id for c in rest.list_checkpoints(tc.model_id).result(30).checkpoints]

@@ -68,7 +68,43 @@ def folder_of(state_dir: Path, path: str) -> tuple[str, str, Path]:
     folder = run_dir(state_dir, model_id) / kind / name
     if not (folder / "meta.json").is_file():
         raise CheckpointError(f"no checkpoint at {path} (looked in {folder})")
+    if _expired(read_json(folder / "meta.json"), time.time()):
+        raise CheckpointError(f"the checkpoint at {path} has expired (its ttl_seconds ran out)")
     return model_id, kind, folder
+
+
+def _expired(meta: dict[str, Any] | None, now: float) -> bool:
+    expires = (meta or {}).get("expires_at")
+    return isinstance(expires, (int, float)) and expires <= now
+
+
+def expire(state_dir: Path) -> list[str]:
+    """Delete the checkpoints whose ``ttl_seconds`` ran out (run at start and after each save); their paths.
+
+    A TTL is the client's own request (the cookbook gives its rolling checkpoints two hours and relies on it
+    to free the disk); a checkpoint saved without one never expires."""
+    now, gone = time.time(), []
+    for base in _kind_folders(state_dir):
+        for folder in sorted(base.iterdir()):
+            if folder.is_dir() and not folder.name.startswith(".") and _expired(read_json(folder / "meta.json"), now):
+                shutil.rmtree(folder, ignore_errors=True)
+                gone.append(str(folder))
+    return gone
+
+
+def set_ttl(state_dir: Path, model_id: str, checkpoint_id: str, ttl_seconds: int | None) -> None:
+    """``set_checkpoint_ttl``: expire ``ttl_seconds`` from now, or never (None)."""
+    folder = _checkpoint_folder(state_dir, model_id, checkpoint_id)
+    meta = read_json(folder / "meta.json") or {}
+    meta["expires_at"] = None if ttl_seconds is None else time.time() + check_ttl(ttl_seconds)
+    write_json(folder / "meta.json", meta)
+
+
+def check_ttl(ttl_seconds: int) -> int:
+    """The request schemas bound a TTL as the SDK documents it (1 hour to 10 years); this is for direct callers."""
+    if ttl_seconds < 1:
+        raise CheckpointError(f"ttl_seconds: must be at least 1 (or null: never expires), got {ttl_seconds}")
+    return ttl_seconds
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -106,7 +142,9 @@ def save(state_dir: Path, model_id: str, kind: str, name: str, adapter: dict[str
         if optimizer is not None:
             save_file({k: v.detach().cpu().contiguous() for k, v in optimizer.items()},
                       str(tmp / "optimizer.safetensors"))
-        write_json(tmp / "meta.json", {**meta, "tinker_path": path, "time": time.time(), "kind": kind})
+        now, ttl = time.time(), meta.pop("ttl_seconds", None)
+        write_json(tmp / "meta.json", {**meta, "tinker_path": path, "time": now, "kind": kind,
+                                       "expires_at": None if ttl is None else now + check_ttl(ttl)})
     try:
         if folder.exists():  # overwrite: the old one steps aside only now, for the rename below
             os.replace(folder, trash)
@@ -154,27 +192,32 @@ def load(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[st
     return meta, adapter, (load_file(str(opt_file)) if opt_file.is_file() else None)
 
 
-def _checkpoint_info(folder: Path, kind: str) -> dict[str, Any] | None:
+def _checkpoint_info(folder: Path, kind: str, now: float) -> tuple[float, dict[str, Any]] | None:
+    """(exact save time, the REST ``Checkpoint``) of a finished, unexpired checkpoint folder; else None."""
     meta = read_json(folder / "meta.json")
-    if meta is None:
+    if meta is None or _expired(meta, now):
         return None
     size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
-    return {"checkpoint_id": f"{kind}/{folder.name}", "checkpoint_type": KINDS[kind],
-            "time": iso_time(meta.get("time", 0.0)), "tinker_path": meta.get("tinker_path", ""),
-            "size_bytes": size, "public": False, "user_metadata": meta.get("user_metadata") or None}
+    expires = meta.get("expires_at")
+    return float(meta.get("time", 0.0)), {
+        "checkpoint_id": f"{kind}/{folder.name}", "checkpoint_type": KINDS[kind],
+        "time": iso_time(meta.get("time", 0.0)), "tinker_path": meta.get("tinker_path", ""), "size_bytes": size,
+        "public": False, "user_metadata": meta.get("user_metadata") or None,
+        "expires_at": iso_time(expires) if isinstance(expires, (int, float)) else None}
 
 
 def list_checkpoints(state_dir: Path, model_id: str) -> list[dict[str, Any]]:
-    """Every finished checkpoint of one training run, oldest first (the REST ``Checkpoint`` shape)."""
-    out = []
+    """Every finished checkpoint of one training run, oldest first (the REST ``Checkpoint`` shape).
+
+    Ordered by the exact save time: two saves within one second share their ISO ``time``."""
+    out, now = [], time.time()
     for kind in KINDS:
         base = run_dir(state_dir, model_id) / kind
         for folder in sorted(base.iterdir()) if base.is_dir() else []:
-            if folder.is_dir() and not folder.name.startswith("."):
-                info = _checkpoint_info(folder, kind)
-                if info is not None:
-                    out.append(info)
-    return sorted(out, key=lambda c: c["time"])
+            info = _checkpoint_info(folder, kind, now) if folder.is_dir() and not folder.name.startswith(".") else None
+            if info is not None:
+                out.append(info)
+    return [c for _, c in sorted(out, key=lambda c: c[0])]
 
 
 def list_runs(state_dir: Path) -> list[dict[str, Any]]:
@@ -191,7 +234,7 @@ def _run_record(record: Any) -> bool:
         and bool(_MODEL_ID.match(record["training_run_id"])) and isinstance(record.get("created", 0.0), (int, float))
 
 
-def delete(state_dir: Path, model_id: str, checkpoint_id: str) -> None:
+def _checkpoint_folder(state_dir: Path, model_id: str, checkpoint_id: str) -> Path:
     kind, _, name = checkpoint_id.partition("/")
     if kind not in KINDS:
         raise CheckpointError("checkpoint_id: expected weights/<name> or sampler_weights/<name>, "
@@ -199,7 +242,11 @@ def delete(state_dir: Path, model_id: str, checkpoint_id: str) -> None:
     folder = run_dir(state_dir, model_id) / kind / check_name(name, "checkpoint_id")
     if not folder.is_dir():
         raise CheckpointError(f"no checkpoint {checkpoint_id!r} in run {model_id!r}")
-    shutil.rmtree(folder)
+    return folder
+
+
+def delete(state_dir: Path, model_id: str, checkpoint_id: str) -> None:
+    shutil.rmtree(_checkpoint_folder(state_dir, model_id, checkpoint_id))
 
 
 def iso_time(t: float) -> str:

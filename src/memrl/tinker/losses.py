@@ -13,7 +13,9 @@ same ``loss:sum`` and the same gradient. With ``p`` = ``target_logprobs``, ``q``
 * ``importance_sampling``: ``-(r * A).sum()`` (REINFORCE with the sampler's importance ratio);
 * ``ppo``: ``-min(r * A, clip(r, lo, hi) * A).sum()``, ``lo, hi`` = ``clip_low_threshold``,
   ``clip_high_threshold`` (defaults 0.8, 1.2);
-* ``cispo``: ``-(sg(clip(r, lo, hi)) * p * A).sum()`` (defaults 0.0, 4.0: a one-sided cap).
+* ``cispo``: ``-(sg(clip(r, lo, hi)) * p * A).sum()`` (defaults 0.0, 4.0: a one-sided cap);
+* ``dro``: ``-(p * A - beta / 2 * (p - q) ** 2).sum()``, ``beta`` from ``loss_fn_config`` (0.05 when
+  omitted: the value of Tinker's DRO page example; the service's own default is not published).
 
 The thresholds come from ``loss_fn_config`` or, per token, from ``loss_fn_inputs`` (the SDK
 declares both keys there as float32 tensors); giving one in both places is refused. Keys of
@@ -21,7 +23,8 @@ declares both keys there as float32 tensors); giving one in both places is refus
 nothing the loss needs.
 
 Positions whose advantage is 0 (the prompt in the cookbook's RL datums, where it pads ``q`` with
-0) contribute exactly 0 to the RL losses; their log-ratio is zeroed before ``exp`` so an extreme
+0) contribute exactly 0 to the RL losses, DRO's penalty included (there ``q`` is padding, not a
+sampler's log-prob, and ``(p - 0) ** 2`` would pull every prompt token's probability towards 1); their log-ratio is zeroed before ``exp`` so an extreme
 ``q`` there cannot turn ``0 * inf`` into a NaN loss or gradient. Elsewhere the formulas are
 applied as written, with no clamping, since clamping would change the numbers Tinker returns.
 
@@ -43,7 +46,7 @@ class UnsupportedLoss(ValueError):
     """A ``loss_fn`` Tinker names that this server does not compute, with the reason in the message."""
 
 
-LOSSES: tuple[str, ...] = ("cross_entropy", "importance_sampling", "ppo", "cispo")
+LOSSES: tuple[str, ...] = ("cross_entropy", "importance_sampling", "ppo", "cispo", "dro")
 
 # Tinker's other built-in names, refused in one line each: the reason says what is missing.
 REFUSED: dict[str, str] = {
@@ -51,8 +54,6 @@ REFUSED: dict[str, str] = {
             "but not its default clip thresholds nor the meaning of an omitted mask, so its numbers cannot be "
             "matched; pass loss_fn='importance_sampling' (cookbook rl_loop: loss_fn=importance_sampling), or "
             "'ppo'/'cispo' with clip thresholds in loss_fn_config",
-    "dro": "its definition is not published with the SDK or the cookbook; pass loss_fn='importance_sampling' "
-           "or 'ppo'",
     "stable_reinforce": "its objective is not published (it reads stability records Tinker keeps at sampling "
                         "time); pass loss_fn='importance_sampling', the same REINFORCE with the sampler's "
                         "importance ratio (cookbook rl_loop and rl.train: loss_fn=importance_sampling), or 'cispo'",
@@ -60,8 +61,8 @@ REFUSED: dict[str, str] = {
               "and needs only cross_entropy here",
 }
 
-# Tinker's defaults (tinker-cookbook tutorials/202_loss_functions.py: "PPO defaults to 0.8 and 1.2";
-# CISPO "defaults to a one-sided clip ... {clip_low_threshold: 0.0, clip_high_threshold: 4.0}").
+# Tinker's defaults (tinker-cookbook tutorials/202_loss_functions.py: "PPO defaults to 0.8 and 1.2"; the
+# docs' CISPO page: "CISPO defaults to disabling the lower bound ... (clip_low_threshold=0.0, clip_high_threshold=4.0)").
 CLIP_DEFAULTS: dict[str, tuple[float, float]] = {"ppo": (0.8, 1.2), "cispo": (0.0, 4.0)}
 CLIP_KEYS: tuple[str, str] = ("clip_low_threshold", "clip_high_threshold")
 
@@ -70,7 +71,9 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "importance_sampling": ("target_tokens", "logprobs", "advantages"),
     "ppo": ("target_tokens", "logprobs", "advantages"),
     "cispo": ("target_tokens", "logprobs", "advantages"),
+    "dro": ("target_tokens", "logprobs", "advantages"),
 }
+DRO_BETA = 0.05
 
 Metrics = dict[str, float]
 
@@ -121,7 +124,7 @@ def _number(key: str, value: object) -> float:
 
 def _check_config(loss_fn: str, config: Mapping[str, object]) -> None:
     """Refuse config keys the loss does not read: a misspelt threshold must not fall back to the default."""
-    allowed = CLIP_KEYS if loss_fn in CLIP_DEFAULTS else ()
+    allowed = CLIP_KEYS if loss_fn in CLIP_DEFAULTS else ("beta",) if loss_fn == "dro" else ()
     unknown = sorted(set(config) - set(allowed))
     if unknown:
         takes = f"takes only {', '.join(allowed)}" if allowed else "takes no loss_fn_config"
@@ -218,6 +221,16 @@ def cispo(target_logprobs: torch.Tensor, inputs: Mapping[str, torch.Tensor], low
     return loss, metrics
 
 
+def dro(target_logprobs: torch.Tensor, inputs: Mapping[str, torch.Tensor],
+        beta: float) -> tuple[torch.Tensor, Metrics]:
+    """``-(p A - beta/2 (p - q)^2).sum()``: REINFORCE on the log-prob with a quadratic pull towards the sampler."""
+    advantages = inputs["advantages"]
+    active = advantages != 0
+    log_ratio = _log_ratio(target_logprobs, inputs["logprobs"], active)
+    loss = -(target_logprobs * advantages - 0.5 * beta * log_ratio.square()).sum()
+    return loss, _rl_metrics(loss, torch.exp(log_ratio.detach()), active)
+
+
 def tinker_loss(loss_fn: str, target_logprobs: torch.Tensor, loss_fn_inputs: dict[str, torch.Tensor],
                 config: dict | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """One datum's sum-reduced loss under Tinker's ``loss_fn`` and its metrics (``name:reduction`` keys).
@@ -236,5 +249,10 @@ def tinker_loss(loss_fn: str, target_logprobs: torch.Tensor, loss_fn_inputs: dic
         return cross_entropy(target_logprobs, inputs)
     if loss_fn == "importance_sampling":
         return importance_sampling(target_logprobs, inputs)
+    if loss_fn == "dro":
+        beta = _number("beta", config["beta"]) if "beta" in config else DRO_BETA
+        if beta < 0:
+            raise ValueError(f"loss_fn_config['beta'] must be >= 0, got {beta}")
+        return dro(target_logprobs, inputs, beta)
     low, high = clip_bounds(loss_fn, target_logprobs, loss_fn_inputs, config)
     return (ppo if loss_fn == "ppo" else cispo)(target_logprobs, inputs, low, high)

@@ -57,6 +57,38 @@ def weights_info(svc: Any, path: str) -> dict[str, Any]:
             "train_mlp": lora.get("train_mlp"), "train_attn": lora.get("train_attn")}
 
 
+# RestClient / AdminClient calls this server does not serve: (method, path, why), each a one-line 400 rather than
+# FastAPI's bare 404/405 (or, for unpublish, the checkpoint-delete route reading "r1/publish" as a checkpoint name).
+_CHECKPOINT = "/api/v1/training_runs/{model_id}/checkpoints/{checkpoint_id:path}"
+NOT_SERVED_REST: tuple[tuple[str, str, str], ...] = (
+    ("POST", _CHECKPOINT + "/publish", "publishing checkpoints is not served: one local state folder, readable by "
+                                       "whoever holds the API key"),
+    ("DELETE", _CHECKPOINT + "/publish", "publishing checkpoints is not served (nothing is public to unpublish)"),
+    ("GET", _CHECKPOINT + "/external_weights_urls", "signed download URLs are not served: the checkpoint is a "
+                                                    "folder under --state-dir (adapter.safetensors, meta.json)"),
+    ("GET", "/api/v1/sessions", "listing sessions is not served (sessions live in the server's memory only)"),
+    ("POST", "/api/v1/sessions/search", "searching sessions is not served"),
+    ("GET", "/api/v1/sessions/{session_id}", "session details are not served"),
+    ("PUT", "/api/v1/sessions/{session_id}/project", "projects are not served (one local state folder)"),
+    ("GET", "/api/v1/sessions/{session_id}/trace_export", "session traces are not served; run with --access-log "
+                                                          "for a log of requests"),
+    ("GET", "/api/v1/audit", "audit logs are not served"),
+    ("GET", "/api/v1/billing/usage/events", "billing is not served"),
+    ("GET", "/api/v1/billing/usage/checkpoints/current", "storage usage is not served: see the size of --state-dir"),
+)
+
+
+def _refusals(app: FastAPI) -> None:
+    for method, path, why in NOT_SERVED_REST:
+        app.add_api_route(path, _refuse(why), methods=[method])
+
+
+def _refuse(why: str) -> Any:
+    async def refuse() -> None:
+        raise APIError(400, why, code="not_served")
+    return refuse
+
+
 def add_rest_routes(app: FastAPI, svc: Any) -> None:
     """``/api/v1/training_runs``, ``/api/v1/checkpoints``, ``/api/v1/weights_info``, checkpoint deletion."""
 
@@ -75,6 +107,15 @@ def add_rest_routes(app: FastAPI, svc: Any) -> None:
     async def run_checkpoints(model_id: str) -> dict[str, Any]:
         _run_info(svc, model_id)
         return {"checkpoints": ckpt.list_checkpoints(svc.state_dir, model_id)}
+
+    _refusals(app)
+
+    @app.put("/api/v1/training_runs/{model_id}/checkpoints/{checkpoint_id:path}/ttl")
+    async def set_ttl(model_id: str, checkpoint_id: str, body: s.CheckpointTtl) -> None:
+        try:
+            ckpt.set_ttl(svc.state_dir, model_id, checkpoint_id, body.ttl_seconds)
+        except ckpt.CheckpointError as exc:
+            raise APIError(404, str(exc), param="checkpoint_id") from None
 
     @app.delete("/api/v1/training_runs/{model_id}/checkpoints/{checkpoint_id:path}")
     async def delete_checkpoint(model_id: str, checkpoint_id: str) -> None:

@@ -7,9 +7,13 @@ server. A body that does not fit is answered 400 with the field named (``memrl.s
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
+
+
+# The SDK's save_state docstring: a TTL is "between 1 hour (3600) and 10 years (None = never expires)".
+Ttl = Annotated[Optional[int], Field(ge=3600, le=10 * 366 * 86400)]
 
 
 class Body(BaseModel):
@@ -77,11 +81,15 @@ class SaveWeights(Body):
     model_id: str
     path: Optional[str] = None
     seq_id: Optional[int] = None
-    ttl_seconds: Optional[int] = None
+    ttl_seconds: Ttl = None
     overwrite: bool = False
     user_metadata: Optional[dict[str, str]] = None
     sampling_session_seq_id: Optional[int] = None
     kind: str = "snapshot"
+
+
+class CheckpointTtl(Body):
+    ttl_seconds: Ttl = None
 
 
 class LoadWeights(Body):

@@ -79,6 +79,8 @@ def build_service(model: str, state_dir: str | Path, *, dtype: str = "auto", dev
     for folder in ckpt.recover(Path(state_dir)):
         print(f"memrl tinker: {folder}: put back the checkpoint an interrupted overwrite had set aside",
               file=sys.stderr, flush=True)
+    for folder in ckpt.expire(Path(state_dir)):
+        print(f"memrl tinker: {folder}: deleted, its ttl_seconds ran out", file=sys.stderr, flush=True)
     return TinkerService(host, engine, base_name=name, aliases={model, resolved, name}, tokenizer_id=name,
                          state_dir=Path(state_dir), limits=lim, poll_s=poll_s)
 

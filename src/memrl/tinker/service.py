@@ -241,8 +241,8 @@ class TinkerService:
             self._alive(tenant)
             path = await asyncio.to_thread(
                 ckpt.save, self.state_dir, tenant.model_id, "weights", name, self.host.state(tenant.adapter),
-                optimizer_state(tenant.optimizer, tenant.params), self._meta(tenant, body.user_metadata),
-                body.overwrite)
+                optimizer_state(tenant.optimizer, tenant.params), self._meta(tenant, body), body.overwrite)
+            await asyncio.to_thread(ckpt.expire, self.state_dir)
             return Result(json={"path": path, "type": "save_weights"})
 
         return self.submit("save_weights", _key(body.model_id, body.seq_id), run)
@@ -264,14 +264,16 @@ class TinkerService:
                 add_sampler(self, Sampler(sid, tenant.session_id, None, tenant.lora, weights))
                 return Result(json={"sampling_session_id": sid, "type": "save_weights_for_sampler"})
             path = await asyncio.to_thread(ckpt.save, self.state_dir, tenant.model_id, "sampler_weights", name,
-                                           weights, None, self._meta(tenant, body.user_metadata), True)
+                                           weights, None, self._meta(tenant, body), True)
+            await asyncio.to_thread(ckpt.expire, self.state_dir)
             return Result(json={"path": path, "type": "save_weights_for_sampler"})
 
         return self.submit("save_weights_for_sampler", _key(body.model_id, body.seq_id), run)
 
-    def _meta(self, tenant: Tenant, user_metadata: dict[str, str] | None) -> dict[str, Any]:
+    def _meta(self, tenant: Tenant, body: s.SaveWeights) -> dict[str, Any]:
+        """The checkpoint's meta.json fields (``ttl_seconds`` becomes its ``expires_at`` when saved)."""
         return {"model_id": tenant.model_id, "base_model": self.base_name, "lora": tenant.lora.to_dict(),
-                "user_metadata": user_metadata}
+                "user_metadata": body.user_metadata, "ttl_seconds": body.ttl_seconds}
 
     def load_weights(self, body: s.LoadWeights) -> str:
         """``load_state*`` into an existing run, or ``create_training_client_from_state*`` (a new run)."""
