@@ -245,3 +245,26 @@ BAD = [
 EXPECTED = ["conversation", "tools[0].type", "input[0].content[0]", "tool_choice", "previous_response_id",
             "input[0].type", "max_output_tokens", "temperature", "top_k", "thinking", "messages[0].content[0].type",
             "tool_choice", "max_tokens", "stop_sequences[0]", "stream_options"]
+
+
+def test_anthropic_count_tokens_is_the_prompt_the_call_would_render(gateway, tools_tokenizer):
+    """What Claude Code asks before a call: the count equals the recorded prompt, and it is not a model call."""
+    tok = tools_tokenizer
+    tools = [{"name": "add", "description": "a + b", "input_schema": SCHEMA}]
+    messages = [{"role": "user", "content": "1 + 2?"}]
+
+    async def go():
+        async with open_episode(gateway, tool_then_text(tok), tok, merge=False, max_calls=1) as (ep, endpoint, _):
+            claude = anthropic.AsyncAnthropic(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+            counted = await claude.messages.count_tokens(model="m", system="Use add.", messages=messages,
+                                                         tools=tools)
+            again = await claude.messages.count_tokens(model="m", messages=messages)
+            await claude.messages.create(model="m", max_tokens=64, system="Use add.", messages=messages, tools=tools)
+            with pytest.raises(anthropic.BadRequestError, match="frobnicate"):
+                await claude.messages.count_tokens(model="m", messages=messages, extra_body={"frobnicate": 3})
+            return ep, endpoint.session, counted, again
+
+    ep, session, counted, again = run(go())
+    assert counted.input_tokens == len(prompt_ids(ep.conversations[0]))
+    assert again.input_tokens == len(chat_ids(tok, messages, None)) < counted.input_tokens
+    assert session.calls == 1 and session.failure is None  # counting used none of max_calls=1

@@ -36,13 +36,13 @@ def _message(body: bytes) -> str:
 
 
 class AnthropicErrors:
-    """Rewrite error answers of paths ending in ``/messages`` into Anthropic's error shape."""
+    """Rewrite error answers of ``/messages`` and ``/messages/count_tokens`` into Anthropic's error shape."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].rstrip("/").endswith("/messages"):
+        if scope["type"] != "http" or not scope["path"].rstrip("/").endswith(("/messages", "/messages/count_tokens")):
             await self.app(scope, receive, send)
             return
         start: dict[str, Any] = {}

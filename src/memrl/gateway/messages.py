@@ -42,6 +42,12 @@ class MessagesBody(BaseModel):
     stream: Optional[bool] = False
 
 
+class CountTokensBody(MessagesBody):
+    """``/v1/messages/count_tokens``: a Messages request without ``max_tokens`` (what Claude Code sends)."""
+
+    max_tokens: Optional[int] = None  # type: ignore[assignment]
+
+
 def check(body: MessagesBody) -> list[str]:
     """What a training call cannot honour, refused by name; the stop sequences."""
     refuse_unknown(body, NO_OPS, "Messages API")

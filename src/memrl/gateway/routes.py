@@ -9,6 +9,7 @@ program may give it the episode's base URL as it is, or without its ``/v1``.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads these annotations at run time.
+import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Optional
@@ -20,7 +21,8 @@ from memrl.gateway import messages as anthropic_messages
 from memrl.gateway import responses as openai_responses
 from memrl.gateway.adapters import on_episode
 from memrl.serve.streaming import token_pieces
-from memrl.gateway.calls import CallRequest
+from memrl.gateway.calls import CallRequest, encode_prompt, limits_for
+from memrl.serve.errors import APIError
 from memrl.gateway.requests import sampling_overrides
 from memrl.gateway.sessions import Session
 from memrl.gateway.sse import chat_events, messages_events, responses_events
@@ -94,6 +96,24 @@ async def answer_messages(body: anthropic_messages.MessagesBody, session: Sessio
     return event_stream(messages_events(message, text))
 
 
+async def count_message_tokens(body: anthropic_messages.CountTokensBody, session: Session) -> dict[str, int]:
+    """``POST /v1/messages/count_tokens``: the prompt's length as the next call would render it; not a model call."""
+    anthropic_messages.refuse_unknown(body, anthropic_messages.NO_OPS, "Messages API")
+    prompt = anthropic_messages.chat_messages(body)
+    req = CallRequest("chat", prompt, tools=anthropic_messages.tools_of(body),
+                      continue_final=anthropic_messages.prefilled(prompt))
+    ep = session.episode
+
+    async def count() -> int:
+        return len(encode_prompt(session, req, limits_for(ep.engine, ep.tokenizer)))
+
+    try:
+        future = session.run(count())
+    except RuntimeError:  # the episode's loop is gone: it has finished
+        raise APIError(404, f"episode {session.id!r} is finished", code="episode_not_found") from None
+    return {"input_tokens": await asyncio.wrap_future(future)}
+
+
 def _met(stops: list[str], text: str) -> Optional[str]:
     """The stop sequence the answer was cut at: the one that comes first in the generated text."""
     found = [(text.find(s), i) for i, s in enumerate(stops) if s in text]
@@ -108,6 +128,11 @@ def add_protocol_routes(app: Any, session_of: Callable[..., Session], call: Call
     async def messages(body: anthropic_messages.MessagesBody, session: Session = Depends(session_of)) -> Any:
         return await answer_messages(body, session, call, model)
 
+    async def count_tokens(body: anthropic_messages.CountTokensBody, session: Session = Depends(session_of)) -> Any:
+        return await count_message_tokens(body, session)
+
+    app.post("/episodes/{episode_id}/v1/messages/count_tokens")(count_tokens)
+    app.post("/episodes/{episode_id}/v1/v1/messages/count_tokens")(count_tokens)
     app.post("/episodes/{episode_id}/v1/responses")(responses)
     app.post("/episodes/{episode_id}/v1/messages")(messages)
     app.post("/episodes/{episode_id}/v1/v1/messages")(messages)
