@@ -99,6 +99,13 @@ def test_verl_agents_gigpo_settings():
     assert "enable_similarity" in off.skipped["algorithm.gigpo.similarity_thresh"]
 
 
+def test_dr_grpo_loss_scale_factor_carries_over_and_sets_the_divisor(tmp_path):
+    t = translate({A + "loss_agg_mode": "seq-mean-token-sum-norm", A + "loss_scale_factor": "4096"})
+    got = {k: v for k, (v, _) in t.settings.items()}
+    assert got["algorithm.loss_scale_factor"] == 4096 and got["algorithm.loss_agg_mode"] == "seq-mean-token-sum-norm"
+    assert "algorithm.loss_scale_factor" not in {k for k, (v, _) in translate({}).settings.items()}
+
+
 def test_gae_and_unknown_losses_are_left_out_with_the_reason():
     t = translate({"algorithm.adv_estimator": "gae", A + "policy_loss.loss_mode": "bypass_mode",
                    "data.train_batch_size": "0"})

@@ -14,7 +14,10 @@ def test_agg_modes_by_hand():
     assert agg_loss(loss, mask, "token-sum").item() == pytest.approx(7)
     assert agg_loss(loss, mask, "seq-mean-token-sum").item() == pytest.approx(3.5)
     assert agg_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx(2.75)
-    assert agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(7 / 6)
+    # no norm_length: L = the widest response span (row 0: positions 0-1), not the row's padded width 3
+    assert agg_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx(7 / 4)
+    prompted = torch.tensor([[0.0, 1.0, 1.0], [0.0, 0.0, 1.0]])  # a prompt token before each response
+    assert agg_loss(loss, prompted, "seq-mean-token-sum-norm").item() == pytest.approx((2 + 3 + 6) / 4)
     assert agg_loss(loss, mask, "seq-mean-token-sum-norm", norm_length=7).item() == pytest.approx(7 / 14)
     with pytest.raises(ValueError, match="loss_agg_mode"):
         agg_loss(loss, mask, "mean")

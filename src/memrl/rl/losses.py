@@ -87,9 +87,24 @@ def _seq_mean_token_mean(loss_mat: torch.Tensor, loss_mask: torch.Tensor, norm_l
 @register_loss_agg("seq-mean-token-sum-norm")
 def _seq_mean_token_sum_norm(loss_mat: torch.Tensor, loss_mask: torch.Tensor,
                              norm_length: int | None) -> torch.Tensor:
-    """Dr. GRPO: the total over rows * workflow norm_tokens (or the padded width), a constant normaliser."""
-    length = norm_length if norm_length is not None else loss_mask.shape[-1]
+    """Dr. GRPO: the total over rows * L, a constant normaliser.
+
+    ``L`` is ``norm_length`` (``algorithm.loss_scale_factor``, else the workflow's longest response), else the
+    widest response span of the batch: from a row's first trained token to its last, as verl's padded
+    response tensor is wide (a memrl row also holds its prompt, which the span leaves out)."""
+    length = norm_length if norm_length is not None else response_width(loss_mask)
     return (loss_mat * loss_mask).sum(dim=-1).sum() / (loss_mask.shape[0] * length)
+
+
+def response_width(loss_mask: torch.Tensor) -> int:
+    """The widest span, over rows, from the first to the last position with mask > 0 (at least 1)."""
+    trained = loss_mask > 0
+    if not bool(trained.any()):
+        return 1
+    pos = torch.arange(loss_mask.shape[-1], device=loss_mask.device).expand_as(loss_mask)
+    last = torch.where(trained, pos, -1).max(dim=-1).values
+    first = torch.where(trained, pos, loss_mask.shape[-1]).min(dim=-1).values
+    return max(int((last - first + 1).max()), 1)
 
 
 AGG_MODES: tuple[str, ...] = LOSS_AGGREGATIONS.names  # the built-ins (plug-ins may add more)
