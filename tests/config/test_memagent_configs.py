@@ -39,3 +39,21 @@ def test_eval_section_defaults_and_checks():
             assert bad[0].split("=")[0] in str(exc)
         else:
             raise AssertionError(f"{bad} was accepted")
+
+
+def test_a_paper_configs_eval_runs_as_the_papers_eval_client():
+    """The YAML holds training budgets; under its protocol the eval reads whole contexts and samples as the
+    client did, unless the command line says otherwise."""
+    mem = with_eval_sampling(load_config(CONFIGS / "memagent_paper.yaml"), None, set())
+    assert (mem.workflow.max_chunks, mem.workflow.options["slot_fill"]) == (None, "text")  # no 40K cut
+    rem_cfg = load_config(CONFIGS / "rememr1_paper.yaml", ["eval.protocol=rememr1"])
+    assert (rem_cfg.sampling.temperature, rem_cfg.workflow.recall_pool) == (1.0, "previous")  # training's
+    rem = with_eval_sampling(rem_cfg, None, {"eval.protocol"})
+    assert (rem.sampling.temperature, rem.sampling.top_p) == (0.7, 0.95)  # ReMemR1's test_qa.py
+    assert (rem.workflow.max_chunks, rem.workflow.recall_pool) == (None, "including_current")  # its eval code
+    chosen = load_config(CONFIGS / "rememr1_paper.yaml", ["eval.protocol=rememr1", "sampling.temperature=0.2",
+                                                          "workflow.options.max_chunks=3"])
+    kept = with_eval_sampling(chosen, None, {"eval.protocol", "sampling.temperature", "workflow.options.max_chunks"})
+    assert (kept.sampling.temperature, kept.sampling.top_p, kept.workflow.max_chunks) == (0.2, 0.95, 3)
+    plain = with_eval_sampling(load_config(CONFIGS / "rememr1_paper.yaml"), None, set())  # protocol memrl
+    assert (plain.sampling.temperature, plain.workflow.max_chunks) == (1.0, 8)

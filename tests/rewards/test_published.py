@@ -73,11 +73,29 @@ def test_score_published_table(pred, golds, em, sub, f1):
 
 
 def test_empty_or_missing_prediction_scores_zero():
-    for response in ("no box at all", "\\boxed{}", "\\boxed{  }", "", None):
+    for response in ("no box at all", "\\boxed{}", "", None):
         s = score_published(response, ["Paris"])
         assert (s.em, s.sub_em, s.f1, s.answered) == (0.0, 0.0, 0.0, False)
+    # a box of spaces is an answer to the originals (not stripped): it normalises to "" and so sits in every gold
+    s = score_published("\\boxed{  }", ["Paris"])
+    assert (s.em, s.sub_em, s.f1, s.answered) == (0.0, 1.0, 0.0, True)
     # memrl's one-way sub-EM would give an empty box 0 as well, but bidirectional without the guard gives 1
     assert score_protocol("\\boxed{}", ["Paris"], "memagent")["sub_em"] == 0.0
+
+
+@pytest.mark.parametrize("response, gold, em, sub", [
+    ("\\boxed Paris", "Paris", 1.0, 1.0),  # the "\\boxed " form: what follows it, up to a "$"
+    ("\\boxed Paris$ and more", "Paris", 1.0, 1.0),
+    ("\\boxed {Paris} x", "Paris", 0.0, 1.0),  # reads "{Paris} x" (the braces are punctuation to EM)
+    ("Use \\boxed format. \\boxed{Paris}", "Paris", 0.0, 1.0),  # reads "format. \\boxed{Paris}"
+    ("Use \\boxed format. \\boxed{Paris}", "Paris, France", 0.0, 0.0),
+    ("\\boxed{Lyon} then \\boxed{Paris}", "Paris", 1.0, 1.0),  # the last box
+    ("\\boxed{\\text{Paris}}", "Paris", 0.0, 1.0),  # nested braces kept: "\\text{Paris}"
+    ("\\boxed\n{Paris}", "Paris", 1.0, 1.0),  # the originals stop on this one; memrl reads the box
+])
+def test_boxes_are_read_as_the_originals_read_them(response, gold, em, sub):
+    s = score_published(response, [gold])
+    assert (s.em, s.sub_em) == (em, sub), s.answer
 
 
 def test_score_published_reads_after_think_and_answer_is():
@@ -124,6 +142,10 @@ def test_math_normalize(text, expected):
         ("\\boxed{Lyon} then \\boxed{Paris}", ["Lyon"], 0.0),  # last box only
         ("the answer is Paris", ["Paris"], 0.0),  # no box
         ("", ["Paris"], 0.0),
+        ("\\boxed Paris", ["Paris"], 1.0),  # MemAgent's hotpotqa.py reads the "\\boxed " form
+        ("\\boxed {Paris}", ["Paris"], 0.0),  # ... as "{paris}"
+        ("\\boxed{Paris} in \\boxed format", ["Paris"], 0.0),  # ... as "format"
+        ("\\boxed\n{Paris}", ["Paris"], 0.0),  # its assertion fails and is caught: 0
     ],
 )
 def test_memagent_strict_reward(response, golds, expected):

@@ -167,3 +167,21 @@ def test_released_episode_with_a_model(tiny_model, pool):
     traj = asyncio.run(go())
     assert traj.num_conversations == 3
     assert all(c.num_generated > 0 and math.isfinite(c.reward) for c in traj.conversations)
+
+
+def test_released_variant_strips_question_and_context_as_its_client_does(tiny_model):
+    _, tok = tiny_model
+    eng = ScriptedEngine(lambda prompt, params: tok.encode("\\boxed{Paris}", add_special_tokens=False)
+                         + [tok.eos_token_id])
+    prompts = {}
+    for variant in ("released", "memrl"):
+        cfg = WorkflowConfig(name="rememr1", chunk_tokens=500, memory_tokens=20, final_tokens=FINAL_TOKENS,
+                             reward="em", rememr1_variant=variant)
+        sample = LongContextSample(index=0, question=" Q: capital? ", answers=["Paris"], context="city.\n",
+                                   num_docs=1)
+        eng.calls.clear()
+        asyncio.run(rememr1(sample, eng, tok, cfg))
+        prompts[variant] = tok.decode(eng.calls[0][0])
+    assert "Q: capital?" in prompts["released"] and " Q: capital? " not in prompts["released"]
+    assert "city.\n\n" not in prompts["released"] and "city.\n" in prompts["released"]
+    assert " Q: capital? " in prompts["memrl"]  # memrl's own variant reads the sample as it is

@@ -22,6 +22,14 @@ def resolve_config(config: Path | None, overrides: list[str] | None, flags: dict
     return load_config(config, flag_items + items)
 
 
+def given_keys(config: Path | None, overrides: list[str] | None, flags: dict[str, object]) -> set[str]:
+    """The dotted keys set on the command line (flags given, overrides), as opposed to in the YAML file."""
+    items = list(overrides or [])
+    if config is not None and "=" in str(config) and not config.exists():
+        items.append(str(config))
+    return {k for k, v in flags.items() if v is not None} | {item.split("=", 1)[0].strip() for item in items}
+
+
 def _literal(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from memrl.cli.common import quiet_hub_progress, resolve_config
+from memrl.cli.common import given_keys, quiet_hub_progress, resolve_config
 from memrl.cli.data import parse_docs
 from memrl.cli.eval_common import out_lock, prepare_out, run_with_progress
 from memrl.cli.errors import user_errors
@@ -49,7 +49,8 @@ def eval_cmd(
                                           "under protocols memagent, rememr1)."),
     protocol: Optional[str] = typer.Option(None, "--protocol", help="eval.protocol: memrl (one-way sub-EM, default) "
                                            "| memagent | rememr1 (the papers' scripts: bidirectional sub-EM "
-                                           "against the first gold)."),
+                                           "against the first gold; sampled at 0.7 / 0.95 over whole contexts "
+                                           "unless a flag or override says otherwise)."),
     repeats: Optional[int] = typer.Option(None, "--repeats", help="eval.repeats: K samples per question; "
                                           "reports mean accuracy and pass@K (MemAgent's --sampling)."),
     domain: Optional[str] = typer.Option(None, "--domain", help="tool_agent: env.domain (library, mock, retail, "
@@ -88,13 +89,15 @@ def eval_cmd(
     if suite not in ("qa", "ruler"):
         raise ValueError(f"--suite must be qa or ruler, got {suite!r}")
     domains = [d.strip() for d in domain.split(",") if d.strip()] if domain else None
-    cfg = with_eval_sampling(resolve_config(config, overrides, {
+    flags = {
         "model.path": model, "workflow.name": workflow, "engine.kind": engine, "engine.base_url": base_url,
         "sampling.temperature": temperature, "sampling.top_p": top_p, "engine.concurrency": concurrency,
         "eval.protocol": protocol, "eval.repeats": repeats, "env.domain": domains[0] if domains else None,
         "env.eval_split": split, "env.data_dir": data_dir, "env.num_tasks": num_tasks, "eval.max_retries": max_retries,
         "env.task_ids": [t.strip() for t in task_ids.split(",") if t.strip()] if task_ids else None,
-    }), None if restart else recorded_settings(out))  # re-scoring a folder keeps the sampling it was run with
+    }
+    cfg = with_eval_sampling(resolve_config(config, overrides, flags),  # re-scoring a folder keeps its sampling
+                             None if restart else recorded_settings(out), given_keys(config, overrides, flags))
     built = cfg.workflow.build()
     on_tasks = built.uses_env  # a tool agent: every task of --domain, --trials each
     _check_flags_apply(on_tasks, {  # first: a flag the workflow ignores is the error, not whether its file exists

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from memrl.rewards.published import after_think, extract_answer, score_published
+from memrl.rewards.published import after_think, published_answer, score_published
 from memrl.rewards.qa import extract_boxed
 
 METRICS = ("string_match_all", "string_match_part")
@@ -79,7 +79,7 @@ def memagent_score(metric: str, final_text: str | None, golds: Sequence[str], fm
     """
     if metric not in METRICS:
         raise ValueError(f"unknown RULER metric {metric!r}; expected one of {', '.join(METRICS)}")
-    answer = extract_answer(after_think((final_text or "").strip()), fmt)
+    answer = published_answer(after_think((final_text or "").strip()), fmt)
     if not answer or not golds:
         return answer, 0.0
     if metric == "string_match_part":

@@ -36,6 +36,7 @@ from memrl.io.atomic import atomic_write
 from memrl.data.stream import read_samples_lazily
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
 from memrl.eval.files import check_eval_file, check_same_data, match_eval_file
+from memrl.eval.protocol_settings import PUBLISHED_SAMPLING, with_eval_sampling  # noqa: F401 (re-exported)
 from memrl.eval.records import ROLLOUTS, finished_episode, save_eval_rollout
 from memrl.eval.report import summarize, write_reports
 from memrl.eval.transcript import render_transcript
@@ -58,54 +59,6 @@ def find_eval_file(data_dir: Path, n: int) -> Path:
 def sampling_params(cfg: MemRLConfig) -> SamplingParams:
     s = cfg.sampling
     return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=s.seed)
-
-
-# The originals' eval scripts sample every question at temperature 0.7, top_p 0.95.
-PUBLISHED_SAMPLING = {"temperature": 0.7, "top_p": 0.95}
-
-
-def with_eval_sampling(cfg: MemRLConfig, recorded: dict[str, Any] | None = None) -> MemRLConfig:
-    """``cfg`` with the eval's sampling defaults filled in where the user set nothing.
-
-    ``sampling.temperature`` defaults to 1.0 for training rollouts; an eval that nobody
-    configured is greedy instead (``memrl`` protocol) or samples as the papers' scripts
-    did (``memagent`` / ``rememr1``: 0.7 / 0.95). A value set in the YAML file, by a flag
-    or by an override is kept. Under ``memagent`` the memagent workflow also fills its
-    prompts as MemAgent's eval client does (``workflow.slot_fill=text``) unless that is set.
-
-    ``recorded``: the settings an existing results folder was run with (``recorded_settings``).
-    Defaults come from it first, so re-scoring a folder under another ``--protocol`` re-uses its
-    episodes without the sampling flags being repeated (the protocol's defaults apply to new folders).
-    """
-    given = cfg.sampling.model_fields_set
-    was = (recorded or {}).get("sampling") or {}
-    published = cfg.eval.protocol in ("memagent", "rememr1")
-    update: dict[str, float] = {}
-    if "temperature" not in given:
-        update["temperature"] = was.get("temperature", PUBLISHED_SAMPLING["temperature"] if published else 0.0)
-    if "top_p" not in given and ("top_p" in was or published):
-        update["top_p"] = was.get("top_p", PUBLISHED_SAMPLING["top_p"])
-    cfg = _published_prompts(cfg, recorded)
-    if not update:
-        return cfg
-    return cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update=update)})
-
-
-def _published_prompts(cfg: MemRLConfig, recorded: dict[str, Any] | None) -> MemRLConfig:
-    """``slot_fill`` unless set: the recorded run's, else text under ``--protocol memagent`` when the workflow
-    has that option (MemAgent's eval client fills its prompts as text)."""
-    wf = cfg.workflow
-    if "slot_fill" in wf.options or "slot_fill" not in type(wf.opts).model_fields:
-        return cfg
-    was_wf = (recorded or {}).get("workflow") or {}
-    was = (was_wf.get("options") or {}).get("slot_fill", was_wf.get("slot_fill"))
-    if was_wf.get("name") == wf.name and was is not None:
-        fill = was
-    elif cfg.eval.protocol == "memagent":
-        fill = "text"
-    else:
-        return cfg
-    return cfg.model_copy(update={"workflow": type(wf)(name=wf.name, options={**wf.options, "slot_fill": fill})})
 
 
 def recorded_settings(out: Path) -> dict[str, Any] | None:

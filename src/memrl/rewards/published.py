@@ -19,15 +19,17 @@ Evaluation protocols (``eval.protocol``):
     normalisation, and sub-EM is bidirectional (gold in prediction OR prediction in
     gold, so ``"Paris"`` for gold ``"Paris, France"`` counts). F1 keeps HotpotQA's
     yes/no/noanswer rule and, like the originals, is rounded to two decimals per item.
-    Quirk kept on purpose: a non-empty answer that normalises to nothing (``"The."``)
-    is contained in every gold and so scores sub-EM 1 there, as in the originals.
+    The boxed answer is read as the originals read it (:mod:`memrl.rewards.original_boxed`:
+    ``\\boxed {x}`` reads ``{x}``, nothing is stripped). Quirk kept on purpose: a non-empty
+    answer that normalises to nothing (``"The."``, ``\\boxed{ }``) is contained in every gold
+    and so scores sub-EM 1 there, as in the originals.
     Episodes that failed (engine error) are left out of the denominator, as the
     scripts skip items without output; an empty final response, which the scripts
     cannot tell from a failure and also skip, is scored 0 by memrl instead.
 
 Training reward ``memagent_strict`` (``workflow.reward``): MemAgent's (and ReMemR1's)
 RL reward. Only the last 300 characters of the final response are read, lowercased;
-the last ``\\boxed{}`` there is the answer; answer and each gold go through the MATH
+the last box there, read as the original reads it, is the answer (a box it cannot read scores 0); answer and each gold go through the MATH
 (Hendrycks) string normalisation, which among other things deletes every space; the
 reward is 1 for an exact match with any gold, else 0. It is stricter than any eval
 metric above (``"New York City"`` vs gold ``"New York"`` is 0), which is what the
@@ -40,6 +42,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from memrl.rewards.original_boxed import Unreadable, box_content, last_box, original_boxed
 from memrl.rewards.qa import QAScores, exact_match, extract_boxed, f1_score, normalize_answer, score_answer
 
 PROTOCOLS = ("memrl", "memagent", "rememr1")
@@ -103,6 +106,12 @@ def check_answer_format(fmt: str) -> str:
     raise ValueError(f"answer_format must be boxed, answer_is or regex:<pattern>, got {fmt!r}")
 
 
+def published_answer(text: str | None, fmt: str = "boxed") -> str | None:
+    """The answer as the published protocols read it: ``boxed`` the originals' way
+    (:mod:`memrl.rewards.original_boxed`: ``\\boxed `` forms, nothing stripped), other formats as memrl's."""
+    return original_boxed(text) if fmt == "boxed" else extract_answer(text, fmt)
+
+
 def extract_answer(text: str | None, fmt: str = "boxed") -> str | None:
     """The answer in a final response under ``workflow.answer_format``.
 
@@ -142,8 +151,8 @@ def score_published(response: str | None, golds: Sequence[str], fmt: str = "boxe
     if not golds:
         raise ValueError("at least one gold answer is required")
     text = (response or "").strip()
-    answer = extract_answer(after_think(text), fmt)
-    if not answer:
+    answer = published_answer(after_think(text), fmt)
+    if not answer:  # as the scripts test it: an answer of spaces counts as given (and then matches every gold)
         return PublishedScores(0.0, 0.0, 0.0, answer)
     gold = str(golds[0])
     pred, ref = normalize_answer(answer), normalize_answer(gold)
@@ -189,8 +198,12 @@ def memagent_strict_reward(response: str | None, golds: Sequence[str]) -> float:
     """
     if not response:
         return 0.0
-    answer = extract_boxed(response[-300:].lower())
-    if answer is None:
+    box = last_box(response[-300:].lower())  # the original's reading of the box (``\\boxed {x}`` reads "{x}")
+    if box is None:
+        return 0.0
+    try:
+        answer = box_content(box)
+    except Unreadable:  # the original's reward catches its assertion and gives 0
         return 0.0
     got = math_normalize(answer)
     return float(any(got == math_normalize(str(g).lower()) for g in golds))

@@ -46,6 +46,7 @@ mixed into the advantage with ``algorithm.step_rewards=true``). Two variants
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Sequence
@@ -297,6 +298,8 @@ async def rememr1(
     sampling = sampling or SamplingParams(greedy=True)
     released = config.rememr1_variant == "released"
     p = cached_prompts(_Prompts, tokenizer, config.prompts, RELEASED_PROMPTS if released else DEFAULT_PROMPTS)
+    if released:  # the released client strips both before it tokenizes them
+        sample = dataclasses.replace(sample, question=sample.question.strip(), context=sample.context.strip())
     context, original_len, question = read_inputs(sample, tokenizer, config)
     golds = sample.answers
 

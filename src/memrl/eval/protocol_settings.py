@@ -1,0 +1,86 @@
+"""The settings an eval protocol implies, filled in where the user did not choose them.
+
+``sampling.temperature`` defaults to 1.0 for training rollouts; an eval that nobody configured is
+greedy instead (``memrl`` protocol). The published protocols (``memagent`` / ``rememr1``) run as the
+papers' evaluation clients did: temperature 0.7, top_p 0.95, the whole context read (their clients
+set no truncation, so a training budget such as ``max_chunks: 8`` does not apply), and, for ReMemR1's
+released variant, recall searching the memories including the current turn's (its eval code; its
+training code searches the earlier ones only). Under ``memagent`` the memagent workflow also fills its
+prompts as MemAgent's client does (``workflow.slot_fill=text``).
+
+What counts as chosen: under ``memrl``, any value set (YAML file, flag or override); under a
+published protocol, a flag or override on the command line (``explicit``): a paper config's YAML
+holds its *training* settings, which the paper's eval did not use. ``recorded``: the settings an
+existing results folder was run with; they come first, so re-scoring a folder under another protocol
+re-uses its episodes (the protocol's defaults apply to new folders).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from memrl.config.schema import MemRLConfig
+
+# The originals' eval scripts sample every question at temperature 0.7, top_p 0.95.
+PUBLISHED_SAMPLING = {"temperature": 0.7, "top_p": 0.95}
+PUBLISHED = ("memagent", "rememr1")
+
+
+def with_eval_sampling(cfg: MemRLConfig, recorded: dict[str, Any] | None = None,
+                       explicit: Collection[str] | None = None) -> MemRLConfig:
+    """``cfg`` with the protocol's eval settings where nothing was chosen (see the module docstring).
+
+    ``explicit``: the dotted keys given on the command line; None treats every set value as chosen.
+    """
+    published = cfg.eval.protocol in PUBLISHED
+    chosen = cfg.sampling.model_fields_set if explicit is None or not published else \
+        {k.split(".", 1)[1] for k in explicit if k.startswith("sampling.")}
+    was = (recorded or {}).get("sampling") or {}
+    update: dict[str, float] = {}
+    if "temperature" not in chosen:
+        update["temperature"] = was.get("temperature", PUBLISHED_SAMPLING["temperature"] if published else 0.0)
+    if "top_p" not in chosen and ("top_p" in was or published):
+        update["top_p"] = was.get("top_p", PUBLISHED_SAMPLING["top_p"])
+    cfg = _published_workflow(cfg, recorded, explicit)
+    if not update:
+        return cfg
+    return cfg.model_copy(update={"sampling": cfg.sampling.model_copy(update=update)})
+
+
+def _published_workflow(cfg: MemRLConfig, recorded: dict[str, Any] | None,
+                        explicit: Collection[str] | None) -> MemRLConfig:
+    """The workflow options the protocol sets: kept where chosen, else the recorded run's, else the protocol's."""
+    wf = cfg.workflow
+    fields = type(wf.opts).model_fields
+    was_wf = (recorded or {}).get("workflow") or {}
+    was = {**was_wf, **(was_wf.get("options") or {})} if was_wf.get("name") == wf.name else {}
+    options = dict(wf.options)
+    for key, value in _protocol_options(cfg).items():
+        if key in fields and not _chosen(key, wf.options, explicit):
+            options[key] = was.get(key, value)
+    if options == wf.options:
+        return cfg
+    return cfg.model_copy(update={"workflow": type(wf)(name=wf.name, options=options)})
+
+
+def _chosen(key: str, options: dict[str, Any], explicit: Collection[str] | None) -> bool:
+    """Whether the user chose workflow option ``key``: on the command line, or anywhere when ``explicit`` is None.
+
+    ``slot_fill`` set in a YAML file counts too: how prompts are filled is the model's, not a training budget."""
+    if explicit is None or key == "slot_fill":
+        return key in options
+    return f"workflow.options.{key}" in explicit or f"workflow.{key}" in explicit
+
+
+def _protocol_options(cfg: MemRLConfig) -> dict[str, Any]:
+    """The workflow options of the protocol's evaluation client."""
+    protocol = cfg.eval.protocol
+    if protocol not in PUBLISHED:
+        return {}
+    out: dict[str, Any] = {"max_chunks": None}  # the clients read every chunk
+    if protocol == "memagent":
+        out["slot_fill"] = "text"
+    if protocol == "rememr1" and cfg.workflow.options.get("rememr1_variant") == "released":
+        out["recall_pool"] = "including_current"
+    return out
