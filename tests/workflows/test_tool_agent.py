@@ -101,10 +101,38 @@ def test_invalid_call_is_reported_and_limits_end_with_zero(tok):
     assert traj.info["ending"] == "max_tokens" and traj.reward == 0.0
 
 
-def test_transfer_ends_the_episode(tok):
-    s = sample("transfer")
-    traj = run(s, Script(tok, [render_call(ToolCall("transfer_to_human_agents", {"summary": "donation"}))]), tok)
+def test_a_transfer_is_a_tool_call_and_the_agent_goes_on(tok):
+    """τ²-bench's orchestrator hands the transfer's result back to the agent, which tells the user; the episode
+    ends when the user (or, solo, the agent) stops, not at the call."""
+    call = render_call(ToolCall("transfer_to_human_agents", {"summary": "donation"}))
+    traj = run(sample("transfer"), Script(tok, [call, "You are being transferred."]), tok)
+    assert traj.info["ending"] == "agent_stop" and traj.reward == 1.0
+    assert [m["role"] for m in traj.info["messages"]][-3:] == ["assistant", "tool", "assistant"]
+    heard = []
+
+    def user(task, messages):
+        heard.append(messages[-1].content)
+        return ["I have a donation.", "###TRANSFER###"][len(heard) - 1]
+
+    s = sample("transfer", solo=False, user=ScriptedUser(user))
+    traj = run(s, Script(tok, [call, "YOU ARE BEING TRANSFERRED TO A HUMAN AGENT."]), tok)
     assert traj.info["ending"] == "transfer" and traj.reward == 1.0
+    assert heard[-1] == "YOU ARE BEING TRANSFERRED TO A HUMAN AGENT."  # the user heard the agent's message
+
+
+def test_stop_text_ends_only_a_solo_agent(tok):
+    """τ²'s LLMAgent has no stop of its own: outside solo mode ###STOP### in its text goes to the user."""
+    said = []
+
+    def user(task, messages):
+        said.append(messages[-1].content)
+        return ["Hello.", "Thanks ###STOP###"][len(said) - 1]
+
+    s = sample("return_", solo=False, user=ScriptedUser(user))
+    traj = run(s, Script(tok, ["Bye ###STOP###"]), tok)
+    assert traj.info["ending"] == "user_stop" and said[-1] == "Bye ###STOP###"
+    traj = run(sample("return_"), Script(tok, ["Bye ###STOP###"]), tok)
+    assert traj.info["ending"] == "agent_stop"
 
 
 def test_user_simulator_turns_are_inserted_without_loss(tok):

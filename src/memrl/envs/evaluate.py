@@ -1,9 +1,8 @@
 """Grade a tool-agent episode the way τ²-bench does.
 
 - Premature endings (turn or token limit, crash) score 0: only an agent stop or
-  a user stop is graded. memrl's ``transfer`` ending (the agent called
-  ``transfer_to_human_agents``) counts as a user stop: in τ²-bench the user
-  simulator answers a transfer by ending the conversation.
+  a user stop is graded. memrl's ``transfer`` ending (the user simulator wrote
+  ``###TRANSFER###``, as it does once the agent has transferred it) is a user stop.
 - DB: the episode's state-changing (write) tool calls are replayed on a fresh
   environment (after the task's initial state) and its database hashes (agent
   and user side) are compared with those of a fresh environment on which the

@@ -18,9 +18,13 @@ OpenAI-compatible chat server instead: the context is OpenAI chat messages, the
 tools go in ``tools=`` and calls come back as ``message.tool_calls``. The message
 log and its grading are the same; no token ids come back, so that mode cannot train.
 
-An episode ends when the agent writes text in solo mode or ``###STOP###``, when
-the user simulator stops, transfers or leaves, on a transfer tool call, or at
-the turn/token limits (graded 0, as τ²-bench grades premature endings). With
+An episode ends when the agent writes text in solo mode (or ``###STOP###`` there),
+when the user simulator stops, transfers or leaves (``###TRANSFER###`` after the agent
+handed it over), or at the turn/token limits (graded 0, as τ²-bench grades premature
+endings). As in τ²-bench, a ``transfer_to_human_agents`` call is a tool call like any
+other: its result goes back to the agent, which then tells the user (the retail and
+airline policies require a message), and outside solo mode ``###STOP###`` in the
+agent's text is just text that the user reads. With
 ``env.prompts=tau2`` in solo mode the agent is τ²-bench's solo agent: it stops by
 calling its ``done`` tool, and text without ``###STOP###`` is an agent error (0).
 The two ways the context is kept are in :mod:`memrl.workflows.tool_sides`.
@@ -46,7 +50,6 @@ from memrl.workflows.tool_steps import (StepLimits, breaks_protocol, check_agent
                                         first_protocol_break)
 
 AGENT_STOP = "###STOP###"
-TRANSFER_TOOL = "transfer_to_human_agents"
 
 
 @dataclass
@@ -202,11 +205,11 @@ async def _agent_turn(run: _Run, turn: int) -> str | None:
         results = await _run_calls(env, parsed.calls, messages, stats)
         limits.step(results, unreadable=len(parsed.errors))
         hit = limits.reached()
-        if hit or any(c.name == TRANSFER_TOOL for c in parsed.calls):
-            return hit or "transfer"
+        if hit:
+            return hit
         side.tool_results([r.content or "" for r in results], parsed.errors)  # errors: shown, not graded
         return None
-    if AGENT_STOP in parsed.content or run.sample.solo:  # τ²'s solo agent may only stop by its tool
+    if run.sample.solo:  # τ²'s solo agent may only stop by its tool (its LLMAgent has no stop of its own)
         if AGENT_STOP in parsed.content or env.stop_tool is None:
             return limits.reached(stopped=True) or "agent_stop"
         return "agent_error"  # τ²'s solo agent raises on text before its step is counted: no limit applies
