@@ -18,6 +18,8 @@ catches it: :class:`Unreadable` says so and each caller does what its original d
 
 from __future__ import annotations
 
+from memrl.rewards.qa import extract_boxed
+
 _SPACED = "\\boxed "
 _BRACED = "\\boxed{"
 
@@ -67,6 +69,4 @@ def original_boxed(text: str | None) -> str | None:
     try:
         return box_content(box)
     except Unreadable:  # the original script dies here; memrl reads the box as it reads any other
-        from memrl.rewards.qa import extract_boxed
-
         return extract_boxed(text)

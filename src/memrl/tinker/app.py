@@ -27,7 +27,7 @@ from memrl.serve.errors import APIError, error_response, install_error_handlers
 from memrl.serve.middleware import AccessLog, BodyLimit
 from memrl.tinker import samplers
 from memrl.tinker import schemas as s
-from memrl.tinker.rest import add_rest_routes
+from memrl.tinker.rest import add_rest_routes, refusal
 from memrl.tinker.futures import timing_line
 from memrl.tinker.service import TinkerService
 from memrl.tinker.wire import PROTO, decompress, parse_forward_backward, parse_forward_backward_json
@@ -85,17 +85,11 @@ def create_app(svc: TinkerService, api_key: str, *, access_log: bool = False, gr
     _sampling_routes(app, svc)
     add_rest_routes(app, svc)
     for path, why in NOT_SERVED.items():
-        app.add_api_route(path, _refuse(why), methods=["POST"])
+        app.add_api_route(path, refusal(why), methods=["POST"])
     wrapped: Any = BodyLimit(ApiKeyGate(app, api_key), svc.limits.max_body_bytes)
     outer: Any = AccessLog(wrapped) if access_log else wrapped
     outer.state = app.state  # the server marks it draining on Ctrl-C
     return outer
-
-
-def _refuse(why: str) -> Any:
-    async def refuse() -> None:
-        raise APIError(400, why, code="not_served")
-    return refuse
 
 
 def _service_routes(app: FastAPI, svc: TinkerService) -> None:

@@ -80,10 +80,11 @@ NOT_SERVED_REST: tuple[tuple[str, str, str], ...] = (
 
 def _refusals(app: FastAPI) -> None:
     for method, path, why in NOT_SERVED_REST:
-        app.add_api_route(path, _refuse(why), methods=[method])
+        app.add_api_route(path, refusal(why), methods=[method])
 
 
-def _refuse(why: str) -> Any:
+def refusal(why: str) -> Any:
+    """A route answering every request with a one-line 400 ``not_served`` saying ``why``."""
     async def refuse() -> None:
         raise APIError(400, why, code="not_served")
     return refuse
