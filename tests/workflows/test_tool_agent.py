@@ -81,6 +81,9 @@ def test_only_model_tokens_carry_loss_and_nothing_is_retokenized(tok):
     assert traj.metrics["tool_call_validity"] == pytest.approx(1 / 3)
     roles = [m["role"] for m in traj.info["messages"]]
     assert roles == ["user", "assistant", "tool", "assistant", "assistant", "tool", "assistant"]
+    log = traj.info["messages"]  # calls read from the model's text get the ids their results carry (τ² checks)
+    pairs = [(m["tool_calls"][0]["id"], log[i + 1]["call_id"]) for i, m in enumerate(log) if m["tool_calls"]]
+    assert pairs and all(a == b and a for a, b in pairs)
     end = tok.convert_tokens_to_ids("<|im_end|>")
     spans = [i for i in range(1, len(conv.loss_mask)) if conv.loss_mask[i - 1] == 1 and conv.loss_mask[i] == 0]
     assert len(spans) == 3  # the last span runs to the end

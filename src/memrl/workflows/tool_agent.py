@@ -249,6 +249,8 @@ def _count_calls(stats: dict[str, float], parsed: Any) -> None:
 async def _run_calls(env: Any, calls: list[Any], messages: list[Message], stats: dict[str, float]) -> list[Message]:
     """Each tool call's observation, appended to the graded log and returned (one call after the other)."""
     results = [await env.step_async(call) for call in calls]
+    for call, obs in zip(calls, results):
+        call.id = call.id or obs.call_id  # a call read from text has none: the log pairs it with its result by id
     messages += results
     stats["tool_errors"] += sum(float(obs.error) for obs in results)
     return results
