@@ -59,6 +59,9 @@ def test_unknown_finished_and_wrong_key(gateway, tools_tokenizer):
                     await wrong.models.list()
                 await wrong.close()
                 assert (await c1.models.list()).data[0].id == "tiny-policy"
+                assert (await c1.models.retrieve("tiny-policy")).id == "tiny-policy"
+                with pytest.raises(openai.NotFoundError, match="does not exist here"):
+                    await c1.models.retrieve("gpt-4o")
         return first
 
     first = run(go())

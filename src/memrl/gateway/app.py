@@ -123,9 +123,19 @@ def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int 
         _REQUEST.set(request)  # this request's task: _call watches whether its client is still there
         return sessions.get(episode_id, authorization(request.headers))
 
+    served = {"id": model_name, "object": "model", "created": 0, "owned_by": "memrl"}
+
     @app.get("/episodes/{episode_id}/v1/models")
     async def models(session: Session = Depends(session_of)) -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "memrl"}]}
+        return {"object": "list", "data": [served]}
+
+    @app.get("/episodes/{episode_id}/v1/models/{model_id:path}")
+    async def model(model_id: str, session: Session = Depends(session_of)) -> dict[str, Any]:
+        """``client.models.retrieve(name)``: the served model under its name (a program checking it exists)."""
+        if model_id != model_name:
+            raise APIError(404, f"the model {model_id[:80]!r} does not exist here (this episode serves "
+                           f"{model_name!r})", code="model_not_found", param="model")
+        return served
 
     @app.post("/episodes/{episode_id}/v1/chat/completions")
     async def chat(body: GatewayChatBody, session: Session = Depends(session_of)) -> Any:
