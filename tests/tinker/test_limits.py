@@ -118,3 +118,28 @@ def test_a_foreign_run_record_in_the_state_folder_is_left_out_of_listings(tmp_pa
         (tmp_path / "runs" / name).mkdir(parents=True)
         (tmp_path / "runs" / name / "run.json").write_text(_json.dumps(record))
     assert [r["training_run_id"] for r in list_runs(tmp_path)] == ["s1:train:0"]
+
+
+def test_an_omitted_max_tokens_means_the_rest_of_the_window():
+    """The SDK's ``SamplingParams()`` leaves ``max_tokens`` at None: vLLM reads that as "to the window's end"."""
+    from memrl.serve.errors import APIError
+    from memrl.tinker.limits import TinkerLimits, check_sampling
+
+    limits = TinkerLimits(max_model_len=32, vocab_size=100)
+    assert check_sampling([1, 2, 3], 1, None, 1.0, 1.0, -1, limits) == 29
+    assert check_sampling([1, 2, 3], 1, 5, 1.0, 1.0, -1, limits) == 5
+    with pytest.raises(APIError, match="fill the model's window"):
+        check_sampling([1] * 32, 1, None, 1.0, 1.0, -1, limits)
+    with pytest.raises(APIError, match=">= 0"):
+        check_sampling([1, 2, 3], 1, -1, 1.0, 1.0, -1, limits)
+
+
+def test_the_sdk_samples_without_max_tokens(small):
+    sc = service_client(small.url)
+    try:
+        sampler = sc.create_sampling_client(base_model="tiny").result(timeout=60)
+        out = sampler.sample(types.ModelInput.from_ints([1, 2, 3]), 1, types.SamplingParams(seed=3)).result(timeout=60)
+        n = len(out.sequences[0].tokens)
+        assert 1 <= n <= small.svc.limits.max_model_len - 3 and len(out.sequences[0].logprobs) == n
+    finally:
+        sc.close("success").result(timeout=30)

@@ -92,19 +92,25 @@ def check_datums(data: list[Datum], limits: TinkerLimits) -> None:
 
 def check_sampling(prompt: list[int], num_samples: int, max_tokens: int | None, temperature: float, top_p: float,
                    top_k: int, limits: TinkerLimits, seed: int | None = None) -> int:
-    """The sampling fields' ranges; returns ``max_tokens``."""
+    """The sampling fields' ranges; returns ``max_tokens``.
+
+    An omitted ``max_tokens`` (the SDK's default) means "until a stop or the window's end", as vLLM
+    reads ``max_tokens=None``: the model's window less the prompt.
+    """
     if seed is not None and not 0 <= seed < 2**63 - limits.max_num_samples:
         raise bad("sampling_params.seed", "must be between 0 and 2**63 - 1 minus the samples (sample i uses seed + i)")
     if not 1 <= num_samples <= limits.max_num_samples:
         raise bad("num_samples", f"must be between 1 and {limits.max_num_samples} (--max-num-samples), "
                                  f"got {num_samples}")
-    if max_tokens is None:
-        raise bad("sampling_params.max_tokens", "is required by this server")
-    if max_tokens < 0:
+    if max_tokens is not None and max_tokens < 0:
         raise bad("sampling_params.max_tokens", f"must be >= 0, got {max_tokens}")
     if not prompt:
         raise bad("prompt", "no tokens")
     check_ids(prompt, "prompt", limits.vocab_size)
+    if max_tokens is None:
+        if len(prompt) >= limits.max_model_len:
+            raise bad("prompt", f"{len(prompt)} tokens fill the model's window ({limits.max_model_len})")
+        max_tokens = limits.max_model_len - len(prompt)
     if len(prompt) + max_tokens > limits.max_model_len:
         raise bad("sampling_params.max_tokens", f"{len(prompt)} prompt tokens + {max_tokens} new ones exceed the "
                                                 f"model's window ({limits.max_model_len})")

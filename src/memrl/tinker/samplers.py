@@ -124,7 +124,8 @@ def _job(svc: Any, body: s.Sample) -> SampleJob:
             raise bad(f"prompt.chunks[{k}]", f"{chunk.type} chunks are not served (token chunks only)")
         prompt += chunk.tokens
     sp = body.sampling_params
-    check_sampling(prompt, body.num_samples, sp.max_tokens, sp.temperature, sp.top_p, sp.top_k, svc.limits, sp.seed)
+    max_tokens = check_sampling(prompt, body.num_samples, sp.max_tokens, sp.temperature, sp.top_p, sp.top_k,
+                                svc.limits, sp.seed)
     if body.prompt_logprobs_last_n is not None and not 1 <= body.prompt_logprobs_last_n <= len(prompt) - 1:
         raise bad("prompt_logprobs_last_n", f"must be between 1 and len(prompt) - 1 = {len(prompt) - 1}")
     for name in ("topk_prompt_logprobs", "topk_sample_logprobs"):
@@ -135,7 +136,7 @@ def _job(svc: Any, body: s.Sample) -> SampleJob:
         stop_ids, strings = stops(sp.stop, tokenizer, eos_ids(tokenizer, svc.host.model))
     except ValueError as exc:
         raise bad("sampling_params.stop", str(exc).split(": ", 1)[-1]) from None
-    params = engine_params(sp.model_dump(), body.num_samples, stop_ids, body.topk_sample_logprobs)
+    params = engine_params({**sp.model_dump(), "max_tokens": max_tokens}, body.num_samples, stop_ids, body.topk_sample_logprobs)
     return SampleJob(prompt, params, strings, bool(body.prompt_logprobs), body.prompt_logprobs_last_n,
                      body.topk_prompt_logprobs)
 
