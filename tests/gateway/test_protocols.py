@@ -268,3 +268,22 @@ def test_anthropic_count_tokens_is_the_prompt_the_call_would_render(gateway, too
     assert counted.input_tokens == len(prompt_ids(ep.conversations[0]))
     assert again.input_tokens == len(chat_ids(tok, messages, None)) < counted.input_tokens
     assert session.calls == 1 and session.failure is None  # counting used none of max_calls=1
+
+
+def test_an_unexpected_failure_of_a_messages_route_has_anthropics_shape(gateway, tools_tokenizer, monkeypatch):
+    """Starlette's last-resort 503 sits outside every middleware; the Messages routes still answer as Anthropic."""
+    from memrl.gateway import messages as anthropic_messages
+
+    def broken(body):
+        raise RuntimeError("secret detail")
+
+    async def go():
+        async with open_episode(gateway, tool_then_text(tools_tokenizer), tools_tokenizer) as (ep, endpoint, client):
+            monkeypatch.setattr(anthropic_messages, "chat_messages", broken)
+            async with httpx.AsyncClient(headers={"x-api-key": endpoint.api_key}) as raw:
+                body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+                return await raw.post(endpoint.base_url + "/messages/count_tokens", json=body)
+
+    r = run(go())
+    assert r.status_code == 503 and r.json() == {"type": "error", "error": {
+        "type": "api_error", "message": "the gateway could not answer (RuntimeError)"}}

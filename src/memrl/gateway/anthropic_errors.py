@@ -5,7 +5,9 @@ Every other error of the gateway is OpenAI's ``{"error": {"message", "type", "pa
 status alone, but a program that reads ``err.body["type"]`` or matches Anthropic's error types
 (``authentication_error``, ``request_too_large``, ...) saw something no Anthropic endpoint sends. This
 middleware sits outside everything else, so the body-size limit, routing errors, body validation and
-the gateway's own checks are all rewritten alike; successful answers and streams pass untouched.
+the gateway's own checks are all rewritten alike; successful answers and streams pass untouched. An
+exception nothing handled is answered here too (a 503, as :func:`unexpected_message` words it for the
+other routes), because Starlette's last-resort handler sits outside every middleware.
 """
 
 from __future__ import annotations
@@ -24,6 +26,18 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permi
 
 def anthropic_error(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": _TYPES.get(status, "api_error"), "message": message}}
+
+
+def unexpected_message(exc: BaseException) -> str:
+    """What the gateway answers (503) for an exception nothing else handled: its class, never its text."""
+    return f"the gateway could not answer ({type(exc).__name__})"
+
+
+async def _send_json(send: Send, status: int, data: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [*headers, (b"content-type", b"application/json"),
+                            (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})
 
 
 def _message(body: bytes) -> str:
@@ -65,9 +79,12 @@ class AnthropicErrors:
             data = json.dumps(anthropic_error(start["status"], _message(bytes(body)))).encode()
             headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-length",
                                                                                         b"content-type")]
-            await send({"type": "http.response.start", "status": start["status"],
-                        "headers": [*headers, (b"content-type", b"application/json"),
-                                    (b"content-length", str(len(data)).encode())]})
-            await send({"type": "http.response.body", "body": data})
+            start["sent"] = True
+            await _send_json(send, start["status"], data, headers)
 
-        await self.app(scope, receive, rewrite)
+        try:
+            await self.app(scope, receive, rewrite)
+        except Exception as exc:
+            if not (start.get("pass") or start.get("sent")):
+                await _send_json(send, 503, json.dumps(anthropic_error(503, unexpected_message(exc))).encode(), [])
+            raise  # Starlette's outer handler logs it; the answer has started, so it sends nothing more

@@ -18,7 +18,7 @@ import fastapi
 from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
 
-from memrl.gateway.anthropic_errors import AnthropicErrors
+from memrl.gateway.anthropic_errors import AnthropicErrors, unexpected_message
 from memrl.gateway.calls import CallRequest, model_call
 from memrl.gateway.online_routes import add_reward_routes
 from memrl.gateway.requests import (GatewayChatBody, GatewayCompletionBody, chat_messages, check_common, check_tools,
@@ -33,7 +33,7 @@ from memrl.serve.middleware import BodyLimit
 
 
 async def _unexpected(request: Request, exc: Exception) -> Any:
-    return error_response(503, f"the gateway could not answer ({type(exc).__name__})", code="gateway_error")
+    return error_response(503, unexpected_message(exc), code="gateway_error")
 
 
 async def _invalid_body(sessions: Sessions, request: Request, exc: RequestValidationError) -> Any:
