@@ -80,6 +80,17 @@ def test_translation_values_and_verl_defaults():
     assert "per sequence" in why[A + "loss_agg_mode"]
 
 
+def test_verl_agents_group_size_and_default_mode():
+    """verl-agent's scripts set the group with env.rollout.n (examples/gigpo_trainer/run_alfworld.sh) and
+    leave actor_rollout_ref.rollout.n at 1; its GiGPO mode defaults to mean_norm (ppo_trainer.yaml)."""
+    t = translate({"algorithm.adv_estimator": "gigpo", "env.rollout.n": "8", "data.train_batch_size": "16",
+                   "actor_rollout_ref.actor.ppo_mini_batch_size": "16"})
+    assert t.settings["algorithm.n"] == (8, "env.rollout.n=8")
+    assert t.settings["algorithm.turn_norm"][0] == "mean" and "env.rollout.n" not in t.skipped
+    grpo = translate({"algorithm.adv_estimator": "grpo", "env.rollout.n": "0", "actor_rollout_ref.rollout.n": "4"})
+    assert grpo.settings["algorithm.n"][0] == 4 and "algorithm.turn_norm" not in grpo.settings
+
+
 def test_verl_agents_gigpo_settings():
     t = translate({"algorithm.adv_estimator": "gigpo", "algorithm.gamma": "0.95",
                    "algorithm.gigpo.step_advantage_w": "1.0", "algorithm.gigpo.mode": "mean_norm",

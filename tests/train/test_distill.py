@@ -116,6 +116,9 @@ def test_teacher_options_without_a_teacher_and_other_vocabularies_are_refused():
     with pytest.raises(ValueError, match=r"teacher\.weight is set but teacher\.model is not"):
         MemRLConfig.model_validate({"teacher": {"weight": 2.0}})
     MemRLConfig.model_validate(MemRLConfig().model_dump(mode="json"))  # a dumped config (defaults) loads
+    with pytest.raises(ValueError, match=r"algorithm\.dynamic_sampling would drop the groups"):
+        MemRLConfig.model_validate({"teacher": {"model": "tiny"}, "algorithm": {"dynamic_sampling": True}})
+    MemRLConfig.model_validate({"teacher": {"model": "tiny", "mode": "add"}, "algorithm": {"dynamic_sampling": True}})
     with pytest.raises(ValueError, match="unknown teacher engine kind 'hff'"):
         MemRLConfig.model_validate({"teacher": {"model": "tiny", "engine": "hff"}})
     other = copy.deepcopy(load_tokenizer("tiny"))

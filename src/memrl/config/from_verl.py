@@ -287,7 +287,12 @@ def _wandb(get: Any, out: Translation, given: dict[str, Any], source: Any) -> No
 
 
 def _gigpo(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
-    """verl-agent's GiGPO settings (``algorithm.gigpo.*``), when the script sets them."""
+    """verl-agent's settings: its group size ``env.rollout.n`` (verl's ``rollout.n`` stays 1 in its scripts)
+    and GiGPO's ``algorithm.gigpo.*``, whose ``mode`` defaults to ``mean_norm`` there."""
+    group = given.get("env.rollout.n")
+    if isinstance(group, int) and not isinstance(group, bool) and group > 0:
+        out.used.add("env.rollout.n")
+        out.set("algorithm.n", group, source("env.rollout.n"))
     if "algorithm.gigpo.step_advantage_w" in given:
         out.used.add("algorithm.gigpo.step_advantage_w")
         out.set("algorithm.step_weight", float(given["algorithm.gigpo.step_advantage_w"]),
@@ -300,6 +305,8 @@ def _gigpo(get: Any, out: Translation, given: dict[str, Any], source: Any) -> No
             out.set("algorithm.turn_norm", norms[mode], source("algorithm.gigpo.mode"))
         else:
             out.skipped["algorithm.gigpo.mode"] = f"{mode!r}: memrl normalises by mean_std_norm or mean_norm"
+    elif given.get("algorithm.adv_estimator") == "gigpo":
+        out.set("algorithm.turn_norm", "mean", "verl-agent's default (algorithm.gigpo.mode=mean_norm)")
     if given.get("algorithm.gigpo.enable_similarity") is True:
         out.used.update({"algorithm.gigpo.enable_similarity", "algorithm.gigpo.similarity_thresh"})
         key = "algorithm.gigpo.similarity_thresh"  # verl-agent's default when the script leaves it out

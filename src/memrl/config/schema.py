@@ -277,6 +277,16 @@ class MemRLConfig(Section):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
     @model_validator(mode="after")
+    def _distillation_keeps_groups(self) -> "MemRLConfig":
+        """Dynamic sampling drops groups whose rewards are all equal: under ``teacher.mode=replace`` those groups
+        still carry the whole training signal (tinker-cookbook's distillation keeps them on purpose)."""
+        if self.teacher.enabled and self.teacher.mode == "replace" and self.algorithm.dynamic_sampling:
+            raise ValueError("algorithm.dynamic_sampling would drop the groups whose rewards are all equal, but with "
+                             "teacher.mode=replace the teacher's signal trains every group: turn one of them off "
+                             "(or use teacher.mode=add)")
+        return self
+
+    @model_validator(mode="after")
     def _async_correction(self) -> "MemRLConfig":
         """Asynchronous runs (max_staleness >= 1) clip against the policy that drew each sample, unless told otherwise.
 

@@ -59,10 +59,7 @@ async def health() -> dict[str, str]:
 async def _call(sessions: Sessions, session: Session, req: CallRequest) -> dict[str, Any]:
     """Run ``req`` on the episode's own loop; a call that fails for a reason of its own fails the episode."""
     sessions.start_call(session)
-    try:
-        future = session.run(model_call(session, req))
-    except RuntimeError:  # the episode's loop is gone: it has finished
-        raise APIError(404, f"episode {session.id!r} is finished", code="episode_not_found") from None
+    future = session.run_live(model_call(session, req))
     try:
         return await _unless_client_left(future)
     except asyncio.CancelledError:

@@ -107,11 +107,7 @@ async def count_message_tokens(body: anthropic_messages.CountTokensBody, session
     async def count() -> int:
         return len(encode_prompt(session, req, limits_for(ep.engine, ep.tokenizer)))
 
-    try:
-        future = session.run(count())
-    except RuntimeError:  # the episode's loop is gone: it has finished
-        raise APIError(404, f"episode {session.id!r} is finished", code="episode_not_found") from None
-    return {"input_tokens": await asyncio.wrap_future(future)}
+    return {"input_tokens": await asyncio.wrap_future(session.run_live(count()))}
 
 
 def _met(stops: list[str], text: str) -> Optional[str]:

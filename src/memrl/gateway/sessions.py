@@ -81,6 +81,14 @@ class Session:
         future.add_done_callback(self.inflight.discard)
         return future
 
+    def run_live(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        """:meth:`run` for a request: an episode whose loop is gone (it has finished) is the client's 404."""
+        try:
+            return self.run(coro)
+        except RuntimeError:
+            coro.close()
+            raise APIError(404, f"episode {self.id!r} is finished", code="episode_not_found") from None
+
 
 class Sessions:
     """Thread-safe table of open episodes."""
