@@ -241,10 +241,11 @@ BAD = [
     ("/messages", {"messages": USER}),
     ("/messages", {"max_tokens": 4, "messages": USER, "stop_sequences": [""]}),
     ("/chat/completions", {"messages": USER, "stream_options": {"include_usage": True}}),
+    ("/messages", {"max_tokens": 4, "messages": USER, "thread": {"type": "create"}}),  # tool_runner's default
 ]
 EXPECTED = ["conversation", "tools[0].type", "input[0].content[0]", "tool_choice", "previous_response_id",
             "input[0].type", "max_output_tokens", "temperature", "top_k", "thinking", "messages[0].content[0].type",
-            "tool_choice", "max_tokens", "stop_sequences[0]", "stream_options"]
+            "tool_choice", "max_tokens", "stop_sequences[0]", "stream_options", "thread"]
 
 
 def test_anthropic_count_tokens_is_the_prompt_the_call_would_render(gateway, tools_tokenizer):
@@ -287,3 +288,28 @@ def test_an_unexpected_failure_of_a_messages_route_has_anthropics_shape(gateway,
     r = run(go())
     assert r.status_code == 503 and r.json() == {"type": "error", "error": {
         "type": "api_error", "message": "the gateway could not answer (RuntimeError)"}}
+
+
+def test_fields_the_sdks_send_are_accepted_and_answers_match_their_types(gateway, tools_tokenizer):
+    """openai 3.x's ``stream_options.include_obfuscation``, Anthropic's top-level ``cache_control`` (neither
+    changes a token) are accepted; a Response validates against the SDK's own model (usage details included)."""
+    from openai.types.responses import Response
+
+    tok = tools_tokenizer
+    user = [{"role": "user", "content": "1 + 2?"}]
+
+    async def go():
+        async with open_episode(gateway, tool_then_text(tok), tok, merge=False) as (ep, endpoint, client):
+            stream = await client.chat.completions.create(model="m", messages=user, stream=True, stream_options={
+                "include_usage": True, "include_obfuscation": False})
+            chunks = [c async for c in stream]
+            claude = anthropic.AsyncAnthropic(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+            message = await claude.messages.create(model="m", max_tokens=64, messages=user,
+                                                   extra_body={"cache_control": {"type": "ephemeral"}})
+            raw = await client.responses.with_raw_response.create(model="m", input="1 + 2?", max_output_tokens=64)
+            return ep, chunks, message, raw.http_response.json()
+
+    ep, chunks, message, body = run(go())
+    assert chunks[-1].usage is not None and message.usage.input_tokens > 0 and len(ep.conversations) == 3
+    response = Response.model_validate(body)  # strict: every required field present
+    assert response.usage.input_tokens_details.cache_write_tokens == 0

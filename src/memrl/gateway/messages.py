@@ -21,8 +21,11 @@ from memrl.serve.fields import MAX_STOP_STRINGS
 # Fields that change nothing here, at these values (an empty tuple: any value).
 NO_OPS: dict[str, tuple[Any, ...]] = {
     "metadata": (), "service_tier": ("auto", "standard_only"), "thinking": ({"type": "disabled"},),
-    "container": (), "context_management": (), "mcp_servers": ([],),
+    "container": (), "context_management": (), "mcp_servers": ([],), "cache_control": (),
 }
+# Refused fields a client sends by default, with what to do instead
+_HINTS = {"thread": "server-side threads are not kept by the training gateway; the anthropic SDK's "
+                    "tool_runner() sends one unless called with thread=False"}
 _STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use"}
 
 
@@ -50,6 +53,9 @@ class CountTokensBody(MessagesBody):
 
 def check(body: MessagesBody) -> list[str]:
     """What a training call cannot honour, refused by name; the stop sequences."""
+    for field, hint in _HINTS.items():
+        if (body.model_extra or {}).get(field) is not None:
+            raise bad(field, hint, "unsupported")
     refuse_unknown(body, NO_OPS, "Messages API")
     if body.max_tokens < 1:
         raise bad("max_tokens", f"must be >= 1, got {body.max_tokens}")

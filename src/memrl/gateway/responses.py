@@ -161,6 +161,6 @@ def response_object(answer: dict[str, Any], body: ResponsesBody, session: Sessio
         "top_p": body.top_p, "max_output_tokens": body.max_output_tokens, "metadata": body.metadata or {},
         "store": body.store is not False, "text": {"format": {"type": "text"}}, "truncation": "disabled",
         "usage": {"input_tokens": usage["prompt_tokens"], "output_tokens": usage["completion_tokens"],
-                  "total_tokens": usage["total_tokens"], "input_tokens_details": {"cached_tokens": 0},
+                  "total_tokens": usage["total_tokens"], "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                   "output_tokens_details": {"reasoning_tokens": 0}},
     }

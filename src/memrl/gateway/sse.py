@@ -22,7 +22,7 @@ from memrl.serve.streaming import stream_usage as serve_stream_usage
 
 def stream_usage(options: Any, stream: bool) -> bool:
     """Whether a streamed chat completion ends with a usage chunk (``stream_options.include_usage``)."""
-    return serve_stream_usage(options, stream, ("include_usage", "continuous_usage_stats"))
+    return serve_stream_usage(options, stream, ("include_usage", "include_obfuscation", "continuous_usage_stats"))
 
 
 def chat_events(answer: dict[str, Any], pieces: Sequence[str], include_usage: bool) -> list[str]:

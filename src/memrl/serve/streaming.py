@@ -70,19 +70,20 @@ def aligned_spans(spans: Sequence[Span], text: str) -> list[Span]:
     return out
 
 
-def stream_usage(options: Any, stream: bool, accepted: tuple[str, ...] = ("include_usage",)) -> bool:
+def stream_usage(options: Any, stream: bool,
+                 accepted: tuple[str, ...] = ("include_usage", "include_obfuscation")) -> bool:
     """Whether the stream ends with a usage chunk (``stream_options.include_usage``); checked as OpenAI does.
 
     ``accepted``: the keys taken (the gateway also takes vLLM's ``continuous_usage_stats``, which it
-    accepts without acting on, so clients that always send it keep working)."""
+    accepts without acting on, so clients that always send it keep working; ``include_obfuscation``, OpenAI's
+    padding of stream events against side channels, changes no token and is accepted likewise)."""
     if options is None:
         return False
     if not stream:
         raise APIError(400, "stream_options: only with stream: true", code="invalid_value", param="stream_options")
     if not isinstance(options, dict) or any(k not in accepted for k in options):
-        keys = "the accepted key is include_usage" if accepted == ("include_usage",) else \
-            f"accepted keys: {', '.join(accepted)}"
-        raise APIError(400, f"stream_options: {keys}", code="unsupported", param="stream_options")
+        raise APIError(400, f"stream_options: accepted keys: {', '.join(accepted)}", code="unsupported",
+                       param="stream_options")
     return bool(options.get("include_usage"))
 
 
