@@ -2,8 +2,9 @@
 
 The scripts import hub tokenizers, pandas, HF ``datasets`` and a process-pool helper at module
 level; those are replaced by stand-ins here (a whitespace "tokenizer", a DataFrame that keeps its
-rows, a ``load_dataset`` that returns the test's questions, a one-process map). Nothing of theirs
-is copied into memrl: the test loads their files from the shared folder and skips when it is absent.
+rows, a ``load_dataset`` that returns the test's questions, and a map that runs as one forked worker
+would: see :class:`_Executor`). Nothing of theirs is copied into memrl: the test loads their files
+from the shared folder and skips when it is absent.
 """
 
 from __future__ import annotations
@@ -49,16 +50,37 @@ class _DataFrame:
 
 
 class _Executor:
-    """``utils.TqdmExecutor`` in one process: every call in order, as with a single worker."""
+    """``utils.TqdmExecutor`` as one forked worker runs it, in this process.
+
+    A forked worker gets a copy of the parent's globals (so MemAgent's in-place shuffle of ``DOCS``
+    stays in the worker) and a module RNG Python reseeds from OS entropy; here that RNG is
+    ``worker(num_docs)``, memrl's fixed stand-in, and the parent's RNG is untouched by the draws.
+    The first run also takes the 24 bits that ``rich`` (imported by the real ``utils``) draws from the
+    parent's RNG when the script first prints through it; a test process has loaded rich already.
+    """
+
+    worker: Any = None
+    fresh = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 
     def run(self, func: Any, *iters: Any, **const: Any) -> list[Any]:
-        return [func(*args, **const) for args in zip(*iters)]
+        if _Executor.fresh:
+            random.getrandbits(24)
+            _Executor.fresh = False
+        parent, module = random.getstate(), func.__globals__
+        docs = module.get("DOCS")
+        module["DOCS"] = list(docs)
+        random.setstate(_Executor.worker(const["num_docs"]).getstate())
+        try:
+            return [func(*args, **const) for args in zip(*iters)]
+        finally:
+            module["DOCS"] = docs
+            random.setstate(parent)
 
 
-def _stub_modules(flashrag_rows: list[dict[str, Any]] | None) -> dict[str, types.ModuleType]:
+def _stub_modules(flashrag_rows: Any) -> dict[str, types.ModuleType]:
     transformers = types.ModuleType("transformers")
     transformers.AutoTokenizer = types.SimpleNamespace(from_pretrained=lambda *a, **k: _Tokenizer())
     pandas = types.ModuleType("pandas")
@@ -66,15 +88,23 @@ def _stub_modules(flashrag_rows: list[dict[str, Any]] | None) -> dict[str, types
     utils = types.ModuleType("utils")
     utils.TqdmExecutor = _Executor
     datasets = types.ModuleType("datasets")
-    datasets.load_dataset = lambda *a, **k: {"dev": list(flashrag_rows or [])}
+    if isinstance(flashrag_rows, dict):  # rows per data source, for a run over several
+        datasets.load_dataset = lambda repo, source, **k: {"dev": list(flashrag_rows[source])}
+    else:
+        datasets.load_dataset = lambda *a, **k: {"dev": list(flashrag_rows or [])}
     tqdm = types.ModuleType("tqdm")
     tqdm.tqdm = lambda it, *a, **k: it
     return {"transformers": transformers, "pandas": pandas, "utils": utils, "datasets": datasets, "tqdm": tqdm}
 
 
 @contextlib.contextmanager
-def original_module(path: Path, flashrag_rows: list[dict[str, Any]] | None = None) -> Iterator[Any]:
-    """The script at ``path`` loaded with stand-ins, the global RNG saved and restored around it."""
+def original_module(path: Path, flashrag_rows: Any = None, *, paper: str = "", seed: int = 42) -> Iterator[Any]:
+    """The script at ``path`` loaded with stand-ins, the global RNG saved and restored around it; its
+    workers draw from ``worker_rng(paper, seed, N)`` (memrl's fixed stand-in for their unseeded RNG)."""
+    from memrl.data.paper_docs import worker_rng
+
+    _Executor.worker = lambda n: worker_rng(paper, seed, n)
+    _Executor.fresh = True
     stubs = _stub_modules(flashrag_rows)
     saved = {name: sys.modules.get(name) for name in stubs}
     state = random.getstate()

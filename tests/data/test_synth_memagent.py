@@ -1,8 +1,9 @@
 """``memrl data synth --protocol memagent`` against MemAgent's own scripts, run here on the shared 53 questions.
 
 Golden files come from ``different_docs_eval.py`` / ``processing.py`` in ``../shared/originals``
-(loaded with stand-ins for their hub tokenizer, pandas and process pool; run in one process), and
-memrl's CLI output must equal them byte for byte (eval files) or row for row (the training parquet).
+(loaded with stand-ins for their hub tokenizer, pandas and process pool; the pool's worker runs in
+this process with memrl's seeded stand-in for its unseeded RNG), and memrl's CLI output must equal
+them byte for byte (eval files) or row for row (the training parquet).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def golden_eval(tmp_path_factory, hotpot_file) -> Path:
     """``different_docs_eval.generate_dataset`` for every size in turn after ``random.seed(42)``, as its main does."""
     require_originals()
     out = tmp_path_factory.mktemp("memagent_golden")
-    with original_module(MEMAGENT_DATA / "different_docs_eval.py") as script:
+    with original_module(MEMAGENT_DATA / "different_docs_eval.py", paper="memagent", seed=42) as script:
         random.seed(42)
         qas, docs = script.read_hotpotqa(str(hotpot_file))
         for n in SIZES:
@@ -75,7 +76,7 @@ def test_max_samples_takes_the_first_questions(tmp_path, hotpot_file):
     require_originals()
     out, gold = tmp_path / "out", tmp_path / "gold"
     gold.mkdir()
-    with original_module(MEMAGENT_DATA / "different_docs_eval.py") as script:
+    with original_module(MEMAGENT_DATA / "different_docs_eval.py", paper="memagent", seed=7) as script:
         random.seed(7)
         qas, docs = script.read_hotpotqa(str(hotpot_file))
         for n in (100, 300):
@@ -87,6 +88,41 @@ def test_max_samples_takes_the_first_questions(tmp_path, hotpot_file):
         assert (out / f"eval_{n}.json").read_bytes() == (gold / f"eval_{n}.json").read_bytes()
 
 
+def test_indices_take_the_scripts_question_list(tmp_path, hotpot_file):
+    """``--indices eval_200.json``: MemAgent's main reads its questions from its own file's ``index`` fields."""
+    require_originals()
+    picked = [40, 3, 17, 3]
+    listing = tmp_path / "eval_200.json"
+    listing.write_text(json.dumps([{"index": i, "input": "?"} for i in picked]))
+    gold = tmp_path / "gold"
+    gold.mkdir()
+    with original_module(MEMAGENT_DATA / "different_docs_eval.py", paper="memagent", seed=42) as script:
+        random.seed(42)
+        qas, docs = script.read_hotpotqa(str(hotpot_file))
+        for n in (50, 600):
+            script.generate_dataset(picked, str(gold / f"eval_{n}"), n, qas, docs)
+    out = tmp_path / "out"
+    r = _synth(["-i", str(hotpot_file), "-d", "600,50", "--indices", str(listing), "-o", str(out)],
+               ORIGINALS / "memagent")
+    assert r.exit_code == 0, r.output
+    for n in (50, 600):
+        assert (out / f"eval_{n}.json").read_bytes() == (gold / f"eval_{n}.json").read_bytes()
+    assert [rec["index"] for rec in json.loads((out / "eval_50.json").read_text())] == picked
+    listing.write_text(json.dumps([1, 99]))
+    r = _synth(["-i", str(hotpot_file), "-d", "50", "--indices", str(listing), "-o", str(out)], ORIGINALS / "memagent")
+    assert r.exit_code == 2 and "item 1: 99 is not a question index of the input (0..52)" in r.output
+
+
+def test_a_size_does_not_depend_on_the_others_asked_for(tmp_path, hotpot_file):
+    """Each size draws from its own RNG and starts from the sorted pool, as each size's new workers do."""
+    require_originals()
+    both, alone = tmp_path / "both", tmp_path / "alone"
+    for out, docs in ((both, "50,200,600,700"), (alone, "200,700")):
+        assert _synth(["-i", str(hotpot_file), "-d", docs, "-o", str(out)], ORIGINALS / "memagent").exit_code == 0
+    for n in (200, 700):
+        assert (both / f"eval_{n}.json").read_bytes() == (alone / f"eval_{n}.json").read_bytes()
+
+
 def test_training_file_equals_processing_py(tmp_path, hotpot_file):
     """200 documents per question at fixed slots, processing.py's record; --train-tokens is announced as unused."""
     import pyarrow.parquet as pq
@@ -94,7 +130,7 @@ def test_training_file_equals_processing_py(tmp_path, hotpot_file):
     require_originals()
     gold = tmp_path / "gold"
     gold.mkdir()
-    with original_module(MEMAGENT_DATA / "processing.py") as script:
+    with original_module(MEMAGENT_DATA / "processing.py", paper="memagent-train", seed=42) as script:
         random.seed(42)
         qas, docs = script.read_hotpotqa(str(hotpot_file))
         script.generate_dataset(80000, str(gold / "train"), 200, qas, docs)

@@ -1,10 +1,11 @@
 """``memrl data synth --protocol rememr1`` against ReMemR1's ``process_test.py``, run here on the shared 53 questions.
 
 The script reads FlashRAG's copy from the hub; here its ``load_dataset`` returns the 53 questions in
-FlashRAG's layout, and its per-sample map runs in one process. memrl's CLI reads the official
-HotpotQA file (or the FlashRAG rows) and every file it writes must equal the script's byte for byte:
-question text, ``evidence_idx``, ``min_distance``, which questions each variant holds, which
-questions were sampled, and the contexts.
+FlashRAG's layout, and its per-sample map runs as one forked worker would, with memrl's seeded
+stand-in for the worker's unseeded RNG. memrl's CLI reads the official HotpotQA file (or the FlashRAG
+rows) and every file it writes must equal the script's byte for byte: question text,
+``evidence_idx``, ``min_distance``, which questions each variant holds, which questions were sampled
+(the script's main loop over its sizes, 50 first), and the contexts.
 """
 
 from __future__ import annotations
@@ -18,21 +19,28 @@ import pytest
 from typer.testing import CliRunner
 
 from memrl.cli.main import app
+from memrl.data.rememr1_synth import SCRIPT_SIZES
 from tests.data.paper_originals import ORIGINALS, REMEMR1_DATA, original_module, require_originals, to_flashrag
 
 
-def _golden(rows: list[dict], out: Path, sizes: list[int], n_subset: int, source: str = "hotpotqa",
-            seed: int = 42) -> dict[int, list[dict]]:
-    """The script's main loop over ``sizes``; returns every drawn sample per N (its generate_dataset's value)."""
+def _golden(rows, out: Path, sizes: list[int], n_subset: int, source: str = "hotpotqa",
+            seed: int = 42, sources: tuple[str, ...] = ()) -> dict[int, list[dict]]:
+    """The script's main loop; returns every drawn sample per N of ``source`` (its generate_dataset's value).
+
+    With questions to pick, the loop is the script's own (its sizes from 50, up to the largest asked for;
+    ``sources``: the datasets one run does first); without, the picks draw nothing and ``sizes`` are run.
+    """
     require_originals()
     out.mkdir(parents=True, exist_ok=True)
+    loop = sizes if n_subset >= 10**6 else [n for n in SCRIPT_SIZES if n <= max(sizes)]
     drawn = {}
-    with original_module(REMEMR1_DATA / "process_test.py", rows) as script:
+    with original_module(REMEMR1_DATA / "process_test.py", rows, paper="rememr1", seed=seed) as script:
         random.seed(seed)
-        qas, docs = script.read_dataset(source)
-        for n in sizes:
-            drawn[n] = script.generate_dataset(n_subset, str(out / f"eval_{source}_{n}"), source, incremental=n,
-                                               qas=qas, docs=docs)
+        for name in (*sources, source):
+            qas, docs = script.read_dataset(name)
+            for n in (loop if name == source else SCRIPT_SIZES):  # an earlier dataset: the whole loop
+                drawn[n] = script.generate_dataset(n_subset, str(out / f"eval_{name}_{n}"), name, incremental=n,
+                                                   qas=qas, docs=docs)
     return drawn
 
 
@@ -41,8 +49,14 @@ def _synth(args: list[str]):
     return CliRunner().invoke(app, ["data", "synth", "--protocol", "rememr1", "--rememr1-names", *args], env=env)
 
 
-def _assert_same_files(mine: Path, theirs: Path) -> list[str]:
-    names = sorted(os.listdir(theirs))
+def mine_prefix(mine: Path) -> str:
+    """``eval_{dataset}_``: the dataset memrl wrote (the golden folder may hold an earlier one's too)."""
+    return "_".join(next(n for n in os.listdir(mine) if n.startswith("eval_")).split("_")[:2]) + "_"
+
+
+def _assert_same_files(mine: Path, theirs: Path, sizes: list[int] | None = None) -> list[str]:
+    names = sorted(n for n in os.listdir(theirs) if n.startswith(mine_prefix(mine))
+                   and (sizes is None or any(f"_{s}.json" in n or f"_{s}_min" in n for s in sizes)))
     assert sorted(n for n in os.listdir(mine) if n.startswith("eval_")) == names
     for name in names:
         assert (mine / name).read_bytes() == (theirs / name).read_bytes(), f"{name} differs from ReMemR1's"
@@ -80,7 +94,7 @@ def test_question_sampling_equals_rememr1s(tmp_path, hotpot_file, rows, n_subset
     r = _synth(["-i", str(hotpot_file), "-d", ",".join(map(str, sizes)), "--max-samples", str(n_subset),
                 "--seed", "3", "-o", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
-    _assert_same_files(tmp_path / "out", tmp_path / "gold")
+    _assert_same_files(tmp_path / "out", tmp_path / "gold", sizes)
     picked = [[rec["index"] for rec in json.loads((tmp_path / "out" / f"eval_hotpotqa_{n}.json").read_text())]
               for n in sizes]
     assert all(len(p) == n_subset for p in picked) and len({tuple(p) for p in picked}) == len(sizes)
@@ -123,3 +137,42 @@ def test_a_subset_the_script_cannot_draw_is_one_line(tmp_path, hotpot_file):
     assert r.exit_code == 2 and "--max-samples 20" in r.output and "100 of the 53" in r.output
     r = _synth(["-i", str(hotpot_file), "-d", "50", "--train-tokens", "32k", "-o", str(tmp_path / "out")])
     assert r.exit_code == 2 and "--train-tokens" in r.output
+
+
+def test_a_second_dataset_continues_the_first_ones_picks(tmp_path, hotpot_file, rows):
+    """ReMemR1's run script does hotpotqa, then 2wikimultihopqa, in one process: ``--follows`` replays the first."""
+    flash = [to_flashrag(r) for r in rows]
+    wiki = [{**f, "question": f["question"] + " (2wiki)"} for f in flash[:40]]
+    src = tmp_path / "2wiki.jsonl"
+    src.write_text("".join(json.dumps(f) + "\n" for f in wiki))
+    sizes = [50, 100]
+    _golden({"hotpotqa": flash, "2wikimultihopqa": wiki}, tmp_path / "gold", sizes, n_subset=3,
+            source="2wikimultihopqa", sources=("hotpotqa",))
+    args = ["-i", str(src), "--dataset", "2wiki", "-d", "50,100", "--max-samples", "3"]
+    r = _synth([*args, "--follows", str(hotpot_file), "-o", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    names = _assert_same_files(tmp_path / "out", tmp_path / "gold", sizes)
+    assert "eval_2wikimultihopqa_100.json" in names
+    alone = _synth([*args, "-o", str(tmp_path / "alone")])  # the picks of a run that starts with 2wiki
+    assert alone.exit_code == 0, alone.output
+    assert (tmp_path / "alone" / "eval_2wikimultihopqa_50.json").read_bytes() != \
+        (tmp_path / "out" / "eval_2wikimultihopqa_50.json").read_bytes()
+    r = _synth([*args, "--follows", str(hotpot_file), "--max-samples", "20", "-o", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "100 of the 53" in r.output
+
+
+def test_question_picks_of_a_size_do_not_depend_on_the_others_asked_for():
+    from memrl.data.rememr1_synth import question_picks
+
+    every = question_picks(53, [50, 100, 300, 400], seed=3, n_subset=3)
+    assert question_picks(53, [100], seed=3, n_subset=3)[100] == every[100]  # the script's 50 is replayed first
+    assert question_picks(53, [300], seed=3, n_subset=3)[300] == every[300]  # not a script size: its own RNG
+    assert len(set(map(tuple, every.values()))) == 4 and all(len(p) == 15 for p in every.values())
+    assert question_picks(53, [50, 100], seed=3, n_subset=None) == {50: list(range(53)), 100: list(range(53))}
+
+
+@pytest.mark.parametrize("args, flag", [(["--follows", "x.json"], "--follows"), (["--indices", "x.json"], "--indices")])
+def test_replay_flags_need_their_papers_protocol(tmp_path, hotpot_file, args, flag):
+    r = CliRunner().invoke(app, ["data", "synth", "-i", str(hotpot_file), "-d", "50", "-o", str(tmp_path), *args])
+    assert r.exit_code == 2 and flag in r.output and "--protocol" in r.output, r.output
+    assert not list(tmp_path.iterdir())

@@ -81,6 +81,13 @@ PROTOCOL_OPT = typer.Option(
     "scripts byte for byte and read their document template from --memagent-repo / --rememr1-repo.")
 MEMAGENT_REPO_OPT = typer.Option(None, "--memagent-repo", envvar="MEMRL_MEMAGENT_REPO", help="A checkout of "
                                  "github.com/BytedTsinghua-SIA/MemAgent (read, never imported) for --protocol memagent.")
+INDICES_OPT = typer.Option(None, "--indices", help="--protocol memagent: the questions to use, in order: a JSON list "
+                           "of input positions, or of records with 'index' (MemAgent's own eval_200.json, which "
+                           "its eval script reads its questions from).")
+FOLLOWS_OPT = typer.Option([], "--follows", help="--protocol rememr1: an input the same run of ReMemR1's script "
+                           "processed before this one (its run script does hotpotqa, then 2wikimultihopqa, on one "
+                           "RNG): its question picks are replayed first, so this file's picks are the script's. "
+                           "Repeatable, in order.")
 REMEMR1_REPO_OPT = typer.Option(None, "--rememr1-repo", envvar="MEMRL_REMEMR1_REPO", help="A checkout of "
                                 "github.com/syr-cn/ReMemR1 (read, never imported) for --protocol rememr1.")
 
@@ -94,6 +101,13 @@ def _refuse_memrl_only(protocol: str, fmt: str, allow_repeats: bool, question_di
     if given:
         raise ValueError(f"{given[0]}: only --protocol memrl has this option ({protocol}'s script has no such "
                          "choice); leave it out")
+
+
+def _refuse_paper_only(protocol: str, indices: Optional[Path], follows: list[Path]) -> None:
+    """``--indices`` / ``--follows`` replay a paper's script: memrl's own generator has no such input."""
+    if protocol == "memrl" and (indices is not None or follows):
+        raise ValueError(f"{'--indices' if indices is not None else '--follows'}: replays a paper's script; "
+                         "use it with --protocol memagent (--indices) or rememr1 (--follows)")
 
 
 def _synth_paper(protocol: str, console: Console, opts: dict[str, Any]) -> list[FileReport]:
@@ -156,6 +170,8 @@ def synth(
     protocol: str = PROTOCOL_OPT,
     memagent_repo: Optional[Path] = MEMAGENT_REPO_OPT,
     rememr1_repo: Optional[Path] = REMEMR1_REPO_OPT,
+    indices: Optional[Path] = INDICES_OPT,
+    follows: list[Path] = FOLLOWS_OPT,
 ) -> None:
     """Synthesize long-context QA: gold + distractor paragraphs as N numbered documents per question.
 
@@ -167,9 +183,10 @@ def synth(
     opts: dict[str, Any] = dict(input_path=input, out=out, docs=parse_docs(docs), train_tokens=budget, pool_files=pool,
                                 tokenizer=tokenizer, seed=seed, max_samples=max_samples, dataset=dataset,
                                 min_distance=min_distance, rememr1_names=rememr1_names)
+    _refuse_paper_only(protocol, indices, follows)
     if protocol != "memrl":
         _refuse_memrl_only(protocol, fmt, allow_repeats, question_distractors, evidence_order)
-        opts.update(memagent_repo=memagent_repo, rememr1_repo=rememr1_repo)
+        opts.update(memagent_repo=memagent_repo, rememr1_repo=rememr1_repo, indices=indices, follows=follows)
     check_writable_dir(out)  # before reading a large input, not after
     console = Console(stderr=True)
     if protocol == "memrl":
@@ -178,8 +195,12 @@ def synth(
         reports = _synth_memrl(console, opts)
     else:
         reports = _synth_paper(protocol, console, opts)
+    _finish(out, reports, console)
+
+
+def _finish(out: Path, reports: list[FileReport], console: Console) -> None:
     _write_token_report(out / "token_report.json", reports)
     Console(width=None if sys.stdout.isatty() else 120).print(report_table(reports))
-    console.print(f"wrote {len(reports)} files and token_report.json to {out}")
+    console.print(f"wrote {len(reports)} file{'s' if len(reports) != 1 else ''} and token_report.json to {out}")
 __import__("memrl.cli.data_ruler", fromlist=["register"]).register(app)  # memrl data ruler
 __import__("memrl.cli.data_filter", fromlist=["register"]).register(app)  # memrl data filter

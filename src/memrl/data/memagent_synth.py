@@ -1,16 +1,18 @@
 """MemAgent's data generators, reproduced: the RULER-HQA eval files and the 200-document training file.
 
 ``taskutils/memory_data/different_docs_eval.py`` writes ``eval_{N}.json`` and
-``taskutils/memory_data/processing.py`` the training parquet (at MemAgent commit 76b7a65). Both seed
-the module RNG once (``random.seed(42)``), then for each size N in ascending order and each
-question in order draw that sample's distractors (see :mod:`memrl.data.paper_docs`), and put the
-documents through the fixed ``Random(4)`` permutation: the question's ten paragraphs sit in the
-same ten slots of every sample of size N (at N=50: 10, 17, 26, 28, 36, 40, 41, 42, 43, 47).
-The training file is every question at exactly 200 documents, with its own ``random.seed``.
+``taskutils/memory_data/processing.py`` the training parquet (at MemAgent commit 76b7a65). For each
+size N in ascending order and each question in order (the eval script's questions are the indices
+listed in its own ``eval_200.json``: ``--indices``), they draw that sample's distractors (see
+:mod:`memrl.data.paper_docs`) and put the documents through the fixed ``Random(4)`` permutation: the
+question's ten paragraphs sit in the same ten slots of every sample of size N (at N=50: 10, 17, 26,
+28, 36, 40, 41, 42, 43, 47). The training file is every question at exactly 200 documents.
 
-MemAgent runs the per-sample function in forked worker processes, each starting from a copy of
-the parent's RNG, so its own output depends on how tasks reach workers; memrl draws in the
-single-process order (every sample in turn from one RNG), which is what the scripts do with one worker.
+The draws run in process-pool workers, which Python reseeds from OS entropy, so the scripts'
+``random.seed(42)`` does not fix them: memrl draws size N from ``worker_rng("memagent", seed, N)``,
+each sample in turn, as one worker would. An N at or past the pool shuffles the worker's copy of the
+pool in place, sample after sample; each size starts from the sorted pool, as each size's new
+workers do: the only draw-free files, and equal to the script's run with one worker.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from memrl.data.originals import MEMAGENT, checkout, read_string_constant
 from memrl.data.paper_docs import (JsonArrayWriter, PaperPool, PaperQuestion, draw_positions, permuted,
-                                   render_context)
+                                   render_context, worker_rng)
 from memrl.data.synth_report import FileReport, file_report
 from memrl.data.tokens import TokenCounter
 from memrl.io.atomic import atomic_path, atomic_write
@@ -68,11 +70,11 @@ def train_record(q: PaperQuestion, n: int, context: str) -> dict[str, Any]:
 def write_eval_files(questions: Sequence[PaperQuestion], pool: PaperPool, sizes: Sequence[int],
                      paths: Sequence[Path], *, seed: int, template: str, counter: TokenCounter,
                      progress: ProgressFn | None = None) -> list[FileReport]:
-    """``eval_{N}.json`` for every N, in ascending order from one RNG (as the script's loop over lengths)."""
-    rng = random.Random(seed)
-    pool.order = list(range(len(pool)))
+    """``eval_{N}.json`` for every N, in ascending order; each size from its own RNG and the sorted pool."""
     reports = []
     for n, path in sorted(zip(sizes, paths)):
+        rng = worker_rng("memagent", seed, n)
+        pool.reset()
         counts, ndocs = [], []
         with atomic_write(path) as fh:
             writer = JsonArrayWriter(fh)
@@ -90,12 +92,12 @@ def write_eval_files(questions: Sequence[PaperQuestion], pool: PaperPool, sizes:
 
 def write_train_file(questions: Sequence[PaperQuestion], pool: PaperPool, path: Path, *, seed: int,
                      template: str, counter: TokenCounter, progress: ProgressFn | None = None) -> FileReport:
-    """The training parquet: every question at 200 documents, from a freshly seeded RNG (its own script)."""
+    """The training parquet: every question at 200 documents, from an RNG of its own (its own script)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rng = random.Random(seed)
-    pool.order = list(range(len(pool)))
+    rng = worker_rng("memagent-train", seed, TRAIN_DOCS)
+    pool.reset()
     counts, ndocs, rows = [], [], []
     writer: Any = None
 

@@ -5,15 +5,21 @@ Both papers build a sample the same way (MemAgent ``taskutils/memory_data``, ReM
 
 * the pool is every distinct ``title\\ntext`` paragraph of the input file, sorted as strings;
 * a sample of N documents is the question's own paragraphs (all of them, gold and distractors,
-  in context order) followed by ``random.sample`` of the other pool ids (ascending) drawn from one
-  module-level RNG seeded once per run; N at or above the pool size takes the whole pool instead;
+  in context order) followed by ``random.sample`` of the other pool ids (ascending); N at or above
+  the pool size takes the whole pool instead;
 * the documents are then reordered by one fixed permutation, ``random.Random(4).shuffle`` of a
   list of that length, so every sample of size N puts its question's paragraphs in the same slots;
 * the context is the documents numbered with the repository's document template, joined by a blank line;
 * files are ``json.dump(records, ensure_ascii=False, indent=4)``.
 
-This module implements that behaviour (the same RNG calls in the same order, so the same draws)
-without the papers' text: the template comes from the user's checkout (:mod:`memrl.data.originals`).
+The draws happen in process-pool workers (their ``utils.TqdmExecutor``), and Python reseeds the module
+RNG from OS entropy in every forked child (``random`` registers ``seed()`` with ``os.register_at_fork``):
+the scripts' ``random.seed(42)`` never reaches them, so no run of the scripts, the authors' included,
+repeats its documents. What is deterministic there (the pool, which question each record holds, the
+fixed permutation, the whole-pool samples, the layout) memrl reproduces exactly; the distractor draws
+use :func:`worker_rng`, one seeded RNG per size, with the same ``random`` calls on the same lists.
+This module has none of the papers' text: the template comes from the user's checkout
+(:mod:`memrl.data.originals`).
 """
 
 from __future__ import annotations
@@ -44,8 +50,10 @@ class PaperPool:
     """The sorted distinct paragraphs, and the order MemAgent's in-place shuffles have left them in.
 
     MemAgent's generator shuffles its global pool list itself (``random.Random(4).shuffle(DOCS)``)
-    whenever N reaches the pool size, and later samples index that shuffled list; ``order[i]`` is
-    the paragraph now at position ``i``. ReMemR1 never mutates its pool, so ``order`` stays the identity.
+    whenever N reaches the pool size, and later samples of that size index that shuffled list;
+    ``order[i]`` is the paragraph now at position ``i``. It shuffles a worker's copy, and each size
+    starts new workers from the parent's unshuffled list (:meth:`reset`), so with one worker the k-th
+    whole-pool sample of a size sees k+1 shuffles. ReMemR1 never mutates its pool.
     """
 
     def __init__(self, paragraphs: Iterable[Paragraph]) -> None:
@@ -64,10 +72,20 @@ class PaperPool:
         """The paragraph at ``position`` of the pool list as it stands now."""
         return self.texts[self.order[position]]
 
+    def reset(self) -> None:
+        """The pool list as the parent process holds it (sorted): what a size's fresh workers start from."""
+        self.order = list(range(len(self.texts)))
+
     def shuffle_in_place(self) -> None:
         """MemAgent's ``random.Random(4).shuffle(DOCS)`` of the whole pool list."""
         perm = fixed_permutation(len(self.order))
         self.order = [self.order[p] for p in perm]
+
+
+def worker_rng(paper: str, seed: int, n: int) -> random.Random:
+    """The RNG of size N's document draws: fixed per (paper, seed, N), so a file does not depend on which
+    other sizes were asked for. The scripts' own draws are unseeded (see the module docstring)."""
+    return random.Random(f"{paper}:{seed}:{n}")
 
 
 @lru_cache(maxsize=64)
@@ -92,7 +110,8 @@ def check_own_fits(questions: Sequence[PaperQuestion], n: int, pool_size: int, s
 def draw_positions(rng: random.Random, pool_size: int, own: Sequence[int], n: int) -> list[int] | None:
     """Pool positions of a sample's documents before the fixed permutation; ``None`` means the whole pool.
 
-    The same ``rng.sample`` call on the same population list as the originals, so the same draw.
+    The same ``rng.sample`` call on the same population list as the originals: from the same RNG state,
+    the same draw.
     """
     if n >= pool_size:
         return None

@@ -101,6 +101,26 @@ def _load(input_path: Path, pool_files: Iterable[str | Path], protocol: str) -> 
     return questions, pool
 
 
+def _read_indices(path: Path, n_questions: int) -> list[int]:
+    """Question indices from a JSON list of numbers or of records with ``index`` (MemAgent's ``eval_200.json``)."""
+    import json
+
+    try:
+        items = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--indices {path}: not a readable JSON list ({exc})") from None
+    if not isinstance(items, list) or not items:
+        raise ValueError(f"--indices {path}: expected a non-empty JSON list of indices or of records with 'index'")
+    out = []
+    for k, item in enumerate(items):
+        index = item.get("index") if isinstance(item, dict) else item
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < n_questions:
+            raise ValueError(f"--indices {path}: item {k}: {index!r} is not a question index of the input "
+                             f"(0..{n_questions - 1})")
+        out.append(index)
+    return out
+
+
 def _check_flags(protocol: str, docs: list[int], train_tokens: int | None, min_distance: int | None) -> None:
     if protocol not in PROTOCOLS:
         raise ValueError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
@@ -119,11 +139,17 @@ def plan_paper_synthesis(protocol: str, input_path: str | Path, out: str | Path,
                          train_tokens: int | None = None, pool_files: Iterable[str | Path] = (),
                          tokenizer: str | None = None, seed: int = 42, max_samples: int | None = None,
                          dataset: str = "hotpotqa", min_distance: int | None = None, rememr1_names: bool = False,
-                         memagent_repo: str | Path | None = None,
-                         rememr1_repo: str | Path | None = None) -> PaperPlan:
+                         memagent_repo: str | Path | None = None, rememr1_repo: str | Path | None = None,
+                         indices: str | Path | None = None, follows: Iterable[str | Path] = ()) -> PaperPlan:
     """Everything a paper-protocol run needs, checked (and for ReMemR1 drawn) before anything is written."""
     sizes = sorted(set(int(n) for n in docs))
+    follows = list(follows)
     _check_flags(protocol, sizes, train_tokens, min_distance)
+    if indices is not None and protocol != "memagent":
+        raise ValueError("--indices: MemAgent's eval script takes its questions from an index list; use it with "
+                         "--protocol memagent (ReMemR1 draws them: --max-samples)")
+    if follows and protocol != "rememr1":
+        raise ValueError("--follows: only ReMemR1's script runs several datasets on one RNG; use --protocol rememr1")
     name = dataset_name(dataset)
     if protocol == "memagent":
         eval_t, train_t = ma.memagent_templates(memagent_repo)
@@ -132,6 +158,11 @@ def plan_paper_synthesis(protocol: str, input_path: str | Path, out: str | Path,
     source = str(input_path)
     questions, pool = _load(Path(input_path), pool_files, protocol)
     plan = PaperPlan(protocol, questions, pool, Path(out), load_token_counter(tokenizer), seed, eval_t, train_t)
+    if pool_files:
+        plan.notices.append(f"--pool: the paper's pool is the input's own paragraphs; these {len(pool):,} include "
+                            "others, so every sample's documents differ from what its script draws from")
+    if indices is not None:  # the script's eval_200.json list: those questions, in that order
+        questions[:] = [questions[i] for i in _read_indices(Path(indices), len(questions))]
     if protocol == "memagent" and max_samples is not None:
         del questions[max_samples:]  # the script's indices 0..K-1; every paragraph stays in the pool
     for n in sizes:
@@ -140,7 +171,8 @@ def plan_paper_synthesis(protocol: str, input_path: str | Path, out: str | Path,
             plan.notices.append(f"--docs {n}: the pool has {len(pool):,} paragraphs; as in the paper's script, "
                                 f"each sample holds all of them (num_docs still says {n})")
     if protocol == "rememr1":
-        _plan_rememr1(plan, sizes, name, max_samples, min_distance, source)
+        earlier = [len(_load(Path(f), (), protocol)[0]) for f in follows]
+        _plan_rememr1(plan, sizes, name, max_samples, min_distance, source, earlier)
         return plan
     plan.eval_sizes = sizes
     plan.eval_names = {n: eval_file_name(n, "json", dataset=name if rememr1_names else None) for n in sizes}
@@ -152,10 +184,12 @@ def plan_paper_synthesis(protocol: str, input_path: str | Path, out: str | Path,
 
 
 def _plan_rememr1(plan: PaperPlan, sizes: list[int], name: str, n_subset: int | None, min_distance: int | None,
-                  source: str) -> None:
+                  source: str, follows: list[int]) -> None:
     """Draw every sample and decide the files: the plain file per N and the non-empty distance variants."""
-    rr.check_subset(len(plan.questions), n_subset)
-    drawn = rr.draw_layouts(plan.questions, plan.pool, sizes, seed=plan.seed, n_subset=n_subset, source=source)
+    for count in [*follows, len(plan.questions)]:
+        rr.check_subset(count, n_subset)
+    drawn = rr.draw_layouts(plan.questions, plan.pool, sizes, seed=plan.seed, n_subset=n_subset, source=source,
+                            follows=follows)
     distances = rr.VARIANT_DISTANCES if min_distance is None else (min_distance,)
     for n in sizes:
         plan.rememr1_files[eval_file_name(n, "json", dataset=name)] = rr.variant(drawn[n], None, n_subset)

@@ -6,10 +6,12 @@ What it does, and so what this module does:
   (``index`` counts the kept ones); the question is stripped and gets a ``?`` when it lacks one;
 * ``evidence_idx`` has one entry per supporting *sentence*: the position, in the question's own
   paragraph list, of the first paragraph with that title (a title cited twice appears twice);
-* the module RNG is seeded once; for each N in ascending order it first picks the questions,
-  ``random.sample`` of ``5 x n_subset`` question indices (every question, in order, when there are
-  fewer than ``n_subset``), then draws each sample's documents as MemAgent does
-  (:mod:`memrl.data.paper_docs`) and permutes them with the fixed ``Random(4)`` permutation;
+* the module RNG is seeded once (``--seed``, 42); for each N of its fixed list (50 ... 6400) the
+  parent process picks the questions, ``random.sample`` of ``5 x n_subset`` question indices (every
+  question, in order, when there are fewer than ``n_subset``); the run script does hotpotqa, then
+  2wikimultihopqa, in one process, so the second dataset's picks continue the first's RNG
+  (``--follows``); then workers draw each sample's documents as MemAgent does
+  (:mod:`memrl.data.paper_docs`) and permute them with the fixed ``Random(4)`` permutation;
 * ``evidence_idx`` is mapped through that permutation; ``min_distance`` is the smallest gap between
   neighbouring sorted positions (0 when a title is cited twice); ``is_(reverse_)ordered`` compare
   the list with its sorted (reversed) self;
@@ -17,9 +19,14 @@ What it does, and so what this module does:
   the first ``n_subset`` of all drawn samples with ``min_distance >= D`` that are reverse-ordered,
   for D in 100, 200, 400, 800, 1600, and no file when none qualifies.
 
-The script runs the per-sample function in forked workers (each with a copy of the parent's RNG);
-memrl draws in the single-process order. Without ``--max-samples`` every question is used
-(the script's ``n_subset`` above the question count).
+The question picks are deterministic and memrl replays them exactly: the parent RNG advances only
+through the picks of every size of the script's list up to the largest asked for, plus 24 bits the
+``rich`` library takes from it (``rich.style``'s id counter) when the script's ``utils`` first prints,
+inside the first size, after its pick. A size outside the script's list gets its picks from an RNG
+of its own. The document draws run in forked workers, which Python reseeds from OS entropy, so no
+run of the script repeats them; memrl draws size N from ``worker_rng("rememr1", seed, N)``. At N past
+the pool there is no draw, and those files equal the script's. Without ``--max-samples`` every
+question is used (the script's ``n_subset`` above the question count).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from typing import Any
 from memrl.data.errors import DataError
 from memrl.data.originals import REMEMR1, checkout, read_string_constant
 from memrl.data.paper_docs import (JsonArrayWriter, PaperPool, PaperQuestion, draw_positions, fixed_permutation,
-                                   render_context)
+                                   render_context, worker_rng)
 from memrl.data.synth_report import FileReport, file_report
 from memrl.data.tokens import TokenCounter
 from memrl.io.atomic import atomic_write
@@ -42,6 +49,8 @@ from memrl.io.atomic import atomic_write
 SCRIPT = "taskutils/data_synthesis/process_test.py"
 VARIANT_DISTANCES = (100, 200, 400, 800, 1600)
 SUBSET_FACTOR = 5  # the script draws 5 x n_subset questions per N, then keeps the first n_subset
+SCRIPT_SIZES = (50, 100, 200, 400, 800, 1600, 3200, 6400)  # its main loop's lengths, in order
+RICH_ID_BITS = 24  # rich.style: count(getrandbits(24)) on the global RNG, at the script's first rich print
 ProgressFn = Callable[[int], None]
 
 
@@ -109,16 +118,47 @@ def check_subset(n_questions: int, n_subset: int | None) -> None:
                          f"at most {n_questions // SUBSET_FACTOR}, or more than {n_questions} to take every question")
 
 
+def _pick(rng: random.Random, n_questions: int, n_subset: int | None) -> list[int]:
+    """One size's questions: ``5 x n_subset`` drawn, or all of them in order when there are fewer than ``n_subset``."""
+    if n_subset is None or n_questions < n_subset:
+        return list(range(n_questions))
+    return rng.sample(range(n_questions), SUBSET_FACTOR * n_subset)
+
+
+def question_picks(n_questions: int, sizes: Sequence[int], *, seed: int, n_subset: int | None,
+                   follows: Sequence[int] = ()) -> dict[int, list[int]]:
+    """Each size's question indices, as the script's parent process picks them.
+
+    ``follows``: the question counts of the datasets the same run processed before this one (ReMemR1's
+    run script: hotpotqa, then 2wikimultihopqa), whose picks the RNG went through first.
+    """
+    parent = random.Random(seed)
+    wanted = sorted(set(sizes))
+    first = True
+    out: dict[int, list[int]] = {}
+    for count, keep in [*((c, False) for c in follows), (n_questions, True)]:
+        for n in SCRIPT_SIZES:
+            if keep and n > wanted[-1]:
+                break
+            picked = _pick(parent, count, n_subset)
+            if first:  # rich's import, inside the first generate_dataset, after its pick
+                parent.getrandbits(RICH_ID_BITS)
+                first = False
+            if keep:
+                out[n] = picked
+    for n in wanted:
+        if n not in out:
+            out[n] = _pick(random.Random(f"rememr1-questions:{seed}:{n}"), n_questions, n_subset)
+    return {n: out[n] for n in wanted}
+
+
 def draw_layouts(questions: Sequence[PaperQuestion], pool: PaperPool, sizes: Sequence[int], *, seed: int,
-                 n_subset: int | None, source: str) -> dict[int, list[Layout]]:
-    """Every drawn sample per N, from one RNG in the script's order (question pick, then documents)."""
-    rng = random.Random(seed)
+                 n_subset: int | None, source: str, follows: Sequence[int] = ()) -> dict[int, list[Layout]]:
+    """Every drawn sample per N: the script's question picks, then each sample's documents."""
+    picks = question_picks(len(questions), sizes, seed=seed, n_subset=n_subset, follows=follows)
     out: dict[int, list[Layout]] = {}
-    for n in sorted(sizes):
-        if n_subset is None or len(questions) < n_subset:
-            picked: Sequence[int] = range(len(questions))
-        else:
-            picked = rng.sample(range(len(questions)), SUBSET_FACTOR * n_subset)
+    for n, picked in picks.items():
+        rng = worker_rng("rememr1", seed, n)
         out[n] = [layout(rng, pool, questions[i], n, source) for i in picked]
     return out
 
