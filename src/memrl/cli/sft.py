@@ -103,7 +103,8 @@ def sft_cmd(
                                       "a training run or its rollouts/ folder, or an eval folder (memrl eval --out)."),
     model: str = typer.Option(..., "--model", "-m", help="Model to fine-tune (folder, hub id or alias)."),
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the fine-tuned HF model."),
-    force: bool = typer.Option(False, "--force", help="Replace --out if it is a non-empty folder."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it holds an earlier "
+                               "export (never a training run or files memrl did not write)."),
     epochs: int = typer.Option(1, "--epochs", help="Passes over the kept conversations."),
     lr: float = typer.Option(1e-5, "--lr", help="AdamW learning rate."),
     batch_rows: int = typer.Option(32, "--batch-rows", help="Conversations per optimizer step."),
@@ -156,7 +157,8 @@ def rft_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the fine-tuned HF model."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model to fine-tune (default: the model "
                                         "recorded in the folder's config.yaml / eval_config.yaml)."),
-    force: bool = typer.Option(False, "--force", help="Replace --out if it is a non-empty folder."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it holds an earlier "
+                               "export (never a training run or files memrl did not write)."),
     epochs: int = typer.Option(1, "--epochs", help="Passes over the kept conversations."),
     lr: float = typer.Option(1e-5, "--lr", help="AdamW learning rate."),
     batch_rows: int = typer.Option(32, "--batch-rows", help="Conversations per optimizer step."),

@@ -90,7 +90,8 @@ def export_cmd(
     run_dir: Path = typer.Argument(..., help="A training run folder (trainer.output_dir)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder for the plain Hugging Face model."),
     step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step (default: latest)."),
-    force: bool = typer.Option(False, "--force", help="Replace --out if it is a non-empty folder."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it holds an earlier "
+                               "export (never a training run or files memrl did not write)."),
 ) -> None:
     """Write a plain HF model (LoRA merged, safetensors) that transformers and vLLM load as-is."""
     from memrl.train.export import export_run
