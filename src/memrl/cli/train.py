@@ -34,6 +34,7 @@ def train_cmd(
     from memrl.train.signals import TrainingInterrupted
     from memrl.train.trainer import NonFiniteLossError
 
+    _refuse_flags(config, overrides)
     keys = [k.strip() for k in (allow_changes or "").split(",") if k.strip()]
     cfg = resolve_config(config, overrides, {"trainer.allow_changes": keys or None})
     quiet_hub_progress()
@@ -64,6 +65,24 @@ def train_cmd(
     lost = f", {failed} failed episode(s) (tracebacks in {cfg.trainer.output_dir}/failures)" if failed else ""
     typer.echo(f"done: step {step}, reward {last['reward']:.3f}{lost}; checkpoints in {where}, metrics in "
                f"{cfg.trainer.output_dir}/metrics.jsonl" + (f", rollouts in {rollouts}" if rollouts.is_dir() else ""))
+
+
+def _refuse_flags(config: Optional[Path], overrides: Optional[list[str]]) -> None:
+    """``memrl train cfg.yaml --lr 1e-6`` (the command lets unknown options through to here): click answered
+    "No such option: --lr (Possible options: --help)"; settings are overrides, so name the one meant."""
+    from memrl.config.load import key_for
+
+    args = ([str(config)] if config is not None else []) + list(overrides or [])
+    for i, arg in enumerate(args):
+        if not arg.startswith("-") or arg == "-":
+            continue
+        flag, _, value = arg.partition("=")
+        after = args[i + 1] if i + 1 < len(args) else ""
+        value = value or (after if after and not after.startswith("-") and "=" not in after else "")
+        key = key_for(flag.lstrip("-").replace("-", "_"))
+        example = f"{key}={value or '...'}" if key else "trainer.lr=1e-6 (memrl config schema lists the keys)"
+        raise ValueError(f"memrl train has no {flag} option: settings are key=value overrides after the config, "
+                         f"e.g. {example}")
 
 
 def _run_lock(cfg: Any) -> contextlib.AbstractContextManager[Any]:
