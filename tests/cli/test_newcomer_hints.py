@@ -60,3 +60,30 @@ def test_train_flags_are_answered_with_the_override(tmp_path, args, hint):
     flag = args[0].split("=")[0]
     assert r.exit_code == 2 and r.output.strip().splitlines() == [
         f"error: memrl train has no {flag} option: settings are key=value overrides after the config, {hint}"]
+
+
+def test_counts_read_in_the_right_number():
+    from memrl.cli.common import counted
+
+    assert [counted(1, "step"), counted(2, "step"), counted(0, "file")] == ["1 step", "2 steps", "0 files"]
+    assert [counted(1, "trajectory", "trajectories"), counted(3, "trajectory", "trajectories")] == [
+        "1 trajectory", "3 trajectories"]
+
+
+def test_export_and_demo_silence_the_hub_progress_bars(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import memrl.cli.demo
+    import memrl.cli.train
+    import memrl.train.export
+    import memrl_demo.run
+    from memrl.cli.main import app
+
+    quieted: list[str] = []
+    monkeypatch.setattr(memrl.cli.train, "quiet_hub_progress", lambda: quieted.append("export"))
+    monkeypatch.setattr(memrl.cli.demo, "quiet_hub_progress", lambda: quieted.append("demo"))
+    monkeypatch.setattr(memrl.train.export, "export_run", lambda run, out, step, force: out)
+    monkeypatch.setattr(memrl_demo.run, "run_demo", lambda *args, **kwargs: None)
+    assert CliRunner().invoke(app, ["export", str(tmp_path / "run"), "--out", str(tmp_path / "m")]).exit_code == 0
+    assert CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "demo")]).exit_code == 0
+    assert quieted == ["export", "demo"]

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import typer
 
+from memrl.cli.common import counted
 from memrl.cli.errors import user_errors
 
 
@@ -126,7 +127,8 @@ def sft_cmd(
         raise ValueError(f"{trajectories}: no trajectories left to train on")
     steps, loss = _finetune(trajs, model, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
                             source=trajectories)
-    typer.echo(f"{len(trajs)} trajectories, {steps} steps, final loss {loss:.4f}; model in {out}")
+    typer.echo(f"{counted(len(trajs), 'trajectory', 'trajectories')}, {counted(steps, 'step')}, final loss "
+               f"{loss:.4f}; model in {out}")
 
 
 def _local_inputs(data: Path, model: str | None) -> list[Path]:
@@ -179,7 +181,7 @@ def rft_cmd(
     every = read_rollouts(rollouts)
     kept = [t for t in every if t.reward >= min_reward]
     tokens = sum(c.num_generated for t in kept for c in t.conversations)
-    typer.echo(f"rft: kept {len(kept)} of {len(every)} episodes with reward >= {min_reward:g} "
+    typer.echo(f"rft: kept {len(kept)} of {counted(len(every), 'episode')} with reward >= {min_reward:g} "
                f"({tokens} generated tokens to train on); model {base}")
     if not kept or tokens == 0:
         best = max((t.reward for t in every), default=None)
@@ -187,4 +189,4 @@ def rft_cmd(
                          f"(best reward {best if best is None else f'{best:g}'}); lower it or sample more")
     steps, loss = _finetune(kept, base, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
                             source=rollouts)
-    typer.echo(f"rft: {len(kept)} episodes, {steps} steps, final loss {loss:.4f}; model in {out}")
+    typer.echo(f"rft: {counted(len(kept), 'episode')}, {counted(steps, 'step')}, final loss {loss:.4f}; model in {out}")

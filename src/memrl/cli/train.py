@@ -115,6 +115,7 @@ def export_cmd(
     """Write a plain HF model (LoRA merged, safetensors) that transformers and vLLM load as-is."""
     from memrl.train.export import export_run
 
+    quiet_hub_progress()  # transformers' "Loading weights" / "Writing model shards" bars: noise here
     path = export_run(run_dir, out, step, force=force)
     typer.echo(f"exported {path}")
 

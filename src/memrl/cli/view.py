@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from memrl.cli.common import counted
 from memrl.cli.errors import user_errors
 
 
@@ -48,7 +49,7 @@ def view_cmd(
     with atomic_write(out) as fh:
         fh.write(page)
     size = len(page.encode("utf-8")) / 1e6
-    typer.echo(f"wrote {out} ({len(payload['episodes'])} episodes, {size:.1f} MB)")
+    typer.echo(f"wrote {out} ({counted(len(payload['episodes']), 'episode')}, {size:.1f} MB)")
     if size > 50:
         typer.echo("the page is large: pick steps with --steps A-B or --last N", err=True)
 
