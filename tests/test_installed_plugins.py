@@ -92,7 +92,8 @@ def test_bad_installed_names_fail_in_one_line_naming_the_packages(site):
     with pytest.raises(ConfigError, match=r"unknown advantage estimator 'centered' \(did you mean 'centred'\?\): "
                                           r"choose grpo, .*, centred or an import path"):
         load_config(None, ["algorithm.adv_estimator=centered"])
-    with pytest.raises(ConfigError, match=r"unknown workflow 'say_that': choose memagent, .*, agent, say_it or"):
+    with pytest.raises(ConfigError, match=r"unknown workflow 'say_that' \(did you mean 'say_it'\?\): choose memagent, "
+                                          r".*, agent, say_it or"):
         load_config(None, ["workflow.name=say_that"])
 
 

@@ -27,7 +27,8 @@ def test_builtins_come_from_the_same_registry():
 
 
 def test_bad_names_fail_when_the_config_loads():
-    with pytest.raises(ConfigError, match="workflow.name: unknown workflow 'memagnet': choose memagent"):
+    with pytest.raises(ConfigError, match=r"workflow.name: unknown workflow 'memagnet' \(did you mean 'memagent'\?\): "
+                                          "choose memagent"):
         load_config(None, ["workflow.name=memagnet"])
     with pytest.raises(ConfigError, match="cannot import no_such_pkg"):
         load_config(None, ["workflow.name=no_such_pkg.mod:fn"])
@@ -92,7 +93,8 @@ def test_bad_domains_fail_when_the_config_loads(tmp_path, monkeypatch):
         "    def new_env(self, solo=False):\n        return None\n"
         "NOT_A_FACTORY = 3\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ConfigError, match="env.domain: unknown domain 'libary': choose library"):
+    with pytest.raises(ConfigError, match=r"env.domain: unknown domain 'libary' \(did you mean 'library'\?\): "
+                                          "choose library"):
         load_config(None, ["env.domain=libary"])
     with pytest.raises(ConfigError, match="NoTasks lacks get_tasks"):
         load_config(None, ["env.domain=half_domain:NoTasks"])

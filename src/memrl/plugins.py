@@ -22,6 +22,7 @@ Protocols:
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib
 import inspect
@@ -96,7 +97,9 @@ class Registry:
         """``name`` if it is a built-in or a loadable plug-in (imported now to find out), else ValueError."""
         if name not in self._builtins:
             if ":" not in name and not self.known(name):
-                raise ValueError(f"unknown {self.kind} {name!r}: choose {', '.join(self.choices())} "
+                close = difflib.get_close_matches(name, self.choices(), n=1, cutoff=0.6)  # --workflow memagnet
+                hint = f" (did you mean {close[0]!r}?)" if close else ""  # as memrl.config.registry says it
+                raise ValueError(f"unknown {self.kind} {name!r}{hint}: choose {', '.join(self.choices())} "
                                  "or give an import path 'package.module:name'")
             self.get(name)
         return name

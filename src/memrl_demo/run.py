@@ -42,6 +42,7 @@ from memrl.config import MemRLConfig
 from memrl.config.algorithm import AlgorithmConfig
 from memrl.config.schema import WorkflowConfig
 from memrl.data import write_samples
+from memrl.cli.common import counted
 from memrl.io.atomic import atomic_write
 from memrl_demo.needle import make_split, tokenizer_corpus
 from memrl_demo.teacher import TeacherEngine
@@ -327,7 +328,7 @@ def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale
     cfg = rl_config(out, sft_dir, paths, rl_steps, seed, scale, staleness, estimator)
     rl_dir = Path(cfg.trainer.output_dir)
     mode = "" if staleness is None else f", asynchronous with max staleness {staleness}"
-    console.print(f"MemAgent RL ({estimator}): {rl_steps} steps x {scale.prompts_per_step} prompts x "
+    console.print(f"MemAgent RL ({estimator}): {counted(rl_steps, 'step')} x {scale.prompts_per_step} prompts x "
                   f"{scale.episodes_per_prompt} episodes{mode} (run folder {rl_dir})")
     trainer, extra = train_until_settled(cfg, console, settle)
     after = asyncio.run(accuracy(trainer.policy, tok, held))

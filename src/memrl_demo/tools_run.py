@@ -29,6 +29,7 @@ from rich.console import Console
 
 from memrl.config import MemRLConfig
 from memrl.config.schema import WorkflowConfig
+from memrl.cli.common import counted
 from memrl.io.atomic import atomic_write
 from memrl_demo.run import DEFAULT_ESTIMATOR, DEMO_THREADS, deterministic, rl_stage
 from memrl_demo.tools_tasks import library_files, read_plans, write_domain
@@ -177,7 +178,7 @@ def _run(out: Path, rl_steps: int, seed: int, reward: str, console: Console, sca
     rl_dir, summary_name = Path(cfg.trainer.output_dir), rl_stage(estimator, record=record)[1]
     what = "tau2-bench reward" if reward == "tau2" else "progress reward (fraction of checks passed, not tau2)"
     how = estimator + (", each model call its own conversation" if record == "turns" else "")
-    console.print(f"RL ({how}) on {what}: {rl_steps} steps x {scale.prompts_per_step} tickets x "
+    console.print(f"RL ({how}) on {what}: {counted(rl_steps, 'step')} x {scale.prompts_per_step} tickets x "
                   f"{scale.episodes_per_prompt} episodes (run folder {rl_dir})")
     trainer = Trainer(cfg, tracker_console=console)
     trainer.run()

@@ -72,3 +72,30 @@ def test_memrl_eval_shows_progress_lines_when_not_a_terminal(tmp_path):
                                  "workflow.memory_tokens=3", "workflow.final_tokens=3"])
     assert r.exit_code == 0, r.output
     assert "eval: 0/2 episodes (0%)" in r.output and "eval: 2/2 episodes (100%)" in r.output
+
+
+def test_line_progress_beats_when_nothing_advances():
+    lines: list[str] = []
+    clock = Clock()
+    bar = LineProgress(lines.append, "eval", noun="episodes", clock=clock, heartbeat_s=60)
+    bar.beat()  # nothing said yet: nothing to repeat
+    bar.update(total=6, completed=0)
+    clock.t = 30
+    bar.beat()
+    assert lines == ["eval: 0/6 episodes (0%), 0s elapsed"]
+    clock.t = 61
+    bar.beat()  # a minute with no episode finished: the line again, with the time
+    assert lines[-1] == "eval: 0/6 episodes (0%), 1m01s elapsed"
+    clock.t = 100
+    bar.beat()
+    assert len(lines) == 2
+
+
+def test_progress_heartbeat_in_a_log():
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False)
+    with progress(console, "eval", total=6, noun="episodes", heartbeat_s=0.05) as bar:
+        bar.update(total=6, completed=0)
+        time.sleep(0.3)  # an episode that takes a while
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 3 and set(lines) == {"eval: 0/6 episodes (0%), 0s elapsed"}, lines

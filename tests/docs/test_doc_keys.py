@@ -16,7 +16,8 @@ FREE_FORM = ("env.tool_options.", "engine.vllm.args.", "algorithm.policy_loss_op
 # verl-agent's own settings in the algorithms reference's table that maps them to memrl's.
 NOT_KEYS = {"env.step", "trainer.lrr", "workflow.options.chunk_tokns", "workflow.chunk_tokens",
             "workflow.options.note_tokens", "algorithm.gigpo.step_advantage_w", "algorithm.gigpo.mode",
-            "algorithm.gigpo.enable_similarity", "env.rollout.n"}
+            "algorithm.gigpo.enable_similarity", "env.rollout.n",
+            "trainer.learning_rate", "model.name"}  # other libraries' names the configuration guide maps to memrl's
 GENERATED_OR_HISTORY = {"reference/config.md", "reference/cli.md", "CHANGELOG.md", "guides/async.md"}
 
 

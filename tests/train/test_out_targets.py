@@ -40,8 +40,9 @@ def test_a_new_folder_inside_the_input_and_a_sibling_are_fine(tmp_path, monkeypa
     monkeypatch.chdir(_project(tmp_path))
     check_target(Path("run/model"), force=False, inputs=[Path("run")])  # export RUN --out RUN/model
     (tmp_path / "old_model").mkdir()
-    (tmp_path / "old_model" / "w").write_text("old")
-    check_target(Path("old_model"), force=True, inputs=[Path("run")])
+    (tmp_path / "old_model" / "model.safetensors").write_text("old")
+    (tmp_path / "old_model" / "config.json").write_text("{}")
+    check_target(Path("old_model"), force=True, inputs=[Path("run")])  # an export (from before the manifest)
     with pytest.raises(ValueError, match="--force"):
         check_target(Path("old_model"), force=False, inputs=[Path("run")])
 
@@ -78,3 +79,53 @@ def test_an_out_that_cannot_be_written_fails_before_any_work(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match="--out .*file/model: .*file is a file, so the folder cannot be created"):
         check_target(tmp_path / "file" / "model", force=False)
+
+
+def _export(folder: Path) -> Path:
+    from memrl.train.outdir import mark_export
+
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (folder / name).write_text("{}")
+    mark_export(folder)
+    return folder
+
+
+def test_force_replaces_an_earlier_export_only(tmp_path):
+    export = _export(tmp_path / "export")
+    check_target(export, force=True)
+    (export / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match=r"--force refuses to replace it: it holds 'notes.txt', which memrl did "
+                                         r"not write; remove it yourself or choose another --out"):
+        check_target(export, force=True)
+    run = _project(tmp_path / "p") / "run"
+    with pytest.raises(ValueError, match="is a training run .*--force replaces only an earlier export"):
+        check_target(run, force=True)
+    (tmp_path / "ev").mkdir()
+    (tmp_path / "ev" / "eval_config.yaml").write_text("model: {}\n")
+    with pytest.raises(ValueError, match="is a memrl eval folder"):
+        check_target(tmp_path / "ev", force=True)
+    with pytest.raises(ValueError, match="holds 'notes.txt', which memrl did not write"):
+        check_target(tmp_path / "p", force=True)  # a folder of the user's, with a run inside
+    assert (tmp_path / "p" / "notes.txt").read_text() == "mine"
+
+
+def test_force_refuses_another_commands_folder(tmp_path):
+    from memrl.data.outdir import record_outputs
+
+    data = tmp_path / "data"
+    record_outputs(data, ["eval_8.json"], by="memrl data synth")
+    (data / "eval_8.json").write_text("[]")
+    with pytest.raises(ValueError, match="holds 'eval_8.json', which memrl data synth wrote, not an export"):
+        check_target(data, force=True)
+
+
+def test_a_legacy_export_with_a_file_of_the_users_is_refused(tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in ("config.json", "model-00001-of-00002.safetensors", "merges.txt", "notes.md"):
+        (old / name).write_text("x")
+    with pytest.raises(ValueError, match="holds 'notes.md', which memrl did not write"):
+        check_target(old, force=True)
+    (old / "notes.md").unlink()
+    check_target(old, force=True)

@@ -298,6 +298,7 @@ def test_finished_run_is_reported_before_loading_anything(tmp_path, monkeypatch)
 def test_export_never_leaves_stale_weights(tmp_path):
     from safetensors.torch import load_file
 
+    from memrl.data.outdir import record_outputs
     from memrl.train.export import export_run
 
     Trainer(config(tmp_path, trainer__lr=1e-2), engine=coin_engine(load_tokenizer("tiny")),
@@ -311,9 +312,20 @@ def test_export_never_leaves_stale_weights(tmp_path):
     first = weights(out)
     with pytest.raises(ValueError, match="is not empty.*--force"):
         export_run(run, out, step=2)
-    (out / "stale.txt").write_text("from an older export")
+    stale = "model-00002-of-00002.safetensors"  # a shard an older export wrote
+    (out / stale).write_text("from an older export")
+    record_outputs(out, [stale], by="memrl export")
     export_run(run, out, step=2, force=True)
-    assert not (out / "stale.txt").exists()
+    assert not (out / stale).exists()
+    (out / "notes.txt").write_text("mine")  # not an export's: --force refuses
+    r = invoke("export", str(run), "--out", str(out), "--force")
+    assert r.exit_code == 2 and "holds 'notes.txt', which memrl did not write" in r.output
+    assert (out / "notes.txt").is_file()
+    other = tmp_path / "other_run"  # another training run: refused too
+    (other / "checkpoints").mkdir(parents=True)
+    (other / "metrics.jsonl").write_text("")
+    r = invoke("export", str(run), "--out", str(other), "--force")
+    assert r.exit_code == 2 and f"--out {other} is a training run" in r.output and (other / "metrics.jsonl").is_file()
     want = weights(run / "checkpoints" / "step_000002" / "model")
     got = weights(out)
     assert all((got[k] == want[k]).all() for k in want)

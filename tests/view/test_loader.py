@@ -161,3 +161,18 @@ def test_run_payload_offers_the_workflows_own_metrics_as_more_curves(run_dir):
     assert {"answered", "f1", "empty_memory", "pg_loss", "rollout_corr/kl"} <= set(more)
     assert not {"reward", "kl", "time/rollout", "step"} & set(more) and len(more) == len(set(more))
     assert load_payload(run_dir)["more_panels"] == payload["more_panels"]
+
+
+def test_a_tokenizer_asked_for_by_name_that_does_not_load_is_an_error(run_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from memrl.cli.main import app
+
+    page = tmp_path / "page.html"
+    r = CliRunner().invoke(app, ["view", str(run_dir), "--tokenizer", "/no/such/tokenizer", "--out", str(page)])
+    assert r.exit_code == 2 and not page.exists()
+    assert r.output.strip().splitlines() == ["error: --tokenizer /no/such/tokenizer: no such folder (a model is a "
+                                             "local folder, a hub id such as Qwen/Qwen2.5-0.5B-Instruct, or an "
+                                             "alias (tiny, smollm2-135m-instruct))"]
+    r = CliRunner().invoke(app, ["view", str(run_dir), "--tokenizer", "tiny", "--out", str(page)])
+    assert r.exit_code == 0 and page.is_file(), r.output

@@ -9,6 +9,11 @@ from memrl.config import MemRLConfig, load_config
 from memrl.models.resolve import quiet_hub_progress  # noqa: F401 (its old home; the Trainer calls it too)
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 step``, ``3 steps``: a count with its noun in the right number (``wrote 1 files`` read as a slip)."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def resolve_config(config: Path | None, overrides: list[str] | None, flags: dict[str, object]) -> MemRLConfig:
     """Defaults < YAML file < explicit flags < dotted overrides (the last word wins).
 

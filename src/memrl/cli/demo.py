@@ -11,6 +11,8 @@ from typing import Any
 import typer
 
 from memrl.cli.errors import user_errors
+from memrl.data.outdir import check_writable_dir, clear_outputs
+from memrl.models.resolve import quiet_hub_progress
 
 
 @user_errors
@@ -52,14 +54,13 @@ def demo(
     help-desk tickets; prints held-out test-ticket success (tau2-bench reward), tool-call validity and
     turns per episode before and after RL. Both write the reward curve to OUT/rl/curves.png.
     """
-    from memrl.data.outdir import check_writable_dir, clear_outputs
-
     checked_flags(task, reward, asynchronous, record, max_staleness)
     given: dict[str, Any] = {} if steps is None else {"rl_steps": steps}  # else each demo's own default
     if estimator is not None:
         given["estimator"] = checked_estimator(estimator)
     out = out or Path("runs/demo" if task == "needle" else "runs/demo_tools")
     check_writable_dir(out)
+    quiet_hub_progress()  # the warm start's save and load printed transformers' bars between the demo's lines
     with stopped_cleanly():
         if task == "tools":
             from memrl_demo.tools_run import run_tools_demo

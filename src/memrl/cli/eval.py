@@ -167,16 +167,17 @@ def _qa(cfg: Any, data: Path, docs: str | None, out: Path, max_samples: int | No
         console: Console, rollouts: bool) -> None:
     """``--suite qa``: eval_{N} files of long-context questions (``--docs`` are document counts)."""
     from memrl.engines.factory import build_engine
+    from memrl.eval.files import data_record
     from memrl.eval.report import failed_total, markdown_table
-    from memrl.eval.runner import EVAL_OUTPUTS, find_eval_file, run_eval
+    from memrl.eval.runner import EVAL_OUTPUTS, read_eval_files, run_eval
     from memrl.models.resolve import load_tokenizer
 
     sizes = parse_docs(docs) if docs else []
     if not sizes:
         raise ValueError(_no_docs(data))
-    for n in sizes:  # a missing file is reported before the model loads
-        find_eval_file(data, n)
-    prepare_out(out, restart, EVAL_OUTPUTS, cfg)
+    files = read_eval_files(data, sizes, max_samples)  # a missing file or a bad row: before the model loads
+    prepare_out(out, restart, EVAL_OUTPUTS, cfg,  # a file changed since its results were written is refused
+                {"by_docs": {str(n): data_record(path) for n, (path, _) in files.items()}})
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
     eng = build_engine(cfg)
     s = cfg.sampling
@@ -185,8 +186,12 @@ def _qa(cfg: Any, data: Path, docs: str | None, out: Path, max_samples: int | No
                   + (f" · {cfg.eval.repeats} repeats" if cfg.eval.repeats > 1 else ""), highlight=False)
     results = run_with_progress(console, out, eng, lambda started, advance: run_eval(
         cfg, eng, tokenizer, data, sizes, out, max_samples=max_samples, on_start=started, on_episode=advance,
-        rollouts=rollouts))
+        rollouts=rollouts, files=files))
     typer.echo(markdown_table(results))
+    earlier = [n for n in results["by_docs"] if int(n) not in sizes]
+    if earlier:
+        console.print(f"note: the results also report {', '.join(earlier)} documents, finished by an earlier run "
+                      f"in {out} (--restart starts the folder afresh)", highlight=False)
     console.print(f"wrote {out}/results.json, results.md, accuracy.png, transcripts/"
                   + (" and rollouts/ (memrl view / memrl rft read them)" if rollouts else ""), highlight=False)
     failed = failed_total(results)

@@ -16,7 +16,7 @@ def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Co
     ``max_samples``)."""
     from memrl.engines.factory import build_engine
     from memrl.eval.files import data_record
-    from memrl.eval.workflow_eval import WORKFLOW_EVAL_OUTPUTS, run_workflow_eval
+    from memrl.eval.workflow_eval import WORKFLOW_EVAL_OUTPUTS, eval_samples, run_workflow_eval
     from memrl.models.resolve import load_tokenizer
     from memrl.workflows import build_workflow
 
@@ -25,16 +25,17 @@ def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Co
     # what a run keeps in its folder (an online gateway's online.json) goes to --out, not to runs/default
     cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"output_dir": str(out)})})
     workflow = build_workflow(cfg)
-    source = Path(cfg.data.eval_file)  # results of another file (or of this one, changed) must not mix in
-    prepare_out(out, restart, WORKFLOW_EVAL_OUTPUTS, cfg, data_record(source) if source.is_file() else None)
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
-    eng = build_engine(cfg)
-    console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · "
-                  f"{cfg.data.eval_file} · {cfg.eval.repeats} repeat(s)", highlight=False)
     try:
+        samples = eval_samples(cfg, workflow, max_samples)  # before any model loads: a bad row costs nothing
+        source = Path(cfg.data.eval_file)  # results of another file (or of this one, changed) must not mix in
+        prepare_out(out, restart, WORKFLOW_EVAL_OUTPUTS, cfg, data_record(source) if source.is_file() else None)
+        tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+        eng = build_engine(cfg)
+        console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · "
+                      f"{cfg.data.eval_file} · {cfg.eval.repeats} repeat(s)", highlight=False)
         results = run_with_progress(console, out, eng, lambda started, advance: run_workflow_eval(
             cfg, eng, tokenizer, workflow, out, on_start=started, on_episode=advance, rollouts=rollouts,
-            max_samples=max_samples))
+            samples=samples))
     finally:
         workflow.close()
     passes = " ".join(f"pass^{k} {v:.3f}" for k, v in results["pass_hat_k"].items())

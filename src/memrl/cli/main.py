@@ -63,7 +63,7 @@ app.add_typer(config_cli.app, name="config")
 app.command("demo")(demo_cli.demo)
 app.command("eval")(eval_cli.eval_cmd)
 app.command("serve")(serve_cli.serve_cmd)
-app.command("train")(train_cli.train_cmd)
+app.command("train", context_settings={"ignore_unknown_options": True})(train_cli.train_cmd)  # --lr: a hint
 app.command("sft")(sft_cli.sft_cmd)
 app.command("tinker")(tinker_cli.tinker_cmd)
 app.command("rft")(sft_cli.rft_cmd)

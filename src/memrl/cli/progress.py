@@ -4,7 +4,9 @@ A rich progress bar redraws itself in place, so when output goes to a file or a 
 CI, ``| tee``) rich shows nothing until the end: ``memrl demo`` printed nothing for ten minutes
 of warm start when redirected. Commands use this module instead: on a terminal it is a rich bar
 (or spinner); elsewhere it prints plain lines, the first at once, then at most one every
-``every_s`` seconds, and the last when the work ends.
+``every_s`` seconds, and the last when the work ends. When nothing advances for ``heartbeat_s``
+(60 s, as training's heartbeat) the same line is printed again with the time elapsed: an eval whose
+episodes take minutes printed ``eval: 0/6 episodes (0%)`` and then nothing, as if it had hung.
 
 Usage (``console`` is the command's rich ``Console``, usually on stderr)::
 
@@ -42,13 +44,18 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+HEARTBEAT_S = 60.0  # in a log, work that does not advance says it is alive this often (training's too)
+
+
 class LineProgress:
     """Counted progress as plain lines: ``eval: 12/40 episodes (30%), 1m05s elapsed, ~2m31s left``."""
 
     def __init__(self, write: Callable[[str], None], label: str, total: int | None = None, noun: str = "",
-                 every_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 every_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
+                 heartbeat_s: float | None = None) -> None:
         self.write, self.label, self.total, self.noun = write, label, total, noun
-        self.every_s, self.clock = every_s, clock
+        self.every_s, self.clock, self.heartbeat_s = every_s, clock, heartbeat_s
+        self._lock = threading.Lock()  # the heartbeat thread writes too
         self.completed = 0
         self._start = clock()
         self._first = self.completed  # where this session started (resumed work is not timed)
@@ -78,17 +85,26 @@ class LineProgress:
         now = self.clock()
         finished = self.total is not None and self.completed >= self.total
         if self._last is None or now - self._last >= self.every_s or (finished and self._said != self.completed):
+            self._say(now)
+
+    def _say(self, now: float) -> None:
+        with self._lock:
             self._last = now
             self._said = self.completed
             self.write(self.line())
+
+    def beat(self) -> None:
+        """The line again if none was written for ``heartbeat_s`` (called by a timer): slow work is not silent."""
+        now = self.clock()
+        if self.heartbeat_s and self._last is not None and now - self._last >= self.heartbeat_s:
+            self._say(now)
 
     def advance(self, n: int = 1) -> None:
         self.update(advance=n)
 
     def close(self) -> None:
         if self._said != self.completed:
-            self._said = self.completed
-            self.write(self.line())
+            self._say(self.clock())
 
 
 class _RichBar:
@@ -111,7 +127,7 @@ def _plain(console: Console) -> Callable[[str], None]:
 
 @contextlib.contextmanager
 def progress(console: Console, label: str, total: int | None = None, noun: str = "",
-             every_s: float = 10.0) -> Iterator[Any]:
+             every_s: float = 10.0, heartbeat_s: float = HEARTBEAT_S) -> Iterator[Any]:
     """A counted progress display: a rich bar on a terminal, plain lines otherwise (see the module doc)."""
     if console.is_terminal:
         columns = (TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -119,10 +135,20 @@ def progress(console: Console, label: str, total: int | None = None, noun: str =
         with Progress(*columns, console=console) as bar:
             yield _RichBar(bar, total)
         return
-    lines = LineProgress(_plain(console), label, total, noun, every_s)
+    lines = LineProgress(_plain(console), label, total, noun, every_s, heartbeat_s=heartbeat_s)
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(min(heartbeat_s, 5.0)):
+            lines.beat()
+
+    thread = threading.Thread(target=tick, daemon=True, name=f"{label} heartbeat")
+    thread.start()
     try:
         yield lines
     finally:
+        stop.set()
+        thread.join()
         lines.close()
 
 

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import typer
 
+from memrl.cli.common import counted
 from memrl.cli.errors import user_errors
 
 
@@ -103,7 +104,8 @@ def sft_cmd(
                                       "a training run or its rollouts/ folder, or an eval folder (memrl eval --out)."),
     model: str = typer.Option(..., "--model", "-m", help="Model to fine-tune (folder, hub id or alias)."),
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the fine-tuned HF model."),
-    force: bool = typer.Option(False, "--force", help="Replace --out if it is a non-empty folder."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it holds an earlier "
+                               "export (never a training run or files memrl did not write)."),
     epochs: int = typer.Option(1, "--epochs", help="Passes over the kept conversations."),
     lr: float = typer.Option(1e-5, "--lr", help="AdamW learning rate."),
     batch_rows: int = typer.Option(32, "--batch-rows", help="Conversations per optimizer step."),
@@ -125,7 +127,8 @@ def sft_cmd(
         raise ValueError(f"{trajectories}: no trajectories left to train on")
     steps, loss = _finetune(trajs, model, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
                             source=trajectories)
-    typer.echo(f"{len(trajs)} trajectories, {steps} steps, final loss {loss:.4f}; model in {out}")
+    typer.echo(f"{counted(len(trajs), 'trajectory', 'trajectories')}, {counted(steps, 'step')}, final loss "
+               f"{loss:.4f}; model in {out}")
 
 
 def _local_inputs(data: Path, model: str | None) -> list[Path]:
@@ -156,7 +159,8 @@ def rft_cmd(
     out: Path = typer.Option(..., "--out", "-o", help="Where to write the fine-tuned HF model."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model to fine-tune (default: the model "
                                         "recorded in the folder's config.yaml / eval_config.yaml)."),
-    force: bool = typer.Option(False, "--force", help="Replace --out if it is a non-empty folder."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it holds an earlier "
+                               "export (never a training run or files memrl did not write)."),
     epochs: int = typer.Option(1, "--epochs", help="Passes over the kept conversations."),
     lr: float = typer.Option(1e-5, "--lr", help="AdamW learning rate."),
     batch_rows: int = typer.Option(32, "--batch-rows", help="Conversations per optimizer step."),
@@ -177,7 +181,7 @@ def rft_cmd(
     every = read_rollouts(rollouts)
     kept = [t for t in every if t.reward >= min_reward]
     tokens = sum(c.num_generated for t in kept for c in t.conversations)
-    typer.echo(f"rft: kept {len(kept)} of {len(every)} episodes with reward >= {min_reward:g} "
+    typer.echo(f"rft: kept {len(kept)} of {counted(len(every), 'episode')} with reward >= {min_reward:g} "
                f"({tokens} generated tokens to train on); model {base}")
     if not kept or tokens == 0:
         best = max((t.reward for t in every), default=None)
@@ -185,4 +189,4 @@ def rft_cmd(
                          f"(best reward {best if best is None else f'{best:g}'}); lower it or sample more")
     steps, loss = _finetune(kept, base, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
                             source=rollouts)
-    typer.echo(f"rft: {len(kept)} episodes, {steps} steps, final loss {loss:.4f}; model in {out}")
+    typer.echo(f"rft: {counted(len(kept), 'episode')}, {counted(steps, 'step')}, final loss {loss:.4f}; model in {out}")

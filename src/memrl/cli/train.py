@@ -34,6 +34,7 @@ def train_cmd(
     from memrl.train.signals import TrainingInterrupted
     from memrl.train.trainer import NonFiniteLossError
 
+    _refuse_flags(config, overrides)
     keys = [k.strip() for k in (allow_changes or "").split(",") if k.strip()]
     cfg = resolve_config(config, overrides, {"trainer.allow_changes": keys or None})
     quiet_hub_progress()
@@ -66,6 +67,24 @@ def train_cmd(
                f"{cfg.trainer.output_dir}/metrics.jsonl" + (f", rollouts in {rollouts}" if rollouts.is_dir() else ""))
 
 
+def _refuse_flags(config: Optional[Path], overrides: Optional[list[str]]) -> None:
+    """``memrl train cfg.yaml --lr 1e-6`` (the command lets unknown options through to here): click answered
+    "No such option: --lr (Possible options: --help)"; settings are overrides, so name the one meant."""
+    from memrl.config.load import key_for
+
+    args = ([str(config)] if config is not None else []) + list(overrides or [])
+    for i, arg in enumerate(args):
+        if not arg.startswith("-") or arg == "-":
+            continue
+        flag, _, value = arg.partition("=")
+        after = args[i + 1] if i + 1 < len(args) else ""
+        value = value or (after if after and not after.startswith("-") and "=" not in after else "")
+        key = key_for(flag.lstrip("-").replace("-", "_"))
+        example = f"{key}={value or '...'}" if key else "trainer.lr=1e-6 (memrl config schema lists the keys)"
+        raise ValueError(f"memrl train has no {flag} option: settings are key=value overrides after the config, "
+                         f"e.g. {example}")
+
+
 def _run_lock(cfg: Any) -> contextlib.AbstractContextManager[Any]:
     """One ``memrl train`` per trainer.output_dir (under torchrun, rank 0 holds it for every rank)."""
     from memrl.data.runlock import hold_folder
@@ -90,11 +109,13 @@ def export_cmd(
     run_dir: Path = typer.Argument(..., help="A training run folder (trainer.output_dir)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output folder for the plain Hugging Face model."),
     step: Optional[int] = typer.Option(None, "--step", help="Checkpoint step (default: latest)."),
-    force: bool = typer.Option(False, "--force", help="Replace --out if it is a non-empty folder."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it holds an earlier "
+                               "export (never a training run or files memrl did not write)."),
 ) -> None:
     """Write a plain HF model (LoRA merged, safetensors) that transformers and vLLM load as-is."""
     from memrl.train.export import export_run
 
+    quiet_hub_progress()  # transformers' "Loading weights" / "Writing model shards" bars: noise here
     path = export_run(run_dir, out, step, force=force)
     typer.echo(f"exported {path}")
 

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from memrl.cli.common import counted
 from memrl.cli.errors import user_errors
 
 
@@ -16,19 +17,22 @@ def view_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Write one self-contained HTML file instead of serving."),
     port: int = typer.Option(0, "--port", help="Port on 127.0.0.1, 1-65535 (default: a free one)."),
     tokenizer: Optional[str] = typer.Option(
-        None, "--tokenizer", help="Tokenizer for per-token views (default: the run's model.tokenizer or model.path)."),
+        None, "--tokenizer", help="Tokenizer for per-token views (default: the run's model.tokenizer or model.path, "
+        "shown as text if it does not load; one given here must load)."),
     steps: Optional[str] = typer.Option(None, "--steps", help="A run's rollout steps to show: 5, 10-20, 100- or a "
                                         "comma list (default: all)."),
     last: Optional[int] = typer.Option(None, "--last", help="Only the last N saved rollout steps of a run."),
 ) -> None:
     """Episodes (conversations, generated tokens, log-probs, rewards, tool calls) and training curves in a browser."""
     from memrl.io.atomic import atomic_write
-    from memrl.view.loader import load_payload
+    from memrl.view.loader import load_payload, require_tokenizer
     from memrl.view.page import render_page
     from memrl.view.server import make_server, serve
 
     if out is not None and out.suffix.lower() not in (".html", ".htm"):  # never over its input (metrics.jsonl)
         raise ValueError(f"--out {out}: the page is one HTML file; name a .html file")
+    if tokenizer is not None:  # asked for by name: failing to load it is an error (the run's own only warns)
+        require_tokenizer(tokenizer)
     if out is None:
         server = make_server(path, port, tokenizer, steps=steps, last=last)  # a taken port fails before the load
         try:
@@ -45,7 +49,7 @@ def view_cmd(
     with atomic_write(out) as fh:
         fh.write(page)
     size = len(page.encode("utf-8")) / 1e6
-    typer.echo(f"wrote {out} ({len(payload['episodes'])} episodes, {size:.1f} MB)")
+    typer.echo(f"wrote {out} ({counted(len(payload['episodes']), 'episode')}, {size:.1f} MB)")
     if size > 50:
         typer.echo("the page is large: pick steps with --steps A-B or --last N", err=True)
 

@@ -17,6 +17,7 @@ from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from memrl.config.aliases import alias_for
 from memrl.config.renames import ALSO, both_given, migrate, moved_key, notice
 from memrl.config.section import external_fields
 from memrl.config.schema import FIXED_ON_RESUME, MemRLConfig, check_resume_keys  # noqa: F401 (their old home)
@@ -71,8 +72,22 @@ def all_keys(model: type[BaseModel] = MemRLConfig, prefix: str = "") -> list[str
     return keys
 
 
+def key_for(name: str) -> str | None:
+    """memrl's dotted key for a bare or foreign name (``lr``, ``learning_rate``, ``model.name``): another
+    library's name for it (:mod:`memrl.config.aliases`), else the one key whose last part it is."""
+    alias = alias_for(name)
+    if alias is not None:
+        return alias
+    leaf = name.rsplit(".", 1)[-1]
+    matches = [k for k in all_keys() if k.rsplit(".", 1)[-1] == leaf]
+    return matches[0] if len(matches) == 1 else None
+
+
 def _unknown_key_error(dotted: str, model: type[BaseModel], prefix: str) -> ConfigError:
     name = dotted.rsplit(".", 1)[-1]
+    alias = alias_for(dotted)
+    if alias is not None and alias != dotted:  # another library's name: the nearest spelling would mislead
+        return ConfigError(f"unknown config key '{dotted}': did you mean '{alias}'?")
     siblings = list(external_fields(model))
     if prefix == "workflow.":  # a misspelt option written flat (workflow.chunk_tokns): the option is meant
         from memrl.plugins import workflow_support

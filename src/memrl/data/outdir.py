@@ -75,6 +75,11 @@ def _read_manifest(out: Path) -> dict[str, set[str]] | None:
             for n in names if _is_plain_name(n)}
 
 
+def recorded_owners(out: Path) -> dict[str, set[str]] | None:
+    """Each name memrl recorded writing in ``out`` -> the commands that wrote it; ``None`` without a manifest."""
+    return _read_manifest(out)
+
+
 def recorded_entries(out: Path) -> set[str] | None:
     """Names memrl recorded writing in ``out``; ``None`` when there is no readable manifest."""
     manifest = _read_manifest(out)

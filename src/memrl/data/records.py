@@ -72,8 +72,8 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                     raise _not_utf8(p, exc, row) from None
                 if not line.strip():
                     continue
-                try:
-                    rec = json.loads(line)
+                try:  # without its line end: a row cut short was reported at "column 1" (of the next line)
+                    rec = json.loads(line.rstrip("\r\n"))
                 except json.JSONDecodeError as exc:
                     raise DataError(p, row, None, f"not valid JSON: {exc.msg} (column {exc.colno})") from None
                 if not isinstance(rec, dict):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import Any
 
 EXTENSIONS = ("json", "jsonl", "parquet")
 
@@ -82,10 +83,41 @@ def data_record(path: Path) -> dict[str, str]:
     return {"file": str(Path(path).resolve()), "sha256": digest.hexdigest()}
 
 
-def check_same_data(out: Path, was: dict[str, str] | None, now: dict[str, str]) -> None:
+def check_same_data(out: Path, was: dict[str, Any] | None, now: dict[str, Any]) -> None:
     """Refuse, in one line, to add results of other data to a folder (they would be averaged together)."""
     if not was or was == now:
         return
+    if "file" not in was or "file" not in now:  # one file of samples, and a folder's eval_N files
+        raise ValueError(f"--data: {out} holds results of {_named(was)}, not of {_named(now)}; use another --out, "
+                         "or pass --restart to replace them")
     what = (f"{was.get('file')}, which has changed since (sha256 {str(was.get('sha256'))[:12]}, now "
             f"{now['sha256'][:12]})" if was.get("file") == now["file"] else f"{was.get('file')}, not {now['file']}")
     raise ValueError(f"--data: {out} holds results of {what}; use another --out, or pass --restart to replace them")
+
+
+def _named(record: dict[str, Any]) -> str:
+    """What a data record names, for a message: one file of samples, or the eval_N files of some sizes."""
+    if "file" in record:
+        return f"the file of samples {record['file']}"
+    by_docs = record.get("by_docs") or {}
+    sizes = sorted(by_docs, key=int)
+    where = {str(Path(str((by_docs[n] or {}).get("file"))).parent) for n in sizes}
+    return f"the eval files of --docs {','.join(sizes)} in {', '.join(sorted(where))}"
+
+
+def merged_data(out: Path, was: dict[str, Any] | None, now: dict[str, Any]) -> dict[str, Any]:
+    """The data record ``out`` keeps once this run's results join it, refusing (one line) data other than the
+    recorded one.
+
+    ``{"by_docs": {N: data_record}}`` (a folder of eval_N files) is checked per size: a size run before must
+    come from the same file, unchanged (``--data DIR`` resumed stale results after DIR/eval_8.json changed);
+    a size not run before joins the record, and one not run now keeps its entry.
+    """
+    if not was or "by_docs" not in now or "by_docs" not in was:
+        check_same_data(out, was, now)
+        return now
+    kept = dict(was["by_docs"])
+    for n, record in now["by_docs"].items():
+        check_same_data(out, kept.get(n), record)
+        kept[n] = record
+    return {"by_docs": kept}

@@ -35,7 +35,7 @@ from memrl.data import LongContextSample
 from memrl.io.atomic import atomic_write
 from memrl.data.stream import read_samples_lazily
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
-from memrl.eval.files import check_eval_file, check_same_data, match_eval_file
+from memrl.eval.files import check_eval_file, match_eval_file, merged_data
 from memrl.eval.protocol_settings import PUBLISHED_SAMPLING, with_eval_sampling  # noqa: F401 (re-exported)
 from memrl.eval.records import ROLLOUTS, finished_episode, save_eval_rollout
 from memrl.eval.report import summarize, write_reports
@@ -100,7 +100,9 @@ EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", "transcripts", ROLLO
 
 def check_resume(out: Path, cfg: MemRLConfig, data: dict[str, str] | None = None) -> None:
     """Refuse results of another config in ``out``; a new folder records ``cfg``'s settings (and ``data``,
-    :func:`~memrl.eval.files.data_record`), an older folder without a data record gets this one."""
+    :func:`~memrl.eval.files.data_record`, or ``{"by_docs": {N: record}}`` for eval_N files), an older folder
+    without a data record gets this one; results of other or changed data are refused
+    (:func:`~memrl.eval.files.merged_data`)."""
     path = out / "eval_config.yaml"
     fp = _fingerprint(cfg)
     if path.is_file() and _holds_results(out):  # a start that failed before any result has nothing to protect
@@ -114,7 +116,9 @@ def check_resume(out: Path, cfg: MemRLConfig, data: dict[str, str] | None = None
                               "use another --out or pass --restart")
         if data is None or was_data == data:
             return
-        check_same_data(out, was_data, data)  # an older folder without a data record gets this one
+        data = merged_data(out, was_data, data)  # an older folder without a data record gets this one
+        if data == was_data:  # a run of some of the sizes recorded
+            return
     with atomic_write(path) as fh:
         yaml.safe_dump({**fp, **({"data": data} if data else {})}, fh, sort_keys=False)
 
@@ -204,19 +208,41 @@ def _is_done(dest: Path) -> bool:
     return False
 
 
-def _todo(files: dict[int, Path], out: Path, max_samples: int | None,
-          repeats: int) -> tuple[list[tuple[int, LongContextSample, int]], int]:
-    """The (docs, sample, repeat) episodes not finished on disk, and how many there are in all."""
-    todo: list[tuple[int, LongContextSample, int]] = []
-    total = 0
-    for n, path in files.items():
+EvalFiles = dict[int, tuple[Path, list[LongContextSample]]]
+
+
+def read_eval_files(data_dir: Path, docs: Sequence[int], max_samples: int | None = None) -> EvalFiles:
+    """Each size's eval file and its first ``max_samples`` samples. ``memrl eval`` reads them before any model
+    loads, so a missing file or a record without a required field fails in one line naming the file and the
+    row, with nothing written to ``--out`` (it used to fail after the engine loaded, leaving eval_config.yaml)."""
+    found: EvalFiles = {}
+    for n in docs:
+        path = find_eval_file(data_dir, n)
         samples = list(read_samples_lazily(path))[:max_samples]  # contexts stay on disk until an episode reads them
         if not samples:
             raise ValueError(f"{path}: the eval file holds no samples")
+        found[n] = (path, samples)
+    return found
+
+
+def _todo(files: EvalFiles, out: Path, repeats: int) -> tuple[list[tuple[int, LongContextSample, int]], int]:
+    """The (docs, sample, repeat) episodes not finished on disk, and how many there are in all."""
+    todo: list[tuple[int, LongContextSample, int]] = []
+    total = 0
+    for n, (_, samples) in files.items():
         total += len(samples) * repeats
         todo += [(n, s, r) for s in samples for r in range(repeats)
                  if not _is_done(out / "episodes" / str(n) / f"{episode_name(s.index, r)}.json")]
     return todo, total
+
+
+def reported_sizes(out: Path, docs: Iterable[int]) -> list[int]:
+    """The sizes results.md reports: those run now, and those an earlier run finished episodes of in ``out``
+    (a re-run with fewer ``--docs`` rewrote the reports with its sizes only, though the others were on disk)."""
+    folder = out / "episodes"
+    earlier = {int(p.name) for p in folder.iterdir() if p.name.isdigit() and any(p.glob("*.json"))} \
+        if folder.is_dir() else set()
+    return sorted(set(docs) | earlier)
 
 
 def _failed_trajectory(sample: LongContextSample, error: str) -> Trajectory:
@@ -245,9 +271,12 @@ def _write_episode(out: Path, tokenizer: Any, traj: Trajectory, sample: LongCont
 
 async def run_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data_dir: Path, docs: Sequence[int], out: Path,
                    *, max_samples: int | None = None, on_start: Callable[[int, int], None] | None = None,
-                   on_episode: Callable[[], None] | None = None, rollouts: bool = True) -> dict[str, Any]:
-    """Evaluate every (docs, sample) not finished on disk; return the aggregated results.
+                   on_episode: Callable[[], None] | None = None, rollouts: bool = True,
+                   files: EvalFiles | None = None) -> dict[str, Any]:
+    """Evaluate every (docs, sample) not finished on disk; return the aggregated results (of every size with
+    finished episodes in ``out``, :func:`reported_sizes`).
 
+    ``files``: what :func:`read_eval_files` read already (``max_samples`` applied), else it is read here.
     ``rollouts=False`` skips the rollout records (token ids of every conversation: large for long
     contexts). Raises :class:`EngineDeadError` (reports written first) when the engine is gone and
     :class:`AllEpisodesFailedError` when nothing this run attempted finished.
@@ -256,8 +285,8 @@ async def run_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data_dir: P
         raise ValueError(f"max_samples must be >= 1 (or None for all), got {max_samples}")
     workflow = build_workflow(cfg)
     sampling = sampling_params(cfg)
-    files = {n: find_eval_file(data_dir, n) for n in docs}
-    todo, total = _todo(files, out, max_samples, cfg.eval.repeats)
+    files = files if files is not None else read_eval_files(data_dir, docs, max_samples)
+    todo, total = _todo(files, out, cfg.eval.repeats)
     if on_start:
         on_start(total, total - len(todo))
     sem = asyncio.Semaphore(cfg.engine.concurrency)
@@ -288,9 +317,9 @@ async def run_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data_dir: P
     try:
         await gather_cancelling(one(n, s, r) for n, s, r in todo)
     except EngineDeadError:
-        aggregate(cfg, out, list(files))  # what finished stays reported
+        aggregate(cfg, out, reported_sizes(out, files))  # what finished stays reported
         raise
-    results = aggregate(cfg, out, list(files))
+    results = aggregate(cfg, out, reported_sizes(out, files))
     if todo and len(errors) == len(todo):
         raise AllEpisodesFailedError(f"all {len(todo)} episodes of this run failed; the first: {errors[0]}")
     return results

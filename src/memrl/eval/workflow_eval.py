@@ -36,11 +36,10 @@ WORKFLOW_EVAL_OUTPUTS = ("eval_config.yaml", "episodes", "failures", ROLLOUTS, "
 async def run_workflow_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, workflow: Workflow, out: Path, *,
                             on_start: Callable[[int, int], None] | None = None,
                             on_episode: Callable[[], None] | None = None, rollouts: bool = True,
-                            max_samples: int | None = None) -> dict[str, Any]:
-    """Run every (sample, repeat) not finished yet (of the first ``max_samples`` samples), then summarise them."""
-    samples = samples_of(workflow, "eval")[:max_samples]
-    if not samples:
-        raise ValueError(f"no eval samples: {workflow.data_source(cfg, 'eval')}")
+                            max_samples: int | None = None, samples: list[Any] | None = None) -> dict[str, Any]:
+    """Run every (sample, repeat) not finished yet (of the first ``max_samples`` samples, or of ``samples``
+    read by :func:`eval_samples`), then summarise them."""
+    samples = samples if samples is not None else eval_samples(cfg, workflow, max_samples)
     repeats, base = cfg.eval.repeats, sampling_params(cfg)
     todo = [(i, r) for i in range(len(samples)) for r in range(repeats)
             if finished_episode(out / "episodes" / f"{episode_name(i, r)}.json") is None]
@@ -71,6 +70,14 @@ async def run_workflow_eval(cfg: MemRLConfig, engine: Engine, tokenizer: Any, wo
         error = json.loads(last.read_text(encoding="utf-8"))["error"]
         raise AllEpisodesFailedError(f"all {results['failed']} episodes failed (last: {error})")
     return results
+
+
+def eval_samples(cfg: MemRLConfig, workflow: Workflow, max_samples: int | None = None) -> list[Any]:
+    """The first ``max_samples`` eval samples of ``workflow``; none at all is an error."""
+    samples = samples_of(workflow, "eval")[:max_samples]
+    if not samples:
+        raise ValueError(f"no eval samples: {workflow.data_source(cfg, 'eval')}")
+    return samples
 
 
 def _finished(out: Path, name: str, traj: Trajectory, seconds: float, tokenizer: Any) -> None:

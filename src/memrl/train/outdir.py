@@ -3,23 +3,40 @@
 ``atomic_dir`` alone keeps an existing target (it assumes a racing writer
 produced the same thing), so exporting step 30 over an export of step 10 used
 to leave step 10's weights in place and still report success.
+
+``--force`` replaces an earlier export only: ``export RUN --out OTHER --force`` used to delete
+OTHER whatever it held (another training run, a folder with the user's notes). An export
+records what it wrote in ``.memrl-output`` (:mod:`memrl.data.outdir`, owner ``memrl export``);
+a folder exported before that record existed is recognised by holding model files only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
+import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from memrl.data.outdir import check_writable_dir
-from memrl.io.atomic import atomic_dir
+from memrl.data.outdir import MANIFEST, check_writable_dir, record_outputs, recorded_owners
+from memrl.data.runlock import LOCK_NAME
+from memrl.io.atomic import atomic_dir, temp_target
+
+EXPORTED_BY = "memrl export"  # the manifest's owner of a model folder (export, sft, rft and the demo's)
+# What a Hugging Face model folder holds (save_pretrained of a model and its tokenizer), and the demo's report:
+# a folder of these only, with config.json, is taken for an export made before exports kept a manifest.
+MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json",
+               "pytorch_model*.bin", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+               "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt", "tokenizer.model", "spiece.model",
+               "chat_template.jinja", "chat_template.json", "warm_check.json")
 
 
 def check_target(out: Path, force: bool, inputs: Iterable[Path] = ()) -> None:
-    """Refuse a file, a non-empty folder unless ``force`` (it will then be replaced as a whole), and a
-    folder whose replacement would destroy what the command reads or where the user stands.
+    """Refuse a file, a non-empty folder unless ``force`` (it will then be replaced as a whole; only an earlier
+    export may be, :func:`check_replaceable`), and a folder whose replacement would destroy what the command
+    reads or where the user stands.
 
     ``--out . --force`` once emptied the working directory (input run included) and wrote nothing, and
     ``export RUN --out RUN --force`` replaced the run it exported with the model.
@@ -36,9 +53,41 @@ def check_target(out: Path, force: bool, inputs: Iterable[Path] = ()) -> None:
                              "choose another folder")
         if source in target.parents and target.is_dir() and any(target.iterdir()):
             raise ValueError(f"--out {out} is inside the input {given} and not empty; choose another folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise ValueError(f"--out {out} is not empty; choose a new folder, or pass --force to replace it")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise ValueError(f"--out {out} is not empty; choose a new folder, or pass --force to replace it")
+        check_replaceable(out)
     check_writable_dir(out)  # a read-only place fails now, not after the model is loaded and merged
+
+
+def check_replaceable(out: Path) -> None:
+    """Refuse, in one line, to let ``--force`` replace a folder that is not an earlier export: a training run,
+    an eval folder, another command's outputs, or one holding anything memrl did not write."""
+    if (out / "checkpoints").is_dir() or (out / "metrics.jsonl").is_file():
+        raise ValueError(f"--out {out} is a training run (it holds checkpoints/ or metrics.jsonl); --force replaces "
+                         "only an earlier export: choose another --out")
+    if (out / "eval_config.yaml").is_file():
+        raise ValueError(f"--out {out} is a memrl eval folder (it holds eval_config.yaml); --force replaces only an "
+                         "earlier export: choose another --out")
+    owners = recorded_owners(out)
+    legacy = owners is None and (out / "config.json").is_file()  # an export from before exports kept a manifest
+    for name in sorted(n for n in os.listdir(out) if n not in (MANIFEST, LOCK_NAME)):
+        if legacy and any(fnmatch.fnmatch(name, pattern) for pattern in MODEL_FILES):
+            continue
+        wrote = set() if owners is None else owners.get(name) or owners.get(temp_target(name) or "") or set()
+        if EXPORTED_BY in wrote:
+            continue
+        if wrote:
+            raise ValueError(f"--out {out}: --force refuses to replace it: it holds {name!r}, which "
+                             f"{' and '.join(sorted(wrote))} wrote, not an export; choose another --out")
+        raise ValueError(f"--out {out}: --force refuses to replace it: it holds {name!r}, which memrl did not "
+                         "write; remove it yourself or choose another --out")
+
+
+def mark_export(folder: Path) -> None:
+    """Record every entry of a model folder about to become ``--out`` as an export's, so that a later
+    ``--force`` may replace it (and nothing else)."""
+    record_outputs(folder, [n for n in os.listdir(folder) if n != MANIFEST], by=EXPORTED_BY)
 
 
 @contextlib.contextmanager

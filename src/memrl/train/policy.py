@@ -118,7 +118,7 @@ def export_model(model: Any, tokenizer: Any, out: Path, *, force: bool = False,
     ``extra_files`` (name -> text) land in the folder in the same atomic step, so a crash never leaves
     the model without them.
     """
-    from memrl.train.outdir import check_target, replacing_dir
+    from memrl.train.outdir import check_target, mark_export, replacing_dir
 
     check_target(out, force)
     if is_peft(model):
@@ -130,4 +130,5 @@ def export_model(model: Any, tokenizer: Any, out: Path, *, force: bool = False,
         tokenizer.save_pretrained(tmp)
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text)
+        mark_export(tmp)  # what a later --force may replace
     return out

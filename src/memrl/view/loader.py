@@ -103,6 +103,21 @@ def get_tokenizer(spec: str | None, warn: Warn) -> Any | None:
     return _TOKENIZERS[spec]
 
 
+def require_tokenizer(spec: str) -> Any:
+    """A tokenizer named with ``--tokenizer``, loaded now (and kept for :func:`get_tokenizer`): one asked for
+    by name that fails is the user's mistake, an error in one line, not a warning and a page without tokens."""
+    from memrl.models.resolve import load_tokenizer
+
+    if _TOKENIZERS.get(spec) is None:
+        try:
+            _TOKENIZERS[spec] = load_tokenizer(spec)
+        except Exception as exc:  # noqa: BLE001 - whatever transformers raises, told in one line
+            said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            said = said.removeprefix(f"{spec}: ")  # memrl's own messages start with the path
+            raise ValueError(f"--tokenizer {spec}: {said}") from None
+    return _TOKENIZERS[spec]
+
+
 def eval_tokenizer_spec(out: Path) -> str | None:
     """The same for an eval folder, from the settings it was written with (``eval_config.yaml``)."""
     return _spec_of(out / "eval_config.yaml")
