@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from memrl.cli.common import counted
 from memrl.cli.errors import user_errors
 from memrl.cli.progress import busy, progress
 from memrl.io.atomic import atomic_write
@@ -201,6 +202,6 @@ def synth(
 def _finish(out: Path, reports: list[FileReport], console: Console) -> None:
     _write_token_report(out / "token_report.json", reports)
     Console(width=None if sys.stdout.isatty() else 120).print(report_table(reports))
-    console.print(f"wrote {len(reports)} file{'s' if len(reports) != 1 else ''} and token_report.json to {out}")
+    console.print(f"wrote {counted(len(reports), 'file')} and token_report.json to {out}")
 __import__("memrl.cli.data_ruler", fromlist=["register"]).register(app)  # memrl data ruler
 __import__("memrl.cli.data_filter", fromlist=["register"]).register(app)  # memrl data filter

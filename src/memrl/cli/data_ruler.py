@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from memrl.cli.common import counted
 from memrl.cli.errors import user_errors
 from memrl.io.atomic import atomic_write
 from memrl.data.outdir import check_writable_dir, record_outputs
@@ -243,7 +244,7 @@ def _finish(out: Path, reports: list[Any], counter: Any, console: Console) -> No
         json.dump([r.to_dict() for r in reports], fh, indent=2)
         fh.write("\n")
     Console(width=None if sys.stdout.isatty() else 120).print(_report_table(reports, counter.name))
-    console.print(f"wrote {len(reports)} files and {REPORT} to {out}")
+    console.print(f"wrote {counted(len(reports), 'file')} and {REPORT} to {out}")
 
 
 def register(app: typer.Typer) -> None:
