@@ -15,6 +15,10 @@ class ActorDied(Exception):
     """Ray's RayActorError."""
 
 
+class GetTimeout(Exception):
+    """Ray's GetTimeoutError."""
+
+
 class Ref:
     def __init__(self, make: Callable[[], Any]) -> None:
         self.make = make
@@ -39,14 +43,20 @@ async def _forever() -> None:
 
 
 class FakeActor:
-    """One incarnation of a replica: ``mode`` is ok, broken (raises), hung, dead, or unscheduled (never starts)."""
+    """One incarnation of a replica: ``mode`` is ok, broken (raises), hung (in generate), stuck (in every call but
+    its start: a stopped process), dead, or unscheduled (never starts)."""
 
     def __init__(self, slot: int, incarnation: int, mode: str) -> None:
         self.slot, self.incarnation, self.mode = slot, incarnation, mode
         self.generate = Method(self._generate)
         self.pid = Method(self._pid)
         self.load_weights = Method(self._load)
+        self.sleep = self.wake = Method(self._memory)
         self.loaded: list[Any] = []
+
+    async def _memory(self) -> None:
+        if self.mode == "stuck":
+            await _forever()
 
     async def _pid(self) -> int:
         if self.mode == "unscheduled":
@@ -54,6 +64,8 @@ class FakeActor:
         return 1000 + self.slot
 
     async def _load(self, weights: Any) -> int:
+        if self.mode == "stuck":
+            await _forever()
         if self.mode == "dead":
             raise ActorDied(f"replica {self.slot} died")
         self.loaded.append(weights)
@@ -63,7 +75,7 @@ class FakeActor:
         await asyncio.sleep(0)
         if self.mode == "dead":
             raise ActorDied(f"replica {self.slot} died")
-        if self.mode == "hung":
+        if self.mode in ("hung", "stuck"):
             await _forever()
         if self.mode == "broken" or prompt_ids == [666]:
             raise RuntimeError(f"replica {self.slot}: CUDA error: an illegal memory access")
@@ -79,7 +91,7 @@ class FakeRay:
         self.incarnations: dict[int, int] = {}
         self.spawned: list[FakeActor] = []
         self.killed: list[FakeActor] = []
-        self.exceptions = types.SimpleNamespace(RayActorError=ActorDied)
+        self.exceptions = types.SimpleNamespace(RayActorError=ActorDied, GetTimeoutError=GetTimeout)
 
     def remote(self, *args: Any) -> Any:
         """``ray.remote(cls)`` gives the actor class (this object); ``cls.options(...).remote(...)`` an actor."""
@@ -95,8 +107,17 @@ class FakeRay:
     def put(self, value: Any) -> Any:
         return value
 
-    def get(self, refs: Any) -> Any:
-        return [r.result() for r in refs] if isinstance(refs, list) else refs.result()
+    def get(self, refs: Any, timeout: float | None = None) -> Any:
+        many = isinstance(refs, list)
+
+        async def values() -> Any:
+            out = [await r for r in (refs if many else [refs])]
+            return out if many else out[0]
+
+        try:
+            return asyncio.run(asyncio.wait_for(values(), timeout))
+        except asyncio.TimeoutError:
+            raise GetTimeout() from None
 
     def kill(self, actor: FakeActor) -> None:
         self.killed.append(actor)

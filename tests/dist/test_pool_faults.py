@@ -122,3 +122,24 @@ def test_weight_sync_replaces_a_dead_replica_with_the_new_weights(monkeypatch):
     assert torch.equal(new.loaded[-1]["w"], torch.ones(2))  # started from the weights being synced
     assert torch.equal(fake.spawned[1].loaded[-1]["w"], torch.ones(2))
     assert sorted(r.token_ids[0] for r in calls(pool, 4)) == [0, 0, 1, 1]
+
+
+@pytest.mark.timeout(30)
+def test_a_replica_stuck_in_weight_sync_is_replaced_within_the_timeout(monkeypatch):
+    """A stopped replica process (SIGSTOP) held the sync until Ray's own watchdog, minutes later."""
+    import torch
+
+    fake = FakeRay(lambda slot, n: "stuck" if (slot, n) == (0, 0) else "ok")
+    pool = fake_pool(monkeypatch, fake, 2, call_timeout_s=0.3, warn=lambda m: None)
+    t0 = time.monotonic()
+    asyncio.run(pool.update_weights({"w": torch.ones(2)}))
+    assert time.monotonic() - t0 < 5 and pool.restarts == 1 and fake.spawned[0] in fake.killed
+    assert torch.equal(fake.spawned[-1].loaded[-1]["w"], torch.ones(2)) and pool.stats()["replicas"] == 2
+
+
+@pytest.mark.timeout(30)
+def test_a_replica_stuck_in_sleep_stops_the_run_in_one_line(monkeypatch):
+    fake = FakeRay(lambda slot, n: "stuck" if slot == 1 else "ok")
+    pool = fake_pool(monkeypatch, fake, 2, call_timeout_s=0.3, warn=lambda m: None)
+    with pytest.raises(EngineDeadError, match=r"did not release its accelerator memory within 0\.3 s"):
+        pool.sleep()

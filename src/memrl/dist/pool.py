@@ -31,6 +31,10 @@ async def _awaitable(ref: Any) -> Any:
     return await ref
 
 
+class _Hung(Exception):
+    """A replica that did not answer a weight-sync call in time (a stopped process, a wedged device)."""
+
+
 class _Replica:
     """One engine in its own process, built by its kind's ``replica`` builder (``memrl.engines.hosted``): an HF
     engine, or vLLM (tensor-parallel over the actor's GPUs)."""
@@ -53,11 +57,11 @@ class _Replica:
         await self.engine.update_weights(weights)
         return len(weights)
 
-    def join_sync(self, host: str, port: int, rank: int, world: int, backend: str) -> None:
+    def join_sync(self, host: str, port: int, rank: int, world: int, backend: str, timeout_s: float = 300.0) -> None:
         from memrl.dist.weight_sync import SyncGroup
 
         self.leave_sync()
-        self.sync = SyncGroup(host, port, rank, world, backend, device=self.device)
+        self.sync = SyncGroup(host, port, rank, world, backend, device=self.device, timeout_s=timeout_s)
 
     async def receive_weights(self, layout: list[Any], bucket_mb: float) -> int:
         weights = self.sync.receive(layout, bucket_mb)  # blocks this actor until rank 0 has sent everything
@@ -92,8 +96,9 @@ class _Replica:
 class RayEnginePool:
     """R engine replicas as Ray actors; least-outstanding-requests routing; restart and retry on death.
 
-    Every call to a replica is bounded (``call_timeout_s`` + ``timeout_per_token_s`` per requested token), and
-    so is the wait for a replacement: one that the cluster has no room for (a node was lost and no other has
+    Every call to a replica is bounded (``call_timeout_s`` + ``timeout_per_token_s`` per requested token; a
+    weight load, sleep, wake or group join by ``call_timeout_s``: a replica that misses it is replaced like
+    a dead one, or stops the run when the call has no replacement path), and so is the wait for a replacement: one that the cluster has no room for (a node was lost and no other has
     spare resources) is given up with one warning and the run goes on with the other replicas, so a step and
     the first SIGTERM's "finishing the current step" always end. Replica health: see :mod:`memrl.dist.replicas`.
     """
@@ -275,13 +280,15 @@ class RayEnginePool:
                     sent = err
             else:
                 refs = [a.load_weights.remote(self._weights) for a in actors]
-            results = await asyncio.gather(*refs, return_exceptions=True)
-            dead = [i for i, r in enumerate(results) if isinstance(r, self._errors())]
+            results = await asyncio.gather(*(self._bounded(r) for r in refs), return_exceptions=True)
+            dead = [i for i, r in enumerate(results) if isinstance(r, (*self._errors(), _Hung))]
             other = [r for r in results if isinstance(r, BaseException) and not isinstance(r, self._errors())]
             if other and not (sent is not None or dead):
                 raise other[0]
             for k in dead:  # a replacement starts from the latest weights
-                await self._replace(live[k], actors[k])
+                why = (f"it did not take the weights within {self.call_timeout_s:g} s (engine.timeout_s)"
+                       if isinstance(results[k], _Hung) else "it died")
+                await self._replace(live[k], actors[k], why)
             if sent is not None or other:
                 self._group_members = []  # re-form the group on the next attempt
                 continue
@@ -290,6 +297,25 @@ class RayEnginePool:
         else:
             raise RuntimeError(f"weight sync failed {self.retries + 1} times in a row")
         self.last_sync_s = time.perf_counter() - t0
+
+    async def _bounded(self, ref: Any) -> Any:
+        """``ref``'s value, or :class:`_Hung` (raised) after ``call_timeout_s``."""
+        try:
+            return await asyncio.wait_for(_awaitable(ref), self.call_timeout_s)
+        except asyncio.TimeoutError:
+            with contextlib.suppress(Exception):
+                self._ray.cancel(ref)
+            raise _Hung() from None
+
+    def _get_all(self, refs: list[Any], what: str) -> Any:
+        """``ray.get(refs)`` within ``call_timeout_s``; a replica that hangs there stops the run in one line."""
+        from memrl.engines.base import EngineDeadError
+
+        try:
+            return self._ray.get(refs, timeout=self.call_timeout_s)
+        except self._ray.exceptions.GetTimeoutError:
+            raise EngineDeadError(f"a rollout replica did not {what} within {self.call_timeout_s:g} s "
+                                  "(engine.timeout_s); stopping the run") from None
 
     def _open_group(self, actors: list[Any]) -> None:
         """(Re-)form the broadcast group: trainer rank 0, replica i rank i+1."""
@@ -301,17 +327,24 @@ class RayEnginePool:
         host = self._ray.util.get_node_ip_address()
         port = free_port()
         world = len(actors) + 1
-        refs = [a.join_sync.remote(host, port, i + 1, world, self.sync_backend) for i, a in enumerate(actors)]
+        from memrl.engines.base import EngineDeadError
+
+        t = self.call_timeout_s
+        refs = [a.join_sync.remote(host, port, i + 1, world, self.sync_backend, t) for i, a in enumerate(actors)]
         device = "cuda" if self.sync_backend == "nccl" else "cpu"
-        self._group = SyncGroup(host, port, 0, world, self.sync_backend, device=device)
-        self._ray.get(refs)
+        try:
+            self._group = SyncGroup(host, port, 0, world, self.sync_backend, device=device, timeout_s=t)
+        except Exception as err:  # noqa: BLE001 - a member that never joined (hung, or gone while joining)
+            raise EngineDeadError(f"the weight-sync group of {len(actors)} rollout replica(s) did not form within "
+                                  f"{t:g} s (engine.timeout_s; {type(err).__name__}); stopping the run") from None
+        self._get_all(refs, "join the weight-sync group")
         self._group_members = list(actors)
 
     def sleep(self) -> None:
-        self._ray.get([a.sleep.remote() for a in self.live_actors()])
+        self._get_all([a.sleep.remote() for a in self.live_actors()], "release its accelerator memory")
 
     def wake(self) -> None:
-        self._ray.get([a.wake.remote() for a in self.live_actors()])
+        self._get_all([a.wake.remote() for a in self.live_actors()], "take its accelerator memory back")
 
     def stats(self) -> dict[str, float]:
         return {"replicas": float(len(self.slots.live())), "replica_restarts": float(self.restarts),
