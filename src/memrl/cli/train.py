@@ -28,7 +28,7 @@ def train_cmd(
     Scale out with cluster.rollout_replicas=R (Ray engine actors; cluster.address=auto joins a running
     Ray cluster) and cluster.trainers=W (data-parallel ranks; or launch under torchrun).
     """
-    from memrl.dist.launch import train
+    from memrl.dist.launch import RankDiedError, train
     from memrl.engines.base import EngineDeadError
     from memrl.train.guards import NothingTrainableError, RunFinished
     from memrl.train.signals import TrainingInterrupted
@@ -50,7 +50,7 @@ def train_cmd(
     except EngineDeadError as err:
         _fail(f"error: the engine died, stopping the run: {err} (metrics and checkpoints so far are in "
               f"{cfg.trainer.output_dir})", 1)
-    except (NothingTrainableError, NonFiniteLossError) as err:
+    except (NothingTrainableError, NonFiniteLossError, RankDiedError) as err:
         _fail(f"error: {err}", 1)
     if "reward" not in last:  # every episode of the last step failed: not a run to call done
         _fail(f"error: step {step} finished but none of its episodes completed "

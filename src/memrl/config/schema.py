@@ -251,6 +251,10 @@ class ClusterConfig(Section):
     strategy: Literal["ddp", "fsdp"] = Field("ddp", description="ddp: every rank holds the whole model and "
                                              "gradients are all-reduced; fsdp: FSDP2 shards weights, gradients "
                                              "and optimizer state layer by layer (models that do not fit per rank).")
+    collective_timeout_s: Finite = Field(3600.0, gt=0, description="How long a trainer rank waits in a collective "
+                                         "before the run fails: the other ranks wait for rank 0's rollouts in one, "
+                                         "so it must exceed a step's rollout; a rank that hangs is found after it "
+                                         "(torch's default: 30 min with gloo, 10 with NCCL).")
     backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="auto: NCCL with CUDA, else gloo.")
     weight_sync: Literal["object_store", "collective"] = Field(
         "object_store", description="How replicas get new weights: object_store (one CPU copy in Ray's store, "

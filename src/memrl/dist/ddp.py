@@ -11,6 +11,7 @@ every rank, keeping the replicas of the weights equal.
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,11 +37,14 @@ class DistContext:
         return self.world > 1
 
     @classmethod
-    def from_env(cls, backend: str = "auto", group_of_one: bool = False) -> DistContext:
+    def from_env(cls, backend: str = "auto", group_of_one: bool = False,
+                 timeout_s: float | None = None) -> DistContext:
         """Join the process group described by RANK/WORLD_SIZE (torchrun or ``memrl train``'s launcher).
 
         ``group_of_one``: under torchrun with one process, still create the group
-        (FSDP needs one; a one-GPU run of the sharded path checks it end to end).
+        (FSDP needs one; a one-GPU run of the sharded path checks it end to end). ``timeout_s``: how long a
+        collective waits (``cluster.collective_timeout_s``); the other ranks wait for rank 0's rollouts in
+        one, which NCCL's default 10 minutes would cut short.
         """
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1 and not (group_of_one and "WORLD_SIZE" in os.environ):
@@ -50,7 +54,8 @@ class DistContext:
                 backend = "nccl" if torch.cuda.is_available() else "gloo"
             if backend == "nccl":  # one GPU per rank; NCCL and FSDP's device mesh use the current device
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-            dist.init_process_group(backend=backend)
+            timeout = None if timeout_s is None else datetime.timedelta(seconds=timeout_s)
+            dist.init_process_group(backend=backend, timeout=timeout)
         return cls(dist.get_rank(), dist.get_world_size())
 
     def broadcast(self, obj: Any) -> Any:

@@ -167,7 +167,8 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
     cfg, wf = run_workflow(cfg, workflow)
     check_config(cfg, wf, has_samples=train is not None)
     quiet_hub_progress()
-    dist = DistContext.from_env(cfg.cluster.backend, group_of_one=cfg.cluster.strategy == "fsdp")
+    dist = DistContext.from_env(cfg.cluster.backend, group_of_one=cfg.cluster.strategy == "fsdp",
+                                timeout_s=cfg.cluster.collective_timeout_s)
     run_dir = Path(cfg.trainer.output_dir)
     from rich.console import Console
 
