@@ -176,3 +176,52 @@ def test_replay_flags_need_their_papers_protocol(tmp_path, hotpot_file, args, fl
     r = CliRunner().invoke(app, ["data", "synth", "-i", str(hotpot_file), "-d", "50", "-o", str(tmp_path), *args])
     assert r.exit_code == 2 and flag in r.output and "--protocol" in r.output, r.output
     assert not list(tmp_path.iterdir())
+
+
+_REAL_RUN = """
+import json, os, random, sys, types, importlib.util
+for name in ("dill", "uvloop"):  # the executor's optional speedups; rich, tqdm and the process pool are real
+    m = types.ModuleType(name)
+    m.install, m.dumps, m.loads = (lambda: None), (lambda f: b""), (lambda b: None)
+    sys.modules[name] = m
+tr = types.ModuleType("transformers")
+tr.AutoTokenizer = types.SimpleNamespace(from_pretrained=lambda *a, **k: (lambda texts: {"input_ids": [[0]] * len(texts)}))
+sys.modules["transformers"] = tr
+rows = json.load(open(sys.argv[2]))
+ds = types.ModuleType("datasets")
+ds.load_dataset = lambda *a, **k: {"dev": rows}
+sys.modules["datasets"] = ds
+sys.path.insert(0, sys.argv[1])
+spec = importlib.util.spec_from_file_location("process_test", os.path.join(sys.argv[1], "process_test.py"))
+script = importlib.util.module_from_spec(spec)
+sys.modules["process_test"] = script
+spec.loader.exec_module(script)
+assert "rich.style" not in sys.modules
+random.seed(3)
+qas, docs = script.read_dataset("hotpotqa")
+os.chdir(sys.argv[3])
+picks = {n: [j["index"] for j in script.generate_dataset(3, "eval_%d" % n, "hotpotqa", incremental=n, qas=qas, docs=docs)]
+         for n in (50, 100, 200)}
+print("PICKS " + json.dumps(picks))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_question_picks_equal_the_real_scripts_run_with_its_process_pool_and_rich(tmp_path, rows):
+    """The script itself in a fresh process (rich not yet loaded), its real TqdmExecutor forking workers."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("rich")
+    pytest.importorskip("tqdm")
+    require_originals()
+    from memrl.data.rememr1_synth import question_picks
+
+    (tmp_path / "rows.json").write_text(json.dumps([to_flashrag(r) for r in rows]))
+    (tmp_path / "run.py").write_text(_REAL_RUN)
+    out = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(REMEMR1_DATA), str(tmp_path / "rows.json"),
+                          str(tmp_path)], capture_output=True, text=True, timeout=240)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("PICKS ")), None)
+    assert line, out.stderr[-2000:]
+    theirs = {int(n): v for n, v in json.loads(line[6:]).items()}
+    assert theirs == question_picks(len(rows), [50, 100, 200], seed=3, n_subset=3)
