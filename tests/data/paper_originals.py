@@ -123,6 +123,29 @@ def original_module(path: Path, flashrag_rows: Any = None, *, paper: str = "", s
                 sys.modules[name] = mod
 
 
+# The start of a script that runs an original unmodified in a fresh process (so ``rich`` is not loaded yet):
+# only what this environment lacks is stood in for; its executor forks real workers.
+REAL_RUN_PRELUDE = """
+import json, os, random, sys, types, importlib.util
+for name in ("dill", "uvloop"):  # the executor's optional speedups; rich, tqdm and the process pool are real
+    m = types.ModuleType(name)
+    m.install, m.dumps, m.loads = (lambda: None), (lambda f: b""), (lambda b: None)
+    sys.modules[name] = m
+tr = types.ModuleType("transformers")
+tr.AutoTokenizer = types.SimpleNamespace(from_pretrained=lambda *a, **k: (lambda texts: {"input_ids": [[0]] * len(texts)}))
+sys.modules["transformers"] = tr
+"""
+
+
+def run_real(tmp_path: Path, script: str, *args: str) -> Any:
+    """``script`` run by this interpreter in a fresh process (its file in ``tmp_path``); the finished process."""
+    import subprocess
+
+    path = tmp_path / "run_original.py"
+    path.write_text(script)
+    return subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=240)
+
+
 def to_flashrag(rec: dict[str, Any]) -> dict[str, Any]:
     """An official HotpotQA row in FlashRAG's layout (what ReMemR1's script reads from the hub)."""
     return {

@@ -18,7 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from memrl.cli.main import app
-from tests.data.paper_originals import MEMAGENT_DATA, ORIGINALS, original_module, require_originals
+from tests.data.paper_originals import (MEMAGENT_DATA, ORIGINALS, REAL_RUN_PRELUDE, original_module, require_originals,
+                                       run_real)
 
 SIZES = [50, 200, 600, 700]  # the pool of the 53 questions has 521 paragraphs: 600 and 700 take all of it
 
@@ -200,15 +201,7 @@ def test_src_holds_none_of_the_scripts_text():
             assert text not in literals and text not in code, f"{path} holds the original's text {text!r}"
 
 
-_REAL_RUN = """
-import json, os, random, sys, types, importlib.util
-for name in ("dill", "uvloop"):  # the executor's optional speedups; rich, tqdm and the process pool are real
-    m = types.ModuleType(name)
-    m.install, m.dumps, m.loads = (lambda: None), (lambda f: b""), (lambda b: None)
-    sys.modules[name] = m
-tr = types.ModuleType("transformers")
-tr.AutoTokenizer = types.SimpleNamespace(from_pretrained=lambda *a, **k: (lambda texts: {"input_ids": [[0]] * len(texts)}))
-sys.modules["transformers"] = tr
+_REAL_RUN = REAL_RUN_PRELUDE + """
 sys.modules["pandas"] = types.ModuleType("pandas")
 os.cpu_count = lambda: 1  # one worker: the only run whose whole-pool samples do not depend on scheduling
 sys.path.insert(0, sys.argv[1])
@@ -226,17 +219,12 @@ for n in (600, 700):
 @pytest.mark.timeout(300)
 def test_whole_pool_files_equal_the_real_scripts_run_with_one_worker(tmp_path, hotpot_file):
     """No draw at N >= pool: the unmodified script with its real process pool (one worker) writes memrl's bytes."""
-    import subprocess
-    import sys
-
     pytest.importorskip("rich")
     pytest.importorskip("tqdm")
     require_originals()
     gold = tmp_path / "gold"
     gold.mkdir()
-    (tmp_path / "run.py").write_text(_REAL_RUN)
-    out = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(MEMAGENT_DATA), str(hotpot_file), str(gold)],
-                         capture_output=True, text=True, timeout=240)
+    out = run_real(tmp_path, _REAL_RUN, str(MEMAGENT_DATA), str(hotpot_file), str(gold))
     assert out.returncode == 0, out.stderr[-2000:]
     r = _synth(["-i", str(hotpot_file), "-d", "700,600", "-o", str(tmp_path / "out")], ORIGINALS / "memagent")
     assert r.exit_code == 0, r.output

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from memrl.cli.main import app
 from memrl.data.rememr1_synth import SCRIPT_SIZES
-from tests.data.paper_originals import ORIGINALS, REMEMR1_DATA, original_module, require_originals, to_flashrag
+from tests.data.paper_originals import (ORIGINALS, REAL_RUN_PRELUDE, REMEMR1_DATA, original_module, require_originals,
+                                       run_real, to_flashrag)
 
 
 def _golden(rows, out: Path, sizes: list[int], n_subset: int, source: str = "hotpotqa",
@@ -178,15 +179,7 @@ def test_replay_flags_need_their_papers_protocol(tmp_path, hotpot_file, args, fl
     assert not list(tmp_path.iterdir())
 
 
-_REAL_RUN = """
-import json, os, random, sys, types, importlib.util
-for name in ("dill", "uvloop"):  # the executor's optional speedups; rich, tqdm and the process pool are real
-    m = types.ModuleType(name)
-    m.install, m.dumps, m.loads = (lambda: None), (lambda f: b""), (lambda b: None)
-    sys.modules[name] = m
-tr = types.ModuleType("transformers")
-tr.AutoTokenizer = types.SimpleNamespace(from_pretrained=lambda *a, **k: (lambda texts: {"input_ids": [[0]] * len(texts)}))
-sys.modules["transformers"] = tr
+_REAL_RUN = REAL_RUN_PRELUDE + """
 rows = json.load(open(sys.argv[2]))
 ds = types.ModuleType("datasets")
 ds.load_dataset = lambda *a, **k: {"dev": rows}
@@ -209,18 +202,13 @@ print("PICKS " + json.dumps(picks))
 @pytest.mark.timeout(300)
 def test_question_picks_equal_the_real_scripts_run_with_its_process_pool_and_rich(tmp_path, rows):
     """The script itself in a fresh process (rich not yet loaded), its real TqdmExecutor forking workers."""
-    import subprocess
-    import sys
-
     pytest.importorskip("rich")
     pytest.importorskip("tqdm")
     require_originals()
     from memrl.data.rememr1_synth import question_picks
 
     (tmp_path / "rows.json").write_text(json.dumps([to_flashrag(r) for r in rows]))
-    (tmp_path / "run.py").write_text(_REAL_RUN)
-    out = subprocess.run([sys.executable, str(tmp_path / "run.py"), str(REMEMR1_DATA), str(tmp_path / "rows.json"),
-                          str(tmp_path)], capture_output=True, text=True, timeout=240)
+    out = run_real(tmp_path, _REAL_RUN, str(REMEMR1_DATA), str(tmp_path / "rows.json"), str(tmp_path))
     line = next((x for x in out.stdout.splitlines() if x.startswith("PICKS ")), None)
     assert line, out.stderr[-2000:]
     theirs = {int(n): v for n, v in json.loads(line[6:]).items()}
