@@ -78,8 +78,15 @@ def _stops_say_nothing_kept(out: Path) -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
+DTYPE_OPT = typer.Option("float32", "--dtype", help="Weights while training: float32 (default; AdamW steps of lr "
+                         "1e-5 vanish in bfloat16 weights: 84% of a step's updates were lost on a tiny model), "
+                         "bfloat16, float16 or auto (the model's own; bfloat16 on a GPU).")
+WEIGHT_DECAY_OPT = typer.Option(0.0, "--weight-decay", help="AdamW weight decay (TRL's default 0.0), never on biases "
+                                "and norm weights.")
+
+
 def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: int, lr: float,
-              batch_rows: int, source: Path) -> tuple[int, float]:
+              batch_rows: int, source: Path, dtype: str, weight_decay: float) -> tuple[int, float]:
     """Load ``model``, train it on ``trajs`` and export it to ``out``; (optimizer steps, final loss)."""
     from memrl.cli.common import quiet_hub_progress
     from memrl.models.resolve import load_model, load_tokenizer
@@ -88,10 +95,14 @@ def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: i
 
     quiet_hub_progress()
     tok = load_tokenizer(model)
-    policy = load_model(model)
+    if dtype not in ("float32", "bfloat16", "float16", "auto"):
+        raise ValueError(f"--dtype must be float32, bfloat16, float16 or auto, got {dtype!r}")
+    if not weight_decay >= 0:
+        raise ValueError(f"--weight-decay must be >= 0, got {weight_decay}")
+    policy = load_model(model, dtype)
     _check_vocab(trajs, policy.get_input_embeddings().num_embeddings, model, source)
     with _stops_say_nothing_kept(out):
-        losses = sft(policy, trajs, epochs=epochs, lr=lr, batch_rows=batch_rows,
+        losses = sft(policy, trajs, epochs=epochs, lr=lr, weight_decay=weight_decay, batch_rows=batch_rows,
                      pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
                      on_step=lambda s, v: typer.echo(f"sft step {s}: loss {v:.4f}") if s % 10 == 0 else None)
     export_model(policy, tok, out, force=force)
@@ -111,6 +122,8 @@ def sft_cmd(
     batch_rows: int = typer.Option(32, "--batch-rows", help="Conversations per optimizer step."),
     min_reward: Optional[float] = typer.Option(None, "--min-reward", help="Keep only trajectories with reward >= this "
                                                "(rejection-sampling fine-tuning; see also memrl rft)."),
+    dtype: str = DTYPE_OPT,
+    weight_decay: float = WEIGHT_DECAY_OPT,
 ) -> None:
     """Supervised fine-tuning on trajectories; loss only on model-generated tokens."""
     from memrl.eval.records import read_rollouts
@@ -126,7 +139,7 @@ def sft_cmd(
     if not trajs:
         raise ValueError(f"{trajectories}: no trajectories left to train on")
     steps, loss = _finetune(trajs, model, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
-                            source=trajectories)
+                            source=trajectories, dtype=dtype, weight_decay=weight_decay)
     typer.echo(f"{counted(len(trajs), 'trajectory', 'trajectories')}, {counted(steps, 'step')}, final loss "
                f"{loss:.4f}; model in {out}")
 
@@ -164,6 +177,8 @@ def rft_cmd(
     epochs: int = typer.Option(1, "--epochs", help="Passes over the kept conversations."),
     lr: float = typer.Option(1e-5, "--lr", help="AdamW learning rate."),
     batch_rows: int = typer.Option(32, "--batch-rows", help="Conversations per optimizer step."),
+    dtype: str = DTYPE_OPT,
+    weight_decay: float = WEIGHT_DECAY_OPT,
 ) -> None:
     """Rejection-sampling fine-tuning: SFT on the generated tokens of the episodes that reached --min-reward."""
     from memrl.eval.records import read_rollouts, rollout_paths
@@ -188,5 +203,5 @@ def rft_cmd(
         raise ValueError(f"--min-reward {min_reward:g}: no episode of {rollouts} qualifies with generated tokens "
                          f"(best reward {best if best is None else f'{best:g}'}); lower it or sample more")
     steps, loss = _finetune(kept, base, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
-                            source=rollouts)
+                            source=rollouts, dtype=dtype, weight_decay=weight_decay)
     typer.echo(f"rft: {counted(len(kept), 'episode')}, {counted(steps, 'step')}, final loss {loss:.4f}; model in {out}")

@@ -60,6 +60,10 @@ def record_problem(record: Any, vocab_size: int | None = None) -> tuple[str | No
     if not isinstance(record, dict):
         return None, f"a rollout record is a JSON object, got {_json_type(record)}"
     convs = record.get("conversations")
+    if convs is None and any(k in record for k in ("messages", "prompt", "completion")):
+        return "conversations", ("missing: this is a chat-format row (TRL's messages / prompt-completion); memrl "
+                                 "trains on recorded token-level episodes (memrl train/eval rollouts, "
+                                 "Trajectory.to_dict; docs/reference/rollout-format.md)")
     if not isinstance(convs, list):
         return "conversations", f"must be a list, got {_json_type(convs)}"
     for k, conv in enumerate(convs):

@@ -3,6 +3,13 @@
 Used for warm starts (the demo) and rejection-sampling fine-tuning: keep the
 trajectories you like (e.g. reward 1), train on exactly the tokens the model
 should produce, never on prompts, tool outputs or user turns.
+
+The loss is TRL's SFTTrainer's with ``assistant_only_loss``: summed over the trained targets of an
+optimizer batch and divided by their count (transformers' ``num_items_in_batch``; a generated first
+token is no target, nothing precedes it), so micro-batching changes nothing. AdamW without weight
+decay by default (TRL's 0.0), and when decay is asked for, not on biases and norm weights (as
+transformers excludes them); a constant learning rate: runs here are a few hundred steps on
+trajectories already chosen, where TRL's linear decay to 0 would mostly shorten the run.
 """
 
 from __future__ import annotations
@@ -17,12 +24,18 @@ from memrl.train.batch import Row, collate, micro_batches, rows_from_trajectorie
 from memrl.types import Trajectory
 
 
+def targets(row: Row) -> int:
+    """Trained positions of ``row``: its generated tokens but a first one (no token precedes it to predict it)."""
+    return sum(row.loss_mask[1:])
+
+
 def sft(
     policy: Any,
     trajectories: Sequence[Trajectory],
     *,
     epochs: int = 1,
     lr: float = 1e-4,
+    weight_decay: float = 0.0,
     batch_rows: int = 32,
     micro_batch_tokens: int = 16384,
     pad_id: int = 0,
@@ -32,12 +45,13 @@ def sft(
     """Train ``policy`` in place; returns the mean token loss of each optimizer step."""
     if epochs < 1 or batch_rows < 1 or not lr > 0:
         raise ValueError(f"sft: epochs {epochs} and batch_rows {batch_rows} must be >= 1 and lr {lr} > 0")
-    rows: list[Row] = rows_from_trajectories(trajectories)
+    rows: list[Row] = [r for r in rows_from_trajectories(trajectories) if targets(r)]
     if not rows:
         raise ValueError("no generated tokens to train on")
     device = next(policy.parameters()).device
     params = [p for p in policy.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr)
+    opt = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+                             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}], lr=lr)
     rng = random.Random(seed)
     losses = []
     policy.train()
@@ -47,7 +61,7 @@ def sft(
         rng.shuffle(order)
         for start in range(0, len(order), batch_rows):
             batch_rows_ = [rows[i] for i in order[start: start + batch_rows]]
-            n_tok = sum(r.num_response for r in batch_rows_)
+            n_tok = sum(targets(r) for r in batch_rows_)
             opt.zero_grad(set_to_none=True)
             total = 0.0
             for micro in micro_batches(batch_rows_, micro_batch_tokens):
