@@ -83,3 +83,28 @@ def test_the_factory_probes_only_where_temperature_matters():
         assert off.logprob_definition == "unchecked"
     finally:
         server.shutdown()
+
+
+def test_a_raw_server_is_one_line_from_the_cli_and_filtering_is_noted(tmp_path, capsys):
+    """The refusal reached users as a 53-line traceback; with top-p/top-k a processed server's log-probs are
+    renormalised, which the factory says in one line (as the in-process vLLM engine does)."""
+    from typer.testing import CliRunner
+
+    from memrl.cli.main import app
+
+    data = tmp_path / "eval.jsonl"
+    data.write_text(json.dumps({"context": "The code is 7.", "input": "What is the code?", "answers": ["7"]}) + "\n")
+    raw, scaled = _serve(True), _serve(False)
+    try:
+        url = f"http://127.0.0.1:{raw.server_address[1]}/v1"
+        r = CliRunner().invoke(app, ["eval", "--engine", "openai", "--base-url", url, "--temperature", "0.6",
+                                     "--model", "tiny", "--workflow", "memagent", "--data", str(data),
+                                     "--out", str(tmp_path / "e")])
+        assert r.exit_code == 2 and "Traceback" not in r.output and "raw log-probs" in r.output, r.output
+        ok = f"http://127.0.0.1:{scaled.server_address[1]}/v1"
+        build_engine(load_config(None, ["engine.kind=openai", f"engine.base_url={ok}", "model.path=tiny",
+                                        "sampling.temperature=0.6", "sampling.top_k=20"]))
+        assert "renormalised over the top-k/top-p set" in capsys.readouterr().err
+    finally:
+        raw.shutdown()
+        scaled.shutdown()

@@ -16,6 +16,6 @@ def test_param_translation():
     kw = to_vllm_params(SamplingParams(max_new_tokens=7, temperature=0.7, top_p=0.9, top_k=20, seed=3,
                                        stop_token_ids=(2,)))
     assert kw == {"max_tokens": 7, "temperature": 0.7, "top_p": 0.9, "top_k": 20, "logprobs": 0,
-                  "stop_token_ids": [2], "detokenize": False, "seed": 3}
+                  "stop_token_ids": [2], "ignore_eos": True, "detokenize": False, "seed": 3}
     g = to_vllm_params(SamplingParams(greedy=True, top_k=5, top_p=0.5))
     assert (g["temperature"], g["top_p"], g["top_k"]) == (0.0, 1.0, -1)

@@ -15,6 +15,7 @@ import typer
 
 from memrl.config import ConfigError
 from memrl.data.errors import DataError
+from memrl.engines.base import EngineError
 from memrl.models.resolve import ModelNotFoundError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,7 +29,9 @@ PATH_ERRORS: tuple[type[OSError], ...] = (
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)  # one line too: the trace of a full disk helps nobody
 
-USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DataError, ModelNotFoundError, ValueError, *PATH_ERRORS)
+# EngineError: a server that cannot serve training (raw log-probs, unreachable, refusing): its message says why
+USER_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DataError, ModelNotFoundError, EngineError, ValueError,
+                                                *PATH_ERRORS)
 
 
 def describe(exc: BaseException) -> str:

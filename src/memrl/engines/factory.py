@@ -10,6 +10,7 @@ Heavy backends are imported inside their builders, so registering costs nothing 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -157,6 +158,10 @@ def _openai(cfg: MemRLConfig, model: Any = None) -> Engine:
     temperature = cfg.sampling.temperature
     if cfg.engine.logprob_check and temperature not in (0.0, 1.0):
         engine.check_logprobs(temperature)
+    if temperature != 0.0 and (cfg.sampling.top_p < 1.0 or cfg.sampling.top_k > 0):
+        from memrl.engines.vllm_args import filtering_notice  # a vLLM server's processed log-probs, as in-process
+
+        print(filtering_notice("processed_logprobs", cfg.sampling.top_p, cfg.sampling.top_k), file=sys.stderr)
     return engine
 
 

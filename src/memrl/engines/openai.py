@@ -119,9 +119,17 @@ class OpenAIEngine:
             "return_tokens_as_token_ids": True,
             "return_token_ids": True,
             "skip_special_tokens": False,
+            # every sampling field a server could fill from the model's generation_config.json (vLLM: "user ->
+            # server default -> OpenAI default"; Qwen2.5 ships top_k=20, repetition_penalty=1.05) is sent, so
+            # the distribution sampled is the one the trainer scores; the stops are the request's own, as the
+            # hf engine's (a server would otherwise stop at EOS too)
+            "top_k": params.top_k if (params.top_k > 0 and not params.is_greedy) else -1,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "ignore_eos": True,
         }
-        if params.top_k > 0 and not params.is_greedy:
-            body["top_k"] = params.top_k
         if params.stop_token_ids:
             body["stop_token_ids"] = list(params.stop_token_ids)
         if params.seed is not None:

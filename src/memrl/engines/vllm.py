@@ -61,6 +61,7 @@ def to_vllm_params(params: SamplingParams) -> dict[str, Any]:
         "top_k": params.top_k if (params.top_k > 0 and not greedy) else -1,
         "logprobs": 0,
         "stop_token_ids": list(params.stop_token_ids),
+        "ignore_eos": True,  # the request's stops only, as the hf engine (vLLM would add the model's EOS)
         "detokenize": False,
     }
     if params.seed is not None:
