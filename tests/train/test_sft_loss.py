@@ -42,7 +42,8 @@ def test_weight_decay_spares_biases_and_norm_weights():
     runs = {}
     for wd in (0.0, 0.5):
         policy = load_model("tiny", "float32", "cpu")
-        sft(policy, [traj([5, 6, 7, 8, 9], [0, 0, 1, 1, 1])], lr=1e-2, weight_decay=wd, batch_rows=1)
+        sft(policy, [traj([5, 6, 7, 8, 9], [0, 0, 1, 1, 1])], lr=1e-2, weight_decay=wd, decay_biases_and_norms=False,
+            batch_rows=1)
         runs[wd] = dict(policy.named_parameters())
     flat = [n for n, p in runs[0.0].items() if p.ndim < 2]
     square = [n for n, p in runs[0.0].items() if p.ndim >= 2]

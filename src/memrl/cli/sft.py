@@ -102,7 +102,8 @@ def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: i
     policy = load_model(model, dtype)
     _check_vocab(trajs, policy.get_input_embeddings().num_embeddings, model, source)
     with _stops_say_nothing_kept(out):
-        losses = sft(policy, trajs, epochs=epochs, lr=lr, weight_decay=weight_decay, batch_rows=batch_rows,
+        losses = sft(policy, trajs, epochs=epochs, lr=lr, weight_decay=weight_decay, decay_biases_and_norms=False,
+                     batch_rows=batch_rows,
                      pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
                      on_step=lambda s, v: typer.echo(f"sft step {s}: loss {v:.4f}") if s % 10 == 0 else None)
     export_model(policy, tok, out, force=force)

@@ -6,9 +6,10 @@ should produce, never on prompts, tool outputs or user turns.
 
 The loss is TRL's SFTTrainer's with ``assistant_only_loss``: summed over the trained targets of an
 optimizer batch and divided by their count (transformers' ``num_items_in_batch``; a generated first
-token is no target, nothing precedes it), so micro-batching changes nothing. AdamW without weight
-decay by default (TRL's 0.0), and when decay is asked for, not on biases and norm weights (as
-transformers excludes them); a constant learning rate: runs here are a few hundred steps on
+token is no target, nothing precedes it), so micro-batching changes nothing. AdamW: ``memrl sft``
+passes TRL's weight decay (0.0; when asked for, not on biases and norm weights, as transformers
+excludes them); the function's own default (0.01 on every parameter, torch's) is what the demos'
+warm starts were tuned with. A constant learning rate: runs here are a few hundred steps on
 trajectories already chosen, where TRL's linear decay to 0 would mostly shorten the run.
 """
 
@@ -35,7 +36,8 @@ def sft(
     *,
     epochs: int = 1,
     lr: float = 1e-4,
-    weight_decay: float = 0.0,
+    weight_decay: float = 0.01,
+    decay_biases_and_norms: bool = True,
     batch_rows: int = 32,
     micro_batch_tokens: int = 16384,
     pad_id: int = 0,
@@ -50,8 +52,9 @@ def sft(
         raise ValueError("no generated tokens to train on")
     device = next(policy.parameters()).device
     params = [p for p in policy.parameters() if p.requires_grad]
+    flat = 0.0 if not decay_biases_and_norms else weight_decay
     opt = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-                             {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}], lr=lr)
+                             {"params": [p for p in params if p.ndim < 2], "weight_decay": flat}], lr=lr)
     rng = random.Random(seed)
     losses = []
     policy.train()
