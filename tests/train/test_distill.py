@@ -112,6 +112,26 @@ def test_add_mode_adds_the_weighted_signal_and_engine_student_reads_sampling_log
     assert metrics["distill/reverse_kl"] == pytest.approx(0.5)
 
 
+def test_teacher_temperature_sets_where_the_teacher_scores():
+    """tinker-cookbook and TRL's GKD score the teacher's own distribution (T 1) whatever the sampling temperature."""
+    seen = []
+
+    class Fixed:
+        def logprobs(self, rows, temperature):
+            seen.append(temperature)
+            return [torch.tensor([-9.0, -1.0, -2.0])]
+
+    def row():
+        return Row([1, 2, 3, 4], [0, 0, 1, 1], [0.0, 0.0, -1.5, -0.5], episode=0, step=0)
+
+    for options in ({}, {"temperature": 1.0}):
+        cfg = MemRLConfig.model_validate({"teacher": {"model": "tiny", "student": "engine", **options}})
+        Teacher(cfg, Fixed()).apply([row()], 0.7)
+    assert seen == [0.7, 1.0]
+    with pytest.raises(ValueError, match=r"teacher\.temperature is set but teacher\.model is not"):
+        MemRLConfig.model_validate({"teacher": {"temperature": 1.0}})
+
+
 def test_teacher_options_without_a_teacher_and_other_vocabularies_are_refused():
     with pytest.raises(ValueError, match=r"teacher\.weight is set but teacher\.model is not"):
         MemRLConfig.model_validate({"teacher": {"weight": 2.0}})
@@ -179,5 +199,5 @@ def test_openai_teacher_needs_a_base_url_and_temperature_one(teacher_path):
         MemRLConfig.model_validate({"teacher": {"model": "tiny", "engine": "openai"}})
     cfg = MemRLConfig.model_validate({"teacher": {"model": teacher_path, "engine": "openai",
                                                   "base_url": "http://teacher/v1"}, "sampling": {"temperature": 0.7}})
-    with pytest.raises(ConfigError, match=r"teacher\.engine=openai: .* sampling\.temperature must be 1 \(it is 0\.7\)"):
+    with pytest.raises(ConfigError, match=r"teacher\.engine=openai: .* score at temperature 1 \(it would at 0\.7\)"):
         openai_teacher(cfg, load_tokenizer("tiny"), torch.device("cpu"))

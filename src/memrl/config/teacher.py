@@ -38,6 +38,10 @@ class TeacherConfig(Section):
                           "kl_penalty_coef).")
     discount: float = Field(0.0, ge=0, le=1, description="0: each token's own reverse KL; >0: the discounted "
                             "sum of its own and later tokens' (tinker's kl_discount_factor).")
+    temperature: Finite | None = Field(None, gt=0, description="Temperature the teacher scores at: null = "
+                                       "sampling.temperature (both sides of the reverse KL temperature-scaled, as "
+                                       "the trainer's log-probs); 1.0 = the teacher's own distribution, as "
+                                       "tinker-cookbook's distillation and TRL's GKD loss.")
     student: Literal["trainer", "engine"] = Field("trainer", description="Student log-probs of the signal: "
                                                   "trainer (recomputed before the update; one more forward "
                                                   "pass) or engine (the sampling log-probs, as tinker does).")

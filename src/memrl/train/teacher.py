@@ -80,10 +80,11 @@ def openai_teacher(cfg: MemRLConfig, tokenizer: Any, device: torch.device) -> An
     from memrl.train.teacher_http import OpenAITeacher
 
     t = cfg.teacher
-    if (cfg.sampling.temperature or 1.0) != 1.0:
+    scored_at = t.temperature if t.temperature is not None else (cfg.sampling.temperature or 1.0)
+    if scored_at != 1.0:
         raise ConfigError(f"teacher.engine=openai: the server's prompt log-probs are of the unscaled distribution, "
-                          f"so sampling.temperature must be 1 (it is {cfg.sampling.temperature:g}); or use "
-                          "teacher.engine=hf")
+                          f"so the teacher must score at temperature 1 (it would at {scored_at:g}): set "
+                          "teacher.temperature=1 or sampling.temperature=1, or use teacher.engine=hf")
     check_same_vocabulary(tokenizer, load_tokenizer(t.model), t.model)
     return OpenAITeacher.from_env(t.base_url, t.served_model or t.model, t.api_key_env)
 
@@ -111,7 +112,8 @@ class Teacher:
     def apply(self, rows: Sequence[Row], temperature: float) -> dict[str, float]:
         """Score ``rows``, set their advantages (``teacher.mode``); the step's ``distill/*`` metrics."""
         t0 = time.perf_counter()
-        teacher = self.scorer.logprobs(rows, temperature)
+        own = self.options.temperature
+        teacher = self.scorer.logprobs(rows, own if own is not None else temperature)
         width = max(len(r) - 1 for r in rows)
         student, teach, mask = (torch.zeros((len(rows), width)) for _ in range(3))
         for i, r in enumerate(rows):
