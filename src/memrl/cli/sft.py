@@ -46,13 +46,17 @@ def _check_vocab(trajs: list[Any], vocab: int, model: str, source: Path) -> None
     raise ValueError(f"{source}: token id {top} is outside the vocabulary of {model} ({vocab} ids); {hint}")
 
 
-def check_flags(epochs: int, lr: float, batch_rows: int) -> None:
+def check_flags(epochs: int, lr: float, batch_rows: int, dtype: str = "float32", weight_decay: float = 0.0) -> None:
     """Refuse a flag no fine-tuning can run with, before anything is read or written."""
     for flag, value, ok, need in (("--epochs", epochs, epochs >= 1, "at least 1"),
                                   ("--lr", lr, math.isfinite(lr) and lr > 0, "a positive finite number"),
                                   ("--batch-rows", batch_rows, batch_rows >= 1, "at least 1")):
         if not ok:
             raise ValueError(f"{flag} {value:g}: must be {need}")
+    if dtype not in ("float32", "bfloat16", "float16", "auto"):
+        raise ValueError(f"--dtype must be float32, bfloat16, float16 or auto, got {dtype!r}")
+    if not weight_decay >= 0:
+        raise ValueError(f"--weight-decay must be >= 0, got {weight_decay}")
 
 
 @contextlib.contextmanager
@@ -95,10 +99,6 @@ def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: i
 
     quiet_hub_progress()
     tok = load_tokenizer(model)
-    if dtype not in ("float32", "bfloat16", "float16", "auto"):
-        raise ValueError(f"--dtype must be float32, bfloat16, float16 or auto, got {dtype!r}")
-    if not weight_decay >= 0:
-        raise ValueError(f"--weight-decay must be >= 0, got {weight_decay}")
     policy = load_model(model, dtype)
     _check_vocab(trajs, policy.get_input_embeddings().num_embeddings, model, source)
     with _stops_say_nothing_kept(out):
@@ -130,7 +130,7 @@ def sft_cmd(
     from memrl.eval.records import read_rollouts
     from memrl.train.outdir import check_target
 
-    check_flags(epochs, lr, batch_rows)
+    check_flags(epochs, lr, batch_rows, dtype, weight_decay)
     if min_reward is not None and math.isnan(min_reward):
         raise ValueError("--min-reward nan: give a number (no reward is >= nan, so nothing would be kept)")
     check_target(out, force, _local_inputs(trajectories, model))  # before training, not after
@@ -185,7 +185,7 @@ def rft_cmd(
     from memrl.eval.records import read_rollouts, rollout_paths
     from memrl.train.outdir import check_target
 
-    check_flags(epochs, lr, batch_rows)
+    check_flags(epochs, lr, batch_rows, dtype, weight_decay)
     if math.isnan(min_reward):
         raise ValueError("--min-reward nan: give a number (no reward is >= nan, so nothing would be kept)")
     check_target(out, force, _local_inputs(rollouts, model))

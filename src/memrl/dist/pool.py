@@ -21,7 +21,7 @@ from typing import Any
 
 from memrl.dist.ray_support import require_ray
 from memrl.dist.replicas import ReplicaHealth, Slots, warn_stderr
-from memrl.engines.base import GenerationResult, SamplingParams
+from memrl.engines.base import EngineDeadError, GenerationResult, SamplingParams
 
 FIT_WAIT_S = 10.0  # how long a replacement waits for the cluster to have room for it before the slot is dropped
 
@@ -98,7 +98,8 @@ class RayEnginePool:
 
     Every call to a replica is bounded (``call_timeout_s`` + ``timeout_per_token_s`` per requested token; a
     weight load, sleep, wake or group join by ``call_timeout_s``: a replica that misses it is replaced like
-    a dead one, or stops the run when the call has no replacement path), and so is the wait for a replacement: one that the cluster has no room for (a node was lost and no other has
+    a dead one, or stops the run when the call has no replacement path), and so is the wait for a
+    replacement: one that the cluster has no room for (a node was lost and no other has
     spare resources) is given up with one warning and the run goes on with the other replicas, so a step and
     the first SIGTERM's "finishing the current step" always end. Replica health: see :mod:`memrl.dist.replicas`.
     """
@@ -281,8 +282,9 @@ class RayEnginePool:
             else:
                 refs = [a.load_weights.remote(self._weights) for a in actors]
             results = await asyncio.gather(*(self._bounded(r) for r in refs), return_exceptions=True)
-            dead = [i for i, r in enumerate(results) if isinstance(r, (*self._errors(), _Hung))]
-            other = [r for r in results if isinstance(r, BaseException) and not isinstance(r, self._errors())]
+            gone = (*self._errors(), _Hung)  # a replica stuck in the load is replaced as a dead one is
+            dead = [i for i, r in enumerate(results) if isinstance(r, gone)]
+            other = [r for r in results if isinstance(r, BaseException) and not isinstance(r, gone)]
             if other and not (sent is not None or dead):
                 raise other[0]
             for k in dead:  # a replacement starts from the latest weights
@@ -309,8 +311,6 @@ class RayEnginePool:
 
     def _get_all(self, refs: list[Any], what: str) -> Any:
         """``ray.get(refs)`` within ``call_timeout_s``; a replica that hangs there stops the run in one line."""
-        from memrl.engines.base import EngineDeadError
-
         try:
             return self._ray.get(refs, timeout=self.call_timeout_s)
         except self._ray.exceptions.GetTimeoutError:
@@ -327,8 +327,6 @@ class RayEnginePool:
         host = self._ray.util.get_node_ip_address()
         port = free_port()
         world = len(actors) + 1
-        from memrl.engines.base import EngineDeadError
-
         t = self.call_timeout_s
         refs = [a.join_sync.remote(host, port, i + 1, world, self.sync_backend, t) for i, a in enumerate(actors)]
         device = "cuda" if self.sync_backend == "nccl" else "cpu"
