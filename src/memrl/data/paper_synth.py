@@ -93,7 +93,7 @@ def _load(input_path: Path, pool_files: Iterable[str | Path], protocol: str) -> 
     questions = [PaperQuestion(index=0, row=row, example=ex, own=pool.ids(ex.paragraphs))
                  for row, ex in enumerate(examples, start=1)]
     if protocol == "rememr1":
-        questions = [q for q in questions if rr.usable(q)]
+        questions = [q for q in questions if rr.usable(q.example)]
     for k, q in enumerate(questions):
         q.index = k
     if not questions:
@@ -171,7 +171,8 @@ def plan_paper_synthesis(protocol: str, input_path: str | Path, out: str | Path,
             plan.notices.append(f"--docs {n}: the pool has {len(pool):,} paragraphs; as in the paper's script, "
                                 f"each sample holds all of them (num_docs still says {n})")
     if protocol == "rememr1":
-        earlier = [len(_load(Path(f), (), protocol)[0]) for f in follows]
+        # only how many questions each earlier input holds matters (its picks are replayed): no pool is built
+        earlier = [sum(map(rr.usable, read_multihop(Path(f), strict_facts=False))) for f in follows]
         _plan_rememr1(plan, sizes, name, max_samples, min_distance, source, earlier)
         return plan
     plan.eval_sizes = sizes

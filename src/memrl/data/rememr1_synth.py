@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.data.errors import DataError
+from memrl.data.hotpotqa import QAExample
 from memrl.data.originals import REMEMR1, checkout, read_string_constant
 from memrl.data.paper_docs import (JsonArrayWriter, PaperPool, PaperQuestion, draw_positions, fixed_permutation,
                                    render_context, worker_rng)
@@ -71,10 +72,10 @@ def evidence_of(q: PaperQuestion) -> list[int]:
     return [titles.index(t) for t in q.example.fact_titles]
 
 
-def usable(q: PaperQuestion) -> bool:
+def usable(example: QAExample) -> bool:
     """The script keeps a question only when every supporting title is one of its paragraphs."""
-    titles = {p.title for p in q.example.paragraphs}
-    return all(t in titles for t in q.example.fact_titles)
+    titles = {p.title for p in example.paragraphs}
+    return all(t in titles for t in example.fact_titles)
 
 
 @dataclass
