@@ -109,11 +109,18 @@ def record_outputs(out: Path, names: Iterable[str], by: str | None = None) -> No
     _write_manifest(out, manifest)
 
 
-def _ours(name: str, recorded: set[str]) -> bool:
-    if name in recorded or name in (MANIFEST, LOCK_NAME):
-        return True
-    target = temp_target(name)  # a killed atomic write of one of our entries (or of the manifest)
-    return target is not None and (target in recorded or target == MANIFEST)
+def entry_owners(name: str, manifest: dict[str, set[str]]) -> set[str] | None:
+    """The commands that wrote top-level entry ``name`` of a folder with this manifest (empty: written without a
+    recorded owner, or memrl's own bookkeeping); ``None`` when memrl did not write it. A killed atomic write
+    (a temp name) belongs to whoever wrote its target, so both "start over" and "--force" treat it alike."""
+    if name in (MANIFEST, LOCK_NAME):
+        return set()
+    if name in manifest:
+        return manifest[name]
+    target = temp_target(name)
+    if target == MANIFEST:
+        return set()
+    return manifest.get(target) if target is not None else None
 
 
 def clear_outputs(out: Path, flag: str, legacy: tuple[Iterable[str], str] | None = None,
@@ -140,7 +147,7 @@ def clear_outputs(out: Path, flag: str, legacy: tuple[Iterable[str], str] | None
         if (out / signature).is_file() and set(names) <= legacy_names:
             manifest = {n: set() for n in legacy_names}
     manifest = manifest or {}
-    foreign = [n for n in names if not _ours(n, set(manifest))]
+    foreign = [n for n in names if entry_owners(n, manifest) is None]
     if foreign:
         count = f"{len(foreign)} such entr{'y' if len(foreign) == 1 else 'ies'}"
         raise OutputDirError(f"{flag}: refusing to delete the contents of {out}: it holds {foreign[0]!r}, "

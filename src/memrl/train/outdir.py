@@ -20,9 +20,9 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from memrl.data.outdir import MANIFEST, check_writable_dir, record_outputs, recorded_owners
+from memrl.data.outdir import MANIFEST, check_writable_dir, entry_owners, record_outputs, recorded_owners
 from memrl.data.runlock import LOCK_NAME
-from memrl.io.atomic import atomic_dir, temp_target
+from memrl.io.atomic import atomic_dir
 
 EXPORTED_BY = "memrl export"  # the manifest's owner of a model folder (export, sft, rft and the demo's)
 # What a Hugging Face model folder holds (save_pretrained of a model and its tokenizer), and the demo's report:
@@ -74,7 +74,7 @@ def check_replaceable(out: Path) -> None:
     for name in sorted(n for n in os.listdir(out) if n not in (MANIFEST, LOCK_NAME)):
         if legacy and any(fnmatch.fnmatch(name, pattern) for pattern in MODEL_FILES):
             continue
-        wrote = set() if owners is None else owners.get(name) or owners.get(temp_target(name) or "") or set()
+        wrote = entry_owners(name, owners or {}) or set()
         if EXPORTED_BY in wrote:
             continue
         if wrote:
