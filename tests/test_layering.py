@@ -17,7 +17,7 @@ Layers, lowest first (a package's modules all sit in its layer):
 7. ``memrl.eval``, ``memrl.serve``, ``memrl.view``, ``memrl.gateway`` (an OpenAI endpoint per episode,
    built on ``serve``; its workflow is reached through the registry by name), ``memrl.tinker`` (the
    Tinker API server, built on ``serve``, ``engines`` and ``train.logits``);
-8. ``memrl.cli``, and ``memrl_demo`` (the demo, installed beside the library; ``memrl demo`` loads it).
+8. ``memrl.cli`` (and ``memrl.__main__``, ``python -m memrl``), and ``memrl_demo`` (the demo, installed beside the library; ``memrl demo`` loads it).
 
 An edge is every ``import`` / ``from ... import`` anywhere in a module: at the top, inside a
 function, under ``if TYPE_CHECKING``. A lazy import is still a dependency, only a later one.
@@ -54,7 +54,7 @@ LAYERS: dict[str, int] = {
     "memrl.workflows": 5,
     "memrl.train": 6, "memrl.dist": 6,
     "memrl.eval": 7, "memrl.serve": 7, "memrl.view": 7, "memrl.gateway": 7, "memrl.tinker": 7,
-    "memrl.cli": 8, "memrl_demo": 8,
+    "memrl.cli": 8, "memrl.__main__": 8, "memrl_demo": 8,
 }
 
 # (importer, imported) -> why it is allowed for now. Only the lead's files in flight appear here.

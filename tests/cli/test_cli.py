@@ -20,6 +20,9 @@ def test_help_explains_every_command():
     synth = memrl("data", "synth", "--help")
     assert synth.returncode == 0 and "--docs" in synth.stdout and "--tokenizer" in synth.stdout
     assert memrl("config", "show", "--help").returncode == 0
+    short = subprocess.run([sys.executable, "-m", "memrl", "data", "--help"], capture_output=True, text=True,
+                           timeout=300)  # python -m memrl, where the scripts folder is not on PATH
+    assert short.returncode == 0 and "prompts" in short.stdout and "synth" in short.stdout
 
 
 def test_data_synth_on_real_sample(tmp_path, hotpot_file):

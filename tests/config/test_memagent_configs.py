@@ -46,11 +46,13 @@ def test_a_paper_configs_eval_runs_as_the_papers_eval_client():
     client did, unless the command line says otherwise."""
     mem = with_eval_sampling(load_config(CONFIGS / "memagent_paper.yaml"), None, set())
     assert (mem.workflow.max_chunks, mem.workflow.options["slot_fill"]) == (None, "text")  # no 40K cut
+    assert mem.workflow.question_tokens is None  # its client never cuts the question (training cut it at 1024)
     rem_cfg = load_config(CONFIGS / "rememr1_paper.yaml", ["eval.protocol=rememr1"])
     assert (rem_cfg.sampling.temperature, rem_cfg.workflow.recall_pool) == (1.0, "previous")  # training's
     rem = with_eval_sampling(rem_cfg, None, {"eval.protocol"})
     assert (rem.sampling.temperature, rem.sampling.top_p) == (0.7, 0.95)  # ReMemR1's test_qa.py
     assert (rem.workflow.max_chunks, rem.workflow.recall_pool) == (None, "including_current")  # its eval code
+    assert rem.workflow.question_tokens is None
     chosen = load_config(CONFIGS / "rememr1_paper.yaml", ["eval.protocol=rememr1", "sampling.temperature=0.2",
                                                           "workflow.options.max_chunks=3"])
     kept = with_eval_sampling(chosen, None, {"eval.protocol", "sampling.temperature", "workflow.options.max_chunks"})

@@ -31,6 +31,7 @@ def test_rescore_under_another_protocol_runs_nothing_again(tmp_path):
         r = invoke(*base, "--protocol", protocol)
         assert r.exit_code == 0, r.output
         assert "resuming: 2 of 2 episodes already done" in r.output
+        assert ("prompts are memrl's own wording" in r.output) == (protocol != "memrl")  # memrl data prompts ...
         results = json.loads((out / "results.json").read_text())
         assert results["protocol"] == protocol and results["sampling"]["temperature"] == 0.0
     assert {p.name: p.read_text() for p in (out / "episodes" / "3").iterdir()} == before

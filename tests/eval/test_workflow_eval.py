@@ -10,6 +10,7 @@ from memrl.config import MemRLConfig
 from memrl.eval.workflow_eval import run_workflow_eval
 from memrl.models.resolve import load_tokenizer
 from memrl.testing.scripted import ScriptedEngine
+from memrl.workflows import build_workflow
 
 
 class Parity(Workflow):
@@ -59,3 +60,25 @@ def test_a_damaged_episode_file_is_set_aside_named_and_its_episode_run_again(tmp
     assert res["episodes"] == 2 and res["mean_reward"] == 1.0 and len(eng.calls) == calls + 1
     assert victim.with_name(victim.name + ".damaged").read_text() != victim.read_text()  # kept, not deleted
     assert f"notice: {victim} is damaged" in capsys.readouterr().err
+
+
+def test_a_qa_file_is_scored_under_eval_protocol_as_the_folder_suite_scores_it(tmp_path):
+    """The paper configs name one eval file: ``--protocol memagent`` must score it as MemAgent's script does
+    (bidirectional sub-EM against the first gold), not with memrl's one-way sub-EM."""
+    data = tmp_path / "eval.json"
+    data.write_text(json.dumps([{"index": 0, "input": "What is the capital of France?",
+                                 "context": "Paris is the capital of France. " * 5, "answers": ["Paris, France"]}]))
+    tok = load_tokenizer("tiny")
+    reply = tok.encode("The answer: \\boxed{Paris}", add_special_tokens=False)
+    results = {}
+    for protocol in ("memrl", "memagent"):
+        cfg = MemRLConfig.model_validate({
+            "model": {"path": "tiny"}, "data": {"eval_file": str(data)}, "eval": {"protocol": protocol},
+            "workflow": {"name": "memagent", "options": {"answer_format": "boxed", "chunk_tokens": 200}}})
+        eng = ScriptedEngine(lambda p, s: list(reply) + [tok.eos_token_id])
+        results[protocol] = asyncio.run(run_workflow_eval(cfg, eng, tok, build_workflow(cfg), tmp_path / protocol))
+    assert results["memrl"]["metrics"]["sub_em"] == 0.0 and "protocol" not in results["memrl"]
+    paper = results["memagent"]
+    assert paper["metrics"]["sub_em"] == 1.0 and paper["metrics"]["f1"] == 0.67  # 2-decimal F1 of {paris} vs {paris, france}
+    assert paper["protocol"] == "memagent" and "MemAgent" in paper["metric"]
+    assert "scored as the memagent paper does" in (tmp_path / "memagent" / "results.md").read_text()

@@ -205,3 +205,4 @@ def _finish(out: Path, reports: list[FileReport], console: Console) -> None:
     console.print(f"wrote {counted(len(reports), 'file')} and token_report.json to {out}")
 __import__("memrl.cli.data_ruler", fromlist=["register"]).register(app)  # memrl data ruler
 __import__("memrl.cli.data_filter", fromlist=["register"]).register(app)  # memrl data filter
+__import__("memrl.cli.data_prompts", fromlist=["register"]).register(app)  # memrl data prompts

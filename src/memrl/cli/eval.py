@@ -114,6 +114,11 @@ def eval_cmd(
     if cfg.eval.repeats > 1 and cfg.sampling.temperature == 0:
         console.print(f"[yellow]warning: eval.repeats={cfg.eval.repeats} with greedy decoding gives the same "
                       "answer every time; set --temperature[/yellow]", highlight=False)
+    from memrl.eval.protocol_settings import own_prompts_note
+
+    note = own_prompts_note(cfg)
+    if note:
+        console.print(f"[yellow]{note}[/yellow]", highlight=False, soft_wrap=True)
     with out_lock(out, console):
         if on_tasks:
             from memrl.cli.eval_tools import eval_tools

@@ -3,8 +3,8 @@
 ``sampling.temperature`` defaults to 1.0 for training rollouts; an eval that nobody configured is
 greedy instead (``memrl`` protocol). The published protocols (``memagent`` / ``rememr1``) run as the
 papers' evaluation clients did: temperature 0.7, top_p 0.95, the whole context read (their clients
-set no truncation, so a training budget such as ``max_chunks: 8`` does not apply), and, for ReMemR1's
-released variant, recall searching the memories including the current turn's (its eval code; its
+set no truncation, so a training budget such as ``max_chunks: 8`` does not apply, nor a cut of the
+question), and, for ReMemR1's released variant, recall searching the memories including the current turn's (its eval code; its
 training code searches the earlier ones only). Under ``memagent`` the memagent workflow also fills its
 prompts as MemAgent's client does (``workflow.slot_fill=text``).
 
@@ -78,9 +78,21 @@ def _protocol_options(cfg: MemRLConfig) -> dict[str, Any]:
     protocol = cfg.eval.protocol
     if protocol not in PUBLISHED:
         return {}
-    out: dict[str, Any] = {"max_chunks": None}  # the clients read every chunk
+    out: dict[str, Any] = {"max_chunks": None, "question_tokens": None}  # the clients read every chunk, whole questions
     if protocol == "memagent":
         out["slot_fill"] = "text"
     if protocol == "rememr1" and cfg.workflow.options.get("rememr1_variant") == "released":
         out["recall_pool"] = "including_current"
     return out
+
+
+def own_prompts_note(cfg: MemRLConfig) -> str | None:
+    """A note when a published protocol runs with memrl's own prompt wording: its numbers then measure the
+    model on prompts the paper's client never sent (the client's text is the authors', read from a checkout)."""
+    protocol = cfg.eval.protocol
+    if protocol not in PUBLISHED or "prompts" not in type(cfg.workflow.opts).model_fields \
+            or cfg.workflow.options.get("prompts"):
+        return None
+    return (f"note: --protocol {protocol} samples, reads and scores as the paper's client, but the prompts are "
+            f"memrl's own wording (workflow.options.prompts is unset); for the client's: memrl data prompts "
+            f"{protocol} --out PROMPTS.yaml, then workflow.options.prompts=PROMPTS.yaml")

@@ -110,8 +110,8 @@ class TextSlots(IdSlots):
     def question(self, sample: LongContextSample) -> Any:
         text = sample.question.strip()
         ids = encode_text(self.tokenizer, text)
-        return text if len(ids) <= self.config.question_tokens else self.tokenizer.decode(
-            ids[: self.config.question_tokens])
+        cut = self.config.question_tokens
+        return text if cut is None or len(ids) <= cut else self.tokenizer.decode(ids[:cut])
 
     def first_memory(self) -> Any:
         return self.p.no_memory_text

@@ -25,7 +25,8 @@ class QAOptions(OptionsModel):
     """A question answered at the end of the episode and scored against gold answers."""
 
     final_tokens: int = Field(1024, gt=0, description="Max new tokens of the final answer turn.")
-    question_tokens: int = Field(1024, gt=0, description="The question is cut to this many tokens.")
+    question_tokens: int | None = Field(1024, gt=0, description="The question is cut to this many tokens; "
+                                          "None never cuts it (the papers' evaluation clients).")
     prompts: str | None = Field(None, description="YAML file overriding the prompt templates.")
     reward: registered(REWARDS) = Field(
         "sub_em", description="em | sub_em | f1 | memagent_strict (MemAgent's RL reward: last boxed answer in the "
@@ -65,7 +66,8 @@ class RememR1Options(ChunkedOptions):
     """ReMemR1: MemAgent plus recall of earlier memories and per-turn state rewards (2048-token budgets)."""
 
     final_tokens: int = Field(2048, gt=0, description="Max new tokens of the final answer turn.")
-    question_tokens: int = Field(2048, gt=0, description="The question is cut to this many tokens.")
+    question_tokens: int | None = Field(2048, gt=0, description="The question is cut to this many tokens; "
+                                          "None never cuts it (the papers' evaluation clients).")
     memory_tokens: int = Field(2048, gt=0, description="Max new tokens of a memory turn (= memory size).")
     recall_in_final: bool = Field(True, description="Show the recalled memory in the final turn.")
     state_reward_alpha: float = Field(0.8, ge=0, le=1, description="Weight of the outcome advantage against the "
@@ -142,7 +144,8 @@ class LegacyOptions(MemAgentOptions, RememR1Options, FullContextOptions, ToolAge
     """Every field the workflow section had before options existed: what a function-style plug-in still gets."""
 
     final_tokens: int = Field(1024, gt=0, description="Max new tokens of the final answer turn.")
-    question_tokens: int = Field(1024, gt=0, description="The question is cut to this many tokens.")
+    question_tokens: int | None = Field(1024, gt=0, description="The question is cut to this many tokens; "
+                                          "None never cuts it (the papers' evaluation clients).")
     memory_tokens: int = Field(1024, gt=0, description="Max new tokens of a memory turn (= memory size).")
 
 
