@@ -1,8 +1,9 @@
 """Online mode under ``trainer.mode: async``: staleness is bounded as for any asynchronous run.
 
 An agent keeps one episode, after its first model call, until the trainer has stepped twice, then
-rewards it: that episode's tokens are two policy versions old, more than max_staleness = 1, so its
-group is dropped (``async/dropped_stale``) rather than trained on; every other group trains.
+rewards it: that episode's tokens are two policy versions old, more than max_staleness = 1. As in
+AReaL its group trains all the same, counted in ``async/staleness_over``; with
+``trainer.async.drop_stale`` the group is dropped (``async/dropped_stale``) and every other group trains.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import threading
 from pathlib import Path
 
 import httpx
+import pytest
 
 from memrl import Trainer
 
@@ -49,13 +51,14 @@ def _episodes(http: httpx.Client, url: str, metrics: Path, stop: threading.Event
         seen.append(http.post(ep["reward_url"], headers=AUTH, json={"reward": reward}).status_code)
 
 
-def test_a_held_episode_is_dropped_as_stale(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.parametrize("drop_stale", [False, True])
+def test_a_held_episode_trains_late_or_is_dropped_as_stale(tmp_path: Path, monkeypatch, drop_stale: bool) -> None:
     monkeypatch.setenv("MEMRL_SESSION_KEY", KEY)
     run = tmp_path / "run"
     cfg = {"model": {"path": "tiny"}, "engine": {"device": "cpu"}, "algorithm": {"n": 2},
            "workflow": {"name": "agent", "options": {"mode": "online", "max_tokens": 3, "episode_timeout_s": 120}},
            "trainer": {"total_steps": 4, "prompts_per_step": 1, "lr": 1e-3, "output_dir": str(run), "mode": "async",
-                       "async": {"max_staleness": 1}}}
+                       "async": {"max_staleness": 1, "drop_stale": drop_stale}}}
     trainer = Trainer(cfg, train=[{"q": "a"}, {"q": "b"}, {"q": "c"}])
     url = json.loads((run / "online.json").read_text())["url"]
     stop, seen = threading.Event(), []
@@ -67,11 +70,16 @@ def test_a_held_episode_is_dropped_as_stale(tmp_path: Path, monkeypatch) -> None
         stop.set()
         agent.join(timeout=30)
     steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert sum(m.get("async/dropped_stale", 0) for m in steps) == 2  # the held episode's whole group
-    assert all(m.get("async/staleness_mean", 0) <= 1 for m in steps)
+    if drop_stale:
+        assert sum(m.get("async/dropped_stale", 0) for m in steps) == 2  # the held episode's whole group
+        assert all(m.get("async/staleness_mean", 0) <= 1 for m in steps)
+    else:  # trained two versions late, with the sibling episode generated before the two steps
+        assert sum(m.get("async/dropped_stale", 0) for m in steps) == 0
+        assert sum(m.get("async/staleness_over", 0) for m in steps) == 2
     # every reward is accepted, but for an episode the agent was still running when the run ended and closed it
     # (410 Gone): under load the agent can take one more episode between the last step and the end of the run
     gone = seen.index(410) if 410 in seen else len(seen)
     assert set(seen[:gone]) == {200} and set(seen[gone:]) <= {410}, seen
-    assert max(m["step"] for m in steps) == 5  # 4 trained; the step whose only group was stale trained nothing
+    # 4 trained; with drop_stale the step whose only group was stale trained nothing
+    assert max(m["step"] for m in steps) == (5 if drop_stale else 4)
     assert all(m["failed_episodes"] == 0 for m in steps)

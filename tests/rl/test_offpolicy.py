@@ -74,10 +74,11 @@ def test_decoupled_by_hand():
     assert st["ppo_kl"].item() == pytest.approx((-LOG(1.5) - LOG(0.5) - 0.0) / 3)
     assert st["is_weight_mean"].item() == pytest.approx((1.5 + 0.5) / 2)  # over the kept tokens
     assert st["is_capped_frac"].item() == pytest.approx(1 / 3)
-    assert st["behav_kl"].item() == pytest.approx((LOG(1.5) + LOG(0.5) + LOG(3.0)) / 3)
+    assert st["behav_kl"].item() == pytest.approx((LOG(1.5) + LOG(0.5)) / 2)  # AReaL: over the kept tokens
     # without a cap token 3 counts with its weight 3: (-1.8 + 0.4 - 3) / 3
     uncapped, st = decoupled_policy_loss(logp, prox, behav, adv, mask, cliprange=0.2)
     assert uncapped.item() == pytest.approx(-4.4 / 3)
+    assert st["behav_kl"].item() == pytest.approx((LOG(1.5) + LOG(0.5) + LOG(3.0)) / 3)
     assert st["is_capped_frac"].item() == 0.0
 
 

@@ -68,9 +68,13 @@ class TrainEvalConfig(Section):
 class AsyncConfig(Section):
     """Asynchronous training (``trainer.mode=async``): how far generation may run ahead of the weights."""
 
-    max_staleness: int = Field(1, ge=0, description="An episode is trained on only if the policy moved at most "
-                               "this many updates since its oldest token was generated (0: on-policy batches, "
-                               "equal to sync).")
+    max_staleness: int = Field(1, ge=0, description="How many updates generation may run ahead of the weights "
+                               "(AReaL's max_head_offpolicyness: groups accepted + running < (max_staleness + "
+                               "updates + 1) x prompts_per_step; 0: on-policy batches, equal to sync).")
+    drop_stale: bool = Field(False, description="Also drop a finished group whose oldest token is more than "
+                             "max_staleness updates behind the weights it would update (async/dropped_stale). "
+                             "AReaL trains every finished group and only logs its lag (async/staleness_over); a "
+                             "group held up by a slow tool or agent can be that stale.")
     partial_rollouts: Literal["finish", "interrupt"] = Field(
         "interrupt", description="At a weight update: 'finish' lets each in-flight model turn end under the old "
         "weights; 'interrupt' pauses generation every partial_chunk_tokens tokens so the new weights continue "

@@ -141,7 +141,7 @@ def decoupled_policy_loss(
     loss = agg_loss(losses * weight, response_mask, loss_agg_mode, norm_length)
     stats["is_weight_mean"] = masked_mean(weight, kept.to(weight.dtype)).detach()
     stats["is_capped_frac"] = masked_mean((valid & ~kept).float(), response_mask).detach()
-    stats["behav_kl"] = masked_mean(behav_log_ratio, response_mask).detach()
+    stats["behav_kl"] = masked_mean(behav_log_ratio, kept.to(prox.dtype)).detach()  # AReaL: tokens under the cap
     return loss, stats
 
 

@@ -11,8 +11,10 @@ version and then waits for the update: the batches, seeds and losses are the syn
 trainer's. With η ≥ 1 it generates the next batches while the trainer updates.
 
 The trainer :meth:`takes <AsyncRollout.take>` the B oldest complete groups (waiting only
-until that many exist) and drops an episode whose oldest token is more than η versions
-behind the weights it would update. GRPO groups stay whole: a group is only ever taken
+until that many exist) and trains them whatever their lag, as AReaL does (a group held up by a
+slow tool can be more than η versions behind: ``async/staleness_over``); with
+``trainer.async.drop_stale`` it drops a whole group when any of its episodes' oldest token is more
+than η versions behind the weights it would update. GRPO groups stay whole: a group is only ever taken
 complete, and DAPO's dynamic sampling drops uniform groups as they finish (which frees
 their slot, up to ``algorithm.max_gen_batches`` · B submissions per version). After the
 update the new weights are pushed through the :class:`~memrl.train.versioned.WeightGate`,
@@ -84,6 +86,7 @@ class AsyncRollout:
         self.engine = engine
         self.batch = cfg.trainer.prompts_per_step
         self.eta = cfg.trainer.async_.max_staleness
+        self.drop_stale = cfg.trainer.async_.drop_stale
         t = cfg.trainer
         a = t.async_
         self.chunk = a.partial_chunk_tokens if a.partial_rollouts == "interrupt" and self.eta > 0 else None
@@ -236,7 +239,7 @@ class AsyncRollout:
                     for t in g.episodes]
             for t, lag in zip(g.episodes, lags):
                 t.metrics["staleness"] = float(lag)
-            if max(lags) > self.eta:
+            if self.drop_stale and max(lags) > self.eta:
                 stale += len(g.episodes)
                 continue
             staleness.update(lags)
@@ -249,6 +252,7 @@ class AsyncRollout:
                  "async/staleness_mean": (sum(k * c for k, c in staleness.items()) / max(1, sum(staleness.values())))}
         for lag in range(self.eta + 1):
             stats[f"async/staleness_{lag}"] = float(staleness.get(lag, 0))
+        stats["async/staleness_over"] = float(sum(c for k, c in staleness.items() if k > self.eta))
         self._poke_threadsafe()
         return kept, finished, stats
 
