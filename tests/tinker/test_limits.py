@@ -54,6 +54,12 @@ def test_key_body_and_shapes_over_http(small):
     # The SDK's retry of a request (same model and seq_id) maps to the first one: it does not run twice.
     step = {"model_id": model_id, "seq_id": 1, "optim_params": {"learning_rate": 1e-3}}
     assert post(small, "/api/v1/optim_step", step).json() == post(small, "/api/v1/optim_step", step).json()
+    # the SDK sends a non-Adam family (DimuonParams) as optimizer_params: refused, not run as a default AdamW step
+    dimuon = types.OptimStepRequest(model_id=model_id, seq_id=2, optim_params=types.DimuonParams(learning_rate=0.5))
+    r = post(small, "/api/v1/optim_step", dimuon.model_dump(mode="json"))
+    if r.status_code == 200:
+        r = post(small, "/api/v1/retrieve_future", {"request_id": r.json()["request_id"]})
+    assert r.status_code == 400 and "'dimuon' is not served (AdamW only)" in r.json()["error"]["message"], r.text
     nine = {"model_id": model_id, "forward_backward_input": {"loss_fn": "cross_entropy", "data": [
         {"model_input": {"chunks": [{"tokens": [1, 2]}]},
          "loss_fn_inputs": {"target_tokens": {"data": [2, 3], "dtype": "int64", "shape": [2]}}}] * 9}}

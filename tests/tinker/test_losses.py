@@ -147,13 +147,24 @@ def test_dro_hand_checked():
 
 @pytest.mark.parametrize("loss_fn", ["importance_sampling", "ppo", "cispo", "dro"])
 def test_zero_advantage_positions_add_nothing_and_stay_finite(loss_fn):
-    # the cookbook pads the prompt with q = 0 and A = 0; an extreme q there must not give NaN
+    # the cookbook pads the prompt with q = 0 and A = 0; an extreme q at A = 0 must not give NaN either
+    # (DRO's penalty is a sampler's q, so for DRO only the prompt's q = 0 padding is tried)
     p = P + [LOG(1e-30), LOG(0.5)]
     base = _loss_and_grad(loss_fn, P, _rl_inputs(Q, A))
-    padded = _loss_and_grad(loss_fn, p, _rl_inputs(Q + [-1e4, 0.0], A + [0.0, 0.0]))
+    extreme = 0.0 if loss_fn == "dro" else -1e4
+    padded = _loss_and_grad(loss_fn, p, _rl_inputs(Q + [extreme, 0.0], A + [0.0, 0.0]))
     assert padded[0] == pytest.approx(base[0])
     assert padded[1] == pytest.approx(base[1] + [0.0, 0.0])
     assert padded[2]["tokens:sum"] == 2.0
+
+
+def test_dro_pulls_a_constant_reward_groups_tokens_towards_the_sampler():
+    # A = 0 on sampled tokens (every reward of the group equal; the cookbook trains such groups by default):
+    # no policy-gradient term, but the penalty -(-beta/2 (p - q)^2) still applies where q is the sampler's
+    p, q, beta = [-1.0, -2.0], [-1.5, -1.0], 0.05
+    loss, grad, _ = _loss_and_grad("dro", p, _rl_inputs(q, [0.0, 0.0]), {"beta": beta})
+    assert loss == pytest.approx(0.5 * beta * (0.5 ** 2 + 1.0 ** 2))  # 0.03125
+    assert grad == pytest.approx([beta * 0.5, beta * -1.0])  # dL/dp = beta * (p - q)
 
 
 @pytest.mark.parametrize("name", ["gspo", "stable_reinforce", "custom", "nope"])

@@ -40,7 +40,7 @@ def tinker_cmd(
     Point a Tinker script at it with ServiceClient(base_url="http://127.0.0.1:8000") and
     TINKER_API_KEY set to the server's key. Several LoRA training clients share the base model, each
     with its own adapter and AdamW state; forward_backward takes cross_entropy, importance_sampling,
-    ppo and cispo; sampling clients sample from saved weights with memrl's log-probs. Checkpoints are
+    ppo, cispo and dro; sampling clients sample from saved weights with memrl's log-probs. Checkpoints are
     safetensors + JSON under --state-dir and survive a restart. Ctrl-C stops gracefully.
     """
     from memrl.tinker.server import serve

@@ -22,10 +22,12 @@ declares both keys there as float32 tensors); giving one in both places is refus
 ``loss_fn_inputs`` a loss does not read (the cookbook's ``mask``, say) are ignored, as they carry
 nothing the loss needs.
 
-Positions whose advantage is 0 (the prompt in the cookbook's RL datums, where it pads ``q`` with
-0) contribute exactly 0 to the RL losses, DRO's penalty included (there ``q`` is padding, not a
-sampler's log-prob, and ``(p - 0) ** 2`` would pull every prompt token's probability towards 1); their log-ratio is zeroed before ``exp`` so an extreme
-``q`` there cannot turn ``0 * inf`` into a NaN loss or gradient. Elsewhere the formulas are
+Positions whose advantage is 0 contribute exactly 0 to the RL losses; their log-ratio is zeroed
+before ``exp`` so an extreme ``q`` there cannot turn ``0 * inf`` into a NaN loss or gradient. DRO's
+penalty is the exception: it applies wherever ``q`` is a sampler's log-prob, a completion token of a
+constant-reward group (A = 0) included, and only the prompt's padding (A = 0 and q = 0: the cookbook
+pads ``q`` with 0 there, and ``(p - 0) ** 2`` would pull every prompt token's probability towards 1)
+is left out. Elsewhere the formulas are
 applied as written, with no clamping, since clamping would change the numbers Tinker returns.
 
 Metric keys carry the reduction the Tinker SDK uses to merge results across chunks of a batch
@@ -224,11 +226,13 @@ def cispo(target_logprobs: torch.Tensor, inputs: Mapping[str, torch.Tensor], low
 def dro(target_logprobs: torch.Tensor, inputs: Mapping[str, torch.Tensor],
         beta: float) -> tuple[torch.Tensor, Metrics]:
     """``-(p A - beta/2 (p - q)^2).sum()``: REINFORCE on the log-prob with a quadratic pull towards the sampler."""
-    advantages = inputs["advantages"]
-    active = advantages != 0
-    log_ratio = _log_ratio(target_logprobs, inputs["logprobs"], active)
+    advantages, sampler = inputs["advantages"], inputs["logprobs"]
+    # the penalty applies wherever q is the sampler's (a completion token of a constant-reward group has A = 0
+    # and a real q: the cookbook trains such groups by default); only the prompt's padding (A = 0, q = 0) is out
+    penalised = (advantages != 0) | (sampler != 0)
+    log_ratio = _log_ratio(target_logprobs, sampler, penalised)
     loss = -(target_logprobs * advantages - 0.5 * beta * log_ratio.square()).sum()
-    return loss, _rl_metrics(loss, torch.exp(log_ratio.detach()), active)
+    return loss, _rl_metrics(loss, torch.exp(log_ratio.detach()), advantages != 0)
 
 
 def tinker_loss(loss_fn: str, target_logprobs: torch.Tensor, loss_fn_inputs: dict[str, torch.Tensor],

@@ -75,6 +75,7 @@ class OptimStep(Body):
     seq_id: Optional[int] = None
     optim_params: Optional[AdamParamsBody] = None
     adam_params: Optional[AdamParamsBody] = None
+    optimizer_params: Optional[AdamParamsBody] = None  # where the SDK puts a non-Adam family's (DimuonParams)
 
 
 class SaveWeights(Body):

@@ -214,7 +214,7 @@ class TinkerService:
 
     def optim_step(self, body: s.OptimStep) -> str:
         tenant = self.tenant(body.model_id)
-        params = body.optim_params or body.adam_params or s.AdamParamsBody()
+        params = body.optim_params or body.adam_params or body.optimizer_params or s.AdamParamsBody()
         if params.type not in (None, "adamw", "adam"):
             raise APIError(400, f"optim_params: optimizer {params.type!r} is not served (AdamW only)",
                            param="optim_params")
