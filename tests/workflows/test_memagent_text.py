@@ -111,3 +111,18 @@ def test_protocol_memagent_fills_memagent_slots_with_text_unless_set():
     assert slot_fill(eval={"protocol": "memagent"}, workflow={"name": "rememr1"}) is None  # not an option there
     with pytest.raises(ValueError, match="unknown option 'workflow.options.slot_fill' of workflow 'rememr1'"):
         WorkflowConfig(name="rememr1", options={"slot_fill": "text"})
+
+
+def test_text_slots_chunk_as_the_clients_encode_does_with_a_bos_adding_tokenizer(tmp_path):
+    """Llama-3's tokenizer puts a BOS before any text it encodes; MemAgent's client encodes the context with it,
+    so its first chunk starts with the BOS (sent as text) and every chunk boundary moves by one token."""
+    from tokenizers.processors import TemplateProcessing
+
+    corpus = ["<problem> \n" * 50, PROMPTS["memory"] * 20, PROMPTS["final"] * 20, QUESTION * 5, REPLY * 5]
+    tok = build_hf_tokenizer(corpus, vocab_size=420)
+    tok.add_special_tokens({"bos_token": "<s>"})
+    tok._tokenizer.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)])
+    assert tok.encode("Snow")[0] == tok.bos_token_id
+    sent, _ = run_episode(tok, tmp_path, "text")
+    assert sent == client_prompts(tok, 9, "The café opened in Zürich.")
+    assert "<section>\n<s>" in tok.decode(sent[0])

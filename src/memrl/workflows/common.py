@@ -154,16 +154,24 @@ class ContextChunks:
     are final once iteration ends.
     """
 
-    def __init__(self, sample: LongContextSample, tokenizer: Any, config: Any) -> None:
+    def __init__(self, sample: LongContextSample, tokenizer: Any, config: Any,
+                 specials: tuple[list[int], list[int]] = ([], [])) -> None:
         self.sample, self.tokenizer, self.config = sample, tokenizer, config
+        self.specials = specials  # ids around the context's, as tokenizer.encode(context) adds them
         self.original = self.kept = 0
 
     def _runs(self) -> Iterator[list[int]]:
+        prefix, suffix = self.specials
+        if prefix:
+            yield list(prefix)
         pieces = getattr(self.sample, "context_pieces", None)
         if pieces is None:
             yield encode_text(self.tokenizer, self.sample.context)
         else:
             yield from encode_pieces(self.tokenizer, pieces())
+        if suffix:
+            yield list(suffix)
+
 
     def __iter__(self) -> Iterator[list[int]]:
         size, max_chunks = self.config.chunk_tokens, self.config.max_chunks
@@ -193,6 +201,19 @@ class ContextChunks:
         if pending:
             yield pending
         self.kept = self.original
+
+
+def added_specials(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """The ids ``tokenizer.encode(text)`` puts before and after a text by default: a BOS for Llama-3's tokenizer,
+    nothing for Qwen's. MemAgent's and ReMemR1's clients encode the context so, so their first chunk carries
+    them (decoded as text) and every chunk boundary moves with them."""
+    probe = "memrl probe"
+    plain = encode_text(tokenizer, probe)
+    full = list(tokenizer.encode(probe))
+    for i in range(len(full) - len(plain) + 1):
+        if full[i:i + len(plain)] == plain:
+            return full[:i], full[i + len(plain):]
+    return [], []
 
 
 P = TypeVar("P")

@@ -31,6 +31,7 @@ from memrl.engines.base import Engine, SamplingParams
 from memrl.types import Conversation, Trajectory
 from memrl.workflows.common import (
     ContextChunks,
+    added_specials,
     anchor,
     cached_prompts,
     decode,
@@ -88,6 +89,9 @@ class IdSlots:
     def first_memory(self) -> Any:
         return self.p.no_memory
 
+    def specials(self) -> tuple[list[int], list[int]]:
+        return [], []
+
     def chunk(self, ids: list[int]) -> Any:
         return ids
 
@@ -115,6 +119,9 @@ class TextSlots(IdSlots):
 
     def first_memory(self) -> Any:
         return self.p.no_memory_text
+
+    def specials(self) -> tuple[list[int], list[int]]:
+        return added_specials(self.tokenizer)  # the client's tokenizer.encode(context)
 
     def chunk(self, ids: list[int]) -> Any:
         return self.tokenizer.decode(ids)  # as the client: specials kept, a split character becomes U+FFFD
@@ -181,7 +188,7 @@ async def memagent(
     p = prompts_for(tokenizer, config)
     slots = (TextSlots if config.slot_fill == "text" else IdSlots)(tokenizer, p, config)
     # chunk by chunk: a sample read lazily from disk is encoded as it is read (flat memory at millions of tokens)
-    chunks = ContextChunks(slots.context(sample), tokenizer, config)
+    chunks = ContextChunks(slots.context(sample), tokenizer, config, slots.specials())
     question = slots.question(sample)
 
     memory = slots.first_memory()
