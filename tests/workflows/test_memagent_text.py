@@ -108,9 +108,10 @@ def test_protocol_memagent_fills_memagent_slots_with_text_unless_set():
     assert slot_fill(eval={"protocol": "memagent"}) == "text"
     assert slot_fill(eval={"protocol": "memagent"}, workflow={"slot_fill": "ids"}) == "ids"
     assert slot_fill(eval={"protocol": "memrl"}) is None  # the default, ids
-    assert slot_fill(eval={"protocol": "memagent"}, workflow={"name": "rememr1"}) is None  # not an option there
-    with pytest.raises(ValueError, match="unknown option 'workflow.options.slot_fill' of workflow 'rememr1'"):
-        WorkflowConfig(name="rememr1", options={"slot_fill": "text"})
+    assert slot_fill(eval={"protocol": "rememr1"}, workflow={"name": "rememr1"}) == "text"  # ReMemR1's client too
+    assert slot_fill(eval={"protocol": "memagent"}, workflow={"name": "full_context"}) is None  # not an option there
+    with pytest.raises(ValueError, match="unknown option 'workflow.options.slot_fill' of workflow 'full_context'"):
+        WorkflowConfig(name="full_context", options={"slot_fill": "text"})
 
 
 def test_text_slots_chunk_as_the_clients_encode_does_with_a_bos_adding_tokenizer(tmp_path):

@@ -5,8 +5,8 @@ greedy instead (``memrl`` protocol). The published protocols (``memagent`` / ``r
 papers' evaluation clients did: temperature 0.7, top_p 0.95, the whole context read (their clients
 set no truncation, so a training budget such as ``max_chunks: 8`` does not apply, nor a cut of the
 question), and, for ReMemR1's released variant, recall searching the memories including the current turn's (its eval code; its
-training code searches the earlier ones only). Under ``memagent`` the memagent workflow also fills its
-prompts as MemAgent's client does (``workflow.slot_fill=text``).
+training code searches the earlier ones only). The workflows also fill their prompts as the clients do
+(``workflow.slot_fill=text``).
 
 What counts as chosen: under ``memrl``, any value set (YAML file, flag or override); under a
 published protocol, a flag or override on the command line (``explicit``): a paper config's YAML
@@ -79,8 +79,7 @@ def _protocol_options(cfg: MemRLConfig) -> dict[str, Any]:
     if protocol not in PUBLISHED:
         return {}
     out: dict[str, Any] = {"max_chunks": None, "question_tokens": None}  # the clients read every chunk, whole questions
-    if protocol == "memagent":
-        out["slot_fill"] = "text"
+    out["slot_fill"] = "text"  # both clients send text messages: the server tokenizes each prompt whole
     if protocol == "rememr1" and cfg.workflow.options.get("rememr1_variant") == "released":
         out["recall_pool"] = "including_current"
     return out

@@ -85,9 +85,11 @@ def qa_trajectory(
     )
 
 
-def read_inputs(sample: LongContextSample, tokenizer: Any, config: Any) -> tuple[list[int], int, list[int]]:
-    """(context ids after ``max_chunks`` centre truncation, original context length, question ids)."""
-    context = encode_text(tokenizer, sample.context)
+def read_inputs(sample: LongContextSample, tokenizer: Any, config: Any,
+                specials: tuple[list[int], list[int]] = ([], [])) -> tuple[list[int], int, list[int]]:
+    """(context ids after ``max_chunks`` centre truncation, original context length, question ids);
+    ``specials``: ids around the context's, as ``tokenizer.encode(context)`` adds them (:func:`added_specials`)."""
+    context = [*specials[0], *encode_text(tokenizer, sample.context), *specials[1]]
     original_len = len(context)
     if config.max_chunks is not None:
         context = centre_truncate(context, config.max_chunks * config.chunk_tokens)

@@ -72,6 +72,10 @@ class RememR1Options(ChunkedOptions):
     recall_in_final: bool = Field(True, description="Show the recalled memory in the final turn.")
     state_reward_alpha: float = Field(0.8, ge=0, le=1, description="Weight of the outcome advantage against the "
                                       "per-turn state advantage (ReMemR1's alpha).")
+    slot_fill: Literal["ids", "text"] = Field(
+        "ids", description="How question, memories and chunk enter a prompt: ids (spliced token ids, as training "
+        "does) or text (decoded, filled in as text and chat-templated whole: the ids a server builds from "
+        "ReMemR1's evaluation client; the default of memrl eval --protocol rememr1).")
     rememr1_variant: Literal["memrl", "released"] = Field(
         "memrl", description="'released' reproduces the public ReMemR1 code (subword TF-IDF recall, <thinking> "
         "prompts, its state reward and the 2x state advantage); 'memrl' is the cleaner version.")

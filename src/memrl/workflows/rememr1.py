@@ -58,6 +58,7 @@ from memrl.engines.base import Engine, SamplingParams
 from memrl.rewards.qa import normalize_answer
 from memrl.types import Conversation, Trajectory
 from memrl.workflows.common import (
+    added_specials,
     cached_prompts,
     decode,
     encode_text,
@@ -213,9 +214,36 @@ class _Prompts:
         self.memory = TokenTemplate(texts["memory"], tokenizer)
         self.final = TokenTemplate(texts["final"], tokenizer)
         self.no_memory = tokenizer.encode(texts["no_memory"], add_special_tokens=False)
+        self.no_memory_text = texts["no_memory"]
         self.no_recall = tokenizer.encode(texts["no_recall"], add_special_tokens=False)
         self.no_recall_text = texts["no_recall"]
         self.stops = stop_token_ids(tokenizer)
+
+
+class _Slots:
+    """How question, memory, recalled memory and chunk enter a prompt: spliced token ids (training), or text
+    filled in and tokenized whole (``slot_fill=text``: the ids a server builds from ReMemR1's client)."""
+
+    def __init__(self, tokenizer: Any, p: _Prompts, question: list[int], text: str, as_text: bool) -> None:
+        self.tokenizer, self.p, self.question, self.as_text = tokenizer, p, question, as_text
+        whole = not as_text or len(question) == len(encode_text(tokenizer, text))  # question_tokens cut nothing
+        self.question_text = text if whole else tokenizer.decode(question)
+
+    def render(self, template: TokenTemplate, memory: tuple[list[int], str], recalled: tuple[list[int], str],
+               chunk: list[int] | None = None) -> list[int]:
+        """``memory`` / ``recalled``: (ids, text) of each slot; the chunk as context ids."""
+        if not self.as_text:
+            extra = {} if chunk is None else {"chunk": chunk}
+            return template.render(question=self.question, memory=memory[0], recalled=recalled[0], **extra)
+        extra = {} if chunk is None else {"chunk": self.tokenizer.decode(chunk)}  # as the client decodes it
+        return template.render_text(question=self.question_text, memory=memory[1], recalled=recalled[1], **extra)
+
+    def missed(self, query: str | None, released: bool) -> tuple[list[int], str]:
+        """The recalled slot when nothing was found. ReMemR1's client shows the text ``None`` when a query
+        found no memory its TF-IDF could fit (every memory without terms); otherwise the placeholder."""
+        if self.as_text and released and query is not None:
+            return encode_text(self.tokenizer, "None"), "None"
+        return self.p.no_recall, self.p.no_recall_text
 
 
 class _Pool:
@@ -284,6 +312,23 @@ def _final_conversation(tokenizer: Any, p: Any, prompt: list[int], res: Any, gol
                                              meta={"kind": "final", "finish": res.finish_reason})
 
 
+def _inputs(sample: LongContextSample, tokenizer: Any, config: WorkflowConfig, p: _Prompts,
+            released: bool) -> tuple[LongContextSample, list[int], int, _Slots]:
+    """(the sample as read, context ids, original context length, how slots are filled)."""
+    if released:  # the released client strips both before it tokenizes them
+        sample = dataclasses.replace(sample, question=sample.question.strip(), context=sample.context.strip())
+    as_text = config.slot_fill == "text"
+    context, original_len, question = read_inputs(sample, tokenizer, config,
+                                                  added_specials(tokenizer) if as_text else ([], []))
+    return sample, context, original_len, _Slots(tokenizer, p, question, sample.question, as_text)
+
+
+def _count_turn(counts: dict[str, int], finish_reason: str, updates: list[str]) -> None:
+    counts["memory_truncated"] += finish_reason == "length"
+    counts["no_update"] += not updates
+    counts["multiple_update"] += len(updates) > 1
+
+
 async def rememr1(
     sample: LongContextSample,
     engine: Engine,
@@ -298,43 +343,40 @@ async def rememr1(
     sampling = sampling or SamplingParams(greedy=True)
     released = config.rememr1_variant == "released"
     p = cached_prompts(_Prompts, tokenizer, config.prompts, RELEASED_PROMPTS if released else DEFAULT_PROMPTS)
-    if released:  # the released client strips both before it tokenizes them
-        sample = dataclasses.replace(sample, question=sample.question.strip(), context=sample.context.strip())
-    context, original_len, question = read_inputs(sample, tokenizer, config)
+    sample, context, original_len, fill = _inputs(sample, tokenizer, config, p, released)
     golds = sample.answers
 
-    memory, memory_text, recalled, recalled_text = p.no_memory, "", p.no_recall, ""
+    memory, memory_text, recalled, recalled_text = p.no_memory, p.no_memory_text, p.no_recall, p.no_recall_text
     pool = _Pool(tokenizer, released)
     conversations: list[Conversation] = []
     counts = {"no_update": 0, "multiple_update": 0, "recalls": 0, "recall_hits": 0, "memory_truncated": 0}
     params = sampling.with_(max_new_tokens=config.memory_tokens, stop_token_ids=p.stops)
     for k in range(math.ceil(len(context) / config.chunk_tokens)):
         chunk = context[k * config.chunk_tokens: (k + 1) * config.chunk_tokens]
-        prompt = p.memory.render(question=question, memory=memory, recalled=recalled, chunk=chunk)
+        prompt = fill.render(p.memory, (memory, memory_text), (recalled, recalled_text), chunk)
         res = await engine.generate(prompt, turn_seed(params, k))
         out = strip_stop(res.token_ids, p.stops)
         updates = _UPDATE.findall(tokenizer.decode(out, skip_special_tokens=False))
-        counts["memory_truncated"] += res.finish_reason == "length"
-        counts["no_update"] += not updates
-        counts["multiple_update"] += len(updates) > 1
+        _count_turn(counts, res.finish_reason, updates)
         new_memory, new_text, query = _memory_turn(tokenizer, out, released)
 
         hit = _recall(pool, config.recall_pool, new_memory, new_text, query, counts)
         # the slot is rewritten every turn: a turn without a (successful) query shows the placeholder
-        recalled, recalled_text = hit if hit is not None else (p.no_recall, "")
+        recalled, recalled_text = hit if hit is not None else fill.missed(query, released)
 
         if released:
             reward = released_state_reward(decode(tokenizer, prompt), decode(tokenizer, res.token_ids),
-                                           recalled_text if hit is not None else p.no_recall_text, golds, False)
+                                           recalled_text, golds, False)
         else:
-            reward = _state_reward(updates, memory_text, new_text, recalled_text, golds)
+            reward = _state_reward(updates, "" if k == 0 else memory_text, new_text,
+                                   recalled_text if hit is not None else "", golds)
         conversations.append(Conversation.from_prompt_response(
             prompt, res.token_ids, res.logprobs, reward=reward,
             meta={"kind": "memory", "chunk": k, "finish": res.finish_reason, "recall": query is not None}))
         memory, memory_text = new_memory, new_text
 
-    slot, slot_text = (recalled, recalled_text) if config.recall_in_final else (p.no_recall, "")
-    prompt = p.final.render(question=question, memory=memory, recalled=slot)
+    slot = (recalled, recalled_text) if config.recall_in_final else (p.no_recall, p.no_recall_text)
+    prompt = fill.render(p.final, (memory, memory_text), slot)
     final_params = sampling.with_(max_new_tokens=config.final_tokens, stop_token_ids=p.stops)
     res = await engine.generate(prompt, turn_seed(final_params, len(conversations)))
     conversations.append(_final_conversation(tokenizer, p, prompt, res, golds, released))
@@ -342,5 +384,7 @@ async def rememr1(
         sample, tokenizer, conversations, res, p.stops, config.reward, sample_id=sample_id, group_id=group_id,
         metrics={"context_tokens": float(len(context)), "context_tokens_original": float(original_len),
                  **{k: float(v) for k, v in counts.items()}},
-        info={"memory": memory_text, "recalled": slot_text}, answer_format=config.answer_format,
+        info={"memory": memory_text if conversations[:-1] else "",
+              "recalled": slot[1] if slot[1] not in (p.no_recall_text, "None") else ""},
+        answer_format=config.answer_format,
     )

@@ -108,7 +108,9 @@ class SubwordTfidfIndex:
     def top1(self, query: str | None) -> tuple[int, float] | None:
         """Best memory for ``query``; ``None`` only for no query, no memories, or memories without terms.
 
-        The last case is where ReMemR1's vectorizer fails to fit (an empty vocabulary) and it returns nothing.
+        The last case is where ReMemR1's vectorizer fails to fit (an empty vocabulary): its evaluation client
+        then shows the text ``None`` (memrl's ``slot_fill=text``, released variant), its training code the
+        "no memory recalled" placeholder (memrl otherwise).
         """
         if not query or not self.docs or not any(self.docs):
             return None
