@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from memrl.config.registry import ENGINES, registered
 from memrl.config.section import Section, Seed
@@ -90,5 +91,22 @@ class EngineConfig(Section):
     logprob_check: bool = Field(True, description="openai: at start, ask the server (two temperatures) whether its "
                                 "log-probs are temperature-scaled as the trainer's; refuse raw ones when "
                                 "sampling.temperature is not 1.")
-    device: str | None = None
+    device: str | None = Field(None, description="Device of the policy and the in-process engine: cpu, cuda, "
+                               "cuda:N or mps (default: cuda when torch sees one, else cpu).")
     vllm: VLLMOptions = Field(default_factory=VLLMOptions)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str | None) -> str | None:
+        return check_device_name(v, "engine.device")
+
+
+_DEVICE = re.compile(r"(cpu|cuda|mps|xpu|npu|hpu)(:\d+)?")
+
+
+def check_device_name(value: str | None, key: str) -> str | None:
+    """A torch device name, refused at load time in one line (``gpu`` used to fail deep in model loading)."""
+    if value is not None and not _DEVICE.fullmatch(value):
+        hint = " (did you mean cuda?)" if value.lower().startswith("gpu") else ""
+        raise ValueError(f"{key}={value!r} is not a device; use cpu, cuda, cuda:N or mps{hint}")
+    return value

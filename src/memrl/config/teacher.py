@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from memrl.config.registry import TEACHERS, registered
 from memrl.config.section import Finite, Section
@@ -27,6 +27,13 @@ class TeacherConfig(Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="hf: the teacher's "
                                                                      "weights dtype.")
     device: str | None = Field(None, description="hf: the teacher's device (default: the trainer's).")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str | None) -> str | None:
+        from memrl.config.engine import check_device_name
+
+        return check_device_name(v, "teacher.device")
     base_url: str | None = Field(None, description="openai: server root, e.g. http://127.0.0.1:8001/v1.")
     served_model: str | None = Field(None, description="openai: model name sent in requests (default: "
                                      "teacher.model).")

@@ -23,11 +23,16 @@ LOGPROBS_MODE = "processed_logprobs"
 _LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the ranks vLLM's LoRA kernels are built for
 
 
+class VLLMMissingError(ImportError, ValueError):
+    """vLLM is not installed: an ImportError to code that checks for one, and a one-line user error to the CLI
+    (a ValueError; it was printed under a 52-line traceback)."""
+
+
 def require_vllm() -> Any:
     try:
         import vllm
     except ImportError:
-        raise ImportError(
+        raise VLLMMissingError(
             "the vllm engine needs vLLM: pip install 'memrl[vllm]' on a CUDA machine, or vLLM's CPU build "
             "(`make test-vllm` shows the recipe); or use --engine hf, or --engine openai against a vLLM server"
         ) from None

@@ -24,6 +24,10 @@ class ModelNotFoundError(RuntimeError):
     """A model or tokenizer spec that could not be loaded."""
 
 
+class DeviceUnavailableError(ValueError):
+    """A configured device this torch cannot use (a user error: one line, no traceback)."""
+
+
 # ``tiny32``: the same random Qwen2 shape with 32-wide attention heads, the smallest that vLLM's
 # CPU attention kernels accept (``tiny`` has 16), so vLLM paths are tested on a CPU.
 TINY_ALIASES: dict[str, tuple[str, dict[str, int]]] = {
@@ -138,11 +142,27 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def check_device_present(device: str) -> None:
+    """Refuse, in one line and before any weight loads, a device this torch cannot use (``engine.device=cuda`` on a
+    CPU-only install used to end in a 76-line AssertionError traceback)."""
+    import torch
+
+    kind = device.split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise DeviceUnavailableError(f"device {device!r}: torch {torch.__version__} sees no CUDA device "
+                                 "(torch.cuda.is_available() is False); leave engine.device unset, or set it to cpu")
+    if kind == "cuda" and ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
+        raise DeviceUnavailableError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise DeviceUnavailableError(f"device {device!r}: torch {torch.__version__} has no MPS backend here; use cpu")
+
+
 def load_model(spec: str, dtype: str = "auto", device: str | None = None) -> Any:
     """A ``transformers`` causal LM in eval mode on ``device``."""
     from transformers import AutoModelForCausalLM
 
     device = device or default_device()
+    check_device_present(device)
     path = resolve_model_path(spec)
     check_local(spec, path, ("config.json",))
     try:
