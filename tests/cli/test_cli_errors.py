@@ -145,3 +145,14 @@ def test_an_interrupted_fine_tuning_says_nothing_was_written(tmp_path, capsys):
         with _stops_say_nothing_kept(tmp_path / "model"):
             signal.raise_signal(signal.SIGTERM)  # a container's stop: was a silent death
     assert ended.value.exit_code == 143 and signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_pydantic_validation_error_is_one_line_naming_each_field():
+    from memrl.cli.errors import describe
+    from memrl.config import MemRLConfig
+
+    with pytest.raises(Exception) as err:
+        MemRLConfig.model_validate({"trainer": {"lr": "x"}, "model": 3})
+    line = describe(err.value)
+    assert "\n" not in line and "errors.pydantic.dev" not in line
+    assert line.startswith("invalid MemRLConfig: model: ") and "trainer.lr: Input should be a valid number" in line

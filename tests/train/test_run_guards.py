@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import io
 import json
 import os
@@ -336,6 +338,14 @@ def test_export_never_leaves_stale_weights(tmp_path):
     target.write_text("x")
     r = invoke("export", str(run), "--out", str(target))
     assert r.exit_code == 2 and "is an existing file" in r.output and target.read_text() == "x"
+
+    # a run of the user's own workflow exports where its module does not import: the weights need no workflow
+    recorded = run / "config.yaml"
+    recorded.write_text(re.sub(r"\nworkflow:\n  name: \S+", "\nworkflow:\n  name: not_installed_pkg.agents:Search",
+                               recorded.read_text()))
+    assert "not_installed_pkg.agents:Search" in recorded.read_text()
+    export_run(run, tmp_path / "export_own_workflow", step=2)
+    assert weights(tmp_path / "export_own_workflow").keys() == want.keys()
 
 
 def test_export_writes_extra_files_with_the_model_or_nothing(tmp_path, monkeypatch):

@@ -48,6 +48,10 @@ def describe(exc: BaseException) -> str:
         return f"{where}: {what}" if where is not None else what
     if isinstance(exc, UnicodeDecodeError):
         return f"input is not UTF-8 text ({exc})"
+    if type(exc).__name__ == "ValidationError" and callable(getattr(exc, "errors", None)):  # pydantic's, unwrapped
+        parts = [f"{'.'.join(map(str, e.get('loc', ())))}: {str(e.get('msg', '')).removeprefix('Value error, ')}"
+                 for e in exc.errors()]
+        return f"invalid {getattr(exc, 'title', 'input')}: {'; '.join(parts)}"
     return str(exc)
 
 

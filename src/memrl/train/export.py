@@ -21,7 +21,7 @@ def export_run(run_dir: Path, out: Path, step: int | None = None, *, force: bool
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a training run (no config.yaml)")
-    cfg = MemRLConfig.model_validate(yaml.safe_load(cfg_path.read_text()))
+    cfg = _weights_config(yaml.safe_load(cfg_path.read_text()))
     found = dict(checkpoint.checkpoints(run_dir))
     if not found:
         raise FileNotFoundError(f"{run_dir} has no checkpoints yet")
@@ -36,3 +36,21 @@ def export_run(run_dir: Path, out: Path, step: int | None = None, *, force: bool
     policy = build_policy(cfg, device="cpu")
     checkpoint.load_weights(policy, found[chosen])
     return export_model(policy, load_tokenizer(cfg.model.tokenizer or cfg.model.path), out, force=force)
+
+
+# what building the policy reads: the model, its adapter, and whether it was checkpointed
+WEIGHT_SECTIONS = ("model", "lora", "trainer")
+
+
+def _weights_config(raw: object) -> MemRLConfig:
+    """The run's config, as far as its weights go. A run trained with the user's own workflow (or reward, or
+    teacher builder) names an import path that need not import where the export runs: those sections are not
+    needed to rebuild the weights, so only the model, LoRA and trainer sections are validated then."""
+    from pydantic import ValidationError
+
+    try:
+        return MemRLConfig.model_validate(raw)
+    except ValidationError:
+        if not isinstance(raw, dict):
+            raise
+        return MemRLConfig.model_validate({k: v for k, v in raw.items() if k in WEIGHT_SECTIONS})
