@@ -139,6 +139,11 @@ def test_released_state_reward_by_hand():
     assert released_state_reward(prompt, "<update>New York</update>", "New", golds, False) == 2.0
     # a one-line <memory> block is read: 1 + (0.5 - 0.5) + max(0, 1 - 0.5)
     assert released_state_reward("<memory>New</memory>", "<update>New</update>", "New York", golds, False) == 1.5
+    # the recall term is what the recalled text adds to the prompt (ReMemR1 6d8401f): 'Obama' joins the prompt's
+    # 'Barack' -> 1 - 0.5; the text alone ('the president Obama' 0.5 - prompt 0.5) would give 0. 1 + 0.5 + 0.5
+    obama = ["Barack Obama"]
+    assert released_state_reward("<memory>Barack</memory>", "<update>Barack Obama</update>", "the president Obama",
+                                 obama, False) == 2.0
     # an update spanning lines is not one (format 0, update text ''); two updates are not one either
     assert released_state_reward("", "<update>New\nYork</update>", "", golds, False) == 0.0
     assert released_state_reward("", "<update>a</update><update>b</update>", "", golds, False) == 0.0

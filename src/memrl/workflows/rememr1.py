@@ -38,7 +38,8 @@ mixed into the advantage with ``algorithm.step_rewards=true``). Two variants
     ``<memory>...</memory>`` in the prompt, which ReMemR1's own layout (a newline
     after ``<memory>``) never yields, so the previous memory always counts 0;
     recall term = max(0, coverage of this turn's recalled text, placeholder
-    included, minus coverage of the whole prompt); final turns get format only.
+    included, joined to the whole prompt, minus coverage of the prompt alone: what
+    the recall adds, as since ReMemR1's commit 6d8401f); final turns get format only.
     ReMemR1's trainer sums its state reward tiled over two columns before
     centring, doubling the state advantage; the trainer applies that factor 2
     for this variant.
@@ -205,7 +206,8 @@ def released_state_reward(prompt: str, response: str, recalled: str, golds: Sequ
     previous = _R_MEMORY.findall(prompt)
     update = released_coverage(updates[0] if updates else "", golds) - released_coverage(
         previous[0] if previous else "", golds)
-    revisit = max(0.0, released_coverage(recalled, golds) - released_coverage(prompt, golds))
+    # what the recalled text adds to the prompt's coverage (ReMemR1 6d8401f; before it, recalled alone)
+    revisit = max(0.0, released_coverage(recalled + " " + prompt, golds) - released_coverage(prompt, golds))
     return fmt + update + revisit
 
 
