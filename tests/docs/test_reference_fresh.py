@@ -29,6 +29,9 @@ def test_config_reference_covers_every_field() -> None:
     missing = sorted(k for k in gen.config_keys() if f"`{k}`" not in text)
     assert not missing, f"config keys missing from the reference: {missing}"
     assert "Episodes per prompt (the GRPO group)" in text  # algorithm.n's description
+    rows = [line.split("|") for line in text.splitlines() if line.startswith("| `")]
+    bare = [cells[1].strip() for cells in rows if not cells[4].strip()]
+    assert not bare, f"config keys with no description (give their Field a description=): {bare}"
 
 
 def test_cli_reference_covers_every_command() -> None:

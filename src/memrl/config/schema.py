@@ -27,7 +27,8 @@ class ModelConfig(Section):
 
     path: str = Field("tiny", min_length=1, description="HF model folder/id or alias such as 'tiny'.")
     tokenizer: str | None = Field(None, description="Tokenizer path; defaults to the model's.")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights' dtype: auto = bfloat16 on a GPU that supports it, else float32.")
 
 
 class DataConfig(Section):
@@ -42,10 +43,14 @@ class DataConfig(Section):
     )
     train_tokens: int | None = Field(None, description="Token budget of the training file.")
     seed: Seed = 42
-    allow_repeats: bool = False
-    include_question_distractors: bool = True
-    format: Literal["json", "jsonl", "parquet"] = "json"
-    max_samples: int | None = None
+    allow_repeats: bool = Field(False, description="memrl data synth: let a document repeat in one context when "
+                                "the pool has too few distinct paragraphs.")
+    include_question_distractors: bool = Field(True, description="memrl data synth: keep each question's own "
+                                               "HotpotQA distractor paragraphs in its context.")
+    format: Literal["json", "jsonl", "parquet"] = Field("json", description="memrl data synth: file format of "
+                                                        "the eval files.")
+    max_samples: int | None = Field(None, description="memrl data synth: at most this many questions per file "
+                                    "(null: all).")
     train_file: str | None = Field(None, description="Training samples (any long-context file layout).")
     eval_file: str | None = Field(None, description="Held-out samples evaluated every trainer.eval.every steps.")
 
@@ -160,8 +165,9 @@ class SamplingConfig(Section):
 
     temperature: Finite = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = 0
-    seed: Seed | None = None
+    top_k: int = Field(0, description="Sample among the k most likely tokens (0: off).")
+    seed: Seed | None = Field(None, description="memrl eval: the seed each episode's sampling seed derives from "
+                              "(null: trainer.seed; training always derives them from trainer.seed).")
 
 
 class EvalConfig(Section):
@@ -184,11 +190,12 @@ class EvalConfig(Section):
 class LoraConfig(Section):
     """LoRA through peft; the reference policy is the base model (adapter disabled)."""
 
-    enabled: bool = False
+    enabled: bool = Field(False, description="Train a LoRA adapter instead of every weight.")
     r: int = Field(16, ge=1)
     alpha: int = Field(32, ge=1)
     dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[str] | str = "all-linear"
+    target_modules: list[str] | str = Field("all-linear", description="Modules that get an adapter: peft's "
+                                            "'all-linear', or a list of module names.")
 
 
 class TrainerConfig(Section):
@@ -199,10 +206,12 @@ class TrainerConfig(Section):
     lr: Finite = Field(1e-6, gt=0)
     weight_decay: Finite = Field(0.0, ge=0)
     warmup_steps: int = Field(0, ge=0)
-    lr_schedule: Literal["constant", "cosine"] = "constant"
+    lr_schedule: Literal["constant", "cosine"] = Field("constant", description="After warmup: constant, or "
+                                                       "cosine decay to 0 at total_steps.")
     grad_clip: float = Field(1.0, gt=0)
     seed: Seed = 42
-    output_dir: str = "runs/default"
+    output_dir: str = Field("runs/default", description="The run's folder (config, checkpoints, metrics, "
+                            "rollouts); running the same command again resumes from it.")
     total_steps: int = Field(100, ge=1, description="Optimizer steps of the whole run (a resumed run trains "
                              "until it has this many).")
     save_every: int = Field(10, ge=1)
@@ -212,7 +221,8 @@ class TrainerConfig(Section):
     prompts_per_step: int = Field(4, ge=1, description="Prompts per step; each is rolled out algorithm.n times.")
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per PPO epoch (the step's rows split evenly).")
     micro_batch_tokens: int = Field(16384, ge=1, description="Token budget of one forward/backward pass.")
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass: "
+                                         "less memory, about a third more compute.")
     max_nan_steps: int = Field(3, ge=1, description="Stop after this many non-finite losses in a row.")
     max_failed_steps: int = Field(3, ge=1, description="Stop (non-zero exit) after this many steps in a row "
                                   "in which every episode failed or nothing was trainable.")
@@ -221,8 +231,9 @@ class TrainerConfig(Section):
                                 "resumed run does it again) or the eval is abandoned, and the last finished step is "
                                 "saved.")
     eval: TrainEvalConfig = Field(default_factory=TrainEvalConfig)
-    tensorboard: bool = False
-    wandb_project: str | None = None
+    tensorboard: bool = Field(False, description="Also log metrics to RUN/tensorboard (memrl[tracking]).")
+    wandb_project: str | None = Field(None, description="Also log to this Weights & Biases project "
+                                      "(memrl[tracking]; WANDB_API_KEY from the environment).")
     rollouts_every: int = Field(1, ge=0, description="Write sampled episodes to RUN/rollouts/ every K steps "
                                 "(0: never); memrl sft reads them.")
     rollouts_per_step: int = Field(4, ge=1, description="Episodes written per such step: best, worst, random.")
