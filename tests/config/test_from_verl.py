@@ -212,3 +212,15 @@ def test_overrides_gathered_in_a_multi_line_variable_are_the_scripts():
     assert unresolved == []
     broken = 'echo "never closed\ntrainer.total_training_steps=5\n'
     assert overrides_of(broken)[0] == {"trainer.total_training_steps": "5"}
+
+
+def test_the_memory_agent_forks_grpo_use_adv_and_alpha():
+    """MemAgent's and ReMemR1's verl forks read algorithm.grpo_use_adv instead of norm_adv_by_std_in_grpo (both
+    scripts set it False: Dr.GRPO); ReMemR1's algorithm.alpha is named with the workflow settings it needs."""
+    t = translate({"algorithm.adv_estimator": "grpo", "algorithm.grpo_use_adv": "False", "algorithm.alpha": "0.8"})
+    assert t.settings["algorithm.adv_estimator"][0] == "dr_grpo"
+    assert "algorithm.grpo_use_adv=False" in t.settings["algorithm.adv_estimator"][1]
+    assert "state_reward_alpha=0.8" in t.skipped["algorithm.alpha"] and "grpo_use_adv" not in t.skipped
+    on = translate({"algorithm.adv_estimator": "grpo", "algorithm.grpo_use_adv": "True"})
+    assert on.settings["algorithm.adv_estimator"][0] == "grpo"
+    assert "state_reward_alpha" not in translate({"algorithm.alpha": "1.0"}).skipped.get("algorithm.alpha", "")  # no mix

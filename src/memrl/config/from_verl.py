@@ -126,7 +126,7 @@ def translate(flags: dict[str, str]) -> Translation:
         elif value is not None:  # -1 / 0 meaning "never" / "no limit" in verl: memrl needs a number
             out.skipped[verl_key] = f"{value!r} (never / no limit in verl): set {key} to a number yourself"
     for rule in (_batches, _kl, _estimator, _policy_loss, _schedule, _lora, _eval_every, _engine, _grad_clip,
-                 _wandb, _gigpo):
+                 _wandb, _gigpo, _state_alpha):
         try:
             rule(get, out, given, source)
         except (TypeError, ValueError, ZeroDivisionError) as err:
@@ -187,8 +187,14 @@ def _kl(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
 
 
 def _estimator(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    """verl's estimator; MemAgent's and ReMemR1's forks read ``algorithm.grpo_use_adv`` in place of
+    ``norm_adv_by_std_in_grpo`` (their scripts set it False: Dr.GRPO's centring without the std)."""
     name, by_std = get("algorithm.adv_estimator"), get("algorithm.norm_adv_by_std_in_grpo")
     where = source("algorithm.adv_estimator", "algorithm.norm_adv_by_std_in_grpo")
+    if "algorithm.grpo_use_adv" in given:
+        out.used.add("algorithm.grpo_use_adv")
+        by_std = given["algorithm.grpo_use_adv"] is True
+        where = source("algorithm.adv_estimator", "algorithm.grpo_use_adv")
     if name == "grpo" and not by_std:
         out.set("algorithm.adv_estimator", "dr_grpo", where)
     elif name in ADV_ESTIMATORS:
@@ -315,6 +321,17 @@ def _gigpo(get: Any, out: Translation, given: dict[str, Any], source: Any) -> No
     elif "algorithm.gigpo.similarity_thresh" in given:
         out.used.add("algorithm.gigpo.similarity_thresh")
         out.skipped["algorithm.gigpo.similarity_thresh"] = "read only with algorithm.gigpo.enable_similarity=True"
+
+
+def _state_alpha(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    """ReMemR1's fork: ``algorithm.alpha`` < 1 mixes its per-turn state advantage into the outcome's. That lives in
+    the workflow (the script does not say which memrl workflow), so it is named with the settings to write."""
+    alpha = given.get("algorithm.alpha")
+    if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and alpha < 1:
+        out.used.add("algorithm.alpha")
+        out.skipped["algorithm.alpha"] = (
+            f"ReMemR1's state-advantage mix: set workflow.name=rememr1, workflow.options.state_reward_alpha={alpha}, "
+            "workflow.options.rememr1_variant=released (its 2x state advantage) and algorithm.step_rewards=true")
 
 
 def why_skipped(key: str, value: Any = None) -> str:
