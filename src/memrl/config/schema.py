@@ -205,7 +205,8 @@ class TrainerConfig(Section):
 
     lr: Finite = Field(1e-6, gt=0)
     weight_decay: Finite = Field(0.0, ge=0)
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup over this many steps, from lr 0 at the first "
+                              "(verl's schedule: step s runs at lr x s / warmup_steps).")
     lr_schedule: Literal["constant", "cosine"] = Field("constant", description="After warmup: constant, or "
                                                        "cosine decay to 0 at total_steps.")
     grad_clip: float = Field(1.0, gt=0)

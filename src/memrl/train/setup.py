@@ -32,8 +32,11 @@ def seed_everything(seed: int) -> None:
 
 
 def lr_lambda(step: int, warmup: int, total: int, schedule: str) -> float:
+    """The learning-rate factor of optimizer step ``step`` (0-based), as verl's (and Megatron's) schedulers give it:
+    linear warmup from 0, so the first step runs at lr 0 and only warms Adam's moments (memrl started at
+    1/warmup, a step ahead of verl all through the warmup); then constant, or cosine to 0 at ``total``."""
     if warmup and step < warmup:
-        return (step + 1) / warmup
+        return step / warmup
     if schedule == "cosine" and total > warmup:
         progress = min(1.0, (step - warmup) / max(1, total - warmup))
         return 0.5 * (1 + math.cos(math.pi * progress))
