@@ -74,6 +74,7 @@ class Group:
     step: int
     episodes: list[Trajectory] = field(default_factory=list)
     oldest: int = 0  # oldest policy version of any token of the group
+    occurrence: int = 0  # earlier groups of the same sample in the same step (a step crossing an epoch)
 
 
 class AsyncRollout:
@@ -99,6 +100,7 @@ class AsyncRollout:
         self.running: dict[int, Group] = {}
         self.ready: list[Group] = []
         self.accepted = 0  # groups accepted into the buffer since start (waiting or trained on)
+        self._draws: Counter[tuple[int, int]] = Counter()  # (step, sample) -> groups submitted so far
         self.done_since_take: list[Trajectory] = []
         self.dropped_since_take = 0
         self.error: BaseException | None = None
@@ -156,7 +158,9 @@ class AsyncRollout:
                         self.idle_s += time.perf_counter() - self._idle_since
                         self._idle_since = None
                     self.slots += 1
-                    group = Group(slot, idx, step=self.start_version + slot // self.batch + 1)
+                    step = self.start_version + slot // self.batch + 1
+                    group = Group(slot, idx, step=step, occurrence=self._draws[(step, idx)])
+                    self._draws[(step, idx)] += 1
                     self.running[slot] = group
                     task = asyncio.ensure_future(self._run_group(group, sem))
                     tasks.add(task)
@@ -172,7 +176,8 @@ class AsyncRollout:
 
         async def one(k: int) -> Trajectory | None:
             async with sem:
-                traj = await self.runner.episode(group.idx, k, step=group.step, round_=0, engine=views[k])
+                traj = await self.runner.episode(group.idx, k, step=group.step, round_=0, engine=views[k],
+                                                 occurrence=group.occurrence)
             if traj is not None:
                 traj.info["policy_versions"] = views[k].segments
                 traj.info["interrupted_pieces"] = views[k].interrupted

@@ -121,15 +121,22 @@ class RolloutRunner:
         return head + (self.sampler.take(k - len(head)) if k > len(head) else [])
 
     async def episode(self, idx: int, k: int, *, step: int, round_: int, engine: Engine | None = None,
-                      group_id: str | None = None) -> Trajectory | None:
-        """Repeat ``k`` of sample ``idx``; None when the episode raised (counted and reported)."""
-        seed = episode_seed(self.cfg.trainer.seed, step, round_, idx, k)
+                      group_id: str | None = None, occurrence: int = 0) -> Trajectory | None:
+        """Repeat ``k`` of sample ``idx``; None when the episode raised (counted and reported).
+
+        ``occurrence``: the how-manyth draw of ``idx`` in this step (a step that crosses an epoch can draw a
+        sample twice): each draw is a group of its own with seeds of its own, as verl gives every batch row its
+        own uid (two draws made one group of 2n, and a seeded engine sampled each episode twice).
+        """
+        seed = episode_seed(self.cfg.trainer.seed, step, round_, idx, k + occurrence * self.cfg.algorithm.n)
+        if group_id is None:
+            group_id = f"{step}:{round_}:{idx}" + (f"#{occurrence}" if occurrence else "")
         self.tally.attempted += 1
         try:
             return await until_stop_grace(
                 self.workflow.episode(self.samples[idx], engine=engine or self.engine, tokenizer=self.tokenizer,
                                       sampling=sampling_params(self.cfg).with_(seed=seed), sample_id=str(idx),
-                                      group_id=group_id or f"{step}:{round_}:{idx}"),
+                                      group_id=group_id),
                 self.cfg.trainer.stop_grace_s, "this episode")
         except BaseException as exc:
             if not own_failure(exc):
@@ -161,13 +168,14 @@ class RolloutRunner:
         n = self.cfg.algorithm.n
         counter = CallCounter(self.engine, len(indices) * n, self.progress)
 
-        async def one(idx: int, k: int) -> Trajectory | None:
+        async def one(idx: int, k: int, occurrence: int) -> Trajectory | None:
             async with sem:
-                traj = await self.episode(idx, k, step=step, round_=round_, engine=counter)
+                traj = await self.episode(idx, k, step=step, round_=round_, engine=counter, occurrence=occurrence)
             counter.episode_done()
             return traj
 
-        results = await asyncio.gather(*(one(i, k) for i in indices for k in range(n)))
+        results = await asyncio.gather(*(one(i, k, indices[:j].count(i)) for j, i in enumerate(indices)
+                                         for k in range(n)))
         return [t for t in results if t is not None]
 
     def rollout(self, step: int) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
