@@ -162,3 +162,24 @@ def test_packing_is_skipped_when_its_mask_would_be_too_large():
     groups, width = pack.input_ids.shape
     assert shared_prefix_pack(ids, masks, torch.device("cpu"), max_mask_elements=groups * width * width) is not None
     assert shared_prefix_pack(ids, masks, torch.device("cpu"), max_mask_elements=groups * width * width - 1) is None
+
+
+def test_turn_major_order_is_memagents_batch_layout():
+    """Episode 0 has three conversations (two memory turns and its answer), episode 1 two, episode 2 one: every
+    episode's first memory turn, then the second ones, then every final answer in batch order."""
+    from memrl.train.batch import Row
+    from memrl.train.update import turn_major
+
+    shape = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0)]
+    rows = [Row([1, 2], [0, 1], [0.0, 0.0], e, s) for e, s in shape]
+    assert [shape[i] for i in turn_major(rows)] == [(0, 0), (1, 0), (0, 1), (0, 2), (1, 1), (2, 0)]
+
+
+def test_a_turn_major_run_trains_every_conversation_in_its_mini_batches(tmp_path):
+    from memrl.models.resolve import load_tokenizer
+    from memrl.train.trainer import Trainer
+    from tests.train.helpers import coin_engine, config
+
+    cfg = config(tmp_path, trainer__minibatch_order="turn_major", trainer__mini_batches=2, trainer__total_steps=1)
+    out = Trainer(cfg, engine=coin_engine(load_tokenizer("tiny"))).run()
+    assert out["grad_norm"] > 0 and out.get("skipped_updates", 0.0) == 0.0

@@ -221,6 +221,11 @@ class TrainerConfig(Section):
                                      "a resumed run may change from its config.yaml (memrl train --allow-changes).")
     prompts_per_step: int = Field(4, ge=1, description="Prompts per step; each is rolled out algorithm.n times.")
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per PPO epoch (the step's rows split evenly).")
+    minibatch_order: Literal["shuffled", "turn_major"] = Field(
+        "shuffled", description="How the step's conversations are split into mini-batches: shuffled (each epoch "
+        "a seeded permutation), or turn_major as MemAgent's and ReMemR1's trainers do (every episode's first "
+        "conversation, then every second one, ..., the final answers last, split in that order, unshuffled, so "
+        "short final-answer conversations get mini-batches of their own).")
     micro_batch_tokens: int = Field(16384, ge=1, description="Token budget of one forward/backward pass.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass: "
                                          "less memory, about a third more compute.")

@@ -96,7 +96,8 @@ class PolicyUpdate:
         tally = _Tally()
         gen = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + step)
         for epoch in range(a.ppo_epochs):
-            order = torch.randperm(len(rows), generator=gen).tolist()
+            order = turn_major(rows) if cfg.trainer.minibatch_order == "turn_major" else \
+                torch.randperm(len(rows), generator=gen).tolist()
             minis = list(iter_chunks(order, cfg.trainer.mini_batches))
             for m, mini in enumerate(minis):
                 where = f"update: epoch {epoch + 1}/{a.ppo_epochs}, " if a.ppo_epochs > 1 else "update: "
@@ -251,3 +252,17 @@ def behaviour_logprobs(rows: list[Row], width: int, device: torch.device) -> tor
         eng = torch.as_tensor(list(r.engine_logprobs[1:]), dtype=torch.float32)
         out[i, : eng.numel()] = eng
     return out.to(device)
+
+
+def turn_major(rows: list[Row]) -> list[int]:
+    """Row positions in MemAgent's / ReMemR1's batch layout: their generation loop appends every active episode's
+    k-th conversation at turn k, and the final answers after the loop, and nothing reorders the batch
+    (``shuffle: False``, contiguous splits). A row is final when it is its episode's last conversation."""
+    last = {}
+    for r in rows:
+        last[r.episode] = max(last.get(r.episode, -1), r.step)
+    def key(i: int) -> tuple[bool, int, int]:
+        final = rows[i].step == last[rows[i].episode]
+        return final, 0 if final else rows[i].step, rows[i].episode  # the answers in batch order
+
+    return sorted(range(len(rows)), key=key)
