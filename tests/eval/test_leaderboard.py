@@ -41,10 +41,22 @@ def test_overall_is_the_plain_mean_of_the_domains_in_percent():
         "airline"] == {f"pass_{k}": 50.0 for k in range(1, 5)}
 
 
-def test_overall_needs_every_leaderboard_domain():
-    board = leaderboard({"airline": results("airline", {"1": 0.5}), "retail": results("retail", {"1": 0.7})})
-    assert board["overall"] is None and board["note"].startswith("Overall needs telecom")
-    assert "**Overall**" not in leaderboard_markdown(board) and board["note"] in leaderboard_markdown(board)
+def test_overall_averages_the_leaderboard_domains_present_and_says_so():
+    """τ²-bench's leaderboard script (get_top_models_overall) averages the domains a submission has."""
+    board = leaderboard({"airline": results("airline", {"1": 0.5}), "retail": results("retail", {"1": 0.3})})
+    assert board["overall"] == pytest.approx({"pass_1": 40.0}) and board["overall_domains"] == ["retail", "airline"]
+    assert board["note"].startswith("Overall averages retail, airline only") and "also have telecom" in board["note"]
+    md = leaderboard_markdown(board)
+    assert "| **Overall** (retail, airline) | | 40.0 |" in md and board["note"] in md
+    assert leaderboard({"mock": results("mock", {"1": 1.0})})["overall"] is None  # no leaderboard domain
+
+
+def test_a_subset_of_the_split_is_flagged():
+    part = {**results("airline", {"1": 0.5}, tasks=2), "subset": True}
+    board = leaderboard({"airline": part, "retail": results("retail", {"1": 0.3}),
+                         "telecom": results("telecom", {"1": 0.1})})
+    assert board["note"] == ("airline: a subset of the split's tasks (env.task_ids / env.num_tasks), not comparable "
+                             "with the leaderboard, which runs every task")
 
 
 MINI = {"airline": ["0", "8"], "retail": ["10", "0"]}  # one task each that needs no change, one that needs a write

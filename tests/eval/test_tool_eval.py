@@ -76,12 +76,16 @@ def test_failed_trials_are_left_out_of_pass_hat_k_as_tau2_leaves_out_infrastruct
 def test_cli_runs_tool_eval_with_the_tiny_model(tmp_path):
     r = subprocess.run([sys.executable, "-m", "memrl.cli.main", "eval", "--model", "tiny", "--workflow", "tool_agent",
                         "--domain", "library", "--split", "test", "--trials", "2", "--temperature", "1",
-                        "--out", tmp_path / "o", "workflow.max_turns=1", "workflow.turn_tokens=8"],
+                        "--out", tmp_path / "o", "workflow.max_turns=1", "workflow.turn_tokens=8",
+                        "env.partial_credit=true"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "| pass^1 | pass^2 |" in r.stdout
     results = json.loads((tmp_path / "o" / "results.json").read_text())
     assert results["trials"] == 2 and results["domain"] == "library" and results["split"] == "test"
+    # a training reward setting is not what the eval scores: τ²-bench's all-or-nothing reward is
+    assert "env.partial_credit=true are training rewards and are not used here" in r.stderr
+    assert all(rew in (0.0, 1.0) for t in results["per_task"].values() for rew in t["rewards"])
 
 
 def test_task_ids_and_num_tasks_narrow_the_eval_split_as_tau2_does(tmp_path):

@@ -60,6 +60,17 @@ def _check_domain(cfg: Any) -> list[Any]:
     return load_samples(cfg, "eval")
 
 
+def _tau2_scoring(cfg: Any, console: Console) -> Any:
+    """The eval scores τ²-bench's all-or-nothing reward: env.reward / env.partial_credit are training rewards (with
+    them, pass^k, the average reward and tau2_results.json were not τ²-bench's numbers, and nothing said so)."""
+    if cfg.env.reward == "tau2" and not cfg.env.partial_credit:
+        return cfg
+    console.print(f"note: memrl eval scores τ²-bench's reward; env.reward={cfg.env.reward} and env.partial_credit="
+                  f"{str(cfg.env.partial_credit).lower()} are training rewards and are not used here",
+                  highlight=False, soft_wrap=True)
+    return cfg.model_copy(update={"env": cfg.env.model_copy(update={"reward": "tau2", "partial_credit": False})})
+
+
 def eval_tools(cfg: Any, out: Path, trials: int, restart: bool, console: Console, *, rollouts: bool = True,
                domains: list[str] | None = None) -> None:
     """Run the tool-agent eval under a progress bar and print pass^k (``rollouts``: also write rollout records)."""
@@ -74,6 +85,7 @@ def eval_tools(cfg: Any, out: Path, trials: int, restart: bool, console: Console
     if trials > 1 and cfg.sampling.temperature == 0:
         console.print(f"[yellow]warning: --trials {trials} with greedy decoding repeats the same episode; "
                       "set --temperature for pass^k to mean anything[/yellow]", highlight=False)
+    cfg = _tau2_scoring(cfg, console)
     names = domains or [cfg.env.domain]
     if len(set(names)) != len(names):
         raise ValueError(f"--domain names a domain twice: {','.join(names)}")

@@ -203,6 +203,7 @@ def aggregate_tool_eval(cfg: MemRLConfig, out: Path, task_ids: list[str], trials
     return {
         "domain": cfg.env.domain, "split": cfg.env.eval_split, "model": cfg.model.path, "trials": trials,
         "solo": cfg.env.solo, "tasks": len(task_ids), "failed_trials": failed,
+        "subset": bool(cfg.env.task_ids or cfg.env.num_tasks),
         "complete_tasks": sum(t["trials"] == trials for t in per_task.values()),
         "avg_reward": statistics.fmean(rewards) if rewards else None,
         "pass_hat_k": {str(k): v for k, v in pass_hat_ks(outcomes).items()},

@@ -207,7 +207,7 @@ class RetailTools(Toolkit):
         order = self._order(order_id)
         if order["status"] != "pending":
             raise ValueError("Non-pending order cannot be cancelled")
-        if reason not in ("no longer needed", "ordered by mistake"):
+        if reason not in {"no longer needed", "ordered by mistake"}:  # a set, as τ²-bench: a list reason is unhashable
             raise ValueError("Invalid reason")
         refunds = []
         for pay in order["payment_history"]:
