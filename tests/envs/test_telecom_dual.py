@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from memrl.envs.evaluate import evaluate
-from memrl.envs.messages import Message, ToolCall
+from memrl.envs.messages import USER_GAVE_UP, Message, ToolCall
 from memrl.envs.user_sim import LLMUserSimulator
 from memrl.models.tiny import build_hf_tokenizer
 from memrl.testing.scripted import ScriptedEngine
@@ -52,7 +52,7 @@ def test_user_sees_only_its_own_calls_and_a_looping_user_gives_up(telecom):
     lookup = ToolCall("get_customer_by_phone", {"phone_number": "555-123-2002"}, id="a1")
     history = [Message("assistant", None, [lookup]), env.step(lookup), Message("assistant", "What do you see?")]
     new = asyncio.run(user.act(task, history, env, max_rounds=3))
-    assert [m.role for m in new] == ["user", "tool"] * 3 + ["user"] and new[-1].content == "###STOP###"
+    assert [m.role for m in new] == ["user", "tool"] * 3 + ["user"] and new[-1].content == USER_GAVE_UP
     chat = user.chat(task, history + new[:2], env.user_tools.schemas())
     text = "\n".join(c["content"] for c in chat)
     assert "John Smith" not in text.split("Your tools:")[-1]  # the agent's lookup result is not shown

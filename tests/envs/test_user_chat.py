@@ -10,7 +10,7 @@ import pytest
 
 from memrl.engines.base import SamplingParams
 from memrl.engines.openai_chat import ChatReply
-from memrl.envs.messages import Message, ToolCall
+from memrl.envs.messages import USER_GAVE_UP, Message, ToolCall
 from memrl.envs.nl_judge import LLMNLJudge, judge_chat
 from memrl.envs.tasks import Task
 from memrl.envs.user_chat import ChatUserSimulator, user_messages
@@ -131,7 +131,7 @@ def test_a_user_that_only_calls_gives_up(telecom):
     env = telecom.new_env()
     env.set_state(telecom.tasks[0].initial_state)
     new = asyncio.run(ChatUserSimulator(engine).act(telecom.tasks[0], [], env, max_rounds=2))
-    assert [m.role for m in new] == ["user", "tool", "user", "tool", "user"] and new[-1].content == "###STOP###"
+    assert [m.role for m in new] == ["user", "tool", "user", "tool", "user"] and new[-1].content == USER_GAVE_UP
 
 
 def test_the_judge_sends_tau2s_two_messages_to_a_chat_model():

@@ -77,3 +77,20 @@ def test_a_history_ending_with_the_agent_is_answered_by_the_user_first(tau2_dir)
     traj = asyncio.run(tool_agent(s, agent, build_hf_tokenizer(["x"], vocab_size=300), cfg.workflow))
     assert seen == [["user", "assistant", "tool", "assistant"]] and not agent.calls
     assert traj.info["ending"] == "user_stop" and traj.info["messages"][-1]["content"] == "###STOP###"
+
+
+def test_a_user_whose_tool_rounds_run_out_ends_the_episode_ungraded(tau2_dir):
+    """τ²-bench's user simulator has no cap on its tool rounds: one that keeps working the phone runs on to the
+    orchestrator's step limit (MAX_STEPS, reward 0). memrl's cap (act's max_rounds, 10) once ended such a turn
+    with an invented ###STOP###, which was graded as the user's stop."""
+    telecom = load_domain("telecom", tau2_dir)
+    tok = build_hf_tokenizer(["tool_call name arguments toggle_data refuel_data"], vocab_size=400)
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    task = next(t for t in telecom.tasks if t.id.startswith("[mobile_data_issue]data_mode_off|data_usage_exceeded"))
+    uengine = ScriptedEngine(lambda p, k: encode_text(tok, render_call(ToolCall("toggle_data", {}))) + [end])
+    aengine = ScriptedEngine(lambda p, k: encode_text(tok, "How can I help?") + [end])
+    cfg = MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "options": {"max_total_tokens": 400_000}}})
+    s = TaskSample(telecom, task, solo=False, user=LLMUserSimulator(uengine, tok))
+    traj = asyncio.run(tool_agent(s, aengine, tok, cfg.workflow))
+    assert traj.info["ending"] == "max_steps" and traj.reward == 0.0 and len(uengine.calls) == 10
+    assert all("###" not in (m.get("content") or "") for m in traj.info["messages"])

@@ -18,6 +18,12 @@ class ToolCall:
     requestor: Literal["assistant", "user"] = "assistant"
 
 
+# What a user simulator's turn ends with when its tool-call rounds run out (``act(max_rounds=...)``): not words
+# of the user's. τ²-bench's simulator has no round cap and would run on to the orchestrator's step limit (a
+# MAX_STEPS run, reward 0); the tool agent ends such an episode ungraded, as that limit would.
+USER_GAVE_UP = "###USER_GAVE_UP###"
+
+
 @dataclass
 class Message:
     """One turn: text and/or tool calls (assistant, user) or a tool result (tool)."""

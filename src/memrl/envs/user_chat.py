@@ -18,7 +18,7 @@ from typing import Any
 
 from memrl.engines.base import Engine
 from memrl.engines.openai_chat import side_chat
-from memrl.envs.messages import InvalidMessageError, Message, ToolCall
+from memrl.envs.messages import USER_GAVE_UP, InvalidMessageError, Message, ToolCall
 from memrl.envs.tasks import Task
 from memrl.envs.user_sim import AGENT_OPENING, USER_DEVICE, USER_SYSTEM, sent_to_user, user_system_prompt
 
@@ -81,7 +81,7 @@ class ChatUserSimulator:
         """The user's next turn with their device tools: calls, each run on ``env`` as the user, until a
         text reply (the last message returned). A reply whose every call is unreadable is asked for again
         (``strict``: a call that cannot be read raises, as τ²-bench's ``generate`` does);
-        after ``max_rounds`` the user gives up (``###STOP###``), as :meth:`LLMUserSimulator.act` does
+        after ``max_rounds`` the user gives up (:data:`USER_GAVE_UP`), as :meth:`LLMUserSimulator.act` does
         (and seeds and halts its rounds as it does)."""
         from memrl.text.tool_calls import read_openai_call
 
@@ -105,7 +105,7 @@ class ChatUserSimulator:
             new += [env.step(c) for c in calls]
             if halt is not None and halt(new):  # a τ²-bench limit reached: the turn ends at these results
                 return new
-        new.append(Message("user", "###STOP###"))
+        new.append(Message("user", USER_GAVE_UP))
         return new
 
     async def _ask(self, chat: list[dict[str, Any]], tools: Sequence[dict[str, Any]], seed: int | None) -> Any:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memrl.engines.base import Engine, SamplingParams
-from memrl.envs.messages import Message, ToolCall
+from memrl.envs.messages import USER_GAVE_UP, Message, ToolCall
 from memrl.envs.tasks import Task
 
 STOP_MARKERS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
@@ -146,8 +146,8 @@ class LLMUserSimulator:
                   max_rounds: int = 10, step_seed: bool = True,
                   halt: Callable[[list[Message]], bool] | None = None) -> list[Message]:
         """The user's next turn with their own tools (``env.user_tools``): tool calls, each run on ``env``
-        as the user, until a text reply (the last message returned). After ``max_rounds`` rounds of
-        calls the user gives up (``###STOP###``), so a looping simulator cannot stall the episode. Round
+        as the user, until a text reply (the last message returned). After ``max_rounds`` rounds of calls
+        the user gives up (:data:`USER_GAVE_UP`, ungraded), so a looping simulator cannot stall the episode. Round
         ``r`` samples with ``seed + r`` (``step_seed=False``: ``seed`` on every round, as τ²-bench seeds).
         ``halt(messages so far)`` True after a round's results ends the turn there, without a text reply
         (a τ²-bench step or error limit, :mod:`memrl.workflows.tool_steps`)."""
@@ -168,7 +168,7 @@ class LLMUserSimulator:
             new += [env.step(c) for c in calls]
             if halt is not None and halt(new):  # a τ²-bench limit reached: the turn ends at these results
                 return new
-        new.append(Message("user", "###STOP###"))
+        new.append(Message("user", USER_GAVE_UP))
         return new
 
     async def _generate(self, chat: list[dict[str, str]], seed: int | None) -> str:

@@ -39,7 +39,7 @@ from memrl.engines.base import Engine, SamplingParams
 from memrl.engines.usage import metering, usage_metrics
 from memrl.envs.domain import Domain, task_env
 from memrl.envs.evaluate import evaluate_async, history_messages
-from memrl.envs.messages import Message
+from memrl.envs.messages import USER_GAVE_UP, Message
 from memrl.envs.progress import episode_reward, progress_reward
 from memrl.envs.tasks import Task
 from memrl.envs.user_sim import AGENT_OPENING, UserSimulator, ends_conversation
@@ -105,6 +105,8 @@ async def _user_turn(run: _Run, messages: list[Message], turn: int | None) -> tu
             kw["halt"] = lambda msgs: run.limits.would_stop(msgs) or (run.enforce and
                                                                      first_protocol_break(msgs) is not None)
         said = await user.act(run.sample.task, messages, env, seed=seed, **kw)  # type: ignore[union-attr]
+        if said and said[-1].content == USER_GAVE_UP:  # its tool rounds ran out: τ²-bench would run to max_steps
+            return said[:-1], "max_steps"
     else:
         said = [Message("user", await user.reply(run.sample.task, messages, seed=seed))]  # type: ignore[union-attr]
     if run.strict:
