@@ -38,6 +38,11 @@ def test_data_synth_on_real_sample(tmp_path, hotpot_file):
             assert all(p.render() in s.context for p in examples[s.id].gold_paragraphs)
     report = json.loads((tmp_path / "token_report.json").read_text())
     assert [r["docs"] for r in report] == [50, 200, 400]
+    # a second run into the same folder (the README's eval files after its training file) keeps the others' rows
+    r = memrl("data", "synth", "--input", hotpot_file, "--docs", "100,200", "--out", tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "token_report.json").read_text())
+    assert sorted(r["docs"] for r in report) == [50, 100, 200, 400]
 
 
 def test_malformed_row_gives_one_line_error(tmp_path, hotpot_file):

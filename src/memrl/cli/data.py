@@ -61,8 +61,19 @@ def _check_synth_options(fmt: str, evidence_order: Optional[str], max_samples: O
 
 
 def _write_token_report(path: Path, reports: list[FileReport]) -> None:
+    """The folder's token report: this run's files, plus the entries an earlier run into the same folder wrote
+    for other files (the README writes the training file and the eval files in two runs; the second dropped the
+    first's entry)."""
+    new = [r.to_dict() for r in reports]
+    written = {e.get("path") for e in new}
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        earlier = []
+    kept = [e for e in earlier if isinstance(e, dict) and e.get("path") not in written
+            and (path.parent / Path(str(e.get("path"))).name).is_file()] if isinstance(earlier, list) else []
     with atomic_write(path) as fh:
-        json.dump([r.to_dict() for r in reports], fh, indent=2)
+        json.dump(kept + new, fh, indent=2)
         fh.write("\n")
 
 

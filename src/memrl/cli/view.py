@@ -15,7 +15,7 @@ from memrl.cli.errors import user_errors
 def view_cmd(
     path: Path = typer.Argument(..., help="A training run (metrics.jsonl, rollouts/) or an eval --out folder."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write one self-contained HTML file instead of serving."),
-    port: int = typer.Option(0, "--port", help="Port on 127.0.0.1, 1-65535 (default: a free one)."),
+    port: int = typer.Option(0, "--port", help="Port on 127.0.0.1, 0-65535 (0, the default: a free one)."),
     tokenizer: Optional[str] = typer.Option(
         None, "--tokenizer", help="Tokenizer for per-token views (default: the run's model.tokenizer or model.path, "
         "shown as text if it does not load; one given here must load)."),

@@ -121,8 +121,27 @@ def load_tokenizer(spec: str) -> Any:
     try:
         return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
-        where = "folder" if Path(path).exists() else "hub id (no local folder of that name)"
-        raise ModelNotFoundError(f"cannot load tokenizer {spec!r} as a {where}: {' '.join(str(exc).split())}") from None
+        raise ModelNotFoundError(_load_failure("tokenizer", spec, path, exc)) from None
+
+
+def _load_failure(what: str, spec: str, path: str, exc: BaseException) -> str:
+    """Why ``spec`` did not load, in one line: a near miss of an alias is named (``tinyy``: did you mean 'tiny'?),
+    and a hub id under HF_HUB_OFFLINE is said to be missing from the cache rather than "check your connection"."""
+    import difflib
+    import os
+
+    if Path(path).exists():
+        return f"cannot load {what} {spec!r} from its folder: {' '.join(str(exc).split())}"
+    names = [*TINY_ALIASES, "smollm2-135m-instruct"]
+    close = difflib.get_close_matches(spec.lower(), names, n=1, cutoff=0.75)
+    if "/" not in spec:
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return (f"{what} {spec!r}: not a local folder or an alias ({', '.join(names)}), and no hub model of that "
+                f"name loads (hub ids read org/name){hint}")
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return (f"{what} {spec!r} is not in the local Hugging Face cache, and HF_HUB_OFFLINE=1 forbids downloading "
+                "it (check the id, or download it where the Hub is reachable)")
+    return f"cannot load {what} {spec!r} as a hub id (no local folder of that name): {' '.join(str(exc).split())}"
 
 
 def pick_dtype(dtype: str, device: str) -> Any:
@@ -168,6 +187,5 @@ def load_model(spec: str, dtype: str = "auto", device: str | None = None) -> Any
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, device))
     except (OSError, ValueError) as exc:
-        where = "folder" if Path(path).exists() else "hub id (no local folder of that name)"
-        raise ModelNotFoundError(f"cannot load model {spec!r} as a {where}: {' '.join(str(exc).split())}") from None
+        raise ModelNotFoundError(_load_failure("model", spec, path, exc)) from None
     return model.to(device).eval()
