@@ -221,6 +221,7 @@ def test_the_memory_agent_forks_grpo_use_adv_and_alpha():
     assert t.settings["algorithm.adv_estimator"][0] == "dr_grpo"
     assert "algorithm.grpo_use_adv=False" in t.settings["algorithm.adv_estimator"][1]
     assert "state_reward_alpha=0.8" in t.skipped["algorithm.alpha"] and "grpo_use_adv" not in t.skipped
+    assert translate({"data.shuffle": "False"}).settings["data.shuffle"] == (False, "data.shuffle=False")
     on = translate({"algorithm.adv_estimator": "grpo", "algorithm.grpo_use_adv": "True"})
     assert on.settings["algorithm.adv_estimator"][0] == "grpo"
     assert "state_reward_alpha" not in translate({"algorithm.alpha": "1.0"}).skipped.get("algorithm.alpha", "")  # no mix

@@ -39,3 +39,10 @@ def test_a_sample_drawn_twice_in_a_step_makes_two_groups_with_distinct_seeds():
         assert len({t.group_id for t in both}) == 2 and len({t.info["seed"] for t in both}) == 8
     once = next(i for i in second if i not in repeated)
     assert {t.group_id for t in kept if t.sample_id == str(once)} == {f"2:0:{once}"}  # unchanged for single draws
+
+
+def test_data_shuffle_false_visits_the_file_in_order_every_epoch():
+    sampler = ResumableSampler(5, 42, shuffle=False)
+    assert sampler.take(7) == [0, 1, 2, 3, 4, 0, 1]
+    assert ResumableSampler(5, 42).take(5) != [0, 1, 2, 3, 4]  # the default shuffles (seeded)
+    assert MemRLConfig.model_validate({"data": {"shuffle": False}}).data.shuffle is False

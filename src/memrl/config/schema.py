@@ -52,6 +52,8 @@ class DataConfig(Section):
     max_samples: int | None = Field(None, description="memrl data synth: at most this many questions per file "
                                     "(null: all).")
     train_file: str | None = Field(None, description="Training samples (any long-context file layout).")
+    shuffle: bool = Field(True, description="Visit the training samples in a seeded order per epoch; false: in "
+                          "file order every epoch (verl's data.shuffle=False, as MemAgent's and ReMemR1's scripts).")
     eval_file: str | None = Field(None, description="Held-out samples evaluated every trainer.eval.every steps.")
 
     @field_validator("docs")

@@ -183,7 +183,7 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
     wf.setup(cfg)
     samples, eval_samples = load_data(cfg, wf, tokenizer, train, eval, warn)
     fingerprint = state.samples_fingerprint(samples)
-    sampler = ResumableSampler(len(samples), cfg.trainer.seed)
+    sampler = ResumableSampler(len(samples), cfg.trainer.seed, shuffle=cfg.data.shuffle)
     runner = RolloutRunner(cfg, wf, samples, sampler, tokenizer, lambda msg: print_warning(console, msg, ""))
     if found is not None:  # weights first: engines built next start from them
         checkpoint.load_weights(policy, found[1])

@@ -11,16 +11,21 @@ import random
 
 
 class ResumableSampler:
-    def __init__(self, size: int, seed: int, position: int = 0) -> None:
+    """``shuffle=False`` visits the file in order every epoch (verl's ``data.shuffle=False``, which MemAgent's and
+    ReMemR1's launch scripts set)."""
+
+    def __init__(self, size: int, seed: int, position: int = 0, shuffle: bool = True) -> None:
         if size <= 0:
             raise ValueError("the training set is empty")
         self.size = size
         self.seed = seed
         self.position = position
+        self.shuffle = shuffle
 
     def _order(self, epoch: int) -> list[int]:
         order = list(range(self.size))
-        random.Random(f"memrl-data:{self.seed}:{epoch}").shuffle(order)
+        if self.shuffle:
+            random.Random(f"memrl-data:{self.seed}:{epoch}").shuffle(order)
         return order
 
     def take(self, k: int) -> list[int]:
