@@ -49,3 +49,20 @@ def test_a_released_training_step_runs(tmp_path):
     Trainer(cfg, engine=coin_engine(load_tokenizer("tiny"))).run()
     (line,) = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert line["step"] == 1 and line["grad_norm"] > 0
+
+
+def test_under_grpo_the_state_advantage_is_divided_by_its_std_as_remem_r1s_grpo_use_adv_true():
+    """ReMemR1 normalises the state rewards per (question, turn) with its compute_1D_grpo_advantage, the std
+    division on unless grpo_use_adv=False; memrl's state stage follows the outcome's estimator the same way."""
+    cfg = MemRLConfig.model_validate({"workflow": {"name": "rememr1", "rememr1_variant": "memrl"},
+                                      "algorithm": {"adv_estimator": "grpo", "step_rewards": True}})
+    trajs = [Trajectory(conversations=[], reward=r, sample_id="s", group_id="q") for r in (2.0, 0.0)]
+    rows = [Row([1, 2, 3], [0, 1, 1], [0.0] * 3, episode=e, step=s, step_reward=sr)
+            for e, s, sr in ((0, 0, 1.0), (0, 1, 0.0), (1, 0, 0.0), (1, 1, 0.0))]
+    Trainer.advantages(SimpleNamespace(cfg=cfg, workflow=cfg.workflow.build()), trajs, rows)  # type: ignore[arg-type]
+    # outcome: [2, 0] -> +-1 / std sqrt(2) = +-0.7071; step-0 states [1, 0] -> +-0.5 / std 0.7071 = +-0.7071;
+    # step-1 states [0, 0] -> 0. Row ep0 s0: 0.8 * 0.7071 + 0.2 * 0.7071 = 0.7071; ep0 s1: 0.8 * 0.7071 = 0.5657
+    half = 2 ** -0.5
+    expected = [half, 0.8 * half, -half, -0.8 * half]
+    for r, v in zip(rows, expected):
+        assert r.advantages.tolist() == pytest.approx([v, v], rel=1e-4)

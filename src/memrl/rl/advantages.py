@@ -55,6 +55,7 @@ class AdvantageEstimator:
     tokens: Callable[..., torch.Tensor] = spread
     needs_group: bool = False
     turns: Callable[..., torch.Tensor] | None = None
+    per_step: bool = False  # its episode stage also normalises ReMemR1's state rewards per (group, turn)
 
     def __call__(self, scores: torch.Tensor, group_ids: Sequence[Hashable], **kw: Any) -> torch.Tensor:
         out = self.fn(scores, group_ids, **kw)
@@ -69,12 +70,13 @@ class AdvantageEstimator:
 
 
 def register_adv_est(name: str, *, tokens: Callable[..., torch.Tensor] = spread, needs_group: bool = False,
-                     turns: Callable[..., torch.Tensor] | None = None,
+                     turns: Callable[..., torch.Tensor] | None = None, per_step: bool = False,
                      ) -> Callable[[Callable[..., torch.Tensor]], AdvantageEstimator]:
     """Decorator: register ``fn(scores, group_ids, *, epsilon) -> per-episode values`` as ``name``
-    (``turns``: a per-turn stage, see :class:`AdvantageEstimator`)."""
+    (``turns``: a per-turn stage; ``per_step``: ReMemR1's state advantage uses ``fn`` too, see
+    :class:`AdvantageEstimator` and :func:`combine_step_advantages`)."""
     def decorate(fn: Callable[..., torch.Tensor]) -> AdvantageEstimator:
-        return ADV_ESTIMATORS.register(name, AdvantageEstimator(fn, tokens, needs_group, turns))
+        return ADV_ESTIMATORS.register(name, AdvantageEstimator(fn, tokens, needs_group, turns, per_step))
     return decorate
 
 
@@ -189,13 +191,13 @@ def _whitened(per_row: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0) 
     return masked_whiten(spread(per_row, mask), mask) * mask
 
 
-@register_adv_est("grpo", needs_group=True)
+@register_adv_est("grpo", needs_group=True, per_step=True)
 def grpo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
     """GRPO: (score - group mean) / (group std + epsilon)."""
     return group_normalize(scores, group_ids, True, epsilon)
 
 
-@register_adv_est("dr_grpo", needs_group=True)
+@register_adv_est("dr_grpo", needs_group=True, per_step=True)
 def dr_grpo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
     """Dr. GRPO: score - group mean (no std division)."""
     return group_normalize(scores, group_ids, False, epsilon)
@@ -281,16 +283,19 @@ def broadcast(episode_values: torch.Tensor, conv_episode: Sequence[int], respons
 
 def combine_step_advantages(outcome: torch.Tensor, step_rewards: torch.Tensor, conv_episode: Sequence[int],
                             group_ids: Sequence[Hashable], steps: Sequence[int], alpha: float,
-                            state_scale: float = 1.0) -> torch.Tensor:
+                            state_scale: float = 1.0, state_stage: Callable[..., torch.Tensor] | None = None,
+                            epsilon: float = 1e-6) -> torch.Tensor:
     """ReMemR1's per-turn advantage ``alpha * A_outcome + (1 - alpha) * state_scale * A_state``.
 
     ``outcome`` holds one advantage per episode; ``step_rewards[c]`` is row c's
-    state reward, centred within (question group, step index) without std
-    division. Returns one advantage per conversation row. ``state_scale=2``
-    reproduces the released ReMemR1 trainer, which tiles each state reward over
+    state reward, normalised within (question group, step index) by ``state_stage`` (the outcome's
+    estimator where it is GRPO's: ReMemR1 runs its ``compute_1D_grpo_advantage`` on both, dividing by
+    the std unless ``grpo_use_adv=False``), else centred. Returns one advantage per conversation row.
+    ``state_scale=2`` reproduces the released ReMemR1 trainer, which tiles each state reward over
     two columns and sums them before centring.
     """
     keys = [(group_ids[e], s) for e, s in zip(conv_episode, steps)]
-    state = group_center(step_rewards.float() * state_scale, keys)
+    scaled = step_rewards.float() * state_scale
+    state = group_center(scaled, keys) if state_stage is None else state_stage(scaled, keys, epsilon=epsilon)
     per_row = outcome[torch.as_tensor(list(conv_episode), dtype=torch.long)].float()
     return alpha * per_row + (1 - alpha) * state

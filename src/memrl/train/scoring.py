@@ -47,8 +47,10 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
         tok = per_turn.unsqueeze(-1) * mask
     elif a.step_rewards:
         alpha, scale = state_advantage or (1.0, 1.0)
+        est = get_estimator(a.adv_estimator)
         per_row = combine_step_advantages(ep_adv, torch.tensor([r.step_reward for r in rows]), conv_episode,
-                                          groups, [r.step for r in rows], alpha, scale)
+                                          groups, [r.step for r in rows], alpha, scale,
+                                          est.fn if est.per_step else None, a.epsilon)
         tok = per_row.unsqueeze(-1) * mask
     else:
         tok = broadcast(ep_adv, conv_episode, mask, a.adv_estimator, a.gamma)
