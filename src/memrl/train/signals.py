@@ -99,7 +99,8 @@ class StopRequest(_SignalScope):
         name = signal.Signals(signum).name
         if self.signum is not None:
             # os.write: a handler may run while the console is mid-print, and print() is not reentrant
-            os.write(2, f"\n{name} again: exiting now without a checkpoint\n".encode())
+            os.write(2, f"\n{name} again: exiting now without a checkpoint (re-running the same command resumes "
+                        "from the last saved one, and redoes the steps after it)\n".encode())
             for hook in list(_HARD_EXIT_HOOKS):
                 try:
                     hook()
