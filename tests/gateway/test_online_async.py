@@ -83,3 +83,27 @@ def test_a_held_episode_trains_late_or_is_dropped_as_stale(tmp_path: Path, monke
     # 4 trained; with drop_stale the step whose only group was stale trained nothing
     assert max(m["step"] for m in steps) == (5 if drop_stale else 4)
     assert all(m["failed_episodes"] == 0 for m in steps)
+
+
+def test_an_episode_no_agent_took_ends_at_once_when_the_run_stops(monkeypatch) -> None:
+    """The stop's grace is for work in progress: a Ctrl-C before any agent connected waited trainer.stop_grace_s
+    (30 s) for episodes nobody had taken, then filed each as a failure with a traceback."""
+    import asyncio
+    import time
+
+    from memrl.gateway.online_run import _claimed_unless_stopping
+    from memrl.train import signals
+    from memrl.train.rollout import EpisodeStopped
+
+    async def main() -> float:
+        claimed: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        monkeypatch.setattr(signals, "_stop_at", [time.monotonic()])  # as the first SIGINT sets it
+        start = time.perf_counter()
+        with pytest.raises(EpisodeStopped, match="no agent had taken this episode"):
+            await _claimed_unless_stopping(claimed)
+        taken = asyncio.get_running_loop().create_future()
+        taken.set_result(1.0)
+        await _claimed_unless_stopping(taken)  # one already taken goes on (its grace applies later)
+        return time.perf_counter() - start
+
+    assert asyncio.run(main()) < 2

@@ -83,6 +83,7 @@ def test_a_stop_request_ends_hung_episodes_after_the_grace_period(tmp_path, monk
     assert time.perf_counter() - start < 5 and run.failed_episodes == 1
     assert "EpisodeStopped: the run is stopping and this episode was still running 0.5 s later " \
            "(trainer.stop_grace_s)" in said[0]
+    assert not (tmp_path / "failures").exists()  # a stop's cut is not a failure worth a traceback file
 
 
 def test_the_first_signal_says_how_long_running_episodes_may_take(capfd):

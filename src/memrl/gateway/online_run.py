@@ -56,6 +56,20 @@ def open_online_gateway(options: Any, config: Any) -> Gateway:
     return gateway
 
 
+async def _claimed_unless_stopping(claimed: asyncio.Future[float]) -> None:
+    """Wait for an agent to take the episode. Once the run is asked to stop, an episode no agent has taken ends
+    at once: the stop's grace (trainer.stop_grace_s) is for work in progress, and an unclaimed episode has none
+    (a Ctrl-C before any agent connected waited 30 s, then filed every waiting episode as a failure)."""
+    from memrl.train.rollout import EpisodeStopped
+    from memrl.train.signals import stop_requested_at
+
+    while not claimed.done():
+        if stop_requested_at() is not None:
+            raise EpisodeStopped("the run is stopping and no agent had taken this episode")
+        await asyncio.wait({claimed}, timeout=0.5)
+    claimed.result()
+
+
 async def run_online(ep: Any, gateway: Gateway, settings: CallSettings, timeout_s: float) -> tuple[Outcome, Session]:
     """Offer ``ep`` to the next agent that asks; its posted outcome, once it comes within ``timeout_s``."""
     online = gateway.online
@@ -67,7 +81,7 @@ async def run_online(ep: Any, gateway: Gateway, settings: CallSettings, timeout_
         record = online.offer(endpoint.session)
         offered = loop.time()
         try:
-            await record.claimed
+            await _claimed_unless_stopping(record.claimed)
             started = loop.time()
             ep.metric("online_wait_s", started - offered)
             try:

@@ -128,7 +128,8 @@ class RolloutRunner:
         sample twice): each draw is a group of its own with seeds of its own, as verl gives every batch row its
         own uid (two draws made one group of 2n, and a seeded engine sampled each episode twice).
         """
-        seed = episode_seed(self.cfg.trainer.seed, step, round_, idx, k + occurrence * self.cfg.algorithm.n)
+        repeat = k + occurrence * self.cfg.algorithm.n if occurrence else k
+        seed = episode_seed(self.cfg.trainer.seed, step, round_, idx, repeat)
         if group_id is None:
             group_id = f"{step}:{round_}:{idx}" + (f"#{occurrence}" if occurrence else "")
         self.tally.attempted += 1
@@ -145,7 +146,8 @@ class RolloutRunner:
             self.failed_episodes += 1
             self.tally.failed += 1
             self.tally.last_error = one_line(exc)
-            where = self._keep_traceback(step, idx, k, exc)
+            # cut by the stop, not broken: its traceback says nothing (an online episode no agent took had none)
+            where = "" if isinstance(exc, EpisodeStopped) else self._keep_traceback(step, idx, k, exc)
             if self.tally.first_time(self.tally.last_error):  # 96 identical lines say less than one and a count
                 self.warn(f"episode of sample {idx} failed: {self.tally.last_error}{where}")
             return None
