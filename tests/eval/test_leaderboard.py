@@ -49,6 +49,9 @@ def test_overall_averages_the_leaderboard_domains_present_and_says_so():
     md = leaderboard_markdown(board)
     assert "| **Overall** (retail, airline) | | 40.0 |" in md and board["note"] in md
     assert leaderboard({"mock": results("mock", {"1": 1.0})})["overall"] is None  # no leaderboard domain
+    # domains run with different trial counts: each pass^k over the domains that have it, as τ²-bench's script
+    uneven = leaderboard({"retail": results("retail", {"1": 0.6, "2": 0.5}), "airline": results("airline", {"1": 0.4})})
+    assert uneven["overall"] == pytest.approx({"pass_1": 50.0, "pass_2": 50.0})
 
 
 def test_a_subset_of_the_split_is_flagged():

@@ -112,7 +112,12 @@ def test_task_ids_and_num_tasks_narrow_the_eval_split_as_tau2_does(tmp_path):
                         "--out", tmp_path / "o", "workflow.max_turns=1", "workflow.turn_tokens=8"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert json.loads((tmp_path / "o" / "results.json").read_text())["tasks"] == 1
+    narrowed = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert narrowed["tasks"] == 1 and narrowed["subset"] is True  # the leaderboard view flags it
+    from memrl.eval.tool_eval import _is_subset
+
+    whole = cfg().model_copy(update={"env": cfg().env.model_copy(update={"num_tasks": len(ids)})})
+    assert not _is_subset(whole, len(ids))  # --num-tasks at the split's size leaves nothing out
 
 
 def test_task_ids_flag_keeps_telecoms_bracketed_ids_whole():

@@ -175,6 +175,22 @@ def test_turn_major_order_is_memagents_batch_layout():
     assert [shape[i] for i in turn_major(rows)] == [(0, 0), (1, 0), (0, 1), (0, 2), (1, 1), (2, 0)]
 
 
+def test_turn_major_mini_batches_split_as_on_the_originals_gpus():
+    """Four episodes of two memory turns and an answer (12 rows, turn-major: t0 x4, t1 x4, answers x4), two
+    mini-batches. One GPU: the first six rows, then the last six (answers in the second). Two GPUs: each takes
+    six contiguous rows and cuts them in two; mini-batch m is both GPUs' m-th piece."""
+    from memrl.train.batch import Row
+    from memrl.train.update import turn_major_minis
+
+    rows = [Row([1, 2], [0, 1], [0.0, 0.0], e, s) for e in range(4) for s in range(3)]
+    kind = lambda i: f"{'a' if rows[i].step == 2 else 't' + str(rows[i].step)}{rows[i].episode}"  # noqa: E731
+    one = [[kind(i) for i in mini] for mini in turn_major_minis(rows, 2, 1)]
+    assert one == [["t00", "t01", "t02", "t03", "t10", "t11"], ["t12", "t13", "a0", "a1", "a2", "a3"]]
+    two = [[kind(i) for i in mini] for mini in turn_major_minis(rows, 2, 2)]
+    assert two == [["t00", "t01", "t02", "t12", "t13", "a0"], ["t03", "t10", "t11", "a1", "a2", "a3"]]
+    assert sorted(i for mini in turn_major_minis(rows, 5, 4) for i in mini) == list(range(12))  # every row once
+
+
 def test_a_turn_major_run_trains_every_conversation_in_its_mini_batches(tmp_path):
     from memrl.models.resolve import load_tokenizer
     from memrl.train.trainer import Trainer

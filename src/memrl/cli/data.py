@@ -65,12 +65,12 @@ def _write_token_report(path: Path, reports: list[FileReport]) -> None:
     for other files (the README writes the training file and the eval files in two runs; the second dropped the
     first's entry)."""
     new = [r.to_dict() for r in reports]
-    written = {e.get("path") for e in new}
+    written = {Path(str(e.get("path"))).name for e in new}  # by file name: --out may be spelled another way
     try:
         earlier = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         earlier = []
-    kept = [e for e in earlier if isinstance(e, dict) and e.get("path") not in written
+    kept = [e for e in earlier if isinstance(e, dict) and Path(str(e.get("path"))).name not in written
             and (path.parent / Path(str(e.get("path"))).name).is_file()] if isinstance(earlier, list) else []
     with atomic_write(path) as fh:
         json.dump(kept + new, fh, indent=2)

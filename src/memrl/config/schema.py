@@ -53,7 +53,8 @@ class DataConfig(Section):
                                     "(null: all).")
     train_file: str | None = Field(None, description="Training samples (any long-context file layout).")
     shuffle: bool = Field(True, description="Visit the training samples in a seeded order per epoch; false: in "
-                          "file order every epoch (verl's data.shuffle=False, as MemAgent's and ReMemR1's scripts).")
+                          "file order every epoch (verl's data.shuffle=False, as MemAgent's and ReMemR1's scripts; "
+                          "verl also drops an epoch's last partial batch, memrl carries it into the next epoch).")
     eval_file: str | None = Field(None, description="Held-out samples evaluated every trainer.eval.every steps.")
 
     @field_validator("docs")
@@ -225,9 +226,13 @@ class TrainerConfig(Section):
     mini_batches: int = Field(1, ge=1, description="Optimizer steps per PPO epoch (the step's rows split evenly).")
     minibatch_order: Literal["shuffled", "turn_major"] = Field(
         "shuffled", description="How the step's conversations are split into mini-batches: shuffled (each epoch "
-        "a seeded permutation), or turn_major as MemAgent's and ReMemR1's trainers do (every episode's first "
-        "conversation, then every second one, ..., the final answers last, split in that order, unshuffled, so "
-        "short final-answer conversations get mini-batches of their own).")
+        "a seeded permutation), or turn_major as MemAgent's and ReMemR1's trainers lay out a step (every "
+        "episode's first conversation, then every second one, ..., the final answers last, unshuffled), split as "
+        "they split it on trainer.minibatch_ranks GPUs.")
+    minibatch_ranks: int = Field(1, ge=1, description="turn_major: the original run's data-parallel GPUs. Each "
+                                 "takes a contiguous slice of the step and cuts it into mini_batches pieces; "
+                                 "mini-batch m is every GPU's m-th piece (on 1 GPU the final answers get "
+                                 "mini-batches of their own; on MemAgent's 32 each mini-batch mixes every turn).")
     micro_batch_tokens: int = Field(16384, ge=1, description="Token budget of one forward/backward pass.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass: "
                                          "less memory, about a third more compute.")

@@ -32,8 +32,8 @@ def overall(scores: Mapping[str, Mapping[str, float]]) -> dict[str, float] | Non
     counted = [d for d in (*LEADERBOARD_DOMAINS, *OPTIONAL_DOMAINS) if d in scores]
     if not counted:
         return None
-    ks = [k for k in scores[counted[0]] if all(k in scores[d] for d in counted)]
-    return {k: statistics.fmean(scores[d][k] for d in counted) for k in ks}
+    ks = sorted({k for d in counted for k in scores[d]}, key=lambda k: int(k.split("_")[1]))
+    return {k: statistics.fmean(scores[d][k] for d in counted if k in scores[d]) for k in ks}  # each k over those with it
 
 
 def leaderboard(results_by_domain: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -175,6 +175,17 @@ def _write_results(cfg: MemRLConfig, out: Path, task_ids: list[str], trials: int
     return results
 
 
+def _is_subset(cfg: MemRLConfig, evaluated: int) -> bool:
+    """Whether env.task_ids / env.num_tasks left some of the split's tasks out (a --num-tasks at or above the
+    split's size leaves none out)."""
+    if not (cfg.env.task_ids or cfg.env.num_tasks):
+        return False
+    from memrl.envs.domain import load_domain
+
+    domain = load_domain(cfg.env.domain, cfg.env.data_dir, tool_options=cfg.env.tool_options, prompts=cfg.env.prompts)
+    return evaluated < len(domain.get_tasks(cfg.env.eval_split))
+
+
 def aggregate_tool_eval(cfg: MemRLConfig, out: Path, task_ids: list[str], trials: int) -> dict[str, Any]:
     """Per-task outcomes, and pass^k as τ²-bench's metrics compute it: over every task with a finished trial,
     for k up to the fewest finished trials of any of them (failed trials are left out, as its
@@ -203,7 +214,7 @@ def aggregate_tool_eval(cfg: MemRLConfig, out: Path, task_ids: list[str], trials
     return {
         "domain": cfg.env.domain, "split": cfg.env.eval_split, "model": cfg.model.path, "trials": trials,
         "solo": cfg.env.solo, "tasks": len(task_ids), "failed_trials": failed,
-        "subset": bool(cfg.env.task_ids or cfg.env.num_tasks),
+        "subset": _is_subset(cfg, len(task_ids)),
         "complete_tasks": sum(t["trials"] == trials for t in per_task.values()),
         "avg_reward": statistics.fmean(rewards) if rewards else None,
         "pass_hat_k": {str(k): v for k, v in pass_hat_ks(outcomes).items()},

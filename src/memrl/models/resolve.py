@@ -134,14 +134,12 @@ def _load_failure(what: str, spec: str, path: str, exc: BaseException) -> str:
         return f"cannot load {what} {spec!r} from its folder: {' '.join(str(exc).split())}"
     names = [*TINY_ALIASES, "smollm2-135m-instruct"]
     close = difflib.get_close_matches(spec.lower(), names, n=1, cutoff=0.75)
-    if "/" not in spec:
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        return (f"{what} {spec!r}: not a local folder or an alias ({', '.join(names)}), and no hub model of that "
-                f"name loads (hub ids read org/name){hint}")
+    hint = f"; did you mean {close[0]!r}?" if close else ""
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        return (f"{what} {spec!r} is not in the local Hugging Face cache, and HF_HUB_OFFLINE=1 forbids downloading "
-                "it (check the id, or download it where the Hub is reachable)")
-    return f"cannot load {what} {spec!r} as a hub id (no local folder of that name): {' '.join(str(exc).split())}"
+        return (f"{what} {spec!r} is not a local folder or an alias ({', '.join(names)}), nor in the local Hugging "
+                f"Face cache, and HF_HUB_OFFLINE=1 forbids downloading it{hint}")
+    return (f"cannot load {what} {spec!r} as a hub id (no local folder or alias of that name{hint}): "
+            f"{' '.join(str(exc).split())}")
 
 
 def pick_dtype(dtype: str, device: str) -> Any:

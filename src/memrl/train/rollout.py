@@ -147,7 +147,7 @@ class RolloutRunner:
             self.tally.failed += 1
             self.tally.last_error = one_line(exc)
             # cut by the stop, not broken: its traceback says nothing (an online episode no agent took had none)
-            where = "" if isinstance(exc, EpisodeStopped) else self._keep_traceback(step, idx, k, exc)
+            where = "" if isinstance(exc, EpisodeStopped) else self._keep_traceback(step, idx, repeat, exc)
             if self.tally.first_time(self.tally.last_error):  # 96 identical lines say less than one and a count
                 self.warn(f"episode of sample {idx} failed: {self.tally.last_error}{where}")
             return None

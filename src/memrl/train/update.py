@@ -96,9 +96,10 @@ class PolicyUpdate:
         tally = _Tally()
         gen = torch.Generator().manual_seed(cfg.trainer.seed * 7919 + step)
         for epoch in range(a.ppo_epochs):
-            order = turn_major(rows) if cfg.trainer.minibatch_order == "turn_major" else \
-                torch.randperm(len(rows), generator=gen).tolist()
-            minis = list(iter_chunks(order, cfg.trainer.mini_batches))
+            if cfg.trainer.minibatch_order == "turn_major":
+                minis = turn_major_minis(rows, cfg.trainer.mini_batches, cfg.trainer.minibatch_ranks)
+            else:
+                minis = list(iter_chunks(torch.randperm(len(rows), generator=gen).tolist(), cfg.trainer.mini_batches))
             for m, mini in enumerate(minis):
                 where = f"update: epoch {epoch + 1}/{a.ppo_epochs}, " if a.ppo_epochs > 1 else "update: "
                 self._mini_batch(rows, mini, plan, tally, f"{where}mini-batch {m + 1}/{len(minis)}")
@@ -266,3 +267,14 @@ def turn_major(rows: list[Row]) -> list[int]:
         return final, 0 if final else rows[i].step, rows[i].episode  # the answers in batch order
 
     return sorted(range(len(rows)), key=key)
+
+
+def turn_major_minis(rows: list[Row], mini_batches: int, ranks: int = 1) -> list[list[int]]:
+    """The mini-batches of MemAgent's / ReMemR1's trainers on ``ranks`` data-parallel GPUs: each GPU takes a
+    contiguous slice of the turn-major batch and splits it into ``mini_batches`` pieces; mini-batch ``m`` is
+    every GPU's ``m``-th piece. On one GPU that is the turn-major order cut into consecutive parts; on their
+    32 every mini-batch holds each turn and some final answers."""
+    slices = list(iter_chunks(turn_major(rows), ranks))
+    pieces = [list(iter_chunks(part, mini_batches)) for part in slices]
+    minis = [[i for per_rank in pieces if m < len(per_rank) for i in per_rank[m]] for m in range(mini_batches)]
+    return [mini for mini in minis if mini]

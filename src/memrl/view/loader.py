@@ -325,6 +325,6 @@ def load_payload(path: Path, tokenizer: str | None = None, warn: Warn = _warn_st
     inner = sorted(p.name for p in path.iterdir() if p.is_dir() and (is_eval(p) or is_run(p)))
     if inner:  # memrl eval --domain a,b,c writes one eval per domain
         more = f" (also {', '.join(inner[1:])})" if len(inner) > 1 else ""
-        raise ValueError(f"{path} holds {len(inner)} eval or run folder(s), one per domain: view one, e.g. "
-                         f"memrl view {path / inner[0]}{more}")
+        raise ValueError(f"{path} holds {len(inner)} eval or run folder(s) (memrl eval --domain a,b writes one per "
+                         f"domain): view one, e.g. memrl view {path / inner[0]}{more}")
     raise ValueError(f"{path} is neither a training run (metrics.jsonl, rollouts/) nor an eval folder (episodes/)")
