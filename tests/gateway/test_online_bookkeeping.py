@@ -175,6 +175,7 @@ def test_the_session_key_is_printed_once_and_written_nowhere(tmp_path, monkeypat
         assert ok.json()["waiting"] == 0
     finally:
         gw.close()
+    assert not (tmp_path / "run" / "online.json").exists()  # a closed endpoint is not left for scripts to find
     monkeypatch.setenv("MEMRL_SESSION_KEY", "sk-from-env")
     gw = open_online_gateway(options, None)
     gw.close()

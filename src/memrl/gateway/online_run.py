@@ -53,6 +53,7 @@ def open_online_gateway(options: Any, config: Any) -> Gateway:
         path.write_text(json.dumps({"url": gateway.url, "episodes": f"{gateway.url}/rl/episodes",
                                     "status": f"{gateway.url}/rl/status", "host": options.host,
                                     "port": gateway.port, "key_env": KEY_ENV}) + "\n")
+        gateway.address_file = path
     return gateway
 
 

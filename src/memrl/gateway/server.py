@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from memrl.gateway.sessions import CallSettings, Session, Sessions
@@ -40,6 +41,8 @@ class Gateway:
         import uvicorn
 
         from memrl.gateway.app import create_gateway_app
+
+        self.address_file: Path | None = None  # RUN/online.json: where agents find the endpoint, removed at close
         from memrl.serve.server import bind_socket
 
         self.model_name = model_name
@@ -85,6 +88,8 @@ class Gateway:
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
         self._sock.close()
+        if self.address_file is not None:  # a script looking for the endpoint must not find a dead port
+            self.address_file.unlink(missing_ok=True)
 
     def __enter__(self) -> Gateway:
         return self
