@@ -37,6 +37,22 @@ def test_rescore_under_another_protocol_runs_nothing_again(tmp_path):
     assert {p.name: p.read_text() for p in (out / "episodes" / "3").iterdir()} == before
 
 
+def test_a_folder_run_under_a_published_protocol_is_rescored_under_memrl(tmp_path):
+    """Its recorded client options (slot_fill=text, whole questions) are kept: the folder was refused as "a
+    different config" when memrl's defaults replaced them."""
+    data = needle_eval_dir(tmp_path / "data", count=2)
+    out = tmp_path / "out"
+    base = ["eval", "--model", "tiny", "--workflow", "memagent", "--data", data, "--docs", "3", "--out", out, *ARGS]
+    r = invoke(*base, "--protocol", "memagent")
+    assert r.exit_code == 0, r.output
+    before = {p.name: p.read_text() for p in (out / "episodes" / "3").iterdir()}
+    r = invoke(*base, "--protocol", "memrl")
+    assert r.exit_code == 0, r.output
+    assert "resuming: 2 of 2 episodes already done" in r.output
+    assert json.loads((out / "results.json").read_text())["protocol"] == "memrl"
+    assert {p.name: p.read_text() for p in (out / "episodes" / "3").iterdir()} == before
+
+
 def test_folder_settings_fill_defaults_but_never_override_what_is_given():
     recorded = {"sampling": {"temperature": 0.0, "top_p": 1.0}, "workflow": {"name": "memagent", "slot_fill": "ids"}}
     cfg = with_eval_sampling(load_config(None, ["eval.protocol=memagent"]), recorded)

@@ -142,3 +142,34 @@ def test_failed_episodes_are_counted_apart_and_a_run_of_failures_stops(tmp_path,
     with pytest.raises(AllEpisodesFailedError, match="connection refused"):
         asyncio.run(run_ruler_suite(_cfg(), None, None, data_dir, tmp_path / "o3", lengths=[1024], tasks=["fwe"],
                                     max_samples=None))
+
+
+def test_published_protocols_skip_empty_answers_and_round_as_ruler_general(tmp_path):
+    """MemAgent's ruler_general.py leaves an empty response out (``if output == '': continue``) and reports
+    ``round(sum(v) * 100 / len(v), 2)``; ReMemR1 has no RULER script and scores answers with MemAgent's code."""
+    folder = tmp_path / "o" / "episodes" / ruler_suite._folder(("vt", 1024))
+    folder.mkdir(parents=True)
+    texts = ["\\boxed{x1}", "\\boxed{x1}", "", "no box: x1"]  # 1, 1, skipped, 0 under MemAgent's scoring
+    for i, text in enumerate(texts):
+        (folder / f"{i}.json").write_text(json.dumps({
+            "metric": "string_match_all", "ruler_score": 0.0, "protocol": "unscored", "metrics": {},
+            "info": {"final_text": text, "answers": ["x1"]}}))
+    for protocol in ("memagent", "rememr1"):
+        cfg = _cfg().model_copy(update={"eval": _cfg().eval.model_copy(update={"protocol": protocol})})
+        row = ruler_suite.aggregate_ruler(cfg, tmp_path / "o", [("vt", 1024)])["by_task"]["vt"]["1024"]
+        assert (row["score"], row["skipped_empty"], row["finished"]) == (66.67, 1, 4), protocol
+    row = ruler_suite.aggregate_ruler(_cfg(), tmp_path / "o", [("vt", 1024)])["by_task"]["vt"]["1024"]
+    assert (row["score"], row["skipped_empty"]) == (75.0, 0)  # memrl: the empty one is 0, the prose one counts
+    counts = {0.0: 4, 0.25: 30, 0.33: 6, 0.5: 28, 0.67: 1, 0.75: 9, 1.0: 2}  # 2-decimal item scores, in order
+    items = [v for v, k in counts.items() for _ in range(k)]
+    assert ruler_suite._percent(items) == round(sum(items) * 100 / len(items), 2) == 41.13  # fmean of 100*v: 41.12
+
+
+def test_repeats_are_refused_with_the_ruler_suite(tmp_path, data_dir):
+    from typer.testing import CliRunner
+
+    from memrl.cli.main import app
+
+    r = CliRunner().invoke(app, ["eval", "--suite", "ruler", "--model", "tiny", "--workflow", "memagent", "--data",
+                                 str(data_dir), "--repeats", "3", "--out", str(tmp_path / "o")])
+    assert r.exit_code == 2 and "the RULER suite runs each sample once" in r.output, r.output

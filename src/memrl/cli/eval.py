@@ -134,6 +134,9 @@ def eval_cmd(
             raise ValueError("--data: give the folder of eval files (memrl data synth --out, or memrl data ruler "
                              "--out), or one file of samples (or set data.eval_file)")
         if suite == "ruler":
+            if cfg.eval.repeats > 1:  # it ran each sample once and reported that as K repeats' worth
+                raise ValueError(f"eval.repeats={cfg.eval.repeats}: the RULER suite runs each sample once; leave "
+                                 "--repeats out (or give --samples more per task with memrl data ruler)")
             _ruler(cfg, data, docs, tasks, out, max_samples, restart, console)
             return
         _qa(cfg, data, docs, out, max_samples, restart, console, rollouts)

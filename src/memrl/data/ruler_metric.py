@@ -5,9 +5,10 @@ no other normalisation: ``string_match_all`` is the fraction of gold strings fou
 in the prediction (every needle value, every variable name, every frequent word
 must be there), ``string_match_part`` is 1 when any one gold is found (QA, where
 the golds are alternative phrasings of one answer). RULER uses ``all`` for the NIAH,
-variable-tracking, CWE and FWE tasks and ``part`` for QA; MemAgent's own RULER
-script applies ``all`` to the answer it extracts from the final response, which
-is what :func:`prediction_text` picks out here.
+variable-tracking, CWE and FWE tasks and ``part`` for QA, on the raw response. memrl's own
+protocol scores the answer it extracts (:func:`prediction_text`: the box, else the whole
+response), which is neither RULER's raw response nor MemAgent's extraction (0 when nothing
+is extracted).
 
 Under ``eval.protocol memagent`` the scores are MemAgent's ``ruler_general.py`` instead
 (:func:`memagent_score`): the answer is extracted from the response (after its last
@@ -60,11 +61,9 @@ def score(metric: str, prediction: str | None, golds: Sequence[str]) -> float:
 
 
 def prediction_text(final_text: str | None) -> str:
-    """What is scored: the last ``\\boxed{}`` answer when there is one, else the whole final response.
-
-    A model asked for a boxed answer that lists the values in prose instead still gets credit
-    for them, as in MemAgent's script (which falls back to the response when nothing is extracted).
-    """
+    """What memrl's protocol scores: the last ``\\boxed{}`` answer when there is one, else the whole final
+    response (as RULER scores it), so a model that lists the values in prose still gets credit for them.
+    MemAgent's script has no such fallback: nothing extracted scores 0 there (:func:`memagent_score`)."""
     boxed = extract_boxed(final_text)
     return boxed if boxed is not None else (final_text or "")
 

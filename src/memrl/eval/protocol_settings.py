@@ -25,6 +25,7 @@ from memrl.config.schema import MemRLConfig
 # The originals' eval scripts sample every question at temperature 0.7, top_p 0.95.
 PUBLISHED_SAMPLING = {"temperature": 0.7, "top_p": 0.95}
 PUBLISHED = ("memagent", "rememr1")
+PROTOCOL_KEYS = ("max_chunks", "question_tokens", "slot_fill", "recall_pool")  # what a published protocol may set
 
 
 def with_eval_sampling(cfg: MemRLConfig, recorded: dict[str, Any] | None = None,
@@ -56,9 +57,10 @@ def _published_workflow(cfg: MemRLConfig, recorded: dict[str, Any] | None,
     was_wf = (recorded or {}).get("workflow") or {}
     was = {**was_wf, **(was_wf.get("options") or {})} if was_wf.get("name") == wf.name else {}
     options = dict(wf.options)
-    for key, value in _protocol_options(cfg).items():
-        if key in fields and not _chosen(key, wf.options, explicit):
-            options[key] = was.get(key, value)
+    wanted = _protocol_options(cfg)
+    for key in PROTOCOL_KEYS:  # a folder run under one protocol is re-scored under another with its own options
+        if key in fields and not _chosen(key, wf.options, explicit) and (key in was or key in wanted):
+            options[key] = was.get(key, wanted.get(key))
     if options == wf.options:
         return cfg
     return cfg.model_copy(update={"workflow": type(wf)(name=wf.name, options=options)})

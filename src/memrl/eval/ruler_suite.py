@@ -47,6 +47,7 @@ from memrl.eval.runner import (
     gather_cancelling,
     sampling_params,
 )
+from memrl.eval.protocol_settings import PUBLISHED
 from memrl.eval.transcript import render_transcript
 from memrl.types import Trajectory
 from memrl.workflows import build_workflow
@@ -101,11 +102,8 @@ def task_metric(task: str) -> str:
 
 
 def scored_prediction(info: dict[str, Any]) -> str:
-    """The answer the workflow extracted (under ``workflow.answer_format``), else the final response.
-
-    Falling back to the whole response when nothing was extracted follows MemAgent's RULER
-    script: a model that lists the values without the requested box still gets credit.
-    """
+    """The answer the workflow extracted (under ``workflow.answer_format``), else the final response (memrl's
+    protocol: RULER scores the raw response; MemAgent's script scores 0 when nothing is extracted)."""
     answer = info.get("answer")
     if isinstance(answer, str) and answer.strip():
         return answer
@@ -114,8 +112,9 @@ def scored_prediction(info: dict[str, Any]) -> str:
 
 def protocol_score(info: dict[str, Any], metric: str, golds: list[str], protocol: str = "memrl",
                    fmt: str = "boxed") -> tuple[str | None, float]:
-    """(what was scored, its score) under ``eval.protocol``: MemAgent's script for ``memagent``, RULER's otherwise."""
-    if protocol == "memagent":
+    """(what was scored, its score) under ``eval.protocol``: MemAgent's ``ruler_general.py`` for a published
+    protocol (ReMemR1 has no RULER script; its answer scoring is MemAgent's code), memrl's otherwise."""
+    if protocol in PUBLISHED:
         return memagent_score(metric, info.get("final_text"), golds, fmt)
     prediction = scored_prediction(info)
     return prediction, score(metric, prediction, golds)
@@ -223,6 +222,16 @@ def _mean(values: list[float]) -> float | None:
     return round(statistics.fmean(values), 2) if values else None
 
 
+def _percent(scores: list[float]) -> float | None:
+    """A task's score as the originals round it: ``round(sum(v) * 100 / len(v), 2)`` over the item scores."""
+    return round(sum(scores) * 100 / len(scores), 2) if scores else None
+
+
+def _counted(episode: dict[str, Any], protocol: str) -> bool:
+    """MemAgent's ruler_general.py skips an item whose response is empty (``if output == '': continue``)."""
+    return protocol not in PUBLISHED or (episode.get("info") or {}).get("final_text", None) != ""
+
+
 def _rescored(episode: dict[str, Any], protocol: str, fmt: str) -> dict[str, Any]:
     """The episode scored under ``protocol`` (recomputed from its final text when it was scored under another)."""
     info = episode.get("info") or {}
@@ -242,8 +251,9 @@ def aggregate_ruler(cfg: MemRLConfig, out: Path, keys: list[Key]) -> dict[str, A
         done = {p.stem for p in folder.glob("*.json")}
         failed = {p.stem for p in (out / "failures" / _folder(key)).glob("*.json")} - done
         tokens = [e["metrics"].get("context_tokens_original", e["metrics"].get("context_tokens", 0.0)) for e in eps]
+        scored = [e["ruler_score"] for e in eps if _counted(e, cfg.eval.protocol)]
         by_task.setdefault(key[0], {})[str(key[1])] = {
-            "score": _mean([100 * e["ruler_score"] for e in eps]),
+            "score": _percent(scored), "skipped_empty": len(eps) - len(scored),
             "samples": len(eps) + len(failed), "finished": len(eps), "failed": len(failed),
             "metric": eps[0]["metric"] if eps else task_metric(key[0]),
             "context_tokens": round(statistics.fmean(tokens), 1) if tokens else None,
@@ -272,8 +282,9 @@ def markdown_table(results: dict[str, Any]) -> str:
     """Rows = tasks, columns = lengths, cells = RULER score %; a last row averages the tasks."""
     lengths = results["lengths"]
     head = "| task | metric | " + " | ".join(_length_label(n) for n in lengths) + " |"
-    scoring = ("MemAgent's scoring: string_match_all; QA sub-EM on the first gold" if results.get("protocol") ==
-               "memagent" else "string_match_all; QA string_match_part")
+    scoring = ("MemAgent's ruler_general.py scoring: string_match_all; QA sub-EM on the first gold; empty answers "
+               "skipped" if results.get("protocol") in PUBLISHED else
+               "memrl's: string_match_all; QA string_match_part, on the boxed answer or else the response")
     lines = [f"**{results['workflow']}** on `{results['model']}`: RULER (score %, {scoring})", "", head,
              "|---|---|" + "---:|" * len(lengths)]
     failed = 0
