@@ -57,5 +57,7 @@ def test_a_paper_configs_eval_runs_as_the_papers_eval_client():
                                                           "workflow.options.max_chunks=3"])
     kept = with_eval_sampling(chosen, None, {"eval.protocol", "sampling.temperature", "workflow.options.max_chunks"})
     assert (kept.sampling.temperature, kept.sampling.top_p, kept.workflow.max_chunks) == (0.2, 0.95, 3)
-    plain = with_eval_sampling(load_config(CONFIGS / "rememr1_paper.yaml"), None, set())  # protocol memrl
+    plain = with_eval_sampling(load_config(CONFIGS / "rememr1_paper.yaml", ["eval.protocol=memrl"]), None,
+                               {"eval.protocol"})
     assert (plain.sampling.temperature, plain.workflow.max_chunks) == (1.0, 8)
+    assert load_config(CONFIGS / "rememr1_paper.yaml").eval.protocol == "rememr1"  # its eval scores as the paper

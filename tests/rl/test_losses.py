@@ -79,6 +79,11 @@ def test_straight_through_kl_has_the_value_of_its_estimator_and_the_gradient_of_
 
 def test_dapo_dynamic_sampling_and_overlong():
     assert keep_groups([1, 1, 0, 1, 0.3], ["a", "a", "b", "b", "c"]) == [False, False, True, True, True]
+    # AReaL's tau2 group_filter (mean <= 0.95): all-failed groups stay, solved ones go
+    groups = ["all0"] * 8 + ["7of8"] * 8 + ["all1"] * 8
+    scores = [0.0] * 8 + [1.0] * 7 + [0.0] + [1.0] * 8
+    kept = keep_groups(scores, groups, max_mean=0.95)
+    assert sorted({g for g, k in zip(groups, kept) if k}) == ["7of8", "all0"]
     assert overlong_penalty(80, 100, 20) == 0.0
     assert overlong_penalty(90, 100, 20) == pytest.approx(-0.5)
     assert overlong_penalty(100, 100, 20, penalty=2.0) == pytest.approx(-2.0)

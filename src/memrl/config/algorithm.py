@@ -65,6 +65,10 @@ class AlgorithmConfig(Section):
     entropy_coef: Finite = Field(0.0, ge=0)
     ppo_epochs: int = Field(1, ge=1)
     dynamic_sampling: bool = Field(False, description="DAPO: drop groups whose rewards are all equal, refill.")
+    dynamic_sampling_max_mean: Finite | None = Field(
+        None, description="Dynamic sampling keeps a group when its mean reward is at most this instead (AReaL's "
+        "tau2 group_filter, mean <= 0.95: it drops only solved groups and keeps all-failed ones, which carry "
+        "negative advantages under batch whitening).")
     max_gen_batches: int = Field(4, ge=1, description="Dynamic sampling: rollout rounds per step before giving up.")
     step_rewards: bool = Field(False, description="ReMemR1: mix per-turn state advantages (workflow.state_reward_alpha).")
     policy_loss: registered(POLICY_LOSSES) = Field(

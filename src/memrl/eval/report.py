@@ -28,22 +28,27 @@ def pass_at_k(episodes: Sequence[dict[str, Any]], repeats: int, key: str = "sub_
     return round(100 * statistics.fmean(float(max(v) >= 1.0) for v in complete), 2), len(complete)
 
 
-def summarize(episodes: Sequence[dict[str, Any]], failed: int = 0, repeats: int = 1) -> dict[str, Any]:
+def summarize(episodes: Sequence[dict[str, Any]], failed: int = 0, repeats: int = 1,
+              skip_empty: bool = False) -> dict[str, Any]:
     """Per-size means over *finished* episodes; accuracy in percent, ``None`` when none finished.
 
     Failed episodes (the engine raised: a timeout, an HTTP 401) say nothing about the model, so
     they are counted in ``failed`` and left out of every mean instead of being scored as wrong.
+    ``skip_empty`` (a published protocol): an empty final response is left out of the scores too, as
+    the papers' scripts skip it (``if output == '': continue``); counted in ``skipped_empty``.
     With ``repeats`` K > 1 the means are over all K answers of every question (mean accuracy)
-    and ``pass_at_k`` says how many questions were answered right at least once.
+    and ``pass_at_k`` says how many questions were answered right at least once. Percentages are
+    ``round(sum * 100 / count, 2)``, the scripts' rounding.
     """
     episodes = [e for e in episodes if not e.get("error")]  # defensive: older memrl saved failures here
+    scored = [e for e in episodes if not (skip_empty and (e.get("info") or {}).get("final_text") == "")]
 
     def mean(key: str) -> float | None:
         return statistics.fmean(e["metrics"].get(key, 0.0) for e in episodes) if episodes else None
 
     def pct(key: str) -> float | None:
-        m = mean(key)
-        return None if m is None else round(100 * m, 2)
+        values = [e["metrics"].get(key, 0.0) for e in scored]
+        return round(sum(values) * 100 / len(values), 2) if values else None
 
     tokens, convs = mean("context_tokens"), mean("num_conversations")
     extra: dict[str, Any] = {}
@@ -53,6 +58,7 @@ def summarize(episodes: Sequence[dict[str, Any]], failed: int = 0, repeats: int 
         "samples": len(episodes) + failed,
         "finished": len(episodes),
         "failed": failed,
+        **({"skipped_empty": len(episodes) - len(scored)} if skip_empty else {}),
         **{k: pct(k) for k in METRICS},
         "answered": pct("answered"),
         "context_tokens": None if tokens is None else round(tokens, 1),

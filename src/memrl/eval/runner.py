@@ -36,7 +36,7 @@ from memrl.io.atomic import atomic_write
 from memrl.data.stream import read_samples_lazily
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
 from memrl.eval.files import check_eval_file, match_eval_file, merged_data
-from memrl.eval.protocol_settings import PUBLISHED_SAMPLING, with_eval_sampling  # noqa: F401 (re-exported)
+from memrl.eval.protocol_settings import PUBLISHED, PUBLISHED_SAMPLING, with_eval_sampling  # noqa: F401 (re-exported)
 from memrl.eval.records import ROLLOUTS, finished_episode, save_eval_rollout
 from memrl.eval.report import summarize, write_reports
 from memrl.eval.transcript import render_transcript
@@ -367,7 +367,7 @@ def aggregate(cfg: MemRLConfig, out: Path, docs: Sequence[int]) -> dict[str, Any
         eps = [rescore(e, protocol, fmt) for e in eps if e.get("repeat", 0) < repeats]
         failed = {i for i in _indices(out / "failures" / str(n)) - _indices(folder)
                   if int(i.rpartition("@")[2] if "@" in i else 0) < repeats}
-        by_docs[str(n)] = summarize(eps, failed=len(failed), repeats=repeats)
+        by_docs[str(n)] = summarize(eps, failed=len(failed), repeats=repeats, skip_empty=protocol in PUBLISHED)
     results = {"model": cfg.model.path, "workflow": cfg.workflow.name, "engine": cfg.engine.kind,
                "protocol": protocol, "metric": METRIC_LABELS[protocol], "answer_format": fmt,
                "repeats": repeats, "sampling": {"temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p},

@@ -24,8 +24,8 @@ Evaluation protocols (``eval.protocol``):
     answer that normalises to nothing (``"The."``, ``\\boxed{ }``) is contained in every gold
     and so scores sub-EM 1 there, as in the originals.
     Episodes that failed (engine error) are left out of the denominator, as the
-    scripts skip items without output; an empty final response, which the scripts
-    cannot tell from a failure and also skip, is scored 0 by memrl instead.
+    scripts skip items without output; so is an empty final response, which the
+    scripts cannot tell from a failure and skip too (``skipped_empty`` counts them).
 
 Training reward ``memagent_strict`` (``workflow.reward``): MemAgent's (and ReMemR1's)
 RL reward. Only the last 300 characters of the final response are read, lowercased;

@@ -195,7 +195,8 @@ class AsyncRollout:
         group.oldest = min(versions, default=self.clock.version)
         keep = bool(group.episodes)
         if keep and self.cfg.algorithm.dynamic_sampling:
-            keep = all(keep_groups([t.reward for t in group.episodes], [t.group_id for t in group.episodes]))
+            keep = all(keep_groups([t.reward for t in group.episodes], [t.group_id for t in group.episodes],
+                                   self.cfg.algorithm.dynamic_sampling_max_mean))
         with self.lock:
             del self.running[group.slot]
             self.done_since_take += group.episodes

@@ -197,7 +197,8 @@ class RolloutRunner:
             all_trajs += trajs
             stats["gen_rounds"] += 1
             if cfg.algorithm.dynamic_sampling:
-                keep = keep_groups([t.reward for t in trajs], [t.group_id for t in trajs])
+                keep = keep_groups([t.reward for t in trajs], [t.group_id for t in trajs],
+                                   cfg.algorithm.dynamic_sampling_max_mean)
                 stats["dropped_groups"] += len({t.group_id for t, k in zip(trajs, keep) if not k})
                 kept += [t for t, k in zip(trajs, keep) if k]
                 if len({t.group_id for t in kept}) >= want:
