@@ -225,3 +225,19 @@ def test_the_memory_agent_forks_grpo_use_adv_and_alpha():
     on = translate({"algorithm.adv_estimator": "grpo", "algorithm.grpo_use_adv": "True"})
     assert on.settings["algorithm.adv_estimator"][0] == "grpo"
     assert "state_reward_alpha" not in translate({"algorithm.alpha": "1.0"}).skipped.get("algorithm.alpha", "")  # no mix
+
+
+def test_the_memory_agent_forks_scripts_name_their_workflow_and_batch_layout():
+    """recurrent.enable=memory is MemAgent's fork (memory_revisit.py: ReMemR1's); their trainers lay out a step
+    turn by turn on nnodes x n_gpus_per_node GPUs; verl's actor keeps fp32 weights."""
+    flags = {"recurrent.enable": "memory", "recurrent.memory.config.chunk_size": "5000", "trainer.nnodes": "4",
+             "trainer.n_gpus_per_node": "8", "recurrent.memory.path": "recurrent/impls/memory_revisit.py",
+             "algorithm.alpha": "0.8"}
+    got = {k: v for k, (v, _) in translate(flags).settings.items()}
+    assert (got["workflow.name"], got["workflow.options.rememr1_variant"], got["workflow.options.chunk_tokens"]) == \
+        ("rememr1", "released", 5000)
+    assert (got["trainer.minibatch_order"], got["trainer.minibatch_ranks"]) == ("turn_major", 32)
+    assert (got["algorithm.step_rewards"], got["workflow.options.state_reward_alpha"]) == (True, 0.8)
+    assert got["model.dtype"] == "float32"
+    plain = {k: v for k, (v, _) in translate({"recurrent.enable": "memory"}).settings.items()}
+    assert plain["workflow.name"] == "memagent" and "trainer.minibatch_ranks" not in plain

@@ -14,14 +14,11 @@ own (``workflow.*``, ``data.train_file``), so a translated config still names th
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from memrl.config.verl_script import overrides_of, scalar  # noqa: F401 (re-exported)
+from memrl.config.fork_rules import gigpo_rule, memory_agent_rule, precision_rule
+from memrl.config.verl_script import A, M, R, Translation, overrides_of, scalar  # noqa: F401 (re-exported)
 
-A = "actor_rollout_ref.actor."
-R = "actor_rollout_ref.rollout."
-M = "actor_rollout_ref.model."
 
 # verl 0.9.0's defaults (verl/trainer/config/_generated_ppo_trainer.yaml) for the settings translated here
 VERL_DEFAULTS: dict[str, Any] = {
@@ -62,18 +59,6 @@ RC_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "
 
 # Config groups only verl has (memrl shares algorithm.*, trainer.*, data.*): a script sets at least one.
 VERL_ONLY_GROUPS = ("actor_rollout_ref", "critic", "reward_model", "custom_reward_function")
-
-
-@dataclass
-class Translation:
-    """memrl settings (dotted key -> (value, where it came from)) and the verl flags left out, with why."""
-
-    settings: dict[str, tuple[Any, str]] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    used: set[str] = field(default_factory=set)
-
-    def set(self, key: str, value: Any, source: str) -> None:
-        self.settings[key] = (value, source)
 
 
 SIMPLE: list[tuple[str, str, Callable[[Any], Any]]] = [  # (verl key, memrl key, conversion)
@@ -127,7 +112,7 @@ def translate(flags: dict[str, str]) -> Translation:
         elif value is not None:  # -1 / 0 meaning "never" / "no limit" in verl: memrl needs a number
             out.skipped[verl_key] = f"{value!r} (never / no limit in verl): set {key} to a number yourself"
     for rule in (_batches, _kl, _estimator, _policy_loss, _schedule, _lora, _eval_every, _engine, _grad_clip,
-                 _wandb, _gigpo, _state_alpha):
+                 _wandb, gigpo_rule, memory_agent_rule, precision_rule):
         try:
             rule(get, out, given, source)
         except (TypeError, ValueError, ZeroDivisionError) as err:
@@ -291,48 +276,6 @@ def _wandb(get: Any, out: Translation, given: dict[str, Any], source: Any) -> No
     if "wandb" in str(given.get("trainer.logger", "")) and "trainer.project_name" in given:
         out.used.update({"trainer.logger", "trainer.project_name"})
         out.set("trainer.wandb_project", str(given["trainer.project_name"]), source("trainer.project_name"))
-
-
-def _gigpo(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
-    """verl-agent's settings: its group size ``env.rollout.n`` (verl's ``rollout.n`` stays 1 in its scripts)
-    and GiGPO's ``algorithm.gigpo.*``, whose ``mode`` defaults to ``mean_norm`` there."""
-    group = given.get("env.rollout.n")
-    if isinstance(group, int) and not isinstance(group, bool) and group > 0:
-        out.used.add("env.rollout.n")
-        out.set("algorithm.n", group, source("env.rollout.n"))
-    if "algorithm.gigpo.step_advantage_w" in given:
-        out.used.add("algorithm.gigpo.step_advantage_w")
-        out.set("algorithm.step_weight", float(given["algorithm.gigpo.step_advantage_w"]),
-                source("algorithm.gigpo.step_advantage_w"))
-    mode = given.get("algorithm.gigpo.mode")
-    if mode is not None:
-        out.used.add("algorithm.gigpo.mode")
-        norms = {"mean_std_norm": "mean_std", "mean_norm": "mean"}
-        if mode in norms:
-            out.set("algorithm.turn_norm", norms[mode], source("algorithm.gigpo.mode"))
-        else:
-            out.skipped["algorithm.gigpo.mode"] = f"{mode!r}: memrl normalises by mean_std_norm or mean_norm"
-    elif given.get("algorithm.adv_estimator") == "gigpo":
-        out.set("algorithm.turn_norm", "mean", "verl-agent's default (algorithm.gigpo.mode=mean_norm)")
-    if given.get("algorithm.gigpo.enable_similarity") is True:
-        out.used.update({"algorithm.gigpo.enable_similarity", "algorithm.gigpo.similarity_thresh"})
-        key = "algorithm.gigpo.similarity_thresh"  # verl-agent's default when the script leaves it out
-        out.set("algorithm.state_similarity", float(given.get(key, 0.95)),
-                source(key if key in given else "algorithm.gigpo.enable_similarity"))
-    elif "algorithm.gigpo.similarity_thresh" in given:
-        out.used.add("algorithm.gigpo.similarity_thresh")
-        out.skipped["algorithm.gigpo.similarity_thresh"] = "read only with algorithm.gigpo.enable_similarity=True"
-
-
-def _state_alpha(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
-    """ReMemR1's fork: ``algorithm.alpha`` < 1 mixes its per-turn state advantage into the outcome's. That lives in
-    the workflow (the script does not say which memrl workflow), so it is named with the settings to write."""
-    alpha = given.get("algorithm.alpha")
-    if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and alpha < 1:
-        out.used.add("algorithm.alpha")
-        out.skipped["algorithm.alpha"] = (
-            f"ReMemR1's state-advantage mix: set workflow.name=rememr1, workflow.options.state_reward_alpha={alpha}, "
-            "workflow.options.rememr1_variant=released (its 2x state advantage) and algorithm.step_rewards=true")
 
 
 def why_skipped(key: str, value: Any = None) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass, field
 from typing import Any
 
 VAR = re.compile(r"\$(?:\{(?P<braced>\w+)(?::-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*|\d))")
@@ -96,3 +97,21 @@ def scalar(text: str) -> Any:
         except ValueError:
             pass
     return low
+
+
+# verl's config groups of the actor, its rollout and its model, as its flags spell them
+A = "actor_rollout_ref.actor."
+R = "actor_rollout_ref.rollout."
+M = "actor_rollout_ref.model."
+
+
+@dataclass
+class Translation:
+    """memrl settings (dotted key -> (value, where it came from)) and the verl flags left out, with why."""
+
+    settings: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)
+
+    def set(self, key: str, value: Any, source: str) -> None:
+        self.settings[key] = (value, source)

@@ -1,0 +1,83 @@
+"""``memrl config from-verl`` rules for verl's forks: verl-agent (GiGPO), MemAgent and ReMemR1 (``recurrent``),
+and the precision verl's FSDP actor trains in. Each rule reads the script's flags (``given``), records the memrl
+settings in ``out`` and marks the flags it consumed (see :func:`memrl.config.from_verl.translate`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memrl.config.verl_script import A, Translation
+
+
+def gigpo_rule(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    """verl-agent's settings: its group size ``env.rollout.n`` (verl's ``rollout.n`` stays 1 in its scripts)
+    and GiGPO's ``algorithm.gigpo.*``, whose ``mode`` defaults to ``mean_norm`` there."""
+    group = given.get("env.rollout.n")
+    if isinstance(group, int) and not isinstance(group, bool) and group > 0:
+        out.used.add("env.rollout.n")
+        out.set("algorithm.n", group, source("env.rollout.n"))
+    if "algorithm.gigpo.step_advantage_w" in given:
+        out.used.add("algorithm.gigpo.step_advantage_w")
+        out.set("algorithm.step_weight", float(given["algorithm.gigpo.step_advantage_w"]),
+                source("algorithm.gigpo.step_advantage_w"))
+    mode = given.get("algorithm.gigpo.mode")
+    if mode is not None:
+        out.used.add("algorithm.gigpo.mode")
+        norms = {"mean_std_norm": "mean_std", "mean_norm": "mean"}
+        if mode in norms:
+            out.set("algorithm.turn_norm", norms[mode], source("algorithm.gigpo.mode"))
+        else:
+            out.skipped["algorithm.gigpo.mode"] = f"{mode!r}: memrl normalises by mean_std_norm or mean_norm"
+    elif given.get("algorithm.adv_estimator") == "gigpo":
+        out.set("algorithm.turn_norm", "mean", "verl-agent's default (algorithm.gigpo.mode=mean_norm)")
+    if given.get("algorithm.gigpo.enable_similarity") is True:
+        out.used.update({"algorithm.gigpo.enable_similarity", "algorithm.gigpo.similarity_thresh"})
+        key = "algorithm.gigpo.similarity_thresh"  # verl-agent's default when the script leaves it out
+        out.set("algorithm.state_similarity", float(given.get(key, 0.95)),
+                source(key if key in given else "algorithm.gigpo.enable_similarity"))
+    elif "algorithm.gigpo.similarity_thresh" in given:
+        out.used.add("algorithm.gigpo.similarity_thresh")
+        out.skipped["algorithm.gigpo.similarity_thresh"] = "read only with algorithm.gigpo.enable_similarity=True"
+
+
+def precision_rule(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    """verl's FSDP actor keeps its weights in fp32 (``fsdp_config.model_dtype`` unset: fp32 for the actor) and
+    computes in bf16; memrl's update runs on the weights' dtype, so fp32 is what keeps small Adam steps."""
+    key = A + "fsdp_config.model_dtype"
+    dtype = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16"}.get(
+        str(given.get(key, "fp32")))
+    if dtype is not None:
+        out.used.add(key)
+        out.set("model.dtype", dtype, source(key) if key in given else "verl's FSDP actor keeps fp32 weights")
+
+
+def memory_agent_rule(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    """MemAgent's and ReMemR1's verl forks (``recurrent.enable=memory``): the workflow, its chunk size, their
+    trainers' mini-batch layout on the script's GPUs, and ReMemR1's state-advantage mix (``algorithm.alpha``)."""
+    if given.get("recurrent.enable") != "memory":
+        alpha = given.get("algorithm.alpha")
+        if isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and alpha < 1:
+            out.used.add("algorithm.alpha")
+            out.skipped["algorithm.alpha"] = (
+                f"ReMemR1's state-advantage mix: set workflow.name=rememr1, workflow.options.state_reward_alpha="
+                f"{alpha}, workflow.options.rememr1_variant=released (its 2x) and algorithm.step_rewards=true")
+        return
+    out.used.update({"recurrent.enable", "recurrent.memory.path"})
+    revisit = "memory_revisit" in str(given.get("recurrent.memory.path", ""))
+    out.set("workflow.name", "rememr1" if revisit else "memagent", source("recurrent.enable", "recurrent.memory.path"))
+    if revisit:
+        out.set("workflow.options.rememr1_variant", "released", source("recurrent.memory.path"))
+    if isinstance(given.get("recurrent.memory.config.chunk_size"), int):
+        out.used.add("recurrent.memory.config.chunk_size")
+        out.set("workflow.options.chunk_tokens", given["recurrent.memory.config.chunk_size"],
+                source("recurrent.memory.config.chunk_size"))
+    out.set("trainer.minibatch_order", "turn_major", source("recurrent.enable") + " (its batch layout)")
+    nodes, gpus = given.get("trainer.nnodes"), given.get("trainer.n_gpus_per_node")
+    if isinstance(nodes, int) and isinstance(gpus, int):
+        out.used.update({"trainer.nnodes", "trainer.n_gpus_per_node"})
+        out.set("trainer.minibatch_ranks", nodes * gpus, source("trainer.nnodes", "trainer.n_gpus_per_node"))
+    alpha = given.get("algorithm.alpha")
+    if revisit and isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and alpha < 1:
+        out.used.add("algorithm.alpha")
+        out.set("algorithm.step_rewards", True, source("algorithm.alpha"))
+        out.set("workflow.options.state_reward_alpha", float(alpha), source("algorithm.alpha"))
