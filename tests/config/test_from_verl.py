@@ -240,4 +240,6 @@ def test_the_memory_agent_forks_scripts_name_their_workflow_and_batch_layout():
     assert (got["algorithm.step_rewards"], got["workflow.options.state_reward_alpha"]) == (True, 0.8)
     assert got["model.dtype"] == "float32"
     plain = {k: v for k, (v, _) in translate({"recurrent.enable": "memory"}).settings.items()}
-    assert plain["workflow.name"] == "memagent" and "trainer.minibatch_ranks" not in plain
+    assert plain["workflow.name"] == "memagent" and plain["trainer.minibatch_ranks"] == 8  # verl's 1 x 8
+    unset = translate({"recurrent.enable": "memory", "trainer.nnodes": "$SLURM_NNODES"})
+    assert "trainer.minibatch_ranks" not in unset.settings and "minibatch_ranks" in unset.skipped["trainer.nnodes"]

@@ -101,3 +101,15 @@ def _cfg_file(tmp_path, text):
 def test_eval_sampling_defaults(tmp_path, yaml_text, overrides, expected):
     cfg = runner.with_eval_sampling(load_config(_cfg_file(tmp_path, yaml_text), overrides))
     assert (cfg.sampling.temperature, cfg.sampling.top_p) == expected
+
+
+def test_a_size_whose_every_answer_was_empty_is_left_out_of_the_plot(tmp_path):
+    from memrl.eval.report import markdown_table, plot_accuracy, summarize
+
+    empty = [{"metrics": {"sub_em": 0.0, "em": 0.0, "f1": 0.0, "context_tokens": 10.0}, "info": {"final_text": ""}}]
+    full = [{"metrics": {"sub_em": 1.0, "em": 1.0, "f1": 1.0, "context_tokens": 20.0}, "info": {"final_text": "x"}}]
+    rows = {"50": summarize(empty, skip_empty=True), "100": summarize(full, skip_empty=True)}
+    assert rows["50"]["sub_em"] is None and rows["50"]["skipped_empty"] == 1 and rows["100"]["sub_em"] == 100.0
+    results = {"by_docs": rows, "workflow": "memagent", "model": "m", "protocol": "memagent"}
+    assert plot_accuracy(results, tmp_path / "accuracy.png").is_file()
+    assert "1 empty final answer(s) are left out" in markdown_table(results)

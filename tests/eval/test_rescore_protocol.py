@@ -61,3 +61,16 @@ def test_folder_settings_fill_defaults_but_never_override_what_is_given():
     assert cfg.sampling.temperature == 0.3  # an explicit value wins (and check_resume refuses the mix)
     fresh = with_eval_sampling(load_config(None, ["eval.protocol=memagent"]))  # a new folder: the paper's defaults
     assert (fresh.sampling.temperature, fresh.sampling.top_p, fresh.workflow.slot_fill) == (0.7, 0.95, "text")
+
+
+def test_under_memrl_a_yaml_change_of_a_protocol_option_is_a_change(tmp_path):
+    """The recorded folder's options fill only what nobody chose; under memrl a YAML value is a choice, so a
+    changed max_chunks is a different config (it was silently replaced by the recorded one)."""
+    from memrl.config import MemRLConfig
+
+    recorded = {"workflow": {"name": "memagent", "options": {"max_chunks": 1}}}
+    cfg = MemRLConfig.model_validate({"workflow": {"name": "memagent", "options": {"max_chunks": 5}}})
+    assert with_eval_sampling(cfg, recorded, set()).workflow.max_chunks == 5
+    published = MemRLConfig.model_validate({"eval": {"protocol": "memagent"},
+                                            "workflow": {"name": "memagent", "options": {"max_chunks": 5}}})
+    assert with_eval_sampling(published, recorded, set()).workflow.max_chunks == 1  # a training budget: the folder's

@@ -84,6 +84,10 @@ def test_dapo_dynamic_sampling_and_overlong():
     scores = [0.0] * 8 + [1.0] * 7 + [0.0] + [1.0] * 8
     kept = keep_groups(scores, groups, max_mean=0.95)
     assert sorted({g for g, k in zip(groups, kept) if k}) == ["7of8", "all0"]
+    # AReaL averages over its model calls: 7 solved 20-call episodes and a failed 5-call one average 140/145
+    calls = [20] * 7 + [5]
+    assert keep_groups([1.0] * 7 + [0.0], ["g"] * 8, max_mean=0.95, weights=calls) == [False] * 8
+    assert keep_groups([1.0] * 7 + [0.0], ["g"] * 8, max_mean=0.95) == [True] * 8  # per episode: 0.875
     assert overlong_penalty(80, 100, 20) == 0.0
     assert overlong_penalty(90, 100, 20) == pytest.approx(-0.5)
     assert overlong_penalty(100, 100, 20, penalty=2.0) == pytest.approx(-2.0)

@@ -72,10 +72,14 @@ def memory_agent_rule(get: Any, out: Translation, given: dict[str, Any], source:
         out.set("workflow.options.chunk_tokens", given["recurrent.memory.config.chunk_size"],
                 source("recurrent.memory.config.chunk_size"))
     out.set("trainer.minibatch_order", "turn_major", source("recurrent.enable") + " (its batch layout)")
-    nodes, gpus = given.get("trainer.nnodes"), given.get("trainer.n_gpus_per_node")
+    nodes, gpus = given.get("trainer.nnodes", 1), given.get("trainer.n_gpus_per_node", 8)  # verl's defaults
+    out.used.update({"trainer.nnodes", "trainer.n_gpus_per_node"})
     if isinstance(nodes, int) and isinstance(gpus, int):
-        out.used.update({"trainer.nnodes", "trainer.n_gpus_per_node"})
-        out.set("trainer.minibatch_ranks", nodes * gpus, source("trainer.nnodes", "trainer.n_gpus_per_node"))
+        out.set("trainer.minibatch_ranks", nodes * gpus, source("trainer.nnodes", "trainer.n_gpus_per_node")
+                if "trainer.nnodes" in given or "trainer.n_gpus_per_node" in given else "verl's 1 node x 8 GPUs")
+    else:  # a variable the script leaves to its environment
+        out.skipped["trainer.nnodes"] = (f"{nodes!r} x {gpus!r} GPUs is not a number here: set "
+                                         "trainer.minibatch_ranks to the run's GPU count (its mini-batch layout)")
     alpha = given.get("algorithm.alpha")
     if revisit and isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and alpha < 1:
         out.used.add("algorithm.alpha")

@@ -58,8 +58,9 @@ def _published_workflow(cfg: MemRLConfig, recorded: dict[str, Any] | None,
     was = {**was_wf, **(was_wf.get("options") or {})} if was_wf.get("name") == wf.name else {}
     options = dict(wf.options)
     wanted = _protocol_options(cfg)
+    given = explicit if cfg.eval.protocol in PUBLISHED else None  # under memrl a YAML value is a choice too
     for key in PROTOCOL_KEYS:  # a folder run under one protocol is re-scored under another with its own options
-        if key in fields and not _chosen(key, wf.options, explicit) and (key in was or key in wanted):
+        if key in fields and not _chosen(key, wf.options, given) and (key in was or key in wanted):
             options[key] = was.get(key, wanted.get(key))
     if options == wf.options:
         return cfg

@@ -100,6 +100,10 @@ def markdown_table(results: dict[str, Any]) -> str:
     if failed:
         lines += ["", f"Accuracy is over finished episodes only: {failed} failed episode(s) are not counted "
                   "(see failures/; re-running the same command retries them)."]
+    empty = sum(r.get("skipped_empty", 0) for r in rows.values())
+    if empty:
+        lines += ["", f"{empty} empty final answer(s) are left out of the accuracy, as the paper's script skips "
+                  "them (skipped_empty in results.json)."]
     return "\n".join(lines) + "\n"
 
 
@@ -111,7 +115,8 @@ def plot_accuracy(results: dict[str, Any], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     rows = results["by_docs"]
-    docs = [n for n in sorted(rows, key=int) if rows[n]["finished"]]  # sizes with no finished episode: no point
+    # sizes with no scored episode (none finished, or every answer empty under a published protocol): no point
+    docs = [n for n in sorted(rows, key=int) if rows[n]["finished"] and rows[n].get("sub_em") is not None]
     x = [max(rows[n]["context_tokens"], 1.0) for n in docs]
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     for key, style in zip(METRICS, ("o-", "s--", "^:")):

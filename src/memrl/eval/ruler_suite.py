@@ -233,9 +233,10 @@ def _counted(episode: dict[str, Any], protocol: str) -> bool:
 
 
 def _rescored(episode: dict[str, Any], protocol: str, fmt: str) -> dict[str, Any]:
-    """The episode scored under ``protocol`` (recomputed from its final text when it was scored under another)."""
+    """The episode scored under ``protocol``, recomputed from its final text every time (a folder written by an
+    earlier memrl may hold scores its label no longer means: ``rememr1`` was scored as ``memrl``)."""
     info = episode.get("info") or {}
-    if episode.get("protocol", "memrl") == protocol or not info.get("answers"):
+    if not info.get("answers") or "final_text" not in info:
         return episode
     prediction, value = protocol_score(info, episode["metric"], list(info["answers"]), protocol, fmt)
     return {**episode, "prediction": prediction, "ruler_score": value, "protocol": protocol}

@@ -195,8 +195,9 @@ class AsyncRollout:
         group.oldest = min(versions, default=self.clock.version)
         keep = bool(group.episodes)
         if keep and self.cfg.algorithm.dynamic_sampling:
-            keep = all(keep_groups([t.reward for t in group.episodes], [t.group_id for t in group.episodes],
-                                   self.cfg.algorithm.dynamic_sampling_max_mean))
+            eps = group.episodes
+            keep = all(keep_groups([t.reward for t in eps], [t.group_id for t in eps],
+                                   self.cfg.algorithm.dynamic_sampling_max_mean, [len(t.conversations) for t in eps]))
         with self.lock:
             del self.running[group.slot]
             self.done_since_take += group.episodes

@@ -58,7 +58,9 @@ class RolloutTally:
                     f"is longer than workflow.options.max_total_tokens={cfg.workflow.max_total_tokens}; raise "
                     "workflow.options.max_total_tokens")
         if cfg.algorithm.dynamic_sampling and self.dropped_groups:
-            return (f"dynamic sampling dropped every group (equal rewards in each) in "
+            why = "equal rewards in each" if cfg.algorithm.dynamic_sampling_max_mean is None else \
+                f"mean reward above algorithm.dynamic_sampling_max_mean={cfg.algorithm.dynamic_sampling_max_mean}"
+            return (f"dynamic sampling dropped every group ({why}) in "
                     f"{cfg.algorithm.max_gen_batches} rollout round(s); raise algorithm.max_gen_batches or set "
                     "algorithm.dynamic_sampling=false")
         return ("no episode generated a token to train on; check the workflow's token limits "

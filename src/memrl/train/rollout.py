@@ -198,7 +198,7 @@ class RolloutRunner:
             stats["gen_rounds"] += 1
             if cfg.algorithm.dynamic_sampling:
                 keep = keep_groups([t.reward for t in trajs], [t.group_id for t in trajs],
-                                   cfg.algorithm.dynamic_sampling_max_mean)
+                                   cfg.algorithm.dynamic_sampling_max_mean, [len(t.conversations) for t in trajs])
                 stats["dropped_groups"] += len({t.group_id for t, k in zip(trajs, keep) if not k})
                 kept += [t for t, k in zip(trajs, keep) if k]
                 if len({t.group_id for t in kept}) >= want:
