@@ -69,7 +69,7 @@ class AlgorithmConfig(Section):
         None, description="Dynamic sampling keeps a group when its mean reward is at most this instead (AReaL's "
         "tau2 group_filter, mean <= 0.95: it drops only solved groups and keeps all-failed ones, which carry "
         "negative advantages under batch whitening); the mean is over the group's conversations, as AReaL "
-        "averages over its model calls. Needs algorithm.dynamic_sampling=true.")
+        "averages over its model calls. Read only with algorithm.dynamic_sampling=true.")
     max_gen_batches: int = Field(4, ge=1, description="Dynamic sampling: rollout rounds per step before giving up.")
     step_rewards: bool = Field(False, description="ReMemR1: mix per-turn state advantages (workflow.state_reward_alpha).")
     policy_loss: registered(POLICY_LOSSES) = Field(
@@ -126,8 +126,6 @@ class AlgorithmConfig(Section):
             readers = [n for n in ADV_ESTIMATORS.names if _reads_similarity(n)]
             raise ValueError(f"state_similarity is read by adv_estimator={' or '.join(readers)} only "
                              f"(adv_estimator is {self.adv_estimator!r})")
-        if self.dynamic_sampling_max_mean is not None and not self.dynamic_sampling:
-            raise ValueError("dynamic_sampling_max_mean is dynamic sampling's filter: set dynamic_sampling=true too")
         if self.rollout_correction.enabled and self.off_policy != "none":
             raise ValueError(f"rollout_correction and off_policy={self.off_policy!r} both correct the engine's "
                              "log-probs: use one (off_policy: none with rollout_correction, or no rollout_correction)")
