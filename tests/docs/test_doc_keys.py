@@ -13,10 +13,11 @@ FREE_FORM = ("env.tool_options.", "engine.vllm.args.", "algorithm.policy_loss_op
              "algorithm.adv_estimator_options.")  # dictionaries the domain / vLLM / plug-in check themselves
 # Named on purpose: a method, the typos in the error examples, the pre-options spelling the notice maps,
 # the option of the example plug-in workflow examples/custom_workflow/recall.py (not a built-in), and
-# verl-agent's own settings in the algorithms reference's table that maps them to memrl's.
+# verl-agent's and the memory-agent verl forks' own settings that the docs map to memrl's.
 NOT_KEYS = {"env.step", "trainer.lrr", "workflow.options.chunk_tokns", "workflow.chunk_tokens",
             "workflow.options.note_tokens", "algorithm.gigpo.step_advantage_w", "algorithm.gigpo.mode",
             "algorithm.gigpo.enable_similarity", "env.rollout.n",
+            "algorithm.grpo_use_adv", "algorithm.alpha",  # MemAgent's / ReMemR1's verl forks' flags
             "trainer.learning_rate", "model.name"}  # other libraries' names the configuration guide maps to memrl's
 GENERATED_OR_HISTORY = {"reference/config.md", "reference/cli.md", "CHANGELOG.md", "guides/async.md"}
 
