@@ -21,48 +21,14 @@ from memrl.models.tiny import build_hf_tokenizer
 from memrl.testing import ScriptedEngine
 from memrl.workflows.rememr1 import rememr1
 
-CLIENT_SOURCE = '''
-TEMPLATE = """Read the section; keep a memory; <recall>query</recall> looks back.
-
-<problem> 
-{prompt}
-</problem>
-
-<recalled_memory>
-{recalled_memory}
-</recalled_memory>
-
-<memory>
-{memory}
-</memory>
-
-<section>
-{chunk}
-</section>
-
-Updated memory:
-"""
-
-TEMPLATE_FINAL_BOXED = """Answer from the memory in \\\\boxed{{}}.
-
-<problem> 
-{prompt}
-</problem>
-
-<recalled_memory>
-{recalled_memory}
-</recalled_memory>
-
-<memory>
-{memory}
-</memory>
-
-Your answer:
-"""
-
-NO_MEMORY = "No previous memory"
-NO_RECALLED_MEMORY = "No memory was recalled."
-'''
+# the blocks both templates share, in the client's layout (note the space after <problem>)
+BLOCKS = ("<problem> \n{prompt}\n</problem>\n\n<recalled_memory>\n{recalled_memory}\n</recalled_memory>\n\n"
+          "<memory>\n{memory}\n</memory>\n\n")
+TEMPLATE = ("Read the section; keep a memory; <recall>query</recall> looks back.\n\n" + BLOCKS
+            + "<section>\n{chunk}\n</section>\n\nUpdated memory:\n")
+TEMPLATE_FINAL_BOXED = "Answer from the memory in \\boxed{{}}.\n\n" + BLOCKS + "Your answer:\n"
+CLIENT_SOURCE = (f"TEMPLATE = {TEMPLATE!r}\nTEMPLATE_FINAL_BOXED = {TEMPLATE_FINAL_BOXED!r}\n"
+                 "NO_MEMORY = 'No previous memory'\nNO_RECALLED_MEMORY = 'No memory was recalled.'\n")
 CONTEXT = "\n Document 1:\nFilm X was directed by Jean Dupont.\nDocument 2:\nJean Dupont was born in Lyon, France.\n "
 QUESTION = "  Where was the director of Film X born? "
 REPLIES = ["<thinking>t</thinking><update>Film X director: Jean Dupont.</update>",
