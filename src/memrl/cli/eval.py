@@ -242,6 +242,7 @@ def _ruler(cfg: object, data: Path, docs: str | None, tasks: str | None, out: Pa
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)  # type: ignore[attr-defined]
     eng = build_engine(cfg)  # type: ignore[arg-type]
     results = run_with_progress(console, out, eng, lambda started, advance: run_ruler_suite(
-        cfg, eng, tokenizer, data, out, lengths=lengths, tasks=names, max_samples=max_samples))  # type: ignore[arg-type]
+        cfg, eng, tokenizer, data, out, lengths=lengths, tasks=names, max_samples=max_samples,  # type: ignore[arg-type]
+        on_start=started, on_episode=advance))
     typer.echo(markdown_table(results))
     console.print(f"wrote {out}/results.json, results.md and transcripts/", highlight=False)

@@ -26,6 +26,7 @@ import json
 import statistics
 import time
 import traceback
+from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -167,11 +168,13 @@ def _write_episode(out: Path, key: Key, sample: LongContextSample, traj: Traject
 
 
 async def run_ruler_suite(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data_dir: Path, out: Path, *,
-                          lengths: list[int] | None, tasks: list[str] | None,
-                          max_samples: int | None) -> dict[str, Any]:
+                          lengths: list[int] | None, tasks: list[str] | None, max_samples: int | None,
+                          on_start: Callable[[int, int], None] | None = None,
+                          on_episode: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run every (task, length, sample) not finished on disk; write and return the aggregated results.
 
-    ``lengths``/``tasks`` filter the files found in ``data_dir`` (``None``: all of them).
+    ``lengths``/``tasks`` filter the files found in ``data_dir`` (``None``: all of them); ``on_start(total,
+    done)`` and ``on_episode()`` drive a progress line (the episodes this run has to do).
     Raises :class:`EngineDeadError` (reports written first) when the engine is gone and
     :class:`AllEpisodesFailedError` when nothing this run attempted finished.
     """
@@ -183,6 +186,8 @@ async def run_ruler_suite(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data
     workflow = build_workflow(cfg)
     sampling = sampling_params(cfg)
     todo = _unfinished(files, out, max_samples)
+    if on_start:
+        on_start(len(todo), 0)
     sem = asyncio.Semaphore(cfg.engine.concurrency)
     errors: list[str] = []
     dead = asyncio.Event()
@@ -206,6 +211,8 @@ async def run_ruler_suite(cfg: MemRLConfig, engine: Engine, tokenizer: Any, data
                            cfg.workflow.answer_format)
             if error is not None:
                 errors.append(error)
+        if on_episode:
+            on_episode()
 
     try:
         await gather_cancelling(one(k, s) for k, s in todo)
