@@ -57,7 +57,8 @@ def test_repeats_flag_and_greedy_warning(tmp_path, captured):
 def test_suite_ruler_calls_the_ruler_suite(tmp_path, captured, monkeypatch):
     called = {}
 
-    async def fake_suite(cfg, engine, tokenizer, data_dir, out, *, lengths, tasks, max_samples):
+    async def fake_suite(cfg, engine, tokenizer, data_dir, out, *, lengths, tasks, max_samples, on_start=None,
+                         on_episode=None):
         called.update(lengths=lengths, tasks=tasks, max_samples=max_samples)
         return {"workflow": "memagent", "model": "tiny", "lengths": [], "by_task": {}, "average": {}}
 
