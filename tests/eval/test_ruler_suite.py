@@ -162,7 +162,9 @@ def test_published_protocols_skip_empty_answers_and_round_as_ruler_general(tmp_p
     assert (row["score"], row["skipped_empty"]) == (75.0, 0)  # memrl: the empty one is 0, the prose one counts
     counts = {0.0: 4, 0.25: 30, 0.33: 6, 0.5: 28, 0.67: 1, 0.75: 9, 1.0: 2}  # 2-decimal item scores, in order
     items = [v for v, k in counts.items() for _ in range(k)]
-    assert ruler_suite._percent(items) == round(sum(items) * 100 / len(items), 2) == 41.13  # fmean of 100*v: 41.12
+    from memrl.eval.report import percent
+
+    assert percent(items) == round(sum(items) * 100 / len(items), 2) == 41.13  # fmean of 100*v: 41.12
 
 
 def test_repeats_are_refused_with_the_ruler_suite(tmp_path, data_dir):

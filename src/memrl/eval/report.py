@@ -28,6 +28,16 @@ def pass_at_k(episodes: Sequence[dict[str, Any]], repeats: int, key: str = "sub_
     return round(100 * statistics.fmean(float(max(v) >= 1.0) for v in complete), 2), len(complete)
 
 
+def percent(scores: Sequence[float]) -> float | None:
+    """Item scores in [0, 1] as the papers' scripts report them: ``round(sum(v) * 100 / len(v), 2)``."""
+    return round(sum(scores) * 100 / len(scores), 2) if scores else None
+
+
+def empty_answer(episode: dict[str, Any]) -> bool:
+    """A finished episode whose final response is empty: the papers' scripts skip it (``if output == ''``)."""
+    return (episode.get("info") or {}).get("final_text") == ""
+
+
 def summarize(episodes: Sequence[dict[str, Any]], failed: int = 0, repeats: int = 1,
               skip_empty: bool = False) -> dict[str, Any]:
     """Per-size means over *finished* episodes; accuracy in percent, ``None`` when none finished.
@@ -41,14 +51,13 @@ def summarize(episodes: Sequence[dict[str, Any]], failed: int = 0, repeats: int 
     ``round(sum * 100 / count, 2)``, the scripts' rounding.
     """
     episodes = [e for e in episodes if not e.get("error")]  # defensive: older memrl saved failures here
-    scored = [e for e in episodes if not (skip_empty and (e.get("info") or {}).get("final_text") == "")]
+    scored = [e for e in episodes if not (skip_empty and empty_answer(e))]
 
     def mean(key: str) -> float | None:
         return statistics.fmean(e["metrics"].get(key, 0.0) for e in episodes) if episodes else None
 
     def pct(key: str) -> float | None:
-        values = [e["metrics"].get(key, 0.0) for e in scored]
-        return round(sum(values) * 100 / len(values), 2) if values else None
+        return percent([e["metrics"].get(key, 0.0) for e in scored])
 
     tokens, convs = mean("context_tokens"), mean("num_conversations")
     extra: dict[str, Any] = {}

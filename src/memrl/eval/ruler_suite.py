@@ -49,6 +49,7 @@ from memrl.eval.runner import (
     sampling_params,
 )
 from memrl.eval.protocol_settings import PUBLISHED
+from memrl.eval.report import empty_answer, percent
 from memrl.eval.transcript import render_transcript
 from memrl.types import Trajectory
 from memrl.workflows import build_workflow
@@ -229,14 +230,9 @@ def _mean(values: list[float]) -> float | None:
     return round(statistics.fmean(values), 2) if values else None
 
 
-def _percent(scores: list[float]) -> float | None:
-    """A task's score as the originals round it: ``round(sum(v) * 100 / len(v), 2)`` over the item scores."""
-    return round(sum(scores) * 100 / len(scores), 2) if scores else None
-
-
 def _counted(episode: dict[str, Any], protocol: str) -> bool:
     """MemAgent's ruler_general.py skips an item whose response is empty (``if output == '': continue``)."""
-    return protocol not in PUBLISHED or (episode.get("info") or {}).get("final_text", None) != ""
+    return protocol not in PUBLISHED or not empty_answer(episode)
 
 
 def _rescored(episode: dict[str, Any], protocol: str, fmt: str) -> dict[str, Any]:
@@ -261,7 +257,7 @@ def aggregate_ruler(cfg: MemRLConfig, out: Path, keys: list[Key]) -> dict[str, A
         tokens = [e["metrics"].get("context_tokens_original", e["metrics"].get("context_tokens", 0.0)) for e in eps]
         scored = [e["ruler_score"] for e in eps if _counted(e, cfg.eval.protocol)]
         by_task.setdefault(key[0], {})[str(key[1])] = {
-            "score": _percent(scored), "skipped_empty": len(eps) - len(scored),
+            "score": percent(scored), "skipped_empty": len(eps) - len(scored),
             "samples": len(eps) + len(failed), "finished": len(eps), "failed": len(failed),
             "metric": eps[0]["metric"] if eps else task_metric(key[0]),
             "context_tokens": round(statistics.fmean(tokens), 1) if tokens else None,
