@@ -37,8 +37,7 @@ from typing import Any, TypeVar
 
 from memrl.config import MemRLConfig
 from memrl.engines.base import Engine
-from memrl.rl.dapo import keep_groups
-from memrl.train.rollout import RolloutRunner, rollout_metrics
+from memrl.train.rollout import RolloutRunner, dynamic_sampling_keeps, rollout_metrics
 from memrl.train.versioned import PolicyClock, VersionedEngine, WeightGate
 from memrl.types import Trajectory
 
@@ -195,9 +194,7 @@ class AsyncRollout:
         group.oldest = min(versions, default=self.clock.version)
         keep = bool(group.episodes)
         if keep and self.cfg.algorithm.dynamic_sampling:
-            eps = group.episodes
-            keep = all(keep_groups([t.reward for t in eps], [t.group_id for t in eps],
-                                   self.cfg.algorithm.dynamic_sampling_max_mean, [len(t.conversations) for t in eps]))
+            keep = all(dynamic_sampling_keeps(self.cfg, group.episodes))
         with self.lock:
             del self.running[group.slot]
             self.done_since_take += group.episodes

@@ -12,7 +12,7 @@ import asyncio
 import statistics
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -91,6 +91,13 @@ async def _cut_on_stop(scope: asyncio.Timeout, grace_s: float) -> None:
 def episode_seed(seed: int, step: int, round_: int, idx: int, k: int) -> int:
     """The sampling seed of repeat ``k`` of sample ``idx`` in generation round ``round_`` of ``step``."""
     return (seed * 1_000_003 + step * 10_007 + round_ * 101 + idx * 31 + k) % 2**31
+
+
+def dynamic_sampling_keeps(cfg: MemRLConfig, trajs: Sequence[Trajectory]) -> list[bool]:
+    """Dynamic sampling's verdict per episode (its group's), for the synchronous and the asynchronous rollout: the
+    group mean weighted by conversations, as AReaL's filter averages over its model calls."""
+    return keep_groups([t.reward for t in trajs], [t.group_id for t in trajs],
+                       cfg.algorithm.dynamic_sampling_max_mean, [len(t.conversations) for t in trajs])
 
 
 def sampling_params(cfg: MemRLConfig) -> SamplingParams:
@@ -197,8 +204,7 @@ class RolloutRunner:
             all_trajs += trajs
             stats["gen_rounds"] += 1
             if cfg.algorithm.dynamic_sampling:
-                keep = keep_groups([t.reward for t in trajs], [t.group_id for t in trajs],
-                                   cfg.algorithm.dynamic_sampling_max_mean, [len(t.conversations) for t in trajs])
+                keep = dynamic_sampling_keeps(cfg, trajs)
                 stats["dropped_groups"] += len({t.group_id for t, k in zip(trajs, keep) if not k})
                 kept += [t for t, k in zip(trajs, keep) if k]
                 if len({t.group_id for t in kept}) >= want:
