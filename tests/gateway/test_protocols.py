@@ -313,3 +313,27 @@ def test_fields_the_sdks_send_are_accepted_and_answers_match_their_types(gateway
     assert chunks[-1].usage is not None and message.usage.input_tokens > 0 and len(ep.conversations) == 3
     response = Response.model_validate(body)  # strict: every required field present
     assert response.usage.input_tokens_details.cache_write_tokens == 0
+
+
+def test_a_stored_response_is_retrieved_and_deleted_through_the_sdk(gateway, tools_tokenizer):
+    tok = tools_tokenizer
+
+    async def go():
+        async with open_episode(gateway, tool_then_text(tok), tok, merge=False) as (ep, _, client):
+            first = await client.responses.create(model="m", input="1 + 2?", max_output_tokens=8)
+            again = await client.responses.retrieve(first.id)
+            unstored = await client.responses.create(model="m", input="1 + 2?", max_output_tokens=8, store=False)
+            with pytest.raises(openai.NotFoundError, match="not found"):
+                await client.responses.retrieve(unstored.id)
+            await client.responses.delete(first.id)
+            with pytest.raises(openai.NotFoundError):
+                await client.responses.retrieve(first.id)
+            with pytest.raises(openai.BadRequestError, match="previous_response_id"):
+                await client.responses.create(model="m", input="and?", previous_response_id=first.id)
+            with pytest.raises(openai.NotFoundError):
+                await client.responses.delete(first.id)
+            return ep, first, again
+
+    ep, first, again = run(go())
+    assert again.model_dump() == first.model_dump()
+    assert len(ep.conversations) == 2  # retrieve and delete are not model calls

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from memrl.gateway.adapters import arguments, function_tool, joined_text, positive, refuse_unknown, stored_message
 from memrl.gateway.requests import bad
 from memrl.gateway.sessions import Session
+from memrl.serve.errors import APIError
 
 TEXT_PARTS = ("input_text", "output_text", "text")
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
@@ -149,9 +150,7 @@ def response_object(answer: dict[str, Any], body: ResponsesBody, session: Sessio
                        "status": "completed"})
     cut = choice["finish_reason"] == "length"
     usage = answer["usage"]
-    if body.store is not False:
-        session.responses[resp_id] = [*history, stored_message(message)]
-    return {
+    resp = {
         "id": resp_id, "object": "response", "created_at": int(time.time()), "model": answer["model"],
         "status": "completed",  # even when cut: see response_object's docstring
         "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "error": None,
@@ -164,3 +163,24 @@ def response_object(answer: dict[str, Any], body: ResponsesBody, session: Sessio
                   "total_tokens": usage["total_tokens"], "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
                   "output_tokens_details": {"reasoning_tokens": 0}},
     }
+    if body.store is not False:
+        session.responses[resp_id] = [*history, stored_message(message)]
+        session.response_objects[resp_id] = resp
+    return resp
+
+
+def stored(session: Session, resp_id: str) -> dict[str, Any]:
+    """A response this episode stored (``client.responses.retrieve``); OpenAI's 404 otherwise."""
+    resp = session.response_objects.get(resp_id)
+    if resp is None:
+        raise APIError(404, f"Response with id {resp_id[:60]!r} not found (responses are kept for the episode "
+                       "that made them, unless store is false).", code="not_found", param="response_id")
+    return resp
+
+
+def delete(session: Session, resp_id: str) -> dict[str, Any]:
+    """``client.responses.delete``: forgotten for retrieve and for ``previous_response_id``."""
+    stored(session, resp_id)
+    del session.response_objects[resp_id]
+    session.responses.pop(resp_id, None)
+    return {"id": resp_id, "object": "response", "deleted": True}

@@ -117,7 +117,7 @@ def _met(stops: list[str], text: str) -> Optional[str]:
 
 
 def add_protocol_routes(app: Any, session_of: Callable[..., Session], call: Call, model: str) -> None:
-    """Register ``/v1/responses`` and ``/v1/messages`` on the gateway ``app``."""
+    """Register ``/v1/responses`` (create, retrieve, delete) and ``/v1/messages`` on the gateway ``app``."""
     async def responses(body: openai_responses.ResponsesBody, session: Session = Depends(session_of)) -> Any:
         return await answer_responses(body, session, call, model)
 
@@ -129,6 +129,17 @@ def add_protocol_routes(app: Any, session_of: Callable[..., Session], call: Call
 
     app.post("/episodes/{episode_id}/v1/messages/count_tokens")(count_tokens)
     app.post("/episodes/{episode_id}/v1/v1/messages/count_tokens")(count_tokens)
+    async def retrieve(response_id: str, stream: bool = False, session: Session = Depends(session_of)) -> Any:
+        if stream:
+            raise APIError(400, "stream: a stored response is sent whole (its events are not kept)",
+                           code="unsupported", param="stream")
+        return openai_responses.stored(session, response_id)
+
+    async def delete(response_id: str, session: Session = Depends(session_of)) -> Any:
+        return openai_responses.delete(session, response_id)
+
     app.post("/episodes/{episode_id}/v1/responses")(responses)
+    app.get("/episodes/{episode_id}/v1/responses/{response_id}")(retrieve)
+    app.delete("/episodes/{episode_id}/v1/responses/{response_id}")(delete)
     app.post("/episodes/{episode_id}/v1/messages")(messages)
     app.post("/episodes/{episode_id}/v1/v1/messages")(messages)

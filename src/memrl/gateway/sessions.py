@@ -48,6 +48,7 @@ class Session:
     inflight: set[concurrent.futures.Future[Any]] = field(default_factory=set)
     closed: bool = False
     responses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # /v1/responses kept for chaining
+    response_objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # ... and for retrieve()
     recorded: list[Any] = field(default_factory=list)  # the conversation of each call, by call index
     turn_rewards: list[tuple[Any, float]] = field(default_factory=list)  # posted (conversation, reward), not applied
     online: Any = None  # the episode's online record (memrl.gateway.online), when an external agent runs it
