@@ -52,8 +52,35 @@ def test_weight_decay_spares_biases_and_norm_weights():
     assert any(not torch.equal(runs[0.0][n], runs[0.5][n]) for n in square)
 
 
+@pytest.mark.parametrize("schedule", ["constant", "linear"])
+def test_the_learning_rate_of_each_step_is_transformers_schedule(monkeypatch, schedule):
+    """linear = TRL's default (``get_linear_schedule_with_warmup``, no warmup) over every step of every epoch."""
+    from transformers import get_constant_schedule, get_linear_schedule_with_warmup
+
+    seen: list[float] = []
+    real_step = torch.optim.AdamW.step
+
+    def step(self, *a, **k):
+        seen.append(self.param_groups[0]["lr"])
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    rows = [traj([5, 6, 7, 8], [0, 0, 1, 1])] * 5
+    sft(load_model("tiny", "float32", "cpu"), rows, lr=3e-3, batch_rows=2, epochs=2, schedule=schedule)
+    ref = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=3e-3)
+    sched = get_constant_schedule(ref) if schedule == "constant" else get_linear_schedule_with_warmup(ref, 0, 6)
+    want = []
+    for _ in range(6):
+        want.append(ref.param_groups[0]["lr"])
+        ref.step()
+        sched.step()
+    assert len(seen) == 6 and seen == pytest.approx(want, rel=1e-12)
+    assert (seen[-1] < seen[0]) == (schedule == "linear")
+
+
 @pytest.mark.parametrize("flag, why", [(["--dtype", "fp8"], "--dtype must be float32, bfloat16, float16 or auto"),
-                                       (["--weight-decay", "-1"], "--weight-decay must be >= 0")])
+                                       (["--weight-decay", "-1"], "--weight-decay must be >= 0"),
+                                       (["--lr-schedule", "cosine"], "--lr-schedule must be constant or linear")])
 def test_bad_optimizer_flags_are_one_line(tmp_path, flag, why):
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(traj([5, 6, 7], [0, 1, 1]).to_dict()) + "\n")

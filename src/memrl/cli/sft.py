@@ -46,7 +46,8 @@ def _check_vocab(trajs: list[Any], vocab: int, model: str, source: Path) -> None
     raise ValueError(f"{source}: token id {top} is outside the vocabulary of {model} ({vocab} ids); {hint}")
 
 
-def check_flags(epochs: int, lr: float, batch_rows: int, dtype: str = "float32", weight_decay: float = 0.0) -> None:
+def check_flags(epochs: int, lr: float, batch_rows: int, dtype: str = "float32", weight_decay: float = 0.0,
+                lr_schedule: str = "constant") -> None:
     """Refuse a flag no fine-tuning can run with, before anything is read or written."""
     for flag, value, ok, need in (("--epochs", epochs, epochs >= 1, "at least 1"),
                                   ("--lr", lr, math.isfinite(lr) and lr > 0, "a positive finite number"),
@@ -57,6 +58,8 @@ def check_flags(epochs: int, lr: float, batch_rows: int, dtype: str = "float32",
         raise ValueError(f"--dtype must be float32, bfloat16, float16 or auto, got {dtype!r}")
     if not weight_decay >= 0:
         raise ValueError(f"--weight-decay must be >= 0, got {weight_decay}")
+    if lr_schedule not in ("constant", "linear"):
+        raise ValueError(f"--lr-schedule must be constant or linear, got {lr_schedule!r}")
 
 
 @contextlib.contextmanager
@@ -85,12 +88,15 @@ def _stops_say_nothing_kept(out: Path) -> Iterator[None]:
 DTYPE_OPT = typer.Option("float32", "--dtype", help="Weights while training: float32 (default; AdamW steps of lr "
                          "1e-5 vanish in bfloat16 weights: 84% of a step's updates were lost on a tiny model), "
                          "bfloat16, float16 or auto (the model's own; bfloat16 on a GPU).")
+LR_SCHEDULE_OPT = typer.Option("constant", "--lr-schedule", help="constant (default: runs of a few hundred steps "
+                               "on chosen trajectories), or linear: TRL's default, a decay to 0 at the last step.")
 WEIGHT_DECAY_OPT = typer.Option(0.0, "--weight-decay", help="AdamW weight decay (TRL's default 0.0), never on biases "
                                 "and norm weights.")
 
 
 def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: int, lr: float,
-              batch_rows: int, source: Path, dtype: str, weight_decay: float) -> tuple[int, float]:
+              batch_rows: int, source: Path, dtype: str, weight_decay: float,
+              lr_schedule: str = "constant") -> tuple[int, float]:
     """Load ``model``, train it on ``trajs`` and export it to ``out``; (optimizer steps, final loss)."""
     from memrl.cli.common import quiet_hub_progress
     from memrl.models.resolve import load_model, load_tokenizer
@@ -103,7 +109,7 @@ def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: i
     _check_vocab(trajs, policy.get_input_embeddings().num_embeddings, model, source)
     with _stops_say_nothing_kept(out):
         losses = sft(policy, trajs, epochs=epochs, lr=lr, weight_decay=weight_decay, decay_biases_and_norms=False,
-                     batch_rows=batch_rows,
+                     batch_rows=batch_rows, schedule=lr_schedule,
                      pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
                      on_step=lambda s, v: typer.echo(f"sft step {s}: loss {v:.4f}") if s % 10 == 0 else None)
     export_model(policy, tok, out, force=force)
@@ -125,12 +131,13 @@ def sft_cmd(
                                                "(rejection-sampling fine-tuning; see also memrl rft)."),
     dtype: str = DTYPE_OPT,
     weight_decay: float = WEIGHT_DECAY_OPT,
+    lr_schedule: str = LR_SCHEDULE_OPT,
 ) -> None:
     """Supervised fine-tuning on trajectories; loss only on model-generated tokens."""
     from memrl.eval.records import read_rollouts
     from memrl.train.outdir import check_target
 
-    check_flags(epochs, lr, batch_rows, dtype, weight_decay)
+    check_flags(epochs, lr, batch_rows, dtype, weight_decay, lr_schedule)
     if min_reward is not None and math.isnan(min_reward):
         raise ValueError("--min-reward nan: give a number (no reward is >= nan, so nothing would be kept)")
     check_target(out, force, _local_inputs(trajectories, model))  # before training, not after
@@ -140,7 +147,8 @@ def sft_cmd(
     if not trajs:
         raise ValueError(f"{trajectories}: no trajectories left to train on")
     steps, loss = _finetune(trajs, model, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
-                            source=trajectories, dtype=dtype, weight_decay=weight_decay)
+                            source=trajectories, dtype=dtype, weight_decay=weight_decay,
+                            lr_schedule=lr_schedule)
     typer.echo(f"{counted(len(trajs), 'trajectory', 'trajectories')}, {counted(steps, 'step')}, final loss "
                f"{loss:.4f}; model in {out}")
 
@@ -180,12 +188,13 @@ def rft_cmd(
     batch_rows: int = typer.Option(32, "--batch-rows", help="Conversations per optimizer step."),
     dtype: str = DTYPE_OPT,
     weight_decay: float = WEIGHT_DECAY_OPT,
+    lr_schedule: str = LR_SCHEDULE_OPT,
 ) -> None:
     """Rejection-sampling fine-tuning: SFT on the generated tokens of the episodes that reached --min-reward."""
     from memrl.eval.records import read_rollouts, rollout_paths
     from memrl.train.outdir import check_target
 
-    check_flags(epochs, lr, batch_rows, dtype, weight_decay)
+    check_flags(epochs, lr, batch_rows, dtype, weight_decay, lr_schedule)
     if math.isnan(min_reward):
         raise ValueError("--min-reward nan: give a number (no reward is >= nan, so nothing would be kept)")
     check_target(out, force, _local_inputs(rollouts, model))
@@ -204,5 +213,5 @@ def rft_cmd(
         raise ValueError(f"--min-reward {min_reward:g}: no episode of {rollouts} qualifies with generated tokens "
                          f"(best reward {best if best is None else f'{best:g}'}); lower it or sample more")
     steps, loss = _finetune(kept, base, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
-                            source=rollouts, dtype=dtype, weight_decay=weight_decay)
+                            source=rollouts, dtype=dtype, weight_decay=weight_decay, lr_schedule=lr_schedule)
     typer.echo(f"rft: {counted(len(kept), 'episode')}, {counted(steps, 'step')}, final loss {loss:.4f}; model in {out}")

@@ -9,8 +9,9 @@ optimizer batch and divided by their count (transformers' ``num_items_in_batch``
 token is no target, nothing precedes it), so micro-batching changes nothing. AdamW: ``memrl sft``
 passes TRL's weight decay (0.0; when asked for, not on biases and norm weights, as transformers
 excludes them); the function's own default (0.01 on every parameter, torch's) is what the demos'
-warm starts were tuned with. A constant learning rate: runs here are a few hundred steps on
-trajectories already chosen, where TRL's linear decay to 0 would mostly shorten the run.
+warm starts were tuned with. The learning rate is constant by default (runs here are a few hundred
+steps on trajectories already chosen, where a decay to 0 would mostly shorten the run);
+``schedule="linear"`` is TRL's default (transformers' linear decay to 0, no warmup).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import torch
 
 from memrl.train.batch import Row, collate, micro_batches, rows_from_trajectories, token_logprobs
 from memrl.types import Trajectory
+
+
+SCHEDULES = ("constant", "linear")
 
 
 def targets(row: Row) -> int:
@@ -42,11 +46,13 @@ def sft(
     micro_batch_tokens: int = 16384,
     pad_id: int = 0,
     seed: int = 0,
+    schedule: str = "constant",
     on_step: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Train ``policy`` in place; returns the mean token loss of each optimizer step."""
-    if epochs < 1 or batch_rows < 1 or not lr > 0:
-        raise ValueError(f"sft: epochs {epochs} and batch_rows {batch_rows} must be >= 1 and lr {lr} > 0")
+    if epochs < 1 or batch_rows < 1 or not lr > 0 or schedule not in SCHEDULES:
+        raise ValueError(f"sft: epochs {epochs} and batch_rows {batch_rows} must be >= 1, lr {lr} > 0 and "
+                         f"schedule {schedule!r} one of {', '.join(SCHEDULES)}")
     rows: list[Row] = [r for r in rows_from_trajectories(trajectories) if targets(r)]
     if not rows:
         raise ValueError("no generated tokens to train on")
@@ -55,6 +61,8 @@ def sft(
     flat = 0.0 if not decay_biases_and_norms else weight_decay
     opt = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
                              {"params": [p for p in params if p.ndim < 2], "weight_decay": flat}], lr=lr)
+    steps = epochs * -(-len(rows) // batch_rows)
+    decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 if schedule == "constant" else (steps - s) / steps)
     rng = random.Random(seed)
     losses = []
     policy.train()
@@ -76,6 +84,7 @@ def sft(
                 total += float(loss.detach())
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
+            decay.step()
             step += 1
             losses.append(total)
             if on_step:
