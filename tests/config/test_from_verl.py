@@ -243,3 +243,46 @@ def test_the_memory_agent_forks_scripts_name_their_workflow_and_batch_layout():
     assert plain["workflow.name"] == "memagent" and plain["trainer.minibatch_ranks"] == 8  # verl's 1 x 8
     unset = translate({"recurrent.enable": "memory", "trainer.nnodes": "$SLURM_NNODES"})
     assert "trainer.minibatch_ranks" not in unset.settings and "minibatch_ranks" in unset.skipped["trainer.nnodes"]
+
+
+DAPO = """
+max_response_length=$((1024 * 20))
+overlong_buffer_len=$((1024 * 4))
+train_prompt_bsz=512
+gen_prompt_bsz=$((train_prompt_bsz * 3))
+RAY_DATA_HOME=${RAY_DATA_HOME:-"${HOME}/verl"}
+TRAIN_FILE=${TRAIN_FILE:-"${RAY_DATA_HOME}/data/dapo-math-17k.parquet"}
+python3 -m recipe.dapo.main_dapo \\
+    data.train_files="${TRAIN_FILE}" \\
+    data.max_response_length=${max_response_length} \\
+    data.gen_batch_size=${gen_prompt_bsz} \\
+    data.train_batch_size=${train_prompt_bsz} \\
+    actor_rollout_ref.rollout.n=16 \\
+    algorithm.filter_groups.enable=True \\
+    algorithm.filter_groups.metric=acc \\
+    reward_model.overlong_buffer.enable=True \\
+    reward_model.overlong_buffer.len=${overlong_buffer_len} \\
+    reward_model.overlong_buffer.penalty_factor=1.0 \\
+    actor_rollout_ref.actor.grad_clip=0.5 \\
+    actor_rollout_ref.actor.optim.clip_grad=2.0
+"""
+
+
+def test_a_dapo_scripts_arithmetic_and_nested_defaults_are_read_as_bash_reads_them():
+    flags, unresolved = overrides_of(DAPO)
+    assert flags["data.max_response_length"] == "20480" and flags["data.gen_batch_size"] == "1536"
+    assert flags["data.train_files"] == "${HOME}/verl/data/dapo-math-17k.parquet" and unresolved == ["HOME"]
+    assert overrides_of("A=$((x / 2))\npython a.b=$A")[0]["a.b"] == "$((x/2))"  # unreadable: one word, unresolved
+
+
+def test_dapos_generation_batch_filter_metric_overlong_buffer_and_clip_carry_over():
+    t = translate(overrides_of(DAPO)[0])
+    got = {k: v for k, (v, _) in t.settings.items()}
+    assert got["algorithm.dynamic_sampling_prompts"] == 1536 and got["algorithm.dynamic_sampling_metric"] == "score"
+    assert got["algorithm.overlong_buffer"] == 4096 and got["algorithm.overlong_max_tokens"] == 20480
+    assert got["algorithm.overlong_penalty_factor"] == 1.0
+    assert got["algorithm.max_gen_batches"] == 0  # verl's default: no limit
+    assert got["trainer.grad_clip"] == 2.0 and "not read" in t.skipped[A + "grad_clip"]  # verl 0.9: optim.clip_grad
+    plain = translate(overrides_of("python x.py data.gen_batch_size=96 algorithm.filter_groups.metric=acc")[0])
+    assert "filter_groups.enable=True only" in plain.skipped["data.gen_batch_size"]
+    assert "algorithm.dynamic_sampling_prompts" not in plain.settings

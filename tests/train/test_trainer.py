@@ -60,6 +60,7 @@ def test_nan_loss_skips_then_stops(tmp_path, monkeypatch):
     with pytest.raises(NonFiniteLossError, match="2 steps in a row"):
         trainer.run()
     assert all(torch.equal(before[k], v) for k, v in trainer.policy.state_dict().items())
+    assert trainer.scheduler.last_epoch == 2  # verl steps its schedule every update, skipped or not
 
 
 def test_failing_episodes_are_counted_not_fatal(tmp_path):

@@ -70,7 +70,26 @@ class AlgorithmConfig(Section):
         "tau2 group_filter, mean <= 0.95: it drops only solved groups and keeps all-failed ones, which carry "
         "negative advantages under batch whitening); the mean is over the group's conversations, as AReaL "
         "averages over its model calls. Read only with algorithm.dynamic_sampling=true.")
-    max_gen_batches: int = Field(4, ge=1, description="Dynamic sampling: rollout rounds per step before giving up.")
+    max_gen_batches: int = Field(4, ge=0, description="Dynamic sampling: rollout rounds per step; a step that "
+                                 "still has fewer than prompts_per_step groups trains on those it has, with a warning "
+                                 "(verl raises there). 0: no limit (verl's max_num_gen_batches 0, its DAPO default).")
+    dynamic_sampling_prompts: int | None = Field(
+        None, ge=1, description="Dynamic sampling: prompts drawn in every round, and the first prompts_per_step "
+        "kept groups in draw order train (verl's data.gen_batch_size, 3 x train_batch_size in its DAPO scripts; the "
+        "surplus is not trained on). null: each round draws only the groups still missing. Synchronous runs.")
+    dynamic_sampling_metric: Literal["reward", "score"] = Field(
+        "reward", description="What dynamic sampling compares within a group: reward (what trains, verl's "
+        "filter_groups.metric seq_reward) or score (the reward before overlong shaping, verl's acc / score, "
+        "which its DAPO scripts use).")
+    overlong_buffer: int | None = Field(
+        None, ge=1, description="DAPO's soft overlong punishment (verl's overlong_buffer.len): an episode whose "
+        "last conversation (verl reads a multi-sequence sample's last) holds more than overlong_max_tokens - overlong_buffer tokens (the response as "
+        "verl counts it: everything after the first prompt, tool results and the end token included) gets "
+        "-(excess / buffer) x overlong_penalty_factor added to its reward; null: off.")
+    overlong_penalty_factor: Finite = Field(1.0, ge=0, description="DAPO's overlong_buffer.penalty_factor.")
+    overlong_max_tokens: int | None = Field(
+        None, ge=1, description="The response budget the overlong buffer ends at (verl's max_resp_len, its "
+        "data.max_response_length); required with overlong_buffer.")
     step_rewards: bool = Field(False, description="ReMemR1: mix per-turn state advantages (workflow.state_reward_alpha).")
     policy_loss: registered(POLICY_LOSSES) = Field(
         "vanilla", description="The policy-gradient loss, verl's policy_loss.loss_mode: vanilla (token-level PPO "
@@ -126,11 +145,23 @@ class AlgorithmConfig(Section):
             readers = [n for n in ADV_ESTIMATORS.names if _reads_similarity(n)]
             raise ValueError(f"state_similarity is read by adv_estimator={' or '.join(readers)} only "
                              f"(adv_estimator is {self.adv_estimator!r})")
+        self._overlong()
         if self.rollout_correction.enabled and self.off_policy != "none":
             raise ValueError(f"rollout_correction and off_policy={self.off_policy!r} both correct the engine's "
                              "log-probs: use one (off_policy: none with rollout_correction, or no rollout_correction)")
         self._plugin_options()
         return self._policy_loss_fits()
+
+    def _overlong(self) -> None:
+        """The overlong settings come as a pair, the buffer inside the budget (verl's assert)."""
+        if (self.overlong_buffer is None) != (self.overlong_max_tokens is None):
+            raise ValueError("overlong_buffer and overlong_max_tokens come together (DAPO's buffer ends at the "
+                             "response budget): set both, or neither")
+        if self.overlong_buffer is not None and self.overlong_buffer > self.overlong_max_tokens:
+            raise ValueError(f"overlong_buffer {self.overlong_buffer} is longer than overlong_max_tokens "
+                             f"{self.overlong_max_tokens}")
+        if self.dynamic_sampling_prompts is not None and not self.dynamic_sampling:
+            raise ValueError("dynamic_sampling_prompts is read with dynamic_sampling=true only")
 
     def _plugin_options(self) -> None:
         """A plug-in's own settings must be keywords it takes (else its first update would fail)."""

@@ -85,3 +85,44 @@ def memory_agent_rule(get: Any, out: Translation, given: dict[str, Any], source:
         out.used.add("algorithm.alpha")
         out.set("algorithm.step_rewards", True, source("algorithm.alpha"))
         out.set("workflow.options.state_reward_alpha", float(alpha), source("algorithm.alpha"))
+
+
+# where DAPO scripts put the overlong buffer: the recipe's first scripts, its reward_kwargs, verl's reward group
+OVERLONG = ("reward_model.overlong_buffer.", "reward_model.reward_kwargs.overlong_buffer_cfg.",
+            "reward.reward_kwargs.overlong_buffer_cfg.")
+MAX_RESP = ("reward_model.reward_kwargs.max_resp_len", "reward.reward_kwargs.max_resp_len", "data.max_response_length")
+FILTER_METRICS = {"acc": "score", "score": "score", "seq_reward": "reward", "seq_final_reward": "reward"}
+
+
+def dapo_rule(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    """verl's DAPO recipe: its generation batch (``data.gen_batch_size``), the group filter's metric, and the
+    soft overlong punishment of its reward manager (``max_resp_len`` defaults to ``data.max_response_length``,
+    as its main_dapo.py passes it)."""
+    enabled = given.get("algorithm.filter_groups.enable") is True
+    for key, memrl_key, convert in (("data.gen_batch_size", "algorithm.dynamic_sampling_prompts", int),
+                                    ("algorithm.filter_groups.metric", "algorithm.dynamic_sampling_metric",
+                                     FILTER_METRICS.__getitem__)):
+        if key not in given:
+            continue
+        out.used.add(key)
+        if not enabled:
+            out.skipped[key] = "read by verl's DAPO loop with algorithm.filter_groups.enable=True only"
+            continue
+        try:
+            out.set(memrl_key, convert(given[key]), source(key))
+        except (KeyError, TypeError, ValueError):
+            out.skipped[key] = f"{given[key]!r}: memrl filters on the reward or on the score before overlong shaping"
+    prefix = next((p for p in OVERLONG if given.get(p + "enable") is True), None)
+    out.used.update(p + k for p in OVERLONG for k in ("enable", "len", "penalty_factor", "log") if p + k in given)
+    if prefix is None:
+        return
+    resp = next((k for k in MAX_RESP if isinstance(given.get(k), int)), None)
+    if resp is None or not isinstance(given.get(prefix + "len"), int):
+        out.skipped[prefix + "enable"] = ("the overlong buffer needs its length and max_resp_len as numbers: set "
+                                          "algorithm.overlong_buffer and algorithm.overlong_max_tokens yourself")
+        return
+    out.used.add(resp)
+    out.set("algorithm.overlong_buffer", given[prefix + "len"], source(prefix + "len"))
+    out.set("algorithm.overlong_max_tokens", given[resp], source(resp))
+    out.set("algorithm.overlong_penalty_factor", float(given.get(prefix + "penalty_factor", 1.0)),
+            source(prefix + "penalty_factor"))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from memrl.config.fork_rules import gigpo_rule, memory_agent_rule, precision_rule
+from memrl.config.fork_rules import dapo_rule, gigpo_rule, memory_agent_rule, precision_rule
 from memrl.config.verl_script import A, M, R, Translation, overrides_of, scalar  # noqa: F401 (re-exported)
 
 
@@ -31,7 +31,7 @@ VERL_DEFAULTS: dict[str, Any] = {
     R + "val_kwargs.temperature": 0.0, R + "val_kwargs.top_p": 1.0, R + "val_kwargs.n": 1,
     R + "val_kwargs.do_sample": False,
     "algorithm.adv_estimator": "gae", "algorithm.norm_adv_by_std_in_grpo": True, "algorithm.gamma": 1.0,
-    "algorithm.filter_groups.enable": False, "trainer.test_freq": -1, M + "lora_rank": 0, M + "lora_alpha": 16,
+    "algorithm.filter_groups.enable": False, "algorithm.filter_groups.max_num_gen_batches": 0, "trainer.test_freq": -1, M + "lora_rank": 0, M + "lora_alpha": 16,
     M + "target_modules": "all-linear", M + "enable_gradient_checkpointing": True,
 }
 PLUMBING = ("n_gpus_per_node", "nnodes", "tensor_model_parallel_size", "gpu_memory_utilization", "fsdp_config",
@@ -80,8 +80,7 @@ SIMPLE: list[tuple[str, str, Callable[[Any], Any]]] = [  # (verl key, memrl key,
     ("trainer.default_local_dir", "trainer.output_dir", str),
     ("trainer.max_actor_ckpt_to_keep", "trainer.keep_checkpoints", int),
     ("algorithm.filter_groups.enable", "algorithm.dynamic_sampling", bool),
-    ("algorithm.filter_groups.max_num_gen_batches", "algorithm.max_gen_batches",
-     lambda v: int(v) if int(v) > 0 else None),
+    ("algorithm.filter_groups.max_num_gen_batches", "algorithm.max_gen_batches", lambda v: max(int(v), 0)),
     ("data.train_files", "data.train_file", str), ("data.val_files", "data.eval_file", str),
     *((f"algorithm.rollout_correction.{k}", f"algorithm.rollout_correction.{k}", lambda v: v) for k in RC_KEYS),
 ]
@@ -112,7 +111,7 @@ def translate(flags: dict[str, str]) -> Translation:
         elif value is not None:  # -1 / 0 meaning "never" / "no limit" in verl: memrl needs a number
             out.skipped[verl_key] = f"{value!r} (never / no limit in verl): set {key} to a number yourself"
     for rule in (_batches, _kl, _estimator, _policy_loss, _schedule, _lora, _eval_every, _engine, _grad_clip,
-                 _wandb, gigpo_rule, memory_agent_rule, precision_rule):
+                 _wandb, gigpo_rule, memory_agent_rule, precision_rule, dapo_rule):
         try:
             rule(get, out, given, source)
         except (TypeError, ValueError, ZeroDivisionError) as err:
@@ -267,9 +266,14 @@ def _engine(get: Any, out: Translation, given: dict[str, Any], source: Any) -> N
 
 
 def _grad_clip(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
-    out.used.add(A + "grad_clip")
-    key = A + "grad_clip" if A + "grad_clip" in given else A + "optim.clip_grad"
+    """verl 0.9 clips at ``optim.clip_grad`` (``optim.grad_clip`` is its deprecated name); ``actor.grad_clip`` is
+    declared but read by none of its engines, so it counts only where the script sets nothing else."""
+    out.used.update({A + "grad_clip", A + "optim.grad_clip"})
+    key = next((k for k in (A + "optim.clip_grad", A + "optim.grad_clip", A + "grad_clip") if k in given),
+               A + "optim.clip_grad")
     out.set("trainer.grad_clip", float(get(key)), source(key))
+    if key != A + "grad_clip" and A + "grad_clip" in given:
+        out.skipped[A + "grad_clip"] = f"verl 0.9 clips at {key.removeprefix(A)} (actor.grad_clip is not read)"
 
 
 def _wandb(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:

@@ -312,6 +312,9 @@ class MemRLConfig(Section):
             raise ValueError("algorithm.dynamic_sampling would drop the groups whose rewards are all equal, but with "
                              "teacher.mode=replace the teacher's signal trains every group: turn one of them off "
                              "(or use teacher.mode=add)")
+        if self.algorithm.dynamic_sampling_prompts is not None and self.trainer.mode == "async":
+            raise ValueError("algorithm.dynamic_sampling_prompts sets the prompts of a synchronous round; an "
+                             "asynchronous run refills group by group (leave it unset)")
         return self
 
     @model_validator(mode="after")

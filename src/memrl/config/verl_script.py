@@ -6,12 +6,13 @@ is a job of its own. Environment variables are never read, so nothing secret end
 
 from __future__ import annotations
 
+import ast
+import operator
 import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-VAR = re.compile(r"\$(?:\{(?P<braced>\w+)(?::-(?P<default>[^}]*))?\}|(?P<plain>[A-Za-z_]\w*|\d))")
 
 
 def overrides_of(script: str) -> tuple[dict[str, str], list[str]]:
@@ -23,6 +24,7 @@ def overrides_of(script: str) -> tuple[dict[str, str], list[str]]:
     found: dict[str, str] = {}
     unresolved: list[str] = []
     for line in _logical_lines(script):
+        line = ARITH.sub(lambda m: _arithmetic(m.group(1), names, unresolved), line)
         try:
             words = shlex.split(line, comments=True)
         except ValueError:
@@ -72,16 +74,81 @@ def _gather(value: str, found: dict[str, str]) -> None:
 
 
 def _substitute(value: str, names: dict[str, str], unresolved: list[str]) -> str:
-    """``$NAME``, ``${NAME}`` and ``${NAME:-default}`` replaced by the script's own assignments."""
-    def one(m: re.Match[str]) -> str:
-        name = m.group("braced") or m.group("plain")
-        if name in names:
-            return names[name]
-        if m.group("default") is not None:
-            return m.group("default")
-        unresolved.append(name)
-        return m.group(0)
-    return VAR.sub(one, value)
+    """``$NAME``, ``${NAME}`` and ``${NAME:-default}`` replaced by the script's own assignments; a default may
+    hold variables of its own (``${TRAIN_FILE:-"${DATA_HOME}/train.parquet"}``, as verl's DAPO scripts write)."""
+    out: list[str] = []
+    i = 0
+    while i < len(value):
+        m = PLAIN.match(value, i)
+        if m:
+            out.append(_lookup(m.group(1), None, m.group(0), names, unresolved))
+            i = m.end()
+        elif value.startswith("${", i) and (end := _closing(value, i + 2)) is not None:
+            inner = value[i + 2: end]
+            name = re.match(r"\w*", inner).group(0)  # type: ignore[union-attr]
+            rest = inner[len(name):]
+            default = _substitute(rest[2:], names, unresolved) if rest.startswith(":-") else None
+            out.append(_lookup(name, default, value[i: end + 1], names, unresolved) if name else value[i: end + 1])
+            i = end + 1
+        else:
+            out.append(value[i])
+            i += 1
+    return "".join(out)
+
+
+ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")  # $(( ... )), one level of parentheses inside
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+        ast.Div: operator.floordiv, ast.Mod: operator.mod}
+
+
+def _arithmetic(expr: str, names: dict[str, str], unresolved: list[str]) -> str:
+    """bash's ``$((...))`` over integers and the script's variables (``$((1024 * 4))``, ``$((bsz * 3))``, as
+    verl's DAPO scripts size their budgets); an expression it cannot read is kept as one word."""
+    def value(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            text = names.get(node.id)
+            if text is None or not re.fullmatch(r"-?\d+", text.strip()):
+                unresolved.append(node.id)
+                raise ValueError(node.id)
+            return int(text)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return int(_OPS[type(node.op)](value(node.left), value(node.right)))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand)
+        raise ValueError(ast.dump(node))
+
+    try:
+        return str(value(ast.parse(expr.replace("$", "").strip(), mode="eval").body))
+    except (SyntaxError, ValueError, ZeroDivisionError):
+        return "$((" + "".join(expr.split()) + "))"
+
+
+PLAIN = re.compile(r"\$([A-Za-z_]\w*|\d)")
+
+
+def _closing(text: str, start: int) -> int | None:
+    """The index of the ``}`` that closes a ``${`` opened just before ``start`` (nested ones counted)."""
+    depth = 1
+    for j in range(start, len(text)):
+        if text.startswith("${", j):
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return j
+    return None
+
+
+def _lookup(name: str, default: str | None, written: str, names: dict[str, str], unresolved: list[str]) -> str:
+    """The script's value of ``name``, else its default, else the text as written (and ``name`` unresolved)."""
+    if name in names:
+        return names[name]
+    if default is not None:
+        return default
+    unresolved.append(name)
+    return written
 
 
 def scalar(text: str) -> Any:

@@ -142,7 +142,7 @@ class AsyncRollout:
     def _can_submit(self) -> bool:
         """AReaL's staleness bound, plus dynamic sampling's cap on submissions per version (lock held)."""
         limit = (self.eta + self.clock.version - self.start_version + 1) * self.batch
-        return self.accepted + len(self.running) < limit and self.slots < limit * self.rounds
+        return self.accepted + len(self.running) < limit and (self.rounds == 0 or self.slots < limit * self.rounds)
 
     async def _produce(self) -> None:
         assert self._wake is not None
@@ -257,6 +257,12 @@ class AsyncRollout:
         for lag in range(self.eta + 1):
             stats[f"async/staleness_{lag}"] = float(staleness.get(lag, 0))
         stats["async/staleness_over"] = float(sum(c for k, c in staleness.items() if k > self.eta))
+        if self.cfg.algorithm.dynamic_sampling:
+            stats["kept_groups"] = float(len(taken))
+            if 0 < len(taken) < self.batch:
+                self.runner.warn(f"step {version + 1}: dynamic sampling kept {len(taken)} of {self.batch} groups "
+                                 f"(algorithm.max_gen_batches={self.rounds} submissions per group slot); this step "
+                                 "trains on those (0: no limit)")
         self._poke_threadsafe()
         return kept, finished, stats
 

@@ -61,8 +61,8 @@ class RolloutTally:
             why = "equal rewards in each" if cfg.algorithm.dynamic_sampling_max_mean is None else \
                 f"mean reward above algorithm.dynamic_sampling_max_mean={cfg.algorithm.dynamic_sampling_max_mean}"
             return (f"dynamic sampling dropped every group ({why}) in "
-                    f"{cfg.algorithm.max_gen_batches} rollout round(s); raise algorithm.max_gen_batches or set "
-                    "algorithm.dynamic_sampling=false")
+                    f"{cfg.algorithm.max_gen_batches} rollout round(s); raise algorithm.max_gen_batches (0: no "
+                    "limit) or set algorithm.dynamic_sampling=false")
         return ("no episode generated a token to train on; check the workflow's token limits "
                 "(workflow.* settings)")
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from memrl.config import MemRLConfig
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
-from memrl.rl.dapo import keep_groups
+from memrl.rl.dapo import keep_groups, shape_overlong
 from memrl.train.guards import RolloutTally
 from memrl.train.sampler import ResumableSampler
 from memrl.train.signals import stop_requested_at
@@ -96,8 +96,18 @@ def episode_seed(seed: int, step: int, round_: int, idx: int, k: int) -> int:
 def dynamic_sampling_keeps(cfg: MemRLConfig, trajs: Sequence[Trajectory]) -> list[bool]:
     """Dynamic sampling's verdict per episode (its group's), for the synchronous and the asynchronous rollout: the
     group mean weighted by conversations, as AReaL's filter averages over its model calls."""
-    return keep_groups([t.reward for t in trajs], [t.group_id for t in trajs],
-                       cfg.algorithm.dynamic_sampling_max_mean, [len(t.conversations) for t in trajs])
+    a = cfg.algorithm
+    scores = [t.metrics.get("score", t.reward) if a.dynamic_sampling_metric == "score" else t.reward for t in trajs]
+    return keep_groups(scores, [t.group_id for t in trajs], a.dynamic_sampling_max_mean,
+                       [len(t.conversations) for t in trajs], min_size=min(a.n, 2))
+
+
+def shaped(cfg: MemRLConfig, traj: Trajectory) -> Trajectory:
+    """A training episode with DAPO's overlong penalty in its reward, when ``algorithm.overlong_buffer`` is set."""
+    a = cfg.algorithm
+    if a.overlong_buffer is not None and a.overlong_max_tokens is not None:
+        shape_overlong(traj, a.overlong_max_tokens, a.overlong_buffer, a.overlong_penalty_factor)
+    return traj
 
 
 def sampling_params(cfg: MemRLConfig) -> SamplingParams:
@@ -141,11 +151,11 @@ class RolloutRunner:
             group_id = f"{step}:{round_}:{idx}" + (f"#{occurrence}" if occurrence else "")
         self.tally.attempted += 1
         try:
-            return await until_stop_grace(
+            return shaped(self.cfg, await until_stop_grace(
                 self.workflow.episode(self.samples[idx], engine=engine or self.engine, tokenizer=self.tokenizer,
                                       sampling=sampling_params(self.cfg).with_(seed=seed), sample_id=str(idx),
                                       group_id=group_id),
-                self.cfg.trainer.stop_grace_s, "this episode")
+                self.cfg.trainer.stop_grace_s, "this episode"))
         except BaseException as exc:
             if not own_failure(exc):
                 raise  # a dead engine (every later episode would fail too) or this task's cancellation
@@ -192,27 +202,38 @@ class RolloutRunner:
 
         With dynamic sampling the first list holds only groups whose rewards vary.
         """
-        cfg = self.cfg
+        cfg, a = self.cfg, self.cfg.algorithm
         want = cfg.trainer.prompts_per_step
+        if not a.dynamic_sampling:
+            trajs = asyncio.run(self.episodes(self.draw(want), step, 0))
+            return trajs, trajs, {"dropped_groups": 0.0, "gen_rounds": 1.0, "rollout_episodes": float(len(trajs))}
         kept: list[Trajectory] = []
         stats = {"dropped_groups": 0.0, "gen_rounds": 0.0}
         all_trajs: list[Trajectory] = []
-        for round_ in range(cfg.algorithm.max_gen_batches if cfg.algorithm.dynamic_sampling else 1):
-            have = len({t.group_id for t in kept})
-            indices = self.draw(want - have)
+        round_ = 0
+        while len(_groups(kept)) < want and (a.max_gen_batches == 0 or round_ < a.max_gen_batches):
+            indices = self.draw(a.dynamic_sampling_prompts or want - len(_groups(kept)))
             trajs = asyncio.run(self.episodes(indices, step, round_))
             all_trajs += trajs
             stats["gen_rounds"] += 1
-            if cfg.algorithm.dynamic_sampling:
-                keep = dynamic_sampling_keeps(cfg, trajs)
-                stats["dropped_groups"] += len({t.group_id for t, k in zip(trajs, keep) if not k})
-                kept += [t for t, k in zip(trajs, keep) if k]
-                if len({t.group_id for t in kept}) >= want:
-                    break
-            else:
-                kept = trajs
+            keep = dynamic_sampling_keeps(cfg, trajs)
+            stats["dropped_groups"] += len(_groups([t for t, k in zip(trajs, keep) if not k]))
+            kept += [t for t, k in zip(trajs, keep) if k]
+            round_ += 1
+        first = _groups(kept)[:want]  # verl trims to train_batch_size in generation order
+        kept = [t for t in kept if t.group_id in set(first)]
+        stats["kept_groups"] = float(len(first))
+        if 0 < len(first) < want:
+            self.warn(f"step {step}: dynamic sampling kept {len(first)} of {want} groups in {round_} rounds "
+                      f"(algorithm.max_gen_batches={a.max_gen_batches}); this step trains on those (verl raises "
+                      "here; max_gen_batches 0 generates until the batch is full)")
         stats["rollout_episodes"] = float(len(all_trajs))
         return kept, all_trajs, stats
+
+
+def _groups(trajs: Sequence[Trajectory]) -> list[str]:
+    """The group ids of ``trajs``, in order of first appearance."""
+    return list(dict.fromkeys(t.group_id for t in trajs))
 
 
 def _silent(text: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,8 +104,9 @@ class PolicyUpdate:
             for m, mini in enumerate(minis):
                 where = f"update: epoch {epoch + 1}/{a.ppo_epochs}, " if a.ppo_epochs > 1 else "update: "
                 self._mini_batch(rows, mini, plan, tally, f"{where}mini-batch {m + 1}/{len(minis)}")
-        if tally.grad_norms:  # the schedule counts trainer steps that updated the weights
-            self.scheduler.step()
+        with warnings.catch_warnings():  # a first step skipped for non-finite values: torch warns of the order
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+            self.scheduler.step()  # every update, as verl's (a step skipped for non-finite values included)
         self.policy.eval()
         return {**mismatch_metrics(rows), **correction, **self._metrics(tally, logprob_time)}
 
