@@ -69,7 +69,8 @@ def test_kb_search_shows_ratings_and_reranking_time():
     empty = kb_search_text(RerankedRetriever(Fixed(CORPUS), lambda q, d: 0), "q")
     assert re.fullmatch(r"No relevant documents found\.\n\n\[Timing: retrieval=\d+ms, reranking=\d+ms, total=\d+ms\]",
                         empty)
-    assert ", reranking=" not in kb_search_text(Fixed(CORPUS), "q")
+    # without a reranker too: τ³'s pipeline times its (empty) post-processing, > 0 ms, so it always writes it
+    assert re.search(r"\[Timing: retrieval=\d+ms, reranking=0ms, total=\d+ms\]$", kb_search_text(Fixed(CORPUS), "q"))
 
 
 def _clone(root: Path, prompt: str) -> Path:

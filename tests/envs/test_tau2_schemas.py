@@ -342,3 +342,28 @@ def test_solo_prompt_and_tools_equal_the_real_tau2s(mock_dir):
             agent = LLMSoloAgent(tools=list(tools), domain_policy=theirs_env.get_policy(), task=task, llm="any")
             assert env.system_prompt(mine[task.id]) == agent.system_prompt, (name, task.id)
             assert env.tool_schemas() == [t.openai_schema for t in agent.tools], (name, task.id)
+
+
+def test_tau2s_solo_agent_writing_text_is_an_error_even_with_the_stop_marker(fake_tau2, mock_dir):
+    """τ²-bench's LLMSoloAgent raises on any text turn ("only supports tool calls"): such a run is never graded,
+    so text holding ###STOP### is no agent stop (memrl graded it: reward 1 after the gold call)."""
+    import asyncio
+
+    from memrl.config import MemRLConfig
+    from memrl.models.tiny import build_hf_tokenizer
+    from memrl.text.tool_calls import render_call
+    from memrl.envs.messages import ToolCall
+    from memrl.workflows.tool_agent import TaskSample, tool_agent
+    from tests.workflows.test_tool_agent import Script
+
+    fake_tau2(["create_task", "get_users", "update_task_status", "transfer_to_human_agents"],
+              ["check_notifications", "dismiss_notification"])
+    mock = load_domain("mock", mock_dir, prompts="tau2")
+    task = next(t for t in mock.tasks if t.id == "create_task_1")
+    gold = task.evaluation_criteria.actions[0]
+    tok = build_hf_tokenizer(["tool_call name arguments create_task Task created. ###STOP###"], vocab_size=400)
+    cfg = MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "options": {"max_total_tokens": 100_000}}})
+    for last, ending in (("Task created. ###STOP###", "agent_error"), (render_call(ToolCall("done", {})), "agent_stop")):
+        script = Script(tok, [render_call(ToolCall(gold.name, gold.arguments)), last])
+        traj = asyncio.run(tool_agent(TaskSample(mock, task, solo=True), script.engine, tok, cfg.workflow))
+        assert traj.info["ending"] == ending and traj.reward == float(ending == "agent_stop")

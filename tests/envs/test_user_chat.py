@@ -73,7 +73,8 @@ def test_the_token_simulator_does_not_show_the_text_beside_an_agents_tool_calls(
 def test_reply_sends_the_chat_without_tools_or_a_cap():
     engine = ChatEngine([ChatReply("  Sure, my order is #1.  ")])
     sim = ChatUserSimulator(engine, temperature=0.0)
-    assert asyncio.run(sim.reply(TASK, conversation()[:1], seed=7)) == "Sure, my order is #1."
+    # verbatim: τ²-bench passes the reply on as sampled (user_simulator.py: user_response = ...content)
+    assert asyncio.run(sim.reply(TASK, conversation()[:1], seed=7)) == "  Sure, my order is #1.  "
     messages, tools, params, capped = engine.calls[0]
     assert messages[0]["role"] == "system" and "I want a refund." in messages[0]["content"]
     assert messages[1:] == [{"role": "user", "content": "Hi! How can I help you today?"}]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -54,3 +56,8 @@ class InvalidMessageError(ValueError):
     runner tries it again, then records it as ``infrastructure_error``, outside the metrics; ``memrl eval`` does
     the same (``eval.max_retries``)."""
 
+
+
+def rounds(cap: int | None) -> Iterator[int]:
+    """Round numbers of a user's tool turn: ``cap`` of them, or without end (``None``: a limit ends the turn)."""
+    return itertools.count() if cap is None else iter(range(cap))

@@ -18,7 +18,7 @@ from typing import Any
 
 from memrl.engines.base import Engine
 from memrl.engines.openai_chat import side_chat
-from memrl.envs.messages import USER_GAVE_UP, InvalidMessageError, Message, ToolCall
+from memrl.envs.messages import USER_GAVE_UP, InvalidMessageError, Message, ToolCall, rounds
 from memrl.envs.tasks import Task
 from memrl.envs.user_sim import AGENT_OPENING, USER_DEVICE, USER_SYSTEM, sent_to_user, user_system_prompt
 
@@ -73,21 +73,22 @@ class ChatUserSimulator:
 
     async def reply(self, task: Task, messages: Sequence[Message], *, seed: int | None = None) -> str:
         answer = await self._ask(self.messages(task, messages), [], seed)
-        return (answer.content or "").strip()
+        return answer.content or ""  # verbatim, as τ²-bench passes it on
 
     async def act(self, task: Task, messages: Sequence[Message], env: Any, *, seed: int | None = None,
-                  max_rounds: int = 10, step_seed: bool = True,
+                  max_rounds: int | None = 10, step_seed: bool = True,
                   halt: Callable[[list[Message]], bool] | None = None, strict: bool = False) -> list[Message]:
         """The user's next turn with their device tools: calls, each run on ``env`` as the user, until a
         text reply (the last message returned). A reply whose every call is unreadable is asked for again
         (``strict``: a call that cannot be read raises, as τ²-bench's ``generate`` does);
         after ``max_rounds`` the user gives up (:data:`USER_GAVE_UP`), as :meth:`LLMUserSimulator.act` does
-        (and seeds and halts its rounds as it does)."""
+        (and seeds and halts its rounds as it does; ``None``: no cap, ``halt`` ends the turn). Its text goes on
+        verbatim, as τ²-bench's does ("" beside calls stays "")."""
         from memrl.text.tool_calls import read_openai_call
 
         tools = env.user_tools.schemas() if env.user_tools is not None else []
         new: list[Message] = []
-        for r in range(max_rounds):
+        for r in rounds(max_rounds):
             answer = await self._ask(self.messages(task, [*messages, *new], bool(tools)), tools,
                                      None if seed is None else seed + r * step_seed)
             made = len(messages) + len(new)
@@ -99,9 +100,9 @@ class ChatUserSimulator:
             if not calls and answer.tool_calls:
                 continue
             if not calls:
-                new.append(Message("user", (answer.content or "").strip()))
+                new.append(Message("user", answer.content or ""))
                 return new
-            new.append(Message("user", (answer.content or "").strip() or None, calls))
+            new.append(Message("user", answer.content, calls))
             new += [env.step(c) for c in calls]
             if halt is not None and halt(new):  # a τ²-bench limit reached: the turn ends at these results
                 return new

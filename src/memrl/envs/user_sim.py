@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memrl.engines.base import Engine, SamplingParams
-from memrl.envs.messages import USER_GAVE_UP, Message, ToolCall
+from memrl.envs.messages import USER_GAVE_UP, Message, ToolCall, rounds
 from memrl.envs.tasks import Task
 
 STOP_MARKERS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
@@ -143,7 +143,7 @@ class LLMUserSimulator:
         return await self._generate(self.chat(task, messages), seed)
 
     async def act(self, task: Task, messages: Sequence[Message], env: Any, *, seed: int | None = None,
-                  max_rounds: int = 10, step_seed: bool = True,
+                  max_rounds: int | None = 10, step_seed: bool = True,
                   halt: Callable[[list[Message]], bool] | None = None) -> list[Message]:
         """The user's next turn with their own tools (``env.user_tools``): tool calls, each run on ``env``
         as the user, until a text reply (the last message returned). After ``max_rounds`` rounds of calls
@@ -155,7 +155,7 @@ class LLMUserSimulator:
 
         tools = env.user_tools.schemas() if env.user_tools is not None else []
         new: list[Message] = []
-        for r in range(max_rounds):
+        for r in rounds(max_rounds):
             text = await self._generate(self.chat(task, [*messages, *new], tools),
                                         None if seed is None else seed + r * step_seed)
             turn = parse_hermes(text) if tools else None

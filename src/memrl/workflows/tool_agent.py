@@ -104,6 +104,8 @@ async def _user_turn(run: _Run, messages: list[Message], turn: int | None) -> tu
         if run.limits.active or run.enforce:
             kw["halt"] = lambda msgs: run.limits.would_stop(msgs) or (run.enforce and
                                                                      first_protocol_break(msgs) is not None)
+        if run.limits.max_steps is not None:
+            kw["max_rounds"] = None  # τ²-bench's step limit ends a looping user, as there (no round cap of memrl's)
         said = await user.act(run.sample.task, messages, env, seed=seed, **kw)  # type: ignore[union-attr]
         if said and said[-1].content == USER_GAVE_UP:  # its tool rounds ran out: τ²-bench would run to max_steps
             return said[:-1], "max_steps"
@@ -212,9 +214,9 @@ async def _agent_turn(run: _Run, turn: int) -> str | None:
         side.tool_results([r.content or "" for r in results], parsed.errors)  # errors: shown, not graded
         return None
     if run.sample.solo:  # τ²'s solo agent may only stop by its tool (its LLMAgent has no stop of its own)
-        if AGENT_STOP in parsed.content or env.stop_tool is None:
+        if env.stop_tool is None:  # memrl's solo agent: its text turn is its last word
             return limits.reached(stopped=True) or "agent_stop"
-        return "agent_error"  # τ²'s solo agent raises on text before its step is counted: no limit applies
+        return "agent_error"  # τ²'s solo agent raises on any text turn, ###STOP### or not, before its step counts
     hit = limits.reached()
     if hit:
         return hit

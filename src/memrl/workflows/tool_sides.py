@@ -125,7 +125,7 @@ class ChatSide:
         self.context_tokens = (reply.prompt_tokens or 0) + (reply.completion_tokens or 0)
         self.response_tokens += reply.completion_tokens or 0
         self._texts.append(reply.content or "")
-        parsed = ParsedTurn((reply.content or "").strip())
+        parsed = ParsedTurn(reply.content or "")  # verbatim, as τ²-bench shows the user the agent's words
         echoed, self._pending = [], []
         for raw in reply.tool_calls:
             self._made += 1
