@@ -85,3 +85,46 @@ def test_memrl_train_allow_changes_flag(one_step):
                                  "--allow-changes", "trainer.lr"])
     assert r.exit_code == 0, r.output
     assert "trainer.lr changed from 0.001 to 0.005" in r.output and "done: step 2" in r.output
+
+
+def test_an_option_dropped_from_the_config_is_a_change_too(one_step):
+    """A key the run started with and the new config lacks (its default then applies) is refused as an edit is."""
+    from memrl.config import MemRLConfig
+    from memrl.train.preflight import check_run_config
+
+    raw = config(one_step, trainer__total_steps=2).model_dump(mode="json")
+    raw["workflow"]["options"].pop("chunk_tokens")
+    dropped = MemRLConfig.model_validate(raw)
+    with pytest.raises(ConfigError, match="changed: workflow.options.chunk_tokens"):
+        check_run_config(dropped, one_step / "run", notice=lambda msg: None)
+    raw["trainer"]["allow_changes"] = ["workflow.options.chunk_tokens"]
+    said: list[str] = []
+    check_run_config(MemRLConfig.model_validate(raw), one_step / "run", notice=said.append)
+    assert said == [f"resuming {one_step / 'run'} with workflow.options.chunk_tokens changed from 32 to unset "
+                    "(its default) (trainer.allow_changes)"]
+
+
+
+def test_a_data_file_changed_under_a_memory_agent_run_is_refused(one_step):
+    """MemAgent's samples are dataclasses: they are fingerprinted by their fields, not only counted."""
+    from memrl.data import LongContextSample
+    from memrl.train.state import samples_fingerprint
+
+    one = LongContextSample(index=0, question="q?", answers=["a"], context="c", num_docs=1)
+    assert samples_fingerprint([one])["sha256"] is not None
+    assert samples_fingerprint([one]) != samples_fingerprint([LongContextSample(0, "q!", ["a"], "c", 1)])
+    cfg = config(one_step, trainer__total_steps=2)  # (writes the task file afresh)
+    data = one_step / "train.jsonl"
+    data.write_text(data.read_text().replace("Which letter 0?", "Which letter 0!", 1))
+    with pytest.raises(ConfigError, match="was trained on other samples .the same 12 samples in number, different"):
+        Trainer(cfg, engine=coin_engine(load_tokenizer("tiny")))
+
+
+def test_a_checkpoint_that_only_counted_its_samples_still_resumes(tmp_path):
+    from memrl.train.state import check_same_samples
+
+    cfg = config(tmp_path)
+    old = {"count": 12, "sha256": None}  # written before dataclass samples had a digest
+    check_same_samples(cfg, old, {"count": 12, "sha256": "ab"}, tmp_path)
+    with pytest.raises(ConfigError, match="12 samples then, 13 now"):
+        check_same_samples(cfg, old, {"count": 13, "sha256": "ab"}, tmp_path)

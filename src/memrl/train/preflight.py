@@ -154,9 +154,11 @@ def check_run_config(cfg: MemRLConfig, run_dir: Path, notice: Callable[[str], No
                               "trainer.output_dir") from None
         if not isinstance(old, dict):
             raise ConfigError(f"{path} is not a memrl config; restore it or use another trainer.output_dir")
-        was_flat = flat_settings(_as_run_today(old))
-        changed = {k: (was_flat.get(k), v) for k, v in flat_settings(new).items()
-                   if was_flat.get(k) != v and not is_allowed(k, RESUMABLE_CHANGES)}
+        was_flat, now_flat = flat_settings(_as_run_today(old)), flat_settings(new)
+        missing = object()  # a key only one side has (an option dropped from workflow.options) is a change too
+        changed = {k: (was_flat.get(k, "unset"), now_flat.get(k, "unset (its default)"))
+                   for k in {**was_flat, **now_flat}
+                   if was_flat.get(k, missing) != now_flat.get(k, missing) and not is_allowed(k, RESUMABLE_CHANGES)}
         if changed and checkpoints(run_dir):
             refused = [k for k in changed if not is_allowed(k, cfg.trainer.allow_changes)]
             if refused:
@@ -165,9 +167,14 @@ def check_run_config(cfg: MemRLConfig, run_dir: Path, notice: Callable[[str], No
                                   f"to resume with the new values pass --allow-changes {keys} (trainer.allow_changes="
                                   f"[{keys}]), or use another trainer.output_dir to start a new run")
             for key, (was, now) in changed.items():
-                notice(f"resuming {run_dir} with {key} changed from {was!r} to {now!r} (trainer.allow_changes)")
+                notice(f"resuming {run_dir} with {key} changed from {_shown(was)} to {_shown(now)} "
+                       "(trainer.allow_changes)")
     with atomic_write(path) as fh:  # a run killed here must not leave a torn config that blocks resuming
         fh.write(RUN_CONFIG_HEADER + yaml.safe_dump(new, sort_keys=False))
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) and value.startswith("unset") else repr(value)
 
 
 def _as_run_today(old: dict[str, Any]) -> dict[str, Any]:
