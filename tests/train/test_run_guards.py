@@ -364,3 +364,23 @@ def test_export_writes_extra_files_with_the_model_or_nothing(tmp_path, monkeypat
     with pytest.raises(KeyboardInterrupt):
         export_model(model, tok, tmp_path / "b", extra_files={"report.json": "{}"})
     assert not (tmp_path / "b").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".b")]
+
+
+@pytest.mark.parametrize("resume_step, purge", [(0, 0), (4, 5)])
+def test_tensorboard_drops_the_steps_a_resumed_run_logs_again(tmp_path, monkeypatch, resume_step, purge):
+    """As metrics.jsonl loses the rows after the checkpoint, TensorBoard's events from step resume+1 on are purged
+    (a run killed after logging step 5 but saving 4 drew step 5 twice)."""
+    import sys
+    import types
+
+    made = {}
+
+    class Writer:
+        def __init__(self, log_dir, purge_step=None):
+            made.update(log_dir=log_dir, purge_step=purge_step)
+
+    fake = types.ModuleType("torch.utils.tensorboard")
+    fake.SummaryWriter = Writer
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake)
+    Tracker(tmp_path, resume_step, tensorboard=True, console=quiet())
+    assert made == {"log_dir": str(tmp_path / "tensorboard"), "purge_step": purge}

@@ -59,7 +59,8 @@ class Tracker:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
                 raise ImportError("trainer.tensorboard=true needs tensorboard: pip install 'memrl[tracking]'") from None
-            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+            # events of steps the resumed run logs again are dropped (as metrics.jsonl's rows: _truncate_after)
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step + 1 if resume_step else 0)
         if wandb_project:
             try:
                 import wandb
