@@ -295,3 +295,50 @@ def test_every_step_logs_its_wall_time_covering_its_parts(tmp_path, mode):
     for r in rows:
         parts = sum(r[k] for k in ("time/rollout", "time/logprob", "time/update", "time/sync"))
         assert 0 < parts <= r["time/step"] + 1e-6
+
+
+def _seeded_engine(tok):
+    """Answers from the episode's seed alone (whatever the order episodes run in): even samples always wrong
+    (uniform groups, which dynamic sampling drops), odd ones right or wrong by the seed."""
+    import random
+
+    from memrl.testing import ScriptedEngine
+
+    def reply(prompt, params):
+        if params.max_new_tokens != 6:
+            return [tok.eos_token_id]
+        idx = int(tok.decode(prompt).split("Which letter ")[1].split("?")[0])
+        right = "c" if idx % 2 else "b"
+        ans = right if idx % 2 and random.Random(params.seed).random() < 0.5 else "z"
+        return tok.encode("\\boxed{" + ans + "}", add_special_tokens=False) + [tok.eos_token_id]
+
+    return ScriptedEngine(reply)
+
+
+def test_an_async_dynamic_sampling_run_resumes_as_if_never_stopped(tmp_path):
+    """η = 0 with dynamic sampling: the resumed producer continues the checkpointed one (its slots, the steps and
+    seeds of its unfinished groups), so the run ends where the run never stopped ends (it re-seeded them)."""
+    from memrl.models.resolve import load_tokenizer
+
+    tok = load_tokenizer("tiny")
+    over = {"trainer__mode": "async", "trainer__max_staleness": 0, "algorithm__dynamic_sampling": True,
+            "algorithm__max_gen_batches": 3, "trainer__save_every": 1, "data__shuffle": False}
+
+    def train(out, steps):
+        cfg = config(tmp_path / out, trainer__total_steps=steps, **over)
+        cfg.trainer.output_dir = str(tmp_path / "runs" / out)
+        trainer = Trainer(cfg, engine=_seeded_engine(tok))
+        trainer.run()
+        return trainer
+
+    whole = train("whole", 4)
+    train("cut", 2)
+    state = json.loads((tmp_path / "runs" / "cut" / "checkpoints" / "step_000002" / "state.json").read_text())
+    assert state["producer"]["slots"] >= 4 and state["producer"]["start_version"] == 0
+    resumed = train("cut", 4)
+    assert resumed.resumed_from == 2
+    for (name, p), q in zip(whole.policy.named_parameters(), resumed.policy.parameters()):
+        assert torch.equal(p, q), name
+    rows = {n: [json.loads(x) for x in (tmp_path / "runs" / n / "metrics.jsonl").read_text().splitlines()]
+            for n in ("whole", "cut")}
+    assert [r["reward"] for r in rows["cut"]] == [r["reward"] for r in rows["whole"]]

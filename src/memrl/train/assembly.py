@@ -205,6 +205,7 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
         state.check_same_samples(cfg, run_state.samples, fingerprint, run_dir)
         sampler.position, idle.streak = run_state.data_position, run_state.idle_streak
         runner.pending = list(run_state.pending)  # an asynchronous run's samples not trained on yet
+        runner.producer = run_state.producer
     run_state.samples = fingerprint
     updater = PolicyUpdate(cfg, policy, optimizer, scheduler, reference, dist, sharded=sharded, pad_id=pad_id,
                            device=device, norm_length=cfg.algorithm.loss_scale_factor or wf.norm_tokens(),

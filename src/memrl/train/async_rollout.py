@@ -80,7 +80,7 @@ class AsyncRollout:
     """The producer thread, its buffer of complete groups, and the weight gate."""
 
     def __init__(self, cfg: MemRLConfig, runner: RolloutRunner, engine: Engine, *, version: int,
-                 pending: list[int]) -> None:
+                 pending: list[int], restore: dict[str, Any] | None = None) -> None:
         self.cfg = cfg
         self.runner = runner
         self.engine = engine
@@ -100,6 +100,9 @@ class AsyncRollout:
         self.ready: list[Group] = []
         self.accepted = 0  # groups accepted into the buffer since start (waiting or trained on)
         self._draws: Counter[tuple[int, int]] = Counter()  # (step, sample) -> groups submitted so far
+        self.resubmit: list[Group] = []  # a resumed run's groups in flight at its checkpoint, under their labels
+        if restore is not None and [g[0] for g in restore.get("groups", [])] == self.pending[:len(restore["groups"])]:
+            self._restore(restore)
         self.done_since_take: list[Trajectory] = []
         self.dropped_since_take = 0
         self.error: BaseException | None = None
@@ -150,17 +153,12 @@ class AsyncRollout:
         tasks: set[asyncio.Task[None]] = set()
         while not self.stopped:
             with self.lock:
-                while self._can_submit():
-                    idx = self.pending.pop(0) if self.pending else self.runner.sampler.take(1)[0]
-                    slot = self.slots
+                while self.resubmit or self._can_submit():
                     if self._idle_since is not None:  # the producer was waiting: that time was idle
                         self.idle_s += time.perf_counter() - self._idle_since
                         self._idle_since = None
-                    self.slots += 1
-                    step = self.start_version + slot // self.batch + 1
-                    group = Group(slot, idx, step=step, occurrence=self._draws[(step, idx)])
-                    self._draws[(step, idx)] += 1
-                    self.running[slot] = group
+                    group = self.resubmit.pop(0) if self.resubmit else self._next_group()
+                    self.running[group.slot] = group
                     task = asyncio.ensure_future(self._run_group(group, sem))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
@@ -168,6 +166,24 @@ class AsyncRollout:
                     self._idle_since = time.perf_counter()
             self._wake.clear()
             await self._wake.wait()
+
+    def _next_group(self) -> Group:
+        """The next group to submit: a pending sample (drawn before a resume) first, else the data order's next."""
+        idx = self.pending.pop(0) if self.pending else self.runner.sampler.take(1)[0]
+        slot = self.slots
+        self.slots += 1
+        step = self.start_version + slot // self.batch + 1
+        group = Group(slot, idx, step=step, occurrence=self._draws[(step, idx)])
+        self._draws[(step, idx)] += 1
+        return group
+
+    def _restore(self, saved: dict[str, Any]) -> None:
+        """Continue the checkpointed producer: its counters, and its unfinished groups under their own slots,
+        steps and occurrences (so their seeds and the submission budget are those of the run never stopped)."""
+        self.start_version, self.slots, self.accepted = saved["start_version"], saved["slots"], saved["accepted"]
+        self.resubmit = [Group(slot, idx, step=step, occurrence=occ) for idx, slot, step, occ in saved["groups"]]
+        self.pending = self.pending[len(self.resubmit):]
+        self._draws.update({(step, idx): n for step, idx, n in saved.get("draws", [])})
 
     async def _run_group(self, group: Group, sem: asyncio.Semaphore) -> None:
         views = [VersionedEngine(self.engine, self.gate, self.clock, self.chunk)  # type: ignore[arg-type]
@@ -292,8 +308,18 @@ class AsyncRollout:
     def snapshot(self) -> tuple[int, list[int]]:
         """(data position, samples drawn but not trained on): what a checkpoint must keep."""
         with self.lock:
-            waiting = sorted(list(self.running.values()) + self.ready, key=lambda g: g.slot)
+            waiting = sorted(list(self.running.values()) + self.ready + self.resubmit, key=lambda g: g.slot)
             return self.runner.sampler.position, [g.idx for g in waiting] + list(self.pending)
+
+    def producer_state(self) -> dict[str, Any]:
+        """The counters and unfinished groups a resumed producer continues from (:meth:`_restore`)."""
+        with self.lock:
+            waiting = sorted(list(self.running.values()) + self.ready + self.resubmit, key=lambda g: g.slot)
+            version = self.clock.version
+            return {"start_version": self.start_version, "slots": self.slots,
+                    "accepted": self.accepted - len(self.ready),  # the ready ones are accepted again
+                    "groups": [[g.idx, g.slot, g.step, g.occurrence] for g in waiting],
+                    "draws": [[step, idx, n] for (step, idx), n in sorted(self._draws.items()) if step > version]}
 
     def _poke_threadsafe(self) -> None:
         if not self.loop.is_closed():

@@ -130,6 +130,7 @@ class RolloutRunner:
         self.tally = RolloutTally()
         self.failed_episodes = 0
         self.pending: list[int] = []  # drawn by an earlier (asynchronous) run and not trained on: first in line
+        self.producer: dict[str, Any] | None = None  # that run's producer state (AsyncRollout.producer_state)
         self.progress: Callable[[str], None] = _silent  # the tracker's phase line: what the rollout has done so far
 
     def draw(self, k: int) -> list[int]:

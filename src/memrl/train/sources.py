@@ -58,6 +58,10 @@ class RolloutSource(Protocol):
         """(data position, drawn-but-untrained sample indices) to checkpoint."""
         ...
 
+    def producer_state(self) -> dict[str, Any] | None:
+        """What a resumed asynchronous producer continues from (None: nothing)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -92,6 +96,9 @@ class SyncRollout:
     def snapshot(self, position: int, pending: list[int]) -> tuple[int, list[int]]:
         return position, pending
 
+    def producer_state(self) -> dict[str, Any] | None:
+        return None
+
     def close(self) -> None:
         return None
 
@@ -112,8 +119,8 @@ class AsyncRollout:
     def collect(self, step: int) -> Collected:
         if self.producer is None:
             self.producer = async_rollout.AsyncRollout(self.cfg, self.runner, self.engine, version=step - 1,
-                                                       pending=self.runner.pending)
-            self.runner.pending = []
+                                                       pending=self.runner.pending, restore=self.runner.producer)
+            self.runner.pending, self.runner.producer = [], None
         return self.producer.take()
 
     def metrics(self, trained: list[Trajectory], generated: list[Trajectory], stats: dict[str, float],
@@ -141,6 +148,9 @@ class AsyncRollout:
 
     def snapshot(self, position: int, pending: list[int]) -> tuple[int, list[int]]:
         return (position, pending) if self.producer is None else self.producer.snapshot()
+
+    def producer_state(self) -> dict[str, Any] | None:
+        return self.runner.producer if self.producer is None else self.producer.producer_state()
 
     def close(self) -> None:
         if self.producer is not None:

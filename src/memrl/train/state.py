@@ -33,6 +33,8 @@ class RunState:
     idle_steps: int = 0
     # asynchronous training: samples drawn from the data order but not trained on yet (regenerated on resume)
     pending: list[int] = field(default_factory=list)
+    # ... and the producer's counters and unfinished groups, so a resumed one seeds and budgets as before
+    producer: dict[str, Any] | None = None
     # what the run trains on (samples_fingerprint): a resume on other samples would silently change the data order
     samples: dict[str, Any] | None = None
 
@@ -43,6 +45,8 @@ class RunState:
             del out["idle_steps"]
         if not self.pending:
             del out["pending"]
+        if self.producer is None:
+            del out["producer"]
         if self.samples is None:
             del out["samples"]
         return out
@@ -52,7 +56,8 @@ class RunState:
         return cls(step=state["step"], data_position=state["data_position"],
                    nan_streak=state.get("nan_streak", 0), idle_streak=state.get("idle_streak", 0),
                    idle_steps=state.get("idle_steps", 0),
-                   pending=list(state.get("pending", [])), samples=state.get("samples"))
+                   pending=list(state.get("pending", [])), samples=state.get("samples"),
+                   producer=state.get("producer"))
 
 
 def samples_fingerprint(samples: Sequence[Any]) -> dict[str, Any]:

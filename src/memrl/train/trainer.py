@@ -236,6 +236,7 @@ class Trainer:
         self.state.data_position = self.sampler.position
         self.state.data_position, self.state.pending = self.source.snapshot(self.sampler.position,
                                                                             list(self.runner.pending))
+        self.state.producer = self.source.producer_state()
         self.state.idle_streak = self.idle.streak
         return state.save(self.cfg, self.run_dir, self.state, self.policy, self.optimizer, self.scheduler,
                           write=self.dist.main)
