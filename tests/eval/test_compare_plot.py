@@ -104,3 +104,13 @@ def test_an_eval_with_nothing_finished_or_no_results_yet_is_named(tmp_path):
     (stopped / "eval_config.yaml").write_text("model: {}\n")
     r = CliRunner().invoke(app, ["plot", str(stopped)])
     assert r.exit_code == 2 and "an eval folder without results.json" in " ".join(r.output.split())
+
+
+def test_folders_scored_under_different_protocols_are_labelled_with_them(tmp_path):
+    """The same answers score 0 under memrl's sub-EM and 100 under MemAgent's two-way one: the rows say which."""
+    a = folder(tmp_path / "a", qa([0.0, 0.0, 0.0]))
+    b = folder(tmp_path / "b", {**qa([100.0, 100.0, 100.0]), "protocol": "memagent"})
+    r = CliRunner().invoke(app, ["plot", str(a), str(b), "--out", str(tmp_path / "p.png")])
+    assert r.exit_code == 0, r.output
+    rows = [ln.split()[:2] for ln in r.output.splitlines() if ln.startswith(("a ", "b "))]
+    assert rows == [["a", "(memrl)"], ["b", "(memagent)"]]

@@ -31,9 +31,13 @@ def test_rescore_under_another_protocol_runs_nothing_again(tmp_path):
         r = invoke(*base, "--protocol", protocol)
         assert r.exit_code == 0, r.output
         assert "resuming: 2 of 2 episodes already done" in r.output
-        assert ("prompts are memrl's own wording" in r.output) == (protocol != "memrl")  # memrl data prompts ...
+        text = " ".join(r.output.split())
+        assert ("memrl's own wording of the prompts" in text) == (protocol != "memrl")  # memrl data prompts ...
+        # the greedy episodes are scored as the paper's script scores, and said not to be the client's sampling
+        assert ("sampled at temperature 0, top_p 1, slot_fill=ids; --protocol" in text) == (protocol != "memrl")
         results = json.loads((out / "results.json").read_text())
         assert results["protocol"] == protocol and results["sampling"]["temperature"] == 0.0
+        assert "Sampled at temperature 0, top_p 1, slot_fill ids." in (out / "results.md").read_text()
     assert {p.name: p.read_text() for p in (out / "episodes" / "3").iterdir()} == before
 
 
@@ -74,3 +78,12 @@ def test_under_memrl_a_yaml_change_of_a_protocol_option_is_a_change(tmp_path):
     published = MemRLConfig.model_validate({"eval": {"protocol": "memagent"},
                                             "workflow": {"name": "memagent", "options": {"max_chunks": 5}}})
     assert with_eval_sampling(published, recorded, set()).workflow.max_chunks == 1  # a training budget: the folder's
+
+
+def test_rememr1s_protocol_on_memrls_variant_says_so():
+    from memrl.eval.protocol_settings import variant_note
+
+    base = ["eval.protocol=rememr1", "workflow.name=rememr1"]
+    assert "rememr1_variant=released" in variant_note(load_config(None, base))
+    assert variant_note(load_config(None, [*base, "workflow.options.rememr1_variant=released"])) is None
+    assert variant_note(load_config(None, ["eval.protocol=rememr1", "workflow.name=memagent"])) is None

@@ -67,6 +67,11 @@ def test_text_slots_send_the_ids_rememr1s_client_sends(tmp_path, slot_fill):
     prompts = tmp_path / "rememr1_prompts.yaml"
     r = CliRunner().invoke(app, ["data", "prompts", "rememr1", "--rememr1-repo", str(repo), "--out", str(prompts)])
     assert r.exit_code == 0, r.output
+    # the line to run names the released variant: the client's recall (memrl's own variant would run otherwise)
+    said = " ".join(r.output.split())
+    assert f"--workflow rememr1 --protocol rememr1 workflow.options.prompts={prompts}" in said
+    assert said.endswith("workflow.options.rememr1_variant=released")
+    assert "workflow.options.rememr1_variant=released" in prompts.read_text().splitlines()[2]
     ns: dict = {}
     exec(CLIENT_SOURCE, ns)  # the stand-in client's constants, as its TEMPLATE.format would use them
 

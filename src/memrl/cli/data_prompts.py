@@ -41,17 +41,17 @@ def prompts(
     if out.exists() and not force:
         raise ValueError(f"--out {out} exists; pass --force to replace it")
     found, source, texts = client_prompts(client, {"memagent": memagent_repo, "rememr1": rememr1_repo})
+    options = " ".join(f"workflow.options.{o}" for o in (f"prompts={out}", f"answer_format={found.answer_format}",
+                                                          *found.options))
     header = (f"# {found.about}: its prompts, read from {source}\n"
               f"# ({found.original.name} {found.original.url}, pinned commit {found.original.commit[:7]}).\n"
-              f"# Use: workflow.name={found.workflow} workflow.options.prompts={out} "
-              f"workflow.options.answer_format={found.answer_format}\n")
+              f"# Use: workflow.name={found.workflow} {options}\n")
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(out) as fh:
         fh.write(header + yaml.safe_dump(texts, allow_unicode=True, sort_keys=False, width=10_000))
     Console(stderr=True).print(
-        f"wrote {out}: {', '.join(texts)} from {source}\nevaluate with: memrl eval ... --protocol "
-        f"{found.original.name.lower()} workflow.options.prompts={out} "
-        f"workflow.options.answer_format={found.answer_format}", highlight=False, soft_wrap=True)
+        f"wrote {out}: {', '.join(texts)} from {source}\nevaluate with: memrl eval ... --workflow {found.workflow} "
+        f"--protocol {found.original.name.lower()} {options}", highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -96,8 +96,9 @@ def eval_cmd(
         "env.eval_split": split, "env.data_dir": data_dir, "env.num_tasks": num_tasks, "eval.max_retries": max_retries,
         "env.task_ids": [t.strip() for t in task_ids.split(",") if t.strip()] if task_ids else None,
     }
+    recorded = None if restart else recorded_settings(out)
     cfg = with_eval_sampling(resolve_config(config, overrides, flags),  # re-scoring a folder keeps its sampling
-                             None if restart else recorded_settings(out), given_keys(config, overrides, flags))
+                             recorded, given_keys(config, overrides, flags))
     built = cfg.workflow.build()
     on_tasks = built.uses_env  # a tool agent: every task of --domain, --trials each
     _check_flags_apply(on_tasks, {  # first: a flag the workflow ignores is the error, not whether its file exists
@@ -114,11 +115,11 @@ def eval_cmd(
     if cfg.eval.repeats > 1 and cfg.sampling.temperature == 0:
         console.print(f"[yellow]warning: eval.repeats={cfg.eval.repeats} with greedy decoding gives the same "
                       "answer every time; set --temperature[/yellow]", highlight=False)
-    from memrl.eval.protocol_settings import own_prompts_note
+    from memrl.eval.protocol_settings import client_sampling_note, own_prompts_note, variant_note
 
-    note = own_prompts_note(cfg)
-    if note:
-        console.print(f"[yellow]{note}[/yellow]", highlight=False, soft_wrap=True)
+    for note in (client_sampling_note(cfg, recorded), own_prompts_note(cfg), variant_note(cfg)):
+        if note:
+            console.print(f"[yellow]{note}[/yellow]", highlight=False, soft_wrap=True)
     with out_lock(out, console):
         if on_tasks:
             from memrl.cli.eval_tools import eval_tools

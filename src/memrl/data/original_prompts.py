@@ -31,6 +31,7 @@ class Client:
     answer_format: str
     workflow: str
     about: str
+    options: tuple[str, ...] = ()  # the workflow options the client's behaviour needs beside its prompts
 
 
 _MEMAGENT_NAMES = {"memory": "TEMPLATE", "final": "TEMPLATE_FINAL", "no_memory": "NO_MEMORY"}
@@ -42,7 +43,8 @@ CLIENTS = {
     "rememr1": Client(REMEMR1, "taskutils/memory_eval/utils/rememr1.py",
                       {"memory": "TEMPLATE", "final": "TEMPLATE_FINAL_BOXED", "no_memory": "NO_MEMORY",
                        "no_recall": "NO_RECALLED_MEMORY"}, "boxed", "rememr1",
-                      "ReMemR1's client as its run_eval.py evaluates it (method rememr1)"),
+                      "ReMemR1's client as its run_eval.py evaluates it (method rememr1)",
+                      ("rememr1_variant=released",)),  # its recall over distinct memories, the current one too
 }
 
 

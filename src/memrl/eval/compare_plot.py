@@ -122,6 +122,9 @@ def plot_evals(folders: Sequence[Path], out: Path, metrics: Sequence[str] | None
     kind = kinds[0]
     chosen = pick_metrics(kind, all_results, metrics)
     labels = folder_labels(folders)
+    protocols = [r.get("protocol", "memrl") for r in all_results]
+    if len(set(protocols)) > 1:  # one metric name, other definitions (sub-EM is two-way under memagent's)
+        labels = [f"{label} ({p})" for label, p in zip(labels, protocols)]
     panels = [(m, [curve(kind, r, m) for r in all_results]) for m in chosen]
     if not any(y is not None for _, curves in panels for c in curves for y in c.y):
         raise ValueError(f"nothing to plot: no {', '.join(chosen)} value in {', '.join(map(str, folders))} "

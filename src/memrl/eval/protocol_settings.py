@@ -95,6 +95,29 @@ def own_prompts_note(cfg: MemRLConfig) -> str | None:
     if protocol not in PUBLISHED or "prompts" not in type(cfg.workflow.opts).model_fields \
             or cfg.workflow.options.get("prompts"):
         return None
-    return (f"note: --protocol {protocol} samples, reads and scores as the paper's client, but the prompts are "
-            f"memrl's own wording (workflow.options.prompts is unset); for the client's: memrl data prompts "
-            f"{protocol} --out PROMPTS.yaml, then workflow.options.prompts=PROMPTS.yaml")
+    return (f"note: --protocol {protocol} with memrl's own wording of the prompts (workflow.options.prompts is "
+            f"unset); for the client's: memrl data prompts {protocol} --{protocol}-repo CHECKOUT --out PROMPTS.yaml, then "
+            f"workflow.options.prompts=PROMPTS.yaml")
+
+
+def variant_note(cfg: MemRLConfig) -> str | None:
+    """A note when ``--protocol rememr1`` runs memrl's own ReMemR1 variant: its recall is not the client's."""
+    if cfg.eval.protocol != "rememr1" or getattr(cfg.workflow.opts, "rememr1_variant", "released") == "released":
+        return None
+    return ("note: --protocol rememr1 scores as ReMemR1's script, but the episodes run memrl's ReMemR1 variant "
+            "(its recall differs from the client's); ReMemR1's client: workflow.options.rememr1_variant=released")
+
+
+def client_sampling_note(cfg: MemRLConfig, recorded: dict[str, Any] | None) -> str | None:
+    """A note when a published protocol re-scores episodes an earlier run sampled otherwise than the paper's
+    client (a folder first run under memrl: greedy, ids spliced): the scoring is the paper's, the episodes not."""
+    protocol, s = cfg.eval.protocol, cfg.sampling
+    fill = cfg.workflow.options.get("slot_fill")
+    if protocol not in PUBLISHED or not recorded or (
+            (s.temperature, s.top_p) == tuple(PUBLISHED_SAMPLING.values()) and fill in (None, "text")):
+        return None
+    fill_text = f", slot_fill={fill}" if fill else ""
+    return (f"note: the folder's episodes were sampled at temperature {s.temperature:g}, top_p {s.top_p:g}"
+            f"{fill_text}; --protocol {protocol} re-scores them as the paper's script scores, but its client samples "
+            f"at temperature {PUBLISHED_SAMPLING['temperature']:g}, top_p {PUBLISHED_SAMPLING['top_p']:g} with "
+            f"slot_fill=text (a new --out runs so)")

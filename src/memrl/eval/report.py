@@ -86,6 +86,16 @@ def failed_total(results: dict[str, Any]) -> int:
     return sum(r.get("failed", 0) for r in results["by_docs"].values())
 
 
+def _sampled(results: dict[str, Any]) -> str:
+    """How the episodes were sampled, and how they filled their prompts (a re-scored folder keeps its own)."""
+    s = results.get("sampling")
+    if not s:
+        return ""
+    fill = ((results.get("config") or {}).get("workflow") or {}).get("options", {}).get("slot_fill")
+    return f" Sampled at temperature {s['temperature']:g}, top_p {s['top_p']:g}" + (f", slot_fill {fill}" if fill
+                                                                                       else "") + "."
+
+
 def markdown_table(results: dict[str, Any]) -> str:
     """One row per document count; ``failed`` sits next to the accuracy it is excluded from."""
     rows = results["by_docs"]
@@ -98,7 +108,7 @@ def markdown_table(results: dict[str, Any]) -> str:
              f"Metric: {results.get('metric', 'sub-EM (memrl)')}; "
              f"answer format `{results.get('answer_format', 'boxed')}`"
              + (f"; {repeats} samples per question (accuracy = mean over all samples)" if repeats > 1 else "")
-             + ".", "", head, "|" + "---:|" * (10 if repeats > 1 else 9)]
+             + "." + _sampled(results), "", head, "|" + "---:|" * (10 if repeats > 1 else 9)]
     for n in sorted(rows, key=int):
         r = rows[n]
         k_cell = f" {_cell(r.get('pass_at_k'), '.2f')} |" if repeats > 1 else ""

@@ -99,7 +99,7 @@ def check_local(spec: str, path: str, needs: tuple[str, ...]) -> None:
     """Say plainly what is wrong with a local path before transformers does: a missing folder used to read as
     "Repo id must be in the form 'repo_name'...", a folder of something else as "install sentencepiece"."""
     local = Path(path).expanduser()
-    looks_local = spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or "\\" in spec
+    looks_local = spec.startswith(("/", ".", "~")) or spec.endswith("/") or spec.count("/") > 1 or "\\" in spec
     if not local.exists():
         if looks_local:
             raise ModelNotFoundError(f"{spec}: no such folder ({KINDS})")
