@@ -46,11 +46,11 @@ WAIT_REPORT_S = 5.0  # while the trainer waits for groups, how often it tells th
 
 
 def async_step_metrics(trained: list[Trajectory], finished: list[Trajectory], span_s: float) -> dict[str, float]:
-    """A step's episode metrics that mean what the synchronous trainer's mean.
+    """A step's episode metrics, the same in both modes.
 
     ``reward`` and the episode metrics are over the episodes *trained* in the step (as AReaL
-    logs them): in a synchronous run those are the episodes generated in it, and the learning
-    curve must compare like with like. The episodes that *finished* since the last step were
+    logs them, and verl's DAPO its kept batch): in a synchronous run without dynamic sampling those
+    are the episodes generated in it, and the learning curve must compare like with like. The episodes that *finished* since the last step were
     generated under newer weights and may be trained later; their mean reward is
     ``reward_finished`` and their tokens make ``tokens_per_s`` (generation throughput over the
     span between two steps). A step can finish nothing new (its groups were all complete

@@ -17,7 +17,7 @@ from memrl.config import MemRLConfig
 from memrl.engines.base import Engine
 from memrl.train import async_rollout
 from memrl.train.engine_sync import WeightSync
-from memrl.train.rollout import RolloutRunner, rollout_metrics
+from memrl.train.rollout import RolloutRunner
 from memrl.types import Trajectory
 
 T = TypeVar("T")
@@ -79,7 +79,9 @@ class SyncRollout:
 
     def metrics(self, trained: list[Trajectory], generated: list[Trajectory], stats: dict[str, float],
                 seconds: float) -> dict[str, float]:
-        return rollout_metrics(generated, seconds)  # the step's episodes are the ones it trains on
+        # reward over the episodes trained (dynamic sampling drops some: verl's score/mean is over its kept batch),
+        # reward_finished over all the step generated, as an asynchronous step logs them
+        return async_rollout.async_step_metrics(trained, generated, seconds)
 
     def before_update(self) -> None:
         self.weight_sync.before_update()
