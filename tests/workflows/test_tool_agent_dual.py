@@ -79,19 +79,25 @@ def test_a_history_ending_with_the_agent_is_answered_by_the_user_first(tau2_dir)
     assert traj.info["ending"] == "user_stop" and traj.info["messages"][-1]["content"] == "###STOP###"
 
 
-def test_a_user_whose_tool_rounds_run_out_ends_the_episode_ungraded(tau2_dir):
-    """τ²-bench's user simulator has no cap on its tool rounds: one that keeps working the phone runs on to the
-    orchestrator's step limit (MAX_STEPS, reward 0). memrl's cap (act's max_rounds, 10) once ended such a turn
-    with an invented ###STOP###, which was graded as the user's stop."""
+def _looping_user(tau2_dir, **options):
+    """A telecom episode whose user toggles its data over and over: (trajectory, user engine, agent engine)."""
     telecom = load_domain("telecom", tau2_dir)
     tok = build_hf_tokenizer(["tool_call name arguments toggle_data refuel_data"], vocab_size=400)
     end = tok.convert_tokens_to_ids("<|im_end|>")
     task = next(t for t in telecom.tasks if t.id.startswith("[mobile_data_issue]data_mode_off|data_usage_exceeded"))
     uengine = ScriptedEngine(lambda p, k: encode_text(tok, render_call(ToolCall("toggle_data", {}))) + [end])
     aengine = ScriptedEngine(lambda p, k: encode_text(tok, "How can I help?") + [end])
-    cfg = MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "options": {"max_total_tokens": 400_000}}})
+    cfg = MemRLConfig.model_validate({"workflow": {"name": "tool_agent",
+                                                   "options": {"max_total_tokens": 400_000, **options}}})
     s = TaskSample(telecom, task, solo=False, user=LLMUserSimulator(uengine, tok))
-    traj = asyncio.run(tool_agent(s, aengine, tok, cfg.workflow))
+    return asyncio.run(tool_agent(s, aengine, tok, cfg.workflow)), uengine, aengine
+
+
+def test_a_user_whose_tool_rounds_run_out_ends_the_episode_ungraded(tau2_dir):
+    """τ²-bench's user simulator has no cap on its tool rounds: one that keeps working the phone runs on to the
+    orchestrator's step limit (MAX_STEPS, reward 0). memrl's cap (act's max_rounds, 10) once ended such a turn
+    with an invented ###STOP###, which was graded as the user's stop."""
+    traj, uengine, _ = _looping_user(tau2_dir)
     assert traj.info["ending"] == "max_steps" and traj.reward == 0.0 and len(uengine.calls) == 10
     assert all("###" not in (m.get("content") or "") for m in traj.info["messages"])
 
@@ -99,15 +105,6 @@ def test_a_user_whose_tool_rounds_run_out_ends_the_episode_ungraded(tau2_dir):
 def test_under_a_step_limit_a_looping_user_runs_until_that_limit(tau2_dir):
     """With workflow.options.max_steps set, memrl's 10-round cap is lifted: τ²-bench's step limit is what ends a
     user working the phone for 14 rounds (τ²-bench runs it on; memrl cut it at 10 as max_steps)."""
-    telecom = load_domain("telecom", tau2_dir)
-    tok = build_hf_tokenizer(["tool_call name arguments toggle_data refuel_data"], vocab_size=400)
-    end = tok.convert_tokens_to_ids("<|im_end|>")
-    task = next(t for t in telecom.tasks if t.id.startswith("[mobile_data_issue]data_mode_off|data_usage_exceeded"))
-    uengine = ScriptedEngine(lambda p, k: encode_text(tok, render_call(ToolCall("toggle_data", {}))) + [end])
-    aengine = ScriptedEngine(lambda p, k: encode_text(tok, "How can I help?") + [end])
-    options = {"max_total_tokens": 400_000, "max_steps": 31}
-    cfg = MemRLConfig.model_validate({"workflow": {"name": "tool_agent", "options": options}})
-    s = TaskSample(telecom, task, solo=False, user=LLMUserSimulator(uengine, tok))
-    traj = asyncio.run(tool_agent(s, aengine, tok, cfg.workflow))
+    traj, uengine, aengine = _looping_user(tau2_dir, max_steps=31)
     # the user's opening turn: 15 rounds of call + result = 30 steps, then the 31st is the next call
     assert traj.info["ending"] == "max_steps" and len(uengine.calls) == 16 and not aengine.calls

@@ -82,10 +82,10 @@ class AlgorithmConfig(Section):
         "filter_groups.metric seq_reward) or score (the reward before overlong shaping, verl's acc / score, "
         "which its DAPO scripts use).")
     overlong_buffer: int | None = Field(
-        None, ge=1, description="DAPO's soft overlong punishment (verl's overlong_buffer.len): an episode whose "
-        "last conversation (verl reads a multi-sequence sample's last) holds more than overlong_max_tokens - overlong_buffer tokens (the response as "
-        "verl counts it: everything after the first prompt, tool results and the end token included) gets "
-        "-(excess / buffer) x overlong_penalty_factor added to its reward; null: off.")
+        None, ge=1, description="DAPO's soft overlong punishment (verl's overlong_buffer.len): an episode whose last "
+        "conversation (verl reads a multi-sequence sample's last) holds more than overlong_max_tokens - "
+        "overlong_buffer response tokens (as verl counts them: everything after the first prompt, tool results and "
+        "the end token included) gets -(excess / buffer) x overlong_penalty_factor added to its reward; null: off.")
     overlong_penalty_factor: Finite = Field(1.0, ge=0, description="DAPO's overlong_buffer.penalty_factor.")
     overlong_max_tokens: int | None = Field(
         None, ge=1, description="The response budget the overlong buffer ends at (verl's max_resp_len, its "
