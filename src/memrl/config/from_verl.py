@@ -31,7 +31,8 @@ VERL_DEFAULTS: dict[str, Any] = {
     R + "val_kwargs.temperature": 0.0, R + "val_kwargs.top_p": 1.0, R + "val_kwargs.n": 1,
     R + "val_kwargs.do_sample": False,
     "algorithm.adv_estimator": "gae", "algorithm.norm_adv_by_std_in_grpo": True, "algorithm.gamma": 1.0,
-    "algorithm.filter_groups.enable": False, "algorithm.filter_groups.max_num_gen_batches": 0, "trainer.test_freq": -1, M + "lora_rank": 0, M + "lora_alpha": 16,
+    "algorithm.filter_groups.enable": False, "algorithm.filter_groups.max_num_gen_batches": 0,
+    "trainer.test_freq": -1, M + "lora_rank": 0, M + "lora_alpha": 16,
     M + "target_modules": "all-linear", M + "enable_gradient_checkpointing": True,
 }
 PLUMBING = ("n_gpus_per_node", "nnodes", "tensor_model_parallel_size", "gpu_memory_utilization", "fsdp_config",
