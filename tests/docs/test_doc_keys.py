@@ -19,6 +19,7 @@ NOT_KEYS = {"env.step", "trainer.lrr", "workflow.options.chunk_tokns", "workflow
             "algorithm.gigpo.enable_similarity", "env.rollout.n",
             "algorithm.grpo_use_adv", "algorithm.alpha",  # MemAgent's / ReMemR1's verl forks' flags
             "data.gen_batch_size",  # verl's DAPO recipe
+            "algorithm.epsilon_high",  # TRL's name, which the config answers with memrl's
             "trainer.learning_rate", "model.name"}  # other libraries' names the configuration guide maps to memrl's
 GENERATED_OR_HISTORY = {"reference/config.md", "reference/cli.md", "CHANGELOG.md", "guides/async.md"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from memrl.config.plugin_options import check_plugin_options
 from memrl.config.rollout_corr import RolloutCorrectionConfig
@@ -33,7 +33,8 @@ class AlgorithmConfig(Section):
         "grpo", description="Advantage estimator: a registered name (memrl.rl.register_adv_est) or an import path "
         "'package.module:function'.")
     n: int = Field(8, ge=1, description="Episodes per prompt (the GRPO group); MemAgent uses 16.")
-    epsilon: Finite = Field(1e-6, gt=0, description="Added to the group std (grpo).")
+    epsilon: Finite = Field(1e-6, gt=0, description="Added to the group std (grpo; TRL adds 1e-4), at most 0.01. "
+                            "TRL's epsilon, the clip range, is clip_ratio_low / clip_ratio_high here.")
     gamma: float = Field(1.0, ge=0, le=1, description="Discount: per token for reinforce_plus_plus, per turn "
                          "(conversation) for gigpo and step_reinforce (ROLL's step_reward_gamma, 0.95 in its examples).")
     episode_weight: Finite = Field(1.0, ge=0, description="gigpo: weight of the episode score normalised in its "
@@ -130,6 +131,15 @@ class AlgorithmConfig(Section):
     rollout_correction: RolloutCorrectionConfig = Field(
         default_factory=RolloutCorrectionConfig, description="verl 0.9's rollout correction (importance weights, "
         "rejection, bypass) on the trainer/engine log-ratio; see the guide 'Engine and trainer disagree'.")
+
+    @field_validator("epsilon")
+    @classmethod
+    def _std_epsilon(cls, value: float) -> float:
+        """A clip range given here (TRL's ``epsilon=0.2``) would silently shrink every advantage."""
+        if value > 0.01:
+            raise ValueError(f"{value:g} is added to the group's reward std (at most 0.01; TRL adds 1e-4): TRL's "
+                             "epsilon, the clip range, is algorithm.clip_ratio_low / clip_ratio_high here")
+        return value
 
     @model_validator(mode="after")
     def _off_policy_options(self) -> "AlgorithmConfig":

@@ -21,12 +21,17 @@ ALIASES: dict[str, str] = {
     "steps": "trainer.total_steps", "max_steps": "trainer.total_steps", "total_training_steps": "trainer.total_steps",
     "num_train_steps": "trainer.total_steps", "save_steps": "trainer.save_every", "save_freq": "trainer.save_every",
     # prompts per step
-    "train_batch_size": "trainer.prompts_per_step", "per_device_train_batch_size": "trainer.prompts_per_step",
-    "rollout_batch_size": "trainer.prompts_per_step",
+    # (not TRL's per_device_train_batch_size: it counts completions, prompts x num_generations)
+    "train_batch_size": "trainer.prompts_per_step", "rollout_batch_size": "trainer.prompts_per_step",
     # the update
     "max_grad_norm": "trainer.grad_clip", "weight_decay_rate": "trainer.weight_decay",
     "kl_loss_coef": "algorithm.kl_coef", "init_kl_coef": "algorithm.kl_coef", "beta": "algorithm.kl_coef",
     "entropy_coeff": "algorithm.entropy_coef", "ppo_epochs_per_step": "algorithm.ppo_epochs",
+    # TRL's GRPOTrainer (docs/guides/from-trl.md maps their values)
+    "epsilon_high": "algorithm.clip_ratio_high", "num_iterations": "algorithm.ppo_epochs",
+    "delta": "algorithm.clip_ratio_c", "loss_type": "algorithm.loss_agg_mode", "scale_rewards": "algorithm.adv_estimator",
+    "importance_sampling_level": "algorithm.policy_loss",
+    "vllm_importance_sampling_correction": "algorithm.rollout_correction",
     "output_dir": "trainer.output_dir",
 }
 

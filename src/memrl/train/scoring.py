@@ -6,6 +6,7 @@ or, with a per-turn estimator such as gigpo, one value per conversation from its
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import torch
 
@@ -24,6 +25,14 @@ def without_non_finite(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[
     return good, [t for t in trajs if not math.isfinite(t.reward)]
 
 
+def without_lone_groups(ep_adv: torch.Tensor, groups: list[str]) -> torch.Tensor:
+    """A group left with one episode (the others failed) has no baseline: advantage 0, as TRL gives it (verl's
+    mean 0 / std 1 for one-sample groups, meant for n = 1, would train on its raw reward)."""
+    sizes = Counter(groups)
+    lone = torch.tensor([sizes[g] == 1 for g in groups])
+    return torch.where(lone, torch.zeros_like(ep_adv), ep_adv)
+
+
 def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row],
                       state_advantage: tuple[float, float] | None = None) -> None:
     """Set ``row.advantages`` (one value per target position) for every row of ``trajs``.
@@ -34,6 +43,8 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
     scores = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
     groups = [t.group_id for t in trajs]
     ep_adv = episode_advantages(scores, groups, a.adv_estimator, a.epsilon, a.adv_estimator_options)
+    if get_estimator(a.adv_estimator).needs_group and a.n >= 2:
+        ep_adv = without_lone_groups(ep_adv, groups)
     width = max(len(r) for r in rows) - 1
     mask = torch.zeros((len(rows), width))
     for i, r in enumerate(rows):

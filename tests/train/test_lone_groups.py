@@ -1,0 +1,34 @@
+"""A GRPO group that failures left with one episode has no baseline: advantage 0 (TRL's), never its raw reward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memrl.config import MemRLConfig
+from memrl.train.batch import rows_from_trajectories
+from memrl.train.scoring import assign_advantages
+from memrl.types import Conversation, Trajectory
+
+
+def episode(group: str, reward: float) -> Trajectory:
+    conv = Conversation(token_ids=[1, 2, 3, 4], loss_mask=[0, 1, 1, 1], logprobs=[0.0] * 4)
+    return Trajectory(conversations=[conv], reward=reward, sample_id=group, group_id=group)
+
+
+@pytest.mark.parametrize("estimator, lone", [("grpo", 0.0), ("dr_grpo", 0.0), ("rloo", 0.0)])
+def test_a_lone_episode_of_a_group_estimator_gets_no_advantage(estimator, lone):
+    cfg = MemRLConfig.model_validate({"model": {"path": "tiny"}, "algorithm": {"adv_estimator": estimator, "n": 4}})
+    trajs = [episode("g", 1.0), episode("g", 0.0), episode("lone", 0.5)]
+    rows = rows_from_trajectories(trajs)
+    assign_advantages(cfg, trajs, rows)
+    firsts = [float(r.advantages[r.loss_mask[1:].index(1)]) for r in rows]
+    assert firsts[2] == lone and firsts[0] > 0 > firsts[1]
+
+
+def test_with_one_episode_per_prompt_the_raw_reward_stays_verls():
+    cfg = MemRLConfig.model_validate({"model": {"path": "tiny"}, "algorithm": {"adv_estimator": "grpo", "n": 1}})
+    trajs = [episode("a", 0.5)]
+    rows = rows_from_trajectories(trajs)
+    assign_advantages(cfg, trajs, rows)
+    assert torch.allclose(rows[0].advantages[rows[0].advantages != 0], torch.tensor(0.5 / (1 + 1e-6)))
