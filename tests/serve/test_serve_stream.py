@@ -87,3 +87,25 @@ def test_token_spans_cover_the_text_and_its_tokens(tiny_model):
     assert token_pieces(tok, ids) == [p for p, _ in spans]
     assert aligned_spans([("ab", 1), ("cd", 2), ("ef", 3)], "abcx") == [("ab", 1), ("cx", 1)]
     assert aligned(["ab", "cd"], "abcd") == ["ab", "cd"] and aligned([], "xy") == ["xy"]
+
+
+def test_token_spans_stay_linear_over_tokens_that_print_nothing(tiny_model):
+    """A long run of skipped special tokens or of bytes that never make a character once made every step decode
+    the whole run (quadratic: 24 s of a shared event loop for 16K tokens); the window now stays short."""
+    tok = tiny_model[1]
+    decoded: list[int] = []
+    real = tok.decode
+
+    class Counting:
+        all_special_ids = tok.all_special_ids
+
+        def decode(self, ids, **kw):
+            decoded.append(len(ids))
+            return real(ids, **kw)
+
+    text_ids = tok.encode("hello world", add_special_tokens=False)
+    specials = [tok.eos_token_id] * 2000
+    ids = text_ids + specials + text_ids
+    spans = token_spans(Counting(), ids)
+    assert "".join(p for p, _ in spans) == tok.decode(ids, skip_special_tokens=True)
+    assert max(decoded[:-1]) < 20 and sum(decoded[:-1]) < 40 * len(text_ids)  # the last decode is the whole check

@@ -21,23 +21,35 @@ from memrl.serve.errors import APIError
 Span = tuple[str, int]  # a piece of text and the index just past the last token it decodes
 
 
+MAX_PENDING = 8  # tokens a character may wait for its last byte (UTF-8 needs at most 4): past it, sent as decoded
+
+
 def token_spans(tokenizer: Any, ids: Sequence[int], skip_special: bool = True) -> list[Span]:
     """The decoding of ``ids`` split token by token, each piece with the end of the tokens it decodes.
 
-    A character split over tokens waits for its last byte. Incremental, as vLLM detokenizes: each step
-    decodes a short window, so the cost is linear. Joined, the pieces are exactly ``decode(ids)``; if a
+    A character split over tokens waits for its last byte (at most :data:`MAX_PENDING` tokens). Incremental, as
+    vLLM detokenizes: each step decodes a short window (the last piece's tokens, as context, and those not
+    printed yet), and a skipped special token never enters it, so the cost stays linear even over a long run
+    of tokens that print nothing (a degenerate policy's). Joined, the pieces are exactly ``decode(ids)``; if a
     tokenizer breaks that, the whole text is one piece.
     """
     def decode(part: Sequence[int]) -> str:
         return str(tokenizer.decode(list(part), skip_special_tokens=skip_special))
 
+    skipped = set(getattr(tokenizer, "all_special_ids", ()) or ()) if skip_special else set()
     spans: list[Span] = []
-    prefix, read = 0, 0
-    for i in range(1, len(ids) + 1):
-        before, now = decode(ids[prefix:read]), decode(ids[prefix:i])
-        if len(now) > len(before) and not now.endswith("\ufffd"):
+    window: list[int] = []  # the last piece's tokens (context), then those not printed yet
+    context = 0
+    for i, token in enumerate(ids, 1):
+        if token in skipped:
+            continue
+        window.append(token)
+        before, now = decode(window[:context]), decode(window)
+        waiting = now.endswith("\ufffd") and len(window) - context < MAX_PENDING
+        if len(now) > len(before) and not waiting:
             spans.append((now[len(before):], i))
-            prefix, read = read, i
+            window = window[context:]
+            context = len(window)
     whole = decode(ids)
     joined = "".join(p for p, _ in spans)
     if joined != whole:
