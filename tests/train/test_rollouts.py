@@ -9,7 +9,7 @@ import sys
 from memrl.models.resolve import load_tokenizer
 from memrl.train.rollouts import pick_episodes
 from memrl.train.trainer import Trainer
-from memrl.types import Trajectory
+from memrl.types import Conversation, Trajectory
 from tests.train.helpers import coin_engine, config
 
 
@@ -51,3 +51,15 @@ def test_training_writes_rollouts_that_sft_reads(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "6 trajectories" in r.stdout and (tmp_path / "sft" / "config.json").is_file()
+
+
+def test_an_asynchronous_episode_records_the_version_that_sampled_it():
+    """Its oldest token's weights (the rollout format's policy_version), not the step's: a step-3 episode whose
+    tokens came from versions 0 and 1 was sampled by version 0."""
+    from memrl.train.rollouts import sampled_version
+
+    conv = Conversation(token_ids=[1, 2, 3], loss_mask=[0, 1, 1], logprobs=[0.0] * 3)
+    late = Trajectory(conversations=[conv], reward=1.0, sample_id="s", group_id="g",
+                      info={"policy_versions": [[0, 2], [3, 0], [2, 1]]})
+    assert sampled_version(late, step=3) == 0
+    assert sampled_version(Trajectory(conversations=[conv], reward=1.0, sample_id="s", group_id="g"), step=3) == 2

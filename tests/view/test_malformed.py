@@ -105,3 +105,41 @@ def test_trainer_logprobs_that_do_not_line_up_are_left_out_not_the_record(run_di
     first, second = ep["conversations"][0], ep["conversations"][1]
     assert "max_mismatch" not in first and all(s.get("tlp") is None for s in first["spans"] if s["kind"] == "gen")
     assert "max_mismatch" in second
+
+
+def test_a_damaged_metrics_row_is_skipped_and_the_run_still_shows(run_dir, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    path = run / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    assert len(lines) >= 2
+    lines[0] = lines[0][:20]  # not the last line (a torn last line is the usual, quieter case)
+    path.write_text("\n".join(lines) + "\n")
+    warnings: list[str] = []
+    payload = load_payload(run, "tiny", warn=warnings.append)
+    assert len(payload["metrics"]) == len(lines) - 1 and payload["episodes"]
+    assert len(warnings) == 1 and warnings[0].startswith(f"{path}:1: ") and warnings[0].endswith("(skipped)")
+
+
+def test_a_damaged_eval_rollout_record_is_said(tool_eval_dir, tmp_path):
+    out = tmp_path / "eval"
+    shutil.copytree(tool_eval_dir, out)
+    rollout = sorted((out / "rollouts").rglob("*.jsonl"))[0]
+    rollout.write_text('{"sample_id": "x", "convers')
+    name = rollout.relative_to(out / "rollouts").with_suffix("").as_posix()
+    warnings: list[str] = []
+    ep = load_episode(out, name, "tiny", warn=warnings.append)
+    assert ep is not None and warnings == [f"{rollout}:1: not a JSON record (the per-token view of this episode is "
+                                           "not shown)"]
+
+
+def test_a_run_that_has_logged_nothing_yet_is_an_empty_run(tmp_path):
+    run = tmp_path / "starting"
+    run.mkdir()
+    (run / "config.yaml").write_text("# memrl train: the settings this run started with\nmodel:\n  path: tiny\n")
+    payload = load_payload(run, None)
+    assert payload["kind"] == "run" and payload["episodes"] == [] and payload["metrics"] == []
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.yaml").write_text("model: {path: tiny}\n")  # not a run: the user's own file
+    with pytest.raises(ValueError, match="neither a training run"):
+        load_payload(tmp_path / "mine", None)

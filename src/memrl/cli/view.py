@@ -36,7 +36,9 @@ def view_cmd(
     if out is None:
         server = make_server(path, port, tokenizer, steps=steps, last=last)  # a taken port fails before the load
         try:
-            load_payload(path, tokenizer, steps=steps, last=last)  # fail here, clearly, rather than in the browser
+            first = load_payload(path, tokenizer, steps=steps, last=last)  # fail here, clearly, not in the browser
+            if steps and not first["episodes"]:
+                _no_such_steps(path, steps)
         except BaseException:
             server.server_close()
             raise

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 
-def read_rows(path: Path, warn: Callable[[str], None]) -> list[dict[str, Any]]:
+def read_rows(path: Path, warn: Callable[[str], None], skip_bad: bool = False) -> list[dict[str, Any]]:
     """Rows of a metrics.jsonl; a torn last line (the process died mid-write) is dropped with a warning.
 
-    Any other bad line is an error naming the file and line: it was not
-    written by a dying process, so silently skipping it would hide damage.
+    Any other bad line is an error naming the file and line: it was not written by a dying process, so
+    silently skipping it would hide damage from a resume. ``skip_bad``: a reader that only shows the run
+    (``memrl view``) skips it with that warning instead, so the rest stays in reach.
     """
     lines = path.read_text(errors="replace").splitlines()
     last = max((i for i, ln in enumerate(lines) if ln.strip()), default=-1)
@@ -33,6 +34,9 @@ def read_rows(path: Path, warn: Callable[[str], None]) -> list[dict[str, Any]]:
             if i == last:
                 warn(f"{path}: dropping the torn last line {i + 1} (the run was stopped while writing it)")
                 break
+            if skip_bad:
+                warn(f"{path}:{i + 1}: {err} (skipped)")
+                continue
             raise ValueError(f"{path}, line {i + 1}: {err}") from None
         rows.append(row)
     return rows

@@ -65,6 +65,13 @@ def drop_rollouts_after(run_dir: Path, step: int) -> int:
     return gone
 
 
+def sampled_version(traj: Trajectory, step: int) -> int:
+    """The update count of the weights that sampled the episode: an asynchronous episode's oldest token's (its
+    ``policy_versions`` segments); a synchronous step's episodes were all sampled by the weights before it."""
+    versions = [v for n, v in traj.info.get("policy_versions") or [] if n]
+    return min(versions) if versions else step - 1
+
+
 def save_step_rollouts(run_dir: Path, step: int, trajs: Sequence[Trajectory], rows: Sequence[Any],
                        tokenizer: Any, n: int, seed: int) -> Path | None:
     """Write ``n`` of this step's episodes to ``run_dir/rollouts/step_NNNNNN.jsonl``; returns the path."""
@@ -75,7 +82,7 @@ def save_step_rollouts(run_dir: Path, step: int, trajs: Sequence[Trajectory], ro
     path = Path(run_dir) / "rollouts" / f"step_{step:06d}.jsonl"
     with atomic_write(path) as fh:
         for i, why in picks:
-            rec = rollout_record(trajs[i], tokenizer, step=step, version=step - 1, pick=why,
+            rec = rollout_record(trajs[i], tokenizer, step=step, version=sampled_version(trajs[i], step), pick=why,
                                  advantages=adv[i], trainer_logprobs=lps[i])
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
     return path

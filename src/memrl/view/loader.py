@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from memrl.io.metrics import numeric_keys, read_metrics
+from memrl.io.metrics import numeric_keys, read_rows
 from memrl.view.episodes import (anchor_counts, conversation_spans, eval_episode, run_episode,  # noqa: F401
                                   token_strings, transcript_conversations)
 from memrl.view.grading import folder_grader, grader_view
@@ -45,7 +45,7 @@ CURVE_PANELS: list[tuple[str, list[str]]] = [
 MORE_LIMIT = 120  # at most this many extra curves (a metric per tool, say, could make thousands)
 
 
-def more_panels(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+def more_panels(rows: list[dict[str, Any]], limit: int | None = MORE_LIMIT) -> list[tuple[str, list[str]]]:
     """One panel per numeric ``metrics.jsonl`` key that :data:`CURVE_PANELS` does not draw.
 
     Why: a workflow's own metrics (``ep.metric``: chunks read, tool calls, invalid calls), the rollout
@@ -56,7 +56,7 @@ def more_panels(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     drawn = {k for _, keys in CURVE_PANELS for k in keys}
     keys = sorted((k for k in numeric_keys(rows) if k not in drawn),
                   key=lambda k: (k.split("/")[0] if "/" in k else "", k))
-    return [(k, [k]) for k in keys[:MORE_LIMIT]]
+    return [(k, [k]) for k in keys[:limit]]
 
 
 def _warn_stderr(msg: str) -> None:
@@ -64,7 +64,13 @@ def _warn_stderr(msg: str) -> None:
 
 
 def is_run(path: Path) -> bool:
-    return (path / "metrics.jsonl").is_file() or (path / "rollouts").is_dir()
+    """A training run, also one that has logged nothing yet (only the config memrl train recorded)."""
+    if (path / "metrics.jsonl").is_file() or (path / "rollouts").is_dir() or (path / "checkpoints").is_dir():
+        return True
+    try:
+        return (path / "config.yaml").read_text(encoding="utf-8", errors="replace").startswith("# memrl train")
+    except OSError:
+        return False
 
 
 def is_eval(path: Path) -> bool:
@@ -128,9 +134,11 @@ def with_rollout(ep: dict[str, Any], out: Path, tokenizer: Any | None, warn: War
     from memrl.eval.records import ROLLOUTS, read_record
 
     record = read_record(out, ep["id"])
+    where = f"{out / ROLLOUTS / ep['id']}.jsonl:1"
+    if record is None and (out / ROLLOUTS / f"{ep['id']}.jsonl").is_file():
+        warn(f"{where}: not a JSON record (the per-token view of this episode is not shown)")
     if not isinstance(record, dict) or not record.get("conversations"):
         return ep
-    where = f"{out / ROLLOUTS / ep['id']}.jsonl:1"
     if not usable_rollout(record, where, warn):
         return ep
     full = shown_or_skipped(lambda: run_episode(record, ep["id"], tokenizer), where, warn)
@@ -184,7 +192,7 @@ def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_std
              steps: str | None = None, last: int | None = None, lazy: bool = False) -> dict[str, Any]:
     spec = tokenizer or run_tokenizer_spec(run_dir)
     tok = get_tokenizer(spec, warn)
-    metrics = read_metrics(run_dir, warn) if (run_dir / "metrics.jsonl").is_file() else []
+    metrics = read_rows(run_dir / "metrics.jsonl", warn, skip_bad=True) if (run_dir / "metrics.jsonl").is_file() else []
     files, saved = rollout_files(run_dir, steps, last)
     grader = None if lazy else folder_grader(run_dir, warn)
     episodes = []
@@ -201,7 +209,7 @@ def load_run(run_dir: Path, tokenizer: str | None = None, warn: Warn = _warn_std
                 episodes.append(ep)
     return {"kind": "run", "title": run_dir.resolve().name, "source": str(run_dir), "tokenizer": spec,
             "per_token": tok is not None, "metrics": metrics, "panels": CURVE_PANELS,
-            "more_panels": more_panels(metrics), "results": None,
+            "more_panels": more_panels(metrics), "more_total": len(more_panels(metrics, None)), "results": None,
             "saved_steps": len(saved), "shown_steps": len(files), "group_size": group_size(run_dir),
             "episodes": episodes}
 

@@ -76,6 +76,7 @@ function moreCurves(rows) {
   }
   if (!grid.childNodes.length) return null;
   const n = grid.childNodes.length;
-  const summary = el("summary", null, `${n} more curve${n === 1 ? "" : "s"}: the workflow's own metrics and the rest of metrics.jsonl`);
+  const total = DATA.more_total || n, cut = total > MORE_PANELS.length ? ` (the first ${MORE_PANELS.length} of ${total} keys)` : "";
+  const summary = el("summary", null, `${n} more curve${n === 1 ? "" : "s"}${cut}: the workflow's own metrics and the rest of metrics.jsonl`);
   return el("details", "more-curves", summary, grid);
 }

@@ -106,7 +106,7 @@ function header() {
     for (const line of facts.lines) head.appendChild(line);
   } else if (DATA.kind === "run") {
     const rows = DATA.metrics || [], last = rows.length ? rows[rows.length - 1] : {};
-    shown["steps logged"] = rows.length;
+    shown["steps logged"] = new Set(rows.filter((r) => r.step > 0).map((r) => r.step)).size;  // a step-0 eval row is none
     shown["episodes shown"] = DATA.episodes.length;
     if (DATA.saved_steps !== undefined) shown["rollout steps shown"] = `${DATA.shown_steps} of ${DATA.saved_steps}`;
     for (const k of ["reward", "eval/accuracy", "response_tokens", "num_conversations"]) {
