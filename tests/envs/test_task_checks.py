@@ -63,3 +63,48 @@ def test_the_bundled_and_tau2_domains_pass_the_check(tau2_dir):
     assert load_domain("library").get_tasks(None)
     for name in ("mock", "retail", "airline", "telecom", "banking_knowledge"):
         assert load_domain(name, tau2_dir).get_tasks(None)
+
+
+def test_a_gold_action_missing_a_required_argument_is_refused(tmp_path):
+    def missing(tasks):
+        action = first_action(tasks)[1]
+        action["arguments"].pop(sorted(action["arguments"])[0])
+
+    with pytest.raises(DataError, match=r"actions\[0\].arguments: task .* tool '.*' needs argument '.*' \(a gold "):
+        library_copy(tmp_path, missing)()
+
+
+def test_a_write_gold_action_that_fails_on_replay_is_said_once(capsys):
+    """As τ²-bench logs it: the task's target database then lacks the action's effect."""
+    import importlib
+
+    from memrl.envs.messages import Message
+    from memrl.envs.tasks import Action
+
+    domain = LIBRARY()
+    task = next(t for t in domain.tasks if t.evaluation_criteria and t.evaluation_criteria.actions)
+    write = next(a for a in task.evaluation_criteria.actions
+                 if getattr(getattr(domain.toolkit, a.name), "__memrl_tool__", "") != "read")
+    bad = Action(**{**write.__dict__, "arguments": {**write.arguments, next(iter(write.arguments)): "no-such-id"}})
+    task.evaluation_criteria.actions = [bad]
+    ev = importlib.import_module("memrl.envs.evaluate")
+    ev._WARNED.clear()
+    for _ in range(2):
+        ev.evaluate(domain, task, [Message("assistant", "done")])
+    err = capsys.readouterr().err
+    assert err.count(f"warning: library task {task.id}: gold action {bad.name}(") == 1
+    assert "the target database lacks its effect" in err
+
+
+def test_bare_tool_decorator_is_a_generic_tool_and_a_wrong_kind_is_refused():
+    from memrl.envs.toolkit import Toolkit, tool
+
+    class Kit(Toolkit):
+        @tool
+        def ping(self) -> str:
+            """Answer pong."""
+            return "pong"
+
+    assert Kit.ping.__memrl_tool__ == "generic" and "ping" in [s["function"]["name"] for s in Kit({}).schemas()]
+    with pytest.raises(ValueError, match="a tool's kind is 'read', 'write' or 'generic'"):
+        tool("readonly")

@@ -30,6 +30,7 @@ for RL on weak models, not a τ²-bench number.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -91,12 +92,29 @@ def _replay_state(domain: Domain, task: Task, messages: Sequence[Message], solo:
     for action in crit.actions or []:
         try:
             gold.call(ToolCall(action.name, dict(action.arguments), requestor=action.requestor), sync=False)
-        except Exception:  # noqa: BLE001 - a failing gold action changes nothing, as in τ²-bench
-            pass
+        except Exception as err:  # noqa: BLE001 - a failing gold action changes nothing, as in τ²-bench
+            _gold_failed(domain, task, action, err)
     info.db_match = (predicted.db_hash() == gold.db_hash()
                      and predicted.user_db_hash() == gold.user_db_hash())
     info.env_assertion_checks = [predicted.run_assertion(a) for a in crit.env_assertions or []]
     return None
+
+
+_WARNED: set[tuple[str, str, str]] = set()
+
+
+def _gold_failed(domain: Domain, task: Task, action: Any, err: BaseException) -> None:
+    """Say once per process what τ²-bench logs: a gold action that raised changes nothing, so the task's target
+    database lacks its effect (an agent doing nothing may match it)."""
+    key = (domain.name, task.id, action.name)
+    kinds = [getattr(getattr(k, action.name, None), "__memrl_tool__", None)
+             for k in (getattr(domain, "toolkit", None), getattr(domain, "user_toolkit", None))]
+    if "read" in kinds:  # a lookup that fails changes nothing either way (τ²-bench's retail has some)
+        return
+    if key not in _WARNED:
+        _WARNED.add(key)
+        print(f"warning: {domain.name} task {task.id}: gold action {action.name}({dict(action.arguments)}) failed "
+              f"({type(err).__name__}: {err}); the target database lacks its effect", file=sys.stderr)
 
 
 def _combine(basis: Sequence[str], comps: dict[str, list[bool]], partial: bool) -> tuple[dict[str, float], float]:

@@ -24,14 +24,20 @@ class ToolError(Exception):
     """A tool refused the call (bad id, wrong state...): shown to the agent as an error observation."""
 
 
-def tool(kind: ToolKind, *, blocking: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Mark a toolkit method as a tool. ``write`` tools may change the database.
+def tool(kind: ToolKind | Callable[..., Any] = "generic", *, blocking: bool = False) -> Any:
+    """Mark a toolkit method as a tool: ``@tool("read")``, ``@tool("write")`` (may change the database),
+    ``@tool("generic")``; bare ``@tool`` is ``generic`` (it once made the method vanish from the tools).
 
     ``blocking``: the tool waits on something outside the process (a sandboxed command, a rating or
     embedding server), so an episode runs it in a worker thread (:meth:`Environment.step_async`) and the
     other episodes and the engine go on meanwhile. Only for tools that touch nothing shared but read-only
     data: the others run on the event loop, in the order the episodes call them.
     """
+
+    if callable(kind):  # bare @tool
+        return tool("generic", blocking=blocking)(kind)
+    if kind not in ("read", "write", "generic"):
+        raise ValueError(f"@tool({kind!r}): a tool's kind is 'read', 'write' or 'generic'")
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn.__memrl_tool__ = kind  # type: ignore[attr-defined]
