@@ -21,6 +21,7 @@ named by import path.
 
 from __future__ import annotations
 
+import inspect
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -242,20 +243,32 @@ def step_reinforce(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsil
 
 
 def turn_advantages(estimator: str, rows: TurnRows, *, gamma: float = 1.0, episode_weight: float = 1.0,
-                    step_weight: float = 1.0, norm: str = "mean_std", similarity: float | None = None
-                    ) -> torch.Tensor | None:
+                    step_weight: float = 1.0, norm: str = "mean_std", similarity: float | None = None,
+                    options: dict[str, Any] | None = None) -> torch.Tensor | None:
     """One advantage per conversation row from the estimator's per-turn stage; None if it has none.
 
     ``norm`` (``algorithm.turn_norm``) and ``similarity`` (``algorithm.state_similarity``) reach the stage
     only when they are not the defaults, so a per-turn stage written before the options existed keeps
-    working as long as it is not asked for them."""
+    working as long as it is not asked for them. ``options`` (``algorithm.adv_estimator_options``): those the
+    stage takes, as the episode stage gets them. Its output is checked as the episode stage's is."""
     turns = get_estimator(estimator).turns
     if turns is None:
         return None
     extra: dict[str, Any] = {} if norm == "mean_std" else {"norm": norm}
     if similarity is not None:
         extra["similarity"] = similarity
-    return turns(rows, gamma=gamma, episode_weight=episode_weight, step_weight=step_weight, **extra)
+    params = inspect.signature(turns).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    extra.update({k: v for k, v in (options or {}).items() if takes_any or k in params})
+    out = turns(rows, gamma=gamma, episode_weight=episode_weight, step_weight=step_weight, **extra)
+    name = f"{getattr(turns, '__module__', '?')}:{getattr(turns, '__qualname__', repr(turns))}"
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (len(rows.episode),):
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"per-turn stage {name} of advantage estimator {estimator!r} returned {got}; it must return "
+                         f"one value per conversation row, shape ({len(rows.episode)},)")
+    if not bool(torch.isfinite(out).all()):
+        raise ValueError(f"per-turn stage {name} of advantage estimator {estimator!r} returned non-finite values")
+    return out
 
 
 

@@ -52,7 +52,7 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
     conv_episode = [r.episode for r in rows]
     per_turn = turn_advantages(a.adv_estimator, turn_rows(trajs, rows), gamma=a.gamma,
                                episode_weight=a.episode_weight, step_weight=a.step_weight, norm=a.turn_norm,
-                               similarity=a.state_similarity) \
+                               similarity=a.state_similarity, options=a.adv_estimator_options) \
         if get_estimator(a.adv_estimator).turns is not None else None
     if per_turn is not None:
         tok = per_turn.unsqueeze(-1) * mask
