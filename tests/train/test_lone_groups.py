@@ -32,3 +32,16 @@ def test_with_one_episode_per_prompt_the_raw_reward_stays_verls():
     rows = rows_from_trajectories(trajs)
     assign_advantages(cfg, trajs, rows)
     assert torch.allclose(rows[0].advantages[rows[0].advantages != 0], torch.tensor(0.5 / (1 + 1e-6)))
+
+
+def test_turn_rewards_an_estimator_does_not_read_are_noted():
+    from memrl.train.scoring import unread_turn_rewards
+
+    rewarded = episode("g", 1.0)
+    rewarded.conversations[0].reward = 0.25  # ep.turn_reward
+    cfg = MemRLConfig.model_validate({"model": {"path": "tiny"}})
+    note = unread_turn_rewards(cfg, [rewarded])
+    assert "adv_estimator='grpo' does not read" in note and "gigpo" in note
+    assert unread_turn_rewards(cfg, [episode("g", 1.0)]) is None
+    gigpo = MemRLConfig.model_validate({"model": {"path": "tiny"}, "algorithm": {"adv_estimator": "gigpo"}})
+    assert unread_turn_rewards(gigpo, [rewarded]) is None

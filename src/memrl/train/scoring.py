@@ -11,6 +11,7 @@ from collections import Counter
 import torch
 
 from memrl.config import MemRLConfig
+from memrl.config.registry import ADV_ESTIMATORS
 from memrl.rl.advantages import (broadcast, combine_step_advantages, episode_advantages, get_estimator,
                                   turn_advantages)
 from memrl.rl.turn_credit import TurnRows
@@ -23,6 +24,20 @@ def without_non_finite(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[
     on, since it would turn every advantage of its group into NaN."""
     good = [t for t in trajs if math.isfinite(t.reward)]
     return good, [t for t in trajs if not math.isfinite(t.reward)]
+
+
+def unread_turn_rewards(cfg: MemRLConfig, trajs: list[Trajectory]) -> str | None:
+    """A note when episodes carry per-turn rewards (``ep.turn_reward``) that the configured estimator does not
+    read: per-turn credit needs a per-turn estimator (or ReMemR1's state advantages), else they change nothing."""
+    a = cfg.algorithm
+    if a.step_rewards or get_estimator(a.adv_estimator).turns is not None:
+        return None
+    if not any(c.reward is not None for t in trajs for c in t.conversations):
+        return None
+    per_turn = [n for n in ADV_ESTIMATORS.names if getattr(ADV_ESTIMATORS.get(n), "turns", None) is not None]
+    return (f"note: the episodes carry per-turn rewards (ep.turn_reward), which adv_estimator={a.adv_estimator!r} "
+            f"does not read: only the episode reward trains (per-turn credit: algorithm.adv_estimator="
+            f"{' or '.join(per_turn)}; ReMemR1's state rewards: algorithm.step_rewards=true)")
 
 
 def without_lone_groups(ep_adv: torch.Tensor, groups: list[str]) -> torch.Tensor:

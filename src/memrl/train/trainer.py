@@ -34,7 +34,7 @@ from memrl.train.guards import RolloutTally
 from memrl.train.preflight import RESUMABLE_CHANGES, check_config  # noqa: F401 (re-exported)
 from memrl.train.rollout import EvalStopped, evaluate_samples
 from memrl.train.rollouts import save_step_rollouts
-from memrl.train.scoring import assign_advantages, without_non_finite
+from memrl.train.scoring import assign_advantages, unread_turn_rewards, without_non_finite
 from memrl.train.signals import StopRequest, TrainingInterrupted
 from memrl.train.sources import RolloutSource
 from memrl.train.tracking import print_warning
@@ -63,6 +63,7 @@ class Trainer:
         self.cfg: MemRLConfig = parts.cfg
         self.source: RolloutSource = parts.source
         self.workflow: Workflow = parts.workflow
+        self._turn_note_said = False  # unread_turn_rewards: said once per run
         if self.dist.main:
             self.tracker.console.print(start_line(parts), highlight=False, markup=False, soft_wrap=True)
         if self.status_line:
@@ -190,6 +191,10 @@ class Trainer:
         rows = rows_from_trajectories(trajs)
         if rows:
             self.advantages(trajs, rows)
+            note = None if self._turn_note_said else unread_turn_rewards(self.cfg, trajs)
+            if note:
+                self._turn_note_said = True
+                self.tracker.console.print(note, style="yellow", highlight=False, markup=False)
         self.step_trajectories = trajs  # rows[i].episode indexes these (for the rollout records)
         return rows, metrics, self.tally
 
