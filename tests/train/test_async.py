@@ -342,3 +342,24 @@ def test_an_async_dynamic_sampling_run_resumes_as_if_never_stopped(tmp_path):
     rows = {n: [json.loads(x) for x in (tmp_path / "runs" / n / "metrics.jsonl").read_text().splitlines()]
             for n in ("whole", "cut")}
     assert [r["reward"] for r in rows["cut"]] == [r["reward"] for r in rows["whole"]]
+
+
+def test_a_resumed_producer_slow_to_start_still_fills_the_first_step(tmp_path, monkeypatch):
+    """The checkpointed producer may have used its whole submission budget: its unfinished groups are then
+    resubmitted before anything new. The trainer asking before the producer's thread moved them took "all the
+    producer may generate now" as nothing, and the first resumed step trained nothing."""
+    import memrl.train.async_rollout as AR
+
+    over = {"trainer__mode": "async", "trainer__max_staleness": 1, "trainer__save_every": 1}
+    cfg = config(tmp_path, trainer__total_steps=3, **over)
+    Trainer(cfg).run()
+    real = AR.AsyncRollout._produce
+
+    async def late(self):
+        await asyncio.sleep(0.5)
+        await real(self)
+
+    monkeypatch.setattr(AR.AsyncRollout, "_produce", late)
+    trainer = Trainer(config(tmp_path, trainer__total_steps=5, **over))
+    last = trainer.run()
+    assert trainer.resumed_from == 3 and "idle_steps" not in last and trainer.step == 5

@@ -235,7 +235,8 @@ class AsyncRollout:
         t0 = time.perf_counter()
         with self.lock:
             while not self.lock.wait_for(lambda: self.error is not None or len(self.ready) >= self.batch
-                                         or (not self.running and not self._can_submit()), timeout=WAIT_REPORT_S):
+                                         or (not self.running and not self.resubmit and not self._can_submit()),
+                                         timeout=WAIT_REPORT_S):
                 self.runner.progress(f"waiting for rollouts: {len(self.ready)}/{self.batch} groups complete")
             if self.error is not None:
                 raise self.error
