@@ -49,3 +49,29 @@ def test_a_wrong_shape_or_nan_is_one_line_naming_the_estimator(monkeypatch):
                 turn_advantages(name, ROWS)
         finally:
             ADV_ESTIMATORS.remove(name)
+
+
+def test_a_policy_loss_breaking_its_contract_is_one_line_naming_it():
+    from memrl.rl.policy_loss_base import PolicyLoss
+
+    t = torch.zeros(1, 3)
+    kw = {"cliprange_low": 0.2, "weights": None}
+    def one_value(old, logp, adv, mask, **k):
+        return (logp.sum(),)
+
+    with pytest.raises(ValueError, match=r"policy loss .*one_value returned a 1-tuple; it must return \(loss"):
+        PolicyLoss(one_value)(t, t, t, t, **kw)
+
+    def no_keywords(old, logp, adv, mask):
+        return logp.sum(), 0.0, 0.0, 0.0
+
+    with pytest.raises(TypeError, match=r"policy loss .*no_keywords: .*unexpected keyword argument .* takes "
+                                        r"\(old_log_prob, log_prob, advantages, response_mask, \*, cliprange_low"):
+        PolicyLoss(no_keywords)(t, t, t, t, **kw)
+
+    def float_stats(old, logp, adv, mask, **k):
+        return logp.sum(), 0.0, 0.5, 0.0
+
+    loss, clipfrac, kl, low = PolicyLoss(float_stats)(t, t, t, t, **kw)
+    assert isinstance(kl, torch.Tensor) and float(kl) == 0.5  # plain numbers as stats are taken
+

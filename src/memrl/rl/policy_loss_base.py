@@ -30,7 +30,20 @@ class PolicyLoss:
     required: tuple[str, ...] = ()  # those of ``options`` that have no default (the config refuses None)
 
     def __call__(self, *args: torch.Tensor, **kw: object) -> LossOut:
-        return self.fn(*args, **kw)
+        name = f"{getattr(self.fn, '__module__', '?')}:{getattr(self.fn, '__qualname__', repr(self.fn))}"
+        try:
+            out = self.fn(*args, **kw)
+        except TypeError as err:
+            if "keyword argument" not in str(err):
+                raise
+            raise TypeError(f"policy loss {name}: {err}; a policy loss takes (old_log_prob, log_prob, advantages, "
+                            f"response_mask, *, {', '.join(kw)}) (or **kwargs)") from None
+        if not isinstance(out, tuple) or len(out) != 4 or not isinstance(out[0], torch.Tensor):
+            got = f"a {len(out)}-tuple" if isinstance(out, tuple) else type(out).__name__
+            raise ValueError(f"policy loss {name} returned {got}; it must return (loss tensor, clipfrac, ppo_kl, "
+                             "clipfrac_lower)")
+        loss, *stats = out
+        return (loss, *(torch.as_tensor(x, dtype=torch.float32, device=loss.device) for x in stats))  # type: ignore[return-value]
 
 
 def register_policy_loss(name: str, *, aggregation: str | None = None, options: tuple[str, ...] = (),
