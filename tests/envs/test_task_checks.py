@@ -108,3 +108,25 @@ def test_bare_tool_decorator_is_a_generic_tool_and_a_wrong_kind_is_refused():
     assert Kit.ping.__memrl_tool__ == "generic" and "ping" in [s["function"]["name"] for s in Kit({}).schemas()]
     with pytest.raises(ValueError, match="a tool's kind is 'read', 'write' or 'generic'"):
         tool("readonly")
+
+
+def test_a_domain_without_splits_names_the_settings_to_change(tmp_path):
+    domain = library_copy(tmp_path, lambda tasks: None)()
+    domain.splits = {}  # a domain folder without split_tasks.json
+    with pytest.raises(ValueError, match=r"has no split 'train'; splits: none \(no split_tasks.json\): set "
+                                         r"env.train_split / env.eval_split to one of them, or to null"):
+        domain.get_tasks("train")
+    assert len(domain.get_tasks(None)) == len(domain.tasks)
+
+
+def no_keywords():
+    """A domain factory written without data_dir= and tool_options=."""
+    return LIBRARY()
+
+
+def test_a_factory_without_the_keywords_is_one_line():
+    from memrl.envs.domain import load_domain
+
+    with pytest.raises(ValueError, match=r"domain 'tests.envs.test_task_checks:no_keywords': .*unexpected keyword "
+                                         r"argument.*; a domain factory is called with data_dir= and tool_options="):
+        load_domain("tests.envs.test_task_checks:no_keywords")

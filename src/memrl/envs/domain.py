@@ -133,7 +133,8 @@ class Domain:
             return list(self.tasks)
         if split not in self.splits:
             raise ValueError(f"domain {self.name} has no split {split!r}; splits: "
-                             f"{', '.join(sorted(self.splits)) or 'none (use split=null)'}")
+                             f"{', '.join(sorted(self.splits)) or 'none (no split_tasks.json)'}: set env.train_split"
+                             f" / env.eval_split to one of them, or to null for every task")
         by_id = {t.id: t for t in self.tasks}
         if any(i not in by_id for i in self.splits[split]):
             by_id = {**self._other_tasks(), **by_id}
@@ -257,7 +258,14 @@ def load_domain(name: str, data_dir: str | Path | None = None, *,
     if not DOMAINS.known(name) and ":" not in name:
         raise ValueError(f"memrl has no tools for domain {name!r}; choose {', '.join(DOMAINS.choices())} "
                          "or give an import path 'package.module:factory'")
-    domain = DOMAINS.get(name)(data_dir=data_dir, tool_options=dict(tool_options or {}))
+    factory = DOMAINS.get(name)
+    try:
+        domain = factory(data_dir=data_dir, tool_options=dict(tool_options or {}))
+    except TypeError as err:
+        if "keyword argument" not in str(err):
+            raise
+        raise ValueError(f"domain {name!r}: {err}; a domain factory is called with data_dir= and tool_options= "
+                         "(a ToolDomain is one; a function returning one takes them too)") from None
     missing = [m for m in DOMAIN_METHODS if not callable(getattr(domain, m, None))]
     if missing:
         raise ValueError(f"domain {name!r} built a {type(domain).__name__} without {' and '.join(missing)} "

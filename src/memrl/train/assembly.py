@@ -123,10 +123,21 @@ def load_data(cfg: MemRLConfig, wf: Workflow, tokenizer: Any, train: list[Any] |
     samples = list(train) if train is not None else samples_of(wf, "train")
     check_dataset_size(cfg, len(samples), "the train= samples" if train is not None else wf.data_source(cfg, "train"))
     wf.check_samples(cfg, tokenizer, samples, warn)
-    held_out = (list(eval) if eval is not None else samples_of(wf, "eval"))[: cfg.trainer.eval.samples]
+    held_out = (list(eval) if eval is not None else _eval_samples(cfg, wf))[: cfg.trainer.eval.samples]
     if cfg.trainer.eval.every and not held_out:
         raise ConfigError("trainer.eval.every > 0 but there are no eval samples (data.eval_file, or eval=[...])")
     return samples, held_out
+
+
+def _eval_samples(cfg: MemRLConfig, wf: Workflow) -> list[Any]:
+    """The workflow's held-out samples; a run that never evaluates (trainer.eval.every 0) does without them
+    when they cannot load (a custom domain with no eval split), instead of failing for a split it does not use."""
+    try:
+        return samples_of(wf, "eval")
+    except (ValueError, FileNotFoundError):
+        if cfg.trainer.eval.every:
+            raise
+        return []
 
 
 def _model(cfg: MemRLConfig, dist: DistContext, tokenizer: Any, policy: Any) -> tuple[Any, Any, torch.device]:

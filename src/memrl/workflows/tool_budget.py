@@ -17,7 +17,8 @@ def check_env(cfg: MemRLConfig) -> None:
         raise ConfigError("workflow.options.tool_protocol=openai_chat returns no token ids to train on; train with "
                           "workflow.options.tool_protocol=tokens (openai_chat is for memrl eval against a chat server)")
     try:
-        domain = load_domain(cfg.env.domain, cfg.env.data_dir, prompts=cfg.env.prompts)
+        domain = load_domain(cfg.env.domain, cfg.env.data_dir, prompts=cfg.env.prompts,
+                             tool_options=cfg.env.tool_options)
         domain.get_tasks(cfg.env.train_split)
         if cfg.trainer.eval.every:
             domain.get_tasks(cfg.env.eval_split)
