@@ -59,6 +59,8 @@ def test_merge_extends_the_last_conversation_only_when_the_prompt_continues_it(t
     assert ep.conversations[0].loss_mask == [0, 0, 1, 1, 0, 1, 1]
     asyncio.run(ep.generate([1, 3], max_new_tokens=4, merge=True))  # does not: a new conversation
     assert len(ep.conversations) == 2
+    ep.reward(1.0)
+    assert ep.trajectory().metrics["merge_missed"] == 1.0  # said, not silent
 
 
 def test_reward_and_metrics_become_the_trajectory(tok):

@@ -148,6 +148,7 @@ class Episode:
         self.metrics: dict[str, float] = {}
         self.info: dict[str, Any] = {}
         self.calls = 0
+        self.merge_missed = 0  # merge=True calls whose prompt did not extend the last conversation
         self._reward: float | None = None
         self._stops: tuple[int, ...] | None = None
 
@@ -206,6 +207,7 @@ class Episode:
             last.append(ids[last.num_tokens:], generated=False)
             last.append(result.token_ids, generated=True, logprobs=result.logprobs)
             return last
+        self.merge_missed += int(merge and last is not None)  # re-templated history changed: a new conversation
         conv = Conversation.from_prompt_response(ids, result.token_ids, result.logprobs,
                                                  meta={"finish": result.finish_reason})
         self.conversations.append(conv)
@@ -246,6 +248,8 @@ class Episode:
                              "a model call (ep.generate): there is nothing to train on")
         metrics = {"num_conversations": float(len(self.conversations)),
                    "response_tokens": float(sum(c.num_generated for c in self.conversations)), **self.metrics}
+        if self.merge_missed:
+            metrics["merge_missed"] = float(self.merge_missed)
         return Trajectory(conversations=self.conversations, reward=self._reward, sample_id=self.sample_id,
                           group_id=self.group_id, metrics=metrics, info=dict(self.info))
 
