@@ -71,3 +71,12 @@ def test_a_plug_in_taking_any_keyword_gets_any_setting() -> None:
     cfg = load_config(None, ["algorithm.policy_loss=tests.train.test_policy_loss_train:spy",
                              "algorithm.policy_loss_options.anything=3"])
     assert cfg.algorithm.policy_loss_options == {"anything": 3}
+
+
+def test_an_option_of_another_kind_than_its_default_is_refused_when_the_config_loads() -> None:
+    over = [f"algorithm.adv_estimator={HERE}:shifted"]
+    with pytest.raises(ConfigError, match=r"adv_estimator_options.shift: 'abc' is a str; the plug-in's default "
+                                          r"\(0.0\) is a float"):
+        load_config(None, [*over, "algorithm.adv_estimator_options.shift=abc"])
+    assert load_config(None, [*over, "algorithm.adv_estimator_options.shift=2"]).algorithm.adv_estimator_options == {
+        "shift": 2}  # an int is a float

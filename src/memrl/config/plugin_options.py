@@ -45,6 +45,20 @@ def check_plugin_options(field: str, name: str, fn: Any, options: Mapping[str, A
             own = [p for p in named if p not in standard and params[p].default is not inspect.Parameter.empty]
             takes = f"it takes {', '.join(own)}" if own else "it takes no settings of its own"
             raise ValueError(f"{field}.{key}: {name} has no keyword argument {key!r} ({takes})")
+        if key in params:
+            _check_type(f"{field}.{key}", options[key], params[key])
+
+
+def _check_type(where: str, value: Any, param: inspect.Parameter) -> None:
+    """A value of another kind than the parameter's default (``shift=abc`` for ``shift=0.0``) would fail after
+    the first rollout, inside the plug-in; refused here. An int is a float; a None default accepts anything."""
+    default = param.default
+    if default is inspect.Parameter.empty or default is None:
+        return
+    kinds: tuple[type, ...] = (int, float) if isinstance(default, float) else (type(default),)
+    if isinstance(value, bool) and not isinstance(default, bool) or not isinstance(value, kinds):
+        raise ValueError(f"{where}: {value!r} is a {type(value).__name__}; the plug-in's default "
+                         f"({default!r}) is a {type(default).__name__}")
 
 
 def _parameters(fn: Any) -> Mapping[str, inspect.Parameter] | None:
