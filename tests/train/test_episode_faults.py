@@ -104,7 +104,7 @@ def test_one_line_keeps_the_first_and_last_lines():
 
 def test_the_same_failure_is_printed_once_a_step_with_a_count(tmp_path):
     printed, _ = run_failing(tmp_path, RuntimeError("no field 'word'"))
-    assert printed.count("failed: RuntimeError: no field 'word'") == 1
+    assert printed.count("failed (workflow memagent): RuntimeError: no field 'word'") == 1
     assert "... and 7 more episode(s) failed with the same error" in printed
     assert len(list((tmp_path / "run" / "failures").iterdir())) == 8  # every traceback is still kept
 

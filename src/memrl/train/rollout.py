@@ -167,7 +167,8 @@ class RolloutRunner:
             # cut by the stop, not broken: its traceback says nothing (an online episode no agent took had none)
             where = "" if isinstance(exc, EpisodeStopped) else self._keep_traceback(step, idx, repeat, exc)
             if self.tally.first_time(self.tally.last_error):  # 96 identical lines say less than one and a count
-                self.warn(f"episode of sample {idx} failed: {self.tally.last_error}{where}")
+                label = getattr(self.workflow, "label", type(self.workflow).__name__)
+                self.warn(f"episode of sample {idx} failed (workflow {label}): {self.tally.last_error}{where}")
             return None
 
     def _keep_traceback(self, step: int, idx: int, k: int, exc: BaseException) -> str:
