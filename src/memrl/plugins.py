@@ -214,3 +214,17 @@ def finite_number(value: Any, lead: str, context: str = "") -> float:
     if not math.isfinite(number):
         raise ValueError(f"{lead} {number}{context}: it must be a finite number")
     return number
+
+
+def call_mismatch(fn: Any, *args: Any, **kwargs: Any) -> str | None:
+    """Why ``fn`` cannot be called with these arguments (its signature refuses them), else None.
+
+    Checked before the call, so a ``TypeError`` raised inside a plug-in is reported as its own bug and not as a
+    wrong signature (both read "TypeError: ..." after the fact)."""
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as err:
+        return str(err)
+    except ValueError:  # no signature Python can read (a C function): let the call say
+        return None
+    return None

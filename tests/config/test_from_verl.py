@@ -273,6 +273,8 @@ def test_a_dapo_scripts_arithmetic_and_nested_defaults_are_read_as_bash_reads_th
     assert flags["data.max_response_length"] == "20480" and flags["data.gen_batch_size"] == "1536"
     assert flags["data.train_files"] == "${HOME}/verl/data/dapo-math-17k.parquet" and unresolved == ["HOME"]
     assert overrides_of("A=$((x / 2))\npython a.b=$A")[0]["a.b"] == "$((x/2))"  # unreadable: one word, unresolved
+    bash = overrides_of("A=$((-7 / 2))\nB=$((-7 % 2))\nC=4\nD=$((${C} * 2))\npython a.b=$A c.d=$B e.f=$D")[0]
+    assert (bash["a.b"], bash["c.d"], bash["e.f"]) == ("-3", "-1", "8")  # bash truncates toward zero
 
 
 def test_dapos_generation_batch_filter_metric_overlong_buffer_and_clip_carry_over():

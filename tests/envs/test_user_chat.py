@@ -252,3 +252,14 @@ def test_the_users_and_the_judges_chat_requests_are_counted_under_their_roles():
     assert (meter["user"].requests, meter["user"].prompt_tokens, meter["user"].completion_tokens) == (2, 80, 4)
     assert (meter["judge"].requests, meter["judge"].prompt_tokens, meter["judge"].completion_tokens) == (1, 90, 30)
     assert "agent" not in meter
+
+
+
+def test_a_user_writing_only_unreadable_calls_gives_up_even_without_a_round_cap(telecom):
+    """Under workflow.options.max_steps the rounds are not capped, but unreadable calls run nothing that a step
+    limit would count: the simulator was asked 200,000 times in 8 s."""
+    engine = ChatEngine([ChatReply(None, [call("toggle_data", "{not json", "u1")], "tool_calls")])
+    env = telecom.new_env()
+    env.set_state(telecom.tasks[0].initial_state)
+    new = asyncio.run(ChatUserSimulator(engine).act(telecom.tasks[0], [], env, max_rounds=None))
+    assert new[-1].content == USER_GAVE_UP and len(engine.calls) == 10

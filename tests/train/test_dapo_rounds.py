@@ -95,13 +95,34 @@ def test_overlong_shaping_is_dapos_on_the_last_response():
 
 
 def test_overlong_shaping_trains_and_filtering_on_score_ignores_it(tmp_path):
-    # every answer turn has 6 tokens budget; a buffer of 5 over max 6 penalises any answer longer than 1 token
-    kept, generated, _, _, _ = one_step(tmp_path, {1, 3}, algorithm__max_gen_batches=0,
-                                        algorithm__overlong_buffer=5, algorithm__overlong_max_tokens=6,
-                                        algorithm__dynamic_sampling_metric="score")
-    assert all(t.reward == pytest.approx(t.metrics["score"] + t.metrics["overlong_reward"]) for t in generated)
-    assert any(t.metrics["overlong_reward"] < 0 for t in generated)
-    assert sorted({t.sample_id for t in kept}) == ["1", "3"]
+    """Wrong answers of two lengths: the penalty makes their rewards differ within a group, so filtering on the
+    reward keeps every group, and on the score (verl's acc) only the groups whose answers differ."""
+    tok = load_tokenizer("tiny")
+    flip = {"n": 0}
+
+    def reply(prompt, params):
+        if params.max_new_tokens != 12:
+            return [tok.eos_token_id]
+        idx = int(tok.decode(prompt).split("Which letter ")[1].split("?")[0])
+        flip["n"] += 1
+        if idx in (1, 3) and flip["n"] % 2:
+            ans = "c"
+        else:
+            ans = "z" if flip["n"] % 2 else "zzzz"
+        return tok.encode("\\boxed{" + ans + "}", add_special_tokens=False) + [tok.eos_token_id]
+
+    kept = {}
+    for metric in ("score", "reward"):
+        cfg = config(tmp_path / metric, algorithm__dynamic_sampling=True, algorithm__max_gen_batches=1,
+                     algorithm__overlong_buffer=10, algorithm__overlong_max_tokens=12, workflow__final_tokens=12,
+                     algorithm__dynamic_sampling_metric=metric, trainer__total_steps=1, trainer__prompts_per_step=4,
+                     data__shuffle=False)
+        trainer = Trainer(cfg, engine=ScriptedEngine(reply))
+        got, generated, _ = trainer.rollout()
+        assert all(t.reward == pytest.approx(t.metrics["score"] + t.metrics["overlong_reward"]) for t in generated)
+        assert len({t.metrics["overlong_reward"] for t in generated}) > 1
+        kept[metric] = sorted({t.sample_id for t in got})
+    assert kept == {"score": ["1", "3"], "reward": ["0", "1", "2", "3"]}
 
 
 @pytest.mark.parametrize("over, why", [

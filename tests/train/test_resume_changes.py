@@ -128,3 +128,19 @@ def test_a_checkpoint_that_only_counted_its_samples_still_resumes(tmp_path):
     check_same_samples(cfg, old, {"count": 12, "sha256": "ab"}, tmp_path)
     with pytest.raises(ConfigError, match="12 samples then, 13 now"):
         check_same_samples(cfg, old, {"count": 13, "sha256": "ab"}, tmp_path)
+
+
+def test_a_first_option_added_to_an_empty_mapping_is_named_by_its_own_key(tmp_path):
+    from memrl.config import MemRLConfig
+    from memrl.train.preflight import check_run_config
+
+    t, _ = trainer(tmp_path, trainer__total_steps=1)
+    t.run()
+    raw = config(tmp_path, trainer__total_steps=2).model_dump(mode="json")
+    assert raw["algorithm"]["adv_estimator_options"] == {}
+    raw["algorithm"]["adv_estimator_options"] = {"shift": 1.0}
+    raw["algorithm"]["adv_estimator"] = "tests.train.test_plugin_options:shifted"
+    raw["trainer"]["allow_changes"] = ["algorithm.adv_estimator", "algorithm.adv_estimator_options.shift"]
+    said: list[str] = []
+    check_run_config(MemRLConfig.model_validate(raw), tmp_path / "run", notice=said.append)
+    assert len(said) == 2 and any("algorithm.adv_estimator_options.shift changed from unset to 1.0" in x for x in said)

@@ -60,7 +60,7 @@ def test_merge_extends_the_last_conversation_only_when_the_prompt_continues_it(t
     asyncio.run(ep.generate([1, 3], max_new_tokens=4, merge=True))  # does not: a new conversation
     assert len(ep.conversations) == 2
     ep.reward(1.0)
-    assert ep.trajectory().metrics["merge_missed"] == 1.0  # said, not silent
+    assert ep.trajectory().metrics["merge_missed"] == 0.5  # 1 of the 2 calls that could merge: said, not silent
 
 
 def test_reward_and_metrics_become_the_trajectory(tok):

@@ -97,8 +97,12 @@ def _substitute(value: str, names: dict[str, str], unresolved: list[str]) -> str
 
 
 ARITH = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")  # $(( ... )), one level of parentheses inside
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-        ast.Div: operator.floordiv, ast.Mod: operator.mod}
+def _bash_div(a: int, b: int) -> int:
+    return abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)  # bash truncates toward zero
+
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: _bash_div,
+        ast.Div: _bash_div, ast.Mod: lambda a, b: a - _bash_div(a, b) * b}
 
 
 def _arithmetic(expr: str, names: dict[str, str], unresolved: list[str]) -> str:
@@ -120,7 +124,8 @@ def _arithmetic(expr: str, names: dict[str, str], unresolved: list[str]) -> str:
         raise ValueError(ast.dump(node))
 
     try:
-        return str(value(ast.parse(expr.replace("$", "").strip(), mode="eval").body))
+        text = re.sub(r"\$\{(\w+)\}", r"\1", expr).replace("$", "")  # ${a} and $a read as a, as bash reads them
+        return str(value(ast.parse(text.strip(), mode="eval").body))
     except (SyntaxError, ValueError, ZeroDivisionError):
         return "$((" + "".join(expr.split()) + "))"
 

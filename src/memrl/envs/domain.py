@@ -253,19 +253,18 @@ def load_domain(name: str, data_dir: str | Path | None = None, *,
     ``prompts``: ``tau2`` gives the agent τ²-bench's system prompt and, with the user simulator, its tool
     schemas (:mod:`memrl.envs.tau2_schemas`), checked here; ``memrl``: the policy alone and memrl's docstrings.
     """
-    from memrl.plugins import DOMAINS
+    from memrl.plugins import DOMAINS, call_mismatch
 
     if not DOMAINS.known(name) and ":" not in name:
         raise ValueError(f"memrl has no tools for domain {name!r}; choose {', '.join(DOMAINS.choices())} "
                          "or give an import path 'package.module:factory'")
     factory = DOMAINS.get(name)
-    try:
-        domain = factory(data_dir=data_dir, tool_options=dict(tool_options or {}))
-    except TypeError as err:
-        if "keyword argument" not in str(err):
-            raise
-        raise ValueError(f"domain {name!r}: {err}; a domain factory is called with data_dir= and tool_options= "
-                         "(a ToolDomain is one; a function returning one takes them too)") from None
+    kwargs = {"data_dir": data_dir, "tool_options": dict(tool_options or {})}
+    wrong = call_mismatch(factory, **kwargs)
+    if wrong:
+        raise ValueError(f"domain {name!r}: {wrong}; a domain factory is called with data_dir= and tool_options= "
+                         "(a ToolDomain is one; a function returning one takes them too)")
+    domain = factory(**kwargs)
     missing = [m for m in DOMAIN_METHODS if not callable(getattr(domain, m, None))]
     if missing:
         raise ValueError(f"domain {name!r} built a {type(domain).__name__} without {' and '.join(missing)} "

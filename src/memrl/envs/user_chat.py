@@ -48,6 +48,9 @@ def user_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
     return out
 
 
+UNREADABLE_CAP = 10  # a user that writes only unreadable calls this many times in a row gives up
+
+
 class ChatUserSimulator:
     """A user played by a chat model: ``reply`` for text, ``act`` with the user's own device tools."""
 
@@ -88,6 +91,7 @@ class ChatUserSimulator:
 
         tools = env.user_tools.schemas() if env.user_tools is not None else []
         new: list[Message] = []
+        unreadable = 0  # replies in a row whose every call was unreadable: asked again, at most UNREADABLE_CAP
         for r in rounds(max_rounds):
             answer = await self._ask(self.messages(task, [*messages, *new], bool(tools)), tools,
                                      None if seed is None else seed + r * step_seed)
@@ -98,7 +102,11 @@ class ChatUserSimulator:
                                           f"{next(e for _, c, e in read if c is None)}")
             calls = [ToolCall(c.name, c.arguments, id=i, requestor="user") for i, c, _ in read if c is not None]
             if not calls and answer.tool_calls:
+                unreadable += 1
+                if unreadable >= UNREADABLE_CAP:  # nothing runs, so no step limit would ever end this
+                    break
                 continue
+            unreadable = 0
             if not calls:
                 new.append(Message("user", answer.content or ""))
                 return new

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from memrl.config.registry import POLICY_LOSSES
+from memrl.plugins import call_mismatch
 
 # (loss, clipfrac, ppo_kl, clipfrac_lower), as memrl.rl.losses.compute_policy_loss returns them
 LossOut = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -31,13 +32,11 @@ class PolicyLoss:
 
     def __call__(self, *args: torch.Tensor, **kw: object) -> LossOut:
         name = f"{getattr(self.fn, '__module__', '?')}:{getattr(self.fn, '__qualname__', repr(self.fn))}"
-        try:
-            out = self.fn(*args, **kw)
-        except TypeError as err:
-            if "keyword argument" not in str(err):
-                raise
-            raise TypeError(f"policy loss {name}: {err}; a policy loss takes (old_log_prob, log_prob, advantages, "
-                            f"response_mask, *, {', '.join(kw)}) (or **kwargs)") from None
+        wrong = call_mismatch(self.fn, *args, **kw)
+        if wrong:
+            raise TypeError(f"policy loss {name}: {wrong}; a policy loss takes (old_log_prob, log_prob, advantages, "
+                            f"response_mask, *, {', '.join(kw)}) (or **kwargs)")
+        out = self.fn(*args, **kw)
         if not isinstance(out, tuple) or len(out) != 4 or not isinstance(out[0], torch.Tensor):
             got = f"a {len(out)}-tuple" if isinstance(out, tuple) else type(out).__name__
             raise ValueError(f"policy loss {name} returned {got}; it must return (loss tensor, clipfrac, ppo_kl, "

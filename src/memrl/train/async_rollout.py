@@ -100,8 +100,11 @@ class AsyncRollout:
         self.ready: list[Group] = []
         self.accepted = 0  # groups accepted into the buffer since start (waiting or trained on)
         self._draws: Counter[tuple[int, int]] = Counter()  # (step, sample) -> groups submitted so far
+        self.empty = 0  # groups none of whose episodes finished (max_gen_batches 0 bounds these alone)
         self.resubmit: list[Group] = []  # a resumed run's groups in flight at its checkpoint, under their labels
-        if restore is not None and [g[0] for g in restore.get("groups", [])] == self.pending[:len(restore["groups"])]:
+        self._saved: dict[str, Any] | None = None  # producer_state() of the last snapshot()
+        if restore is not None and restore.get("batch") == self.batch and \
+                [g[0] for g in restore.get("groups", [])] == self.pending[:len(restore["groups"])]:
             self._restore(restore)
         self.done_since_take: list[Trajectory] = []
         self.dropped_since_take = 0
@@ -145,7 +148,9 @@ class AsyncRollout:
     def _can_submit(self) -> bool:
         """AReaL's staleness bound, plus dynamic sampling's cap on submissions per version (lock held)."""
         limit = (self.eta + self.clock.version - self.start_version + 1) * self.batch
-        return self.accepted + len(self.running) < limit and (self.rounds == 0 or self.slots < limit * self.rounds)
+        if self.rounds == 0:  # no limit on groups the filter drops; groups that failed whole still count
+            return self.accepted + len(self.running) < limit and self.empty < limit
+        return self.accepted + len(self.running) < limit and self.slots < limit * self.rounds
 
     async def _produce(self) -> None:
         assert self._wake is not None
@@ -181,6 +186,7 @@ class AsyncRollout:
         """Continue the checkpointed producer: its counters, and its unfinished groups under their own slots,
         steps and occurrences (so their seeds and the submission budget are those of the run never stopped)."""
         self.start_version, self.slots, self.accepted = saved["start_version"], saved["slots"], saved["accepted"]
+        self.empty = saved.get("empty", 0)
         self.resubmit = [Group(slot, idx, step=step, occurrence=occ) for idx, slot, step, occ in saved["groups"]]
         self.pending = self.pending[len(self.resubmit):]
         self._draws.update({(step, idx): n for step, idx, n in saved.get("draws", [])})
@@ -206,6 +212,9 @@ class AsyncRollout:
                 self.lock.notify_all()
             raise
         group.episodes = [t for t in results if t is not None]
+        if not group.episodes:
+            with self.lock:
+                self.empty += 1
         versions = [v.oldest_version for v in views if v.oldest_version is not None]
         group.oldest = min(versions, default=self.clock.version)
         keep = bool(group.episodes)
@@ -307,20 +316,25 @@ class AsyncRollout:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def snapshot(self) -> tuple[int, list[int]]:
-        """(data position, samples drawn but not trained on): what a checkpoint must keep."""
-        with self.lock:
-            waiting = sorted(list(self.running.values()) + self.ready + self.resubmit, key=lambda g: g.slot)
-            return self.runner.sampler.position, [g.idx for g in waiting] + list(self.pending)
-
-    def producer_state(self) -> dict[str, Any]:
-        """The counters and unfinished groups a resumed producer continues from (:meth:`_restore`)."""
+        """(data position, samples drawn but not trained on): what a checkpoint must keep. The producer's own
+        state (:meth:`producer_state`) is taken under the same lock, so the two always agree."""
         with self.lock:
             waiting = sorted(list(self.running.values()) + self.ready + self.resubmit, key=lambda g: g.slot)
             version = self.clock.version
-            return {"start_version": self.start_version, "slots": self.slots,
-                    "accepted": self.accepted - len(self.ready),  # the ready ones are accepted again
-                    "groups": [[g.idx, g.slot, g.step, g.occurrence] for g in waiting],
-                    "draws": [[step, idx, n] for (step, idx), n in sorted(self._draws.items()) if step > version]}
+            self._saved = {"batch": self.batch, "start_version": self.start_version, "slots": self.slots,
+                           "accepted": self.accepted - len(self.ready),  # the ready ones are accepted again
+                           "empty": self.empty, "groups": [[g.idx, g.slot, g.step, g.occurrence] for g in waiting],
+                           "draws": [[step, idx, n] for (step, idx), n in sorted(self._draws.items())
+                                     if step > version]}
+            return self.runner.sampler.position, [g.idx for g in waiting] + list(self.pending)
+
+    def producer_state(self) -> dict[str, Any]:
+        """The counters and unfinished groups a resumed producer continues from (:meth:`_restore`), as the last
+        :meth:`snapshot` saw them (taken then when there was none)."""
+        if self._saved is None:
+            self.snapshot()
+        assert self._saved is not None
+        return self._saved
 
     def _poke_threadsafe(self) -> None:
         if not self.loop.is_closed():

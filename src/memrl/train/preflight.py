@@ -154,7 +154,9 @@ def check_run_config(cfg: MemRLConfig, run_dir: Path, notice: Callable[[str], No
                               "trainer.output_dir") from None
         if not isinstance(old, dict):
             raise ConfigError(f"{path} is not a memrl config; restore it or use another trainer.output_dir")
-        was_flat, now_flat = flat_settings(_as_run_today(old)), flat_settings(new)
+        # an empty mapping holds no setting: adding its first option is a change of that option, not of the map
+        was_flat, now_flat = ({k: v for k, v in flat_settings(tree).items() if v != {}}
+                              for tree in (_as_run_today(old), new))
         missing = object()  # a key only one side has (an option dropped from workflow.options) is a change too
         changed = {k: (was_flat.get(k, "unset"), now_flat.get(k, "unset (its default)"))
                    for k in {**was_flat, **now_flat}

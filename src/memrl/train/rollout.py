@@ -222,6 +222,8 @@ class RolloutRunner:
             stats["dropped_groups"] += len(_groups([t for t, k in zip(trajs, keep) if not k]))
             kept += [t for t, k in zip(trajs, keep) if k]
             round_ += 1
+            if not trajs or stop_requested_at() is not None:  # every episode failed (the failure guard's), or a stop
+                break
         first = _groups(kept)[:want]  # verl trims to train_batch_size in generation order
         kept = [t for t in kept if t.group_id in set(first)]
         stats["kept_groups"] = float(len(first))

@@ -25,7 +25,7 @@ import inspect
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from memrl.engines.base import Engine, GenerationResult, SamplingParams
 from memrl.plugins import finite_number, finite_reward
@@ -33,45 +33,7 @@ from memrl.workflows.metric_names import TRAINER_METRICS, TRAINER_PREFIXES
 from memrl.types import Conversation, Trajectory
 from memrl.text.tokens import chat_ids  # noqa: F401 (part of this module's API since it was written here)
 from memrl.workflows.common import anchor, decode, encode_text, stop_token_ids, strip_stop, turn_seed  # noqa: F401
-
-
-class NoOptions(BaseModel):
-    """The options of a workflow that declares none: any key is a typo."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-def strict_options(model: type[BaseModel]) -> type[BaseModel]:
-    """``model``, or where it does not say what unknown keys mean, a subclass of it that refuses them.
-
-    pydantic's default drops unknown keys, so ``revise_token=4`` would train with the default of
-    ``revise_tokens``; a model that sets ``extra`` itself (even ``"allow"``) is taken at its word.
-    """
-    if not (isinstance(model, type) and issubclass(model, BaseModel)) or "extra" in model.model_config:
-        return model
-
-    class Strict(model):  # type: ignore[misc, valid-type]
-        model_config = ConfigDict(extra="forbid")
-
-    Strict.__name__, Strict.__qualname__ = model.__name__, model.__qualname__
-    Strict.__module__, Strict.__doc__ = model.__module__, model.__doc__
-    return Strict
-
-
-def options_error(exc: ValidationError, workflow: str, model: type[BaseModel], prefix: str = "") -> str:
-    """One line for the first problem of ``exc``: an unknown option gets the nearest name (``prefix`` is where
-    options live: ``workflow.options.`` in a config, nothing for constructor keywords)."""
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    if err["type"] == "extra_forbidden":
-        close = difflib.get_close_matches(str(err["loc"][0]), list(model.model_fields), n=1, cutoff=0.5)
-        hint = f"did you mean '{prefix}{close[0]}'?" if close else \
-            f"{workflow} takes: {', '.join(model.model_fields) or 'no options'}"
-        return f"unknown option '{prefix}{where}' of workflow {workflow!r}: {hint}"
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    if not where:
-        return msg
-    return f"{prefix}{where}: {msg}" if prefix else f"option {where!r} of workflow {workflow!r}: {msg}"
+from memrl.workflows.options import NoOptions, options_error, strict_options  # noqa: F401 (this module's API)
 
 
 class Generation(str):
@@ -148,7 +110,7 @@ class Episode:
         self.metrics: dict[str, float] = {}
         self.info: dict[str, Any] = {}
         self.calls = 0
-        self.merge_missed = 0  # merge=True calls whose prompt did not extend the last conversation
+        self.merges = [0, 0]  # merge=True calls after the first, and those whose prompt did not extend the last
         self._reward: float | None = None
         self._stops: tuple[int, ...] | None = None
 
@@ -203,11 +165,13 @@ class Episode:
 
     def _record(self, ids: list[int], result: GenerationResult, merge: bool) -> Conversation:
         last = self.conversations[-1] if self.conversations else None
+        self.merges[0] += int(merge and last is not None)
         if merge and last is not None and len(ids) >= last.num_tokens and ids[:last.num_tokens] == last.token_ids:
             last.append(ids[last.num_tokens:], generated=False)
             last.append(result.token_ids, generated=True, logprobs=result.logprobs)
             return last
-        self.merge_missed += int(merge and last is not None)  # re-templated history changed: a new conversation
+        if merge and last is not None:  # (tried above: a re-templated history that changed starts a new one)
+            self.merges[1] += 1
         conv = Conversation.from_prompt_response(ids, result.token_ids, result.logprobs,
                                                  meta={"finish": result.finish_reason})
         self.conversations.append(conv)
@@ -248,8 +212,8 @@ class Episode:
                              "a model call (ep.generate): there is nothing to train on")
         metrics = {"num_conversations": float(len(self.conversations)),
                    "response_tokens": float(sum(c.num_generated for c in self.conversations)), **self.metrics}
-        if self.merge_missed:
-            metrics["merge_missed"] = float(self.merge_missed)
+        if self.merges[0]:  # over the episodes that merged: the mean is the share of their calls that could not
+            metrics["merge_missed"] = self.merges[1] / self.merges[0]
         return Trajectory(conversations=self.conversations, reward=self._reward, sample_id=self.sample_id,
                           group_id=self.group_id, metrics=metrics, info=dict(self.info))
 

@@ -7,12 +7,52 @@ not apply to it fails with the nearest name instead of being ignored.
 
 from __future__ import annotations
 
+import difflib
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from memrl.config.registry import registered
 from memrl.plugins import REWARDS
+
+
+class NoOptions(BaseModel):
+    """The options of a workflow that declares none: any key is a typo."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def strict_options(model: type[BaseModel]) -> type[BaseModel]:
+    """``model``, or where it does not say what unknown keys mean, a subclass of it that refuses them.
+
+    pydantic's default drops unknown keys, so ``revise_token=4`` would train with the default of
+    ``revise_tokens``; a model that sets ``extra`` itself (even ``"allow"``) is taken at its word.
+    """
+    if not (isinstance(model, type) and issubclass(model, BaseModel)) or "extra" in model.model_config:
+        return model
+
+    class Strict(model):  # type: ignore[misc, valid-type]
+        model_config = ConfigDict(extra="forbid")
+
+    Strict.__name__, Strict.__qualname__ = model.__name__, model.__qualname__
+    Strict.__module__, Strict.__doc__ = model.__module__, model.__doc__
+    return Strict
+
+
+def options_error(exc: ValidationError, workflow: str, model: type[BaseModel], prefix: str = "") -> str:
+    """One line for the first problem of ``exc``: an unknown option gets the nearest name (``prefix`` is where
+    options live: ``workflow.options.`` in a config, nothing for constructor keywords)."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "extra_forbidden":
+        close = difflib.get_close_matches(str(err["loc"][0]), list(model.model_fields), n=1, cutoff=0.5)
+        hint = f"did you mean '{prefix}{close[0]}'?" if close else \
+            f"{workflow} takes: {', '.join(model.model_fields) or 'no options'}"
+        return f"unknown option '{prefix}{where}' of workflow {workflow!r}: {hint}"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    if not where:
+        return msg
+    return f"{prefix}{where}: {msg}" if prefix else f"option {where!r} of workflow {workflow!r}: {msg}"
 
 
 class OptionsModel(BaseModel):
