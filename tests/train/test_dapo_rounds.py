@@ -139,3 +139,17 @@ def test_gen_batch_size_rounds_are_synchronous():
     with pytest.raises(ValueError, match="asynchronous run refills group by group"):
         MemRLConfig.model_validate({"model": {"path": "tiny"}, "trainer": {"mode": "async"},
                                     "algorithm": {"dynamic_sampling": True, "dynamic_sampling_prompts": 6}})
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_no_round_limit_still_ends_a_step_whose_every_episode_fails(tmp_path, mode):
+    """max_gen_batches 0 generates until the batch is full; a round in which every episode failed (a broken
+    engine, a broken reward) ends the step instead of drawing forever, and the failure guard stops the run."""
+    from memrl.train.guards import NothingTrainableError
+    from tests.train.test_run_guards import failing_engine
+
+    cfg = config(tmp_path, algorithm__dynamic_sampling=True, algorithm__max_gen_batches=0, trainer__total_steps=2,
+                 trainer__max_failed_steps=1, trainer__mode=mode)
+    with pytest.raises(NothingTrainableError):
+        Trainer(cfg, engine=failing_engine(RuntimeError("broken"))).run()
