@@ -337,3 +337,18 @@ def test_a_stored_response_is_retrieved_and_deleted_through_the_sdk(gateway, too
     ep, first, again = run(go())
     assert again.model_dump() == first.model_dump()
     assert len(ep.conversations) == 2  # retrieve and delete are not model calls
+
+
+def test_a_streamed_tool_call_only_answer_has_null_content_as_unstreamed():
+    from memrl.gateway.sse import chat_events, messages_events
+
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": "é"}'}}
+    answer = {"id": "x", "created": 0, "model": "m", "choices": [{"index": 0, "finish_reason": "tool_calls",
+              "message": {"role": "assistant", "content": None, "tool_calls": [call]}}], "usage": {}}
+    first = json.loads(chat_events(answer, [], False)[0].removeprefix("data: "))
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    message = {"id": "m", "type": "message", "role": "assistant", "model": "m", "stop_reason": "tool_use",
+               "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1},
+               "content": [{"type": "tool_use", "id": "t", "name": "add", "input": {"a": "é"}}]}
+    events = "".join(messages_events(message, []))
+    assert '\\"a\\": \\"é\\"' in events  # the input as the rest of the gateway writes it, not ASCII-escaped

@@ -37,7 +37,8 @@ def chat_events(answer: dict[str, Any], pieces: Sequence[str], include_usage: bo
         return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
                                      **extra}], **tail}
 
-    chunks = [chunk({"role": "assistant", "content": ""})]
+    # a tool-call-only answer's content is null, streamed or not (OpenAI's first chunk says so too)
+    chunks = [chunk({"role": "assistant", "content": "" if message.get("content") is not None else None})]
     chunks += [chunk({"content": p}) for p in aligned(pieces, message.get("content") or "")]
     chunks += [chunk({"tool_calls": [{"index": k, **call}]}) for k, call in enumerate(message.get("tool_calls") or [])]
     last = {k: choice[k] for k in ("logprobs", "token_ids", "prompt_token_ids") if choice.get(k) is not None}
@@ -120,7 +121,8 @@ def messages_events(message: dict[str, Any], pieces: Sequence[str]) -> list[str]
         else:
             emit("content_block_start", index=i, content_block={**block, "input": {}})
             emit("content_block_delta", index=i, delta={"type": "input_json_delta",
-                                                        "partial_json": json.dumps(block["input"])})
+                                                        "partial_json": json.dumps(block["input"],
+                                                                                   ensure_ascii=False)})
         emit("content_block_stop", index=i)
     emit("message_delta", delta={"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
          usage={"output_tokens": usage["output_tokens"]})
