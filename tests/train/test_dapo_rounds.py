@@ -63,7 +63,7 @@ def test_gen_batch_size_rounds_draw_that_many_and_keep_the_first_groups_in_draw_
 def test_a_step_short_of_groups_after_the_last_round_says_so(tmp_path):
     kept, _, stats, _, warnings = one_step(tmp_path, {1}, algorithm__max_gen_batches=2)
     assert stats["kept_groups"] == 1 and {t.sample_id for t in kept} == {"1"}
-    assert len(warnings) == 1 and "kept 1 of 2 groups in 2 rounds" in warnings[0]
+    assert len(warnings) == 1 and "kept 1 of 2 groups in 2 rounds (algorithm.max_gen_batches)" in warnings[0]
     assert "max_gen_batches 0" in warnings[0]
 
 

@@ -136,7 +136,9 @@ def test_a_damaged_eval_rollout_record_is_said(tool_eval_dir, tmp_path):
 def test_a_run_that_has_logged_nothing_yet_is_an_empty_run(tmp_path):
     run = tmp_path / "starting"
     run.mkdir()
-    (run / "config.yaml").write_text("# memrl train: the settings this run started with\nmodel:\n  path: tiny\n")
+    from memrl.train.preflight import RUN_CONFIG_HEADER
+
+    (run / "config.yaml").write_text(RUN_CONFIG_HEADER + "model:\n  path: tiny\n")  # as memrl train records it
     payload = load_payload(run, None)
     assert payload["kind"] == "run" and payload["episodes"] == [] and payload["metrics"] == []
     (tmp_path / "mine").mkdir()

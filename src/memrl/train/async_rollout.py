@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 from memrl.config import MemRLConfig
 from memrl.engines.base import Engine
-from memrl.train.rollout import RolloutRunner, dynamic_sampling_keeps, rollout_metrics
+from memrl.train.rollout import RolloutRunner, dynamic_sampling_keeps, rollout_metrics, short_step
 from memrl.train.versioned import PolicyClock, VersionedEngine, WeightGate
 from memrl.types import Trajectory
 
@@ -286,9 +286,7 @@ class AsyncRollout:
         if self.cfg.algorithm.dynamic_sampling:
             stats["kept_groups"] = float(len(taken))
             if 0 < len(taken) < self.batch:
-                self.runner.warn(f"step {version + 1}: dynamic sampling kept {len(taken)} of {self.batch} groups "
-                                 f"(algorithm.max_gen_batches={self.rounds} submissions per group slot); this step "
-                                 "trains on those (0: no limit)")
+                self.runner.warn(short_step(version + 1, len(taken), self.batch))
         self._poke_threadsafe()
         return kept, finished, stats
 

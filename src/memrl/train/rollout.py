@@ -228,11 +228,15 @@ class RolloutRunner:
         kept = [t for t in kept if t.group_id in set(first)]
         stats["kept_groups"] = float(len(first))
         if 0 < len(first) < want:
-            self.warn(f"step {step}: dynamic sampling kept {len(first)} of {want} groups in {round_} rounds "
-                      f"(algorithm.max_gen_batches={a.max_gen_batches}); this step trains on those (verl raises "
-                      "here; max_gen_batches 0 generates until the batch is full)")
+            self.warn(short_step(step, len(first), want, f"in {round_} rounds "))
         stats["rollout_episodes"] = float(len(all_trajs))
         return kept, all_trajs, stats
+
+
+def short_step(step: int, kept: int, want: int, how: str = "") -> str:
+    """The warning of a dynamic-sampling step that trains fewer groups than it asked for (both rollout modes)."""
+    return (f"step {step}: dynamic sampling kept {kept} of {want} groups {how}(algorithm.max_gen_batches); this "
+            "step trains on those (verl raises here; max_gen_batches 0 generates until the batch is full)")
 
 
 def _groups(trajs: Sequence[Trajectory]) -> list[str]:

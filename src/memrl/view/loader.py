@@ -68,7 +68,9 @@ def is_run(path: Path) -> bool:
     if (path / "metrics.jsonl").is_file() or (path / "rollouts").is_dir() or (path / "checkpoints").is_dir():
         return True
     try:
-        return (path / "config.yaml").read_text(encoding="utf-8", errors="replace").startswith("# memrl train")
+        from memrl.train.preflight import RUN_CONFIG_HEADER
+
+        return (path / "config.yaml").read_text(encoding="utf-8", errors="replace").startswith(RUN_CONFIG_HEADER)
     except OSError:
         return False
 
