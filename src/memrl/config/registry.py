@@ -45,7 +45,7 @@ class NameRegistry:
         """Add ``entry`` as ``name`` and return it (a decorator's result); a second, different entry fails."""
         old = self._entries.get(name)
         if old is not None and old is not entry:
-            raise ValueError(f"{self.kind} {name!r} is already registered ({_origin(old)}); pick another name")
+            raise ValueError(f"{self.kind} {name!r} is already registered ({origin(old)}); pick another name")
         self._entries[name] = entry
         return entry
 
@@ -89,9 +89,11 @@ class NameRegistry:
         return f"unknown {self.kind} {name!r}{hint}: choose {', '.join(names)} or an import path 'package.module:name'"
 
 
-def _origin(obj: Any) -> str:
+def origin(obj: Any, sep: str = ".") -> str:
+    """Where a plug-in's function is defined, for messages (``sep=":"``: as an import path names it); a registered
+    entry that wraps its function (``.fn``) by the function's."""
     fn = getattr(obj, "fn", obj)
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+    return f"{getattr(fn, '__module__', '?')}{sep}{getattr(fn, '__qualname__', type(fn).__name__)}"
 
 
 def registered(registry: Any) -> Any:

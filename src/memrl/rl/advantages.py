@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from memrl.config.registry import ADV_ESTIMATORS
+from memrl.config.registry import ADV_ESTIMATORS, origin
 from memrl.rl.functional import masked_whiten
 from memrl.rl.turn_credit import TurnRows, gigpo_rows, step_reinforce_rows
 
@@ -60,7 +60,7 @@ class AdvantageEstimator:
 
     def __call__(self, scores: torch.Tensor, group_ids: Sequence[Hashable], **kw: Any) -> torch.Tensor:
         out = self.fn(scores, group_ids, **kw)
-        name = f"{getattr(self.fn, '__module__', '?')}:{getattr(self.fn, '__qualname__', repr(self.fn))}"
+        name = origin(self.fn, ":")
         if not isinstance(out, torch.Tensor) or out.shape != scores.shape:
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise ValueError(f"advantage estimator {name} returned {got}; it must return a tensor of one value per "
@@ -261,7 +261,7 @@ def turn_advantages(estimator: str, rows: TurnRows, *, gamma: float = 1.0, episo
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     extra.update({k: v for k, v in (options or {}).items() if takes_any or k in params})
     out = turns(rows, gamma=gamma, episode_weight=episode_weight, step_weight=step_weight, **extra)
-    name = f"{getattr(turns, '__module__', '?')}:{getattr(turns, '__qualname__', repr(turns))}"
+    name = origin(turns, ":")
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (len(rows.episode),):
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ValueError(f"per-turn stage {name} of advantage estimator {estimator!r} returned {got}; it must return "

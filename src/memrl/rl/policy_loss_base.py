@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from memrl.config.registry import POLICY_LOSSES
+from memrl.config.registry import POLICY_LOSSES, origin
 from memrl.plugins import call_mismatch
 
 # (loss, clipfrac, ppo_kl, clipfrac_lower), as memrl.rl.losses.compute_policy_loss returns them
@@ -31,7 +31,7 @@ class PolicyLoss:
     required: tuple[str, ...] = ()  # those of ``options`` that have no default (the config refuses None)
 
     def __call__(self, *args: torch.Tensor, **kw: object) -> LossOut:
-        name = f"{getattr(self.fn, '__module__', '?')}:{getattr(self.fn, '__qualname__', repr(self.fn))}"
+        name = origin(self.fn, ":")
         wrong = call_mismatch(self.fn, *args, **kw)
         if wrong:
             raise TypeError(f"policy loss {name}: {wrong}; a policy loss takes (old_log_prob, log_prob, advantages, "
