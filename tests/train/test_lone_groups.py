@@ -43,5 +43,24 @@ def test_turn_rewards_an_estimator_does_not_read_are_noted():
     note = unread_turn_rewards(cfg, [rewarded])
     assert "adv_estimator='grpo' does not read" in note and "gigpo" in note
     assert unread_turn_rewards(cfg, [episode("g", 1.0)]) is None
+    steps = MemRLConfig.model_validate({"model": {"path": "tiny"}, "algorithm": {"adv_estimator": "step_reinforce"}})
+    assert unread_turn_rewards(steps, [rewarded]) is None  # read, and no state needed
+
+
+def turns(group: str, states: list[str | None]) -> Trajectory:
+    convs = [Conversation(token_ids=[1, 2, 3], loss_mask=[0, 1, 1], logprobs=[0.0] * 3, reward=0.5,
+                          meta={} if s is None else {"state": s}) for s in states]
+    return Trajectory(conversations=convs, reward=1.0, sample_id=group, group_id=group)
+
+
+def test_gigpo_says_when_its_turns_give_it_nothing_to_compare():
+    """Merged turns (one conversation per episode) or turns without a state make gigpo a scaled GRPO and
+    leave its per-turn rewards unread: said, not silent."""
+    from memrl.train.scoring import unread_turn_rewards
+
     gigpo = MemRLConfig.model_validate({"model": {"path": "tiny"}, "algorithm": {"adv_estimator": "gigpo"}})
-    assert unread_turn_rewards(gigpo, [rewarded]) is None
+    merged = unread_turn_rewards(gigpo, [episode("g", 1.0), episode("g", 0.0)])
+    assert "one trained conversation" in merged and "record=turns" in merged
+    bare = unread_turn_rewards(gigpo, [turns("g", ["a", None, None]), turns("g", ["a", "b", "c"])])
+    assert bare.startswith("note: 2 of 6 turns have no anchor state")
+    assert unread_turn_rewards(gigpo, [turns("g", ["a", "b"]), turns("g", ["a", "c"])]) is None

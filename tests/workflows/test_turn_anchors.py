@@ -19,6 +19,38 @@ def test_anchor_is_a_stable_hash_of_its_parts() -> None:
     assert anchor({"b": 1, "a": 2}) == anchor({"a": 2, "b": 1})  # messages hash by content, not key order
 
 
+def test_arrays_and_tensors_anchor_by_every_value() -> None:
+    """str() rounds a tensor to 4 digits and elides arrays over 1000 values: two different observations
+    would share a state (verl-agent compares its array anchors exactly)."""
+    import numpy as np
+    import torch
+    a, b = torch.tensor([0.12341, 2.0]), torch.tensor([0.12344, 2.0])
+    assert str(a) == str(b) and anchor(a) != anchor(b)
+    x, y = np.arange(2000), np.arange(2000)
+    y[1000] = -1
+    assert str(x) == str(y) and anchor(x) != anchor(y) and anchor(x) == anchor(np.arange(2000))
+    assert anchor(torch.tensor([1.0, 2.0])) == anchor(np.array([1.0, 2.0]))  # the values, not the library
+
+
+def test_generate_keys_states_exactly(tok) -> None:
+    """``ep.generate(state=...)`` keeps a string or number as written and anything else through anchor()."""
+    from memrl.workflows.api import Episode
+    from memrl.engines.base import SamplingParams
+    import numpy as np
+
+    async def states(*keys):
+        ep = Episode(None, engine=ScriptedEngine(lambda p, s: [5, tok.eos_token_id]), tokenizer=tok,
+                     sampling=SamplingParams(max_new_tokens=4))
+        for k in keys:
+            await ep.generate("hi", max_new_tokens=4, state=k)
+        return [c.state for c in ep.conversations]
+
+    img, other = np.zeros((40, 40)), np.zeros((40, 40))
+    other[3, 4] = 1.0
+    got = asyncio.run(states("room 1", 7, img, other, {"b": 1, "a": 2}, {"a": 2, "b": 1}))
+    assert got[:2] == ["room 1", "7"] and got[2] != got[3] and got[4] == got[5] == anchor({"a": 2, "b": 1})
+
+
 def test_memagent_anchors_are_question_chunk_and_memory(tiny_model) -> None:
     _, tok = tiny_model
     sample = LongContextSample(index=1, question="Who?", answers=["x"], context=" ".join(["w"] * 60), num_docs=1)

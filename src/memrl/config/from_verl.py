@@ -291,7 +291,9 @@ def why_skipped(key: str, value: Any = None) -> str:
     if key.startswith("algorithm.kl_ctrl."):
         return "verl's KL in the reward; memrl's KL is a loss term (algorithm.kl_coef, from use_kl_loss)"
     if key.endswith(("use_invalid_action_penalty", "invalid_action_penalty_coef")):
-        return "verl-agent's penalty for an unparsable action: a workflow's reward gives it (ep.turn_reward)"
+        return ("verl-agent's penalty for an unparsable action, taken after discounting from that step's return "
+                "and its own copy of the episode score: no exact equivalent; ep.turn_reward(-coef) on the turn is "
+                "close, but is discounted back to earlier turns and leaves the episode term alone")
     if key.startswith("distillation."):
         return "verl's distillation differs from memrl's on-policy distillation (teacher.*: reverse KL as advantage)"
     if key == "trainer.project_name":

@@ -47,8 +47,9 @@ class TeacherConfig(Section):
                             "sum of its own and later tokens' (tinker's kl_discount_factor).")
     temperature: Finite | None = Field(None, gt=0, description="Temperature the teacher scores at: null = "
                                        "sampling.temperature (both sides of the reverse KL temperature-scaled, as "
-                                       "the trainer's log-probs); 1.0 = the teacher's own distribution, as "
-                                       "tinker-cookbook's distillation and TRL's GKD loss.")
+                                       "the trainer's log-probs); 1.0 = the teacher's own distribution (the student "
+                                       "side stays at sampling.temperature; tinker-cookbook and TRL's GKD loss "
+                                       "score both sides at 1, equal to memrl at sampling.temperature=1).")
     student: Literal["trainer", "engine"] = Field("trainer", description="Student log-probs of the signal: "
                                                   "trainer (recomputed before the update; one more forward "
                                                   "pass) or engine (the sampling log-probs, as tinker does).")

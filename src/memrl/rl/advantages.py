@@ -57,6 +57,7 @@ class AdvantageEstimator:
     needs_group: bool = False
     turns: Callable[..., torch.Tensor] | None = None
     per_step: bool = False  # its episode stage also normalises ReMemR1's state rewards per (group, turn)
+    states: bool = False  # its turn stage compares turns by their anchor state (ep.generate(state=...))
 
     def __call__(self, scores: torch.Tensor, group_ids: Sequence[Hashable], **kw: Any) -> torch.Tensor:
         out = self.fn(scores, group_ids, **kw)
@@ -72,12 +73,12 @@ class AdvantageEstimator:
 
 def register_adv_est(name: str, *, tokens: Callable[..., torch.Tensor] = spread, needs_group: bool = False,
                      turns: Callable[..., torch.Tensor] | None = None, per_step: bool = False,
-                     ) -> Callable[[Callable[..., torch.Tensor]], AdvantageEstimator]:
+                     states: bool = False) -> Callable[[Callable[..., torch.Tensor]], AdvantageEstimator]:
     """Decorator: register ``fn(scores, group_ids, *, epsilon) -> per-episode values`` as ``name``
-    (``turns``: a per-turn stage; ``per_step``: ReMemR1's state advantage uses ``fn`` too, see
-    :class:`AdvantageEstimator` and :func:`combine_step_advantages`)."""
+    (``turns``: a per-turn stage, ``states`` if it compares turns by anchor state; ``per_step``: ReMemR1's
+    state advantage uses ``fn`` too, see :class:`AdvantageEstimator` and :func:`combine_step_advantages`)."""
     def decorate(fn: Callable[..., torch.Tensor]) -> AdvantageEstimator:
-        return ADV_ESTIMATORS.register(name, AdvantageEstimator(fn, tokens, needs_group, turns, per_step))
+        return ADV_ESTIMATORS.register(name, AdvantageEstimator(fn, tokens, needs_group, turns, per_step, states))
     return decorate
 
 
@@ -224,7 +225,7 @@ def reinforce_plus_plus_baseline(scores: torch.Tensor, group_ids: Sequence[Hasha
     return group_center(scores, group_ids)
 
 
-@register_adv_est("gigpo", needs_group=True, turns=gigpo_rows)
+@register_adv_est("gigpo", needs_group=True, turns=gigpo_rows, states=True)
 def gigpo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
     """GiGPO, per turn: episode score normalised in the group plus the turn's return normalised by anchor state.
 

@@ -28,16 +28,37 @@ def without_non_finite(trajs: list[Trajectory]) -> tuple[list[Trajectory], list[
 
 def unread_turn_rewards(cfg: MemRLConfig, trajs: list[Trajectory]) -> str | None:
     """A note when episodes carry per-turn rewards (``ep.turn_reward``) that the configured estimator does not
-    read: per-turn credit needs a per-turn estimator (or ReMemR1's state advantages), else they change nothing."""
+    read: per-turn credit needs a per-turn estimator (or ReMemR1's state advantages), else they change nothing.
+    Under an estimator comparing turns by state, a note when the turns give it nothing to compare."""
     a = cfg.algorithm
-    if a.step_rewards or get_estimator(a.adv_estimator).turns is not None:
+    if a.step_rewards:
         return None
+    est = get_estimator(a.adv_estimator)
+    if est.turns is not None:
+        return stateless_turns(a.adv_estimator, trajs) if est.states else None
     if not any(c.reward is not None for t in trajs for c in t.conversations):
         return None
     per_turn = [n for n in ADV_ESTIMATORS.names if getattr(ADV_ESTIMATORS.get(n), "turns", None) is not None]
     return (f"note: the episodes carry per-turn rewards (ep.turn_reward), which adv_estimator={a.adv_estimator!r} "
             f"does not read: only the episode reward trains (per-turn credit: algorithm.adv_estimator="
             f"{' or '.join(per_turn)}; ReMemR1's state rewards: algorithm.step_rewards=true)")
+
+
+def stateless_turns(name: str, trajs: list[Trajectory]) -> str | None:
+    """Why a state-comparing estimator (gigpo) would quietly reduce to a scaled GRPO: every episode is one
+    conversation (merged turns: one step per episode), or turns have no anchor state (each stands alone:
+    its step term is 0, so its per-turn reward changes nothing)."""
+    convs = [c for t in trajs for c in t.conversations if any(c.loss_mask)]
+    if trajs and all(sum(map(any, (c.loss_mask for c in t.conversations))) <= 1 for t in trajs):
+        return (f"note: every episode is one trained conversation (merged turns), so adv_estimator={name!r} has one "
+                "step per episode and trains as a scaled GRPO; per-turn credit needs a conversation per turn "
+                "(the tool agent's workflow.record=turns, or ep.generate(merge=False))")
+    bare = sum(c.state is None for c in convs)
+    if bare:
+        return (f"note: {bare} of {len(convs)} turns have no anchor state (ep.generate(state=...)); under "
+                f"adv_estimator={name!r} each stands alone: its step term is 0, and its per-turn reward changes "
+                "nothing")
+    return None
 
 
 def without_lone_groups(ep_adv: torch.Tensor, groups: list[str]) -> torch.Tensor:

@@ -32,7 +32,7 @@ from memrl.plugins import finite_number, finite_reward
 from memrl.workflows.metric_names import TRAINER_METRICS, TRAINER_PREFIXES
 from memrl.types import Conversation, Trajectory
 from memrl.text.tokens import chat_ids  # noqa: F401 (part of this module's API since it was written here)
-from memrl.workflows.common import anchor, decode, encode_text, stop_token_ids, strip_stop, turn_seed  # noqa: F401
+from memrl.workflows.common import anchor, decode, state_key, encode_text, stop_token_ids, strip_stop, turn_seed  # noqa: F401
 from memrl.workflows.options import NoOptions, options_error, strict_options  # noqa: F401 (this module's API)
 
 
@@ -159,7 +159,7 @@ class Episode:
         result = await self.engine.generate(ids, params)
         conv = self._record(ids, result, merge)
         if state is not None and conv.state is None:
-            conv.meta["state"] = str(state)
+            conv.meta["state"] = state_key(state)
         text = decode(self.tokenizer, strip_stop(result.token_ids, stops))
         return Generation(text, result=result, stops=stops, prompt_ids=ids, conversation=conv)
 

@@ -16,11 +16,30 @@ from memrl.text.tokens import decode, encode_text, stop_token_ids, strip_stop  #
 from memrl.types import Conversation, Trajectory
 
 
+def _exact(part: Any) -> Any:
+    """A JSON form of a part ``json`` cannot write: arrays and tensors by every value (their ``str`` rounds
+    to 4 digits and elides long arrays, which would put different observations in one state), others by
+    ``str``."""
+    tolist = getattr(part, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    return sorted(map(_exact, part), key=repr) if isinstance(part, (set, frozenset)) else str(part)
+
+
 def anchor(*parts: Any) -> str:
     """A short stable hash of what defines a turn's state (``ep.generate(..., state=anchor(...))``):
-    equal parts give equal keys across episodes and processes (no Python ``hash`` salt)."""
-    blob = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    equal parts give equal keys across episodes and processes (no Python ``hash`` salt); dicts compare
+    whatever their key order, arrays and tensors by their exact values (as verl-agent's anchors)."""
+    blob = json.dumps(parts, sort_keys=True, default=_exact, ensure_ascii=False)
     return hashlib.sha1(blob.encode("utf-8")).hexdigest()[:16]
+
+
+def state_key(state: Any) -> str:
+    """The key a turn's ``state=`` is compared by: a string or number as written (readable in the viewer),
+    anything else (an array, a dict, a tuple) through :func:`anchor`, exactly."""
+    if isinstance(state, (str, int, float)):
+        return str(state)
+    return anchor(state)
 
 
 def turn_seed(params: SamplingParams, turn: int) -> SamplingParams:

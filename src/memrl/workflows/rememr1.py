@@ -60,6 +60,7 @@ from memrl.rewards.qa import normalize_answer
 from memrl.types import Conversation, Trajectory
 from memrl.workflows.common import (
     added_specials,
+    anchor,
     cached_prompts,
     decode,
     encode_text,
@@ -303,7 +304,7 @@ def _state_reward(updates: list[str], memory_text: str, new_text: str, recalled_
 
 
 def _final_conversation(tokenizer: Any, p: Any, prompt: list[int], res: Any, golds: list[str],
-                        released: bool) -> Conversation:
+                        released: bool, state: str) -> Conversation:
     """The answer turn, with its state reward (one boxed answer; the released code's own rule)."""
     final_text = decode(tokenizer, strip_stop(res.token_ids, p.stops))
     if released:
@@ -311,7 +312,7 @@ def _final_conversation(tokenizer: Any, p: Any, prompt: list[int], res: Any, gol
     else:
         reward = float(len(_BOXED.findall(final_text)) == 1)
     return Conversation.from_prompt_response(prompt, res.token_ids, res.logprobs, reward=reward,
-                                             meta={"kind": "final", "finish": res.finish_reason})
+                                             meta={"kind": "final", "finish": res.finish_reason, "state": state})
 
 
 def _inputs(sample: LongContextSample, tokenizer: Any, config: WorkflowConfig, p: _Prompts,
@@ -347,7 +348,6 @@ async def rememr1(
     p = cached_prompts(_Prompts, tokenizer, config.prompts, RELEASED_PROMPTS if released else DEFAULT_PROMPTS)
     sample, context, original_len, fill = _inputs(sample, tokenizer, config, p, released)
     golds = sample.answers
-
     memory, memory_text, recalled, recalled_text = p.no_memory, p.no_memory_text, p.no_recall, p.no_recall_text
     pool = _Pool(tokenizer, released)
     conversations: list[Conversation] = []
@@ -356,6 +356,7 @@ async def rememr1(
     for k in range(math.ceil(len(context) / config.chunk_tokens)):
         chunk = context[k * config.chunk_tokens: (k + 1) * config.chunk_tokens]
         prompt = fill.render(p.memory, (memory, memory_text), (recalled, recalled_text), chunk)
+        seen = anchor(sample.question, k, memory_text, recalled_text)  # gigpo's state: what this turn saw
         res = await engine.generate(prompt, turn_seed(params, k))
         out = strip_stop(res.token_ids, p.stops)
         updates = _UPDATE.findall(tokenizer.decode(out, skip_special_tokens=False))
@@ -374,14 +375,15 @@ async def rememr1(
                                    recalled_text if hit is not None else "", golds)
         conversations.append(Conversation.from_prompt_response(
             prompt, res.token_ids, res.logprobs, reward=reward,
-            meta={"kind": "memory", "chunk": k, "finish": res.finish_reason, "recall": query is not None}))
+            meta={"kind": "memory", "chunk": k, "finish": res.finish_reason, "recall": query is not None, "state": seen}))
         memory, memory_text = new_memory, new_text
 
     slot = (recalled, recalled_text) if config.recall_in_final else (p.no_recall, p.no_recall_text)
     prompt = fill.render(p.final, (memory, memory_text), slot)
     final_params = sampling.with_(max_new_tokens=config.final_tokens, stop_token_ids=p.stops)
     res = await engine.generate(prompt, turn_seed(final_params, len(conversations)))
-    conversations.append(_final_conversation(tokenizer, p, prompt, res, golds, released))
+    seen = anchor(sample.question, "final", memory_text, slot[1])
+    conversations.append(_final_conversation(tokenizer, p, prompt, res, golds, released, seen))
     return qa_trajectory(
         sample, tokenizer, conversations, res, p.stops, config.reward, sample_id=sample_id, group_id=group_id,
         metrics={"context_tokens": float(len(context)), "context_tokens_original": float(original_len),
