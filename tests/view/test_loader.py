@@ -181,3 +181,18 @@ def test_a_tokenizer_asked_for_by_name_that_does_not_load_is_an_error(run_dir, t
                                              "alias (tiny, smollm2-135m-instruct))"]
     r = CliRunner().invoke(app, ["view", str(run_dir), "--tokenizer", "tiny", "--out", str(page)])
     assert r.exit_code == 0 and page.is_file(), r.output
+
+
+def test_a_tokenizer_a_folder_names_comes_only_from_the_local_cache(monkeypatch) -> None:
+    """A hub id in a viewed folder's config is not downloaded (the user named no network), only looked up."""
+    import transformers
+
+    from memrl.view import loader
+
+    asked: list[dict] = []
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
+                        lambda path, **kw: asked.append(kw) or (_ for _ in ()).throw(OSError("not cached")))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    warnings: list[str] = []
+    assert loader.get_tokenizer("some-org/not-cached-model-xyz", warnings.append) is None
+    assert asked == [{"local_files_only": True}] and "not loaded" in warnings[0]

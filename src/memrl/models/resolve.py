@@ -112,14 +112,15 @@ def check_local(spec: str, path: str, needs: tuple[str, ...]) -> None:
                                  "(memrl export writes one)")
 
 
-def load_tokenizer(spec: str) -> Any:
-    """A ``transformers`` tokenizer from a folder, hub id or alias."""
+def load_tokenizer(spec: str, local_only: bool = False) -> Any:
+    """A ``transformers`` tokenizer from a folder, hub id or alias (``local_only``: a hub id only from the local
+    cache, for a name the user did not give, e.g. one a viewed folder's config holds)."""
     from transformers import AutoTokenizer
 
     path = resolve_model_path(spec)
     check_local(spec, path, TOKENIZER_FILES)
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return AutoTokenizer.from_pretrained(path, **({"local_files_only": True} if local_only else {}))
     except (OSError, ValueError) as exc:
         raise ModelNotFoundError(_load_failure("tokenizer", spec, path, exc)) from None
 

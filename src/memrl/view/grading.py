@@ -101,6 +101,22 @@ def _graded_by_env(workflow: dict[str, Any]) -> bool:
         return False
 
 
+def _without_named_code(env: dict[str, Any], warn: Any) -> dict[str, Any]:
+    """The env with only the tool options that are plain switches and sizes: a text option can name code to
+    import (an embedder ``module:function``), a URL and an environment variable to send as its key (an
+    embedding endpoint) or a shell variant; grading a saved episode needs the tasks and the database, none of
+    those, and viewing a folder never runs, calls or sends what the folder names."""
+    opts = env.get("tool_options")
+    if not isinstance(opts, dict):
+        return {**env, "tool_options": {}}
+    kept = {k: v for k, v in opts.items() if isinstance(v, (bool, int, float))}
+    dropped = sorted(set(opts) - set(kept))
+    if dropped:
+        warn(f"env.tool_options {', '.join(map(str, dropped))} not applied: the viewer grades with the domain's "
+             "default tools (it never imports, calls or sends what a folder's config names)")
+    return {**env, "tool_options": kept}
+
+
 def _grader_of(path: Path, warn: Any) -> Grader | None:
     try:
         cfg = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -115,6 +131,7 @@ def _grader_of(path: Path, warn: Any) -> Grader | None:
         warn(f"domain {env['domain']!r} is an import path: gold actions and grader checks not shown "
              "(viewing a folder never runs its code)")
         return None
+    env = _without_named_code(env, warn)
     try:
         return Grader(env)
     except Exception as exc:  # a missing data_dir, a moved tau2 clone: the page still shows the episodes

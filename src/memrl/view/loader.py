@@ -97,14 +97,15 @@ def _spec_of(cfg: Path) -> str | None:
 
 
 def get_tokenizer(spec: str | None, warn: Warn) -> Any | None:
-    """The tokenizer for ``spec``, loaded once per process (the server reloads pages often)."""
+    """The tokenizer for ``spec``, loaded once per process (the server reloads pages often); a hub id the
+    folder's config names only from the local cache (viewing a folder downloads nothing it names)."""
     if not spec:
         return None
     if spec not in _TOKENIZERS:
         try:
             from memrl.models.resolve import load_tokenizer
 
-            _TOKENIZERS[spec] = load_tokenizer(spec)
+            _TOKENIZERS[spec] = load_tokenizer(spec, local_only=True)
         except Exception as exc:  # any failure means the text fallback, never a broken page
             warn(f"tokenizer {spec!r} not loaded ({exc}); showing responses as decoded text, not per token")
             _TOKENIZERS[spec] = None
