@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from memrl.config.registry import ENGINES, registered
-from memrl.config.section import Section, Seed
+from memrl.config.section import Section, Seed, ServerURL
 
 
 class VLLMOptions(Section):
@@ -57,7 +57,7 @@ class EngineConfig(Section):
     kind: registered(ENGINES) = Field("hf", description="Inference backend: a kind registered in "
                                       "memrl.engines.factory (register_engine) or an import path to a builder "
                                       "(cfg, model) -> Engine.")
-    base_url: str | None = Field(None, description="openai: server root, e.g. http://127.0.0.1:8000/v1.")
+    base_url: ServerURL | None = Field(None, description="openai: server root, e.g. http://127.0.0.1:8000/v1.")
     served_model: str | None = Field(None, description="openai: model name sent in requests.")
     api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
     max_batch_size: int = Field(32, gt=0, description="hf: requests decoded together.")

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from memrl.config.aliases import alias_for
 from memrl.config.renames import ALSO, both_given, migrate, moved_key, notice
 from memrl.config.section import external_fields
+from memrl.io.urls import masked
 from memrl.config.schema import FIXED_ON_RESUME, MemRLConfig, check_resume_keys  # noqa: F401 (their old home)
 
 
@@ -206,10 +207,10 @@ def _format_validation_error(exc: ValidationError, source: str, given: dict[str,
         msg = str(err["msg"]).removeprefix("Value error, ")
         where = f"{loc}: " if loc else ""  # a check across sections has no one place
         if override is not None:
-            lines.append(f"{where}{msg} (from the command-line setting {override})")
+            lines.append(f"{where}{msg} (from the command-line setting {masked(override)})")
         else:
             got = err.get("input")
-            shown = "" if isinstance(got, dict) else f" (got {got!r}{source if mixed else ''})"
+            shown = "" if isinstance(got, dict) else f" (got {masked(repr(got))}{source if mixed else ''})"
             lines.append(f"{where}{msg}{shown}")
     file_only = all(o is None for _, o in blamed)
     return ConfigError(f"invalid config{source if file_only else ''}: " + "; ".join(lines))

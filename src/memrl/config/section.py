@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
 
-from pydantic import AllowInfNan, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, AllowInfNan, BaseModel, ConfigDict, Field, model_validator
+
+from memrl.io.urls import no_credentials
 
 # A number that must be finite: ``ge=0`` lets ``inf`` through, and ``trainer.lr=inf`` turned every weight into
 # NaN at step 1 (``algorithm.kl_coef=inf`` skipped every step yet reported "done"). Limits where infinity
 # means "none" (timeouts, clip ratios, caps) stay plain floats.
 Finite = Annotated[float, AllowInfNan(False)]
+# A server root: credentials in it would be written to config.yaml and trackers (the key goes in api_key_env).
+ServerURL = Annotated[str, AfterValidator(no_credentials)]
 # A seed numpy and torch both take.
 Seed = Annotated[int, Field(ge=0, lt=2**32)]
 

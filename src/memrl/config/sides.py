@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from memrl.config.registry import ENGINES, registered
-from memrl.config.section import Finite, Section
+from memrl.config.section import Finite, Section, ServerURL
 
 
 class SideModelConfig(Section):
@@ -17,7 +17,7 @@ class SideModelConfig(Section):
                               "with protocol chat the served model's name (e.g. gpt-4.1-2025-04-14).")
     engine: registered(ENGINES) = Field("hf", description="A registered engine kind that can serve a side model: "
                                         "hf (in-process), openai (a server at base_url) or your own.")
-    base_url: str | None = Field(None, description="openai: server root, e.g. http://host:8000/v1.")
+    base_url: ServerURL | None = Field(None, description="openai: server root, e.g. http://host:8000/v1.")
     served_model: str | None = Field(None, description="openai: model name sent in requests.")
     api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")
     protocol: Literal["tokens", "chat"] = Field(

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from memrl.config.registry import TEACHERS, registered
-from memrl.config.section import Finite, Section
+from memrl.config.section import Finite, Section, ServerURL
 
 
 class TeacherConfig(Section):
@@ -34,7 +34,7 @@ class TeacherConfig(Section):
         from memrl.config.engine import check_device_name
 
         return check_device_name(v, "teacher.device")
-    base_url: str | None = Field(None, description="openai: server root, e.g. http://127.0.0.1:8001/v1.")
+    base_url: ServerURL | None = Field(None, description="openai: server root, e.g. http://127.0.0.1:8001/v1.")
     served_model: str | None = Field(None, description="openai: model name sent in requests (default: "
                                      "teacher.model).")
     api_key_env: str = Field("OPENAI_API_KEY", description="openai: environment variable holding the key.")

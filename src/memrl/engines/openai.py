@@ -32,6 +32,7 @@ from typing import Any
 
 from memrl.engines.base import EngineError, GenerationResult, SamplingParams
 from memrl.engines.openai_chat import ChatReply, chat_payload, parse_chat_reply
+from memrl.io.urls import shown_url
 
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
@@ -99,14 +100,15 @@ class OpenAIEngine:
         found = probe_server(self.base_url, self.model, self._client_args["headers"], self.probe_timeout_s)
         self.logprob_definition = found
         if found == RAW:
-            raise EngineError(refusal(self.base_url, temperature))
+            raise EngineError(refusal(shown_url(self.base_url), temperature))
         if found == UNKNOWN:
-            print(f"note: could not tell whether {self.base_url} returns temperature-scaled log-probs (no top "
-                  "log-probs at two temperatures); vLLM needs --logprobs-mode processed_logprobs", file=sys.stderr)
+            print(f"note: could not tell whether {shown_url(self.base_url)} returns temperature-scaled log-probs "
+                  "(no top log-probs at two temperatures); vLLM needs --logprobs-mode processed_logprobs",
+                  file=sys.stderr)
         return found
 
     def __repr__(self) -> str:  # never show headers (the key)
-        return f"OpenAIEngine(base_url={self.base_url!r}, model={self.model!r})"
+        return f"OpenAIEngine(base_url={shown_url(self.base_url)!r}, model={self.model!r})"
 
     def _payload(self, prompt_ids: Sequence[int], params: SamplingParams) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -216,14 +218,14 @@ class OpenAIEngine:
                 request = asyncio.ensure_future(client.post(path, json=payload))
                 try:
                     if not await self._await_slow(request, self.patience(payload)):
-                        last = f"no answer, and the server stopped answering {self.base_url}/models"
+                        last = f"no answer, and the server stopped answering {shown_url(self.base_url)}/models"
                     else:
                         resp = request.result()
                         if resp.status_code in _RETRY_STATUS:
-                            last = f"HTTP {resp.status_code} from {self.base_url}: {resp.text[:200]}"
+                            last = f"HTTP {resp.status_code} from {shown_url(self.base_url)}: {resp.text[:200]}"
                             retry_after = resp.headers.get("retry-after")
                         elif resp.status_code >= 400:
-                            raise EngineError(f"HTTP {resp.status_code} from {self.base_url}{path}: "
+                            raise EngineError(f"HTTP {resp.status_code} from {shown_url(self.base_url)}{path}: "
                                               f"{resp.text[:500]}")
                         else:
                             return resp.json()
@@ -233,7 +235,7 @@ class OpenAIEngine:
                     request.cancel()  # only if we leave early (our caller was cancelled)
                 if attempt < self.retries:
                     await asyncio.sleep(self.backoff(attempt, retry_after))
-        raise EngineError(f"request to {self.base_url} failed after {self.retries + 1} attempts: {last}")
+        raise EngineError(f"request to {shown_url(self.base_url)} failed after {self.retries + 1} attempts: {last}")
 
     async def update_weights(self, state_dict: Mapping[str, Any]) -> None:
         raise NotImplementedError("weight updates over HTTP are not supported; use the hf or vllm engine "

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from memrl.io.urls import shown_url
 from memrl.train.batch import Row
 
 
@@ -36,6 +37,7 @@ class OpenAITeacher:
         import httpx
 
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.shown = shown_url(base_url)  # messages never show credentials a URL holds
         self.client = httpx.Client(base_url=base_url.rstrip("/") + "/", headers=headers, timeout=timeout_s,
                                    transport=transport)
         self.model = model
@@ -57,7 +59,7 @@ class OpenAITeacher:
             got = data["choices"][0]["prompt_logprobs"]
             values = [float(got[t][str(tok)]["logprob"]) for t, tok in enumerate(ids) if t > 0]
         except (KeyError, IndexError, TypeError) as exc:
-            raise TeacherServerError(f"teacher server at {self.client.base_url}: no prompt log-probs in its answer "
+            raise TeacherServerError(f"teacher server at {self.shown}: no prompt log-probs in its answer "
                                      f"({type(exc).__name__}: {exc}); it must be vLLM's /v1/completions (or "
                                      "another server that honours prompt_logprobs)") from None
         return torch.tensor(values, dtype=torch.float32)
@@ -71,11 +73,11 @@ class OpenAITeacher:
                 resp = self.client.post("completions", json=body)
                 if resp.status_code < 500 and resp.status_code != 429:
                     if resp.status_code >= 400:
-                        raise TeacherServerError(f"teacher server at {self.client.base_url}: HTTP "
+                        raise TeacherServerError(f"teacher server at {self.shown}: HTTP "
                                                  f"{resp.status_code}: {resp.text[:300]}")
                     return resp.json()
                 last = f"HTTP {resp.status_code}"
             except (httpx.TransportError, httpx.TimeoutException) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             time.sleep(min(60.0, 0.5 * 2**attempt))
-        raise TeacherServerError(f"teacher server at {self.client.base_url}: {last} after {self.retries} retries")
+        raise TeacherServerError(f"teacher server at {self.shown}: {last} after {self.retries} retries")

@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from memrl.io.urls import no_credentials
 from memrl.data.errors import DataError
 from memrl.envs.domain import Domain, _locate
 from memrl.envs.domains.banking_knowledge import records
@@ -175,6 +176,12 @@ def banking_knowledge_domain(data_dir: str | Path | None = None,
     unknown = sorted(set(opts) - set(OPTIONS))
     if unknown:
         raise ValueError(f"domain {NAME!r} has no tool option {unknown[0]!r}; options: {', '.join(OPTIONS)}")
+    for key in ("embedder_base_url", "reranker_base_url"):
+        if isinstance(opts.get(key), str):
+            try:
+                no_credentials(opts[key])
+            except ValueError as err:
+                raise ValueError(f"env.tool_options.{key}: {err}") from None
     if data_dir is None:
         raise ValueError(f"domain {NAME!r} is not bundled; set env.data_dir to a τ²-bench (v1.0+) clone "
                          "(or its data/tau2/domains folder)")
