@@ -143,3 +143,17 @@ def test_a_folder_an_older_memrl_wrote_is_recognised_by_its_signature(tmp_path):
     (old / "notes.txt").write_text("x")  # signature, but something else too: refused
     with pytest.raises(OutputDirError, match="2 such entries"):
         clear_outputs(old, "--fresh", legacy=legacy)
+
+
+def test_a_name_memrl_did_not_write_is_never_overwritten(tmp_path):
+    """``memrl data ruler --out DIR`` overwrote a user's ruler_report.json and then listed it as its own."""
+    from memrl.data.outdir import OutputDirError, record_outputs, recorded_entries
+
+    (tmp_path / "ruler_report.json").write_text("MY PRECIOUS REPORT")
+    with pytest.raises(OutputDirError, match="ruler_report.json exists and memrl did not write it"):
+        record_outputs(tmp_path, ["a.jsonl", "ruler_report.json"], by="memrl data ruler")
+    assert (tmp_path / "ruler_report.json").read_text() == "MY PRECIOUS REPORT"
+    assert recorded_entries(tmp_path) is None  # nothing recorded, nothing claimed
+    record_outputs(tmp_path, ["a.jsonl"], by="memrl data ruler")
+    (tmp_path / "a.jsonl").write_text("x")
+    record_outputs(tmp_path, ["a.jsonl"], by="memrl data ruler")  # its own output: a re-run may replace it

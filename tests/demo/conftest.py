@@ -60,4 +60,7 @@ def tools_warm_start_of(small_tools_demo: tuple[Path, dict, Path], dest: Path) -
     scale, ``SMALL``, not on the reward, estimator, record or RL steps) to ``dest``, so that
     ``run_tools_demo(dest, seed=0, scale=SMALL, ...)`` reuses it and runs from the held-out evaluation before RL
     on. Nothing of the shared run's RL stage or summary comes along."""
+    from memrl.data.outdir import record_outputs
+
     shutil.copytree(small_tools_demo[2], dest, dirs_exist_ok=True)
+    record_outputs(dest, TOOLS_WARM_START, by="memrl demo", written=True)  # as the demo recorded them there

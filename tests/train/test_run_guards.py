@@ -131,6 +131,16 @@ def test_the_users_own_config_in_the_output_folder_is_never_replaced(tmp_path):
     Trainer(config(tmp_path))
 
 
+def test_metrics_of_a_folder_memrl_did_not_record_are_never_dropped(tmp_path):
+    """A folder holding someone's metrics.jsonl and no run config: its rows were replaced with a warning."""
+    (tmp_path / "run").mkdir()
+    theirs = '{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 0.4}\n'
+    (tmp_path / "run" / "metrics.jsonl").write_text(theirs)
+    with pytest.raises(ConfigError, match="metrics.jsonl is not a run memrl recorded.*trainer.output_dir"):
+        Trainer(config(tmp_path))
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == theirs
+
+
 # -- metrics.jsonl ----------------------------------------------------------------------------------
 def test_torn_last_line_is_dropped_with_a_warning(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "rew')
@@ -316,7 +326,7 @@ def test_export_never_leaves_stale_weights(tmp_path):
         export_run(run, out, step=2)
     stale = "model-00002-of-00002.safetensors"  # a shard an older export wrote
     (out / stale).write_text("from an older export")
-    record_outputs(out, [stale], by="memrl export")
+    record_outputs(out, [stale], by="memrl export", written=True)
     export_run(run, out, step=2, force=True)
     assert not (out / stale).exists()
     (out / "notes.txt").write_text("mine")  # not an export's: --force refuses

@@ -93,15 +93,20 @@ def _write_manifest(out: Path, manifest: dict[str, set[str]]) -> None:
         fh.write("\n")
 
 
-def record_outputs(out: Path, names: Iterable[str], by: str | None = None) -> None:
+def record_outputs(out: Path, names: Iterable[str], by: str | None = None, written: bool = False) -> None:
     """Create ``out`` if needed and add ``names`` (top-level entries about to be written by command ``by``,
-    e.g. ``"memrl eval"``) to its manifest."""
+    e.g. ``"memrl eval"``) to its manifest; refused if one exists that memrl did not write (``written``: the
+    command just wrote them itself, in a folder of its own)."""
     names = set(names)
     bad = [n for n in names if not _is_plain_name(n)]
     if bad:
         raise ValueError(f"output names must be plain file names, got {bad[0]!r}")
     out.mkdir(parents=True, exist_ok=True)
     manifest = _read_manifest(out) or {}
+    foreign = [] if written else sorted(n for n in names if n not in manifest and os.path.lexists(out / n))
+    if foreign:
+        raise OutputDirError(f"{out / foreign[0]} exists and memrl did not write it; move it away or pass another "
+                             "folder (memrl never overwrites what it did not write)")
     if all(n in manifest and (by is None or by in manifest[n]) for n in names) and (out / MANIFEST).is_file():
         return
     for name in names:

@@ -87,7 +87,7 @@ def check_replaceable(out: Path) -> None:
 def mark_export(folder: Path) -> None:
     """Record every entry of a model folder about to become ``--out`` as an export's, so that a later
     ``--force`` may replace it (and nothing else)."""
-    record_outputs(folder, [n for n in os.listdir(folder) if n != MANIFEST], by=EXPORTED_BY)
+    record_outputs(folder, [n for n in os.listdir(folder) if n != MANIFEST], by=EXPORTED_BY, written=True)
 
 
 @contextlib.contextmanager

@@ -136,12 +136,16 @@ def check_run_config(cfg: MemRLConfig, run_dir: Path, notice: Callable[[str], No
     killed before its first save): its config is replaced, so fixing that setting is not refused. A
     ``config.yaml`` there that memrl did not record (no :data:`RUN_CONFIG_HEADER`: the user's own, say
     ``memrl train exp/config.yaml`` with ``output_dir: exp``) is never replaced: that once turned a
-    commented 7-line file into memrl's 211-line dump.
+    commented 7-line file into memrl's 211-line dump. Nor is a ``metrics.jsonl`` without one (its rows would go).
     """
     from memrl.train.checkpoint import checkpoints
 
     path = run_dir / "config.yaml"
     new = cfg.model_dump(mode="json")
+    if not path.is_file() and (run_dir / "metrics.jsonl").is_file() and not checkpoints(run_dir):
+        raise ConfigError(f"{run_dir / 'metrics.jsonl'} is not a run memrl recorded (no config.yaml beside it; a file "
+                          "of yours?) and memrl train would replace its rows: set trainer.output_dir to another "
+                          "folder, or move it")
     if path.is_file():
         text = path.read_text(errors="replace")
         if not text.startswith(RUN_CONFIG_HEADER) and not checkpoints(run_dir):
