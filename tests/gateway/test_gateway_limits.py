@@ -29,6 +29,10 @@ def test_non_finite_sampling_values_get_a_400_naming_the_field(gateway, tools_to
                 answers.append((field, await raw.post(endpoint.base_url + "/chat/completions", content=body)))
             prompt = await raw.post(endpoint.base_url + "/completions",
                                     content='{"prompt": "hi", "max_tokens": 4, "temperature": NaN}')
+            for ids in ("[1180591620717411303424]", f"[{len(tok)}]"):  # beyond the vocabulary, as memrl serve
+                body = f'{{"messages": {user}, "max_tokens": 4, "stop_token_ids": {ids}}}'
+                answers.append(("stop_token_ids", await raw.post(endpoint.base_url + "/chat/completions",
+                                                                 content=body)))
             await raw.aclose()
             ok = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
                                                       max_tokens=8)

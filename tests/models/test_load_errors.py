@@ -3,6 +3,8 @@ HF_HUB_OFFLINE a hub id is missing from the cache (not "check your internet conn
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from memrl.models.resolve import ModelNotFoundError, load_model, load_tokenizer
@@ -23,3 +25,27 @@ def test_an_uncached_hub_id_offline_says_so(monkeypatch):
         load_tokenizer("memrl-test-org/no-such-model-xyz")
     assert "nor in the local Hugging Face cache, and HF_HUB_OFFLINE=1 forbids downloading it" in str(err.value)
     assert "internet connection" not in str(err.value)
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch never-made-by-memrl",))
+
+
+def test_pickled_weights_that_could_run_code_are_one_line_and_never_run(tmp_path, monkeypatch):
+    """A model folder whose pytorch_model.bin is a pickle of an object: refused (torch's weights_only) in one
+    line that does not advise unpickling it, and nothing runs."""
+    import shutil
+
+    import torch
+
+    from memrl.models.resolve import ModelNotFoundError, load_model, resolve_model_path
+
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "m"
+    folder.mkdir()
+    shutil.copy(os.path.join(resolve_model_path("tiny"), "config.json"), folder / "config.json")
+    torch.save({"x": _RunsCode()}, folder / "pytorch_model.bin")
+    with pytest.raises(ModelNotFoundError, match="never unpickles") as err:
+        load_model(str(folder), device="cpu")
+    assert "weights_only" not in str(err.value) and not (tmp_path / "never-made-by-memrl").exists()

@@ -216,3 +216,20 @@ def test_generation_stops_when_the_client_leaves_or_the_server_drains(tiny_model
     status = asyncio.run(go())
     assert status == (499 if how == "disconnect" else 503)
     assert 0 < engine.stats.generated_tokens < 50_000
+
+
+def test_a_keyless_local_server_answers_only_requests_addressed_to_this_machine(tiny_model):
+    """DNS rebinding: a page at attacker.example rebinds its name to 127.0.0.1 and reads the model's answers."""
+    from memrl.serve.middleware import host_name
+
+    assert [host_name(h) for h in ("[::1]:8000", "LocalHost:80", "127.0.0.1", "::1")] == \
+        ["::1", "localhost", "127.0.0.1", "::1"]
+    model, tok = tiny_model
+    app = create_app(HFEngine(model), tok, "tiny", local_hosts=["127.0.0.1", "localhost", "[::1]"])
+    with TestClient(app) as client:
+        body = {"model": "tiny", "prompt": "hi", "max_tokens": 2}
+        for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000"):
+            assert client.post("/v1/completions", json=body, headers={"Host": host}).status_code == 200
+        refused = client.post("/v1/completions", json=body, headers={"Host": "attacker.example:8000"})
+        assert refused.status_code == 403 and error_of(refused)["code"] == "host_refused"
+        assert client.get("/docs", headers={"Host": "attacker.example:8000"}).status_code == 403

@@ -22,7 +22,7 @@ from memrl.gateway.sessions import Session
 from memrl.gateway.tool_parser import split_tool_calls
 from memrl.serve.answers import Answers
 from memrl.serve.errors import APIError
-from memrl.serve.limits import ServeLimits, check_window, model_window, parse_prompts
+from memrl.serve.limits import ServeLimits, check_token_ids, check_window, model_window, parse_prompts
 from memrl.text.tokens import chat_ids
 from memrl.workflows.api import OFF_LOOP_CHARS, prompt_chars
 from memrl.workflows.common import anchor
@@ -131,6 +131,7 @@ async def model_call(session: Session, req: CallRequest) -> dict[str, Any]:
     else:
         ids = encode_prompt(session, req, limits)
     budget = completion_budget(len(ids), req.max_tokens, settings.max_tokens, limits)
+    check_token_ids(req.stop_token_ids, "stop_token_ids", limits.vocab_size)  # as memrl serve: in the vocabulary
     stops = None
     if req.stop_token_ids or req.ignore_eos:
         stops = [*req.stop_token_ids, *([] if req.ignore_eos else ep.stops)]

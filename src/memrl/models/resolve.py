@@ -185,6 +185,13 @@ def load_model(spec: str, dtype: str = "auto", device: str | None = None) -> Any
     check_local(spec, path, ("config.json",))
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, device))
-    except (OSError, ValueError) as exc:
+    except Exception as exc:
+        # a .bin weights file torch's weights_only loader refuses raises UnpicklingError: one line, as a bad folder
+        if type(exc).__name__ == "UnpicklingError":
+            raise ModelNotFoundError(f"cannot load model {spec!r}: its .bin weights hold more than tensors (a pickle "
+                                     "that could run code), and memrl never unpickles them; use safetensors "
+                                     "weights") from None
+        if not isinstance(exc, (OSError, ValueError)):
+            raise
         raise ModelNotFoundError(_load_failure("model", spec, path, exc)) from None
     return model.to(device).eval()

@@ -47,7 +47,7 @@ from memrl.serve.fields import (ChatBody, CompletionBody, RequestBody, chat_logp
                                 reject_unsupported, stop_strings)
 from memrl.serve.limits import (GREEDY_BELOW, ServeLimits, check_sampling, check_token_ids, check_window,
                                 parse_prompts)
-from memrl.serve.middleware import AccessLog, BodyLimit
+from memrl.serve.middleware import AccessLog, BodyLimit, LocalHostOnly
 from memrl.serve.streaming import aligned_spans, events, stream_usage, token_spans
 
 
@@ -268,11 +268,13 @@ class _Routes:
 
 def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optional[str] = None, *,
                limits: Optional[ServeLimits] = None, access_log: Union[bool, TextIO] = False,
-               poll_s: float = 0.1) -> Any:
+               poll_s: float = 0.1, local_hosts: Optional[list[str]] = None) -> Any:
     """The ASGI app. It owns ``engine`` while it runs: shutting the app down closes the engine.
 
     ``access_log``: ``True`` for one line per request on stderr, or a stream. ``poll_s``: how
-    often a waiting handler checks for a client disconnect or a shutdown.
+    often a waiting handler checks for a client disconnect or a shutdown. ``local_hosts``: the only Host
+    names answered (a keyless server on loopback: a web page that rebinds its own name to 127.0.0.1 would
+    otherwise use the model from the browser).
     """
     limits = limits or _limits_for(engine, tokenizer)
     routes = _Routes(engine, tokenizer, model_name, api_key, limits, poll_s)
@@ -283,6 +285,8 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
     app.state.limits = limits
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
+    if local_hosts:
+        app.add_middleware(LocalHostOnly, names=local_hosts)
     if access_log:
         app.add_middleware(AccessLog, stream=None if access_log is True else access_log)
     app.add_exception_handler(Exception, _unexpected)

@@ -129,3 +129,31 @@ class AccessLog:
             ms = (time.perf_counter() - start) * 1000
             stream = self.stream or sys.stderr
             print(f"{scope.get('method', '-')} {scope.get('path', '-')} {status} {ms:.1f}ms", file=stream, flush=True)
+
+
+def host_name(header: str) -> str:
+    """The name part of a Host header (``[::1]:8000`` -> ``::1``, ``localhost:80`` -> ``localhost``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class LocalHostOnly:
+    """Answer only requests whose Host names this machine (403 otherwise): a keyless server on loopback is
+    reachable from any web page whose name rebinds to 127.0.0.1, which then reads the model's answers."""
+
+    def __init__(self, app: ASGIApp, names: list[str]) -> None:
+        self.app = app
+        self.names = {n.strip("[]").lower() for n in names}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            hosts = [v.decode("latin-1") for k, v in scope.get("headers") or [] if k == b"host"]
+            if len(hosts) != 1 or host_name(hosts[0]) not in self.names:
+                await _send_json(send, 403, {"error": {
+                    "message": "this server answers only requests addressed to 127.0.0.1 or localhost (Host header "
+                               "refused); serve with --api-key-env to be reached under another name",
+                    "type": "invalid_request_error", "param": None, "code": "host_refused"}})
+                return
+        await self.app(scope, receive, send)

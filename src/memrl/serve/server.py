@@ -125,8 +125,9 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, dtype: str = "a
         net, eng = _load(engine, model, dtype, max_batch_size, max_model_len)
         limits = ServeLimits.for_model(net, max_model_len=max_model_len, max_n=max_n,
                                        max_body_bytes=int(max_body_mb * 2**20))
+        local = ["127.0.0.1", "localhost", "[::1]", host] if key is None and is_loopback(host) else None
         app = create_app(eng, load_tokenizer(model), served_name or model, api_key=key, limits=limits,
-                         access_log=True)
+                         access_log=True, local_hosts=local)
         config = uvicorn.Config(app, log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=max(1, round(graceful_shutdown_s)))
         if AnnouncingServer(config, app, f"listening on {url_of(sock)}").run_until_stopped(sock):
