@@ -47,7 +47,11 @@ def test_stop_strings_cut_the_stream_as_the_answer(gateway, tools_tokenizer):
     ep, chunks = asyncio.run(_complete(gateway, tools_tokenizer, True, stop=["."]))
     assert "".join(c.choices[0].text for c in chunks) == " one two three"
     assert chunks[-1].usage is None and chunks[-1].choices[0].finish_reason == "stop"
-    assert len(ep.conversations) == 1  # the tokens sampled past the stop string are recorded as sampled
+    assert len(ep.conversations) == 1
+    conv = ep.conversations[0]  # trained: what the program saw, up to the token that completed the stop string
+    said = [t for t, m in zip(conv.token_ids, conv.loss_mask) if m]
+    assert tools_tokenizer.decode(said) == " one two three." and conv.num_generated == len(conv.logprobs[-len(said):])
+    assert " four" not in tools_tokenizer.decode(conv.token_ids)
 
 
 def test_stream_options_without_stream_is_refused(gateway, tools_tokenizer):

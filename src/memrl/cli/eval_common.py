@@ -26,16 +26,17 @@ Advance = Callable[[], None]
 
 
 def prepare_out(out: Path, restart: bool, outputs: Iterable[str], cfg: Any = None,
-                data: dict[str, str] | None = None) -> None:
+                data: dict[str, str] | None = None, written: Iterable[str] = ()) -> None:
     """A writable ``out``, cleared of memrl's own files with ``--restart``, bound to ``cfg``'s settings and to
-    the ``data`` its results come from (``memrl.eval.files.data_record``)."""
+    the ``data`` its results come from (``memrl.eval.files.data_record``); ``written``: outputs this eval
+    already wrote (an online gateway's online.json), kept by ``--restart``."""
     from memrl.data.outdir import check_writable_dir, clear_outputs, record_outputs
     from memrl.eval.runner import check_resume
 
     check_writable_dir(out)
     if restart:
-        clear_outputs(out, "--restart", by="memrl eval")
-    record_outputs(out, outputs, by="memrl eval")
+        clear_outputs(out, "--restart", by="memrl eval", keep=tuple(written))
+    record_outputs(out, outputs, by="memrl eval", written=tuple(written))
     if cfg is not None:
         check_resume(out, cfg, data)
 

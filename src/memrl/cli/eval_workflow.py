@@ -14,6 +14,7 @@ def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Co
               max_samples: int | None = None) -> None:
     """Mean reward, accuracy and pass^k of the config's workflow over the file's samples (the first
     ``max_samples``)."""
+    from memrl.data.outdir import OutputDirError, recorded_entries
     from memrl.engines.factory import build_engine
     from memrl.eval.files import data_record
     from memrl.eval.workflow_eval import WORKFLOW_EVAL_OUTPUTS, eval_samples, run_workflow_eval
@@ -24,11 +25,16 @@ def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Co
         cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"eval_file": str(data)})})
     # what a run keeps in its folder (an online gateway's online.json) goes to --out, not to runs/default
     cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"output_dir": str(out)})})
+    if (out / "online.json").exists() and "online.json" not in (recorded_entries(out) or ()):
+        raise OutputDirError(f"{out / 'online.json'} exists and memrl did not write it; move it away or pass "
+                             "another --out")  # (an online workflow writes its endpoint there as it starts)
     workflow = build_workflow(cfg)
     try:
         samples = eval_samples(cfg, workflow, max_samples)  # before any model loads: a bad row costs nothing
         source = Path(cfg.data.eval_file)  # results of another file (or of this one, changed) must not mix in
-        prepare_out(out, restart, WORKFLOW_EVAL_OUTPUTS, cfg, data_record(source) if source.is_file() else None)
+        written = [n for n in ("online.json",) if (out / n).exists()]  # the online workflow's, just written
+        prepare_out(out, restart, WORKFLOW_EVAL_OUTPUTS, cfg, data_record(source) if source.is_file() else None,
+                    written)
         tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
         eng = build_engine(cfg)
         console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · "

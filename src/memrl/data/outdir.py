@@ -93,17 +93,19 @@ def _write_manifest(out: Path, manifest: dict[str, set[str]]) -> None:
         fh.write("\n")
 
 
-def record_outputs(out: Path, names: Iterable[str], by: str | None = None, written: bool = False) -> None:
+def record_outputs(out: Path, names: Iterable[str], by: str | None = None, written: bool | Iterable[str] = False,
+                   ) -> None:
     """Create ``out`` if needed and add ``names`` (top-level entries about to be written by command ``by``,
     e.g. ``"memrl eval"``) to its manifest; refused if one exists that memrl did not write (``written``: the
-    command just wrote them itself, in a folder of its own)."""
+    command just wrote them itself, all or the names given)."""
     names = set(names)
     bad = [n for n in names if not _is_plain_name(n)]
     if bad:
         raise ValueError(f"output names must be plain file names, got {bad[0]!r}")
     out.mkdir(parents=True, exist_ok=True)
     manifest = _read_manifest(out) or {}
-    foreign = [] if written else sorted(n for n in names if n not in manifest and os.path.lexists(out / n))
+    mine = set(names) if written is True else set() if written is False else set(written)
+    foreign = sorted(n for n in names if n not in manifest and n not in mine and os.path.lexists(out / n))
     if foreign:
         raise OutputDirError(f"{out / foreign[0]} exists and memrl did not write it; move it away or pass another "
                              "folder (memrl never overwrites what it did not write)")
@@ -129,10 +131,10 @@ def entry_owners(name: str, manifest: dict[str, set[str]]) -> set[str] | None:
 
 
 def clear_outputs(out: Path, flag: str, legacy: tuple[Iterable[str], str] | None = None,
-                  by: str | None = None) -> int:
+                  by: str | None = None, keep: tuple[str, ...] = ()) -> int:
     """Delete what command ``by`` wrote in ``out`` (every command's when ``by`` is None, and names recorded
-    without an owner always); keep what other memrl commands wrote; refuse if anything else is there.
-    Returns entries removed.
+    without an owner always); keep what other memrl commands wrote, and ``keep`` (what the command starting
+    over has just written itself); refuse if anything else is there. Returns entries removed.
 
     A missing or empty folder is fine. A folder with entries but no manifest (written by hand,
     or by a memrl older than the manifest) is refused like any folder with foreign entries,
@@ -152,13 +154,13 @@ def clear_outputs(out: Path, flag: str, legacy: tuple[Iterable[str], str] | None
         if (out / signature).is_file() and set(names) <= legacy_names:
             manifest = {n: set() for n in legacy_names}
     manifest = manifest or {}
-    foreign = [n for n in names if entry_owners(n, manifest) is None]
+    foreign = [n for n in names if entry_owners(n, manifest) is None and n not in keep]
     if foreign:
         count = f"{len(foreign)} such entr{'y' if len(foreign) == 1 else 'ies'}"
         raise OutputDirError(f"{flag}: refusing to delete the contents of {out}: it holds {foreign[0]!r}, "
                              f"which memrl did not write ({count}); remove them yourself or choose another --out")
     others = {n: o for n, o in manifest.items() if by is not None and o and by not in o}
-    doomed = [n for n in names if n not in (MANIFEST, LOCK_NAME)  # the lock: held by the run clearing the folder
+    doomed = [n for n in names if n not in (MANIFEST, LOCK_NAME, *keep)  # the lock: held by the run clearing it
               and n not in others and temp_target(n) not in others]
     for name in doomed:
         path = out / name

@@ -139,7 +139,7 @@ def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int 
         check_common(body, streams=True)
         usage = stream_usage(body.stream_options, bool(body.stream))
         req = _request_of("chat", body, chat_logprobs(body), "top_logprobs", chat_messages(body.messages),
-                          model=model_name, tools=check_tools(body),
+                          model=model_name, tools=check_tools(body), parse_tools=body.tool_choice != "none",
                           parallel_tool_calls=body.parallel_tool_calls is not False)
         if body.stream:
             return await stream_chat(session, functools.partial(_call, sessions), req, usage)

@@ -52,6 +52,7 @@ class CallRequest:
     add_special_tokens: bool = False
     model: str = "policy"
     parallel_tool_calls: bool = True  # False: answer with the first parsed call only (vLLM's behaviour)
+    parse_tools: bool = True  # False (tool_choice none): the tools are in the prompt, the answer is text
     continue_final: bool = False  # the last message is the assistant's prefill: generation continues it
 
 
@@ -157,7 +158,18 @@ async def model_call(session: Session, req: CallRequest) -> dict[str, Any]:
         if req.tools:
             conv.meta["tools"] = req.tools
     result = GenerationResult(gen.token_ids, gen.logprobs, gen.finish_reason)  # type: ignore[arg-type]
-    return _answer(session, req, ids, result)
+    answer = _answer(session, req, ids, result)
+    if conv is not None:
+        _drop_after_stop(conv, len(result.token_ids) - answer["usage"]["completion_tokens"])
+    return answer
+
+
+def _drop_after_stop(conv: Any, extra: int) -> None:
+    """Train only what the program saw: tokens sampled past a stop string (a server stops there) leave the
+    recorded conversation. Cutting a sample after the fact leaves what came before distributed as sampled."""
+    if extra > 0:
+        conv.token_ids, conv.loss_mask, conv.logprobs = (conv.token_ids[:-extra], conv.loss_mask[:-extra],
+                                                         conv.logprobs[:-extra])
 
 
 def _answer(session: Session, req: CallRequest, prompt: list[int], res: GenerationResult) -> dict[str, Any]:
@@ -176,7 +188,7 @@ def _answer(session: Session, req: CallRequest, prompt: list[int], res: Generati
             choice["logprobs"] = answers.completion_logprobs(res, 0, req.as_ids)
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", **head, "choices": [choice]}
     message: dict[str, Any] = {"role": "assistant", "content": text}
-    if req.tools and session.settings.tool_parser is not None:
+    if req.tools and req.parse_tools and session.settings.tool_parser is not None:
         split = split_tool_calls(text, session.settings.tool_parser)
         session.invalid_tool_calls += split.invalid
         if split.tool_calls:

@@ -76,7 +76,8 @@ def one_tool_use(body: MessagesBody) -> bool:
 
 
 def tools_of(body: MessagesBody) -> Optional[list[dict[str, Any]]]:
-    """The request's tools in chat form (None: none, or ``tool_choice: {"type": "none"}``)."""
+    """The request's tools in chat form (None: none); ``tool_choice: {"type": "none"}`` keeps them in the prompt
+    (as vLLM's chat path) and leaves the answer unparsed (:func:`parses_tools`)."""
     choice = (body.tool_choice or {}).get("type", "auto")
     if choice not in ("auto", "none"):
         raise bad("tool_choice", f"{str(choice)[:40]!r} needs constrained decoding, which the training gateway does "
@@ -88,7 +89,12 @@ def tools_of(body: MessagesBody) -> Optional[list[dict[str, Any]]]:
             raise bad(f"tools[{i}].type", f"only client tools with an input_schema are supported, not "
                       f"{str(kind)[:40]!r} (server tools run at Anthropic)", "unsupported")
         out.append(function_tool(tool.get("name"), tool.get("description"), tool.get("input_schema"), f"tools[{i}]"))
-    return out if out and choice != "none" else None
+    return out or None
+
+
+def parses_tools(body: MessagesBody) -> bool:
+    """Whether the answer's tool calls are parsed: not under ``tool_choice: {"type": "none"}``."""
+    return (body.tool_choice or {}).get("type", "auto") != "none"
 
 
 def chat_messages(body: MessagesBody) -> list[dict[str, Any]]:

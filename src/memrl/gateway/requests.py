@@ -129,7 +129,8 @@ def _sampling_value(name: str, value: float) -> float:
 
 
 def check_tools(body: GatewayChatBody) -> Optional[list[dict[str, Any]]]:
-    """The tools to render and parse (None: no tools, or ``tool_choice: "none"``)."""
+    """The tools to render (None: no tools). ``tool_choice: "none"`` keeps them in the prompt, as vLLM's chat
+    endpoint does by default (unless ``--exclude-tools-when-tool-choice-none``); the answer is not parsed."""
     choice = body.tool_choice
     if choice is not None and choice not in ("auto", "none"):
         shown = choice if isinstance(choice, str) else "a named function"
@@ -141,9 +142,7 @@ def check_tools(body: GatewayChatBody) -> Optional[list[dict[str, Any]]]:
         if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(fn, dict) \
                 or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise bad(f"tools[{i}]", 'must be {"type": "function", "function": {"name": ..., "parameters": {...}}}')
-    if not tools or choice == "none":  # as vLLM: tool_choice none leaves the tools out of the prompt
-        return None
-    return [dict(t) for t in tools]
+    return [dict(t) for t in tools] if tools else None
 
 
 def chat_messages(raw: list[Any]) -> list[dict[str, Any]]:

@@ -86,6 +86,7 @@ async def answer_messages(body: anthropic_messages.MessagesBody, session: Sessio
     prompt = anthropic_messages.chat_messages(body)
     req = CallRequest("chat", prompt, tools=tools, max_tokens=body.max_tokens, overrides=overrides, stops=stops,
                       model=model, parallel_tool_calls=not anthropic_messages.one_tool_use(body),
+                      parse_tools=anthropic_messages.parses_tools(body),
                       continue_final=anthropic_messages.prefilled(prompt))
     answer, ids = await recorded(session, call, req)
     cut = stops and answer["choices"][0]["finish_reason"] == "stop" and not (ids and ids[-1] in session.episode.stops)
