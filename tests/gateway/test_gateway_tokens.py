@@ -49,7 +49,10 @@ def test_prompt_ids_are_the_chat_template_ids_and_logprobs_match_the_trainer(gat
     as_template = [dict(m) for m in messages]
     as_template[2] = {"role": "assistant", "tool_calls": [{"id": "c0", "type": "function", "function": {
         "name": "lookup", "arguments": {"key": "k"}}}]}
-    expected = tok.apply_chat_template(as_template, tools=TOOLS, add_generation_prompt=True, tokenize=True)
+    # ... and the tools as vLLM dumps its pydantic model of them: a description not sent is null
+    as_vllm = [{"type": "function", "function": {"name": "lookup", "description": None,
+                                                 "parameters": TOOLS[0]["function"]["parameters"]}}]
+    expected = tok.apply_chat_template(as_template, tools=as_vllm, add_generation_prompt=True, tokenize=True)
     expected = list(expected["input_ids"] if hasattr(expected, "keys") else expected)
     first, second = ep.conversations
     assert first.token_ids[:first.prompt_length] == expected == r.choices[0].model_extra["prompt_token_ids"]

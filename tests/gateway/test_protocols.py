@@ -127,6 +127,7 @@ def test_anthropic_messages_tool_use_then_result(gateway, tools_tokenizer):
     ep, first, second, texts, final = run(go())
     use = first.content[0]
     assert first.stop_reason == "tool_use" and use.type == "tool_use" and use.input == {"a": 1, "b": 2}
+    assert use.id.startswith("toolu_")  # Anthropic's id prefix
     assert second.stop_reason == "stop_sequence" and second.stop_sequence == "END"
     assert second.content[0].text == "The sum is 3. "
     assert "".join(texts) == FINAL and len(texts) > 3 and final.stop_reason == "end_turn"

@@ -177,7 +177,8 @@ def message_object(answer: dict[str, Any], stop_sequence: Optional[str]) -> dict
     if message.get("content") or not message.get("tool_calls"):
         content.append({"type": "text", "text": message.get("content") or ""})
     for call in message.get("tool_calls") or []:
-        content.append({"type": "tool_use", "id": call["id"], "name": call["function"]["name"],
+        content.append({"type": "tool_use", "id": "toolu_" + call["id"].removeprefix("call_"),  # Anthropic's prefix
+                        "name": call["function"]["name"],
                         "input": arguments(call["function"]["arguments"], "tool_calls")})
     reason = "stop_sequence" if stop_sequence else _STOP_REASONS.get(choice["finish_reason"], "end_turn")
     usage = answer["usage"]

@@ -142,7 +142,17 @@ def check_tools(body: GatewayChatBody) -> Optional[list[dict[str, Any]]]:
         if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(fn, dict) \
                 or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise bad(f"tools[{i}]", 'must be {"type": "function", "function": {"name": ..., "parameters": {...}}}')
-    return [dict(t) for t in tools] if tools else None
+    return [_as_vllm_renders(t["function"]) for t in tools] if tools else None
+
+
+def _as_vllm_renders(fn: dict[str, Any]) -> dict[str, Any]:
+    """A function tool as vLLM hands it to the chat template (its pydantic dump): name, description and
+    parameters always, in that order (null when not sent), ``strict`` only when sent, other keys dropped;
+    the same prompt ids as a vLLM server for any spelling of the tool."""
+    out = {"name": fn["name"], "description": fn.get("description"), "parameters": fn.get("parameters")}
+    if fn.get("strict") is not None:
+        out["strict"] = fn["strict"]
+    return {"type": "function", "function": out}
 
 
 def chat_messages(raw: list[Any]) -> list[dict[str, Any]]:

@@ -145,7 +145,7 @@ def response_object(answer: dict[str, Any], body: ResponsesBody, session: Sessio
                        "role": "assistant", "content": [{"type": "output_text", "text": message.get("content") or "",
                                                          "annotations": [], "logprobs": []}]})
     for call in message.get("tool_calls") or []:
-        output.append({"type": "function_call", "id": f"fc_{call['id']}", "call_id": call["id"],
+        output.append({"type": "function_call", "id": "fc_" + call["id"].removeprefix("call_"), "call_id": call["id"],
                        "name": call["function"]["name"], "arguments": call["function"]["arguments"],
                        "status": "completed"})
     cut = choice["finish_reason"] == "length"
