@@ -9,6 +9,7 @@ temperature 1), and an importance-sampling step on a fresh sample sees ratios of
 
 from __future__ import annotations
 
+import os
 import pytest
 
 tinker = pytest.importorskip("tinker")
@@ -32,10 +33,11 @@ def nll(tc, d: types.Datum) -> float:
 
 def test_info_capabilities_and_tokenizer(server, client):
     caps = tinker.RestClient(base_url=server.url, api_key="tml-test-key-123").get_server_capabilities().result(30)
-    assert [m.model_name for m in caps.supported_models] == [server.svc.base_name]
+    assert [m.model_name for m in caps.supported_models] == ["tiny"]  # the name it is served under
     tc = client.create_lora_training_client(base_model="tiny", rank=4).result(timeout=60)
-    info = tc.get_info()
-    assert info.is_lora and info.lora_rank == 4 and info.model_data.model_name == server.svc.base_name
+    info = tc.get_info()  # cookbook scripts compare its model_name with the base_model they asked for
+    assert info.is_lora and info.lora_rank == 4 and info.model_data.model_name == "tiny"
+    assert info.model_data.tokenizer_id == server.svc.tokenizer_id and os.path.isabs(info.model_data.tokenizer_id)
     tok = tc.get_tokenizer()  # AutoTokenizer from the path the server names: no hub
     assert tok.decode(tok.encode(TEXT)) == TEXT
 
@@ -198,7 +200,8 @@ def test_stop_strings_cut_after_the_token_that_completes_them(server):
 
 def test_checkpoint_ttls_order_and_unserved_rest_calls(server, client):
     """A TTL is reported, changed and honoured (an expired checkpoint is gone); the newest of two saves in one
-    second is the last; REST calls this server does not serve say so in one line and change nothing."""
+    second is the last; publishing sets the listing's flag; REST calls this server does not serve say so in one
+    line and change nothing."""
     import json
 
     tc = client.create_lora_training_client(base_model="tiny", rank=2).result(timeout=60)
@@ -221,8 +224,24 @@ def test_checkpoint_ttls_order_and_unserved_rest_calls(server, client):
         client.create_training_client_from_state(gone).result(timeout=60)
     tc.save_state("next").result(timeout=60)  # a save deletes what expired
     assert not meta.parent.exists()
-    with pytest.raises(tinker.BadRequestError, match="publishing checkpoints is not served"):
-        rest.unpublish_checkpoint_from_tinker_path(kept).result(timeout=30)
+    rest.publish_checkpoint_from_tinker_path(kept).result(timeout=30)  # a flag the listing shows (tutorial 204)
+    points = {c.checkpoint_id: c for c in rest.list_checkpoints(tc.model_id).result(timeout=30).checkpoints}
+    assert points["weights/aa"].public and not points["weights/next"].public
+    rest.publish_checkpoint_from_tinker_path(kept).result(timeout=30)  # again: no 409, which the SDK retries 5 min
+    rest.unpublish_checkpoint_from_tinker_path(kept).result(timeout=30)
+    points = {c.checkpoint_id: c for c in rest.list_checkpoints(tc.model_id).result(timeout=30).checkpoints}
+    assert not points["weights/aa"].public
     with pytest.raises(tinker.BadRequestError, match="not served"):
         rest.list_sessions().result(timeout=30)
     assert "weights/aa" in [c.checkpoint_id for c in rest.list_checkpoints(tc.model_id).result(30).checkpoints]
+
+
+def test_a_session_ttl_under_the_sdks_heartbeat_is_refused():
+    """A script that never closes its ServiceClient frees its LoRA slots after --session-ttl-s without a
+    heartbeat; one shorter than the SDK's 10 s beat would end live scripts."""
+    from typer.testing import CliRunner
+
+    from memrl.cli.main import app
+
+    r = CliRunner().invoke(app, ["tinker", "--model", "tiny", "--session-ttl-s", "5"])
+    assert r.exit_code == 2 and "--session-ttl-s 5.0: must be at least 30" in r.output

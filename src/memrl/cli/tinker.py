@@ -32,6 +32,10 @@ def tinker_cmd(
     micro_tokens: int = typer.Option(2048, "--micro-tokens", help="Padded tokens per forward pass (the memory "
                                      "bound: their activations are kept for the backward pass)."),
     max_body_mb: float = typer.Option(64.0, "--max-body-mb", help="Largest request body, in MB (413 beyond)."),
+    session_ttl_s: float = typer.Option(120.0, "--session-ttl-s", help="Seconds without a heartbeat (the SDK "
+                                        "sends one every 10 s) before a script's session ends and its LoRA clients "
+                                        "free their --max-loras slots (a script that never closes its "
+                                        "ServiceClient ends this way). Its checkpoints stay."),
     access_log: bool = typer.Option(False, "--access-log", help="One stderr line per request, and one per finished "
                                     "operation: ms queued, running, and until the client fetched it."),
 ) -> None:
@@ -53,7 +57,9 @@ def tinker_cmd(
         raise ValueError(f"--max-body-mb {max_body_mb}: must be a positive finite number")
     if not (math.isfinite(lora_alpha) and lora_alpha > 0):
         raise ValueError(f"--lora-alpha {lora_alpha}: must be a positive finite number")
+    if not (math.isfinite(session_ttl_s) and session_ttl_s >= 30):
+        raise ValueError(f"--session-ttl-s {session_ttl_s}: must be at least 30 (the SDK's heartbeats are 10 s apart)")
     limits = {"max_loras": max_loras, "max_datums": max_datums, "max_num_samples": max_num_samples,
               "micro_tokens": micro_tokens, "max_body_bytes": int(max_body_mb * 2**20)}
     serve(model, host=host, port=port, api_key=api_key, state_dir=state_dir, engine=engine, dtype=dtype,
-          lora_alpha=lora_alpha, limits=limits, access_log=access_log)
+          lora_alpha=lora_alpha, limits=limits, access_log=access_log, session_ttl_s=session_ttl_s)

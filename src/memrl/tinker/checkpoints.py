@@ -100,6 +100,18 @@ def set_ttl(state_dir: Path, model_id: str, checkpoint_id: str, ttl_seconds: int
     write_json(folder / "meta.json", meta)
 
 
+def set_public(state_dir: Path, model_id: str, checkpoint_id: str, public: bool) -> bool:
+    """``publish`` / ``unpublish``: the flag the checkpoint listing shows; False if it was set so already. One
+    local folder, readable by whoever holds the key: the flag is a record, not a grant."""
+    folder = _checkpoint_folder(state_dir, model_id, checkpoint_id)
+    meta = read_json(folder / "meta.json") or {}
+    if bool(meta.get("public")) == public:
+        return False
+    meta["public"] = public
+    write_json(folder / "meta.json", meta)
+    return True
+
+
 def check_ttl(ttl_seconds: int) -> int:
     """The request schemas bound a TTL as the SDK documents it (1 hour to 10 years); this is for direct callers."""
     if ttl_seconds < 1:
@@ -202,7 +214,7 @@ def _checkpoint_info(folder: Path, kind: str, now: float) -> tuple[float, dict[s
     return float(meta.get("time", 0.0)), {
         "checkpoint_id": f"{kind}/{folder.name}", "checkpoint_type": KINDS[kind],
         "time": iso_time(meta.get("time", 0.0)), "tinker_path": meta.get("tinker_path", ""), "size_bytes": size,
-        "public": False, "user_metadata": meta.get("user_metadata") or None,
+        "public": bool(meta.get("public")), "user_metadata": meta.get("user_metadata") or None,
         "expires_at": iso_time(expires) if isinstance(expires, (int, float)) else None}
 
 

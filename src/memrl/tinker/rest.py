@@ -58,12 +58,9 @@ def weights_info(svc: Any, path: str) -> dict[str, Any]:
 
 
 # RestClient / AdminClient calls this server does not serve: (method, path, why), each a one-line 400 rather than
-# FastAPI's bare 404/405 (or, for unpublish, the checkpoint-delete route reading "r1/publish" as a checkpoint name).
+# FastAPI's bare 404/405.
 _CHECKPOINT = "/api/v1/training_runs/{model_id}/checkpoints/{checkpoint_id:path}"
 NOT_SERVED_REST: tuple[tuple[str, str, str], ...] = (
-    ("POST", _CHECKPOINT + "/publish", "publishing checkpoints is not served: one local state folder, readable by "
-                                       "whoever holds the API key"),
-    ("DELETE", _CHECKPOINT + "/publish", "publishing checkpoints is not served (nothing is public to unpublish)"),
     ("GET", _CHECKPOINT + "/external_weights_urls", "signed download URLs are not served: the checkpoint is a "
                                                     "folder under --state-dir (adapter.safetensors, meta.json)"),
     ("GET", "/api/v1/sessions", "listing sessions is not served (sessions live in the server's memory only)"),
@@ -81,6 +78,15 @@ NOT_SERVED_REST: tuple[tuple[str, str, str], ...] = (
 def _refusals(app: FastAPI) -> None:
     for method, path, why in NOT_SERVED_REST:
         app.add_api_route(path, refusal(why), methods=[method])
+
+
+def _publish(svc: Any, model_id: str, checkpoint_id: str, public: bool) -> None:
+    """Set the listing's ``public`` flag. Setting it as it is answers 200: the service's 409 would have the SDK
+    retry it for five minutes (it retries every 409) before the script fails."""
+    try:
+        ckpt.set_public(svc.state_dir, model_id, checkpoint_id, public)
+    except ckpt.CheckpointError as exc:
+        raise APIError(404, str(exc), param="checkpoint_id") from None
 
 
 def refusal(why: str) -> Any:
@@ -110,6 +116,15 @@ def add_rest_routes(app: FastAPI, svc: Any) -> None:
         return {"checkpoints": ckpt.list_checkpoints(svc.state_dir, model_id)}
 
     _refusals(app)
+
+    # before the checkpoint-delete route, which would read "weights/x/publish" as a checkpoint name
+    @app.post(_CHECKPOINT + "/publish")
+    async def publish(model_id: str, checkpoint_id: str) -> None:
+        _publish(svc, model_id, checkpoint_id, True)
+
+    @app.delete(_CHECKPOINT + "/publish")
+    async def unpublish(model_id: str, checkpoint_id: str) -> None:
+        _publish(svc, model_id, checkpoint_id, False)
 
     @app.put("/api/v1/training_runs/{model_id}/checkpoints/{checkpoint_id:path}/ttl")
     async def set_ttl(model_id: str, checkpoint_id: str, body: s.CheckpointTtl) -> None:

@@ -55,7 +55,7 @@ def check_engine(engine: str) -> None:
 
 def build_service(model: str, state_dir: str | Path, *, dtype: str = "auto", device: str | None = None,
                   lora_alpha: float = 32.0, limits: dict[str, int] | None = None,
-                  poll_s: float = 30.0) -> TinkerService:
+                  poll_s: float = 30.0, session_ttl_s: float = 120.0) -> TinkerService:
     """Load ``model`` (folder, hub id or alias), wrap it for LoRA tenants, and build the service."""
     from memrl.engines.hf import HFEngine
     from memrl.models.resolve import load_model, load_tokenizer, resolve_model_path
@@ -63,7 +63,9 @@ def build_service(model: str, state_dir: str | Path, *, dtype: str = "auto", dev
     from memrl.tinker.tenants import ModelHost
 
     resolved = resolve_model_path(model)
-    # A folder is named by its absolute path, so the SDK's get_tokenizer() loads it without the hub.
+    # The model answers to the name it was served under (scripts compare get_info's model_name with the
+    # base_model they asked for); its tokenizer is named by the folder's absolute path, so the SDK's
+    # get_tokenizer() loads it without the hub.
     name = str(Path(resolved).resolve()) if Path(resolved).is_dir() else model
     net = load_model(model, dtype=dtype, device=device)
     tokenizer = load_tokenizer(model)
@@ -81,8 +83,8 @@ def build_service(model: str, state_dir: str | Path, *, dtype: str = "auto", dev
               file=sys.stderr, flush=True)
     for folder in ckpt.expire(Path(state_dir)):
         print(f"memrl tinker: {folder}: deleted, its ttl_seconds ran out", file=sys.stderr, flush=True)
-    return TinkerService(host, engine, base_name=name, aliases={model, resolved, name}, tokenizer_id=name,
-                         state_dir=Path(state_dir), limits=lim, poll_s=poll_s)
+    return TinkerService(host, engine, base_name=model, aliases={model, resolved, name}, tokenizer_id=name,
+                         state_dir=Path(state_dir), limits=lim, poll_s=poll_s, session_ttl_s=session_ttl_s)
 
 
 class _Server(AnnouncingServer):
@@ -95,7 +97,7 @@ class _Server(AnnouncingServer):
 
 def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
           state_dir: str = "runs/tinker", engine: str = "hf", dtype: str = "auto", lora_alpha: float = 32.0,
-          limits: dict[str, int] | None = None, access_log: bool = False) -> None:
+          limits: dict[str, int] | None = None, access_log: bool = False, session_ttl_s: float = 120.0) -> None:
     """Serve the Tinker API for ``model`` (blocking)."""
     from memrl.data.outdir import check_writable_dir
     from memrl.tinker.app import create_app
@@ -108,7 +110,8 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str
     require_sdk()
     sock = bind_socket(host, port)
     try:
-        svc = build_service(model, state_dir, dtype=dtype, lora_alpha=lora_alpha, limits=limits)
+        svc = build_service(model, state_dir, dtype=dtype, lora_alpha=lora_alpha, limits=limits,
+                            session_ttl_s=session_ttl_s)
         app = create_app(svc, key, access_log=access_log)
         url = url_of(sock)
         lines = [f"memrl tinker: serving {svc.base_name} on {url} (checkpoints in {Path(state_dir).resolve()})",

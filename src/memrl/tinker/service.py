@@ -64,7 +64,7 @@ class TinkerService:
     """Sessions, training runs and samplers on one base model; requests run on one worker."""
 
     def __init__(self, host: ModelHost, engine: Any, *, base_name: str, aliases: set[str], tokenizer_id: str,
-                 state_dir: Path, limits: TinkerLimits, poll_s: float = 30.0, session_ttl_s: float = 900.0) -> None:
+                 state_dir: Path, limits: TinkerLimits, poll_s: float = 30.0, session_ttl_s: float = 120.0) -> None:
         from memrl.tinker.samplers import run_sample_group
 
         self.host, self.engine = host, engine
@@ -123,6 +123,18 @@ class TinkerService:
         if name is not None and name not in self.aliases:
             raise APIError(400, f"{field_name}: {name!r} is not served here; this server loads {self.base_name!r} "
                                 "(restart memrl tinker with --model to serve another)", param=field_name)
+
+    def serves(self, name: Any) -> bool:
+        """Whether a checkpoint trained on ``name`` fits this base model: one of its names, or another spelling
+        of its folder (a checkpoint saved when the server was started under another alias)."""
+        if name in self.aliases:
+            return True
+        try:
+            from memrl.models.resolve import resolve_model_path
+
+            return isinstance(name, str) and str(Path(resolve_model_path(name)).resolve()) == self.tokenizer_id
+        except (OSError, ValueError, ImportError):
+            return False
 
     def capabilities(self) -> dict[str, Any]:
         return {"supported_models": [{"model_name": self.base_name, "max_context_length": self.limits.max_model_len,
@@ -298,7 +310,7 @@ class TinkerService:
 
         async def run() -> Result:
             meta, tensors, opt = await asyncio.to_thread(ckpt.load, folder)
-            if meta.get("base_model") not in self.aliases:
+            if not self.serves(meta.get("base_model")):
                 raise ValueError(f"{body.path} was trained on {meta.get('base_model')!r}; this server loads "
                                  f"{self.base_name!r}")
             lora = LoraSpec.from_dict(meta.get("lora") or {})
