@@ -146,6 +146,29 @@ def test_training_file_equals_processing_py(tmp_path, hotpot_file):
     assert all(row["context"].count("\n\nDocument ") == 199 for row in mine)
 
 
+def test_the_training_file_holds_the_scripts_first_questions(tmp_path, hotpot_file, monkeypatch):
+    """processing.py keeps min(80000, questions): HotpotQA train has ~90k, the paper's file the first 80,000.
+    Here the cap is 20 (of 53), against the script's own generate_dataset(20, ...)."""
+    import pyarrow.parquet as pq
+
+    from memrl.data import memagent_synth
+
+    require_originals()
+    monkeypatch.setattr(memagent_synth, "TRAIN_QUESTIONS", 20)
+    gold = tmp_path / "gold"
+    gold.mkdir()
+    with original_module(MEMAGENT_DATA / "processing.py", paper="memagent-train", seed=42) as script:
+        random.seed(42)
+        qas, docs = script.read_hotpotqa(str(hotpot_file))
+        script.generate_dataset(20, str(gold / "train"), 200, qas, docs)
+    theirs = json.loads((gold / "train.parquet.rows.json").read_text())
+    out = tmp_path / "out"
+    r = _synth(["-i", str(hotpot_file), "--train-tokens", "32k", "-o", str(out)], ORIGINALS / "memagent")
+    assert r.exit_code == 0, r.output
+    assert "holds the first 20 of the 53 questions" in r.output
+    assert pq.read_table(out / "train_32k.parquet").to_pylist() == theirs
+
+
 def test_the_document_template_comes_from_the_checkout(tmp_path, hotpot_file):
     """memrl has no copy of MemAgent's template: an edited checkout changes the output."""
     require_originals()
@@ -230,3 +253,28 @@ def test_whole_pool_files_equal_the_real_scripts_run_with_one_worker(tmp_path, h
     assert r.exit_code == 0, r.output
     for n in (600, 700):
         assert (tmp_path / "out" / f"eval_{n}.json").read_bytes() == (gold / f"eval_{n}.json").read_bytes(), n
+
+
+def test_above_ten_thousand_documents_every_sample_has_the_scripts_one_order(tmp_path, hotpot_file):
+    """Past 10,000 documents ``different_docs_eval.py`` writes id lists (``generate_index_only``), shuffling a fresh
+    list: at N >= pool every sample gets the same order (no draw, no worker dependence). memrl writes them as text."""
+    from memrl.data.memagent_synth import memagent_templates
+    from memrl.data.paper_docs import render_context
+
+    require_originals()
+    picked = [40, 3, 17, 3]
+    listing = tmp_path / "eval_200.json"
+    listing.write_text(json.dumps([{"index": i} for i in picked]))
+    with original_module(MEMAGENT_DATA / "different_docs_eval.py", paper="memagent", seed=42) as script:
+        random.seed(42)
+        qas, docs = script.read_hotpotqa(str(hotpot_file))
+        theirs = script.generate_dataset(picked, str(tmp_path / "gold_12800"), 12800, qas, docs)
+    out = tmp_path / "out"
+    r = _synth(["-i", str(hotpot_file), "-d", "12800", "--indices", str(listing), "-o", str(out)],
+               ORIGINALS / "memagent")
+    assert r.exit_code == 0, r.output
+    mine = json.loads((out / "eval_12800.json").read_text())
+    template = memagent_templates(ORIGINALS / "memagent")[0]
+    assert len({tuple(t["context"]) for t in theirs}) == 1  # one order for every sample
+    for m, t in zip(mine, theirs, strict=True):
+        assert m == {**t, "context": render_context(template, [docs[i] for i in t["context"]])}

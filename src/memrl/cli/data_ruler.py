@@ -154,7 +154,7 @@ _HELP = {
     "english_words": "--protocol ruler, cwe beyond wonderwords' 8.5K words: RULER's json/english_words.json "
                      "(a Git LFS file).",
     "chunks": "--protocol ruler|memagent: the samples split over N processes' draws (seed+i each), as the "
-              "prepare scripts' --chunk_amount (MemAgent's run uses 8).",
+              "prepare scripts' --chunk_amount (their default, 1; MemAgent's ruler_data_prepare.sh passes 8).",
 }
 
 

@@ -12,7 +12,10 @@ The draws run in process-pool workers, which Python reseeds from OS entropy, so 
 ``random.seed(42)`` does not fix them: memrl draws size N from ``worker_rng("memagent", seed, N)``,
 each sample in turn, as one worker would. An N at or past the pool shuffles the worker's copy of the
 pool in place, sample after sample; each size starts from the sorted pool, as each size's new
-workers do: the only draw-free files, and equal to the script's run with one worker.
+workers do: equal to the script's run with one worker (with several, how many shuffles a sample sees
+depends on which worker took it). Above 10,000 documents the script writes document-id lists from a
+fresh list (``generate_index_only``): every sample of a whole-pool size has the same order, which memrl
+writes as text.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from memrl.io.atomic import atomic_path, atomic_write
 EVAL_SCRIPT = "taskutils/memory_data/different_docs_eval.py"
 TRAIN_SCRIPT = "taskutils/memory_data/processing.py"
 TRAIN_DOCS = 200  # processing.py's documents per training sample
+TRAIN_QUESTIONS = 80000  # processing.py's generate_dataset(80000, ...): its training file's first questions
+INDEX_ONLY_ABOVE = 10000  # different_docs_eval.py writes document-id lists (generate_index_only) past this N
 ProgressFn = Callable[[int], None]
 
 
@@ -43,9 +48,13 @@ def memagent_templates(repo: str | Path | None) -> tuple[str, str]:
 
 
 def memagent_context(rng: random.Random, pool: PaperPool, q: PaperQuestion, n: int, template: str) -> str:
-    """One sample's context, with MemAgent's draws; N at or past the pool size shuffles the pool itself."""
+    """One sample's context, with MemAgent's draws; N at or past the pool size shuffles the pool itself, up to
+    INDEX_ONLY_ABOVE documents (above, the script's ``generate_index_only`` shuffles a fresh list of ids: every
+    sample gets the one permutation of the sorted pool)."""
     positions = draw_positions(rng, len(pool), q.own, n)
-    if positions is None:  # all_docs = DOCS; Random(4).shuffle(all_docs) reorders the global list
+    if positions is None and n > INDEX_ONLY_ABOVE:  # all_docs = list(range(len(DOCS))); the pool stays sorted
+        docs = permuted([pool.text(i) for i in range(len(pool))])
+    elif positions is None:  # all_docs = DOCS; Random(4).shuffle(all_docs) reorders the global list
         pool.shuffle_in_place()
         docs = [pool.text(i) for i in range(len(pool))]
     else:

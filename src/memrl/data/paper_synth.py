@@ -56,7 +56,8 @@ class PaperPlan:
     def total_samples(self) -> int:
         if self.protocol == "rememr1":
             return sum(len(v) for v in self.rememr1_files.values())
-        return len(self.questions) * (len(self.eval_sizes) + (1 if self.train_name else 0))
+        train = min(len(self.questions), ma.TRAIN_QUESTIONS) if self.train_name else 0
+        return len(self.questions) * len(self.eval_sizes) + train
 
     def _write_all(self, stage: Path, progress: ProgressFn | None) -> list[FileReport]:
         if self.protocol == "rememr1":
@@ -66,7 +67,8 @@ class PaperPlan:
                                       [stage / self.eval_names[n] for n in self.eval_sizes], seed=self.seed,
                                       template=self.template, counter=self.counter, progress=progress)
         if self.train_name:
-            reports.append(ma.write_train_file(self.questions, self.pool, stage / self.train_name, seed=self.seed,
+            reports.append(ma.write_train_file(self.questions[:ma.TRAIN_QUESTIONS], self.pool, stage / self.train_name,
+                                               seed=self.seed,
                                                template=self.train_template, counter=self.counter,
                                                progress=progress))
         return reports
@@ -181,6 +183,9 @@ def plan_paper_synthesis(protocol: str, input_path: str | Path, out: str | Path,
         plan.train_name = train_file_name(train_tokens)
         plan.notices.append(f"--train-tokens does not apply under --protocol memagent: MemAgent's training file has "
                             f"exactly {ma.TRAIN_DOCS} documents per question (written to {plan.train_name})")
+        if len(questions) > ma.TRAIN_QUESTIONS:
+            plan.notices.append(f"the training file holds the first {ma.TRAIN_QUESTIONS:,} of the {len(questions):,} "
+                                "questions, as processing.py's generate_dataset(80000, ...)")
     return plan
 
 
