@@ -278,3 +278,23 @@ def test_above_ten_thousand_documents_every_sample_has_the_scripts_one_order(tmp
     assert len({tuple(t["context"]) for t in theirs}) == 1  # one order for every sample
     for m, t in zip(mine, theirs, strict=True):
         assert m == {**t, "context": render_context(template, [docs[i] for i in t["context"]])}
+
+
+def test_a_gold_that_normalises_to_nothing_is_kept_as_the_script_keeps_it(tmp_path, hotpot_file):
+    """memrl's own generator refuses a gold like "a" (it matches every answer); the paper's script copies it."""
+    require_originals()
+    rows = json.loads(Path(hotpot_file).read_text())
+    rows[2]["answer"] = "a"
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps(rows))
+    gold = tmp_path / "gold"
+    gold.mkdir()
+    with original_module(MEMAGENT_DATA / "different_docs_eval.py", paper="memagent", seed=42) as script:
+        random.seed(42)
+        qas, docs = script.read_hotpotqa(str(odd))
+        script.generate_dataset(list(range(len(qas))), str(gold / "eval_50"), 50, qas, docs)
+    out = tmp_path / "out"
+    r = _synth(["-i", str(odd), "-d", "50", "-o", str(out)], ORIGINALS / "memagent")
+    assert r.exit_code == 0, r.output
+    assert "1 question(s) have a gold answer that normalises to nothing (input row 3 first)" in r.output
+    assert (out / "eval_50.json").read_bytes() == (gold / "eval_50.json").read_bytes()

@@ -56,18 +56,20 @@ def _req(rec: dict[str, Any], key: str, file: Path, row: int) -> Any:
     return rec[key]
 
 
-def _answers(rec: dict[str, Any], file: Path, row: int) -> list[str]:
-    """The gold answers: ``answer`` (one string, HotpotQA) or ``answers`` (a list, the FlashRAG copies)."""
+def _answers(rec: dict[str, Any], file: Path, row: int, any_gold: bool = False) -> list[str]:
+    """The gold answers: ``answer`` (one string, HotpotQA) or ``answers`` (a list, the FlashRAG copies);
+    ``any_gold`` keeps one that normalises to nothing (a paper's script copies it unchecked)."""
     if "answer" in rec:
         answer = rec["answer"]
         if not isinstance(answer, str):
             raise DataError(file, row, "answer", f"expected a string, got {type_name(answer)}")
-        return list(check_golds([answer], file, row, "answer", indexed=False))
+        return [answer] if any_gold else list(check_golds([answer], file, row, "answer", indexed=False))
     if "answers" in rec:
         answers = rec["answers"]
         if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
             raise DataError(file, row, "answers", "expected a non-empty list of strings")
-        check_golds(answers, file, row, "answers", indexed=True)
+        if not any_gold:
+            check_golds(answers, file, row, "answers", indexed=True)
         return list(answers)
     raise DataError(file, row, "answer", "missing field")
 
@@ -116,16 +118,18 @@ def _fact_titles(rec: dict[str, Any], paragraphs: list[Paragraph], file: Path, r
     return out
 
 
-def parse_hotpotqa_record(rec: dict[str, Any], file: Path, row: int, strict_facts: bool = True) -> QAExample:
+def parse_hotpotqa_record(rec: dict[str, Any], file: Path, row: int, strict_facts: bool = True,
+                          any_gold: bool = False) -> QAExample:
     """Validate one record; every problem names ``file:row:field``.
 
-    ``gold_titles`` are the cited titles found in the context, each once, in first-cited order.
+    ``gold_titles`` are the cited titles found in the context, each once, in first-cited order. ``any_gold``:
+    a gold answer that normalises to nothing is kept (the papers' scripts keep it), not refused.
     """
     qid = rec.get("_id", rec.get("id", str(row)))
     question = _req(rec, "question", file, row)
     if not isinstance(question, str) or not question.strip():
         raise DataError(file, row, "question", f"expected a non-empty string, got {type_name(question)}")
-    answers = _answers(rec, file, row)
+    answers = _answers(rec, file, row, any_gold)
     paragraphs = _paragraphs(rec, file, row)
     fact_titles = _fact_titles(rec, paragraphs, file, row, strict_facts)
     titles = {p.title for p in paragraphs}

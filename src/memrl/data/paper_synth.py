@@ -89,7 +89,7 @@ class PaperPlan:
 
 def _load(input_path: Path, pool_files: Iterable[str | Path], protocol: str) -> tuple[list[PaperQuestion], PaperPool]:
     """Questions in the script's order and the sorted pool of every paragraph (input and ``--pool`` files)."""
-    examples = list(read_multihop(input_path, strict_facts=protocol != "rememr1"))
+    examples = list(read_multihop(input_path, strict_facts=protocol != "rememr1", any_gold=True))
     extra: list[Paragraph] = [p for f in pool_files for p in read_paragraph_pool(f)]
     pool = PaperPool([p for ex in examples for p in ex.paragraphs] + extra)
     questions = [PaperQuestion(index=0, row=row, example=ex, own=pool.ids(ex.paragraphs))
@@ -101,6 +101,18 @@ def _load(input_path: Path, pool_files: Iterable[str | Path], protocol: str) -> 
     if not questions:
         raise ValueError(f"--input {input_path}: no questions to synthesize from")
     return questions, pool
+
+
+def _empty_golds(questions: list[PaperQuestion]) -> list[str]:
+    """A notice for questions whose gold answer normalises to nothing: the scripts keep them (memrl's own
+    generator refuses them), and any answer scores on them by containment."""
+    from memrl.rewards.qa import normalize_answer
+
+    rows = [q.row for q in questions if any(not normalize_answer(a) for a in q.example.answers)]
+    if not rows:
+        return []
+    return [f"{len(rows)} question(s) have a gold answer that normalises to nothing (input row {rows[0]} first): "
+            "kept, as the paper's script keeps them; any answer scores on them by containment"]
 
 
 def _read_indices(path: Path, n_questions: int) -> list[int]:
@@ -160,6 +172,7 @@ def plan_paper_synthesis(protocol: str, input_path: str | Path, out: str | Path,
     source = str(input_path)
     questions, pool = _load(Path(input_path), pool_files, protocol)
     plan = PaperPlan(protocol, questions, pool, Path(out), load_token_counter(tokenizer), seed, eval_t, train_t)
+    plan.notices += _empty_golds(questions)
     if pool_files:
         plan.notices.append(f"--pool: the paper's pool is the input's own paragraphs; these {len(pool):,} include "
                             "others, so every sample's documents differ from what its script draws from")

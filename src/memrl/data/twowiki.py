@@ -65,12 +65,12 @@ def to_official(rec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_multihop(path: str | Path, strict_facts: bool = True) -> Iterator[QAExample]:
+def read_multihop(path: str | Path, strict_facts: bool = True, any_gold: bool = False) -> Iterator[QAExample]:
     """Yield validated examples from HotpotQA or 2WikiMultihopQA in any layout above (JSON, JSONL, parquet).
 
     ``strict_facts=False`` lets a supporting fact cite a title that is not in the context (ReMemR1 skips
-    such questions rather than failing).
+    such questions rather than failing); ``any_gold`` keeps a gold answer that normalises to nothing.
     """
     p = Path(path)
     for row, rec in iter_records(p):
-        yield parse_hotpotqa_record(to_official(rec), p, row, strict_facts)
+        yield parse_hotpotqa_record(to_official(rec), p, row, strict_facts, any_gold)
