@@ -137,3 +137,42 @@ def test_documents_are_counted_as_the_context_streams(tmp_path, monkeypatch):
     path.write_text(json.dumps({"context": text, "input": "q?", "answers": ["Paris"], "index": 0}) + "\n")
     (sample,) = read_samples_lazily(path)
     assert isinstance(sample, LazySample) and sample.num_docs == 40 == next(iter(read_samples(path))).num_docs
+
+
+def _rows(n: int) -> list[dict]:
+    return [{"input": f"q{i}", "context": "Document 1:\nx", "answers": ["Paris"], "num_docs": 1, "index": i}
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("line, replace, message", [
+    (36, "hello world 123", r"junk.jsonl:37: not valid JSON: 'h[\w ]*' where a record"),
+    (36, None, r"junk.jsonl:37: not valid JSON: the line ends inside"),  # cut mid-line: not "the file ends"
+    (36, "}", r"junk.jsonl:37: not valid JSON: expected an object, got a '}' with no '{'"),
+])
+@pytest.mark.parametrize("block", [7, 1 << 20])
+def test_a_bad_jsonl_line_is_an_error_naming_it_never_a_skipped_row(tmp_path, line, replace, message, block):
+    """A junk line, a stray brace or a cut line: the scanner skipped the first two (eval over 49 of 50 samples)."""
+    lines = [json.dumps(r) for r in _rows(50)]
+    if replace is None:
+        lines[line] = lines[line][:40]
+    elif replace == "}":
+        lines[line] += "}"
+    else:
+        lines[line] = replace
+    path = tmp_path / "junk.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=message):
+        list(scan_records(path, block))
+
+
+@pytest.mark.parametrize("tail, message", [(', "oops"', "expected an object, got a string"),
+                                           (", [1, 2]", "expected an object, got a list"),
+                                           (", 5", "'5' where a record")])
+def test_an_array_element_that_is_not_an_object_is_an_error_naming_the_record_before(tmp_path, tail, message):
+    text = json.dumps(_rows(10), indent=4)
+    path = tmp_path / "arr.json"
+    path.write_text(text[:-1].rstrip() + tail + "\n]")
+    with pytest.raises(DataError, match=rf"arr.json:11: not valid JSON: {message}.*\(after record 10\)"):
+        list(read_samples_lazily(path))
+    path.write_text(text + "\n\n")  # whitespace after the array is fine
+    assert len(list(read_samples_lazily(path))) == 10

@@ -47,11 +47,14 @@ def scan_records(path: Path, block: int | None = None) -> Iterator[RecordSpan]:
     """Spans of the top-level objects of a JSON array or JSONL file, reading ``block`` bytes at a time.
 
     Only structure is looked at (brackets, strings, colons and commas at the record's own level);
-    the records themselves are parsed later, one at a time.
+    the records themselves are parsed later, one at a time. Anything between records that is not an
+    object (a stray word, a number, a list, a ``}``) is an error naming its row, never a skipped row:
+    a dropped sample would change the denominator of every accuracy computed from the file.
     """
     block = block or BLOCK
-    started = in_string = after_colon = False
-    depth, row, base, pos = 0, 0, 0, 0
+    top = _TopLevel(path)
+    in_string = after_colon = False
+    depth, base, pos = 0, 0, 0
     buf, key = b"", b""
     str_start = rec_start = 0
     last_key: bytes | None = None
@@ -62,18 +65,19 @@ def scan_records(path: Path, block: int | None = None) -> Iterator[RecordSpan]:
                 more = fh.read(block)
                 if not more:
                     if depth:
-                        raise DataError(path, row + 1, None, "not valid JSON: the file ends inside this record")
+                        raise DataError(path, top.row + 1, None, "not valid JSON: the file ends inside this record")
                     break
                 base, buf, pos = base + len(buf), more, 0
                 continue
             if in_string:
                 end = _STRING_BODY.match(buf, pos).end()  # type: ignore[union-attr]
+                top.in_string(buf[pos:end])
                 if len(key) < 40:  # short strings (keys) are kept whole
                     key += buf[pos:end]
                 if end >= len(buf) or buf[end] != ord('"'):  # ran into the block's end (maybe mid-escape)
                     more = fh.read(block)
                     if not more:
-                        raise DataError(path, row + 1, None, "not valid JSON: unterminated string")
+                        raise DataError(path, top.row + 1, None, "not valid JSON: unterminated string")
                     base, buf, pos = base + end, buf[end:] + more, 0
                     continue
                 in_string, pos = False, end + 1
@@ -84,27 +88,77 @@ def scan_records(path: Path, block: int | None = None) -> Iterator[RecordSpan]:
                         last_key = key
                 continue
             m = _STRUCT.search(buf, pos)
+            top.between(buf[pos:m.start() if m else len(buf)], depth)
             if m is None:
                 pos = len(buf)
                 continue
             c, pos = buf[m.start()], m.end()
-            if not started:  # a leading '[' is the array around the records, not part of one
-                started = True
-                if c == ord("["):
-                    continue
+            if depth == 0 and not top.accepts(c):
+                continue
             if c == ord('"'):
                 in_string, key, str_start = True, b"", base + pos
             elif c in b"{[":
                 depth += 1
-                if c == ord("{") and depth == 1:
+                if depth == 1:
                     rec_start, ctx, last_key, after_colon = base + m.start(), None, None, False
             elif c in b"}]":
-                if c == ord("}") and depth == 1:
-                    row += 1
-                    yield RecordSpan(row, rec_start, base + pos, ctx)
-                depth = max(depth - 1, 0)
+                depth -= 1
+                if depth == 0:
+                    top.row += 1
+                    yield RecordSpan(top.row, rec_start, base + pos, ctx)
             elif depth == 1:
                 after_colon = c == ord(":")
+
+
+class _TopLevel:
+    """What may stand between the records of a JSON array or JSONL file: whitespace, the array's own
+    brackets and commas; anything else is a one-line error naming the row it follows."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.row, self.line = path, 0, 1
+        self.started = self.array = self.closed = False
+
+    def fail(self, why: str, line: int | None = None) -> None:
+        """A JSONL problem names its line; an array's, the record it follows (its records span many lines)."""
+        if self.array:
+            raise DataError(self.path, self.row + 1, None, f"not valid JSON: {why}"
+                            + (f" (after record {self.row})" if self.row else ""))
+        raise DataError(self.path, line or self.line, None, f"not valid JSON: {why}")
+
+    def between(self, text: bytes, depth: int) -> None:
+        if depth == 0:
+            junk = text.strip()
+            if junk:
+                at = self.line + text[:text.index(junk[:1])].count(b"\n")
+                self.fail(f"{junk[:30].decode('utf-8', 'replace')!r} where a record (a JSON object) belongs", at)
+            self.line += text.count(b"\n")
+        elif not self.array and b"\n" in text:
+            self.fail("the line ends inside this record (a JSONL record is one line)")
+
+    def in_string(self, text: bytes) -> None:
+        if not self.array and b"\n" in text:
+            self.fail("the line ends inside a string of this record (a JSONL record is one line)")
+
+    def accepts(self, c: int) -> bool:
+        """Whether structure byte ``c`` at depth 0 starts a record (else it is the array's own, or an error)."""
+        if self.closed:
+            self.fail("text after the array's closing ']'")
+        if not self.started:
+            self.started = True
+            if c == ord("["):  # the array around the records, not part of one
+                self.array = True
+                return False
+        if c == ord("{"):
+            return True
+        if c == ord(",") and self.array:
+            return False
+        if c == ord("]") and self.array:
+            self.closed = True
+            return False
+        kinds = {ord('"'): "a string", ord("["): "a list", ord("}"): "a '}' with no '{'", ord("]"): "a ']'",
+                 ord(":"): "a ':'", ord(","): "a ','"}
+        self.fail(f"expected an object, got {kinds[c]}")
+        return False
 
 
 def _read(fh: Any, start: int, end: int) -> bytes:
