@@ -19,3 +19,21 @@ def test_param_translation():
                   "stop_token_ids": [2], "ignore_eos": True, "detokenize": False, "seed": 3}
     g = to_vllm_params(SamplingParams(greedy=True, top_k=5, top_p=0.5))
     assert (g["temperature"], g["top_p"], g["top_k"]) == (0.0, 1.0, -1)
+
+
+def test_a_cpu_engine_gets_a_kv_cache_that_leaves_room_for_the_trainer(monkeypatch):
+    """Unset, vLLM's CPU build asks for ~92% of the memory and refuses to start beside a trainer."""
+    from memrl.config.load import load_config
+    from memrl.engines.vllm_args import build_engine_args, cpu_kv_default
+    from memrl.models.resolve import resolve_model_path
+
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    cfg = load_config(None, ["model.path=tiny", "engine.kind=vllm"])
+    path = resolve_model_path("tiny")
+    got = build_engine_args(cfg, path, cpu=True, sleep=False)["kv_cache_memory_bytes"]
+    assert got == cpu_kv_default() and 0 < got <= 4 * 2**30
+    assert "kv_cache_memory_bytes" not in build_engine_args(cfg, path, cpu=False, sleep=False)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "2")  # vLLM's own variable wins
+    assert "kv_cache_memory_bytes" not in build_engine_args(cfg, path, cpu=True, sleep=False)
+    sized = load_config(None, ["model.path=tiny", "engine.kind=vllm", "engine.vllm.kv_cache_memory=0.5"])
+    assert build_engine_args(sized, path, cpu=True, sleep=False)["kv_cache_memory_bytes"] == 2**29

@@ -28,8 +28,11 @@ class VLLMOptions(Section):
     enforce_eager: bool = Field(True, description="No CUDA-graph / compile warm-up: fast start; set false "
                                 "for the last bit of GPU decode speed.")
     kv_cache_memory: float | None = Field(None, gt=0, description="KV cache size in GiB (CPU: "
-                                          "VLLM_CPU_KVCACHE_SPACE; GPU: kv_cache_memory_bytes); null: vLLM's "
-                                          "default (GPU: engine.gpu_memory_utilization).")
+                                          "VLLM_CPU_KVCACHE_SPACE; GPU: kv_cache_memory_bytes); null: on a GPU "
+                                          "vLLM's default (engine.gpu_memory_utilization), on a CPU "
+                                          "$VLLM_CPU_KVCACHE_SPACE or 4 GiB (a quarter of a smaller machine's "
+                                          "memory; vLLM's own default takes most of it and refuses to start "
+                                          "beside a trainer).")
     seed: Seed | None = Field(None, description="Engine seed (default: trainer.seed).")
     sleep: Literal["auto", "on", "off"] = Field("auto", description="Sleep mode (free accelerator memory during "
                                                 "updates): auto = on where the platform supports it and "

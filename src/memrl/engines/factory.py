@@ -161,7 +161,11 @@ def _openai(cfg: MemRLConfig, model: Any = None) -> Engine:
     if temperature != 0.0 and (cfg.sampling.top_p < 1.0 or cfg.sampling.top_k > 0):
         from memrl.engines.vllm_args import filtering_notice  # a vLLM server's processed log-probs, as in-process
 
-        print(filtering_notice("processed_logprobs", cfg.sampling.top_p, cfg.sampling.top_k), file=sys.stderr)
+        note = filtering_notice("processed_logprobs", cfg.sampling.top_p, cfg.sampling.top_k)
+        if temperature == 1.0:  # no probe ran: a server in raw mode is exact here (raw = unfiltered at T 1)
+            note = f"{note} (if the server runs --logprobs-mode processed_logprobs; raw_logprobs at temperature 1 " \
+                   "are the trainer's own, unfiltered)"
+        print(note, file=sys.stderr)
     return engine
 
 

@@ -42,31 +42,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from memrl.engines.base import EngineDeadError, GenerationResult, SamplingParams
-from memrl.engines.vllm_args import require_vllm
+from memrl.engines.vllm_args import require_vllm, to_vllm_params, vllm_result
 from memrl.engines.vllm_inplace import InPlaceSync
 from memrl.engines.vllm_sync import ShmSlots, shm_root, sync_shm, weight_buckets
 
 T = TypeVar("T")
 
 __all__ = ["VLLMEngine", "require_vllm", "to_vllm_params", "weight_buckets"]
-
-
-def to_vllm_params(params: SamplingParams) -> dict[str, Any]:
-    """Keyword arguments for ``vllm.SamplingParams`` (sampled-token logprobs, no detokenization)."""
-    greedy = params.is_greedy
-    kw: dict[str, Any] = {
-        "max_tokens": params.max_new_tokens,
-        "temperature": 0.0 if greedy else params.temperature,
-        "top_p": 1.0 if greedy else params.top_p,
-        "top_k": params.top_k if (params.top_k > 0 and not greedy) else -1,
-        "logprobs": 0,
-        "stop_token_ids": list(params.stop_token_ids),
-        "ignore_eos": True,  # the request's stops only, as the hf engine (vLLM would add the model's EOS)
-        "detokenize": False,
-    }
-    if params.seed is not None:
-        kw["seed"] = params.seed
-    return kw
 
 
 class VLLMEngine:
@@ -205,6 +187,9 @@ class VLLMEngine:
     async def _generate(self, prompt_ids: list[int], params: SamplingParams) -> GenerationResult:
         import vllm
 
+        start = self.weight_version
+        if params.max_new_tokens == 0:  # vLLM refuses max_tokens 0; the HF engine answers it empty
+            return GenerationResult([], [], "length", {"weight_version": start})
         sp = vllm.SamplingParams(**to_vllm_params(params))
         final, reason, rid = None, None, f"memrl-{self._tag}-{next(self._ids)}"
         self._inflight.add(rid)
@@ -216,12 +201,12 @@ class VLLMEngine:
                     final = out  # cumulative outputs: an abort's last one may carry no tokens
         finally:
             self._inflight.discard(rid)
-        if final is None:
-            return GenerationResult([], [], "abort")
-        o = final.outputs[0]
-        ids = list(o.token_ids)
-        lps = [float(step[t].logprob) if step and t in step else 0.0 for t, step in zip(ids, o.logprobs or [])]
-        return GenerationResult(ids, lps, reason if reason in ("stop", "length") else "abort")  # type: ignore[arg-type]
+        # the version that sampled it, as the HF engine records; a sync made while it ran (outside the trainer's
+        # gate, which waits or aborts) gives it tokens of both: both versions are recorded
+        meta: dict[str, Any] = {"weight_version": self.weight_version}
+        if self.weight_version != start:
+            meta["weight_versions"] = [start, self.weight_version]
+        return vllm_result(final, reason, meta)
 
     def interrupt(self) -> None:
         """Abort every request in flight; each returns the tokens it has (finish reason ``"abort"``), as
@@ -241,11 +226,19 @@ class VLLMEngine:
             if self._closed:
                 raise EngineDeadError("the vLLM engine was shut down")
             sent = await asyncio.to_thread(self._nccl_link().send, state_dict)
-            await self._call(self.engine.reset_prefix_cache())
+            await self._call(self._reset_cache())
         else:
             sent = await self._call(self._update_weights(state_dict))
         self.weight_version += 1
         self._record_sync(self.sync_path, sent, time.perf_counter() - t0)
+
+    async def _reset_cache(self) -> None:
+        """Drop every cached prefix, running requests' too: vLLM refuses a plain reset while a request holds
+        cache blocks (it returns False), and a prompt cached under the old weights would then be read again
+        under the new ones. Running requests are recomputed from their tokens (vLLM preempts them)."""
+        if not await self.engine.reset_prefix_cache(reset_running_requests=True):
+            print("warning: vLLM did not reset its prefix cache after a weight sync: a prompt cached before it "
+                  "is read under the old weights until the cache turns over", file=sys.stderr, flush=True)
 
     @property
     def in_place(self) -> bool:
@@ -276,7 +269,7 @@ class VLLMEngine:
             sent = await sync_shm(self.engine, state_dict, self._slots, self.bucket_bytes)
         else:
             sent = await self._send_bytes(state_dict)
-        await self.engine.reset_prefix_cache()
+        await self._reset_cache()
         return sent
 
     async def _send_bytes(self, state_dict: Mapping[str, Any]) -> int:
@@ -344,7 +337,7 @@ class VLLMEngine:
         if old is not None:
             await self.engine.remove_lora(old.lora_int_id)
             shutil.rmtree(old.lora_path, ignore_errors=True)
-        await self.engine.reset_prefix_cache()
+        await self._reset_cache()
         self.weight_version = version
         size = (folder / "adapter_model.safetensors").stat().st_size
         self._record_sync("adapter", size, time.perf_counter() - t0)

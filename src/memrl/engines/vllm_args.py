@@ -10,11 +10,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from memrl.config import ConfigError
 from memrl.config.schema import MemRLConfig
+from memrl.engines.base import GenerationResult, SamplingParams
 
 WORKER_EXTENSION = "memrl.engines.vllm_worker.MemrlWorkerExtension"
 # vLLM's default (raw_logprobs) reports log-probs of the logits *before* temperature; the trainer scores
@@ -168,6 +170,8 @@ def build_engine_args(cfg: MemRLConfig, model_path: str, *, cpu: bool, sleep: bo
         kw["enable_prefix_caching"] = o.enable_prefix_caching
     if o.kv_cache_memory is not None:
         kw["kv_cache_memory_bytes"] = int(o.kv_cache_memory * 2**30)
+    elif cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        kw["kv_cache_memory_bytes"] = cpu_kv_default()
     if o.max_num_batched_tokens is not None:
         kw["max_num_batched_tokens"] = o.max_num_batched_tokens
     if cpu and "enable_chunked_prefill" not in o.args:
@@ -187,3 +191,42 @@ def build_engine_args(cfg: MemRLConfig, model_path: str, *, cpu: bool, sleep: bo
         kw.update(enable_lora=True, max_loras=1, max_lora_rank=lora_rank(cfg.lora.r))
     kw.update(o.args)
     return kw
+
+
+def to_vllm_params(params: SamplingParams) -> dict[str, Any]:
+    """Keyword arguments for ``vllm.SamplingParams`` (sampled-token logprobs, no detokenization)."""
+    greedy = params.is_greedy
+    kw: dict[str, Any] = {
+        "max_tokens": params.max_new_tokens,
+        "temperature": 0.0 if greedy else params.temperature,
+        "top_p": 1.0 if greedy else params.top_p,
+        "top_k": params.top_k if (params.top_k > 0 and not greedy) else -1,
+        "logprobs": 0,
+        "stop_token_ids": list(params.stop_token_ids),
+        "ignore_eos": True,  # the request's stops only, as the hf engine (vLLM would add the model's EOS)
+        "detokenize": False,
+    }
+    if params.seed is not None:
+        kw["seed"] = params.seed
+    return kw
+
+
+def vllm_result(final: Any, reason: str | None, meta: dict[str, Any]) -> GenerationResult:
+    """The engine protocol's result from vLLM's last cumulative output (None: aborted before a token)."""
+    if final is None:
+        return GenerationResult([], [], "abort", meta)
+    o = final.outputs[0]
+    ids = list(o.token_ids)
+    lps = [float(step[t].logprob) if step and t in step else 0.0 for t, step in zip(ids, o.logprobs or [])]
+    finish = reason if reason in ("stop", "length") else "abort"
+    return GenerationResult(ids, lps, finish, meta)  # type: ignore[arg-type]
+
+
+def cpu_kv_default() -> int:
+    """vLLM's CPU build asks for most of the machine's memory for its KV cache when none is set, and refuses to
+    start when the trainer holds the rest: 4 GiB, or a quarter of the memory on a smaller machine."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 16 * 2**30
+    return int(min(4 * 2**30, total // 4))
