@@ -36,7 +36,8 @@ def test_trials_with_a_qa_workflow_is_refused(tmp_path):
     assert r.exit_code == 2 and "--trials applies to --workflow tool_agent only" in r.output
 
 
-@pytest.mark.parametrize("flag, value", [("--task-ids", "task_1"), ("--num-tasks", "2")])
+@pytest.mark.parametrize("flag, value", [("--task-ids", "task_1"), ("--num-tasks", "2"), ("--domain", "library"),
+                                         ("--split", "test"), ("--data-dir", "/tmp")])
 def test_task_flags_with_a_qa_workflow_are_refused(tmp_path, flag, value):
     r = invoke("eval", "--workflow", "memagent", flag, value, "--data", tmp_path, "--docs", "50",
                "--out", tmp_path / "out")
@@ -57,3 +58,12 @@ def test_more_mini_batches_than_prompts_is_refused_at_config_time(tmp_path):
     with pytest.raises(ConfigError, match=r"trainer.mini_batches=3 cannot split trainer.prompts_per_step=2"):
         check_config(cfg)
     check_config(config(tmp_path, trainer__mini_batches=2, algorithm__n=2))
+
+
+@pytest.mark.parametrize("args, said", [(["--task", "foo"], "error: --task must be needle or tools, not 'foo'"),
+                                        (["--record", "turns"], "error: --record applies to --task tools only"),
+                                        (["--estimator", "nope"], "error: --estimator: ")])
+def test_the_demos_own_checks_are_one_line_errors(tmp_path, args, said):
+    """Like every other command's (they were Click's five-line boxed usage panel)."""
+    r = invoke("demo", "--out", tmp_path / "d", *args)
+    assert r.exit_code == 2 and r.output.strip().startswith(said) and "╭" not in r.output

@@ -80,6 +80,12 @@ def test_translation_values_and_verl_defaults():
     assert "per sequence" in why[A + "loss_agg_mode"]
 
 
+def test_a_rule_reading_an_unreadable_value_names_it_not_a_python_error():
+    t = translate(overrides_of("python -m verl.trainer.main_ppo data.train_batch_size=abc")[0])
+    assert "not all arguments converted" not in str(t.skipped)
+    assert t.skipped["(batches)"] == "not translated: it needs data.train_batch_size, which memrl could not read (above)"
+
+
 def test_verl_agents_group_size_and_default_mode():
     """verl-agent's scripts set the group with env.rollout.n (examples/gigpo_trainer/run_alfworld.sh) and
     leave actor_rollout_ref.rollout.n at 1; its GiGPO mode defaults to mean_norm (ppo_trainer.yaml)."""

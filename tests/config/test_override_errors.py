@@ -75,3 +75,18 @@ def test_a_boolean_is_not_taken_as_a_number(override):
     with pytest.raises(ConfigError, match=f"{key}: expected a number, got (true|false)"):
         load_config("configs/memagent_grpo.yaml", [override])
     load_config("configs/memagent_grpo.yaml", ["lora.enabled=true", "trainer.tensorboard=false"])  # booleans stay
+
+
+@pytest.mark.parametrize("override, message", [
+    ("data.docs=[50,abc", "override 'data.docs=[50,abc': cannot parse value '[50,abc' as a list: expected ',' or "
+                          "']', but got '<stream end>' at column 8"),
+    ("workflow.options={chunk_tokens: 10", "override 'workflow.options={chunk_tokens: 10': cannot parse value "
+                                           "'{chunk_tokens: 10' as a mapping"),
+])
+def test_an_unparsable_collection_is_one_line_naming_the_override(override, message):
+    """PyYAML's own message is five lines (a caret drawing); the override is named, the problem kept."""
+    from memrl.config.load import load_config
+
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["model.path=tiny", override])
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)

@@ -81,19 +81,19 @@ def checked_flags(task: str, reward: str, asynchronous: bool, record: str | None
                   max_staleness: int | None = None) -> None:
     """A usage error, before anything runs, for a value a flag does not take or a flag the task does not have."""
     if max_staleness is not None and not asynchronous:
-        raise typer.BadParameter("--max-staleness applies with --async only", param_hint="--max-staleness")
+        raise ValueError("--max-staleness applies with --async only")
     if task not in ("needle", "tools"):
-        raise typer.BadParameter(f"--task must be needle or tools, not {task!r}", param_hint="--task")
+        raise ValueError(f"--task must be needle or tools, not {task!r}")
     if reward not in ("tau2", "progress"):
-        raise typer.BadParameter(f"--reward must be tau2 or progress, not {reward!r}", param_hint="--reward")
+        raise ValueError(f"--reward must be tau2 or progress, not {reward!r}")
     if asynchronous and task != "needle":
-        raise typer.BadParameter("--async applies to --task needle only", param_hint="--async")
+        raise ValueError("--async applies to --task needle only")
     if task == "needle" and reward != "tau2":
-        raise typer.BadParameter("--reward applies to --task tools only", param_hint="--reward")
+        raise ValueError("--reward applies to --task tools only")
     if record is not None and task != "tools":
-        raise typer.BadParameter("--record applies to --task tools only", param_hint="--record")
+        raise ValueError("--record applies to --task tools only")
     if record not in (None, "episode", "turns"):
-        raise typer.BadParameter(f"--record must be episode or turns, not {record!r}", param_hint="--record")
+        raise ValueError(f"--record must be episode or turns, not {record!r}")
 
 
 def checked_estimator(name: str) -> str:
@@ -103,7 +103,7 @@ def checked_estimator(name: str) -> str:
     try:
         return ADV_ESTIMATORS.validate(name)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--estimator") from None
+        raise ValueError(f"--estimator: {exc}") from None
 
 
 @contextlib.contextmanager

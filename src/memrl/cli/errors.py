@@ -86,7 +86,7 @@ def user_errors(fn: F) -> F:
             with _sigterm_raises():
                 return fn(*args, **kwargs)
         except Terminated:
-            print("terminated (SIGTERM): what was finished is kept, nothing half-written", file=sys.stderr)
+            print("terminated (SIGTERM): nothing half-written (files are written whole or not at all)", file=sys.stderr)
             raise typer.Exit(143) from None
         except USER_ERRORS as exc:
             print(f"error: {describe(exc)}", file=sys.stderr)

@@ -104,7 +104,8 @@ def eval_cmd(
     _check_flags_apply(on_tasks, {  # first: a flag the workflow ignores is the error, not whether its file exists
         "--data": data, "--docs": docs, "--max-samples": max_samples, "--tasks": tasks,
         "--suite": None if suite == "qa" else suite, "--repeats": repeats}, trials,
-        {"--task-ids": task_ids, "--num-tasks": num_tasks, "--max-retries": max_retries})
+        {"--task-ids": task_ids, "--num-tasks": num_tasks, "--max-retries": max_retries, "--domain": domain,
+         "--split": split, "--data-dir": data_dir})
     _check_data_exists(data, built)
     if data is not None and data.is_file() and (docs or tasks):
         flag = "--docs" if docs else "--tasks"

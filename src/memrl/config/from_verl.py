@@ -115,8 +115,11 @@ def translate(flags: dict[str, str]) -> Translation:
                  _wandb, gigpo_rule, memory_agent_rule, precision_rule, dapo_rule):
         try:
             rule(get, out, given, source)
-        except (TypeError, ValueError, ZeroDivisionError) as err:
-            out.skipped[f"({rule.__name__.strip('_')})"] = f"not translated: {err}"
+        except (TypeError, ValueError, ZeroDivisionError) as err:  # most often a value skipped above as unreadable
+            unread = [k for k, why in out.skipped.items() if "is not a value memrl can read" in why]
+            out.skipped[f"({rule.__name__.strip('_')})"] = (
+                f"not translated: it needs {unread[0]}, which memrl could not read (above)" if unread
+                else f"not translated: {err}")
     for key in flags:
         if key not in out.used:
             out.skipped[key] = why_skipped(key, given[key])

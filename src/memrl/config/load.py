@@ -45,7 +45,11 @@ def parse_value(text: str) -> Any:
         try:
             return yaml.safe_load(stripped)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"cannot parse value {text!r}: {exc}") from None
+            problem = getattr(exc, "problem", None) or "not valid"
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at column {mark.column + 1}" if mark is not None else ""
+            kind = "list" if stripped[:1] == "[" else "mapping"
+            raise ConfigError(f"cannot parse value {text!r} as a {kind}: {problem}{where}") from None
     return text
 
 
@@ -179,7 +183,10 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
         if model is not None and part not in external_fields(model):
             raise _unknown_key_error(prefix + part, model, prefix)
         if depth == len(parts) - 1:
-            node[part] = parse_value(value)
+            try:
+                node[part] = parse_value(value)
+            except ConfigError as err:
+                raise ConfigError(f"override {masked(override)!r}: {err}") from None
             return
         child = node.get(part)
         if not isinstance(child, dict):
