@@ -49,6 +49,7 @@ def test_filter_drops_questions_answered_without_the_document(tmp_path, monkeypa
     assert (report["total"], report["kept"], report["dropped"]) == (4, 4 - len(dropped), len(dropped))
     assert [d["index"] for d in report["dropped_questions"]] == dropped
     assert f"kept {4 - len(dropped)} of 4 questions; dropped {len(dropped)}" in r.output
+    assert "filter: 4/4 questions" in r.output  # progress (plain lines off a terminal): every question settled
 
 
 def test_filter_keeps_the_eval_layout(tmp_path, monkeypatch):

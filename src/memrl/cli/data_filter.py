@@ -116,8 +116,9 @@ def memagent_asking(template: str, tries: int, temperature: float, top_p: float,
 
 
 async def answered_without_context(samples: Sequence[Any], engine: Any, tokenizer: Any, asking: Asking,
-                                   concurrency: int = 64) -> list[str | None]:
-    """Per sample: the closed-book answer that showed the model knew it (``None`` when no try did)."""
+                                   concurrency: int = 64, done: Any = None) -> list[str | None]:
+    """Per sample: the closed-book answer that showed the model knew it (``None`` when no try did); ``done()``
+    after each sample."""
     from memrl.engines.base import SamplingParams
     from memrl.workflows.common import decode, stop_token_ids, strip_stop
 
@@ -133,8 +134,10 @@ async def answered_without_context(samples: Sequence[Any], engine: Any, tokenize
                 res = await engine.generate(prompt, params)
             hit = asking.knows(decode(tokenizer, strip_stop(res.token_ids, stops)), sample.answers)
             if hit is not None:
-                return hit
-        return None
+                break
+        if done is not None:
+            done()
+        return hit
 
     return list(await asyncio.gather(*(one(s) for s in samples)))
 
@@ -216,8 +219,10 @@ def resolve_asking(protocol: str, metric: str | None, tries: int | None, tempera
 
 
 def ask_models(models: Sequence[str], samples: Sequence[Any], asking: Asking, engine: str | None,
-               base_url: str | None, concurrency: int) -> list[str | None]:
-    """Each model in turn (one engine loaded at a time); a sample's hit is the first model's that knew it."""
+               base_url: str | None, concurrency: int, advance: Any = None) -> list[str | None]:
+    """Each model in turn (one engine loaded at a time); a sample's hit is the first model's that knew it.
+    ``advance(n)`` counts (model, question) pairs settled: asked, or known to an earlier model."""
+    advance = advance or (lambda n=1: None)
     from memrl.cli.common import resolve_config
     from memrl.engines.factory import build_engine
     from memrl.models.resolve import load_tokenizer
@@ -229,11 +234,12 @@ def ask_models(models: Sequence[str], samples: Sequence[Any], asking: Asking, en
         tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
         eng = build_engine(cfg)
         todo = [k for k, h in enumerate(hits) if h is None]
+        advance(len(samples) - len(todo))  # an earlier model knew these: not asked again
 
         async def main() -> list[str | None]:
             try:
                 return await answered_without_context([samples[k] for k in todo], eng, tokenizer, asking,
-                                                      concurrency=concurrency)
+                                                      concurrency=concurrency, done=advance)
             finally:
                 await eng.close()
 
@@ -281,7 +287,9 @@ def filter_cmd(
     max_kept: Optional[int] = MAX_KEPT_OPT,
 ) -> None:
     """Drop questions the model answers correctly without the document (MemAgent's training-data filter)."""
+    from memrl.cli.progress import progress
     from memrl.data.stream import read_samples_lazily
+    from memrl.models.resolve import quiet_hub_progress
 
     asking = resolve_asking(protocol, metric, tries, temperature, top_p, max_new_tokens, memagent_repo)
     _check_options(input, out, metric or DEFAULTS[protocol][4], asking.tries, asking.max_new_tokens, concurrency)
@@ -296,8 +304,10 @@ def filter_cmd(
     console.print(f"asking {' and '.join(models)} {len(samples)} questions without their documents "
                   f"({asking.tries} tr{'y' if asking.tries == 1 else 'ies'} each, {metric or DEFAULTS[protocol][4]})",
                   highlight=False)
+    quiet_hub_progress()
     try:
-        hits = ask_models(models, samples, asking, engine, base_url, concurrency)
+        with progress(console, "filter", total=len(samples) * len(models), noun="questions") as bar:
+            hits = ask_models(models, samples, asking, engine, base_url, concurrency, bar.advance)
     except KeyboardInterrupt:
         console.print("interrupted: nothing written", highlight=False, markup=False)
         raise typer.Exit(130) from None
