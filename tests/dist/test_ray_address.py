@@ -63,3 +63,21 @@ def test_auto_follows_ray_address_and_checks_it(no_local_cluster, monkeypatch):
     with pytest.raises(ConfigError, match=rf"cluster.address=auto \(\S+:{address.split(':')[1]}\): no Ray cluster "
                        "answers there"):
         init_ray("auto")
+
+
+@pytest.mark.timeout(60)
+def test_unset_never_joins_a_dead_cluster_ray_remembers(monkeypatch):
+    """cluster.address unset: a bare ray.init() joined the cluster /tmp/ray last recorded, and hung for minutes
+    when it was dead; memrl starts its own ("local"), or checks the RAY_ADDRESS a Ray job's driver is given."""
+    asked: list[dict] = []
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: asked.append(kw))
+    monkeypatch.setattr("memrl.dist.ray_support.status_line", lambda: "ok")
+    init_ray(None, num_cpus=3)
+    assert asked[-1]["address"] == "local" and asked[-1]["num_cpus"] == 3
+    dead = f"127.0.0.1:{free_port()}"
+    monkeypatch.setenv("RAY_ADDRESS", dead)
+    with pytest.raises(ConfigError, match=rf"cluster.address=\$RAY_ADDRESS={dead}: no Ray cluster answers there"):
+        init_ray(None)
+    assert len(asked) == 1

@@ -52,6 +52,8 @@ def train_cmd(
               f"{cfg.trainer.output_dir})", 1)
     except (NothingTrainableError, NonFiniteLossError, RankDiedError) as err:
         _fail(f"error: {err}", 1)
+    if os.environ.get("RANK", "0") != "0":  # under torchrun every rank ran this command: rank 0 reports
+        return
     if "reward" not in last:  # every episode of the last step failed: not a run to call done
         _fail(f"error: step {step} finished but none of its episodes completed "
               f"({last.get('failed_episodes', 0):.0f} failed episodes so far, see the warnings above); "

@@ -69,12 +69,17 @@ def init_ray(address: str | None, num_cpus: int | None = None) -> str:
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"ignore_reinit_error": True, "log_to_driver": False,
                                   "include_dashboard": False}
-        if address:
-            kwargs["address"] = resolve_address(address)
+        env = os.environ.get("RAY_ADDRESS")
+        if address or env:  # unset under a Ray job: its driver's RAY_ADDRESS names the cluster
+            given = address or env
+            kwargs["address"] = resolve_address(given)
             resolved = kwargs["address"]
-            check_reachable(resolved, shown=address if address == resolved else f"{address} ({resolved})")
-        elif num_cpus is not None:
-            kwargs["num_cpus"] = num_cpus
+            named = given if address else f"$RAY_ADDRESS={env}"
+            check_reachable(resolved, shown=named if given == resolved else f"{named} ({resolved})")
+        else:  # a new local cluster: a bare ray.init() would join the one /tmp/ray last recorded, even a dead one
+            kwargs["address"] = "local"
+            if num_cpus is not None:
+                kwargs["num_cpus"] = num_cpus
         try:
             ray.init(**kwargs)
         except ConnectionError as err:  # reachable but not a Ray cluster (or it went away meanwhile)
