@@ -206,7 +206,7 @@ def run_demo(out: Path, *, rl_steps: int | None = None, seed: int = 0, console: 
         settle = 0
 
     stage = rl_stage(estimator, asynchronous)
-    record_outputs(out, (*DEMO_OUTPUTS, *stage), by="memrl demo")
+    record_outputs(out, (*DEMO_OUTPUTS, *stage), by="memrl demo", legacy=LEGACY_DEMO)  # an older demo resumes
     claim_folder(out, "needle", seed, DEMO_OUTPUTS)
     with deterministic(seed, threads):
         return _run(out, rl_steps, seed, console or Console(stderr=True, width=None if sys.stderr.isatty() else 160),

@@ -157,3 +157,25 @@ def test_a_name_memrl_did_not_write_is_never_overwritten(tmp_path):
     record_outputs(tmp_path, ["a.jsonl"], by="memrl data ruler")
     (tmp_path / "a.jsonl").write_text("x")
     record_outputs(tmp_path, ["a.jsonl"], by="memrl data ruler")  # its own output: a re-run may replace it
+
+
+def test_a_folder_an_older_memrl_wrote_can_still_be_written_into(tmp_path):
+    """A demo folder from before the manifest resumes (its stages are recognised by the signature); the same
+    names without it, or beside a stranger, are refused."""
+    legacy = (("data", "model_init", "rl"), "model_init/config.json")
+    old = tmp_path / "old"
+    (old / "model_init").mkdir(parents=True)
+    (old / "model_init" / "config.json").write_text("{}")
+    (old / "data").mkdir()
+    record_outputs(old, ["data", "model_init", "rl"], by="memrl demo", legacy=legacy)
+    stranger = tmp_path / "stranger"
+    (stranger / "data").mkdir(parents=True)
+    with pytest.raises(OutputDirError, match="data exists and memrl did not write it"):
+        record_outputs(stranger, ["data"], by="memrl demo", legacy=legacy)
+    (old / "notes.txt").write_text("x")
+    fresh = tmp_path / "old2"
+    (fresh / "model_init").mkdir(parents=True)
+    (fresh / "model_init" / "config.json").write_text("{}")
+    (fresh / "notes.txt").write_text("x")  # something else too: not the older layout
+    with pytest.raises(OutputDirError, match="model_init exists"):
+        record_outputs(fresh, ["data", "model_init"], by="memrl demo", legacy=legacy)

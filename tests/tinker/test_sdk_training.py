@@ -245,3 +245,12 @@ def test_a_session_ttl_under_the_sdks_heartbeat_is_refused():
 
     r = CliRunner().invoke(app, ["tinker", "--model", "tiny", "--session-ttl-s", "5"])
     assert r.exit_code == 2 and "--session-ttl-s 5.0: must be at least 30" in r.output
+
+
+def test_a_checkpoint_fits_by_name_or_by_its_base_folder(server):
+    """Checkpoints record the name served under and the folder: a server started under another alias (or a
+    relative path from elsewhere) still loads them; another model's are refused."""
+    svc = server.svc
+    assert svc.serves({"base_model": "tiny"})
+    assert svc.serves({"base_model": "./some/other/spelling", "base_path": svc.tokenizer_id})
+    assert not svc.serves({"base_model": "another-model", "base_path": "/elsewhere/another-model"})

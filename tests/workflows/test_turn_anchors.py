@@ -32,6 +32,15 @@ def test_arrays_and_tensors_anchor_by_every_value() -> None:
     assert anchor(torch.tensor([1.0, 2.0])) == anchor(np.array([1.0, 2.0]))  # the values, not the library
 
 
+def test_any_dict_keys_and_sets_anchor_without_collisions() -> None:
+    """Tuple keys or ints beside strs cannot be sorted by json (an episode's generate raised); set members
+    keep their types ({1} is not {"1"})."""
+    grid, moved = {(0, 1): "wall", (2, 3): "box"}, {(0, 1): "wall", (2, 4): "box"}
+    assert anchor(grid) == anchor(dict(reversed(grid.items()))) and anchor(grid) != anchor(moved)
+    assert anchor({1: "a", "b": 2}) == anchor({"b": 2, 1: "a"}) != anchor({"1": "a", "b": 2})
+    assert anchor({1}) != anchor({"1"}) and anchor({1, "1"}) == anchor({"1", 1})
+
+
 def test_generate_keys_states_exactly(tok) -> None:
     """``ep.generate(state=...)`` keeps a string or number as written and anything else through anchor()."""
     from memrl.workflows.api import Episode

@@ -129,6 +129,7 @@ async def answered_without_context(samples: Sequence[Any], engine: Any, tokenize
 
     async def one(sample: Any) -> str | None:
         prompt = asking.prompt(tokenizer, sample.question)
+        hit = None
         for _ in range(asking.tries):
             async with sem:
                 res = await engine.generate(prompt, params)

@@ -94,21 +94,26 @@ def _write_manifest(out: Path, manifest: dict[str, set[str]]) -> None:
 
 
 def record_outputs(out: Path, names: Iterable[str], by: str | None = None, written: bool | Iterable[str] = False,
-                   ) -> None:
+                   legacy: tuple[Iterable[str], str] | None = None) -> None:
     """Create ``out`` if needed and add ``names`` (top-level entries about to be written by command ``by``,
     e.g. ``"memrl eval"``) to its manifest; refused if one exists that memrl did not write (``written``: the
-    command just wrote them itself, all or the names given)."""
+    command just wrote them itself, all or the names given; ``legacy``: the layout an older memrl left without
+    a manifest, as :func:`clear_outputs` reads it)."""
     names = set(names)
     bad = [n for n in names if not _is_plain_name(n)]
     if bad:
         raise ValueError(f"output names must be plain file names, got {bad[0]!r}")
     out.mkdir(parents=True, exist_ok=True)
-    manifest = _read_manifest(out) or {}
+    manifest = _read_manifest(out)
+    if manifest is None and legacy is not None and _is_legacy(out, legacy):
+        manifest = {n: set() for n in legacy[0]}
+    manifest = manifest or {}
     mine = set(names) if written is True else set() if written is False else set(written)
     foreign = sorted(n for n in names if n not in manifest and n not in mine and os.path.lexists(out / n))
     if foreign:
-        raise OutputDirError(f"{out / foreign[0]} exists and memrl did not write it; move it away or pass another "
-                             "folder (memrl never overwrites what it did not write)")
+        raise OutputDirError(f"{out / foreign[0]} exists and memrl did not write it (or wrote it before it kept "
+                             "a record); move it away or pass another folder (memrl never overwrites what it did not "
+                             "write)")
     if all(n in manifest and (by is None or by in manifest[n]) for n in names) and (out / MANIFEST).is_file():
         return
     for name in names:
@@ -130,6 +135,13 @@ def entry_owners(name: str, manifest: dict[str, set[str]]) -> set[str] | None:
     return manifest.get(target) if target is not None else None
 
 
+def _is_legacy(out: Path, legacy: tuple[Iterable[str], str]) -> bool:
+    """Whether ``out`` holds only ``legacy``'s names and its signature file (a relative path only that command
+    writes): a folder an older memrl wrote before it kept a manifest."""
+    names, signature = set(legacy[0]), legacy[1]
+    return (out / signature).is_file() and set(os.listdir(out)) - {LOCK_NAME} <= names
+
+
 def clear_outputs(out: Path, flag: str, legacy: tuple[Iterable[str], str] | None = None,
                   by: str | None = None, keep: tuple[str, ...] = ()) -> int:
     """Delete what command ``by`` wrote in ``out`` (every command's when ``by`` is None, and names recorded
@@ -149,10 +161,8 @@ def clear_outputs(out: Path, flag: str, legacy: tuple[Iterable[str], str] | None
         raise OutputDirError(f"{flag}: {out} is a file, not a folder; refusing to delete it")
     names = sorted(os.listdir(out))
     manifest = _read_manifest(out)
-    if manifest is None and legacy is not None:
-        legacy_names, signature = set(legacy[0]), legacy[1]
-        if (out / signature).is_file() and set(names) <= legacy_names:
-            manifest = {n: set() for n in legacy_names}
+    if manifest is None and legacy is not None and _is_legacy(out, legacy):
+        manifest = {n: set() for n in legacy[0]}
     manifest = manifest or {}
     foreign = [n for n in names if entry_owners(n, manifest) is None and n not in keep]
     if foreign:

@@ -58,7 +58,9 @@ def check(body: ResponsesBody) -> Optional[int]:
 
 
 def tools_of(body: ResponsesBody) -> Optional[list[dict[str, Any]]]:
-    """The request's function tools in chat form (None: none, or ``tool_choice: "none"``)."""
+    """The request's function tools in chat form (None: none); ``tool_choice: "none"`` keeps them in the prompt
+    (vLLM's Responses path does, unless ``--exclude-tools-when-tool-choice-none``) and leaves the answer
+    unparsed."""
     choice = body.tool_choice
     if choice is not None and choice not in ("auto", "none"):
         raise bad("tool_choice", "a required or named tool needs constrained decoding, which the training gateway "
@@ -70,7 +72,7 @@ def tools_of(body: ResponsesBody) -> Optional[list[dict[str, Any]]]:
             raise bad(f"tools[{i}].type", f"only function tools are supported, not {str(kind)[:40]!r} (hosted "
                       "tools run at OpenAI)", "unsupported")
         out.append(function_tool(tool.get("name"), tool.get("description"), tool.get("parameters"), f"tools[{i}]"))
-    return out if out and choice != "none" else None
+    return out or None
 
 
 def input_messages(body: ResponsesBody) -> list[dict[str, Any]]:

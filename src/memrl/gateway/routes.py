@@ -70,7 +70,7 @@ async def answer_responses(body: openai_responses.ResponsesBody, session: Sessio
     overrides = sampling_overrides(body)  # type: ignore[arg-type]
     prompt, history = openai_responses.chat_request(session, body)
     req = CallRequest("chat", prompt, tools=tools, max_tokens=max_tokens, overrides=overrides, model=model,
-                      parallel_tool_calls=body.parallel_tool_calls is not False)
+                      parallel_tool_calls=body.parallel_tool_calls is not False, parse_tools=body.tool_choice != "none")
     answer, ids = await recorded(session, call, req)
     resp = openai_responses.response_object(answer, body, session, history)
     if not body.stream:

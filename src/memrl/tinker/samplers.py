@@ -76,7 +76,7 @@ def _load(svc: Any, path: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]
         meta, weights, _ = ckpt.load(folder)
     except ckpt.CheckpointError as exc:
         raise APIError(400, str(exc), param="model_path") from None
-    if not svc.serves(meta.get("base_model")):
+    if not svc.serves(meta):
         raise APIError(400, f"model_path: {path} was trained on {meta.get('base_model')!r}; this server loads "
                             f"{svc.base_name!r}", param="model_path")
     return meta, weights

@@ -124,17 +124,10 @@ class TinkerService:
             raise APIError(400, f"{field_name}: {name!r} is not served here; this server loads {self.base_name!r} "
                                 "(restart memrl tinker with --model to serve another)", param=field_name)
 
-    def serves(self, name: Any) -> bool:
-        """Whether a checkpoint trained on ``name`` fits this base model: one of its names, or another spelling
-        of its folder (a checkpoint saved when the server was started under another alias)."""
-        if name in self.aliases:
-            return True
-        try:
-            from memrl.models.resolve import resolve_model_path
-
-            return isinstance(name, str) and str(Path(resolve_model_path(name)).resolve()) == self.tokenizer_id
-        except (OSError, ValueError, ImportError):
-            return False
+    def serves(self, meta: dict[str, Any]) -> bool:
+        """Whether a checkpoint fits this base model: saved under one of its names, or from the same folder (its
+        ``base_path``: the server started under another alias, or a relative path from another directory)."""
+        return meta.get("base_model") in self.aliases or meta.get("base_path") == self.tokenizer_id
 
     def capabilities(self) -> dict[str, Any]:
         return {"supported_models": [{"model_name": self.base_name, "max_context_length": self.limits.max_model_len,
@@ -189,7 +182,8 @@ class TinkerService:
         params = await asyncio.to_thread(self.host.add_adapter, adapter, lora)
         try:  # the run's record first: a client is registered (and holds a --max-loras slot) only once it exists
             ckpt.write_run(self.state_dir, model_id, {
-                "training_run_id": model_id, "base_model": self.base_name, "is_lora": True, "lora_rank": lora.rank,
+                "training_run_id": model_id, "base_model": self.base_name, "base_path": self.tokenizer_id,
+                "is_lora": True, "lora_rank": lora.rank,
                 "lora": lora.to_dict(), "created": time.time(), "user_metadata": user_metadata})
         except BaseException:
             self.host.remove_adapter(adapter)
@@ -284,7 +278,8 @@ class TinkerService:
 
     def _meta(self, tenant: Tenant, body: s.SaveWeights) -> dict[str, Any]:
         """The checkpoint's meta.json fields (``ttl_seconds`` becomes its ``expires_at`` when saved)."""
-        return {"model_id": tenant.model_id, "base_model": self.base_name, "lora": tenant.lora.to_dict(),
+        return {"model_id": tenant.model_id, "base_model": self.base_name, "base_path": self.tokenizer_id,
+                "lora": tenant.lora.to_dict(),
                 "user_metadata": body.user_metadata, "ttl_seconds": body.ttl_seconds}
 
     def load_weights(self, body: s.LoadWeights) -> str:
@@ -310,7 +305,7 @@ class TinkerService:
 
         async def run() -> Result:
             meta, tensors, opt = await asyncio.to_thread(ckpt.load, folder)
-            if not self.serves(meta.get("base_model")):
+            if not self.serves(meta):
                 raise ValueError(f"{body.path} was trained on {meta.get('base_model')!r}; this server loads "
                                  f"{self.base_name!r}")
             lora = LoraSpec.from_dict(meta.get("lora") or {})

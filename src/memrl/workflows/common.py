@@ -18,20 +18,35 @@ from memrl.types import Conversation, Trajectory
 
 def _exact(part: Any) -> Any:
     """A JSON form of a part ``json`` cannot write: arrays and tensors by every value (their ``str`` rounds
-    to 4 digits and elides long arrays, which would put different observations in one state), others by
-    ``str``."""
+    to 4 digits and elides long arrays, which would put different observations in one state), sets by their
+    members' JSON in order, others by ``str``."""
     tolist = getattr(part, "tolist", None)
     if callable(tolist):
         return tolist()
-    return sorted(map(_exact, part), key=repr) if isinstance(part, (set, frozenset)) else str(part)
+    return sorted(map(_blob, part)) if isinstance(part, (set, frozenset)) else str(part)
+
+
+def _blob(part: Any) -> str:
+    try:
+        return json.dumps(part, sort_keys=True, default=_exact, ensure_ascii=False)
+    except TypeError:  # dict keys json cannot sort or write (tuples, ints beside strs): pairs in a fixed order
+        return json.dumps(_keyed(part), sort_keys=True, default=_exact, ensure_ascii=False)
+
+
+def _keyed(part: Any) -> Any:
+    """``part`` with every dict as its sorted [key, value] pairs, each key by its JSON (any key type)."""
+    if isinstance(part, dict):
+        return {"dict": sorted([_blob(k), _keyed(v)] for k, v in part.items())}
+    if isinstance(part, (list, tuple)):
+        return [_keyed(p) for p in part]
+    return part
 
 
 def anchor(*parts: Any) -> str:
     """A short stable hash of what defines a turn's state (``ep.generate(..., state=anchor(...))``):
     equal parts give equal keys across episodes and processes (no Python ``hash`` salt); dicts compare
-    whatever their key order, arrays and tensors by their exact values (as verl-agent's anchors)."""
-    blob = json.dumps(parts, sort_keys=True, default=_exact, ensure_ascii=False)
-    return hashlib.sha1(blob.encode("utf-8")).hexdigest()[:16]
+    whatever their key order (any key type), arrays and tensors by their exact values (as verl-agent's)."""
+    return hashlib.sha1(_blob(parts).encode("utf-8")).hexdigest()[:16]
 
 
 def state_key(state: Any) -> str:
