@@ -124,21 +124,26 @@ def test_a_size_does_not_depend_on_the_others_asked_for(tmp_path, hotpot_file):
         assert (both / f"eval_{n}.json").read_bytes() == (alone / f"eval_{n}.json").read_bytes()
 
 
-def test_training_file_equals_processing_py(tmp_path, hotpot_file):
-    """200 documents per question at fixed slots, processing.py's record; --train-tokens is announced as unused."""
-    import pyarrow.parquet as pq
-
+def _train_files(tmp_path, hotpot_file, num_samples: int):
+    """(processing.py's rows for generate_dataset(num_samples, ...), memrl's CLI result, its --out)."""
     require_originals()
     gold = tmp_path / "gold"
     gold.mkdir()
     with original_module(MEMAGENT_DATA / "processing.py", paper="memagent-train", seed=42) as script:
         random.seed(42)
         qas, docs = script.read_hotpotqa(str(hotpot_file))
-        script.generate_dataset(80000, str(gold / "train"), 200, qas, docs)
-    theirs = json.loads((gold / "train.parquet.rows.json").read_text())
+        script.generate_dataset(num_samples, str(gold / "train"), 200, qas, docs)
     out = tmp_path / "out"
     r = _synth(["-i", str(hotpot_file), "--train-tokens", "32k", "-o", str(out)], ORIGINALS / "memagent")
     assert r.exit_code == 0, r.output
+    return json.loads((gold / "train.parquet.rows.json").read_text()), r, out
+
+
+def test_training_file_equals_processing_py(tmp_path, hotpot_file):
+    """200 documents per question at fixed slots, processing.py's record; --train-tokens is announced as unused."""
+    import pyarrow.parquet as pq
+
+    theirs, r, out = _train_files(tmp_path, hotpot_file, 80000)
     assert "--train-tokens does not apply" in r.output
     mine = pq.read_table(out / "train_32k.parquet").to_pylist()
     assert len(mine) == len(theirs) == 53
@@ -153,18 +158,8 @@ def test_the_training_file_holds_the_scripts_first_questions(tmp_path, hotpot_fi
 
     from memrl.data import memagent_synth
 
-    require_originals()
     monkeypatch.setattr(memagent_synth, "TRAIN_QUESTIONS", 20)
-    gold = tmp_path / "gold"
-    gold.mkdir()
-    with original_module(MEMAGENT_DATA / "processing.py", paper="memagent-train", seed=42) as script:
-        random.seed(42)
-        qas, docs = script.read_hotpotqa(str(hotpot_file))
-        script.generate_dataset(20, str(gold / "train"), 200, qas, docs)
-    theirs = json.loads((gold / "train.parquet.rows.json").read_text())
-    out = tmp_path / "out"
-    r = _synth(["-i", str(hotpot_file), "--train-tokens", "32k", "-o", str(out)], ORIGINALS / "memagent")
-    assert r.exit_code == 0, r.output
+    theirs, r, out = _train_files(tmp_path, hotpot_file, 20)
     assert "holds the first 20 of the 53 questions" in r.output
     assert pq.read_table(out / "train_32k.parquet").to_pylist() == theirs
 
