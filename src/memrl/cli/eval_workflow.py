@@ -14,7 +14,7 @@ def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Co
               max_samples: int | None = None) -> None:
     """Mean reward, accuracy and pass^k of the config's workflow over the file's samples (the first
     ``max_samples``)."""
-    from memrl.data.outdir import OutputDirError, recorded_entries
+    from memrl.data.outdir import refuse_foreign
     from memrl.engines.factory import build_engine
     from memrl.eval.files import data_record
     from memrl.eval.workflow_eval import WORKFLOW_EVAL_OUTPUTS, eval_samples, run_workflow_eval
@@ -25,9 +25,7 @@ def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Co
         cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"eval_file": str(data)})})
     # what a run keeps in its folder (an online gateway's online.json) goes to --out, not to runs/default
     cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"output_dir": str(out)})})
-    if (out / "online.json").exists() and "online.json" not in (recorded_entries(out) or ()):
-        raise OutputDirError(f"{out / 'online.json'} exists and memrl did not write it; move it away or pass "
-                             "another --out")  # (an online workflow writes its endpoint there as it starts)
+    refuse_foreign(out, ["online.json"])  # an online workflow writes its endpoint there as it starts
     workflow = build_workflow(cfg)
     try:
         samples = eval_samples(cfg, workflow, max_samples)  # before any model loads: a bad row costs nothing

@@ -109,11 +109,7 @@ def record_outputs(out: Path, names: Iterable[str], by: str | None = None, writt
         manifest = {n: set() for n in legacy[0]}
     manifest = manifest or {}
     mine = set(names) if written is True else set() if written is False else set(written)
-    foreign = sorted(n for n in names if n not in manifest and n not in mine and os.path.lexists(out / n))
-    if foreign:
-        raise OutputDirError(f"{out / foreign[0]} exists and memrl did not write it (or wrote it before it kept "
-                             "a record); move it away or pass another folder (memrl never overwrites what it did not "
-                             "write)")
+    refuse_foreign(out, names - mine, manifest)
     if all(n in manifest and (by is None or by in manifest[n]) for n in names) and (out / MANIFEST).is_file():
         return
     for name in names:
@@ -133,6 +129,16 @@ def entry_owners(name: str, manifest: dict[str, set[str]]) -> set[str] | None:
     if target == MANIFEST:
         return set()
     return manifest.get(target) if target is not None else None
+
+
+def refuse_foreign(out: Path, names: Iterable[str], manifest: dict[str, set[str]] | None = None) -> None:
+    """OutputDirError naming the first of ``names`` that exists in ``out`` but is not in its manifest."""
+    manifest = (_read_manifest(out) or {}) if manifest is None else manifest
+    foreign = sorted(n for n in names if n not in manifest and os.path.lexists(out / n))
+    if foreign:
+        raise OutputDirError(f"{out / foreign[0]} exists and memrl did not write it (or wrote it before it kept "
+                             "a record); move it away or pass another folder (memrl never overwrites what it did not "
+                             "write)")
 
 
 def _is_legacy(out: Path, legacy: tuple[Iterable[str], str]) -> bool:
