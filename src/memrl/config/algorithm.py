@@ -58,7 +58,7 @@ class AlgorithmConfig(Section):
         "(memrl.rl.register_loss_agg) or an import path.")
     loss_scale_factor: int | None = Field(
         None, ge=1, description="seq-mean-token-sum-norm's constant divisor L (verl's actor.loss_scale_factor); null: "
-        "the workflow's longest response (norm_tokens), else the batch's widest response span.")
+        "the workflow's longest response (norm_tokens), else the step's widest response span (all ranks).")
     kl_coef: Finite = Field(0.0, ge=0, description="KL loss weight; MemAgent uses 0.001.")
     kl_estimator: registered(KL_ESTIMATORS) = Field(
         "low_var_kl", description="Per-token KL estimate to the reference: a registered name "

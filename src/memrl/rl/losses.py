@@ -22,23 +22,25 @@ class LossAggregation:
 
     ``per_token`` tells the trainer how to weight micro-batches so their sum is one aggregate
     over the mini-batch: by their share of its tokens, or of its rows; ``summed`` (a sum, not a
-    mean): micro-batches add up as they are.
+    mean): micro-batches add up as they are; ``normed``: it divides by a length ``norm_length`` (the
+    trainer then gives every micro-batch one length, the step's, unless the config or workflow names one).
     """
 
     fn: Callable[[torch.Tensor, torch.Tensor, int | None], torch.Tensor]
     per_token: bool = False
     summed: bool = False
+    normed: bool = False
 
     def __call__(self, loss_mat: torch.Tensor, loss_mask: torch.Tensor,
                  norm_length: int | None = None) -> torch.Tensor:
         return self.fn(loss_mat, loss_mask, norm_length)
 
 
-def register_loss_agg(name: str, *, per_token: bool = False,
-                      summed: bool = False) -> Callable[[Callable[..., torch.Tensor]], LossAggregation]:
+def register_loss_agg(name: str, *, per_token: bool = False, summed: bool = False,
+                      normed: bool = False) -> Callable[[Callable[..., torch.Tensor]], LossAggregation]:
     """Decorator: register ``fn(loss_mat, loss_mask, norm_length)`` as ``algorithm.loss_agg_mode=name``."""
     def decorate(fn: Callable[..., torch.Tensor]) -> LossAggregation:
-        return LOSS_AGGREGATIONS.register(name, LossAggregation(fn, per_token, summed))
+        return LOSS_AGGREGATIONS.register(name, LossAggregation(fn, per_token, summed, normed))
     return decorate
 
 
@@ -84,7 +86,7 @@ def _seq_mean_token_mean(loss_mat: torch.Tensor, loss_mask: torch.Tensor, norm_l
     return ((loss_mat * loss_mask).sum(dim=-1) / loss_mask.sum(dim=-1).clamp(min=1)).mean()
 
 
-@register_loss_agg("seq-mean-token-sum-norm")
+@register_loss_agg("seq-mean-token-sum-norm", normed=True)
 def _seq_mean_token_sum_norm(loss_mat: torch.Tensor, loss_mask: torch.Tensor,
                              norm_length: int | None) -> torch.Tensor:
     """Dr. GRPO: the total over rows * L, a constant normaliser.

@@ -75,7 +75,7 @@ class PolicyUpdate:
         weighted = rc.enabled and not rc.bypass_mode  # verl's decoupled mode: needs old log-probs before the update
         distills = self.teacher is not None and self.teacher.reads_trainer_logprobs  # so does the teacher's signal
         plan = _Plan(on_policy=a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1 and not (weighted or distills),
-                     temperature=cfg.sampling.temperature or 1.0, norm_length=self.norm_length,
+                     temperature=cfg.sampling.temperature or 1.0, norm_length=self._norm_length(rows),
                      per_token=loss_aggregation(a.loss_agg_mode).per_token,
                      summed=loss_aggregation(a.loss_agg_mode).summed,
                      behaviour=off_policy_correction(a.off_policy).uses_behaviour or rc.bypass_mode,
@@ -146,6 +146,15 @@ class PolicyUpdate:
             return
         tally.grad_norms.append(float(gn))
         self.optimizer.step()
+
+    def _norm_length(self, rows: list[Row]) -> int | None:
+        """Dr. GRPO's constant ``L``: the configured one, else the widest response span of the whole update over
+        every rank (verl pads the batch's responses to one width before splitting it); a micro-batch's own
+        width made the gradient depend on how rows fell into micro-batches and ranks."""
+        if self.norm_length is not None or not loss_aggregation(self.cfg.algorithm.loss_agg_mode).normed:
+            return self.norm_length
+        width = max((_span(r.loss_mask[1:]) for r in rows), default=1)
+        return int(self.dist.max([float(width)])[0]) if self.dist.active else width
 
     def _micro_groups(self, mrows: list[Row], filler_row: Row) -> tuple[list[list[Row]], int]:
         """Micro-batches under the token budget; sharded, padded with dummy passes to the ranks' maximum count."""
@@ -229,6 +238,12 @@ class _Tally:
         for key, val in terms.items():
             self.sums[key] = self.sums.get(key, 0.0) + float(val.detach()) * w
         self.sums["logprob_mismatch"] = self.sums.get("logprob_mismatch", 0.0) + _mismatch(group, before, mask)
+
+
+def _span(mask: Any) -> int:
+    """From a row's first trained position to its last (1 when it has none), as losses.response_width."""
+    trained = [i for i, m in enumerate(mask) if m]
+    return trained[-1] - trained[0] + 1 if trained else 1
 
 
 def _mismatch(rows: list[Row], logp: torch.Tensor, mask: torch.Tensor) -> float:
