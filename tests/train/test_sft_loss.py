@@ -95,3 +95,14 @@ def test_a_chat_format_row_says_what_memrl_reads_instead(tmp_path):
     path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
     r = CliRunner().invoke(app, ["sft", "--trajectories", str(path), "--model", "tiny", "--out", str(tmp_path / "o")])
     assert r.exit_code == 2 and "chat-format row (TRL's messages / prompt-completion)" in r.output
+
+
+def test_progress_says_the_step_of_how_many(tmp_path):
+    """sft's progress lines name the total (and the last step), on stderr: stdout carries the result."""
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(traj([5, 6, 7], [0, 1, 1]).to_dict()) + "\n" for _ in range(3)))
+    r = CliRunner().invoke(app, ["sft", "--trajectories", str(path), "--model", "tiny", "--out", str(tmp_path / "o"),
+                                 "--batch-rows", "1", "--epochs", "4"])
+    assert r.exit_code == 0, r.output
+    assert "sft step 10/12: loss " in r.stderr and "sft step 12/12: loss " in r.stderr
+    assert "sft step" not in r.stdout

@@ -107,11 +107,17 @@ def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: i
     tok = load_tokenizer(model)
     policy = load_model(model, dtype)
     _check_vocab(trajs, policy.get_input_embeddings().num_embeddings, model, source)
+    steps: list[int] = []
+
+    def said(s: int, v: float) -> None:  # every 10 steps and the last, on stderr (stdout is the result)
+        if s % 10 == 0 or s == steps[0]:
+            print(f"sft step {s}/{steps[0]}: loss {v:.4f}", file=sys.stderr, flush=True)
+
     with _stops_say_nothing_kept(out):
         losses = sft(policy, trajs, epochs=epochs, lr=lr, weight_decay=weight_decay, decay_biases_and_norms=False,
                      batch_rows=batch_rows, schedule=lr_schedule,
                      pad_id=tok.pad_token_id if tok.pad_token_id is not None else 0,
-                     on_step=lambda s, v: typer.echo(f"sft step {s}: loss {v:.4f}") if s % 10 == 0 else None)
+                     on_start=steps.append, on_step=said)
     export_model(policy, tok, out, force=force)
     return len(losses), losses[-1]
 

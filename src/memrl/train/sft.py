@@ -48,8 +48,10 @@ def sft(
     seed: int = 0,
     schedule: str = "constant",
     on_step: Callable[[int, float], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> list[float]:
-    """Train ``policy`` in place; returns the mean token loss of each optimizer step."""
+    """Train ``policy`` in place; returns the mean token loss of each optimizer step. ``on_start(steps)`` is told
+    the number of optimizer steps before the first, ``on_step(step, loss)`` after each."""
     if epochs < 1 or batch_rows < 1 or not lr > 0 or schedule not in SCHEDULES:
         raise ValueError(f"sft: epochs {epochs} and batch_rows {batch_rows} must be >= 1, lr {lr} > 0 and "
                          f"schedule {schedule!r} one of {', '.join(SCHEDULES)}")
@@ -64,6 +66,8 @@ def sft(
     steps = epochs * -(-len(rows) // batch_rows)
     decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 if schedule == "constant" else (steps - s) / steps)
     rng = random.Random(seed)
+    if on_start:
+        on_start(steps)
     losses = []
     policy.train()
     step = 0
