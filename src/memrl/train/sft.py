@@ -34,6 +34,13 @@ def targets(row: Row) -> int:
     return sum(row.loss_mask[1:])
 
 
+def _adamw(params: list[Any], lr: float, weight_decay: float, decay_biases_and_norms: bool) -> Any:
+    """AdamW with weight decay on matrices, and on biases and norm weights only if asked (TRL decays neither)."""
+    flat = 0.0 if not decay_biases_and_norms else weight_decay
+    return torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+                              {"params": [p for p in params if p.ndim < 2], "weight_decay": flat}], lr=lr)
+
+
 def sft(
     policy: Any,
     trajectories: Sequence[Trajectory],
@@ -60,9 +67,7 @@ def sft(
         raise ValueError("no generated tokens to train on")
     device = next(policy.parameters()).device
     params = [p for p in policy.parameters() if p.requires_grad]
-    flat = 0.0 if not decay_biases_and_norms else weight_decay
-    opt = torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-                             {"params": [p for p in params if p.ndim < 2], "weight_decay": flat}], lr=lr)
+    opt = _adamw(params, lr, weight_decay, decay_biases_and_norms)
     steps = epochs * -(-len(rows) // batch_rows)
     decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 if schedule == "constant" else (steps - s) / steps)
     rng = random.Random(seed)
