@@ -146,16 +146,15 @@ def test_dr_grpo_length_without_a_workflow_length_is_the_updates_not_a_micro_bat
     mask = torch.zeros(2, 10)
     mask[0, 2:5], mask[1, 1:9] = 1, 1
     rows = [SimpleNamespace(loss_mask=[0] + [int(v) for v in m]) for m in mask]
-    algo = SimpleNamespace(algorithm=SimpleNamespace(loss_agg_mode="seq-mean-token-sum-norm"))
-    me = SimpleNamespace(norm_length=None, dist=SimpleNamespace(active=False), cfg=algo)
-    length = PolicyUpdate._norm_length(me, rows)  # type: ignore[arg-type]
+    me = SimpleNamespace(norm_length=None, dist=SimpleNamespace(active=False))
+    normed = loss_aggregation("seq-mean-token-sum-norm").normed
+    length = PolicyUpdate._norm_length(me, rows, normed)  # type: ignore[arg-type]
     assert length == 8  # row 1's span, the widest
     agg = loss_aggregation("seq-mean-token-sum-norm")
     whole = agg(loss, mask, length)
     split = sum(agg(loss[i:i + 1], mask[i:i + 1], length) / 2 for i in range(2))
     torch.testing.assert_close(whole, split)
     assert not torch.allclose(whole, sum(agg(loss[i:i + 1], mask[i:i + 1], None) / 2 for i in range(2)))
-    assert PolicyUpdate._norm_length(SimpleNamespace(norm_length=32, cfg=algo), rows) == 32  # type: ignore[arg-type]
-    mean = SimpleNamespace(algorithm=SimpleNamespace(loss_agg_mode="token-mean"))
-    means = SimpleNamespace(norm_length=None, cfg=mean)
-    assert PolicyUpdate._norm_length(means, rows) is None  # no length to find: no pass over the rows
+    assert PolicyUpdate._norm_length(SimpleNamespace(norm_length=32), rows, normed) == 32  # type: ignore[arg-type]
+    means = loss_aggregation("token-mean").normed  # no length to find: no pass over the rows
+    assert PolicyUpdate._norm_length(SimpleNamespace(norm_length=None), rows, means) is None  # type: ignore[arg-type]

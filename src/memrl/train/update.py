@@ -23,7 +23,7 @@ import torch
 from memrl.config import MemRLConfig
 from memrl.dist.ddp import DistContext, shard_by_tokens
 from memrl.dist.fsdp import grad_norm_value
-from memrl.rl.losses import loss_aggregation
+from memrl.rl.losses import loss_aggregation, response_width
 from memrl.rl.objective import objective_metric_names, policy_objective
 from memrl.rl.offpolicy import off_policy_correction
 from memrl.train.batch import Row, collate, iter_chunks, micro_batches, row_tensor, token_logprobs
@@ -74,10 +74,10 @@ class PolicyUpdate:
         rc = a.rollout_correction
         weighted = rc.enabled and not rc.bypass_mode  # verl's decoupled mode: needs old log-probs before the update
         distills = self.teacher is not None and self.teacher.reads_trainer_logprobs  # so does the teacher's signal
+        agg = loss_aggregation(a.loss_agg_mode)
         plan = _Plan(on_policy=a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1 and not (weighted or distills),
-                     temperature=cfg.sampling.temperature or 1.0, norm_length=self._norm_length(rows),
-                     per_token=loss_aggregation(a.loss_agg_mode).per_token,
-                     summed=loss_aggregation(a.loss_agg_mode).summed,
+                     temperature=cfg.sampling.temperature or 1.0, norm_length=self._norm_length(rows, agg.normed),
+                     per_token=agg.per_token, summed=agg.summed,
                      behaviour=off_policy_correction(a.off_policy).uses_behaviour or rc.bypass_mode,
                      weighted=weighted)
         t0 = time.perf_counter()
@@ -147,13 +147,13 @@ class PolicyUpdate:
         tally.grad_norms.append(float(gn))
         self.optimizer.step()
 
-    def _norm_length(self, rows: list[Row]) -> int | None:
+    def _norm_length(self, rows: list[Row], normed: bool) -> int | None:
         """Dr. GRPO's constant ``L``: the configured one, else the widest response span of the whole update over
         every rank (verl pads the batch's responses to one width before splitting it); a micro-batch's own
         width made the gradient depend on how rows fell into micro-batches and ranks."""
-        if self.norm_length is not None or not loss_aggregation(self.cfg.algorithm.loss_agg_mode).normed:
+        if self.norm_length is not None or not normed:
             return self.norm_length
-        width = max((_span(r.loss_mask[1:]) for r in rows), default=1)
+        width = max((response_width(torch.tensor([list(r.loss_mask[1:])])) for r in rows), default=1)
         return int(self.dist.max([float(width)])[0]) if self.dist.active else width
 
     def _micro_groups(self, mrows: list[Row], filler_row: Row) -> tuple[list[list[Row]], int]:
@@ -238,12 +238,6 @@ class _Tally:
         for key, val in terms.items():
             self.sums[key] = self.sums.get(key, 0.0) + float(val.detach()) * w
         self.sums["logprob_mismatch"] = self.sums.get("logprob_mismatch", 0.0) + _mismatch(group, before, mask)
-
-
-def _span(mask: Any) -> int:
-    """From a row's first trained position to its last (1 when it has none), as losses.response_width."""
-    trained = [i for i, m in enumerate(mask) if m]
-    return trained[-1] - trained[0] + 1 if trained else 1
 
 
 def _mismatch(rows: list[Row], logp: torch.Tensor, mask: torch.Tensor) -> float:
