@@ -11,10 +11,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Built models (the 'tiny' alias) go to a per-run cache, never the user's home.
+# The process that makes it removes it at exit (workers and subprocesses inherit it).
 if "MEMRL_CACHE" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
 
     os.environ["MEMRL_CACHE"] = tempfile.mkdtemp(prefix="memrl-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["MEMRL_CACHE"], ignore_errors=True)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("MEMRL_SHARED_DATA", REPO.parent / "shared" / "data"))
