@@ -22,11 +22,12 @@ def test_help_at_80_columns_cuts_no_word(cmd):
 
 
 def _description(output: str) -> list[str]:
-    """The lines between the usage line and the first option panel, without the box margin."""
+    """The prose lines between the usage line and the first option panel, without the box margin (an example
+    command, indented beyond the margin, is kept as written: it shows as an empty line here)."""
     lines = output.splitlines()
     start = next(i for i, line in enumerate(lines) if "Usage:" in line) + 1
     end = next(i for i, line in enumerate(lines) if line.startswith("╭"))
-    return [line.strip() for line in lines[start:end]]
+    return ["" if line.startswith("   ") else line.strip() for line in lines[start:end]]
 
 
 @pytest.mark.parametrize("cmd", [["tinker"], ["demo"], ["data", "synth"], ["train"]], ids=" ".join)

@@ -19,7 +19,8 @@ from memrl.data.distance import ORDERS
 from memrl.data.outdir import check_writable_dir, record_outputs
 from memrl.data.synth import FileReport, parse_token_budget, plan_synthesis
 
-app = typer.Typer(help="Prepare data: synthesize long-context QA files from HotpotQA-style questions.",
+app = typer.Typer(help="Prepare data: long-context QA from HotpotQA-style questions, RULER samples, "
+                       "MemAgent's no-context filter, the papers' client prompts.",
                   no_args_is_help=True)
 
 

@@ -81,6 +81,12 @@ def eval_cmd(
     Writes results.json, results.md (with accuracy.png for QA), transcripts and rollouts to --out.
 
     Interrupted runs resume: finished episodes are kept and skipped; failed ones are tried again.
+
+    Examples:
+
+      memrl eval -m model/ -w memagent --data data/hqa --docs 50,200 -o e1
+      memrl eval -m model/ -w memagent --suite ruler --data data/ruler
+      memrl eval -m tiny -w tool_agent --domain library --trials 4 --temperature 1
     """
     if max_samples is not None and max_samples < 1:
         raise ValueError(f"--max-samples must be >= 1 (leave it out for all samples), got {max_samples}")

@@ -27,6 +27,12 @@ def train_cmd(
     Re-running the same command resumes from the latest checkpoint in trainer.output_dir.
     Scale out with cluster.rollout_replicas=R (Ray engine actors; cluster.address=auto joins a running
     Ray cluster) and cluster.trainers=W (data-parallel ranks; or launch under torchrun).
+
+    Examples:
+
+      memrl train configs/tool_agent_demo.yaml        # CPU, tiny model
+      memrl train configs/memagent_grpo.yaml algorithm.n=8 lora.enabled=true
+      memrl config show configs/memagent_grpo.yaml    # every setting
     """
     from memrl.dist.launch import RankDiedError, train
     from memrl.engines.base import EngineDeadError
