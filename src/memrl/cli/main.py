@@ -88,8 +88,32 @@ def _root(
 reflow_app(app)
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """Run the command; a mistake on the command line (unknown flag or command, a value of the wrong type)
+    is one line on stderr naming it, exit 2, instead of click's usage text and a boxed panel."""
+    import sys
+
+    try:  # typer >= 0.22 carries its own copy of click
+        from typer._click import exceptions as click
+    except ImportError:
+        from click import exceptions as click  # type: ignore[no-redef]
+
+    try:
+        code = app(args=argv, standalone_mode=False)
+    except click.UsageError as err:
+        where = err.ctx.command_path if err.ctx is not None else "memrl"
+        if not err.format_message():  # a group called bare: its help is already shown
+            sys.exit(err.exit_code)
+        typer.echo(f"error: {err.format_message().rstrip('.')}; see {where} --help", err=True)
+        sys.exit(err.exit_code)
+    except click.ClickException as err:
+        typer.echo(f"error: {err.format_message()}", err=True)
+        sys.exit(err.exit_code)
+    except click.Abort:  # Ctrl-C outside a command's own handling
+        typer.echo("Aborted.", err=True)
+        sys.exit(130)
+    if isinstance(code, int) and code:  # typer.Exit(code) under standalone_mode=False
+        sys.exit(code)
 
 
 if __name__ == "__main__":
