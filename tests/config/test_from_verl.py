@@ -294,3 +294,15 @@ def test_dapos_generation_batch_filter_metric_overlong_buffer_and_clip_carry_ove
     plain = translate(overrides_of("python x.py data.gen_batch_size=96 algorithm.filter_groups.metric=acc")[0])
     assert "filter_groups.enable=True only" in plain.skipped["data.gen_batch_size"]
     assert "algorithm.dynamic_sampling_prompts" not in plain.settings
+
+
+def test_an_explicit_null_threshold_keeps_verls_meaning_no_weights():
+    """verl computes importance weights only when rollout_is and rollout_is_threshold are both set; memrl's
+    default threshold (2.0) applied instead of the script's null weighted every token."""
+    rc = "algorithm.rollout_correction."
+    t = translate({rc + "rollout_is": "token", rc + "rollout_is_threshold": "null", rc + "rollout_rs": "seq_mean_k1",
+                   rc + "rollout_rs_threshold": "0.999_1.001"})
+    assert t.settings[rc + "rollout_is"][0] is None and t.settings[rc + "rollout_rs"][0] == "seq_mean_k1"
+    assert rc + "rollout_is_threshold" not in t.settings and rc + "rollout_is_threshold" not in t.skipped
+    other = translate({"trainer.total_training_steps": "null"})
+    assert "null" in other.skipped["trainer.total_training_steps"]

@@ -220,6 +220,10 @@ class AlgorithmConfig(Section):
             if readers:
                 raise ValueError(f"{name} is read by policy_loss={' or '.join(readers)} only (policy_loss is "
                                  f"{self.policy_loss!r})")
+        if not getattr(chosen, "dual_clip", True) and self._changed(("clip_ratio_c",)):
+            readers = [n for n in POLICY_LOSSES.names if getattr(POLICY_LOSSES.get(n), "dual_clip", False)]
+            raise ValueError(f"clip_ratio_c (the dual clip of negative advantages) is read by policy_loss="
+                             f"{' or '.join(readers)} only (policy_loss is {self.policy_loss!r})")
         for name in getattr(chosen, "required", ()):
             if getattr(self, name) is None:
                 raise ValueError(f"policy_loss={self.policy_loss!r} needs {name} (no default, as in verl)")

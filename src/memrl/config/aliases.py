@@ -29,11 +29,44 @@ ALIASES: dict[str, str] = {
     "entropy_coeff": "algorithm.entropy_coef", "ppo_epochs_per_step": "algorithm.ppo_epochs",
     # TRL's GRPOTrainer (docs/guides/from-trl.md maps their values)
     "epsilon_high": "algorithm.clip_ratio_high", "num_iterations": "algorithm.ppo_epochs",
-    "delta": "algorithm.clip_ratio_c", "loss_type": "algorithm.loss_agg_mode", "scale_rewards": "algorithm.adv_estimator",
+    "delta": "algorithm.clip_ratio_c", "scale_rewards": "algorithm.adv_estimator",
     "importance_sampling_level": "algorithm.policy_loss",
     "vllm_importance_sampling_correction": "algorithm.rollout_correction",
+    "vllm_importance_sampling_mode": "algorithm.rollout_correction.rollout_is",
+    "vllm_importance_sampling_cap": "algorithm.rollout_correction.rollout_is_threshold",
+    "vllm_importance_sampling_clip_max": "algorithm.rollout_correction.rollout_is_threshold",
+    "vllm_importance_sampling_clip_min": "algorithm.rollout_correction.rollout_is_threshold",
+    "steps_per_generation": "trainer.mini_batches", "temperature": "sampling.temperature",
     "output_dir": "trainer.output_dir",
 }
+
+# Other libraries' names that no one memrl key answers: what to set instead, or why there is nothing.
+NOTES: dict[str, str] = {
+    "loss_type": "TRL's loss_type is algorithm.loss_agg_mode for dapo / bnpo (token-mean), grpo "
+                 "(seq-mean-token-mean) and dr_grpo (seq-mean-token-sum-norm), algorithm.policy_loss for cispo and "
+                 "sapo (docs/guides/from-trl.md)",
+    "max_completion_length": "the generation budget is the workflow's (memrl config show lists workflow.options); "
+                             "dr_grpo's constant L is algorithm.loss_scale_factor",
+    "max_prompt_length": "prompts are built by the workflow from its own token budgets (workflow.options)",
+    "num_train_epochs": "memrl counts optimizer steps: trainer.total_steps",
+    "gradient_accumulation_steps": "memrl accumulates micro-batches of trainer.micro_batch_tokens tokens into "
+                                   "each of trainer.mini_batches optimizer steps by itself",
+    "top_entropy_quantile": "memrl has no high-entropy token mask (TRL's top_entropy_quantile)",
+    "mask_truncated_completions": "memrl has no setting that drops truncated completions from the loss",
+    "use_bias_correction_kl": "memrl has no importance-weighted KL (TRL's use_bias_correction_kl)",
+    "off_policy_mask_threshold": "memrl has no off-policy sequence mask (TRL's off_policy_mask_threshold); "
+                                 "algorithm.rollout_correction rejects by the engine/trainer ratio",
+    "multi_objective_aggregation": "several rewards are combined by your reward function "
+                                   "(docs/guides/custom-reward.md)",
+    "reward_weights": "several rewards are combined by your reward function (docs/guides/custom-reward.md)",
+    "use_vllm": "the engine is engine.kind (hf, openai, vllm)",
+    "use_liger_kernel": "memrl has no Liger kernels",
+}
+
+
+def note_for(key: str) -> str | None:
+    """What to do instead of setting ``key``, another library's name without one memrl key; None otherwise."""
+    return NOTES.get(key) or NOTES.get(key.rsplit(".", 1)[-1])
 
 
 def alias_for(key: str) -> str | None:

@@ -109,6 +109,8 @@ def translate(flags: dict[str, str]) -> Translation:
             continue
         if converted is not None:
             out.set(key, converted, source(verl_key))
+        elif verl_key in given and value is None:
+            _explicit_null(verl_key, out, source)
         elif value is not None:  # -1 / 0 meaning "never" / "no limit" in verl: memrl needs a number
             out.skipped[verl_key] = f"{value!r} (never / no limit in verl): set {key} to a number yourself"
     for rule in (_batches, _kl, _estimator, _policy_loss, _schedule, _lora, _eval_every, _engine, _grad_clip,
@@ -124,6 +126,15 @@ def translate(flags: dict[str, str]) -> Translation:
         if key not in out.used:
             out.skipped[key] = why_skipped(key, given[key])
     return _valid(out)
+
+
+def _explicit_null(verl_key: str, out: Translation, source: Any) -> None:
+    """A flag set to null: verl then skips what it sets (no importance weights for ``rollout_is_threshold=null``,
+    rollout_corr_helper reads both); memrl's own default would apply instead, so say so, or translate the meaning."""
+    if verl_key == "algorithm.rollout_correction.rollout_is_threshold":
+        out.set("algorithm.rollout_correction.rollout_is", None, source(verl_key))  # verl: metrics, no weights
+        return
+    out.skipped[verl_key] = "null: memrl has no 'unset' for it, and its own default would apply"
 
 
 def _valid(t: Translation) -> Translation:
@@ -208,6 +219,10 @@ def _policy_loss(get: Any, out: Translation, given: dict[str, Any], source: Any)
         out.skipped[A + "policy_loss.loss_mode"] = f"{mode!r} is not one of memrl's: {', '.join(POLICY_LOSSES.names)}"
         return
     out.set("algorithm.policy_loss", mode, source(A + "policy_loss.loss_mode"))
+    if not POLICY_LOSSES.get(mode).dual_clip:  # verl's GSPO scripts set clip_ratio_c=10, which its gspo never reads
+        out.settings.pop("algorithm.clip_ratio_c", None)
+        if A + "clip_ratio_c" in given:
+            out.skipped[A + "clip_ratio_c"] = f"verl's {mode} does not read it (only vanilla PPO's dual clip does)"
     reads = POLICY_LOSSES.get(mode).options
     for verl_key, key in LOSS_OPTIONS.items():
         out.used.add(verl_key)

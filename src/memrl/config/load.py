@@ -17,7 +17,7 @@ from typing import Any, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from memrl.config.aliases import alias_for
+from memrl.config.aliases import alias_for, note_for
 from memrl.config.renames import ALSO, both_given, migrate, moved_key, notice
 from memrl.config.section import external_fields
 from memrl.io.urls import masked
@@ -93,6 +93,9 @@ def _unknown_key_error(dotted: str, model: type[BaseModel], prefix: str) -> Conf
     alias = alias_for(dotted)
     if alias is not None and alias != dotted:  # another library's name: the nearest spelling would mislead
         return ConfigError(f"unknown config key '{dotted}': did you mean '{alias}'?")
+    note = note_for(dotted)
+    if note is not None:
+        return ConfigError(f"unknown config key '{dotted}': {note}")
     siblings = list(external_fields(model))
     if prefix == "workflow.":  # a misspelt option written flat (workflow.chunk_tokns): the option is meant
         from memrl.plugins import workflow_support
@@ -108,8 +111,8 @@ def _unknown_key_error(dotted: str, model: type[BaseModel], prefix: str) -> Conf
         # The same leaf may exist in another section (``data.lr`` -> ``trainer.lr``).
         everywhere = [k for k in all_keys() if k.rsplit(".", 1)[-1] == name]
         near = everywhere or difflib.get_close_matches(dotted, all_keys(), n=1, cutoff=0.6)
-        if near:
-            hint = f"did you mean '{near[0]}'?"
+        if near:  # a leaf of several sections (seed, max_tokens): every one, not the first found
+            hint = f"did you mean {' or '.join(repr(k) for k in near)}?"
         else:
             valid = ", ".join(f"{prefix}{s}" for s in external_fields(model))
             hint = f"valid keys here: {valid}"

@@ -24,7 +24,7 @@ from memrl.rl.losses import agg_loss
 from memrl.rl.policy_loss_base import LossOut, register_policy_loss
 
 
-@register_policy_loss("clip_cov", options=("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"))
+@register_policy_loss("clip_cov", options=("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"), dual_clip=False)
 def clip_cov_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                   response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
                   clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,
@@ -55,7 +55,7 @@ def clip_cov_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages
             torch.zeros((), device=loss.device))
 
 
-@register_policy_loss("kl_cov", options=("kl_cov_ratio", "kl_cov_coef"))
+@register_policy_loss("kl_cov", options=("kl_cov_ratio", "kl_cov_coef"), dual_clip=False)
 def kl_cov_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                 response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
                 clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,

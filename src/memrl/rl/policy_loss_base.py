@@ -29,6 +29,7 @@ class PolicyLoss:
     aggregation: str | None = None
     options: tuple[str, ...] = ()  # further ``algorithm`` fields it reads, passed as keywords of the same name
     required: tuple[str, ...] = ()  # those of ``options`` that have no default (the config refuses None)
+    dual_clip: bool = True  # reads clip_ratio_c (False: the config refuses a clip_ratio_c set with it)
 
     def __call__(self, *args: torch.Tensor, **kw: object) -> LossOut:
         name = origin(self.fn, ":")
@@ -46,11 +47,13 @@ class PolicyLoss:
 
 
 def register_policy_loss(name: str, *, aggregation: str | None = None, options: tuple[str, ...] = (),
-                         required: tuple[str, ...] = ()) -> Callable[[Callable[..., LossOut]], PolicyLoss]:
+                         required: tuple[str, ...] = (), dual_clip: bool = True,
+                         ) -> Callable[[Callable[..., LossOut]], PolicyLoss]:
     """Decorator: register a policy loss as ``algorithm.policy_loss=name`` (``options``: the ``algorithm``
-    fields it reads beyond the clip settings; ``required``: those of them the user must set)."""
+    fields it reads beyond the clip settings; ``required``: those of them the user must set; ``dual_clip``:
+    whether it reads ``clip_ratio_c``, which every loss is passed)."""
     def decorate(fn: Callable[..., LossOut]) -> PolicyLoss:
-        return POLICY_LOSSES.register(name, PolicyLoss(fn, aggregation, options, required))
+        return POLICY_LOSSES.register(name, PolicyLoss(fn, aggregation, options, required, dual_clip))
     return decorate
 
 

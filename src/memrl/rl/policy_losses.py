@@ -43,7 +43,7 @@ def vanilla_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages:
     return loss, stats["clipfrac"], stats["ppo_kl"], stats["clipfrac_lower"]
 
 
-@register_policy_loss("gspo", aggregation="seq-mean-token-mean")
+@register_policy_loss("gspo", aggregation="seq-mean-token-mean", dual_clip=False)
 def gspo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
               response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
               clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
@@ -70,7 +70,7 @@ def gspo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: to
     return loss, clipfrac, masked_mean(-neg_kl, response_mask), torch.zeros((), device=loss.device)
 
 
-@register_policy_loss("cispo")
+@register_policy_loss("cispo", dual_clip=False)
 def cispo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
                clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,
@@ -92,7 +92,8 @@ def cispo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: t
     return loss, clipfrac, masked_mean(-neg_kl, response_mask), torch.zeros((), device=loss.device)
 
 
-@register_policy_loss("sapo", aggregation="seq-mean-token-mean", options=("sapo_tau_pos", "sapo_tau_neg"))
+@register_policy_loss("sapo", aggregation="seq-mean-token-mean", options=("sapo_tau_pos", "sapo_tau_neg"),
+                      dual_clip=False)
 def sapo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
               response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
               clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
@@ -116,7 +117,7 @@ def sapo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: to
     return loss, zero, masked_mean(-neg_kl, response_mask), zero.clone()
 
 
-@register_policy_loss("geo_mean", aggregation="seq-mean-token-mean")
+@register_policy_loss("geo_mean", aggregation="seq-mean-token-mean", dual_clip=False)
 def geo_mean_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                   response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
                   clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
@@ -142,7 +143,7 @@ def geo_mean_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages
             masked_mean(-neg_kl, response_mask), masked_mean((clipped * (advantages < 0)).float(), response_mask))
 
 
-@register_policy_loss("gpg")
+@register_policy_loss("gpg", dual_clip=False)
 def gpg_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
              response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
              clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,

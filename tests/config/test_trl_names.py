@@ -1,0 +1,54 @@
+"""TRL's GRPOConfig names typed into memrl: answered with the key that means the same, with what to do when no
+key does, and never with a key that accepts the value and trains differently (a nearest spelling did)."""
+
+from __future__ import annotations
+
+import pytest
+
+from memrl.config import ConfigError, load_config
+from memrl.config.algorithm import AlgorithmConfig
+from memrl.config.from_verl import translate
+
+A = "actor_rollout_ref.actor."
+
+
+@pytest.mark.parametrize("override, answer", [
+    ("temperature=0.7", "did you mean 'sampling.temperature'?"),  # was env.user.temperature, the user simulator's
+    ("algorithm.temperature=0.7", "did you mean 'sampling.temperature'?"),
+    ("algorithm.vllm_importance_sampling_clip_max=3", "'algorithm.rollout_correction.rollout_is_threshold'"),
+    ("algorithm.vllm_importance_sampling_mode=token_mask", "'algorithm.rollout_correction.rollout_is'"),
+    ("algorithm.steps_per_generation=2", "'trainer.mini_batches'"),
+    ("top_entropy_quantile=0.2", "no high-entropy token mask"),  # was algorithm.entropy_coef: a bonus of 0.2
+    ("trainer.max_prompt_length=512", "workflow"),  # was trainer.prompts_per_step: 512 prompts a step
+    ("algorithm.loss_type=cispo", "algorithm.policy_loss for cispo"),
+    ("trainer.gradient_accumulation_steps=4", "trainer.micro_batch_tokens"),
+])
+def test_trl_names_get_memrls_key_or_what_to_do(override, answer):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert answer in str(err.value)
+    assert "entropy_coef" not in str(err.value) and "prompts_per_step" not in str(err.value)
+
+
+def test_a_leaf_of_several_sections_names_every_one():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["seed=1"])
+    assert all(k in str(err.value) for k in ("'data.seed'", "'sampling.seed'", "'trainer.seed'"))
+
+
+@pytest.mark.parametrize("loss", ["gspo", "cispo", "sapo", "geo_mean", "gpg", "clip_cov", "kl_cov"])
+def test_a_dual_clip_set_with_a_loss_that_never_reads_it_is_refused(loss):
+    """TRL's delta=1.05 with GSPO written as clip_ratio_c=1.05 trained unbounded and said nothing."""
+    with pytest.raises(ValueError, match=f"clip_ratio_c .* read by policy_loss=vanilla or dppo_tv or dppo_kl only "
+                                         f"\\(policy_loss is '{loss}'\\)"):
+        AlgorithmConfig(policy_loss=loss, clip_ratio_c=1.05)
+    assert AlgorithmConfig(policy_loss=loss, clip_ratio_c=3.0).clip_ratio_c == 3.0  # the default, as saved configs
+    assert AlgorithmConfig(policy_loss="dppo_tv", clip_ratio_c=1.05).clip_ratio_c == 1.05
+
+
+def test_verls_gspo_scripts_clip_ratio_c_is_left_out_with_the_reason():
+    t = translate({A + "policy_loss.loss_mode": "gspo", A + "clip_ratio_c": "10.0"})
+    assert "algorithm.clip_ratio_c" not in t.settings
+    assert "does not read it" in t.skipped[A + "clip_ratio_c"]
+    kept = translate({A + "policy_loss.loss_mode": "vanilla", A + "clip_ratio_c": "10.0"})
+    assert kept.settings["algorithm.clip_ratio_c"][0] == 10.0
