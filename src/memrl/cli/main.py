@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as err:
         typer.echo(f"error: {err.format_message()}", err=True)
         sys.exit(err.exit_code)
-    except click.Abort:  # Ctrl-C outside a command's own handling
+    except typer.Abort:  # Ctrl-C outside a command's own handling
         typer.echo("Aborted.", err=True)
         sys.exit(130)
     if isinstance(code, int) and code:  # typer.Exit(code) under standalone_mode=False

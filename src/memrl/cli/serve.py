@@ -15,7 +15,9 @@ def serve_cmd(
     host: str = typer.Option("127.0.0.1", "--host", help="Bind address (loopback by default)."),
     port: int = typer.Option(8000, "--port", help="TCP port (1..65535)."),
     dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16."),
-    served_name: Optional[str] = typer.Option(None, "--served-model-name", help="Name in /v1/models."),
+    served_name: Optional[str] = typer.Option(None, "--served-model-name", help="Name in /v1/models "
+                                                "(default: a local folder's own name, which its path also answers to, as "
+                                                "MemAgent's and ReMemR1's scripts expect; else --model as given)."),
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Require 'Bearer $VAR' on /v1/*."),
     max_batch_size: int = typer.Option(32, "--max-batch-size", help="Requests decoded together."),
     max_n: int = typer.Option(16, "--max-n", help="Largest n (completions per prompt) a request may ask for."),

@@ -79,8 +79,9 @@ class _Routes:
     """The handlers of one app, sharing its engine, limits and the generations in flight."""
 
     def __init__(self, engine: Engine, tokenizer: Any, model_name: str, api_key: Optional[str],
-                 limits: ServeLimits, poll_s: float) -> None:
+                 limits: ServeLimits, poll_s: float, also_named: Sequence[str] = ()) -> None:
         self.engine, self.tokenizer, self.model_name, self.api_key = engine, tokenizer, model_name, api_key
+        self.names = {model_name, *also_named}
         self.limits, self.poll_s = limits, poll_s
         self.default_stops = stop_token_ids(tokenizer)
         self.top_logprobs_ok = bool(getattr(engine, "returns_top_logprobs", False))
@@ -108,7 +109,7 @@ class _Routes:
     def check_request(self, body: RequestBody, max_tokens: Optional[int], top: Optional[int]) -> SamplingParams:
         """Model name, unsupported options and value ranges; the engine's sampling parameters."""
         reject_unsupported(body)
-        if body.model is not None and body.model != self.model_name:
+        if body.model is not None and body.model not in self.names:
             raise APIError(404, f"The model `{body.model[:200]}` does not exist; this server has "
                            f"`{self.model_name}`.", code="model_not_found", param="model")
         temperature = 1.0 if body.temperature is None else body.temperature
@@ -229,7 +230,7 @@ class _Routes:
         include_usage = stream_usage((body.model_extra or {}).pop("stream_options", None), bool(body.stream))
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         k = chat_logprobs(body)
-        sp = self.check_request(body, max_tokens, k)
+        sp = self.check_request(body, 1 if max_tokens is None else max_tokens, k)
         stops = stop_strings(body)
         if not body.messages:
             raise APIError(400, "messages: must not be empty", code="invalid_value", param="messages")
@@ -245,6 +246,8 @@ class _Routes:
             raise APIError(400, f"messages: cannot apply the chat template: {str(exc)[:200]}",
                            code="invalid_value", param="messages") from None
         prompt = check_token_ids(prompt, "messages", self.limits.vocab_size)
+        if max_tokens is None:  # unset: the rest of the window, as vLLM's chat endpoint
+            sp = sp.with_(max_new_tokens=max(self.limits.max_model_len - len(prompt), 1))
         check_window(len(prompt), sp.max_new_tokens, self.limits)
         n = body.n or 1
         results = await self.generate_all(
@@ -268,16 +271,17 @@ class _Routes:
 
 def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optional[str] = None, *,
                limits: Optional[ServeLimits] = None, access_log: Union[bool, TextIO] = False,
-               poll_s: float = 0.1, local_hosts: Optional[list[str]] = None) -> Any:
+               poll_s: float = 0.1, local_hosts: Optional[list[str]] = None, also_named: Sequence[str] = ()) -> Any:
     """The ASGI app. It owns ``engine`` while it runs: shutting the app down closes the engine.
 
     ``access_log``: ``True`` for one line per request on stderr, or a stream. ``poll_s``: how
     often a waiting handler checks for a client disconnect or a shutdown. ``local_hosts``: the only Host
     names answered (a keyless server on loopback: a web page that rebinds its own name to 127.0.0.1 would
-    otherwise use the model from the browser).
+    otherwise use the model from the browser). ``also_named``: other names a request may give for the model
+    (the folder's path, where it is served under the folder's name).
     """
     limits = limits or _limits_for(engine, tokenizer)
-    routes = _Routes(engine, tokenizer, model_name, api_key, limits, poll_s)
+    routes = _Routes(engine, tokenizer, model_name, api_key, limits, poll_s, also_named)
     docs = api_key is None  # a browser cannot send the bearer key, so with one the OpenAPI pages are off
     app = fastapi.FastAPI(title="memrl", version="1", lifespan=routes.lifespan, docs_url="/docs" if docs else None,
                           redoc_url="/redoc" if docs else None, openapi_url="/openapi.json" if docs else None)

@@ -65,6 +65,7 @@ class CompletionBody(RequestBody):
 
 class ChatBody(RequestBody):
     messages: list[dict[str, Any]]
+    max_tokens: Optional[int] = None  # unset: what is left of the window (vLLM's and OpenAI's chat; not 16)
     max_completion_tokens: Optional[int] = None
     top_logprobs: Optional[int] = None
 

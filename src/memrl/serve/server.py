@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -126,14 +127,22 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, dtype: str = "a
         limits = ServeLimits.for_model(net, max_model_len=max_model_len, max_n=max_n,
                                        max_body_bytes=int(max_body_mb * 2**20))
         local = ["127.0.0.1", "localhost", "[::1]", host] if key is None and is_loopback(host) else None
-        app = create_app(eng, load_tokenizer(model), served_name or model, api_key=key, limits=limits,
-                         access_log=True, local_hosts=local)
+        name = served_name or served_name_for(model)
+        app = create_app(eng, load_tokenizer(model), name, api_key=key, limits=limits, access_log=True,
+                         local_hosts=local, also_named=() if served_name or name == model else (model,))
         config = uvicorn.Config(app, log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=max(1, round(graceful_shutdown_s)))
         if AnnouncingServer(config, app, f"listening on {url_of(sock)}").run_until_stopped(sock):
             raise SystemExit(130)  # Ctrl-C's exit status
     finally:
         sock.close()
+
+
+def served_name_for(model: str) -> str:
+    """The name ``/v1/models`` gives a model: a local folder's own name (as MemAgent's and ReMemR1's serving
+    scripts name a checkpoint, and wait for that id), else ``model`` as given (a hub id, an alias)."""
+    path = Path(model).expanduser()
+    return path.resolve().name if path.is_dir() else model
 
 
 def _check_engine_kind(kind: str) -> None:
