@@ -63,6 +63,8 @@ PUBLISHED_CASES = [
     ("no", ["not at all"], 0.0, 1.0, 0.0),  # containment is on characters ("no" in "not"); F1 yes/no rule
     ("New York City", ["New York"], 0.0, 1.0, 0.8),  # F1 = 2*(2/3)*1/(5/3)
     ("The.", ["Paris"], 0.0, 1.0, 0.0),  # normalises to "" -> inside every gold (the originals' quirk)
+    ("Paris", ["the"], 0.0, 1.0, 0.0),  # a gold that normalises to "": inside every answer (MemAgent's get_pred)
+    ("The", ["a"], 1.0, 1.0, 0.0),  # both "": equal (EM), contained (sub-EM), no common token (F1)
 ]
 
 

@@ -22,7 +22,8 @@ Evaluation protocols (``eval.protocol``):
     The boxed answer is read as the originals read it (:mod:`memrl.rewards.original_boxed`:
     ``\\boxed {x}`` reads ``{x}``, nothing is stripped). Quirk kept on purpose: a non-empty
     answer that normalises to nothing (``"The."``, ``\\boxed{ }``) is contained in every gold
-    and so scores sub-EM 1 there, as in the originals.
+    and so scores sub-EM 1 there, and so does any answer for a gold that normalises to nothing
+    (``"the"``; EM 1 too when the answer also normalises to nothing), as in the originals.
     Episodes that failed (engine error) are left out of the denominator, as the
     scripts skip items without output; so is an empty final response, which the
     scripts cannot tell from a failure and skip too (``skipped_empty`` counts them).
@@ -43,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memrl.rewards.original_boxed import Unreadable, box_content, last_box, original_boxed
-from memrl.rewards.qa import QAScores, exact_match, extract_boxed, f1_score, normalize_answer, score_answer
+from memrl.rewards.qa import QAScores, extract_boxed, f1_score, normalize_answer, score_answer
 
 PROTOCOLS = ("memrl", "memagent", "rememr1")
 
@@ -156,10 +157,10 @@ def score_published(response: str | None, golds: Sequence[str], fmt: str = "boxe
         return PublishedScores(0.0, 0.0, 0.0, answer)
     gold = str(golds[0])
     pred, ref = normalize_answer(answer), normalize_answer(gold)
-    # memrl's one guard: a gold that normalises to nothing is a broken label (memrl's data
-    # refuses empty golds, so published numbers are unaffected).
-    sub = float(bool(ref) and (ref in pred or pred in ref))
-    return PublishedScores(exact_match(answer, gold), sub, round(f1_score(answer, gold), 2), answer)
+    # no guard for a gold that normalises to nothing ("the"): the scripts score it sub-EM 1 (contained in
+    # every answer), and the papers' data keeps such golds, so their numbers include it
+    sub = float(ref in pred or pred in ref)
+    return PublishedScores(float(pred == ref), sub, round(f1_score(answer, gold), 2), answer)
 
 
 def score_protocol(response: str | None, golds: Sequence[str], protocol: str, fmt: str = "boxed") -> dict[str, float]:
