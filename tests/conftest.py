@@ -64,3 +64,13 @@ def tau2_dir() -> Path:
     if not (SHARED_TAU2 / "retail" / "tasks.json").is_file():
         pytest.skip(f"tau2-bench domain files not found at {SHARED_TAU2} (set MEMRL_SHARED_TAU2 to run these tests)")
     return SHARED_TAU2
+
+
+@pytest.fixture(autouse=True)
+def _fresh_notices():
+    """Notices print once per process (a moved config key): each test starts as a fresh process would, so a
+    test's output does not depend on which tests ran before it in the same worker."""
+    from memrl.config import renames
+
+    renames._NOTICED.clear()
+    yield

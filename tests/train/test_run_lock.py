@@ -80,7 +80,7 @@ def test_lock_of_a_dead_run_is_taken_over_with_a_notice(tmp_path):
 def test_memrl_train_refuses_a_folder_in_use(held, tmp_path):
     folder, pid = held
     cfg = {"data": {"train_file": str(write_task(tmp_path / "train.jsonl"))},
-           "workflow": {"chunk_tokens": 32, "memory_tokens": 3, "final_tokens": 4, "reward": "em"},
+           "workflow": {"options": {"chunk_tokens": 32, "memory_tokens": 3, "final_tokens": 4, "reward": "em"}},
            "algorithm": {"n": 2}, "engine": {"device": "cpu"},
            "trainer": {"total_steps": 1, "prompts_per_step": 1, "output_dir": str(folder)}}
     path = tmp_path / "c.yaml"
