@@ -80,3 +80,16 @@ def test_a_missing_field_is_named_with_what_a_record_holds(tmp_path, row, field)
     with pytest.raises(DataError, match=rf"few\.jsonl:2:{field}: missing field.*a long-context record needs context "
                                         r"\(the document text\), input \(the question\) and answers"):
         list(read_samples(p))
+
+
+def test_a_sample_reads_as_a_record_mapping():
+    """A reward written for dict samples tests keys and copies them: ``"answers" in sample`` raised KeyError: 0."""
+    from memrl.workflows.api import default_id
+
+    s = LongContextSample(index=4, question="q?", answers=["a"], context="Document 1:\nx", num_docs=1, id="h1",
+                          extra={"level": "hard"})
+    assert "answers" in s and "input" in s and "level" in s and "nope" not in s and 0 not in s
+    assert s["input"] == "q?" and dict(s)["answers"] == ["a"] and dict(s)["level"] == "hard"
+    assert list(s.keys())[:3] == ["index", "question", "answers"] and len(s) == len(dict(s))
+    assert default_id(s) == "4"  # a built-in sample keeps its index as its id (resumed runs find their episodes)
+    assert default_id({"id": "r1", "index": 2}) == "r1"

@@ -15,7 +15,7 @@ The context is ``"Document 1:\\n<title>\\n<text>\\n\\nDocument 2:\\n..."``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -35,8 +35,10 @@ def document_header(number: int) -> str:
 
 
 @dataclass
-class LongContextSample:
-    """One long-context question: a numbered-document context plus gold answers."""
+class LongContextSample(Mapping):  # type: ignore[type-arg]
+    """One long-context question: a numbered-document context plus gold answers. Also a read-only mapping of its
+    record (``"answers" in sample``, ``dict(sample)``, ``sample.keys()``), as a reward written for dict samples
+    (TRL's shape) reads it; ``input`` is the question's other name."""
 
     index: int
     question: str
@@ -62,6 +64,16 @@ class LongContextSample:
             return self[key]
         except KeyError:
             return default
+
+    def __iter__(self) -> Iterator[str]:
+        yield from RECORD_FIELDS
+        yield from (k for k in self.extra if k not in RECORD_FIELDS)
+
+    def __len__(self) -> int:
+        return len(RECORD_FIELDS) + sum(k not in RECORD_FIELDS for k in self.extra)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and (key in RECORD_FIELDS or key == "input" or key in self.extra)
 
 
 RECORD_FIELDS = ("index", "question", "answers", "context", "num_docs", "id", "gold_docs")

@@ -220,7 +220,7 @@ class Episode:
 
 def default_id(sample: Any) -> str:
     """A sample's own id (``id`` of a record, ``index`` of a built-in sample), else "0"."""
-    if isinstance(sample, Mapping):
+    if isinstance(sample, Mapping) and not hasattr(sample, "index"):  # a record (a built-in sample is a mapping too)
         return str(sample.get("id", sample.get("index", 0)))
     return str(getattr(sample, "index", 0))
 
