@@ -96,8 +96,9 @@ WEIGHT_DECAY_OPT = typer.Option(0.0, "--weight-decay", help="AdamW weight decay 
 
 def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: int, lr: float,
               batch_rows: int, source: Path, dtype: str, weight_decay: float,
-              lr_schedule: str = "constant") -> tuple[int, float]:
-    """Load ``model``, train it on ``trajs`` and export it to ``out``; (optimizer steps, final loss)."""
+              lr_schedule: str = "constant", label: str = "sft") -> tuple[int, float]:
+    """Load ``model``, train it on ``trajs`` and export it to ``out``; (optimizer steps, final loss).
+    ``label``: the command named in the progress lines (sft, rft)."""
     from memrl.cli.common import quiet_hub_progress
     from memrl.models.resolve import load_model, load_tokenizer
     from memrl.train.policy import export_model
@@ -111,7 +112,7 @@ def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: i
 
     def said(s: int, v: float) -> None:  # every 10 steps and the last, on stderr (stdout is the result)
         if s % 10 == 0 or s == steps[0]:
-            print(f"sft step {s}/{steps[0]}: loss {v:.4f}", file=sys.stderr, flush=True)
+            print(f"{label} step {s}/{steps[0]}: loss {v:.4f}", file=sys.stderr, flush=True)
 
     with _stops_say_nothing_kept(out):
         losses = sft(policy, trajs, epochs=epochs, lr=lr, weight_decay=weight_decay, decay_biases_and_norms=False,
@@ -219,5 +220,6 @@ def rft_cmd(
         raise ValueError(f"--min-reward {min_reward:g}: no episode of {rollouts} qualifies with generated tokens "
                          f"(best reward {best if best is None else f'{best:g}'}); lower it or sample more")
     steps, loss = _finetune(kept, base, out, force, epochs=epochs, lr=lr, batch_rows=batch_rows,
-                            source=rollouts, dtype=dtype, weight_decay=weight_decay, lr_schedule=lr_schedule)
+                            source=rollouts, dtype=dtype, weight_decay=weight_decay, lr_schedule=lr_schedule,
+                            label="rft")
     typer.echo(f"rft: {counted(len(kept), 'episode')}, {counted(steps, 'step')}, final loss {loss:.4f}; model in {out}")

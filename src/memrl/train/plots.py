@@ -60,8 +60,8 @@ def pick_keys(runs: Sequence[list[dict[str, Any]]], asked: Sequence[str] | None)
     for key in asked:
         if key not in have:
             close = difflib.get_close_matches(key, have, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ValueError(f"--metric {key!r}: no run has it; {hint}(available: {', '.join(have[:20])}"
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"--metric {key!r}: no run has it{hint} (available: {', '.join(have[:20])}"
                              f"{', ...' if len(have) > 20 else ''})")
     return list(dict.fromkeys(asked))
 
