@@ -58,8 +58,24 @@ def test_verdicts_are_read_strictly():
     short = parse_verdicts(verdict(True), ASSERTS)  # one outcome not graded: unmet (τ² would pass it)
     assert [c.met for c in short] == [True, False] and short[1].justification == "not graded by the judge"
     assert [c.met for c in parse_verdicts("I think so.", ASSERTS)] == [False, False]
-    as_text = '{"results": [{"metExpectation": "true"}, {"metExpectation": "yes"}]}'
+    as_text = '{"results": [{"metExpectation": "true"}, {"metExpectation": "no"}]}'
     assert [c.met for c in parse_verdicts(as_text, ASSERTS)] == [True, False]
+
+
+@pytest.mark.parametrize("value, met", [(1, True), (1.0, True), ('"1"', True), ('"yes"', True), ('"TRUE"', True),
+                                        (0, False), ('"no"', False), ('" true "', False), (2, False),
+                                        ("null", False)])
+def test_a_verdict_value_is_read_as_tau2_benchs_model_reads_it(value, met):
+    """τ²-bench builds its NLAssertionCheck (met: bool) from the value: pydantic's lax bool."""
+    text = '{"results": [{"metExpectation": %s}]}' % value
+    assert [c.met for c in parse_verdicts(text, ASSERTS[:1])] == [met]
+
+
+def test_an_extra_unmet_entry_fails_as_in_tau2_bench():
+    entries = [{"expectedOutcome": a, "reasoning": "seen", "metExpectation": m}
+               for a, m in zip([*ASSERTS, "made up"], (True, True, False))]
+    checks = parse_verdicts(json.dumps({"results": entries}), ASSERTS)  # three entries for two assertions
+    assert [c.met for c in checks] == [True, True, False]
 
 
 def test_judged_assertions_enter_the_reward(tok):

@@ -11,7 +11,10 @@ the component passes only if every outcome is met.
 
 Where τ²-bench would pass by accident, this judge fails: an answer that is not
 JSON, or that grades fewer outcomes than were asked, leaves the ungraded ones
-unmet (τ²'s ``all()`` over a short list would pass them).
+unmet (τ²'s ``all()`` over a short list would pass them). Otherwise it reads the
+answer as τ²-bench does: every entry is a check (an extra unmet one fails the
+component), and ``metExpectation`` is read as pydantic reads a bool (``1``,
+``"yes"`` are met; a value pydantic refuses, where τ²-bench raises, is unmet).
 """
 
 from __future__ import annotations
@@ -88,11 +91,23 @@ def parse_verdicts(text: str, assertions: Sequence[str]) -> list[NLCheck]:
     checks = []
     for i, assertion in enumerate(assertions):
         r = results[i] if i < len(results) else {}
-        met = r.get("metExpectation")
-        met = met.strip().lower() == "true" if isinstance(met, str) else met is True
         why = str(r.get("reasoning", "")) if r else "not graded by the judge"
-        checks.append(NLCheck(assertion, met, why))
+        checks.append(NLCheck(assertion, _met(r.get("metExpectation")), why))
+    for r in results[len(assertions):]:  # τ²-bench makes a check of every entry the judge returns
+        checks.append(NLCheck(str(r.get("expectedOutcome", "(an entry beyond the assertions)")),
+                              _met(r.get("metExpectation")), str(r.get("reasoning", ""))))
     return checks
+
+
+def _met(value: Any) -> bool:
+    """``metExpectation`` read as τ²-bench's pydantic model reads it (``true``, ``1``, ``"yes"``, ``"on"``...);
+    a value it would refuse is unmet."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        return TypeAdapter(bool).validate_python(value)
+    except ValidationError:
+        return False
 
 
 class LLMNLJudge:
