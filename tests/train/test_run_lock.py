@@ -85,11 +85,28 @@ def test_memrl_train_refuses_a_folder_in_use(held, tmp_path):
            "trainer": {"total_steps": 1, "prompts_per_step": 1, "output_dir": str(folder)}}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
+    (folder / "online.json").write_text('{"url": "http://127.0.0.1:1"}\n')  # the live run's endpoint
     r = invoke("train", str(path))
     lines = r.output.strip().splitlines()
     assert r.exit_code == 2 and len(lines) == 1, r.output
     assert lines[0].startswith("error: trainer.output_dir") and f"pid {pid}" in lines[0]
     assert not (folder / "metrics.jsonl").exists() and not (folder / "config.yaml").exists()
+    assert (folder / "online.json").exists()
+
+
+def test_a_dead_runs_endpoint_file_goes_before_the_model_loads(tmp_path):
+    """A SIGKILLed online run left RUN/online.json naming its dead port; the next run kept advertising it for
+    its whole start-up. The run that takes the folder removes it at once (this one then fails on its data)."""
+    from memrl.io.endpoint_file import write_address
+
+    folder = tmp_path / "run"
+    written = write_address(folder, {"url": "http://127.0.0.1:1"})
+    assert json.loads(written.read_text())["pid"] == os.getpid()  # whole JSON, with the writer's pid
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"data": {"train_file": str(tmp_path / "missing.jsonl")},
+                                    "trainer": {"output_dir": str(folder)}}))
+    r = invoke("train", str(path))
+    assert r.exit_code != 0 and not written.exists(), r.output
 
 
 def test_memrl_eval_refuses_an_out_in_use(held, tmp_path):

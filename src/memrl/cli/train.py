@@ -47,6 +47,10 @@ def train_cmd(
     where = f"{cfg.trainer.output_dir}/checkpoints"
     try:
         with _run_lock(cfg):
+            if os.environ.get("RANK", "0") == "0":
+                from memrl.io.endpoint_file import drop_stale_address
+
+                drop_stale_address(cfg.trainer.output_dir)  # a dead run's endpoint, not this one's
             step, last = train(cfg)
     except RunFinished as done:
         typer.echo(str(done))

@@ -15,14 +15,13 @@ themselves; a group left with one episode teaches nothing).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import secrets
 import sys
-from pathlib import Path
 from typing import Any
 
 from memrl.gateway.online import OnlineEpisodes
+from memrl.io.endpoint_file import write_address
 from memrl.gateway.online_rewards import Outcome
 from memrl.gateway.server import Gateway
 from memrl.gateway.sessions import CallSettings, Session
@@ -48,11 +47,9 @@ def open_online_gateway(options: Any, config: Any) -> Gateway:
           file=sys.stderr, flush=True)
     run_dir = getattr(getattr(config, "trainer", None), "output_dir", None)
     if run_dir is not None:
-        path = Path(run_dir) / "online.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"url": gateway.url, "episodes": f"{gateway.url}/rl/episodes",
-                                    "status": f"{gateway.url}/rl/status", "host": options.host,
-                                    "port": gateway.port, "key_env": KEY_ENV}) + "\n")
+        path = write_address(run_dir, {"url": gateway.url, "episodes": f"{gateway.url}/rl/episodes",
+                                       "status": f"{gateway.url}/rl/status", "host": options.host,
+                                       "port": gateway.port, "key_env": KEY_ENV})
         gateway.address_file = path
     return gateway
 
