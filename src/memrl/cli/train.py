@@ -6,6 +6,7 @@ import contextlib
 import os
 import sys
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any, NoReturn, Optional
 
 import typer
@@ -47,10 +48,6 @@ def train_cmd(
     where = f"{cfg.trainer.output_dir}/checkpoints"
     try:
         with _run_lock(cfg):
-            if os.environ.get("RANK", "0") == "0":
-                from memrl.io.endpoint_file import drop_stale_address
-
-                drop_stale_address(cfg.trainer.output_dir)  # a dead run's endpoint, not this one's
             step, last = train(cfg)
     except RunFinished as done:
         typer.echo(str(done))
@@ -97,17 +94,22 @@ def _refuse_flags(config: Optional[Path], overrides: Optional[list[str]]) -> Non
                          f"e.g. {example}")
 
 
-def _run_lock(cfg: Any) -> contextlib.AbstractContextManager[Any]:
-    """One ``memrl train`` per trainer.output_dir (under torchrun, rank 0 holds it for every rank)."""
+@contextlib.contextmanager
+def _run_lock(cfg: Any) -> Iterator[None]:
+    """One ``memrl train`` per trainer.output_dir (under torchrun, rank 0 holds it for every rank); the holder
+    removes a dead run's online.json at once (agents must not be sent to its port while this run starts)."""
     from memrl.data.runlock import hold_folder
+    from memrl.io.endpoint_file import drop_stale_address
     from memrl.train.preflight import check_output_dir
 
     if os.environ.get("RANK", "0") != "0":
-        return contextlib.nullcontext()
+        yield
+        return
     out = Path(cfg.trainer.output_dir)
     check_output_dir(out)  # an unwritable folder says so, rather than failing on the lock file
-    return hold_folder(out, "memrl train", "trainer.output_dir",
-                       lambda msg: print(f"notice: {msg}", file=sys.stderr))
+    with hold_folder(out, "memrl train", "trainer.output_dir", lambda msg: print(f"notice: {msg}", file=sys.stderr)):
+        drop_stale_address(out)
+        yield
 
 
 def _fail(message: str, code: int) -> NoReturn:
