@@ -163,6 +163,10 @@ def test_cli_writes_the_originals_records(flavour: str, inputs: dict[str, Path],
         orig = run_original(flavour, task, 4096, 3, 42, tmp_path / task, inputs, simple_sentences)
         got = _read(tmp_path / "out" / f"ruler_{task}_4096.jsonl")
         assert [{k: g[k] for k in o} for g, o in zip(got, orig)] == orig, task
+        own = tmp_path / "out" / f"eval_{task}_4096.json"  # MemAgent's ruler_general.py reads DATAROOT/eval_*.json
+        assert own.exists() == (flavour == "memagent"), task
+        if flavour == "memagent":  # as its ruler_data_prepare.py dumps the gathered records
+            assert own.read_text() == json.dumps(orig, indent=4), task
         for g in got:
             assert g["answers"] == g["outputs"] and g["protocol"] == flavour and g["target_length"] == 4096
             if flavour == "ruler":

@@ -195,7 +195,7 @@ def ruler(
     check_writable_dir(out)
     text = _paper_text(protocol, ruler_repo if protocol == "ruler" else memagent_repo, names, essay, console) \
         if paper else None
-    counter = _counter(out, tokenizer, names, target_lengths, console)
+    counter = _counter(out, tokenizer, names, target_lengths, console, protocol)
     if text is not None:
         from memrl.data.ruler_paper_run import PaperInputs
 
@@ -227,14 +227,19 @@ def _check_options(protocol: str, samples: Optional[int], chunks: int, pool: lis
     return samples
 
 
-def _counter(out: Path, tokenizer: Optional[str], names: list[str], lengths: list[int], console: Console) -> Any:
-    """The token counter, loaded once the output folder has been claimed for the files to come."""
+def _counter(out: Path, tokenizer: Optional[str], names: list[str], lengths: list[int], console: Console,
+             protocol: str) -> Any:
+    """The token counter, loaded once the output folder has been claimed for the files to come (under
+    MemAgent's protocol its own eval_{task}_{L}.json too)."""
     from memrl.data.ruler import file_name
+    from memrl.data.ruler_paper import memagent_file_name
     from memrl.data.tokens import load_token_counter
 
     with console.status(f"loading tokenizer {tokenizer or '(approximate counts)'}"):
         counter = load_token_counter(tokenizer)
-    record_outputs(out, [file_name(t, n) for t in names for n in lengths] + [REPORT], by="memrl data ruler")
+    names_of = (file_name, memagent_file_name) if protocol == "memagent" else (file_name,)
+    record_outputs(out, [f(t, n) for t in names for n in lengths for f in names_of] + [REPORT],
+                   by="memrl data ruler")
     return counter
 
 

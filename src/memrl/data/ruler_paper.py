@@ -21,10 +21,12 @@ in chunk order.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from memrl.data.longctx import LongContextSample
+from memrl.io.atomic import atomic_write
 from memrl.data.ruler import RulerFileReport, write_samples_file
 from memrl.data.ruler_paper_niah import niah_records
 from memrl.data.ruler_paper_qa import qa_records
@@ -77,9 +79,13 @@ def _metric(family: str) -> str:
 
 
 def paper_samples(text: PaperText, task: str, length: int, counter: TokenCounter, *, samples: int, seed: int,
-                  inputs: PaperInputs, chunks: int = 1) -> Iterator[LongContextSample]:
-    """The records as memrl samples (original fields kept verbatim; see the module docstring)."""
-    records = paper_records(text, task, length, counter, samples=samples, seed=seed, inputs=inputs, chunks=chunks)
+                  inputs: PaperInputs, chunks: int = 1,
+                  records: list[PaperRecord] | None = None) -> Iterator[LongContextSample]:
+    """The records as memrl samples (original fields kept verbatim; see the module docstring); ``records``:
+    :func:`paper_records`' list, when the caller already has it."""
+    if records is None:
+        records = paper_records(text, task, length, counter, samples=samples, seed=seed, inputs=inputs,
+                                chunks=chunks)
     family = str(text.configs[task]["task"])
     ttg = int(text.tasks[family]["tokens_to_generate"])
     for i, rec in enumerate(records):
@@ -98,6 +104,19 @@ def paper_samples(text: PaperText, task: str, length: int, counter: TokenCounter
 def write_paper_task_file(out: Path, task: str, length: int, counter: TokenCounter, *, text: PaperText,
                           samples: int, seed: int, inputs: PaperInputs, chunks: int = 1,
                           progress: Callable[[int], None] | None = None) -> RulerFileReport:
-    """Write ``out/ruler_{task}_{length}.jsonl`` atomically; returns its token report."""
-    return write_samples_file(out, task, length, counter, paper_samples(
-        text, task, length, counter, samples=samples, seed=seed, inputs=inputs, chunks=chunks), progress)
+    """Write ``out/ruler_{task}_{length}.jsonl`` atomically; returns its token report. Under MemAgent's flavour
+    also its own file, ``eval_{task}_{length}.json`` (its records as its ruler_data_prepare.py dumps them: one
+    JSON array, indent 4), which MemAgent's ruler_general.py reads from its DATAROOT unchanged."""
+    records = paper_records(text, task, length, counter, samples=samples, seed=seed, inputs=inputs, chunks=chunks)
+    report = write_samples_file(out, task, length, counter, paper_samples(
+        text, task, length, counter, samples=samples, seed=seed, inputs=inputs, chunks=chunks, records=records),
+        progress)
+    if text.flavour.name == "memagent":
+        with atomic_write(out / memagent_file_name(task, length)) as f:
+            json.dump([r.original for r in records], f, indent=4)
+    return report
+
+
+def memagent_file_name(task: str, length: int) -> str:
+    """MemAgent's name for a RULER file (ruler_data_prepare.py's save_name)."""
+    return f"eval_{task}_{length}.json"
