@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -80,7 +81,19 @@ def find_ruler_files(data_dir: Path, lengths: list[int] | None = None,
                 raise FileNotFoundError(f"missing ruler_{task}_{length}.jsonl {hint}")
     if not found:
         raise FileNotFoundError(f"no ruler_{{task}}_{{length}}.jsonl files to run {hint}")
+    _check_grid(found, data_dir)
     return dict(sorted(found.items(), key=lambda kv: (_task_order(kv[0][0]), kv[0][1])))
+
+
+def _check_grid(found: dict[Key, Path], data_dir: Path) -> None:
+    """Say so when a task is missing at some length: that length's average is then over other tasks than the
+    next one's (an interrupted ``memrl data ruler`` leaves such a folder; results.md shows the holes blank)."""
+    tasks, lengths = sorted({t for t, _ in found}), sorted({n for _, n in found})
+    holes = [f"ruler_{t}_{n}.jsonl" for t in tasks for n in lengths if (t, n) not in found]
+    if holes:
+        more = f" and {len(holes) - 1} more" if len(holes) > 1 else ""
+        print(f"warning: {data_dir} lacks {holes[0]}{more}: the averages of different lengths are over different "
+              "tasks (an interrupted memrl data ruler? run it again)", file=sys.stderr, flush=True)
 
 
 def _task_order(task: str) -> tuple[int, str]:
