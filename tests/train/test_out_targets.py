@@ -129,3 +129,27 @@ def test_a_legacy_export_with_a_file_of_the_users_is_refused(tmp_path):
         check_target(old, force=True)
     (old / "notes.md").unlink()
     check_target(old, force=True)
+
+
+def test_an_export_killed_mid_swap_is_put_back_or_cleaned(tmp_path):
+    """SIGKILL after the old --out was parked and before the new one was renamed in left no --out and a hidden
+    full model copy that nothing removed; the next write puts the old one back first (or drops it)."""
+    from memrl.train.outdir import replacing_dir
+
+    out = tmp_path / "exp"
+    parked = tmp_path / ".exp.ygy17wvg.old"
+    (parked / "exp").mkdir(parents=True)
+    (parked / "exp" / "model.safetensors").write_text("old")
+    foreign = tmp_path / ".exp.mine.old"  # not memrl's parking shape: never touched
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    with pytest.raises(RuntimeError):
+        with replacing_dir(out):
+            raise RuntimeError("the new export failed")
+    assert (out / "model.safetensors").read_text() == "old" and not parked.exists()
+    (parked / "exp").mkdir(parents=True)  # again, now with --out present: the parked copy only goes
+    with replacing_dir(out) as tmp:
+        (tmp / "model.safetensors").write_text("new")
+    assert (out / "model.safetensors").read_text() == "new" and not parked.exists()
+    assert (foreign / "notes.txt").read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".exp.mine.old", "exp"]

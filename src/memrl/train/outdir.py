@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -90,6 +91,19 @@ def mark_export(folder: Path) -> None:
     record_outputs(folder, [n for n in os.listdir(folder) if n != MANIFEST], by=EXPORTED_BY, written=True)
 
 
+def _recover_parked(out: Path) -> None:
+    """A process killed between parking the old ``out`` and renaming the new one in left ``out`` missing and the
+    old folder in ``.OUT.XXXXXXXX.old/OUT`` (a whole model, never removed): put it back if ``out`` is still
+    missing, else drop it. Only folders of exactly that shape (the parking name, one entry named OUT) are touched."""
+    shape = re.compile(rf"^\.{re.escape(out.name)}\.[A-Za-z0-9_]{{8}}\.old$")
+    for parked in out.parent.glob(f".{out.name}.*.old"):
+        if not (shape.match(parked.name) and parked.is_dir() and os.listdir(parked) == [out.name]):
+            continue
+        if not out.exists():
+            (parked / out.name).rename(out)
+        shutil.rmtree(parked, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def replacing_dir(out: Path) -> Iterator[Path]:
     """Yield a temp folder that becomes ``out`` when the block succeeds, replacing any folder there.
@@ -98,6 +112,7 @@ def replacing_dir(out: Path) -> Iterator[Path]:
     put back if the final rename fails, so ``out`` is never left half-written.
     """
     out = out.resolve()  # "." has no name: the old folder's parking place must never be its parent
+    _recover_parked(out)
     parking: Path | None = None  # a fresh folder of our own, the only thing ever removed here
     aside: Path | None = None
     try:
