@@ -167,3 +167,12 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_loses_nothing(tmp_path, t
     root = tmp_path / "checkpoints"
     assert sorted(p.name for p in root.iterdir()) == ["step_000001"]  # no half-written folder left behind
     assert checkpoint.select(tmp_path, warn=print)[0] == 1  # resume works from the last complete one
+
+
+def test_a_run_refused_before_writing_leaves_no_empty_folders(tmp_path):
+    path = tmp_path / "c.yaml"
+    out = tmp_path / "runs" / "exp1"
+    path.write_text(yaml.safe_dump({"data": {"train_file": str(tmp_path / "missing.jsonl")},
+                                    "trainer": {"output_dir": str(out)}}))
+    r = invoke("train", str(path))
+    assert r.exit_code != 0 and not (tmp_path / "runs").exists(), r.output

@@ -107,9 +107,16 @@ def _run_lock(cfg: Any) -> Iterator[None]:
         return
     out = Path(cfg.trainer.output_dir)
     check_output_dir(out)  # an unwritable folder says so, rather than failing on the lock file
-    with hold_folder(out, "memrl train", "trainer.output_dir", lambda msg: print(f"notice: {msg}", file=sys.stderr)):
-        drop_stale_address(out)
-        yield
+    created = [p for p in (out, *out.absolute().parents) if not p.exists()]  # the folders the lock will make
+    try:
+        with hold_folder(out, "memrl train", "trainer.output_dir",
+                         lambda msg: print(f"notice: {msg}", file=sys.stderr)):
+            drop_stale_address(out)
+            yield
+    finally:  # a run refused before it wrote anything leaves no empty folder behind
+        for folder in created:  # deepest first; a folder with anything in it stays
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def _fail(message: str, code: int) -> NoReturn:
