@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import typer
 
+from memrl import interrupts
 from memrl.config import ConfigError
 from memrl.data.errors import DataError
 from memrl.engines.base import EngineError
@@ -83,7 +84,7 @@ def user_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            with _sigterm_raises():
+            with _sigterm_raises(), interrupts.remembered():  # a Ctrl-C swallowed while starting is kept
                 return fn(*args, **kwargs)
         except Terminated:
             print("terminated (SIGTERM): nothing half-written (files are written whole or not at all)", file=sys.stderr)

@@ -32,6 +32,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from memrl import interrupts
+
 
 def _duration(seconds: float) -> str:
     seconds = int(seconds)
@@ -75,6 +77,7 @@ class LineProgress:
         return text
 
     def update(self, completed: int | None = None, total: int | None = None, advance: int = 0) -> None:
+        _stop_if_asked()
         if total is not None:
             self.total = total
         if completed is not None:
@@ -115,10 +118,18 @@ class _RichBar:
         self.task = progress.add_task("", total=total)
 
     def update(self, completed: int | None = None, total: int | None = None, advance: int = 0) -> None:
+        _stop_if_asked()
         self.progress.update(self.task, completed=completed, total=total, advance=advance or None)
 
     def advance(self, n: int = 1) -> None:
+        _stop_if_asked()
         self.progress.advance(self.task, n)
+
+
+def _stop_if_asked() -> None:
+    """A Ctrl-C swallowed while the command started (memrl.interrupts) stops it at its next step of progress."""
+    if threading.current_thread() is threading.main_thread():
+        interrupts.check()
 
 
 def _plain(console: Console) -> Callable[[str], None]:
@@ -129,6 +140,7 @@ def _plain(console: Console) -> Callable[[str], None]:
 def progress(console: Console, label: str, total: int | None = None, noun: str = "",
              every_s: float = 10.0, heartbeat_s: float = HEARTBEAT_S) -> Iterator[Any]:
     """A counted progress display: a rich bar on a terminal, plain lines otherwise (see the module doc)."""
+    _stop_if_asked()
     if console.is_terminal:
         columns = (TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TimeRemainingColumn())

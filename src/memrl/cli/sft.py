@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import typer
 
+from memrl import interrupts
 from memrl.cli.common import counted
 from memrl.cli.errors import user_errors
 
@@ -111,6 +112,7 @@ def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: i
     steps: list[int] = []
 
     def said(s: int, v: float) -> None:  # every 10 steps and the last, on stderr (stdout is the result)
+        interrupts.check()  # a Ctrl-C swallowed while the model loaded stops here
         if s % 10 == 0 or s == steps[0]:
             print(f"{label} step {s}/{steps[0]}: loss {v:.4f}", file=sys.stderr, flush=True)
 

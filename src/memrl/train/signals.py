@@ -16,6 +16,8 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
+from memrl import interrupts
+
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 _HARD_EXIT_HOOKS: list[Callable[[], None]] = []
 _stop_at: list[float] = []  # monotonic time of the first stop signal of the active StopRequest (empty: none)
@@ -88,6 +90,10 @@ class StopRequest(_SignalScope):
     def __enter__(self) -> StopRequest:
         super().__enter__()
         _stop_at.clear()
+        if self._previous:  # a Ctrl-C swallowed while the run started: act on it as if it came now
+            swallowed = interrupts.take()
+            if swallowed is not None:
+                self._handle(swallowed, None)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -134,6 +140,14 @@ class RaiseOnSignal(_SignalScope):
     stopping at once is safe; a :class:`StopRequest` inside (the training loop) takes over the
     signals while it is active and gives them back after.
     """
+
+    def __enter__(self) -> RaiseOnSignal:
+        super().__enter__()
+        swallowed = interrupts.take() if self._previous else None  # a Ctrl-C lost while the command started
+        if swallowed is not None:
+            super().__exit__(None, None, None)
+            raise StageInterrupted(swallowed)
+        return self
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         raise StageInterrupted(signum)

@@ -1,0 +1,61 @@
+"""A Ctrl-C swallowed while a command starts (raised inside a finalizer or a C++ callback, where Python drops
+it) still stops the command at its next step, instead of letting it run to the end."""
+
+from __future__ import annotations
+
+import gc
+import signal
+
+import pytest
+from rich.console import Console
+
+from memrl import interrupts
+from memrl.cli.progress import progress
+from memrl.train.signals import RaiseOnSignal, StageInterrupted, StopRequest
+
+
+class _Finalized:
+    """An object whose finalizer is running when the signal arrives: Python prints and drops the interrupt."""
+
+    def __del__(self) -> None:
+        signal.raise_signal(signal.SIGINT)
+
+
+def _swallow_a_ctrl_c() -> None:
+    _Finalized()  # its __del__ runs at once; the KeyboardInterrupt raised there is "ignored" by Python
+    gc.collect()
+
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # Python's "ignored"
+
+
+def test_python_drops_it_and_memrl_keeps_it():
+    with interrupts.remembered():
+        _swallow_a_ctrl_c()  # returns normally: without memrl, nothing would remember the Ctrl-C
+        with pytest.raises(KeyboardInterrupt):
+            interrupts.check()
+        interrupts.check()  # acted on once
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_the_next_progress_step_stops_the_command():
+    console = Console(file=open("/dev/null", "w"), force_terminal=False)
+    with interrupts.remembered():
+        with progress(console, "eval", total=3) as bar:
+            bar.advance()
+            _swallow_a_ctrl_c()
+            with pytest.raises(KeyboardInterrupt):
+                bar.advance()
+
+
+def test_a_stage_or_the_training_loop_entered_after_it_acts_on_it(capfd):
+    with interrupts.remembered():
+        _swallow_a_ctrl_c()
+        with pytest.raises(StageInterrupted):
+            with RaiseOnSignal():
+                pass
+        assert signal.getsignal(signal.SIGINT) is interrupts._record_and_raise  # the scope's handler is gone
+        _swallow_a_ctrl_c()
+        with StopRequest() as stop:
+            assert stop.signum == signal.SIGINT  # the loop finishes its step, checkpoints and exits
+        assert "SIGINT: finishing the current step" in capfd.readouterr().err  # written with os.write
