@@ -33,6 +33,18 @@ def test_smoothed_is_a_trailing_mean():
     assert smoothed([5.0, 7.0], 1) == [5.0, 7.0]
 
 
+def test_a_non_finite_value_neither_erases_the_curve_nor_wins_the_max():
+    """A diverging run logs grad_norm NaN (every update of a step skipped) or inf: the running sum stayed NaN for
+    the rest of the run, and max() with a NaN first reported 'max nan'."""
+    nan, inf = float("nan"), float("inf")
+    assert smoothed([1.0, nan, 3.0, 5.0], 2) == [1.0, 1.0, 3.0, 4.0]
+    assert smoothed([inf, 2.0], 2) == [pytest.approx(float("nan"), nan_ok=True), 2.0]
+    rows = [{"step": 1, "reward": nan}, {"step": 2, "reward": 0.5}, {"step": 3, "reward": 0.9},
+            {"step": 4, "reward": 0.7}]
+    assert summary(["r"], [rows], ["reward"]) == [["r", "4", "0.7 (max 0.9 @ 3; 1 non-finite)"]]
+    assert summary(["r"], [rows[:1]], ["reward"])[0][2] == "nan (no finite value)"
+
+
 def test_labels_take_parents_until_the_runs_differ(tmp_path):
     assert folder_labels([tmp_path / "a" / "run", tmp_path / "b" / "run"]) == ["a/run", "b/run"]
     assert folder_labels([tmp_path / "x", tmp_path / "y"]) == ["x", "y"]

@@ -101,3 +101,15 @@ def test_an_agent_programs_own_messages_are_shown_with_its_conversation(run_dir,
     text = "".join(dom.text)
     assert "messages as the program sent them (3)" in text and "1 tools" in text and "save_note" in text
     assert "[object Object]" not in text  # nested meta stays out of the conversation's header
+
+
+def test_a_run_of_32k_steps_draws_its_curves_and_lists_its_episodes(run_dir, tmp_path):
+    """Math.min(...points) overflowed the stack past ~124k points (31k steps x 4 timing keys): the page showed
+    only its header, no curves and no episode list."""
+    payload = load_payload(run_dir)
+    payload["metrics"] = [{"step": s, "reward": (s % 7) / 7, "time/rollout": 1.0 + s % 3, "time/logprob": 0.2,
+                           "time/update": 0.5, "time/sync": 0.01} for s in range(1, 32_001)]
+    dom = Dom(browser(write_page(payload, tmp_path / "long.html"), "--dump-dom"))
+    keys = {p["data-key"] for p in dom.having("series", "path")}
+    assert {"reward", "time/rollout", "time/sync"} <= keys
+    assert [a["data-id"] for a in dom.having("ep-row", "a")] == [e["id"] for e in payload["episodes"]]

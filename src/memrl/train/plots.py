@@ -8,6 +8,7 @@ one colour per run, answers it at a glance, and the table beside it gives the nu
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,13 +37,12 @@ def series(rows: Sequence[dict[str, Any]], key: str) -> Series:
 
 
 def smoothed(values: list[float], window: int) -> list[float]:
-    """Trailing mean over ``window`` points (the first points average what there is so far)."""
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
+    """Trailing mean over ``window`` points (the first points average what there is so far), of the finite ones:
+    a NaN or inf (a step whose updates were all skipped) must not erase the curve for the rest of the run."""
+    out = []
+    for i in range(len(values)):
+        kept = [v for v in values[max(0, i + 1 - window): i + 1] if math.isfinite(v)]
+        out.append(sum(kept) / len(kept) if kept else math.nan)
     return out
 
 
@@ -76,8 +76,14 @@ def summary(labels: Sequence[str], runs: Sequence[list[dict[str, Any]]], keys: S
             if not s.values:
                 cells.append("-")
                 continue
-            best = max(range(len(s.values)), key=lambda i: s.values[i])
-            cells.append(f"{s.values[-1]:.4g} (max {s.values[best]:.4g} @ {s.steps[best]})")
+            finite = [i for i, v in enumerate(s.values) if math.isfinite(v)]
+            odd = len(s.values) - len(finite)
+            note = f"; {odd} non-finite" if odd else ""
+            if finite:
+                best = max(finite, key=lambda i: s.values[i])
+                cells.append(f"{s.values[-1]:.4g} (max {s.values[best]:.4g} @ {s.steps[best]}{note})")
+            else:
+                cells.append(f"{s.values[-1]:.4g} (no finite value)")
         table.append(cells)
     return table
 
@@ -114,10 +120,11 @@ def _draw(out: Path, labels: Sequence[str], runs: Sequence[list[dict[str, Any]]]
             if not s.values:
                 continue
             colour = colours[i % len(colours)]
-            style = "o-" if key.startswith("eval/") else "-"
+            # a point with no neighbour draws no line: eval curves and short series get markers
+            style = "o-" if key.startswith("eval/") or len(s.values) < 3 else "-"
             if smooth > 1 and not key.startswith("eval/"):
                 ax.plot(s.steps, s.values, "-", color=colour, alpha=0.25, lw=1)
-                ax.plot(s.steps, smoothed(s.values, smooth), "-", color=colour, label=label)
+                ax.plot(s.steps, smoothed(s.values, smooth), style, color=colour, ms=3, label=label)
             else:
                 ax.plot(s.steps, s.values, style, color=colour, ms=3, label=label)
         ax.set_title(key)

@@ -4,9 +4,17 @@ function chart(title, keys, rows) {
     .filter((s) => s.pts.length > 0);
   if (!series.length) return null;
   const W = 320, H = 170, L = 46, R = 10, T = 10, B = 24;
-  const all = series.flatMap((s) => s.pts);
-  let x0 = Math.min(...all.map((p) => p[0])), x1 = Math.max(...all.map((p) => p[0]));
-  let y0 = Math.min(...all.map((p) => p[1])), y1 = Math.max(...all.map((p) => p[1]));
+  // a loop, not Math.min(...all): spreading ~124k points (31k steps x 4 timing keys) overflowed the stack
+  let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+  for (const s of series) {
+    for (const [x, y] of s.pts) {
+      if (x < x0) x0 = x;
+      if (x > x1) x1 = x;
+      if (Number.isFinite(y) && y < y0) y0 = y;
+      if (Number.isFinite(y) && y > y1) y1 = y;
+    }
+  }
+  if (!Number.isFinite(y0)) { y0 = 0; y1 = 1; }
   if (x1 === x0) { x0 -= 1; x1 += 1; }
   if (y1 === y0) { const d = Math.abs(y0) * 0.1 || 1; y0 -= d; y1 += d; }
   const ticks = niceTicks(y0, y1, 3);

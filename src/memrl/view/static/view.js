@@ -137,7 +137,8 @@ function header() {
 
 const app = document.getElementById("app");
 app.appendChild(header());
-const c = curves();
+let c = null;
+try { c = curves(); } catch (err) { console.error("training curves:", err); }  // never takes the episode list down
 if (c) app.appendChild(c);
 detail = el("section", "card episode");
 list = listPane(() => { if (detail.isConnected) render(route()); });
