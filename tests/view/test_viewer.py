@@ -281,3 +281,18 @@ def test_search_endpoint_finds_text_of_runs_and_evals(run_dir, tool_eval_dir):
         code, body = request(base, "/search?q=borrow_book", base.removeprefix("http://"))
     assert json.loads(body)["ids"] == [e["id"] for e in load_payload(tool_eval_dir)["episodes"]
                                        if e["sample_id"] == "zz tools|1"]
+
+
+def test_a_ruler_episode_shows_its_ruler_score_at_its_length_in_its_own_group():
+    """The viewer showed the workflow's boxed-answer reward (vt at 1K: 1, where RULER scores 0.4), 'docs 1' for
+    every episode, and grouped sample 0 of every task and length as one question."""
+    from memrl.view.episodes import eval_episode
+
+    vt = eval_episode({"sample_id": "0", "task": "vt", "length": 1024, "docs": 1, "reward": 1.0, "ruler_score": 0.4,
+                       "metrics": {}}, "vt_1024/0", None)
+    niah = eval_episode({"sample_id": "0", "task": "niah_multivalue", "length": 1024, "docs": 1, "reward": 0.0,
+                         "ruler_score": 1.0, "metrics": {}}, "niah_multivalue_1024/0", None)
+    assert (vt["reward"], vt["step"], vt["metrics"]["workflow_reward"]) == (0.4, 1024, 1.0)
+    assert niah["reward"] == 1.0 and vt["group_id"] != niah["group_id"]
+    qa = eval_episode({"sample_id": "3", "docs": 50, "reward": 1.0, "metrics": {}}, "50/3", None)
+    assert (qa["reward"], qa["step"], qa["group_id"]) == (1.0, 50, "3")

@@ -187,9 +187,12 @@ def eval_episode(record: dict[str, Any], ep_id: str, transcript: str | None) -> 
     metrics = record.get("metrics") or {}
     length = sum(c["generated"] for c in convs) if convs else int(metrics.get("response_tokens", 0))
     sample = record.get("task_id", record.get("sample_id", ""))
-    step = record.get("docs")
+    step, reward = record.get("docs"), record.get("reward")
+    if "ruler_score" in record:  # a RULER suite episode: its score, at its length, among its task's samples
+        step, reward, sample = record.get("length"), record["ruler_score"], f"{record.get('task')}/{sample}"
+        metrics = {**metrics, "workflow_reward": record.get("reward")}
     return {"id": ep_id, "step": step, "pick": None, "sample_id": str(sample), "group_id": str(sample),
-            "reward": record.get("reward"), "advantage": None, "length": length, "metrics": metrics,
+            "reward": reward, "advantage": None, "length": length, "metrics": metrics,
             "breakdown": info.get("reward_breakdown") or {}, "summary": _summary(record),
             "messages": info.get("messages") or [], "conversations": convs,
             "trial": record.get("trial", record.get("repeat")),
