@@ -120,13 +120,14 @@ def _draw(out: Path, labels: Sequence[str], runs: Sequence[list[dict[str, Any]]]
             if not s.values:
                 continue
             colour = colours[i % len(colours)]
+            dash = ("-", "--", ":")[(i // len(colours)) % 3]  # past the 10 colours, runs differ by line style
             # a point with no neighbour draws no line: eval curves and short series get markers
-            style = "o-" if key.startswith("eval/") or len(s.values) < 3 else "-"
+            marker = "o" if key.startswith("eval/") or len(s.values) < 3 else None
             if smooth > 1 and not key.startswith("eval/"):
                 ax.plot(s.steps, s.values, "-", color=colour, alpha=0.25, lw=1)
-                ax.plot(s.steps, smoothed(s.values, smooth), style, color=colour, ms=3, label=label)
+                ax.plot(s.steps, smoothed(s.values, smooth), color=colour, marker=marker, ms=3, ls=dash, label=label)
             else:
-                ax.plot(s.steps, s.values, style, color=colour, ms=3, label=label)
+                ax.plot(s.steps, s.values, color=colour, marker=marker, ms=3, ls=dash, label=label)
         ax.set_title(key)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
@@ -137,10 +138,14 @@ def _draw(out: Path, labels: Sequence[str], runs: Sequence[list[dict[str, Any]]]
         for ax in axes.flat:
             for handle, name in zip(*ax.get_legend_handles_labels()):
                 named.setdefault(name, handle)
-        fig.legend(list(named.values()), list(named), loc="lower center", ncol=min(len(named), 4), frameon=False)
+        widest = max(len(n) for n in named)  # ~0.075 inch a character at the legend's size
+        ncol = max(1, min(len(named), 4, int(4.0 * cols / (0.075 * widest + 0.6))))
+        # below the panels, outside the figure: savefig's tight box takes it in, however many rows it needs
+        fig.legend(list(named.values()), list(named), loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol,
+                   frameon=False)
     title = labels[0] if len(labels) == 1 else f"{len(labels)} runs"
     fig.suptitle(title + (f" (trailing mean of {smooth} steps)" if smooth > 1 else ""))
-    fig.tight_layout(rect=(0, 0.06 if len(labels) > 1 else 0, 1, 1))
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png")
+    fig.tight_layout()
+    with atomic_path(out) as tmp:  # tight: a legend of long run names below one panel is kept whole
+        fig.savefig(tmp, format="png", bbox_inches="tight")
     plt.close(fig)
