@@ -36,7 +36,9 @@ def view_cmd(
     if out is None:
         server = make_server(path, port, tokenizer, steps=steps, last=last)  # a taken port fails before the load
         try:
-            first = load_payload(path, tokenizer, steps=steps, last=last)  # fail here, clearly, not in the browser
+            # fail here, clearly, not in the browser; lazily, as every page the server builds (a full decode of a
+            # 20,000-episode run took 40 s before the URL showed)
+            first = load_payload(path, tokenizer, steps=steps, last=last, lazy=True)
             if steps and not first["episodes"]:
                 _no_such_steps(path, steps)
         except BaseException:
