@@ -202,19 +202,25 @@ def test_interrupt_returns_the_tokens_so_far_and_a_continuation_matches_the_whol
     n = 400
     params = SamplingParams(max_new_tokens=n, greedy=True)
 
+    passes = []
+    hook = model.register_forward_hook(lambda *_: passes.append(1))
+
     async def go():
         whole = await eng.generate(ps[0], params)
+        passes.clear()
         task = asyncio.ensure_future(eng.generate(ps[0], params))
-        while not eng._lanes[0].running:  # decoding has started
+        while len(passes) < 3:  # prefill and two decode steps: some tokens exist, whatever the machine's load
             await asyncio.sleep(0.001)
-        await asyncio.sleep(0.05)
         eng.interrupt()
         cut = await asyncio.wait_for(task, 60)
         rest = await eng.generate(ps[0] + cut.token_ids, params.with_(max_new_tokens=n - len(cut.token_ids)))
         await eng.close()
         return whole, cut, rest
 
-    whole, cut, rest = run(go())
+    try:
+        whole, cut, rest = run(go())
+    finally:
+        hook.remove()
     assert whole.finish_reason == "length" and len(whole.token_ids) == n  # no stop token: all n were decoded
     assert cut.finish_reason == "abort" and 0 < len(cut.token_ids) < n
     assert cut.token_ids == whole.token_ids[: len(cut.token_ids)] and len(cut.logprobs) == len(cut.token_ids)
