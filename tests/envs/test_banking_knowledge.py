@@ -92,6 +92,10 @@ def test_discoverable_tools_are_hidden_until_unlocked(bank):
                                                                  "arguments": "{}"}))
     assert missing.content == ("Error: Invalid arguments: KnowledgeTools.close_bank_account_7392() missing 1 required "
                                "positional argument: 'account_id'")
+    listed = env.step(ToolCall("call_discoverable_agent_tool", {"agent_tool_name": "close_bank_account_7392",
+                                                                "arguments": '[{"account_id": "a"}]'}))
+    assert listed.content == ("Error: Invalid arguments: tau2.domains.banking_knowledge.tools.KnowledgeTools."
+                              "close_bank_account_7392() argument after ** must be a mapping, not list")  # τ³'s text
     not_given = env.step(ToolCall("call_discoverable_user_tool", {"discoverable_tool_name": "deposit_check_3847",
                                                                   "arguments": '{"account_id": "a", "check_amount": 5}'},
                                   requestor="user"))

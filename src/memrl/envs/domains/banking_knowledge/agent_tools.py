@@ -30,6 +30,9 @@ from memrl.envs.domains.banking_knowledge.discover import BankingToolkit, card, 
 from memrl.envs.domains.banking_knowledge.user_tools import KnowledgeUserTools
 from memrl.envs.toolkit import tool
 
+# where τ³ defines these tools: Python's TypeError for ``**`` of a list names the function with its module
+TAU2_TOOLS_MODULE = "tau2.domains.banking_knowledge.tools"
+
 TransferReason = Literal[
     "fraud_or_security_concern", "account_closure_request", "deceased_account_holder",
     "legal_or_regulatory_matter", "account_ownership_dispute", "complex_billing_dispute",
@@ -258,10 +261,12 @@ class KnowledgeTools(CreditCardTools, CreditLimitTools, BankAccountTools, DebitC
             args = json.loads(arguments, parse_int=float)
         except json.JSONDecodeError as err:
             return f"Error: Invalid JSON in arguments: {err}"
+        tool = found[agent_tool_name]
         try:
-            result = found[agent_tool_name](**args)
-        except TypeError as err:
-            return f"Error: Invalid arguments: {err}"
+            result = tool(**args)
+        except TypeError as err:  # Python names the function with its module (args a list): τ³'s, in its words
+            module = getattr(getattr(tool, "__func__", tool), "__module__", "")
+            return f"Error: Invalid arguments: {str(err).replace(module + '.', TAU2_TOOLS_MODULE + '.')}"
         if self.tools[agent_tool_name].kind == "write" or agent_tool_name in self.read_log_allowlist:
             r.add(self.db, "agent_discoverable_tools", r.short_hash(f"agent_discoverable_tool:{agent_tool_name}"),
                   {"tool_name": agent_tool_name, "status": "CALLED"})
