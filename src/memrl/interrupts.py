@@ -32,13 +32,17 @@ def remembered() -> Iterator[None]:
     own = threading.current_thread() is threading.main_thread() and \
         signal.getsignal(signal.SIGINT) is signal.default_int_handler
     previous = signal.signal(signal.SIGINT, _record_and_raise) if own else None
-    _pending.clear()
+    _pending.clear()  # (kept after the block: whoever reports how the command ended reads it with take())
     try:
         yield
     finally:
         if own:
             signal.signal(signal.SIGINT, previous)
-        _pending.clear()
+
+
+def record(signum: int) -> None:
+    """Record ``signum`` from a handler of the caller's own (SIGTERM's) that raises something else."""
+    _pending[:] = [signum]
 
 
 def take() -> int | None:

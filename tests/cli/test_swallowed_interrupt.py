@@ -59,3 +59,32 @@ def test_a_stage_or_the_training_loop_entered_after_it_acts_on_it(capfd):
         with StopRequest() as stop:
             assert stop.signum == signal.SIGINT  # the loop finishes its step, checkpoints and exits
         assert "SIGINT: finishing the current step" in capfd.readouterr().err  # written with os.write
+
+
+@pytest.mark.parametrize("signum, code, said", [(signal.SIGTERM, 143, "terminated (SIGTERM)"),
+                                                (signal.SIGINT, 130, "interrupted (Ctrl-C)")])
+def test_an_error_left_by_a_signal_is_reported_as_the_signal(signum, code, said):
+    """SIGTERM cut an import half-way; the command failed later with a RecursionError / ModuleNotFoundError
+    traceback and exit 1 instead of one line and 128 + signal."""
+    import typer
+    from typer.testing import CliRunner
+
+    from memrl.cli.errors import user_errors
+
+    app = typer.Typer()
+
+    @app.command()
+    @user_errors
+    def start(broken: bool = True) -> None:
+        interrupts.record(signum)  # what the handler did when the signal came
+        raise RecursionError("maximum recursion depth exceeded")  # what the half-done import left
+
+    @app.command()
+    @user_errors
+    def fine() -> None:
+        raise ValueError("a real mistake")
+
+    r = CliRunner().invoke(app, ["start"])
+    assert r.exit_code == code and said in r.output and "Traceback" not in r.output, r.output
+    r = CliRunner().invoke(app, ["fine"])  # no signal: the error is the command's own
+    assert r.exit_code == 2 and "error: a real mistake" in r.output

@@ -62,6 +62,7 @@ class Terminated(BaseException):
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
+    interrupts.record(signum)
     raise Terminated()
 
 
@@ -78,6 +79,18 @@ def _sigterm_raises() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
+def _stopped_on_the_way() -> None:
+    """An error raised while a signal was being acted on (an import cut half-way by SIGTERM fails later with a
+    RecursionError or ModuleNotFoundError) is the signal's doing: one line and 128 + signal, not a traceback."""
+    signum = interrupts.take()
+    if signum == signal.SIGTERM:
+        print("terminated (SIGTERM): nothing half-written (files are written whole or not at all)", file=sys.stderr)
+    elif signum is not None:
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+    if signum is not None:
+        raise typer.Exit(128 + signum) from None
+
+
 def user_errors(fn: F) -> F:
     """Decorator for CLI commands: a bad flag, file or row ends with ``error: ...``."""
 
@@ -86,14 +99,18 @@ def user_errors(fn: F) -> F:
         try:
             with _sigterm_raises(), interrupts.remembered():  # a Ctrl-C swallowed while starting is kept
                 return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, SystemExit):  # how the command chose to end: as it is
+            raise
         except Terminated:
             print("terminated (SIGTERM): nothing half-written (files are written whole or not at all)", file=sys.stderr)
             raise typer.Exit(143) from None
         except USER_ERRORS as exc:
+            _stopped_on_the_way()
             print(f"error: {describe(exc)}", file=sys.stderr)
             raise typer.Exit(2) from None
         except OSError as exc:
             if exc.errno not in DISK_FULL:
+                _stopped_on_the_way()
                 raise
             where = f"{exc.filename}: " if exc.filename else ""
             print(f"error: {where}no space left on device; free some space and re-run the same command (training "
@@ -102,5 +119,8 @@ def user_errors(fn: F) -> F:
         except KeyboardInterrupt:  # a Ctrl-C no command handled itself (while a model loads, say): say so
             print("interrupted (Ctrl-C)", file=sys.stderr)
             raise typer.Exit(130) from None
+        except Exception:
+            _stopped_on_the_way()
+            raise
 
     return wrapper  # type: ignore[return-value]
