@@ -82,7 +82,9 @@ def build_config(spec: Spec, work: Path) -> Any:
                           rollouts_every=0, lr=spec.lr)
     if spec.eta is not None:
         raw["trainer"]["async"].update(partial_rollouts=spec.partial, partial_chunk_tokens=spec.chunk)
+        # the spec names its correction: the async default (bypass mode, dumped into raw above) must not stay on
         raw["algorithm"].update(off_policy=spec.off_policy, behav_imp_weight_cap=spec.cap)
+        raw["algorithm"]["rollout_correction"]["bypass_mode"] = False
     if spec.replicas:
         raw["cluster"] = {"rollout_replicas": spec.replicas, "replica_cpus": 1}
     return MemRLConfig.model_validate(raw)

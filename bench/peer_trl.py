@@ -91,16 +91,14 @@ def build(out: Path, vocab: int, prompts: int, prompt_tokens: int) -> tuple[Path
 def memrl_trainer(a: argparse.Namespace) -> Any:
     """memrl's Trainer in the bench's setting, its workflow replaced by TRL's single-turn completion."""
     from memrl.config import MemRLConfig
-    from memrl.engines.base import SamplingParams
     from memrl.train.trainer import Trainer
-    from memrl.types import Conversation, Trajectory
+    from memrl.workflows.api import Episode, Workflow
 
     row_tokens = a.prompt_tokens + a.new_tokens
     rows_per_micro = a.prompts_per_step * a.group // a.micro_batches
     cfg = MemRLConfig.model_validate({
         "model": {"path": str(a.model), "dtype": "float32"},
         "data": {"train_file": str(a.data)},
-        "workflow": {"name": "full_context", "final_tokens": a.new_tokens},
         "algorithm": {"n": a.group, "kl_coef": 0.0, "ppo_epochs": 1, "loss_agg_mode": "token-mean"},
         "sampling": {"temperature": 1.0},
         "trainer": {"lr": a.lr, "total_steps": a.steps + 1, "prompts_per_step": a.prompts_per_step,
@@ -109,23 +107,16 @@ def memrl_trainer(a: argparse.Namespace) -> Any:
                     "gradient_checkpointing": a.checkpointing},
         "engine": {"kind": "hf", "device": "cpu", "max_batch_size": a.prompts_per_step * a.group},
     })
-    trainer = Trainer(cfg)
-    tokenizer = trainer.tokenizer
-    eos = tokenizer.eos_token_id
 
-    async def single_turn(sample: Any, engine: Any, tok: Any, config: Any, *, sampling: SamplingParams,
-                          sample_id: str | None = None, group_id: str | None = None) -> Trajectory:
+    class SingleTurn(Workflow):
         """TRL's setting: the raw prompt text, tokenised without special tokens, one completion."""
-        prompt = tok(sample.context, add_special_tokens=False)["input_ids"]
-        res = await engine.generate(prompt, sampling.with_(max_new_tokens=a.new_tokens, stop_token_ids=[eos]))
-        conv = Conversation.from_prompt_response(prompt, res.token_ids, res.logprobs)
-        text = tok.decode(res.token_ids, skip_special_tokens=True)
-        return Trajectory([conv], reward_text(text), sample_id or "", group_id or "",
-                          metrics={"response_tokens": float(len(res.token_ids))})
 
-    trainer.workflow = single_turn
-    if hasattr(trainer, "runner"):  # the rollout runner keeps its own reference to the workflow
-        trainer.runner.workflow = single_turn
+        async def run(self, ep: Episode) -> None:
+            prompt = ep.tokenizer(ep.sample["context"], add_special_tokens=False)["input_ids"]
+            text = await ep.generate(prompt, max_new_tokens=a.new_tokens)  # stops at the end token
+            ep.reward(reward_text(str(text)))
+
+    trainer = Trainer(cfg, workflow=SingleTurn())
     return trainer
 
 
