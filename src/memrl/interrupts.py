@@ -40,6 +40,22 @@ def remembered() -> Iterator[None]:
             signal.signal(signal.SIGINT, previous)
 
 
+@contextlib.contextmanager
+def python_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler while the block runs (main thread, where :func:`remembered`'s is in place):
+    ``asyncio.run`` turns Ctrl-C into a cancel of its main task only when it finds Python's handler; with
+    another one, the KeyboardInterrupt landed inside an episode's code and was recorded as its failure."""
+    ours = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is _record_and_raise
+    if ours:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, _record_and_raise)
+
+
 def record(signum: int) -> None:
     """Record ``signum`` from a handler of the caller's own (SIGTERM's) that raises something else."""
     _pending[:] = [signum]

@@ -88,3 +88,23 @@ def test_an_error_left_by_a_signal_is_reported_as_the_signal(signum, code, said)
     assert r.exit_code == code and said in r.output and "Traceback" not in r.output, r.output
     r = CliRunner().invoke(app, ["fine"])  # no signal: the error is the command's own
     assert r.exit_code == 2 and "error: a real mistake" in r.output
+
+
+def test_asyncio_run_gets_pythons_handler_and_so_its_own_ctrl_c():
+    """asyncio.run cancels its main task on Ctrl-C only when it finds Python's own handler; with memrl's, the
+    KeyboardInterrupt landed inside an episode and was recorded as that episode's failure."""
+    import asyncio
+
+    seen = []
+
+    async def main():
+        seen.append(signal.getsignal(signal.SIGINT))
+        signal.raise_signal(signal.SIGINT)  # asyncio's handler: the main task is cancelled, no KeyboardInterrupt here
+        await asyncio.sleep(1)
+
+    with interrupts.remembered():
+        with interrupts.python_sigint():
+            with pytest.raises(KeyboardInterrupt):  # asyncio.run turns the cancel into KeyboardInterrupt at the end
+                asyncio.run(main())
+        assert signal.getsignal(signal.SIGINT) is interrupts._record_and_raise
+    assert seen and seen[0] is not interrupts._record_and_raise and seen[0] is not signal.default_int_handler

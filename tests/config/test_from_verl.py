@@ -304,5 +304,8 @@ def test_an_explicit_null_threshold_keeps_verls_meaning_no_weights():
                    rc + "rollout_rs_threshold": "0.999_1.001"})
     assert t.settings[rc + "rollout_is"][0] is None and t.settings[rc + "rollout_rs"][0] == "seq_mean_k1"
     assert rc + "rollout_is_threshold" not in t.settings and rc + "rollout_is_threshold" not in t.skipped
-    other = translate({"trainer.total_training_steps": "null"})
-    assert "null" in other.skipped["trainer.total_training_steps"]
+    other = translate({"trainer.total_training_steps": "null"})  # memrl's key refuses null: left out, saying so
+    assert "trainer.total_steps" not in other.settings
+    assert any("total_steps refuses None" in why for why in other.skipped.values()), other.skipped
+    kept = translate({rc + "rollout_rs": "null"})  # memrl's default is null already: taken as given
+    assert kept.settings[rc + "rollout_rs"][0] is None and not any(rc in k for k in kept.skipped)

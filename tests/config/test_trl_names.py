@@ -30,6 +30,12 @@ def test_trl_names_get_memrls_key_or_what_to_do(override, answer):
     assert "entropy_coef" not in str(err.value) and "prompts_per_step" not in str(err.value)
 
 
+def test_another_sections_temperature_is_not_taken_for_sampling():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["env.judge.temperature=0"])
+    assert "did you mean 'sampling.temperature'?" not in str(err.value)  # the judge's, listed among the others
+
+
 def test_a_leaf_of_several_sections_names_every_one():
     with pytest.raises(ConfigError) as err:
         load_config(None, ["seed=1"])

@@ -32,6 +32,8 @@ def test_a_folder_is_served_by_its_own_name_and_answers_to_its_path(tiny_model, 
     folder = tmp_path / "ckpt-step-40"
     folder.mkdir()
     assert served_name_for(str(folder)) == "ckpt-step-40"
+    (tmp_path / "latest").symlink_to(folder)  # a run's "latest" link: the scripts wait for the name they were given
+    assert served_name_for(str(tmp_path / "latest")) == "latest"
     assert served_name_for("tiny") == "tiny" and served_name_for("Qwen/Qwen2.5-7B") == "Qwen/Qwen2.5-7B"
     with _client(tiny_model, also_named=["/models/tiny"]) as client:
         assert [m["id"] for m in client.get("/v1/models").json()["data"]] == ["tiny"]

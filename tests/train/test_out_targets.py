@@ -153,3 +153,8 @@ def test_an_export_killed_mid_swap_is_put_back_or_cleaned(tmp_path):
     assert (out / "model.safetensors").read_text() == "new" and not parked.exists()
     assert (foreign / "notes.txt").read_text() == "keep"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".exp.mine.old", "exp"]
+    odd = tmp_path / "exp[v2]"  # glob characters in the name: the parked copy is still found
+    (tmp_path / ".exp[v2].abcd1234.old" / "exp[v2]").mkdir(parents=True)
+    with replacing_dir(odd) as tmp:
+        (tmp / "model.safetensors").write_text("new")
+    assert not (tmp_path / ".exp[v2].abcd1234.old").exists() and (odd / "model.safetensors").exists()

@@ -30,6 +30,7 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
+from memrl import interrupts
 from memrl.cli.errors import user_errors
 
 CLOSED_BOOK_PROMPT = (
@@ -244,7 +245,9 @@ def ask_models(models: Sequence[str], samples: Sequence[Any], asking: Asking, en
             finally:
                 await eng.close()
 
-        for k, hit in zip(todo, asyncio.run(main())):
+        with interrupts.python_sigint():  # asyncio.run's own Ctrl-C handling needs Python's handler
+            answers = asyncio.run(main())
+        for k, hit in zip(todo, answers):
             hits[k] = hit
     return hits
 

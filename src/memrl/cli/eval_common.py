@@ -18,6 +18,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from memrl import interrupts
 from memrl.cli.progress import progress
 from memrl.cli.signal_wakeup import signals_wake_loop
 
@@ -99,7 +100,8 @@ def run_with_progress(console: Console, out: Path, engine: Any,
                     finally:
                         await engine.close()
 
-            return asyncio.run(main())
+            with interrupts.python_sigint():  # asyncio.run's own Ctrl-C: a cancel of the run, not of an episode
+                return asyncio.run(main())
     except (KeyboardInterrupt, asyncio.CancelledError) as stop:
         console.print(f"interrupted — re-run the same command to resume (finished {noun} are kept in {out})",
                       highlight=False, markup=False)

@@ -109,9 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as err:
         typer.echo(f"error: {err.format_message()}", err=True)
         sys.exit(err.exit_code)
-    except typer.Abort:  # Ctrl-C outside a command's own handling
-        typer.echo("Aborted.", err=True)
-        sys.exit(130)
+    except typer.Abort:  # click's end for an EOFError (typer makes a Ctrl-C an exit 130 itself): as click says it
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
     if isinstance(code, int) and code:  # typer.Exit(code) under standalone_mode=False
         sys.exit(code)
 

@@ -69,7 +69,14 @@ def note_for(key: str) -> str | None:
     return NOTES.get(key) or NOTES.get(key.rsplit(".", 1)[-1])
 
 
+# leaves that are TRL's names only bare or under algorithm./trainer. (env.judge.temperature is not sampling's)
+_TRL_PLACES_ONLY = {"temperature"}
+
+
 def alias_for(key: str) -> str | None:
     """memrl's key for ``key`` given under another library's name: the whole dotted key (``model.name``) or
     its last part (``trainer.learning_rate``, ``--lr``); None when it is no such name."""
-    return ALIASES.get(key) or ALIASES.get(key.rsplit(".", 1)[-1])
+    leaf = key.rsplit(".", 1)[-1]
+    if leaf in _TRL_PLACES_ONLY and key != leaf and key.split(".", 1)[0] not in ("algorithm", "trainer"):
+        return None
+    return ALIASES.get(key) or ALIASES.get(leaf)

@@ -110,7 +110,7 @@ def translate(flags: dict[str, str]) -> Translation:
         if converted is not None:
             out.set(key, converted, source(verl_key))
         elif verl_key in given and value is None:
-            _explicit_null(verl_key, out, source)
+            _explicit_null(verl_key, key, out, source)
         elif value is not None:  # -1 / 0 meaning "never" / "no limit" in verl: memrl needs a number
             out.skipped[verl_key] = f"{value!r} (never / no limit in verl): set {key} to a number yourself"
     for rule in (_batches, _kl, _estimator, _policy_loss, _schedule, _lora, _eval_every, _engine, _grad_clip,
@@ -128,13 +128,14 @@ def translate(flags: dict[str, str]) -> Translation:
     return _valid(out)
 
 
-def _explicit_null(verl_key: str, out: Translation, source: Any) -> None:
+def _explicit_null(verl_key: str, key: str, out: Translation, source: Any) -> None:
     """A flag set to null: verl then skips what it sets (no importance weights for ``rollout_is_threshold=null``,
-    rollout_corr_helper reads both); memrl's own default would apply instead, so say so, or translate the meaning."""
+    rollout_corr_helper reads both), so translate the meaning; elsewhere memrl's key gets null too (a key that
+    refuses it is left out by :func:`_valid`, saying so, rather than silently keeping memrl's default)."""
     if verl_key == "algorithm.rollout_correction.rollout_is_threshold":
         out.set("algorithm.rollout_correction.rollout_is", None, source(verl_key))  # verl: metrics, no weights
         return
-    out.skipped[verl_key] = "null: memrl has no 'unset' for it, and its own default would apply"
+    out.set(key, None, source(verl_key))
 
 
 def _valid(t: Translation) -> Translation:

@@ -142,7 +142,9 @@ def served_name_for(model: str) -> str:
     """The name ``/v1/models`` gives a model: a local folder's own name (as MemAgent's and ReMemR1's serving
     scripts name a checkpoint, and wait for that id), else ``model`` as given (a hub id, an alias)."""
     path = Path(model).expanduser()
-    return path.resolve().name if path.is_dir() else model
+    if not path.is_dir():
+        return model
+    return path.absolute().name or path.resolve().name  # a link's own name (runs/latest), as the scripts see it
 
 
 def _check_engine_kind(kind: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import glob
 import os
 import re
 import shutil
@@ -96,7 +97,7 @@ def _recover_parked(out: Path) -> None:
     old folder in ``.OUT.XXXXXXXX.old/OUT`` (a whole model, never removed): put it back if ``out`` is still
     missing, else drop it. Only folders of exactly that shape (the parking name, one entry named OUT) are touched."""
     shape = re.compile(rf"^\.{re.escape(out.name)}\.[A-Za-z0-9_]{{8}}\.old$")
-    for parked in out.parent.glob(f".{out.name}.*.old"):
+    for parked in out.parent.glob(f".{glob.escape(out.name)}.*.old"):
         if not (shape.match(parked.name) and parked.is_dir() and os.listdir(parked) == [out.name]):
             continue
         if not out.exists():
