@@ -56,6 +56,9 @@ def describe(exc: BaseException) -> str:
     return str(exc)
 
 
+TERMINATED = "terminated (SIGTERM): nothing half-written (files are written whole or not at all)"
+
+
 class Terminated(BaseException):
     """SIGTERM, where the command has no handler of its own: raised like Ctrl-C's KeyboardInterrupt, so atomic
     writes remove their temp files and the command ends with one line (it died silently, exit -15, leaving them)."""
@@ -84,7 +87,7 @@ def _stopped_on_the_way() -> None:
     RecursionError or ModuleNotFoundError) is the signal's doing: one line and 128 + signal, not a traceback."""
     signum = interrupts.take()
     if signum == signal.SIGTERM:
-        print("terminated (SIGTERM): nothing half-written (files are written whole or not at all)", file=sys.stderr)
+        print(TERMINATED, file=sys.stderr)
     elif signum is not None:
         print("interrupted (Ctrl-C)", file=sys.stderr)
     if signum is not None:
@@ -102,7 +105,7 @@ def user_errors(fn: F) -> F:
         except (typer.Exit, typer.Abort, SystemExit):  # how the command chose to end: as it is
             raise
         except Terminated:
-            print("terminated (SIGTERM): nothing half-written (files are written whole or not at all)", file=sys.stderr)
+            print(TERMINATED, file=sys.stderr)
             raise typer.Exit(143) from None
         except USER_ERRORS as exc:
             _stopped_on_the_way()
