@@ -137,7 +137,7 @@ def _slot_layer_class() -> type:
     return SlotLayer
 
 
-@dataclass
+@dataclass(eq=False)  # pools are found and dropped by identity: == would compare their tensors
 class Pool:
     """The preallocated tensors of one (rows, length) shape, and the graphs captured over them."""
 
