@@ -41,6 +41,8 @@ from typing import Any
 
 import torch
 
+from memrl.engines.sampling import to_device
+
 log = logging.getLogger(__name__)
 
 MIN_LENGTH = 256  # shortest cache length: fewer distinct lengths, fewer captures
@@ -236,7 +238,7 @@ class StaticDecoder:
         pool = self.pool
         assert pool is not None
         n = self.n
-        pool.tokens[:n, 0].copy_(torch.tensor(next_tokens, dtype=torch.long))
+        pool.tokens[:n, 0].copy_(to_device(torch.tensor(next_tokens, dtype=torch.long), pool.tokens.device))
         pool.positions[:n] += 1
         pool.mask[:n, self.col] = 0.0
         pool.column.fill_(self.col)

@@ -90,7 +90,16 @@ def _row_settings(params: Sequence[SamplingParams], sampled: list[int], vocab: i
     for i in sampled:
         host += [float(i), float(_bounded_k(params[i].top_k, vocab)), params[i].top_p]
     draws = [torch.rand(1, generator=generators[i], dtype=torch.float64) for i in sampled]
-    return torch.cat([torch.tensor(host, dtype=torch.float64), *draws]).to(device)
+    return to_device(torch.cat([torch.tensor(host, dtype=torch.float64), *draws]), device)
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small host tensor on ``device`` without waiting: on a GPU it goes through pinned memory (torch's
+    caching host allocator keeps the block until the copy is done), so the host goes on queueing the step's
+    kernels while the device still runs the graph launched before; a copy from pageable memory would wait."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def select_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
