@@ -313,6 +313,12 @@ def main() -> int:
     plan = sections(torch.cuda.device_count() if cuda else 1, has_vllm(), smoke=args.smoke)
     if args.only:
         keep = set(args.only.split(","))
+        known = [name for name, _, _ in sections(2, True, smoke=args.smoke)]
+        unknown = sorted(keep - set(known))
+        if unknown:  # a typo would otherwise measure nothing, silently
+            print(f"gpu-check: --only: no section named {', '.join(unknown)} (sections: {', '.join(known)})",
+                  file=sys.stderr)
+            return 2
         plan = [p for p in plan if p[0] in keep]
     if args.dry_run:
         where = ("the CPU (--smoke)" if args.smoke else "this machine" if cuda else

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -93,6 +94,7 @@ def generation(shape: str, device: str, dtype: str, prompt: int = 512, new: int 
     if smoke:
         prompt, new = 64, 16
     from memrl.engines.hf import HFEngine
+    from memrl.engines.hf_static import resolve_decode
     from memrl.models.resolve import load_model
 
     path = str(model_dir(shape, dtype))
@@ -100,7 +102,8 @@ def generation(shape: str, device: str, dtype: str, prompt: int = 512, new: int 
     bandwidth = copy_bandwidth(device, 2**30 if device.startswith("cuda") else 2**26)
     rows = [{"check": "copy bandwidth", "setting": device, "result": f"{bandwidth / 1e9:.0f} GB/s"}]
     hf = HFEngine(load_model(path, dtype=dtype, device=device), max_batch_size=max(CONCURRENCY))
-    rows += _throughput_rows("HF", hf, shape, dtype, weight_bytes, bandwidth, prompt, new)
+    path_name = "static" if resolve_decode(hf.decode, hf.model, hf.device) else "eager"
+    rows += _throughput_rows(f"HF {path_name}", hf, shape, dtype, weight_bytes, bandwidth, prompt, new)
     del hf
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
@@ -269,7 +272,9 @@ def grpo_step(shape: str, device: str, dtype: str, lora: bool, engine: str = "hf
     (tmp / "cfg.yaml").write_text(yaml.safe_dump(cfg))
     proc = subprocess.run([sys.executable, *cli], capture_output=True, text=True,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    mode = f"{'LoRA r=16' if lora else 'full'}, {engine} engine" + (f", FSDP over NCCL x{gpus}" if gpus > 1 else "")
+    decode = re.search(r"hf decode: (static|eager)", proc.stdout + proc.stderr)
+    engine_name = f"{engine} engine" + (f" ({decode.group(1)} decode)" if decode else "")
+    mode = f"{'LoRA r=16' if lora else 'full'}, {engine_name}" + (f", FSDP over NCCL x{gpus}" if gpus > 1 else "")
     setting = f"{shape} {dtype}, {mode}"
     if proc.returncode != 0:
         return [{"check": "MemAgent GRPO step", "setting": setting, "result": f"FAILED: {failure_tail(proc.stderr)}"}]

@@ -46,6 +46,13 @@ def test_dry_run_prints_the_plan_and_measures_nothing():
     assert r.returncode == 1 and "does not fit: " in r.stdout and "of device time, over 900" in r.stdout
 
 
+def test_an_unknown_only_name_is_refused_naming_it():
+    r = run("--dry-run", "--only", "decode,curv")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("gpu-check: --only: no section named curv (sections: generation, sync, ")
+    assert r.stderr.count("\n") == 1 and "decode, curve" in r.stderr
+
+
 def test_dry_run_of_curve_and_decode_fits_a_lent_machine(tmp_path, monkeypatch, capsys):
     """Where nothing is packed the plan is the one gpu_carry.py would write for the known wheel sizes: the
     carried wheels in two calls under 64 MiB each, decode in the first, curve in the second (SmolLM2's
