@@ -296,3 +296,17 @@ def test_a_ruler_episode_shows_its_ruler_score_at_its_length_in_its_own_group():
     assert niah["reward"] == 1.0 and vt["group_id"] != niah["group_id"]
     qa = eval_episode({"sample_id": "3", "docs": 50, "reward": 1.0, "metrics": {}}, "50/3", None)
     assert (qa["reward"], qa["step"], qa["group_id"]) == (1.0, 50, "3")
+
+
+def test_a_value_logged_as_nan_breaks_the_curve_instead_of_being_bridged(run_dir, tmp_path):
+    """NaN/inf reach the page as null (JSON has no spelling for them): the line stops there and starts again,
+    its tooltip counts the gap; a key a row does not log (eval every N steps) is no gap."""
+    payload = load_payload(run_dir)
+    payload["metrics"] = [{"step": s, "reward": None if s in (3, 4) else 0.1 * s,
+                           **({"eval/accuracy": 10.0 * s} if s % 2 else {})} for s in range(1, 7)]
+    dom = show(page_of(payload, tmp_path))
+    found = re.findall(r'<path d="([^"]*)" class="series"[^>]*data-key="([^"]*)"', dom.source)
+    paths = {key: d for d, key in found}
+    assert paths["reward"].count("M") == 2 and paths["reward"].count("L") == 2  # 1-2, then 5-6
+    assert paths["eval/accuracy"].count("M") == 1 and paths["eval/accuracy"].count("L") == 2  # steps 1, 3, 5
+    assert "reward: last 0.6 at step 6; 2 step(s) not finite (NaN/inf), left as gaps" in dom.source

@@ -1,7 +1,10 @@
 // ---------- training curves: one small SVG chart per panel of memrl.view.loader.CURVE_PANELS ----------
 function chart(title, keys, rows) {
-  const series = keys.map((k) => ({ key: k, pts: rows.filter((r) => typeof r[k] === "number" && typeof r.step === "number").map((r) => [r.step, r[k]]) }))
-    .filter((s) => s.pts.length > 0);
+  // a value logged as NaN/inf reaches the page as null: kept as [step, null], where the line breaks (drawn
+  // across, the gap would look like a run that never diverged); a key absent from a row is just not logged
+  const series = keys.map((k) => ({ key: k, pts: rows.filter((r) => typeof r.step === "number" && (typeof r[k] === "number" || r[k] === null)).map((r) => [r.step, r[k]]) }))
+    .map((s) => ({ ...s, finite: s.pts.filter((p) => p[1] !== null) }))
+    .filter((s) => s.finite.length > 0);
   if (!series.length) return null;
   const W = 320, H = 170, L = 46, R = 10, T = 10, B = 24;
   // a loop, not Math.min(...all): spreading ~124k points (31k steps x 4 timing keys) overflowed the stack
@@ -38,14 +41,21 @@ function chart(title, keys, rows) {
   }
   series.forEach((s, i) => {
     const color = COLORS[i % COLORS.length];
-    const d = s.pts.map((p, j) => (j ? "L" : "M") + X(p[0]).toFixed(1) + " " + Y(p[1]).toFixed(1)).join(" ");
+    let d = "", pen = "M";
+    for (const p of s.pts) {
+      if (p[1] === null) { pen = "M"; continue; }
+      d += (d ? " " : "") + pen + X(p[0]).toFixed(1) + " " + Y(p[1]).toFixed(1);
+      pen = "L";
+    }
     const path = svg("path", { d: d, class: "series", stroke: color, "data-key": s.key });
     const tip = svg("title");
-    tip.textContent = visible(`${s.key}: last ${fmt(s.pts[s.pts.length - 1][1])} at step ${s.pts[s.pts.length - 1][0]}`);
+    const last = s.finite[s.finite.length - 1], gaps = s.pts.length - s.finite.length;
+    tip.textContent = visible(`${s.key}: last ${fmt(last[1])} at step ${last[0]}` +
+      (gaps ? `; ${gaps} step(s) not finite (NaN/inf), left as gaps` : ""));
     path.appendChild(tip);
     box.appendChild(path);
-    if (s.pts.length <= 60) {
-      for (const p of s.pts) {
+    if (s.finite.length <= 60) {
+      for (const p of s.finite) {
         const c = svg("circle", { cx: X(p[0]), cy: Y(p[1]), r: 2.2, fill: color, class: "pt" });
         const ct = svg("title");
         ct.textContent = visible(`${s.key} = ${fmt(p[1])} (step ${p[0]})`);
