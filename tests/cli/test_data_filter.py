@@ -73,3 +73,40 @@ def test_filter_bad_options_are_one_line_errors(tmp_path, args, message):
     r = CliRunner().invoke(app, ["data", "filter", "-i", str(src), "-m", "tiny", "-o", str(tmp_path / "o.json"),
                                  *args])
     assert r.exit_code == 2 and message in r.output
+
+
+def test_an_interrupted_filter_keeps_its_answers_and_the_same_command_goes_on(tmp_path, monkeypatch):
+    """Ctrl-C after two questions: nothing is written but the two answers are kept beside the output; the
+    same command asks only the other two and writes what an uninterrupted run writes; other settings are
+    refused, naming what differs."""
+    tok = load_tokenizer("tiny")
+    asked: list[str] = []
+
+    def engine(stop_after=None):
+        def reply(prompt, params):
+            question = next(q for q in REPLIES if q in decode(tok, prompt))
+            if stop_after is not None and len(asked) == stop_after:
+                raise KeyboardInterrupt
+            asked.append(question)
+            return encode_text(tok, REPLIES[question])
+        return ScriptedEngine(reply)
+
+    src, out = tmp_path / "eval_1.json", tmp_path / "kept.json"
+    write_samples(_samples(), src)
+    cmd = ["data", "filter", "-i", str(src), "-m", "tiny", "-o", str(out), "--concurrency", "1"]
+    monkeypatch.setattr("memrl.engines.factory.build_engine", lambda cfg: engine(stop_after=2))
+    r = CliRunner().invoke(app, cmd)
+    partial = tmp_path / "kept.json.filter.partial.jsonl"
+    assert r.exit_code == 130 and not out.exists() and asked == ["q0", "q1"]
+    assert f"the 2 answers so far are kept in {partial}" in r.output.replace("\n", "")
+    assert len(partial.read_text().splitlines()) == 3  # the settings, two answers
+    r = CliRunner().invoke(app, cmd + ["--tries", "2"])
+    assert r.exit_code == 2 and "(tries differ)" in r.output and len(asked) == 2
+    monkeypatch.setattr("memrl.engines.factory.build_engine", lambda cfg: engine())
+    r = CliRunner().invoke(app, cmd)
+    assert r.exit_code == 0, r.output
+    assert asked == ["q0", "q1", "q2", "q3"] and "going on from" in r.output and not partial.exists()
+    assert [row["index"] for row in json.loads(out.read_text())] == [1, 3]  # as test_filter_keeps_the_eval_layout
+    report = json.loads((tmp_path / "kept.json.filter.json").read_text())
+    assert [(d["index"], d["closed_book_answer"]) for d in report["dropped_questions"]] == \
+        [(0, "Paris"), (2, "Paris France")]

@@ -31,6 +31,7 @@ import typer
 from rich.console import Console
 
 from memrl import interrupts
+from memrl.cli.data_filter_log import AskedLog
 from memrl.cli.errors import user_errors
 
 CLOSED_BOOK_PROMPT = (
@@ -118,8 +119,8 @@ def memagent_asking(template: str, tries: int, temperature: float, top_p: float,
 
 async def answered_without_context(samples: Sequence[Any], engine: Any, tokenizer: Any, asking: Asking,
                                    concurrency: int = 64, done: Any = None) -> list[str | None]:
-    """Per sample: the closed-book answer that showed the model knew it (``None`` when no try did); ``done()``
-    after each sample."""
+    """Per sample: the closed-book answer that showed the model knew it (``None`` when no try did);
+    ``done(position, answer)`` as each sample is settled."""
     from memrl.engines.base import SamplingParams
     from memrl.workflows.common import decode, stop_token_ids, strip_stop
 
@@ -128,7 +129,7 @@ async def answered_without_context(samples: Sequence[Any], engine: Any, tokenize
                             temperature=asking.temperature, top_p=asking.top_p, greedy=asking.temperature == 0)
     sem = asyncio.Semaphore(concurrency)
 
-    async def one(sample: Any) -> str | None:
+    async def one(position: int, sample: Any) -> str | None:
         prompt = asking.prompt(tokenizer, sample.question)
         hit = None
         for _ in range(asking.tries):
@@ -138,10 +139,39 @@ async def answered_without_context(samples: Sequence[Any], engine: Any, tokenize
             if hit is not None:
                 break
         if done is not None:
-            done()
+            done(position, hit)
         return hit
 
-    return list(await asyncio.gather(*(one(s) for s in samples)))
+    return list(await asyncio.gather(*(one(j, s) for j, s in enumerate(samples))))
+
+
+def _settings(input: Path, models: Sequence[str], protocol: str, metric: str, asking: Asking) -> dict[str, Any]:
+    """What an earlier run's answers must have been asked under to be reused (the input by path, size and
+    modification time: an edited file can shift the questions)."""
+    stat = input.stat()
+    return {"input": str(input.resolve()), "input_bytes": stat.st_size, "input_mtime_ns": stat.st_mtime_ns,
+            "models": list(models), "protocol": protocol, "metric": metric, "tries": asking.tries,
+            "temperature": asking.temperature, "top_p": asking.top_p, "max_new_tokens": asking.max_new_tokens}
+
+
+def _ask_all(console: Console, log: AskedLog, models: Sequence[str], samples: Sequence[Any],
+             ask: Callable[[Any], list[str | None]]) -> list[str | None]:
+    """``ask(advance)`` under a progress bar, going on from ``log``; on Ctrl-C what was asked stays in it."""
+    from memrl.cli.progress import progress
+
+    if log.load():
+        console.print(f"going on from {log.path}: {len(log.settled)} answers of an earlier run", highlight=False,
+                      markup=False)
+    try:
+        with progress(console, "filter", total=len(samples) * len(models), noun="questions") as bar:
+            return ask(bar.advance)
+    except KeyboardInterrupt:
+        log.close()
+        console.print(f"interrupted: nothing written; the {len(log.settled)} answers so far are kept in "
+                      f"{log.path}: the same command goes on from them", highlight=False, markup=False)
+        raise typer.Exit(130) from None
+    finally:
+        log.close()
 
 
 def _schema(path: Path) -> str:
@@ -221,27 +251,39 @@ def resolve_asking(protocol: str, metric: str | None, tries: int | None, tempera
 
 
 def ask_models(models: Sequence[str], samples: Sequence[Any], asking: Asking, engine: str | None,
-               base_url: str | None, concurrency: int, advance: Any = None) -> list[str | None]:
+               base_url: str | None, concurrency: int, advance: Any = None,
+               log: AskedLog | None = None) -> list[str | None]:
     """Each model in turn (one engine loaded at a time); a sample's hit is the first model's that knew it.
-    ``advance(n)`` counts (model, question) pairs settled: asked, or known to an earlier model."""
+    ``advance(n)`` counts (model, question) pairs settled: asked, known to an earlier model, or answered in
+    ``log`` by an earlier run (each new answer is recorded there)."""
     advance = advance or (lambda n=1: None)
     from memrl.cli.common import resolve_config
     from memrl.engines.factory import build_engine
     from memrl.models.resolve import load_tokenizer
 
     hits: list[str | None] = [None] * len(samples)
-    for model in models:
+    for m, model in enumerate(models):
+        earlier = log.settled if log is not None else {}
+        todo = [k for k, h in enumerate(hits) if h is None and (m, k) not in earlier]
+        for k, h in enumerate(hits):
+            hits[k] = earlier.get((m, k)) if h is None else h
+        advance(len(samples) - len(todo))  # known to an earlier model, or asked by an earlier run
+        if not todo:
+            continue
         cfg = resolve_config(None, None, {"model.path": model, "engine.kind": engine, "engine.base_url": base_url,
                                           "engine.concurrency": concurrency})
         tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
         eng = build_engine(cfg)
-        todo = [k for k, h in enumerate(hits) if h is None]
-        advance(len(samples) - len(todo))  # an earlier model knew these: not asked again
 
-        async def main() -> list[str | None]:
+        def settled(j: int, hit: str | None, m: int = m, todo: list[int] = todo) -> None:
+            if log is not None:
+                log.record(m, todo[j], hit)
+            advance()
+
+        async def main(todo: list[int] = todo) -> list[str | None]:
             try:
                 return await answered_without_context([samples[k] for k in todo], eng, tokenizer, asking,
-                                                      concurrency=concurrency, done=advance)
+                                                      concurrency=concurrency, done=settled)
             finally:
                 await eng.close()
 
@@ -291,7 +333,6 @@ def filter_cmd(
     max_kept: Optional[int] = MAX_KEPT_OPT,
 ) -> None:
     """Drop questions the model answers correctly without the document (MemAgent's training-data filter)."""
-    from memrl.cli.progress import progress
     from memrl.data.stream import read_samples_lazily
     from memrl.models.resolve import quiet_hub_progress
 
@@ -309,18 +350,16 @@ def filter_cmd(
                   f"({asking.tries} tr{'y' if asking.tries == 1 else 'ies'} each, {metric or DEFAULTS[protocol][4]})",
                   highlight=False)
     quiet_hub_progress()
-    try:
-        with progress(console, "filter", total=len(samples) * len(models), noun="questions") as bar:
-            hits = ask_models(models, samples, asking, engine, base_url, concurrency, bar.advance)
-    except KeyboardInterrupt:
-        console.print("interrupted: nothing written", highlight=False, markup=False)
-        raise typer.Exit(130) from None
+    log = AskedLog(out, _settings(input, models, protocol, metric or DEFAULTS[protocol][4], asking))
+    hits = _ask_all(console, log, models, samples, lambda advance: ask_models(
+        models, samples, asking, engine, base_url, concurrency, advance, log))
     report = FilterReport(str(input), str(out), model, metric or DEFAULTS[protocol][4], asking.tries,
                           total=len(samples), protocol=protocol, models=models,
                           sampling={"temperature": asking.temperature, "top_p": asking.top_p,
                                     "max_new_tokens": asking.max_new_tokens})
     report_path = _write_kept(samples, hits, report, out, _schema(input), max_kept)
     d = report.to_dict()
+    log.finish()
     typer.echo(f"kept {d['kept']} of {d['total']} questions; dropped {d['dropped']} ({d['dropped_percent']}%) "
                f"that {' or '.join(models)} answered without the document")
     console.print(f"wrote {out} and {report_path}", highlight=False)
