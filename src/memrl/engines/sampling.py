@@ -32,12 +32,13 @@ def filter_logits_batch(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.
     each read waits for the device, and a decode step is launch-bound already).
     """
     vocab = logits.shape[-1]
-    use_k = (top_k > 0) & (top_k < vocab)
-    use_p = top_p < 1.0
-    any_k = bool(use_k.any()) if any_k is None else any_k
-    any_p = bool(use_p.any()) if any_p is None else any_p
+    if any_k is None:
+        any_k = bool(((top_k > 0) & (top_k < vocab)).any())
+    if any_p is None:
+        any_p = bool((top_p < 1.0).any())
     if not any_k and not any_p:
         return logits
+    use_k, use_p = (top_k > 0) & (top_k < vocab), top_p < 1.0
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
     if any_k:
         kth = sorted_logits.gather(-1, (top_k.clamp(1, vocab) - 1).unsqueeze(-1))
@@ -130,7 +131,9 @@ def select_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
         any_p = any(params[i].top_p < 1.0 for i in sampled)
         picked = scaled if len(sampled) == rows else scaled[index]
         probs = torch.softmax(filter_logits_batch(picked, top_k, top_p, any_k, any_p), dim=-1)
-        bad = (~torch.isfinite(probs).all() | (probs.sum(-1) <= 0).any()).double().reshape(1)
+        # a softmax is >= 0 or NaN, so a NaN/inf anywhere in a row makes its sum non-finite: [B] work, not [B, V]
+        mass = probs.sum(-1)
+        bad = (~torch.isfinite(mass) | (mass <= 0)).any().double().reshape(1)
         draws = _inverse_cdf(probs, settings[rows + 3 * len(sampled):])
         tokens = draws if len(sampled) == rows else tokens.index_copy(0, index, draws)
     chosen = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
