@@ -193,8 +193,46 @@ def decode(shape: str, device: str, dtype: str, prompt: int = 512, new: int = 12
                       else f"no CUDA graphs ({static.graph_error or 'not on a GPU'})")
             rows.append({"check": "static decode", "setting": f"{shape} {dtype}", "result": graphs})
             rows.append(agreement(answers["eager"], answers["static"]))
+            for c in DECODE_CONCURRENCY:
+                try:  # a diagnostic: its failure must not cost the section's measured rows
+                    rows.append(step_split(static, model, c, rates["static", c], device))
+                except Exception as exc:  # noqa: BLE001
+                    rows.append({"check": "static decode step", "setting": f"{c} in flight",
+                                 "result": f"FAILED: {type(exc).__name__}: {exc}"[:300]})
         del engine
     return rows
+
+
+def step_split(static: Any, model: Any, c: int, rate: float, device: str) -> Row:
+    """Where a static decode step's time goes at ``c`` in flight: the whole step (from the measured rate, prompt
+    included), the CUDA graph's replay alone and token selection alone, each timed over 50 repeats; the rest
+    is the host's own work between them. Says what to speed up next when the goal is missed."""
+    from memrl.engines.base import SamplingParams
+    from memrl.engines.hf_static import bucket
+    from memrl.engines.sampling import select_tokens
+
+    graph = next((p.graphs[bucket(c)][0] for p in (static.pools if static else []) if bucket(c) in p.graphs), None)
+    if graph is None or not device.startswith("cuda"):
+        return {"check": "static decode step", "setting": f"{c} in flight", "result": "no CUDA graph to time"}
+
+    def per_call_ms(fn: Any) -> float:
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / 50 * 1e3
+
+    replay = per_call_ms(graph.replay)
+    logits = torch.randn(c, model.config.vocab_size, device=next(model.parameters()).device, dtype=model.dtype)
+    params = [SamplingParams(temperature=1.0, seed=0)] * c
+    gens = [torch.Generator().manual_seed(i) for i in range(c)]
+    select = per_call_ms(lambda: select_tokens(logits, params, gens))
+    step = 1e3 * c / rate
+    return {"check": "static decode step", "setting": f"{c} in flight, sampled at temperature 1",
+            "result": f"{step:.2f} ms a step: graph replay {replay:.2f} ms, token selection {select:.2f} ms, the "
+                      f"rest {max(step - replay - select, 0.0):.2f} ms (host bookkeeping, the prompt's prefill)"}
 
 
 def curve(setting: str, budget_s: float, results: str | None = None) -> list[Row]:
