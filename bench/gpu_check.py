@@ -21,11 +21,16 @@ On a machine without a CUDA GPU it prints one line saying so and measures nothin
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -119,23 +124,48 @@ def sections(gpus: int, vllm: bool, smoke: bool) -> list[tuple[str, str, dict[st
 
 
 def run_section(name: str, spec: dict[str, Any], timeout: int) -> list[dict[str, str]]:
-    """Run one section in a fresh process; a failure or timeout becomes a row."""
+    """Run one section in a fresh process group, its output passed on to our stderr line by line as it comes
+    (a device call's log then shows a slow section's progress, and a capture that fell back to eager decode);
+    a failure or timeout becomes a row, and a timeout kills the whole group: the ``memrl train`` a section
+    starts too, which would otherwise go on holding the GPU through the next section."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--section-json", json.dumps(spec), "--out", out.name]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return [{"check": name, "setting": "", "result": f"FAILED: over {timeout} s"}]
-        if proc.returncode != 0:
-            from gpu_sections import failure_tail
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                                start_new_session=True)
+        tail: collections.deque[str] = collections.deque(maxlen=40)
 
-            return [{"check": name, "setting": "", "result": f"FAILED: {failure_tail(proc.stderr)}"}]
+        def pump() -> None:
+            for line in proc.stdout or ():
+                tail.append(line)
+                sys.stderr.write(f"  {name}| {line}")
+                sys.stderr.flush()
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return [{"check": name, "setting": "", "result": f"FAILED: over {timeout} s"}]
+        except BaseException:  # Ctrl-C: its own session does not get the terminal's SIGINT
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        finally:
+            reader.join(timeout=10)
+        if proc.returncode != 0:
+            last = [ln.strip() for ln in tail if ln.strip()] or ["no output"]
+            return [{"check": name, "setting": "", "result": f"FAILED: {last[-1][:200]}"}]
         return json.loads(Path(out.name).read_text())
 
 
 def render(rows: list[dict[str, str]], header: str) -> str:
+    """The markdown table; a "|" inside a cell (a type in an error line) escaped, so the row stays one row."""
+    def cell(text: str) -> str:
+        return str(text).replace("\n", " ").replace("|", "\\|")
+
     lines = [header, "", "| check | setting | result |", "|---|---|---|"]
-    lines += [f"| {r['check']} | {r['setting']} | {r['result']} |" for r in rows]
+    lines += [f"| {cell(r['check'])} | {cell(r['setting'])} | {cell(r['result'])} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -145,7 +175,7 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return []
     rows = []
     for line in path.read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
         if line.startswith("| ") and len(cells) == 3 and cells[0] != "check" and not line.startswith("|---"):
             rows.append(dict(zip(("check", "setting", "result"), cells)))
     return rows

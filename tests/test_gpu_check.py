@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,41 @@ def test_agreement_counts_tokens_up_to_the_first_difference():
     static = [R(token_ids=[1, 2, 3], logprobs=[-0.5, -1.25, -0.25]), R(token_ids=[4, 5, 7], logprobs=[0.0, 0.0, 5.0])]
     row = gpu_sections.agreement(eager, static)
     assert row["result"] == "5/6 tokens equal before the first difference; largest log-prob difference 2.5e-01"
+
+
+def test_a_cell_holding_a_pipe_stays_one_row_through_a_rewrite(tmp_path):
+    path = tmp_path / "gpu.md"
+    rows = [{"check": "grpo", "setting": "s", "result": "FAILED: TypeError: int | None is not callable"},
+            {"check": "decode", "setting": "a | b", "result": "9 tok/s"}]
+    gpu_check.write_table(path, rows, "header")
+    assert gpu_check.read_rows(path) == rows
+    gpu_check.write_table(path, [{"check": "curve", "setting": "", "result": "ok"}], "header")
+    assert gpu_check.read_rows(path) == [*rows, {"check": "curve", "setting": "", "result": "ok"}]
+
+
+def test_a_timed_out_section_is_killed_with_the_processes_it_started(tmp_path, monkeypatch):
+    """A section's ``memrl train`` child went on holding the GPU after the section's timeout: the whole process
+    group goes now. The section's output is passed on as it comes."""
+    pidfile = tmp_path / "grandchild.pid"
+    code = ("import subprocess, sys, time; print('section started', flush=True); "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(120)")
+    real_popen = gpu_check.subprocess.Popen
+    monkeypatch.setattr(gpu_check.subprocess, "Popen", lambda cmd, **kw: real_popen([sys.executable, "-c", code], **kw))
+    rows = gpu_check.run_section("slow", {"fn": "unused"}, timeout=5)
+    assert rows == [{"check": "slow", "setting": "", "result": "FAILED: over 5 s"}]
+    grandchild = pidfile.read_text()
+    for _ in range(50):
+        stat = Path(f"/proc/{grandchild}/stat")
+        if not stat.exists() or stat.read_text().split(")")[-1].split()[0] == "Z":  # gone, or dead unreaped
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the section's child {grandchild} outlived the section's timeout")
+
+
+def test_a_sections_output_is_passed_on_as_it_comes(capfd):
+    rows = gpu_check.run_section("broken", {"fn": "no_such_section"}, timeout=60)
+    err = capfd.readouterr().err
+    assert rows[0]["result"].startswith("FAILED: ") and rows[0]["result"][len("FAILED: "):] in err
+    assert "  broken| Traceback" in err
