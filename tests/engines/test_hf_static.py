@@ -224,6 +224,42 @@ def test_the_graph_path_replays_one_graph_per_bucket_or_falls_back(tiny_model, m
         assert not decoder.graphs and "not permitted" in decoder.graph_error and decoder.captures == 0
 
 
+def test_a_capture_out_of_memory_decodes_that_batch_eagerly_and_the_next_batch_captures(tiny_model, monkeypatch):
+    """Out of memory at capture is the trainer's memory for now, not the model's inability: the batch goes on
+    eagerly without trying again every step, and a later batch captures (a real capture error turns graphs off
+    for good, and frees the graphs kept)."""
+    import memrl.engines.hf_static as hs
+
+    attempts, replays = [], []
+
+    def capture_once_out_of_memory(step, pool):
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+        graph = FakeGraph(step, replays)
+        return graph, graph.logits
+
+    monkeypatch.setattr(hs, "capture_graph", capture_once_out_of_memory)
+    model = tiny_model[0]
+    request = [(PROMPTS[2], SamplingParams(max_new_tokens=6, greedy=True))]
+
+    async def go():
+        eng = HFEngine(model, decode="static")
+        eng._static = StaticDecoder(model, eng.cache_kw, graphs=True)
+        out = [await eng.generate(*request[0])]
+        first = (len(attempts), len(replays))
+        out.append(await eng.generate(*request[0]))
+        await eng.close()
+        return out, first, eng._static
+
+    (eager, _), _ = both(model, request)
+    (one, two), first, decoder = asyncio.run(go())
+    assert_same(eager, [one])
+    assert_same(eager, [two])
+    assert first == (1, 0)  # one attempt in the first batch, then eager to its end
+    assert decoder.graphs and decoder.captures == 1 and len(replays) == 5
+
+
 def test_a_static_cache_that_does_not_fit_leaves_the_batch_to_the_eager_loop(tiny_model, monkeypatch):
     def no_memory(*args, **kwargs):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")

@@ -27,7 +27,8 @@ whose weight is exactly 0), so seeded requests get the same tokens (tests/engine
 On a CPU the same code runs without graphs. Graphs read the weights' memory in place: an in-place update
 (the optimizer, ``update_weights``) is seen by the next replay; a replaced tensor, a train/eval switch or
 a LoRA merge/unmerge changes the model's fingerprint and the graphs are captured again. If a capture
-fails, decoding goes on eagerly over the same static cache and ``graph_error`` says why.
+fails, decoding goes on eagerly over the same static cache and ``graph_error`` says why (out of memory at
+capture only for that batch: a later batch captures again).
 """
 
 from __future__ import annotations
@@ -191,6 +192,7 @@ class StaticDecoder:
         self._lock = threading.Lock()
         self.n = 0  # live rows, at the front of the pool
         self.col = 0  # the next column to write
+        self._eager_batch = False  # a capture of this batch ran out of memory
 
     @contextlib.contextmanager
     def claim(self) -> Any:
@@ -219,7 +221,7 @@ class StaticDecoder:
         pool.mask[:n].fill_(torch.finfo(pool.mask.dtype).min)
         pool.mask[:n, :width].masked_fill_(attention.bool(), 0.0)
         pool.positions[:n, 0].copy_(last_pos)
-        self.n, self.col = n, width
+        self.n, self.col, self._eager_batch = n, width, False
         return self
 
     def drop(self, keep: list[int]) -> None:
@@ -315,10 +317,20 @@ class StaticDecoder:
         if not self.graphs:
             return self._forward(b)
         if b not in pool.graphs:
+            if self._eager_batch:  # this batch's capture ran out of memory: eager to its end
+                return self._forward(b)
             try:
                 pool.graphs[b] = self._capture(b)
+            except torch.cuda.OutOfMemoryError:  # the trainer's memory, for now: a later batch tries again
+                pool.graphs.clear()
+                self._eager_batch = True
+                log.warning("static decode: out of memory capturing a CUDA graph; this batch decodes eagerly")
+                return self._forward(b)
             except Exception as exc:  # e.g. an op that synchronises inside the model: go on without graphs
                 self.graphs, self.graph_error = False, f"{type(exc).__name__}: {exc}"
+                for kept in self.pools:  # never replayed again: their memory goes
+                    kept.graphs.clear()
+                    kept.mempool = None
                 log.warning("static decode: CUDA graph capture failed (%s); decoding eagerly", self.graph_error)
                 return self._forward(b)
         graph, logits = pool.graphs[b]
