@@ -9,6 +9,7 @@ counts in the next one's peak.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import re
@@ -105,6 +106,7 @@ def generation(shape: str, device: str, dtype: str, prompt: int = 512, new: int 
     path_name = "static" if resolve_decode(hf.decode, hf.model, hf.device) else "eager"
     rows += _throughput_rows(f"HF {path_name}", hf, shape, dtype, weight_bytes, bandwidth, prompt, new)
     del hf
+    gc.collect()  # the engine's worker tasks keep it in a reference cycle: its cache pools go only now
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     if not has_vllm():
@@ -200,6 +202,7 @@ def decode(shape: str, device: str, dtype: str, prompt: int = 512, new: int = 12
                     rows.append({"check": "static decode step", "setting": f"{c} in flight",
                                  "result": f"FAILED: {type(exc).__name__}: {exc}"[:300]})
         del engine
+        gc.collect()  # the eager engine's memory goes before the static one's pools are allocated
     return rows
 
 

@@ -167,7 +167,7 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
     before the gap, as in verl since its multi-turn fix (before it, the return restarted at each gap).
     """
     returns = torch.zeros_like(token_level_rewards, dtype=torch.float32)
-    running = torch.zeros(token_level_rewards.shape[0])
+    running = torch.zeros(token_level_rewards.shape[0], device=token_level_rewards.device)
     for t in reversed(range(token_level_rewards.shape[1])):
         valid = response_mask[:, t].float()
         new = token_level_rewards[:, t].float() + gamma * running
@@ -182,7 +182,7 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: torch.Ten
 def _discounted_whitened(per_row: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0) -> torch.Tensor:
     """REINFORCE++: the episode reward on each row's last generated token, discounted returns, whitened."""
     rewards = torch.zeros_like(mask)
-    last = (mask * torch.arange(mask.shape[1], dtype=torch.float32)).argmax(dim=1)
+    last = (mask * torch.arange(mask.shape[1], dtype=torch.float32, device=mask.device)).argmax(dim=1)
     has = mask.sum(dim=1) > 0
     rewards[has, last[has]] = per_row[has]
     return compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma)[0]

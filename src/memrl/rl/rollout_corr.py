@@ -84,8 +84,10 @@ def reject_episodes(mask: torch.Tensor, original: torch.Tensor, episode_ids: tor
     has_tokens = original.sum(dim=-1) > 0
     row_rejected = ((original.bool() & ~mask.bool()).any(dim=-1)) & has_tokens
     episodes, index = torch.unique(episode_ids, return_inverse=True)
-    n_conv = torch.zeros(len(episodes), dtype=torch.float64).index_add_(0, index, has_tokens.double())
-    n_bad = torch.zeros(len(episodes), dtype=torch.float64).index_add_(0, index, row_rejected.double())
+    n_conv = torch.zeros(len(episodes), dtype=torch.float64, device=index.device).index_add_(0, index,
+                                                                                           has_tokens.double())
+    n_bad = torch.zeros(len(episodes), dtype=torch.float64, device=index.device).index_add_(0, index,
+                                                                                          row_rejected.double())
     if rule == "any":
         bad_episode = n_bad > 0
     else:

@@ -153,7 +153,10 @@ class Trainer:
         return metrics
 
     def _warn_mismatch(self, mismatch: float) -> None:
-        dtype = str(next(self.policy.parameters()).dtype).removeprefix("torch.")
+        param = next(self.policy.parameters())
+        dtype = str(param.dtype).removeprefix("torch.")
+        if dtype == "float32" and param.is_cuda and torch.get_float32_matmul_precision() != "highest":
+            dtype = "float16"  # TF32 products keep float16's 10-bit mantissa: its rounding is what to expect
         line = mismatch_warning(mismatch, dtype, temperature=self.cfg.sampling.temperature or 1.0,
                                 engine=self.cfg.engine.kind)
         if line:
