@@ -148,6 +148,26 @@ def test_a_failing_request_does_not_fail_its_batch_mates(tiny_model):
         assert m.logprobs == pytest.approx(a.logprobs, abs=1e-5)
 
 
+def test_a_step_that_raises_spends_no_draw_of_the_engines_generator(tiny_model):
+    """An unseeded request batched with one that raises is decoded again alone from the engine's generator:
+    the failed step's draw is not spent, so it gets the tokens it gets without the culprit."""
+    model, tok = tiny_model
+    ps = prompts(tok)
+    unseeded = SamplingParams(max_new_tokens=8, temperature=1.0)
+    nan = SamplingParams(max_new_tokens=4, temperature=1e-45)
+
+    async def go(with_culprit: bool):
+        eng = HFEngine(model, seed=11)
+        calls = [eng.generate(ps[0], unseeded)] + ([eng.generate(ps[1], nan)] if with_culprit else [])
+        out = await asyncio.gather(*calls, return_exceptions=True)
+        await eng.close()
+        return out
+
+    mixed, alone = run(go(True)), run(go(False))
+    assert isinstance(mixed[1], RuntimeError)
+    assert mixed[0].token_ids == alone[0].token_ids
+
+
 def test_a_huge_top_k_is_no_limit_and_never_fails_its_batch(tiny_model):
     """``top_k=10**20`` from a client overflowed the batch's int64 tensor: every batch-mate was then decoded
     again alone. It means what any top_k past the vocabulary means, no limit, and the batch runs once."""
@@ -235,6 +255,25 @@ def test_interrupt_answers_queued_requests_with_no_tokens(tiny_model):
         task = asyncio.ensure_future(eng.generate(prompts(tok)[0], GREEDY))
         await asyncio.sleep(0.05)
         eng.interrupt()
+        res = await asyncio.wait_for(task, 5)
+        await eng.close()
+        return res
+
+    res = run(go())
+    assert res.finish_reason == "abort" and res.token_ids == [] and eng.stats.requests == 0
+
+
+def test_interrupt_answers_a_request_queued_while_a_weight_update_holds_the_engine(tiny_model):
+    """The worker took its batch off the queue, then waited for the lock a weight update held: interrupt()
+    found the request nowhere and it decoded whole after the update."""
+    model, tok = tiny_model
+    eng = HFEngine(model, batch_wait_s=0.01)
+
+    async def go():
+        async with eng._between_batches():  # what update_weights holds while it loads new weights
+            task = asyncio.ensure_future(eng.generate(prompts(tok)[0], GREEDY))
+            await asyncio.sleep(0.1)  # past batch_wait_s: the worker is at the lock
+            eng.interrupt()
         res = await asyncio.wait_for(task, 5)
         await eng.close()
         return res

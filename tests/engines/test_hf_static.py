@@ -177,6 +177,24 @@ def test_long_and_short_batches_keep_a_pool_each(tiny_model):
     assert eng._static.pools == [second, first]
 
 
+def test_a_batch_takes_the_shortest_kept_pool_that_fits(tiny_model):
+    """Short, medium, short: both kept pools fit the third batch; it takes the 256 one (each step attends over
+    the pool's whole length), not the most recent 1024 one."""
+    eng = HFEngine(tiny_model[0], decode="static")
+    short = (PROMPTS[0], SamplingParams(max_new_tokens=4, greedy=True))
+    medium = (list(range(10, 380)) * 2, SamplingParams(max_new_tokens=8, greedy=True))
+
+    async def go():
+        lengths = []
+        for prompt, params in (short, medium, short):
+            await eng.generate(prompt, params)
+            lengths.append(eng._static.pool.length)
+        await eng.close()
+        return lengths
+
+    assert asyncio.run(go()) == [256, 1024, 256]
+
+
 class FakeGraph:
     """A CUDA graph's contract on the CPU: the step reads the pool's tensors as they are at replay time and
     rewrites the one logits tensor returned at capture."""

@@ -289,11 +289,11 @@ class HFEngine:
                 lane.wake.clear()
                 await lane.wake.wait()
             await asyncio.sleep(self.batch_wait_s)  # let concurrent callers join this batch
-            with lane.guard:
-                batch = [r for r in self._take_batch(lane.pending) if not r.future.done()]
-            if not batch:
-                continue
-            async with lane.lock:
+            async with lane.lock:  # taken once the lock is ours: waiting on it (a weight update), the batch
+                with lane.guard:   # stays where interrupt() finds it
+                    batch = [r for r in self._take_batch(lane.pending) if not r.future.done()]
+                if not batch:
+                    continue
                 lane.running = batch
                 try:
                     await self._decode_isolated(batch, answer, lane)

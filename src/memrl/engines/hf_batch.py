@@ -288,7 +288,13 @@ class BatchRows:
         rows = logits if len(live) == len(active) else logits[torch.tensor(live, device=logits.device)]
         row_params = [self.reqs[active[j]].params for j in live]
         generators = [self.reqs[active[j]].generator or default_generator for j in live]
-        toks, lps = select_tokens(rows, row_params, generators)
+        shared = default_generator.get_state() if any(g is default_generator for g in generators) else None
+        try:
+            toks, lps = select_tokens(rows, row_params, generators)
+        except RuntimeError:  # the batch is decoded again row by row: the unseeded rows' draws are not spent
+            if shared is not None:
+                default_generator.set_state(shared)
+            raise
         tops = top_logprobs(rows, row_params)
         for j, tok, lp, top in zip(live, toks, lps, tops):
             i, params = active[j], self.reqs[active[j]].params

@@ -250,13 +250,13 @@ class StaticDecoder:
 
     # -- the pool -----------------------------------------------------------------
     def _pool_for(self, like: Sequence[torch.Tensor], rows: int, need: int) -> Pool:
-        """A kept pool with the rows and a length within 4x of ``need``, else a new one (the least recently
-        used goes). Two are kept because MemAgent alternates long chunk turns and short final turns: one pool
-        would be reallocated, and its graphs captured again, at every switch."""
+        """The shortest kept pool with the rows and a length within 4x of ``need``, else a new one (the least
+        recently used goes). Two are kept because MemAgent alternates long chunk turns and short final turns:
+        one pool would be reallocated, and its graphs captured again, at every switch."""
         want = length_for(need, self.min_length)
         fits = [p for p in self.pools if p.rows >= rows and want <= p.length <= 4 * want]
         if fits:
-            pool = fits[-1]
+            pool = min(fits, key=lambda p: p.length)  # the shortest: every step attends over the whole length
             self.pools.remove(pool)
         else:
             same = [p for p in self.pools if p.length == want]  # too few rows: replaced by a larger one
