@@ -130,8 +130,10 @@ def run_section(name: str, spec: dict[str, Any], timeout: int) -> list[dict[str,
     starts too, which would otherwise go on holding the GPU through the next section."""
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--section-json", json.dumps(spec), "--out", out.name]
+        # a group of its own in our session: killed whole below, and still ended with the device's command
+        # (a new session would outlive it)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                                start_new_session=True)
+                                process_group=0)
         tail: collections.deque[str] = collections.deque(maxlen=40)
 
         def pump() -> None:
@@ -148,7 +150,7 @@ def run_section(name: str, spec: dict[str, Any], timeout: int) -> list[dict[str,
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             return [{"check": name, "setting": "", "result": f"FAILED: over {timeout} s"}]
-        except BaseException:  # Ctrl-C: its own session does not get the terminal's SIGINT
+        except BaseException:  # Ctrl-C, SIGTERM (main's handler): its own group does not get the terminal's SIGINT
             os.killpg(proc.pid, signal.SIGKILL)
             raise
         finally:
@@ -328,6 +330,7 @@ def main() -> int:
     ap.add_argument("--section-json", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # unwinds: a running section is killed
     if args.section_json:  # a child: run one section, write its rows
         spec = json.loads(args.section_json)
         import gpu_sections

@@ -110,3 +110,21 @@ def test_an_interrupted_filter_keeps_its_answers_and_the_same_command_goes_on(tm
     report = json.loads((tmp_path / "kept.json.filter.json").read_text())
     assert [(d["index"], d["closed_book_answer"]) for d in report["dropped_questions"]] == \
         [(0, "Paris"), (2, "Paris France")]
+
+
+def test_the_log_refuses_answers_of_another_server_or_a_cut_settings_line(tmp_path):
+    """With --engine openai the server answers whatever --model names: its URL is part of the settings."""
+    from memrl.cli.data_filter_log import AskedLog
+
+    out = tmp_path / "kept.json"
+    first = AskedLog(out, {"engine": "openai", "base_url": "http://a:8000/v1", "models": ["m"]})
+    first.record(0, 0, None)
+    first.close()
+    other = AskedLog(out, {"engine": "openai", "base_url": "http://b:8000/v1", "models": ["m"]})
+    with pytest.raises(ValueError, match=r"other settings \(base_url differ\)"):
+        other.load()
+    same = AskedLog(out, {"engine": "openai", "base_url": "http://a:8000/v1", "models": ["m"]})
+    assert same.load() == 1 and same.settled == {(0, 0): None}
+    first.path.write_text('{"engine": "open')  # cut inside its first line
+    with pytest.raises(ValueError, match="does not start with the settings line"):
+        same.load()

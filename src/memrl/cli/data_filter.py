@@ -80,6 +80,7 @@ class Asking:
     temperature: float = 0.0
     top_p: float = 1.0
     max_new_tokens: int = 256
+    wording: str = ""  # the prompt's template: answers asked with another are not reused (data_filter_log)
 
 
 def memrl_asking(metric: str, tries: int, temperature: float, top_p: float, max_new_tokens: int) -> Asking:
@@ -98,7 +99,7 @@ def memrl_asking(metric: str, tries: int, temperature: float, top_p: float, max_
         answer = extract_boxed(reply)
         return answer if getattr(score_answer(answer, list(golds)), metric) >= 1.0 else None
 
-    return Asking(prompt, knows, tries, temperature, top_p, max_new_tokens)
+    return Asking(prompt, knows, tries, temperature, top_p, max_new_tokens, CLOSED_BOOK_PROMPT)
 
 
 def memagent_asking(template: str, tries: int, temperature: float, top_p: float, max_new_tokens: int) -> Asking:
@@ -114,7 +115,7 @@ def memagent_asking(template: str, tries: int, temperature: float, top_p: float,
         boxed = any(memagent_strict_reward(reply, [g]) > 0 for g in golds)
         return reply if boxed or any(g.lower() in reply.lower() for g in golds) else None
 
-    return Asking(prompt, knows, tries, temperature, top_p, max_new_tokens)
+    return Asking(prompt, knows, tries, temperature, top_p, max_new_tokens, template)
 
 
 async def answered_without_context(samples: Sequence[Any], engine: Any, tokenizer: Any, asking: Asking,
@@ -145,13 +146,19 @@ async def answered_without_context(samples: Sequence[Any], engine: Any, tokenize
     return list(await asyncio.gather(*(one(j, s) for j, s in enumerate(samples))))
 
 
-def _settings(input: Path, models: Sequence[str], protocol: str, metric: str, asking: Asking) -> dict[str, Any]:
-    """What an earlier run's answers must have been asked under to be reused (the input by path, size and
-    modification time: an edited file can shift the questions)."""
+def _settings(input: Path, models: Sequence[str], protocol: str, metric: str, asking: Asking,
+              engine: str | None, base_url: str | None) -> dict[str, Any]:
+    """What an earlier run's answers must have been asked under to be reused: the input by path, size and
+    modification time (an edited file can shift the questions), who answered (with ``--engine openai`` the
+    server at ``--base-url``, whatever ``--model`` names) and how (the prompt's template by its hash)."""
+    import hashlib
+
     stat = input.stat()
     return {"input": str(input.resolve()), "input_bytes": stat.st_size, "input_mtime_ns": stat.st_mtime_ns,
-            "models": list(models), "protocol": protocol, "metric": metric, "tries": asking.tries,
-            "temperature": asking.temperature, "top_p": asking.top_p, "max_new_tokens": asking.max_new_tokens}
+            "models": list(models), "engine": engine or "hf", "base_url": base_url, "protocol": protocol,
+            "prompt_sha256": hashlib.sha256(asking.wording.encode()).hexdigest(), "metric": metric,
+            "tries": asking.tries, "temperature": asking.temperature, "top_p": asking.top_p,
+            "max_new_tokens": asking.max_new_tokens}
 
 
 def _ask_all(console: Console, log: AskedLog, models: Sequence[str], samples: Sequence[Any],
@@ -167,9 +174,13 @@ def _ask_all(console: Console, log: AskedLog, models: Sequence[str], samples: Se
             return ask(bar.advance)
     except KeyboardInterrupt:
         log.close()
-        console.print(f"interrupted: nothing written; the {len(log.settled)} answers so far are kept in "
-                      f"{log.path}: the same command goes on from them", highlight=False, markup=False)
+        console.print(f"interrupted: nothing written{log.kept_note()}", highlight=False, markup=False)
         raise typer.Exit(130) from None
+    except Exception:
+        log.close()
+        if log.settled:
+            console.print(log.kept_note().removeprefix("; ").capitalize(), highlight=False, markup=False)
+        raise
     finally:
         log.close()
 
@@ -350,7 +361,8 @@ def filter_cmd(
                   f"({asking.tries} tr{'y' if asking.tries == 1 else 'ies'} each, {metric or DEFAULTS[protocol][4]})",
                   highlight=False)
     quiet_hub_progress()
-    log = AskedLog(out, _settings(input, models, protocol, metric or DEFAULTS[protocol][4], asking))
+    log = AskedLog(out, _settings(input, models, protocol, metric or DEFAULTS[protocol][4], asking, engine,
+                                  base_url))
     hits = _ask_all(console, log, models, samples, lambda advance: ask_models(
         models, samples, asking, engine, base_url, concurrency, advance, log))
     report = FilterReport(str(input), str(out), model, metric or DEFAULTS[protocol][4], asking.tries,

@@ -30,9 +30,12 @@ class AskedLog:
             return 0
         lines = self.path.read_text(encoding="utf-8").splitlines()
         try:
-            head = json.loads(lines[0]) if lines else {}
+            head = json.loads(lines[0]) if lines else None
         except json.JSONDecodeError:
-            head = {}
+            head = None
+        if not isinstance(head, dict):  # cut before its first line was whole
+            raise ValueError(f"{self.path} does not start with the settings line of a filter log: delete it to "
+                             "start over")
         differ = sorted(k for k in self.settings.keys() | head.keys() if head.get(k) != self.settings.get(k))
         if differ:
             raise ValueError(f"{self.path} holds answers asked with other settings ({', '.join(differ)} differ): "
@@ -59,6 +62,13 @@ class AskedLog:
         self.settled[(model, index)] = hit
         self._fh.write(json.dumps({"model": model, "index": index, "hit": hit}) + "\n")
         self._fh.flush()
+
+    def kept_note(self) -> str:
+        """The clause a stop message ends with: where the answers so far are kept (empty when none were)."""
+        if not self.settled:
+            return ""
+        return (f"; the {len(self.settled)} answers so far are kept in {self.path}: the same command goes on "
+                "from them")
 
     def close(self) -> None:
         if self._fh is not None:

@@ -193,6 +193,7 @@ class StaticDecoder:
         self.n = 0  # live rows, at the front of the pool
         self.col = 0  # the next column to write
         self._eager_batch = False  # a capture of this batch ran out of memory
+        self._oom_said = False
 
     @contextlib.contextmanager
     def claim(self) -> Any:
@@ -324,7 +325,10 @@ class StaticDecoder:
             except torch.cuda.OutOfMemoryError:  # the trainer's memory, for now: a later batch tries again
                 pool.graphs.clear()
                 self._eager_batch = True
-                log.warning("static decode: out of memory capturing a CUDA graph; this batch decodes eagerly")
+                if not self._oom_said:  # said once: every batch tries again, and may run out again
+                    self._oom_said = True
+                    log.warning("static decode: out of memory capturing a CUDA graph; such batches decode eagerly "
+                                "and the next ones try again")
                 return self._forward(b)
             except Exception as exc:  # e.g. an op that synchronises inside the model: go on without graphs
                 self.graphs, self.graph_error = False, f"{type(exc).__name__}: {exc}"

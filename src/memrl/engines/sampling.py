@@ -91,7 +91,10 @@ def _row_settings(params: Sequence[SamplingParams], sampled: list[int], vocab: i
     for i in sampled:
         host += [float(i), float(_bounded_k(params[i].top_k, vocab)), params[i].top_p]
     draws = [torch.rand(1, generator=generators[i], dtype=torch.float64) for i in sampled]
-    return to_device(torch.cat([torch.tensor(host, dtype=torch.float64), *draws]), device)
+    settings = torch.cat([torch.tensor(host, dtype=torch.float64), *draws])
+    if device.type == "mps":  # no float64 there: greedy rows still decode (sampled ones never could: float64 sums)
+        settings = settings.float()
+    return to_device(settings, device)
 
 
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:

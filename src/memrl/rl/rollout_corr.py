@@ -84,10 +84,11 @@ def reject_episodes(mask: torch.Tensor, original: torch.Tensor, episode_ids: tor
     has_tokens = original.sum(dim=-1) > 0
     row_rejected = ((original.bool() & ~mask.bool()).any(dim=-1)) & has_tokens
     episodes, index = torch.unique(episode_ids, return_inverse=True)
-    n_conv = torch.zeros(len(episodes), dtype=torch.float64, device=index.device).index_add_(0, index,
-                                                                                           has_tokens.double())
-    n_bad = torch.zeros(len(episodes), dtype=torch.float64, device=index.device).index_add_(0, index,
-                                                                                          row_rejected.double())
+    index = index.to(mask.device)  # counted where the masks are (ids often stay on the host)
+    n_conv = torch.zeros(len(episodes), dtype=torch.float64, device=mask.device).index_add_(0, index,
+                                                                                          has_tokens.double())
+    n_bad = torch.zeros(len(episodes), dtype=torch.float64, device=mask.device).index_add_(0, index,
+                                                                                         row_rejected.double())
     if rule == "any":
         bad_episode = n_bad > 0
     else:

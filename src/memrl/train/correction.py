@@ -69,14 +69,16 @@ def mismatch_metrics(rows: Sequence[Row]) -> dict[str, float]:
     return {f"rollout_corr/{k}": v for k, v in offpolicy_metrics(old, eng, mask).items()}
 
 
-def mismatch_warning(mismatch: float, dtype: str, *, temperature: float, engine: str) -> str | None:
-    """One line naming the likely cause when the first step's mismatch is more than ``dtype`` explains."""
+def mismatch_warning(mismatch: float, dtype: str, *, temperature: float, engine: str,
+                     label: str | None = None) -> str | None:
+    """One line naming the likely cause when the first step's mismatch is more than ``dtype`` explains
+    (``label``: how the line names the precision, when not by ``dtype``)."""
     bound = MISMATCH_EXPLAINED.get(dtype, MISMATCH_EXPLAINED["bfloat16"])
     if not mismatch > bound:  # NaN is reported elsewhere
         return None
     hint = (f"sampling.temperature={temperature:g}: does the {engine} engine return log-probs of the "
             "temperature-scaled distribution?" if temperature != 1.0 else
             f"is the {engine} engine's log-prob definition the trainer's?")
-    return (f"engine and trainer disagree at step 1 by {mismatch:.3g} nats/token, more than {dtype} rounding "
+    return (f"engine and trainer disagree at step 1 by {mismatch:.3g} nats/token, more than {label or dtype} rounding "
             f"explains (<= {bound:g}); likely causes: {hint} a chat template that differs between the two; "
             "a tokenizer difference. See docs/guides/mismatch.md")

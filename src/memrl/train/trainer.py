@@ -154,11 +154,12 @@ class Trainer:
 
     def _warn_mismatch(self, mismatch: float) -> None:
         param = next(self.policy.parameters())
-        dtype = str(param.dtype).removeprefix("torch.")
+        dtype, label = str(param.dtype).removeprefix("torch."), None
         if dtype == "float32" and param.is_cuda and torch.get_float32_matmul_precision() != "highest":
-            dtype = "float16"  # TF32 products keep float16's 10-bit mantissa: its rounding is what to expect
+            # TF32 products keep float16's 10-bit mantissa: its rounding is what to expect
+            dtype, label = "float16", "float32 with TF32 products"
         line = mismatch_warning(mismatch, dtype, temperature=self.cfg.sampling.temperature or 1.0,
-                                engine=self.cfg.engine.kind)
+                                engine=self.cfg.engine.kind, label=label)
         if line:
             self.tracker.console.print(f"warning: {line}", style="yellow", highlight=False, markup=False)
 

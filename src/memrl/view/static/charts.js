@@ -54,14 +54,16 @@ function chart(title, keys, rows) {
       (gaps ? `; ${gaps} step(s) not finite (NaN/inf), left as gaps` : ""));
     path.appendChild(tip);
     box.appendChild(path);
-    if (s.finite.length <= 60) {
-      for (const p of s.finite) {
-        const c = svg("circle", { cx: X(p[0]), cy: Y(p[1]), r: 2.2, fill: color, class: "pt" });
-        const ct = svg("title");
-        ct.textContent = visible(`${s.key} = ${fmt(p[1])} (step ${p[0]})`);
-        c.appendChild(ct);
-        box.appendChild(c);
-      }
+    // every point when few; else the ones no line reaches (a finite value between two NaN steps)
+    const alone = (j) => s.pts[j][1] !== null && (j === 0 || s.pts[j - 1][1] === null) &&
+      (j === s.pts.length - 1 || s.pts[j + 1][1] === null);
+    const dots = s.finite.length <= 60 ? s.finite : s.pts.filter((p, j) => alone(j));
+    for (const p of dots) {
+      const c = svg("circle", { cx: X(p[0]), cy: Y(p[1]), r: 2.2, fill: color, class: "pt" });
+      const ct = svg("title");
+      ct.textContent = visible(`${s.key} = ${fmt(p[1])} (step ${p[0]})`);
+      c.appendChild(ct);
+      box.appendChild(c);
     }
   });
   const legend = el("div", "legend");
