@@ -1,4 +1,5 @@
 import asyncio
+import contextlib
 
 import pytest
 import torch
@@ -247,32 +248,17 @@ def test_interrupt_returns_the_tokens_so_far_and_a_continuation_matches_the_whol
     assert cut.token_ids + rest.token_ids == whole.token_ids
 
 
-def test_interrupt_answers_queued_requests_with_no_tokens(tiny_model):
+@pytest.mark.parametrize("held", [False, True])
+def test_interrupt_answers_queued_requests_with_no_tokens(tiny_model, held):
+    """Queued: waiting for batch-mates, or (``held``) taken by the worker, which then waits for the lock a
+    weight update holds (interrupt() found such a request nowhere and it decoded whole after the update)."""
     model, tok = tiny_model
-    eng = HFEngine(model, batch_wait_s=0.5)  # the request waits in the queue for batch-mates
+    eng = HFEngine(model, batch_wait_s=0.01 if held else 0.5)
 
     async def go():
-        task = asyncio.ensure_future(eng.generate(prompts(tok)[0], GREEDY))
-        await asyncio.sleep(0.05)
-        eng.interrupt()
-        res = await asyncio.wait_for(task, 5)
-        await eng.close()
-        return res
-
-    res = run(go())
-    assert res.finish_reason == "abort" and res.token_ids == [] and eng.stats.requests == 0
-
-
-def test_interrupt_answers_a_request_queued_while_a_weight_update_holds_the_engine(tiny_model):
-    """The worker took its batch off the queue, then waited for the lock a weight update held: interrupt()
-    found the request nowhere and it decoded whole after the update."""
-    model, tok = tiny_model
-    eng = HFEngine(model, batch_wait_s=0.01)
-
-    async def go():
-        async with eng._between_batches():  # what update_weights holds while it loads new weights
+        async with eng._between_batches() if held else contextlib.nullcontext():  # what update_weights holds
             task = asyncio.ensure_future(eng.generate(prompts(tok)[0], GREEDY))
-            await asyncio.sleep(0.1)  # past batch_wait_s: the worker is at the lock
+            await asyncio.sleep(0.1 if held else 0.05)  # held: past batch_wait_s, the worker is at the lock
             eng.interrupt()
         res = await asyncio.wait_for(task, 5)
         await eng.close()
