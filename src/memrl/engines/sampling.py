@@ -126,7 +126,8 @@ def select_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
     scaled = logits / temps.unsqueeze(-1)
     logp = torch.log_softmax(scaled, dim=-1)
     tokens = torch.argmax(logits, dim=-1)
-    bad = torch.zeros(1, dtype=torch.float64, device=logits.device)
+    wide = settings.dtype  # float64, or float32 where there is none (mps): token ids < 2**24 stay exact
+    bad = torch.zeros(1, dtype=wide, device=logits.device)
     if sampled:
         per_row = settings[rows:rows + 3 * len(sampled)].view(-1, 3)
         index, top_k, top_p = per_row[:, 0].long(), per_row[:, 1].long(), per_row[:, 2].float()
@@ -136,11 +137,11 @@ def select_tokens(logits: torch.Tensor, params: Sequence[SamplingParams],
         probs = torch.softmax(filter_logits_batch(picked, top_k, top_p, any_k, any_p), dim=-1)
         # a softmax is >= 0 or NaN, so a NaN/inf anywhere in a row makes its sum non-finite: [B] work, not [B, V]
         mass = probs.sum(-1)
-        bad = (~torch.isfinite(mass) | (mass <= 0)).any().double().reshape(1)
+        bad = (~torch.isfinite(mass) | (mass <= 0)).any().to(wide).reshape(1)
         draws = _inverse_cdf(probs, settings[rows + 3 * len(sampled):])
         tokens = draws if len(sampled) == rows else tokens.index_copy(0, index, draws)
     chosen = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    got = torch.cat([tokens.double(), chosen.double(), bad]).tolist()  # the one read of the device
+    got = torch.cat([tokens.to(wide), chosen.to(wide), bad]).tolist()  # the one read of the device
     if got[-1]:
         raise RuntimeError("probability tensor contains inf, nan or no mass (temperature too small?)")
     return [int(t) for t in got[:rows]], got[rows:2 * rows]
