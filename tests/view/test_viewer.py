@@ -310,6 +310,9 @@ def test_a_value_logged_as_nan_breaks_the_curve_instead_of_being_bridged(run_dir
     assert paths["reward"].count("M") == 2 and paths["reward"].count("L") == 2  # 1-2, then 5-6
     assert paths["eval/accuracy"].count("M") == 1 and paths["eval/accuracy"].count("L") == 2  # steps 1, 3, 5
     assert "reward: last 0.6 at step 6; 2 step(s) not finite (NaN/inf), left as gaps" in dom.source
+    payload["metrics"] = [{"step": s, "reward": None if s == 3 else 0.1 * s} for s in (1, 2, 3)]
+    dom = show(page_of(payload, tmp_path, "last.html"))
+    assert "0.2, then NaN" in texts(dom, "last")  # the reward panel's caption: its last finite value, then NaN
     # a long run: dots only where no line reaches (step 50, between two NaN steps)
     payload["metrics"] = [{"step": s, "reward": None if s in (49, 51) else 0.01 * s} for s in range(1, 101)]
     dom = show(page_of(payload, tmp_path, "long.html"))

@@ -72,7 +72,10 @@ function chart(title, keys, rows) {
     sw.style.background = COLORS[i % COLORS.length];
     legend.appendChild(el("span", "legend-item", sw, s.key.replace("time/", "")));
   });
-  const last = series.length === 1 ? el("span", "last", fmt(series[0].pts[series[0].pts.length - 1][1])) : null;
+  // the caption's value is the tooltip's: the last finite one, and whether NaN/inf came after it
+  const caption = (s) => fmt(s.finite[s.finite.length - 1][1]) +
+    (s.pts[s.pts.length - 1][1] === null ? ", then NaN" : "");
+  const last = series.length === 1 ? el("span", "last", caption(series[0])) : null;
   return el("figure", "panel", el("figcaption", null, title, last), box, series.length > 1 ? legend : null);
 }
 
