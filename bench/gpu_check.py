@@ -156,8 +156,9 @@ def run_section(name: str, spec: dict[str, Any], timeout: int) -> list[dict[str,
         finally:
             reader.join(timeout=10)
         if proc.returncode != 0:
-            last = [ln.strip() for ln in tail if ln.strip()] or ["no output"]
-            return [{"check": name, "setting": "", "result": f"FAILED: {last[-1][:200]}"}]
+            from gpu_sections import error_line  # its output was passed on as it came: only the last line here
+
+            return [{"check": name, "setting": "", "result": f"FAILED: {error_line(''.join(tail))}"}]
         return json.loads(Path(out.name).read_text())
 
 

@@ -32,12 +32,17 @@ CONCURRENCY = (1, 8, 64)
 DECODE_CONCURRENCY = (1, 64)
 
 
-def failure_tail(stderr: str) -> str:
-    """The error line of a failed child (its stderr's last, cut to 200 characters), after printing the last 25
-    lines of that stderr to ours so the whole error can be read."""
-    lines = stderr.strip().splitlines()
-    print("\n".join(lines[-25:]), file=sys.stderr, flush=True)
+def error_line(output: str) -> str:
+    """The error line of a failed child: its output's last non-empty line, cut to 200 characters."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
     return (lines or ["no output"])[-1][:200]
+
+
+def failure_tail(stderr: str) -> str:
+    """:func:`error_line`, after printing the last 25 lines of that stderr to ours so the whole error can be
+    read."""
+    print("\n".join(stderr.strip().splitlines()[-25:]), file=sys.stderr, flush=True)
+    return error_line(stderr)
 
 
 def has_vllm() -> bool:

@@ -173,11 +173,9 @@ def _ask_all(console: Console, log: AskedLog, models: Sequence[str], samples: Se
         with progress(console, "filter", total=len(samples) * len(models), noun="questions") as bar:
             return ask(bar.advance)
     except KeyboardInterrupt:
-        log.close()
         console.print(f"interrupted: nothing written{log.kept_note()}", highlight=False, markup=False)
         raise typer.Exit(130) from None
     except Exception:
-        log.close()
         if log.settled:
             console.print(log.kept_note().removeprefix("; ").capitalize(), highlight=False, markup=False)
         raise
