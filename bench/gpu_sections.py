@@ -29,7 +29,6 @@ from real_shapes import build_shaped_model, param_count  # noqa: E402
 
 Row = dict[str, str]
 CONCURRENCY = (1, 8, 64)
-DECODE_CONCURRENCY = (1, 64)
 
 
 def error_line(output: str) -> str:
@@ -143,104 +142,6 @@ def _throughput_rows(name: str, engine: Any, shape: str, dtype: str, weight_byte
                      f"prompt {prompt} + {new} new",
                      "result": f"{rate:.0f} tok/s = {100 * rate / bound:.1f}% of the bound {bound:.0f}"})
     return rows
-
-
-async def _greedy(engine: Any, prompts: list[list[int]], new: int) -> list[Any]:
-    from memrl.engines.base import SamplingParams
-
-    params = SamplingParams(max_new_tokens=new, temperature=0.0, seed=0, stop_token_ids=())
-    return list(await asyncio.gather(*(engine.generate(ids, params) for ids in prompts)))
-
-
-def agreement(eager: list[Any], static: list[Any]) -> Row:
-    """Greedy answers of the two paths on the same prompts: leading tokens equal, and the largest log-prob gap
-    over those (on a GPU the kernels differ, so a near tie can flip a token: then the rest differs too)."""
-    same = total = 0
-    gap = 0.0
-    for a, b in zip(eager, static):
-        k = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y),
-                 min(len(a.token_ids), len(b.token_ids)))
-        same, total = same + k, total + len(a.token_ids)
-        gap = max([gap, *(abs(x - y) for x, y in zip(a.logprobs[:k], b.logprobs[:k]))])
-    return {"check": "static = eager (greedy)", "setting": f"{len(eager)} prompts at once",
-            "result": f"{same}/{total} tokens equal before the first difference; largest log-prob difference {gap:.1e}"}
-
-
-def decode(shape: str, device: str, dtype: str, prompt: int = 512, new: int = 128, smoke: bool = False) -> list[Row]:
-    """The HF engine's two decode paths on one model (``engine.decode``): eager (growing cache, a kernel launch
-    per op) and static (preallocated cache, a CUDA graph per batch-size bucket); tokens/s at 1 and 64 in
-    flight, each with its % of the bandwidth bound (``smoke``: 64-token prompts, 16 new tokens)."""
-    if smoke:
-        prompt, new = 64, 16
-    from memrl.engines.hf import HFEngine
-    from memrl.models.resolve import load_model
-
-    path = str(model_dir(shape, dtype))
-    weight_bytes = param_count(shape) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
-    bandwidth = copy_bandwidth(device, 2**30 if device.startswith("cuda") else 2**26)
-    model = load_model(path, dtype=dtype, device=device)
-    rows = [{"check": "copy bandwidth", "setting": device, "result": f"{bandwidth / 1e9:.0f} GB/s"}]
-    rates: dict[tuple[str, int], float] = {}
-    prompts = [[(11 * i + 3 * j) % 400 + 10 for j in range(prompt // (i + 1))] for i in range(8)]  # mixed lengths
-    answers: dict[str, list[Any]] = {}
-    for mode in ("eager", "static"):
-        engine = HFEngine(model, decode=mode, max_batch_size=max(DECODE_CONCURRENCY))
-        answers[mode] = asyncio.run(_greedy(engine, prompts, min(new, 64)))
-        for c in DECODE_CONCURRENCY:
-            asyncio.run(_tokens_per_s(engine, c, c, prompt, 4))  # warm-up; static: captures this bucket's graph
-            rate = rates[mode, c] = asyncio.run(_tokens_per_s(engine, c, max(c, 2), prompt, new))
-            bound = decode_bound(c, weight_bytes, bandwidth)
-            speedup = f", {rate / rates['eager', c]:.1f}x eager" if mode == "static" else ""
-            rows.append({"check": "decode tokens/s", "setting": f"HF {mode}, {c} in flight, {shape} {dtype}, "
-                         f"prompt {prompt} + {new} new",
-                         "result": f"{rate:.0f} tok/s = {100 * rate / bound:.1f}% of the bound {bound:.0f}{speedup}"})
-        if mode == "static":
-            static = engine._static
-            graphs = ("no decoder" if static is None else f"CUDA graphs: {static.captures} captured" if static.graphs
-                      else f"no CUDA graphs ({static.graph_error or 'not on a GPU'})")
-            rows.append({"check": "static decode", "setting": f"{shape} {dtype}", "result": graphs})
-            rows.append(agreement(answers["eager"], answers["static"]))
-            for c in DECODE_CONCURRENCY:
-                try:  # a diagnostic: its failure must not cost the section's measured rows
-                    rows.append(step_split(static, model, c, rates["static", c], device))
-                except Exception as exc:  # noqa: BLE001
-                    rows.append({"check": "static decode step", "setting": f"{c} in flight",
-                                 "result": f"FAILED: {type(exc).__name__}: {exc}"[:300]})
-        del engine
-        gc.collect()  # the eager engine's memory goes before the static one's pools are allocated
-    return rows
-
-
-def step_split(static: Any, model: Any, c: int, rate: float, device: str) -> Row:
-    """Where a static decode step's time goes at ``c`` in flight: the whole step (from the measured rate, prompt
-    included), the CUDA graph's replay alone and token selection alone, each timed over 50 repeats; the rest
-    is the host's own work between them. Says what to speed up next when the goal is missed."""
-    from memrl.engines.base import SamplingParams
-    from memrl.engines.hf_static import bucket
-    from memrl.engines.sampling import select_tokens
-
-    graph = next((p.graphs[bucket(c)][0] for p in (static.pools if static else []) if bucket(c) in p.graphs), None)
-    if graph is None or not device.startswith("cuda"):
-        return {"check": "static decode step", "setting": f"{c} in flight", "result": "no CUDA graph to time"}
-
-    def per_call_ms(fn: Any) -> float:
-        fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / 50 * 1e3
-
-    replay = per_call_ms(graph.replay)
-    logits = torch.randn(c, model.config.vocab_size, device=next(model.parameters()).device, dtype=model.dtype)
-    params = [SamplingParams(temperature=1.0, seed=0)] * c
-    gens = [torch.Generator().manual_seed(i) for i in range(c)]
-    select = per_call_ms(lambda: select_tokens(logits, params, gens))
-    step = 1e3 * c / rate
-    return {"check": "static decode step", "setting": f"{c} in flight, sampled at temperature 1",
-            "result": f"{step:.2f} ms a step: graph replay {replay:.2f} ms, token selection {select:.2f} ms, the "
-                      f"rest {max(step - replay - select, 0.0):.2f} ms (host bookkeeping, the prompt's prefill)"}
 
 
 def curve(setting: str, budget_s: float, results: str | None = None) -> list[Row]:

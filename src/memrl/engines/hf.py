@@ -34,6 +34,9 @@ Decoding on a GPU: ``decode="auto"`` (``engine.decode``) runs the decode steps o
 one CUDA graph per batch-size bucket (:mod:`memrl.engines.hf_static`), which removes the per-token Python
 and kernel-launch cost the eager loop pays; ``eager`` keeps the loop below everywhere, ``static`` takes the
 static path on a CPU too (without graphs). Both give the same tokens and log-probs up to float rounding.
+``compiled`` is ``static`` with the step compiled by ``torch.compile`` (:mod:`memrl.engines.hf_compile`):
+fused kernels, a fraction of the eager step's, so a graph replay is shorter; tokens and log-probs then
+equal the others' up to the fused kernels' rounding.
 
 Reproducibility: a request with a ``seed`` draws from its own generator, so it
 gets the same token ids whatever batch it lands in. Its log-probs agree to float
@@ -59,7 +62,7 @@ from memrl.engines.hf_batch import (Answer, BatchRows, EagerStepper, Request, at
                                     fair_order, left_padded, masks_materialize, over_attention, prefill,
                                     vocab_size)
 from memrl.engines.hf_join import join_waiting
-from memrl.engines.hf_static import StaticDecoder, describe_decode, resolve_decode
+from memrl.engines.hf_static import StaticDecoder, describe_decode, resolve_compile, resolve_decode
 from memrl.engines.kv_cache import release_freed_memory, reserved_cache
 
 
@@ -135,8 +138,9 @@ class HFEngine:
         self._draining = 0  # callers waiting for the batches to end: nobody joins them meanwhile
         self._generator = torch.Generator().manual_seed(seed)
         self._lanes = (_Lane(), _Lane())  # short, long
-        self.decode = decode  # auto | eager | static (memrl.engines.hf_static)
+        self.decode = decode  # auto | eager | static | compiled (memrl.engines.hf_static)
         resolve_decode(decode, model, torch.device("cpu"))  # a bad name, or static for a model it cannot run
+        resolve_compile(decode, self.device)  # compiled where inductor cannot generate code: said now
         self._static: StaticDecoder | None = None
 
     def describe(self) -> str:
@@ -389,5 +393,6 @@ class HFEngine:
     def _static_claim(self) -> contextlib.AbstractContextManager[StaticDecoder | None]:
         """The static decoder for this batch, or None: eager by ``decode``, or another batch holds it."""
         if self._static is None and resolve_decode(self.decode, self.model, self.device):
-            self._static = StaticDecoder(self.model, self.cache_kw, graphs=self.device.type == "cuda")
+            self._static = StaticDecoder(self.model, self.cache_kw, graphs=self.device.type == "cuda",
+                                         compiled=resolve_compile(self.decode, self.device))
         return self._static.claim() if self._static is not None else contextlib.nullcontext(None)

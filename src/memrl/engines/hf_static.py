@@ -24,6 +24,10 @@ generators, stop tokens, interrupt and cancel at the next step), the prefill, th
 The logits differ from the eager loop's only by float rounding (the attention sums over masked slots
 whose weight is exactly 0), so seeded requests get the same tokens (tests/engines/test_hf_static.py).
 
+The step itself (:mod:`memrl.engines.hf_compile`) is the model's forward over slices of the pool, as the
+eager ops or, with ``engine.decode=compiled``, through ``torch.compile``: fused kernels, so each replay
+runs about a third of the kernels.
+
 On a CPU the same code runs without graphs. Graphs read the weights' memory in place: an in-place update
 (the optimizer, ``update_weights``) is seen by the next replay; a replaced tensor, a train/eval switch or
 a LoRA merge/unmerge changes the model's fingerprint and the graphs are captured again. If a capture
@@ -42,13 +46,14 @@ from typing import Any
 
 import torch
 
+from memrl.engines.hf_compile import CompiledStep, compile_unsupported, make_step
 from memrl.engines.sampling import to_device
 
 log = logging.getLogger(__name__)
 
 MIN_LENGTH = 256  # shortest cache length: fewer distinct lengths, fewer captures
 KEEP_POOLS = 2  # pools of different lengths kept with their graphs
-DECODE_MODES = ("auto", "eager", "static")
+DECODE_MODES = ("auto", "eager", "static", "compiled")
 
 
 def bucket(n: int) -> int:
@@ -93,51 +98,35 @@ def _rope_types(cfg: Any) -> list[Any]:
 
 
 def resolve_decode(mode: str, model: Any, device: torch.device) -> bool:
-    """Whether a batch decodes on the static path: ``static`` always (ValueError if the model cannot), ``eager``
-    never, ``auto`` on a CUDA device when the model can."""
+    """Whether a batch decodes on the static path: ``static`` and ``compiled`` always (ValueError if the model
+    cannot), ``eager`` never, ``auto`` on a CUDA device when the model can."""
     if mode not in DECODE_MODES:
         raise ValueError(f"engine decode must be one of {', '.join(DECODE_MODES)}, not {mode!r}")
     why = static_unsupported(model)
-    if mode == "static" and why:
-        raise ValueError(f"engine.decode=static cannot run this model: {why}")
-    return mode == "static" or (mode == "auto" and device.type == "cuda" and why is None)
+    if mode in ("static", "compiled") and why:
+        raise ValueError(f"engine.decode={mode} cannot run this model: {why}")
+    return mode in ("static", "compiled") or (mode == "auto" and device.type == "cuda" and why is None)
+
+
+def resolve_compile(mode: str, device: torch.device) -> bool:
+    """Whether the static step goes through ``torch.compile``: ``compiled`` where inductor can generate code for
+    ``device`` (ValueError naming what is missing where it cannot)."""
+    if mode != "compiled":
+        return False
+    why = compile_unsupported(device)
+    if why:
+        raise ValueError(f"engine.decode=compiled cannot compile on {device.type}: {why}")
+    return True
 
 
 def describe_decode(mode: str, model: Any, device: torch.device) -> str:
     """One line saying which decode path ``mode`` takes for ``model`` on ``device``, and why."""
     if resolve_decode(mode, model, device):
         graphs = ", a CUDA graph per batch-size bucket" if device.type == "cuda" else " (no CUDA graphs off a GPU)"
-        return f"hf decode: static KV cache{graphs}"
+        fused = ", compiled with torch.compile (fused kernels)" if mode == "compiled" else ""
+        return f"hf decode: static KV cache{fused}{graphs}"
     why = "engine.decode=eager" if mode == "eager" else static_unsupported(model) or f"{device.type}, not a GPU"
     return f"hf decode: eager, one kernel launch per op ({why})"
-
-
-def _slot_layer_class() -> type:
-    """A cache layer over a slice of the pool: writes the step's keys/values at the shared column, returns all.
-
-    A ``DynamicLayer`` subclass, as :mod:`memrl.engines.kv_cache`'s, so ``DynamicCache`` accepts it in every
-    transformers 5.x (the call ``update(key, value, layer_idx, ...)`` changed its trailing arguments)."""
-    from transformers.cache_utils import DynamicLayer
-
-    class SlotLayer(DynamicLayer):
-        def __init__(self, keys: torch.Tensor, values: torch.Tensor, column: torch.Tensor) -> None:
-            super().__init__()
-            self.keys, self.values, self.column = keys, values, column
-            self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-            self.keys.index_copy_(2, self.column, key_states)
-            self.values.index_copy_(2, self.column, value_states)
-            return self.keys, self.values
-
-        def get_seq_length(self) -> int:
-            return int(self.keys.shape[-2])
-
-        def get_mask_sizes(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
-            return int(self.keys.shape[-2]), 0
-
-    return SlotLayer
 
 
 @dataclass(eq=False)  # pools are found and dropped by identity: == would compare their tensors
@@ -181,9 +170,11 @@ class StaticDecoder:
     stepper's (:class:`memrl.engines.hf_batch.EagerStepper`) so the engine's loop drives either.
     """
 
-    def __init__(self, model: Any, cache_kw: str, graphs: bool, min_length: int = MIN_LENGTH) -> None:
+    def __init__(self, model: Any, cache_kw: str, graphs: bool, min_length: int = MIN_LENGTH,
+                 compiled: bool = False) -> None:
         self.model, self.cache_kw, self.min_length = model, cache_kw, min_length
         self.graphs = graphs
+        self.step = make_step(model, cache_kw, compiled)  # engine.decode=compiled: through torch.compile
         self.graph_error: str | None = None
         self.captures = 0
         self.pool: Pool | None = None  # the current batch's
@@ -299,18 +290,11 @@ class StaticDecoder:
 
     # -- the step -----------------------------------------------------------------
     def _forward(self, b: int) -> torch.Tensor:
-        """One decode step of the first ``b`` rows of the pool, eagerly (also what a graph records)."""
+        """One decode step of the first ``b`` rows of the pool, eagerly or compiled (also what a graph records)."""
         pool = self.pool
         assert pool is not None
-        from transformers import DynamicCache
-
-        layer = _slot_layer_class()
-        cache = DynamicCache()
-        cache.layers = [layer(k[:b], v[:b], pool.column) for k, v in zip(pool.keys, pool.values)]
-        cache.layer_class_to_replicate = None
-        out = self.model(input_ids=pool.tokens[:b], attention_mask=pool.mask[:b, None, None, :],
-                         position_ids=pool.positions[:b], **{self.cache_kw: cache}, use_cache=True)
-        return out.logits[:, -1, :]
+        return self.step(pool.tokens[:b], pool.mask[:b, None, None, :], pool.positions[:b], pool.column,
+                         [k[:b] for k in pool.keys], [v[:b] for v in pool.values])
 
     def _run(self, b: int) -> torch.Tensor:
         pool = self.pool
