@@ -53,6 +53,7 @@ class _Bench:
         self.bandwidth = copy_bandwidth(device, 2**30 if device.startswith("cuda") else 2**26)
         self.model = load_model(str(model_dir(shape, dtype)), dtype=dtype, device=device)
         self.rates: dict[tuple[str, int], float] = {}
+        self.splits: dict[tuple[str, int], Row] = {}
         self.greedy: dict[str, list[Any]] = {}
         # mixed lengths: the greedy comparison's 8 prompts
         self.prompts = [[(11 * i + 3 * j) % 400 + 10 for j in range(prompt // (i + 1))] for i in range(8)]
@@ -62,21 +63,34 @@ class _Bench:
 
     def measure(self, mode: str, versus: tuple[str, ...] = (), rates: bool = True) -> tuple[Any, list[Row]]:
         """The engine of ``mode`` (kept for the caller's diagnostics) and its rows; ``versus``: modes measured
-        before whose rates it is compared to; ``rates=False``: only the greedy answers."""
+        before whose rates it is compared to; ``rates=False``: only the greedy answers. A static path's step
+        split is timed right after each rate, while that concurrency's graph is current (the 64-row pool
+        replaces the one holding the 1-row graph)."""
         from memrl.engines.hf import HFEngine
 
         engine = HFEngine(self.model, decode=mode, max_batch_size=max(DECODE_CONCURRENCY))
         self.greedy[mode] = asyncio.run(_greedy(engine, self.prompts, min(self.new, 64)))
+        say(f"{mode}: greedy answers done")
         rows: list[Row] = []
         for c in DECODE_CONCURRENCY if rates else ():
             asyncio.run(_tokens_per_s(engine, c, c, self.prompt, 4))  # warm-up; static: captures this bucket's graph
             rate = self.rates[mode, c] = asyncio.run(_tokens_per_s(engine, c, max(c, 2), self.prompt, self.new))
+            say(f"{mode}: {c} in flight, {rate:.0f} tok/s")
             bound = decode_bound(c, self.weight_bytes, self.bandwidth)
             ratios = "".join(f", {rate / self.rates[v, c]:.1f}x {v}" for v in versus if (v, c) in self.rates)
             rows.append({"check": "decode tokens/s", "setting": f"HF {mode}, {c} in flight, {self.shape} {self.dtype}, "
                          f"prompt {self.prompt} + {self.new} new",
                          "result": f"{rate:.0f} tok/s = {100 * rate / bound:.1f}% of the bound {bound:.0f}{ratios}"})
+            if mode != "eager":
+                self.splits[mode, c] = self._split(engine, mode, c)
         return engine, rows
+
+    def _split(self, engine: Any, mode: str, c: int) -> Row:
+        try:  # a diagnostic: its failure must not cost the section's measured rows
+            return step_split(engine._static, self.model, c, self.rates[mode, c], self.device, mode)
+        except Exception as exc:  # noqa: BLE001
+            return {"check": f"{mode} decode step", "setting": f"{c} in flight",
+                    "result": f"FAILED: {type(exc).__name__}: {exc}"[:300]}
 
     def diagnostics(self, engine: Any, mode: str) -> list[Row]:
         """Graph captures, greedy agreement with eager, and the step split at each concurrency."""
@@ -85,13 +99,13 @@ class _Bench:
                   else f"no CUDA graphs ({static.graph_error or 'not on a GPU'})")
         rows = [{"check": f"{mode} decode", "setting": f"{self.shape} {self.dtype}", "result": graphs},
                 agreement(self.greedy["eager"], self.greedy[mode], mode)]
-        for c in DECODE_CONCURRENCY:
-            try:  # a diagnostic: its failure must not cost the section's measured rows
-                rows.append(step_split(static, self.model, c, self.rates[mode, c], self.device, mode))
-            except Exception as exc:  # noqa: BLE001
-                rows.append({"check": f"{mode} decode step", "setting": f"{c} in flight",
-                             "result": f"FAILED: {type(exc).__name__}: {exc}"[:300]})
-        return rows
+        return rows + [self.splits[mode, c] for c in DECODE_CONCURRENCY if (mode, c) in self.splits]
+
+
+def say(line: str) -> None:
+    """A progress line (gpu_check passes it on as it comes: a section stopped at its time limit shows how far
+    it got)."""
+    print(f"gpu_decode: {line}", flush=True)
 
 
 def _free() -> None:
@@ -120,23 +134,25 @@ def decode(shape: str, device: str, dtype: str, prompt: int = 512, new: int = 12
 def compiled(shape: str, device: str, dtype: str, prompt: int = 512, new: int = 128, smoke: bool = False) -> list[Row]:
     """``engine.decode=compiled`` beside static in one process: tokens/s at 1 and 64 in flight with the ratio,
     how long compiling took, greedy agreement with eager, the step split (eager's rates are the decode
-    section's: only its greedy answers are decoded here)."""
+    section's: only its greedy answers are decoded here; the static rates the ratio uses are in the
+    compile row)."""
     if smoke:
         prompt, new = 64, 16
     bench = _Bench(shape, device, dtype, prompt, new)
-    rows = [bench.bandwidth_row()]
     for mode in ("eager", "static"):
         engine, _ = bench.measure(mode, rates=mode == "static")  # static's rows are the decode section's
         del engine
         _free()
     t0 = time.perf_counter()
-    engine, got = bench.measure("compiled", versus=("static",))
+    engine, rows = bench.measure("compiled", versus=("static",))
     step = engine._static.step if engine._static is not None else None
-    spent = getattr(step, "seconds", 0.0)
-    state = f"compiling took {spent:.0f} s" if getattr(step, "error", None) is None else f"FAILED: {step.error}"
-    rows += got
+    error = getattr(step, "error", None)
+    state = (f"FAILED: {error}" if error else
+             f"compiling took {getattr(step, 'seconds', 0.0):.0f} s, {getattr(step, 'graphs', 0)} graphs")
+    static = " / ".join(f"{bench.rates['static', c]:.0f}" for c in DECODE_CONCURRENCY)
     rows.append({"check": "torch.compile of the step", "setting": f"torch {torch.__version__}, inductor",
-                 "result": f"{state} (the whole mode {time.perf_counter() - t0:.0f} s)"})
+                 "result": f"{state} (the whole mode {time.perf_counter() - t0:.0f} s); static in this process: "
+                           f"{static} tok/s at {' / '.join(map(str, DECODE_CONCURRENCY))} in flight"})
     return rows + bench.diagnostics(engine, "compiled")
 
 

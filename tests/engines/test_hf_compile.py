@@ -17,7 +17,10 @@ from memrl.engines import hf_compile
 from memrl.engines.base import SamplingParams
 from memrl.engines.hf import HFEngine
 from memrl.engines.hf_compile import packed_decode_attention
+from memrl.engines import hf_static as hs
+from memrl.engines.hf_static import StaticDecoder
 from tests.engines.test_hf_static import MIXED, PROMPTS, assert_same, llama
+from tests.engines.test_hf_static_capturable import EmulatedGraph
 
 
 class _Attention(torch.nn.Module):
@@ -114,6 +117,62 @@ def test_compiled_needs_a_model_the_static_path_runs():
         HFEngine(Qwen2ForCausalLM(cfg), decode="compiled")
 
 
+def _small_llama(hidden: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=128, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=2, attn_implementation="sdpa")
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_engines_of_many_model_shapes_each_stay_compiled(monkeypatch):
+    """Dynamo keeps at most 8 graphs per code object and past that runs it uncompiled, silently: five model
+    shapes x (a batch of 3, a batch of 1) would pass it if every engine's step shared one code object."""
+    monkeypatch.setattr(hf_compile, "BACKEND", "eager")
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    steps = []
+    for hidden in (32, 48, 64, 80, 96):
+        model = _small_llama(hidden)
+        for n in (3, 1):
+            _, eng = _run(model, "compiled", [([5 + i, 6, 7], SamplingParams(max_new_tokens=2, greedy=True))
+                                              for i in range(n)])
+            steps.append(eng._static.step)
+    assert [s.graphs for s in steps] == [1] * len(steps)  # a fresh engine each time: its own code, compiled
+    assert len({s.plain.__code__ for s in steps}) == len(steps)
+
+
+def test_a_failed_capture_of_the_compiled_step_captures_the_plain_step(monkeypatch):
+    """A CUDA graph capture that fails over compiled code turns compile off (named in its error) and captures
+    the plain step, keeping graphs (it turned both off); tokens stay the eager engine's."""
+    monkeypatch.setattr(hf_compile, "BACKEND", "eager")
+    model = llama()
+    calls = []
+
+    def capture(step, pool):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        graph = EmulatedGraph(step, [])
+        return graph, graph.logits
+
+    monkeypatch.setattr(hs, "capture_graph", capture)
+    requests = [(PROMPTS[0], SamplingParams(max_new_tokens=5, greedy=True))]
+
+    async def go():
+        eng = HFEngine(model, decode="compiled")
+        eng._static = StaticDecoder(model, eng.cache_kw, graphs=True, compiled=True)
+        out = await asyncio.gather(*(eng.generate(p, s) for p, s in requests))
+        await eng.close()
+        return out, eng._static
+
+    eager, _ = _run(model, "eager", requests)
+    compiled, decoder = asyncio.run(go())
+    assert decoder.graphs and decoder.graph_error is None and decoder.captures == 1 and len(calls) == 2
+    assert decoder.step.error.startswith("CUDA graph capture of the compiled step: RuntimeError: operation not")
+    assert_same(eager, compiled)
+
+
 @pytest.mark.skipif(hf_compile.compile_unsupported(torch.device("cpu")) is not None,
                     reason="no C++ compiler: inductor cannot build CPU kernels here")
 def test_inductor_fused_step_gives_the_eager_greedy_tokens(tiny_model):
@@ -123,7 +182,28 @@ def test_inductor_fused_step_gives_the_eager_greedy_tokens(tiny_model):
                 (PROMPTS[2], SamplingParams(max_new_tokens=12, greedy=True))]
     eager, _ = _run(tiny_model[0], "eager", requests)
     compiled, eng = _run(tiny_model[0], "compiled", requests)
-    assert eng._static.step.error is None and eng._static.step.seconds > 0
+    assert eng._static.step.error is None and eng._static.step.seconds > 0 and eng._static.step.graphs == 1
     for e, c in zip(eager, compiled):
         assert c.token_ids == e.token_ids
         assert c.logprobs == pytest.approx(e.logprobs, abs=1e-4)
+
+
+@pytest.mark.skipif(hf_compile.compile_unsupported(torch.device("cpu")) is not None,
+                    reason="no C++ compiler: inductor cannot build CPU kernels here")
+def test_inductor_in_bfloat16_rounds_as_the_eager_ops_do():
+    """bfloat16, the six mixed requests: the fused kernels round every intermediate as eager ops do, so the
+    compiled step's seeded samples are the static step's (without emulated casts 3 of 6 rows differed here,
+    greedy log-probs by 8e-3; with them every row and log-prob was equal: one row of slack for a machine whose
+    vector code sums in another order)."""
+    from memrl.models.resolve import load_model
+
+    torch._dynamo.reset()
+    model = load_model("tiny", device="cpu").to(torch.bfloat16)
+    requests = list(zip(PROMPTS, MIXED))
+    static, _ = _run(model, "static", requests)
+    compiled, eng = _run(model, "compiled", requests)
+    assert eng._static.step.error is None and eng._static.step.graphs >= 1
+    same = [s.token_ids == c.token_ids for s, c in zip(static, compiled)]
+    assert sum(same) >= 5, same
+    gaps = [abs(x - y) for s, c, ok in zip(static, compiled, same) if ok for x, y in zip(s.logprobs, c.logprobs)]
+    assert max(gaps) <= 2e-3

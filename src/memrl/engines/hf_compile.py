@@ -107,17 +107,29 @@ def compile_unsupported(device: torch.device) -> str | None:
 class CompiledStep:
     """``plain_step`` through ``torch.compile``, falling back to the plain step for good if compiling fails.
 
-    The first call compiles (tens of seconds for a real model; inside a CUDA graph's warm-up on a GPU), a call
-    with new shapes compiles again, then Dynamo marks the changing sizes dynamic so further buckets reuse it.
-    ``error`` says why compiling failed; ``seconds`` is the time spent in calls that compiled.
+    The first call compiles (tens of seconds for a real model; inside a CUDA graph's warm-up on a GPU) with
+    symbolic sizes; a batch of one row compiles once more (Dynamo specializes sizes 0 and 1). ``error`` says
+    why compiling failed; ``seconds`` is the time spent in calls that compiled, ``graphs`` how many graphs
+    they made (2 expected: more means a graph break or recompiles).
+
+    Each instance compiles its own copy of the step's code: Dynamo keeps its compiled graphs per code object,
+    up to a recompile limit (8) past which it runs the code uncompiled without saying so, and the closures of
+    every engine in a process (other model shapes, train/eval, LoRA states) would share one code object.
+    ``emulate_precision_casts``: fused kernels round each intermediate as the eager ops do (bfloat16 between
+    ops); without it, a bfloat16 model's compiled log-probs differed from the eager engine's several times
+    more than the static path's, and seeded samples changed with them.
     """
+
+    _made = 0
 
     def __init__(self, model: Any, cache_kw: str) -> None:
         install_packed_decode()
-        self.plain = plain_step(model, cache_kw)
+        CompiledStep._made += 1
+        self.plain = _own_code(plain_step(model, cache_kw), f"memrl_decode_step_{CompiledStep._made}")
         self.compiled: Step | None = None
         self.error: str | None = None
         self.seconds = 0.0
+        self.graphs = 0
 
     def __call__(self, *args: Any) -> torch.Tensor:
         if self.error is not None:
@@ -128,17 +140,34 @@ class CompiledStep:
         t0 = time.perf_counter()
         try:
             if self.compiled is None:  # here, not at construction: a bad backend fails where it is caught
-                self.compiled = torch.compile(self.plain, backend=BACKEND, dynamic=DYNAMIC)
+                options = {"emulate_precision_casts": True} if BACKEND == "inductor" else None
+                self.compiled = torch.compile(self.plain, backend=BACKEND, dynamic=DYNAMIC, options=options)
             out = self.compiled(*args)
         except torch.cuda.OutOfMemoryError:
             raise  # the caller's out-of-memory handling (an eager batch), not a compile failure
         except Exception as exc:  # noqa: BLE001 - any compiler failure: decode on without it
-            self.compiled, self.error = None, (f"{type(exc).__name__}: {exc}".splitlines() or [""])[0][:300]
-            log.warning("static decode: torch.compile failed (%s); decoding without it", self.error)
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                raise  # a failed CUDA graph capture: the capture's handler decides (hf_static._run)
+            self.disable(f"{type(exc).__name__}: {exc}")
             return self.plain(*args)
-        if counters["stats"]["unique_graphs"] != before:
+        made = counters["stats"]["unique_graphs"] - before
+        if made:
             self.seconds += time.perf_counter() - t0
+            self.graphs += made
         return out
+
+    def disable(self, why: str) -> None:
+        """Decode on with the plain step from now on, saying why once."""
+        self.compiled, self.error = None, (why.splitlines() or [""])[0][:300]
+        log.warning("static decode: torch.compile failed (%s); decoding without it", self.error)
+
+
+def _own_code(fn: Step, name: str) -> Step:
+    """``fn`` with a code object of its own (same body, closure and globals), named ``name``."""
+    import types
+
+    return types.FunctionType(fn.__code__.replace(co_name=name), fn.__globals__, name, fn.__defaults__,
+                              fn.__closure__)
 
 
 def make_step(model: Any, cache_kw: str, compiled: bool) -> Step | CompiledStep:

@@ -315,6 +315,8 @@ class StaticDecoder:
                                 "and the next ones try again")
                 return self._forward(b)
             except Exception as exc:  # e.g. an op that synchronises inside the model: go on without graphs
+                if self._uncompile(exc):  # the compiled step's capture failed: the plain step's may not
+                    return self._run(b)
                 self.graphs, self.graph_error = False, f"{type(exc).__name__}: {exc}"
                 for kept in self.pools:  # never replayed again: their memory goes
                     kept.graphs.clear()
@@ -324,6 +326,13 @@ class StaticDecoder:
         graph, logits = pool.graphs[b]
         graph.replay()
         return logits
+
+    def _uncompile(self, exc: Exception) -> bool:
+        """After a failed capture: turn compile off and say so, if the step was compiled (True: capture again)."""
+        if isinstance(self.step, CompiledStep) and self.step.error is None:
+            self.step.disable(f"CUDA graph capture of the compiled step: {type(exc).__name__}: {exc}")
+            return True
+        return False
 
     def _capture(self, b: int) -> tuple[Any, torch.Tensor]:
         pool = self.pool
