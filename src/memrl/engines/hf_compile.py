@@ -4,8 +4,9 @@ Why compile: a CUDA graph removes the host's cost per kernel but not the kernels
 layer is about 40 small kernels (RMSNorm alone is eight: casts, pow, mean, add, rsqrt, two multiplies;
 rotary embedding ten), so one token of a 24-layer model is about a thousand kernels, each a few
 microseconds on the device even when replayed from a graph: at one sequence in flight that, not memory
-bandwidth, bounds the step. Inductor fuses each run of elementwise ops into one kernel (about 13 a layer,
-the matrix products included), and the graph is then captured over the fused kernels as before.
+bandwidth, bounds the step. Inductor fuses each run of elementwise ops into one kernel, and the graph is
+then captured over the fused kernels as before: for qwen2.5-0.5b's shape 338 kernels a step where the eager
+ops are 932 (``bench/decode_kernels.py``).
 
 What changes numerically: fused kernels round differently from the eager ops (float32 sums in another
 order), so tokens and log-probs equal the eager engine's up to that rounding, not bit for bit; the
