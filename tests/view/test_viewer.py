@@ -317,3 +317,12 @@ def test_a_value_logged_as_nan_breaks_the_curve_instead_of_being_bridged(run_dir
     payload["metrics"] = [{"step": s, "reward": None if s in (49, 51) else 0.01 * s} for s in range(1, 101)]
     dom = show(page_of(payload, tmp_path, "long.html"))
     assert re.findall(r'<title>reward = ([^<]*) \(step (\d+)\)</title>', dom.source) == [("0.5", "50")]
+
+
+def test_a_curve_never_finite_says_so_where_its_panel_would_be(run_dir, tmp_path):
+    """A reward that is NaN at every logged step has no point to draw: its panel says so (it vanished)."""
+    payload = load_payload(run_dir)
+    payload["metrics"] = [{"step": s, "reward": None} for s in (1, 2, 3)]
+    dom = show(page_of(payload, tmp_path))
+    assert texts(dom, "never-finite") == ["reward: NaN/inf at all 3 logged steps"]
+    assert 'data-key="reward"' not in dom.source

@@ -2,10 +2,15 @@
 function chart(title, keys, rows) {
   // a value logged as NaN/inf reaches the page as null: kept as [step, null], where the line breaks (drawn
   // across, the gap would look like a run that never diverged); a key absent from a row is just not logged
-  const series = keys.map((k) => ({ key: k, pts: rows.filter((r) => typeof r.step === "number" && (typeof r[k] === "number" || r[k] === null)).map((r) => [r.step, r[k]]) }))
-    .map((s) => ({ ...s, finite: s.pts.filter((p) => p[1] !== null) }))
-    .filter((s) => s.finite.length > 0);
-  if (!series.length) return null;
+  const logged = keys.map((k) => ({ key: k, pts: rows.filter((r) => typeof r.step === "number" && (typeof r[k] === "number" || r[k] === null)).map((r) => [r.step, r[k]]) }))
+    .map((s) => ({ ...s, finite: s.pts.filter((p) => p[1] !== null) }));
+  const series = logged.filter((s) => s.finite.length > 0);
+  // a key logged at every step as NaN/inf has nothing to draw: said, not left out (a loss that is NaN
+  // from step 1 is the one curve a user must not miss)
+  const never = logged.filter((s) => s.pts.length > 0 && !s.finite.length)
+    .map((s) => `${s.key.replace("time/", "")}: NaN/inf at all ${s.pts.length} logged step${s.pts.length === 1 ? "" : "s"}`);
+  const note = never.length ? el("p", "never-finite", visible(never.join("; "))) : null;
+  if (!series.length) return never.length ? el("figure", "panel", el("figcaption", null, title), note) : null;
   const W = 320, H = 170, L = 46, R = 10, T = 10, B = 24;
   // a loop, not Math.min(...all): spreading ~124k points (31k steps x 4 timing keys) overflowed the stack
   let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
@@ -76,7 +81,7 @@ function chart(title, keys, rows) {
   const caption = (s) => fmt(s.finite[s.finite.length - 1][1]) +
     (s.pts[s.pts.length - 1][1] === null ? ", then NaN" : "");
   const last = series.length === 1 ? el("span", "last", caption(series[0])) : null;
-  return el("figure", "panel", el("figcaption", null, title, last), box, series.length > 1 ? legend : null);
+  return el("figure", "panel", el("figcaption", null, title, last), box, series.length > 1 ? legend : null, note);
 }
 
 function curves() {
