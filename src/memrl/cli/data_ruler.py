@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from memrl.cli.common import counted
+from memrl.cli.data_ruler_resume import PROGRESS, RulerProgress, RunSettings
 from memrl.cli.errors import user_errors
 from memrl.io.atomic import atomic_write
 from memrl.data.outdir import check_writable_dir, record_outputs
@@ -44,19 +45,39 @@ def _task_names(tasks: Optional[str], squad: Optional[Path], hotpotqa: Optional[
 
 
 def _write_files(out: Path, names: list[str], lengths: list[int], counter: Any, samples: int, seed: int,
-                 sources: Any, console: Console) -> list[Any]:
-    """One file per (task, length), with a progress bar each; their reports."""
-    from memrl.data.ruler import write_task_file
+                 sources: Any, console: Console, kept: RulerProgress) -> list[Any]:
+    """One file per (task, length), with a progress bar each; their reports. A file an earlier run wrote under
+    the same settings is kept (``kept``)."""
+    from memrl.data.ruler import file_name, write_task_file
 
-    reports = []
+    def write(name: str, length: int, advance: Any) -> Any:
+        return write_task_file(out, name, length, counter, samples=samples, seed=seed, sources=sources,
+                               progress=advance)
+
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
+    return _each_file(names, lengths, samples, console, kept, columns, write, lambda t, n: [file_name(t, n)])
+
+
+def _each_file(names: list[str], lengths: list[int], samples: int, console: Console, kept: RulerProgress,
+               columns: tuple[Any, ...], write: Any, files: Any) -> list[Any]:
+    """Run ``write(task, length, advance)`` for each (task, length) whose ``files(task, length)`` an earlier run
+    did not leave under these settings, with a progress bar each; every file's report, kept or new."""
+    from memrl.data.ruler import RulerFileReport
+
+    reports = []
     with Progress(*columns, console=console) as progress:
         for name in names:
             for length in lengths:
+                done = kept.done(name, length, files(name, length))
+                if done is not None:
+                    reports.append(RulerFileReport(**done))
+                    console.print(f"kept {files(name, length)[0]} (an earlier run wrote it with these settings)")
+                    continue
                 bar = progress.add_task(f"{name} {length}", total=samples)
-                reports.append(write_task_file(out, name, length, counter, samples=samples, seed=seed,
-                                               sources=sources, progress=lambda k, b=bar: progress.advance(b, k)))
+                report = write(name, length, lambda k, b=bar: progress.advance(b, k))
+                kept.record(name, length, files(name, length), report.to_dict())
+                reports.append(report)
                 progress.remove_task(bar)
     return reports
 
@@ -100,21 +121,21 @@ def _paper_text(protocol: str, repo: Optional[Path], names: list[str], essay: Op
 
 
 def _write_paper(out: Path, text: Any, names: list[str], lengths: list[int], counter: Any, samples: int,
-                 seed: int, chunks: int, inputs: Any, console: Console) -> list[Any]:
+                 seed: int, chunks: int, inputs: Any, console: Console, kept: RulerProgress) -> list[Any]:
     """``--protocol ruler|memagent``: the original's generator per (task, length); their reports."""
-    from memrl.data.ruler_paper import write_paper_task_file
+    from memrl.data.ruler import file_name
+    from memrl.data.ruler_paper import memagent_file_name, write_paper_task_file
 
-    reports = []
+    def write(name: str, length: int, advance: Any) -> Any:
+        return write_paper_task_file(out, name, length, counter, text=text, samples=samples, seed=seed,
+                                     inputs=inputs, chunks=chunks, progress=advance)
+
+    def files(name: str, length: int) -> list[str]:
+        extra = [memagent_file_name(name, length)] if text.flavour.name == "memagent" else []
+        return [file_name(name, length), *extra]
+
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console) as progress:
-        for name in names:
-            for length in lengths:
-                bar = progress.add_task(f"{name} {length}", total=samples)
-                reports.append(write_paper_task_file(
-                    out, name, length, counter, text=text, samples=samples, seed=seed, inputs=inputs, chunks=chunks,
-                    progress=lambda k, b=bar: progress.advance(b, k)))
-                progress.remove_task(bar)
-    return reports
+    return _each_file(names, lengths, samples, console, kept, columns, write, files)
 
 
 def _report_table(reports: list[Any], tokenizer_name: str) -> Table:
@@ -196,11 +217,15 @@ def ruler(
     text = _paper_text(protocol, ruler_repo if protocol == "ruler" else memagent_repo, names, essay, console) \
         if paper else None
     counter = _counter(out, tokenizer, names, target_lengths, console, protocol)
+    kept = RulerProgress(out, RunSettings.of(
+        protocol, tokenizer, counter, samples, seed, chunks,
+        {"--essay": essay, "--squad": squad, "--hotpotqa": hotpotqa, "--english-words": english_words}, pool, text))
     if text is not None:
         from memrl.data.ruler_paper_run import PaperInputs
 
         inputs = PaperInputs(*(None if p is None else str(p) for p in (essay, english_words, squad, hotpotqa)))
-        reports = _write_paper(out, text, names, target_lengths, counter, samples, seed, chunks, inputs, console)
+        reports = _write_paper(out, text, names, target_lengths, counter, samples, seed, chunks, inputs, console,
+                               kept)
     else:
         from memrl.data.ruler_base import RulerSources
         from memrl.data.ruler_text import EssaySource, load_essay_sentences
@@ -209,7 +234,7 @@ def ruler(
             essay=EssaySource(load_essay_sentences(essay) if essay else None),
             squad=None if squad is None else str(squad), hotpotqa=None if hotpotqa is None else str(hotpotqa),
             pool=[str(p) for p in pool])
-        reports = _write_files(out, names, target_lengths, counter, samples, seed, sources, console)
+        reports = _write_files(out, names, target_lengths, counter, samples, seed, sources, console, kept)
     _finish(out, reports, counter, console)
 
 
@@ -238,7 +263,7 @@ def _counter(out: Path, tokenizer: Optional[str], names: list[str], lengths: lis
     with console.status(f"loading tokenizer {tokenizer or '(approximate counts)'}"):
         counter = load_token_counter(tokenizer)
     names_of = (file_name, memagent_file_name) if protocol == "memagent" else (file_name,)
-    record_outputs(out, [f(t, n) for t in names for n in lengths for f in names_of] + [REPORT],
+    record_outputs(out, [f(t, n) for t in names for n in lengths for f in names_of] + [REPORT, PROGRESS],
                    by="memrl data ruler")
     return counter
 
