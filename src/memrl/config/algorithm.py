@@ -91,6 +91,12 @@ class AlgorithmConfig(Section):
     overlong_max_tokens: int | None = Field(
         None, ge=1, description="The response budget the overlong buffer ends at (verl's max_resp_len, its "
         "data.max_response_length); required with overlong_buffer.")
+    mask_truncated_completions: bool = Field(
+        False, description="TRL's mask_truncated_completions (DAPO's advice): a conversation whose last model turn "
+        "ran out of tokens (finish reason length: cut at its max_new_tokens, not ended by a stop token) is left out "
+        "of the loss: its tokens are masked, it still counts as a sequence where the loss averages per sequence "
+        "(as TRL's masked completions do), and its episode's reward still counts in its group's advantages. "
+        "Logged as masked_truncated, the share of the step's trained conversations masked.")
     step_rewards: bool = Field(False, description="ReMemR1: mix per-turn state advantages (workflow.state_reward_alpha).")
     policy_loss: registered(POLICY_LOSSES) = Field(
         "vanilla", description="The policy-gradient loss, verl's policy_loss.loss_mode: vanilla (token-level PPO "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -48,15 +49,24 @@ class Row:
         return self.num_response if self.train_mask is None else int(self.train_mask.sum())
 
 
-def rows_from_trajectories(trajectories: Sequence[Trajectory]) -> list[Row]:
+def rows_from_trajectories(trajectories: Sequence[Trajectory], mask_truncated: bool = False) -> list[Row]:
+    """One row per conversation that generated something. ``mask_truncated`` (TRL's mask_truncated_completions):
+    a conversation whose last turn ran out of tokens keeps its row with every loss-mask entry 0, so it weighs
+    nothing yet still counts as a sequence where the loss averages per sequence, as TRL's masked completions."""
     rows = []
     for e, traj in enumerate(trajectories):
         for s, conv in enumerate(traj.conversations):
             if conv.num_generated == 0:
                 continue  # nothing to train on (e.g. a zero-budget turn)
-            rows.append(Row(list(conv.token_ids), list(conv.loss_mask), list(conv.logprobs), e, s,
-                            float(conv.reward or 0.0)))
+            mask = [0] * len(conv.loss_mask) if mask_truncated and truncated(conv) else list(conv.loss_mask)
+            rows.append(Row(list(conv.token_ids), mask, list(conv.logprobs), e, s, float(conv.reward or 0.0)))
     return rows
+
+
+def truncated(conv: Any) -> bool:
+    """Whether a conversation's last model turn ended at its token budget (finish reason ``length``) rather than
+    at a stop token: the workflows record the reason in ``meta["finish"]``."""
+    return conv.meta.get("finish") == "length"
 
 
 def micro_batches(rows: Sequence[Row], token_budget: int) -> list[list[int]]:

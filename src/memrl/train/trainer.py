@@ -192,7 +192,9 @@ class Trainer:
                                        markup=False)
         self.tally.dropped_groups = int(stats["dropped_groups"])
         self._count_too_long(all_trajs, metrics)
-        rows = rows_from_trajectories(trajs)
+        rows = rows_from_trajectories(trajs, self.cfg.algorithm.mask_truncated_completions)
+        if self.cfg.algorithm.mask_truncated_completions and rows:
+            metrics["masked_truncated"] = sum(r.num_response == 0 for r in rows) / len(rows)
         if rows:
             self.advantages(trajs, rows)
             note = None if self._turn_note_said else unread_turn_rewards(self.cfg, trajs)

@@ -169,6 +169,7 @@ class Episode:
         if merge and last is not None and len(ids) >= last.num_tokens and ids[:last.num_tokens] == last.token_ids:
             last.append(ids[last.num_tokens:], generated=False)
             last.append(result.token_ids, generated=True, logprobs=result.logprobs)
+            last.meta["finish"] = result.finish_reason  # the conversation's last turn's
             return last
         if merge and last is not None:  # (tried above: a re-templated history that changed starts a new one)
             self.merges[1] += 1
