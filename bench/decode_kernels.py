@@ -1,8 +1,9 @@
 """Kernels one decode step launches, per path of the HF engine (``engine.decode``), counted on the CPU.
 
 Why: at one sequence in flight a CUDA graph's replay is bound by how many kernels it holds (each a few
-microseconds on the device), not by memory bandwidth. The count does not depend on the device, so it is
-measured here: torch's profiler records every op of one static decode step (and, for ``compiled``, every
+microseconds on the device), not by memory bandwidth. The eager ops' count does not depend on the device;
+inductor's may (its GPU code can fuse where its CPU code does not), so the compiled count is the CPU's. Measured
+here: torch's profiler records every op of one static decode step (and, for ``compiled``, every
 fused kernel inductor generated), and the count is what a GPU would launch: ops that only make views or
 allocate are left out, a matrix product with bias (``addmm``) is one kernel as on a GPU.
 

@@ -66,3 +66,25 @@ def test_stream_options_without_stream_is_refused(gateway, tools_tokenizer):
 
     ep, r = asyncio.run(go())
     assert r.status_code == 400 and r.json()["error"]["param"] == "stream_options" and not ep.conversations
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_ended_by_a_stop_string_is_recorded_as_stopped(gateway, tools_tokenizer, stream):
+    """The engine runs on to its budget (no EOS), past the stop string the program asked for: the program is told
+    "stop", and so is the recorded conversation (algorithm.mask_truncated_completions reads it: it masked every
+    such answer); without the stop string both say "length"."""
+    tok = tools_tokenizer
+    ids = tok.encode(TEXT, add_special_tokens=False)
+
+    async def go(**kwargs):
+        engine = ScriptedEngine(lambda prompt, params: ids)  # no EOS: cut at max_tokens
+        async with open_episode(gateway, engine, tok, merge=False) as (ep, _, client):
+            r = await client.completions.create(model="m", prompt="Count:", max_tokens=len(ids), stream=stream,
+                                                **kwargs)
+            chunks = [c async for c in r] if stream else [r]
+            return ep, [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+
+    ep, told = asyncio.run(go(stop=["."]))
+    assert told == "stop" and ep.conversations[0].meta["finish"] == "stop"
+    ep, told = asyncio.run(go())
+    assert told == "length" and ep.conversations[0].meta["finish"] == "length"

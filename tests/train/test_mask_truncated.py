@@ -12,7 +12,7 @@ import pytest
 from memrl.engines.base import SamplingParams
 from memrl.models.resolve import load_tokenizer
 from memrl.testing import ScriptedEngine
-from memrl.train.batch import rows_from_trajectories
+from memrl.train.batch import mask_truncated_rows, rows_from_trajectories
 from memrl.train.trainer import Trainer
 from memrl.types import Conversation, Trajectory
 from memrl.workflows.api import Episode
@@ -27,9 +27,11 @@ def test_a_conversation_cut_at_its_budget_keeps_its_row_with_nothing_to_train():
     traj = Trajectory(conversations=[_conv("stop"), _conv("length"), _conv("abort")], reward=1.0, sample_id="s",
                       group_id="g")
     off = rows_from_trajectories([traj])
-    on = rows_from_trajectories([traj], mask_truncated=True)
+    on = rows_from_trajectories([traj])
+    assert mask_truncated_rows(on, [traj]) == 1
     assert [r.loss_mask for r in off] == [[0, 0, 0, 1, 1]] * 3
     assert [r.loss_mask for r in on] == [[0, 0, 0, 1, 1], [0] * 5, [0, 0, 0, 1, 1]]
+    assert [r.generated for r in on] == [None, [0, 0, 0, 1, 1], None]  # Dr. GRPO's width still spans it
     assert [r.token_ids for r in on] == [r.token_ids for r in off]  # still a sequence of the batch
 
 
@@ -66,7 +68,8 @@ def test_a_step_masks_the_truncated_conversations_and_says_how_many(tmp_path):
     cfg = config(tmp_path, algorithm__mask_truncated_completions=True, trainer__total_steps=1)
     trainer = Trainer(cfg, engine=ScriptedEngine(reply))
     metrics = trainer.train_step()
-    rows = rows_from_trajectories(trainer.step_trajectories, mask_truncated=True)
+    rows = rows_from_trajectories(trainer.step_trajectories)
+    mask_truncated_rows(rows, trainer.step_trajectories)
     masked = [r for r in rows if r.num_response == 0]
     assert 0 < len(masked) < len(rows)
     assert metrics["masked_truncated"] == len(masked) / len(rows)
@@ -97,7 +100,9 @@ def test_the_loss_over_masked_rows_is_trls_for_each_loss_type():
     # memrl's side: one row per conversation, prompt and response, the loss at the response positions
     convs = [Conversation.from_prompt_response(prompt, r, [0.0] * len(r), meta={"finish": f})
              for r, f in zip(responses, finish)]
-    rows = rows_from_trajectories([Trajectory(convs, 0.0, "s", "g")], mask_truncated=True)
+    trajs = [Trajectory(convs, 0.0, "s", "g")]
+    rows = rows_from_trajectories(trajs)
+    mask_truncated_rows(rows, trajs)
     longest = max(len(r) for r in rows)
     mask = torch.tensor([r.loss_mask + [0] * (longest - len(r)) for r in rows], dtype=torch.float32)
     loss = torch.tensor([[0.0] * len(prompt) + p + [0.0] * (longest - len(prompt) - len(p)) for p in per_token])
@@ -108,3 +113,33 @@ def test_the_loss_over_masked_rows_is_trls_for_each_loss_type():
     # by hand: rows 1 and 3 weigh, row 2 counts as a sequence only
     assert float(ours["grpo"]) == pytest.approx(((0.5 - 1.0) / 2 + 0 + (0.25 + 0.75 - 0.5) / 3) / 3)
     assert float(ours["bnpo"]) == pytest.approx((0.5 - 1.0 + 0.25 + 0.75 - 0.5) / 5)
+
+
+
+def test_dr_grpo_divides_by_the_width_the_masked_row_spans():
+    """TRL divides dr_grpo by its constant max_completion_length; memrl without a configured L by the batch's
+    widest response span, which a masked row (the longest here) still spans."""
+    from types import SimpleNamespace
+
+    from memrl.train.update import PolicyUpdate
+
+    convs = [Conversation.from_prompt_response([1, 2, 3], r, [0.0] * len(r), meta={"finish": f})
+             for r, f in (([4, 5], "stop"), ([6, 7, 8, 9], "length"), ([10, 11, 12], "stop"))]
+    trajs = [Trajectory(convs, 0.0, "s", "g")]
+    rows = rows_from_trajectories(trajs)
+    stub = SimpleNamespace(norm_length=None, dist=SimpleNamespace(active=False))
+    before = PolicyUpdate._norm_length(stub, rows, True)
+    mask_truncated_rows(rows, trajs)
+    assert PolicyUpdate._norm_length(stub, rows, True) == before == 4
+
+
+@pytest.mark.parametrize("estimator", ["reinforce_plus_plus", "reinforce_plus_plus_baseline"])
+def test_a_step_whose_every_turn_is_cut_trains_nothing_and_does_not_fail(tmp_path, estimator):
+    """The advantages are computed before the masking (TRL scores, then masks): REINFORCE++'s whitening over
+    the step's tokens found none and raised when every row was masked first."""
+    tok = load_tokenizer("tiny")
+    rambling = tok.encode("the notes go on and on and on", add_special_tokens=False)  # every turn cut
+    cfg = config(tmp_path, algorithm__mask_truncated_completions=True, algorithm__adv_estimator=estimator,
+                 trainer__total_steps=1)
+    metrics = Trainer(cfg, engine=ScriptedEngine(lambda prompt, params: rambling)).train_step()
+    assert metrics["masked_truncated"] == 1.0 and metrics["train_tokens"] == 0 and metrics["pg_loss"] == 0.0

@@ -176,3 +176,13 @@ def test_llm_user_simulator_flips_roles(tok):
     assert "Instructions:" in chat[0]["content"] and "###STOP###" in chat[0]["content"]
     out = asyncio.run(sim.reply(s.task, [Message("assistant", "Hi")]))
     assert out == "###STOP###" and seen[0].endswith("<|im_start|>assistant\n")
+
+
+def test_the_episode_conversation_records_its_last_turns_finish_reason(tok):
+    """record=episode keeps one growing conversation: its finish reason is its latest turn's, so
+    algorithm.mask_truncated_completions masks an episode whose last turn ran out of tokens (it never did)."""
+    cut = run(sample("return_"), Script(tok, ['<tool_call>{"name": "' + "x" * 300], cut=set(range(10))), tok,
+              turn_tokens=40, max_total_tokens=4000)
+    assert cut.conversations[0].meta["finish"] == "length" and cut.metrics["turn_truncated"] > 0
+    done = run(sample("return_"), Script(tok, ["The return is recorded."]), tok, turn_tokens=40)
+    assert done.conversations[0].meta["finish"] == "stop"

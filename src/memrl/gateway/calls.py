@@ -161,6 +161,8 @@ async def model_call(session: Session, req: CallRequest) -> dict[str, Any]:
     answer = _answer(session, req, ids, result)
     if conv is not None:
         _drop_after_stop(conv, len(result.token_ids) - answer["usage"]["completion_tokens"])
+        # what the program was told: a stop string ends the answer even where the engine ran on to its budget
+        conv.meta["finish"] = "length" if answer["choices"][0]["finish_reason"] == "length" else "stop"
     return answer
 
 

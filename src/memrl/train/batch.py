@@ -34,6 +34,7 @@ class Row:
     advantages: torch.Tensor | None = None
     is_weights: torch.Tensor | None = None  # rollout correction's importance weights over target positions
     train_mask: torch.Tensor | None = None  # the loss mask after rollout correction's rejection (target positions)
+    generated: list[int] | None = None  # the loss mask mask_truncated_rows zeroed (None: not masked)
     extra: dict[str, float] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -49,23 +50,34 @@ class Row:
         return self.num_response if self.train_mask is None else int(self.train_mask.sum())
 
 
-def rows_from_trajectories(trajectories: Sequence[Trajectory], mask_truncated: bool = False) -> list[Row]:
-    """One row per conversation that generated something. ``mask_truncated`` (TRL's mask_truncated_completions):
-    a conversation whose last turn ran out of tokens keeps its row with every loss-mask entry 0, so it weighs
-    nothing yet still counts as a sequence where the loss averages per sequence, as TRL's masked completions."""
+def rows_from_trajectories(trajectories: Sequence[Trajectory]) -> list[Row]:
     rows = []
     for e, traj in enumerate(trajectories):
         for s, conv in enumerate(traj.conversations):
             if conv.num_generated == 0:
                 continue  # nothing to train on (e.g. a zero-budget turn)
-            mask = [0] * len(conv.loss_mask) if mask_truncated and truncated(conv) else list(conv.loss_mask)
-            rows.append(Row(list(conv.token_ids), mask, list(conv.logprobs), e, s, float(conv.reward or 0.0)))
+            rows.append(Row(list(conv.token_ids), list(conv.loss_mask), list(conv.logprobs), e, s,
+                            float(conv.reward or 0.0)))
     return rows
+
+
+def mask_truncated_rows(rows: Sequence[Row], trajectories: Sequence[Trajectory]) -> int:
+    """TRL's mask_truncated_completions: every row whose conversation's last turn ran out of tokens keeps its
+    place with a loss mask of zeros (it weighs nothing, yet counts as a sequence where the loss averages per
+    sequence, as TRL's masked completions); how many. Called after the advantages, which it leaves as they
+    were computed (TRL masks after scoring too); ``row.generated`` keeps the mask, whose span still counts in
+    Dr. GRPO's width (TRL's max_completion_length is a constant)."""
+    masked = 0
+    for r in rows:
+        if truncated(trajectories[r.episode].conversations[r.step]):
+            r.generated, r.loss_mask = r.loss_mask, [0] * len(r.loss_mask)
+            masked += 1
+    return masked
 
 
 def truncated(conv: Any) -> bool:
     """Whether a conversation's last model turn ended at its token budget (finish reason ``length``) rather than
-    at a stop token: the workflows record the reason in ``meta["finish"]``."""
+    at a stop: the workflows and the gateway record the reason in ``meta["finish"]``."""
     return conv.meta.get("finish") == "length"
 
 

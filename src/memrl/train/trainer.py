@@ -27,7 +27,7 @@ from memrl.config import MemRLConfig
 from memrl.engines.base import Engine
 from memrl.train import state
 from memrl.train.assembly import RunParts, as_config, build_run, start_line  # noqa: F401 (as_config re-exported)
-from memrl.train.batch import Row, rows_from_trajectories
+from memrl.train.batch import Row, mask_truncated_rows, rows_from_trajectories
 from memrl.train.correction import mismatch_warning
 from memrl.train.engine_sync import engine_weights
 from memrl.train.guards import RolloutTally
@@ -192,11 +192,11 @@ class Trainer:
                                        markup=False)
         self.tally.dropped_groups = int(stats["dropped_groups"])
         self._count_too_long(all_trajs, metrics)
-        rows = rows_from_trajectories(trajs, self.cfg.algorithm.mask_truncated_completions)
-        if self.cfg.algorithm.mask_truncated_completions and rows:
-            metrics["masked_truncated"] = sum(r.num_response == 0 for r in rows) / len(rows)
+        rows = rows_from_trajectories(trajs)
         if rows:
             self.advantages(trajs, rows)
+            if self.cfg.algorithm.mask_truncated_completions:
+                metrics["masked_truncated"] = mask_truncated_rows(rows, trajs) / len(rows)
             note = None if self._turn_note_said else unread_turn_rewards(self.cfg, trajs)
             if note:
                 self._turn_note_said = True

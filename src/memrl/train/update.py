@@ -153,7 +153,8 @@ class PolicyUpdate:
         width made the gradient depend on how rows fell into micro-batches and ranks."""
         if self.norm_length is not None or not normed:
             return self.norm_length
-        width = max((response_width(torch.tensor([list(r.loss_mask[1:])])) for r in rows), default=1)
+        spans = (getattr(r, "generated", None) or r.loss_mask for r in rows)  # a masked truncated row spans its own
+        width = max((response_width(torch.tensor([list(m[1:])])) for m in spans), default=1)
         return int(self.dist.max([float(width)])[0]) if self.dist.active else width
 
     def _micro_groups(self, mrows: list[Row], filler_row: Row) -> tuple[list[list[Row]], int]:

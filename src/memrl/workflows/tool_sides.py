@@ -48,6 +48,7 @@ class TokenSide:
         if self.turns is not None:
             self._record_turn(res)
         self.conv.append(res.token_ids, generated=True, logprobs=res.logprobs)
+        self.conv.meta["finish"] = res.finish_reason  # the one growing conversation's: its latest turn's
         truncated = False
         if not res.token_ids or res.token_ids[-1] not in self.stops:
             truncated = res.finish_reason == "length"
