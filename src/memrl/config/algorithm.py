@@ -91,6 +91,13 @@ class AlgorithmConfig(Section):
     overlong_max_tokens: int | None = Field(
         None, ge=1, description="The response budget the overlong buffer ends at (verl's max_resp_len, its "
         "data.max_response_length); required with overlong_buffer.")
+    top_entropy_quantile: float = Field(
+        1.0, ge=0, le=1, description="TRL's top_entropy_quantile (Beyond the 80/20 Rule, arXiv 2506.01939; 0.2 "
+        "recommended): only the tokens whose entropy is in this top share of the micro-batch's response tokens "
+        "carry the policy loss (and the entropy bonus); the others add 0 but still count in the loss's "
+        "normaliser, as TRL's. 1.0: every token. The threshold is each micro-batch's, on each rank (TRL gathers "
+        "its processes'). Needs off_policy none and a policy loss whose tokens add 0 at advantage 0 (vanilla, "
+        "gspo, cispo, sapo, gpg).")
     mask_truncated_completions: bool = Field(
         False, description="TRL's mask_truncated_completions (DAPO's advice): a conversation whose last model turn "
         "ran out of tokens (finish reason length: cut at its max_new_tokens, not ended by a stop token) is left out "
@@ -166,7 +173,20 @@ class AlgorithmConfig(Section):
             raise ValueError(f"rollout_correction and off_policy={self.off_policy!r} both correct the engine's "
                              "log-probs: use one (off_policy: none with rollout_correction, or no rollout_correction)")
         self._plugin_options()
+        self._entropy_mask_fits()
         return self._policy_loss_fits()
+
+    def _entropy_mask_fits(self) -> None:
+        """top_entropy_quantile masks a token by zeroing its advantage: exact only where that zeroes its loss."""
+        if self.top_entropy_quantile >= 1.0:
+            return
+        chosen = POLICY_LOSSES.get(self.policy_loss)
+        if not getattr(chosen, "token_linear", False):
+            readers = [n for n in POLICY_LOSSES.names if getattr(POLICY_LOSSES.get(n), "token_linear", False)]
+            raise ValueError(f"top_entropy_quantile needs a policy loss whose tokens add 0 at advantage 0 "
+                             f"({', '.join(readers)}); policy_loss is {self.policy_loss!r}")
+        if self.off_policy != type(self).model_fields["off_policy"].default:
+            raise ValueError(f"top_entropy_quantile works with off_policy none (off_policy is {self.off_policy!r})")
 
     def _overlong(self) -> None:
         """The overlong settings come as a pair, the buffer inside the budget (verl's assert)."""

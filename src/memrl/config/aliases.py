@@ -38,6 +38,7 @@ ALIASES: dict[str, str] = {
     "vllm_importance_sampling_clip_min": "algorithm.rollout_correction.rollout_is_threshold",
     "steps_per_generation": "trainer.mini_batches", "temperature": "sampling.temperature",
     "mask_truncated_completions": "algorithm.mask_truncated_completions",
+    "top_entropy_quantile": "algorithm.top_entropy_quantile",
     "output_dir": "trainer.output_dir",
 }
 
@@ -52,7 +53,6 @@ NOTES: dict[str, str] = {
     "num_train_epochs": "memrl counts optimizer steps: trainer.total_steps",
     "gradient_accumulation_steps": "memrl accumulates micro-batches of trainer.micro_batch_tokens tokens into "
                                    "each of trainer.mini_batches optimizer steps by itself",
-    "top_entropy_quantile": "memrl has no high-entropy token mask (TRL's top_entropy_quantile)",
     "use_bias_correction_kl": "memrl has no importance-weighted KL (TRL's use_bias_correction_kl)",
     "off_policy_mask_threshold": "memrl has no off-policy sequence mask (TRL's off_policy_mask_threshold); "
                                  "algorithm.rollout_correction rejects by the engine/trainer ratio",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from memrl.rl.functional import high_entropy_mask
 from memrl.rl.losses import agg_loss, kl_penalty
 from memrl.rl.offpolicy import off_policy_correction, off_policy_kwargs
 from memrl.rl.policy_losses import policy_loss
@@ -81,14 +82,21 @@ def policy_objective(
     ``entropy`` and ``kl`` are the aggregated terms before their coefficients.
     """
     mode = algorithm.loss_agg_mode
+    kept = response_mask
+    if algorithm.top_entropy_quantile < 1.0:  # TRL: each token's policy loss times its entropy mask; the losses
+        # allowed with it (token_linear) give 0 where the advantage is 0, the normalisers keep every token
+        kept = high_entropy_mask(entropy.detach(), response_mask, 1.0 - algorithm.top_entropy_quantile).float()
+        advantages = advantages * kept
     pg, stats = _policy_loss(log_prob, old_log_prob, advantages, response_mask, algorithm, behaviour_log_prob,
                              is_weights, norm_length)
     if algorithm.entropy_coef == 0:
         entropy = entropy.detach()
     ent_mean = agg_loss(entropy, response_mask, mode, norm_length=norm_length)
     loss = pg
-    if algorithm.entropy_coef > 0:
-        loss = loss - algorithm.entropy_coef * ent_mean
+    if algorithm.entropy_coef > 0:  # the bonus on the tokens the policy loss trains (TRL's effective mask)
+        bonus = ent_mean if kept is response_mask else agg_loss(entropy * kept, response_mask, mode,
+                                                                 norm_length=norm_length)
+        loss = loss - algorithm.entropy_coef * bonus
     kl = torch.tensor(0.0)
     if algorithm.kl_coef > 0:
         if ref_log_prob is None:

@@ -30,6 +30,8 @@ class PolicyLoss:
     options: tuple[str, ...] = ()  # further ``algorithm`` fields it reads, passed as keywords of the same name
     required: tuple[str, ...] = ()  # those of ``options`` that have no default (the config refuses None)
     dual_clip: bool = True  # reads clip_ratio_c (False: the config refuses a clip_ratio_c set with it)
+    # each token's loss is 0 where its advantage is 0 (algorithm.top_entropy_quantile masks tokens that way)
+    token_linear: bool = False
 
     def __call__(self, *args: torch.Tensor, **kw: object) -> LossOut:
         name = origin(self.fn, ":")
@@ -47,13 +49,14 @@ class PolicyLoss:
 
 
 def register_policy_loss(name: str, *, aggregation: str | None = None, options: tuple[str, ...] = (),
-                         required: tuple[str, ...] = (), dual_clip: bool = True,
+                         required: tuple[str, ...] = (), dual_clip: bool = True, token_linear: bool = False,
                          ) -> Callable[[Callable[..., LossOut]], PolicyLoss]:
     """Decorator: register a policy loss as ``algorithm.policy_loss=name`` (``options``: the ``algorithm``
     fields it reads beyond the clip settings; ``required``: those of them the user must set; ``dual_clip``:
-    whether it reads ``clip_ratio_c``, which every loss is passed)."""
+    whether it reads ``clip_ratio_c``, which every loss is passed; ``token_linear``: a token whose advantage
+    is 0 adds 0 to the loss, so ``top_entropy_quantile`` can mask tokens by zeroing theirs)."""
     def decorate(fn: Callable[..., LossOut]) -> PolicyLoss:
-        return POLICY_LOSSES.register(name, PolicyLoss(fn, aggregation, options, required, dual_clip))
+        return POLICY_LOSSES.register(name, PolicyLoss(fn, aggregation, options, required, dual_clip, token_linear))
     return decorate
 
 

@@ -28,7 +28,7 @@ from memrl.rl.policy_loss_base import LossOut, PolicyLoss, policy_loss, register
 from memrl.rl.rollout_loss import weighted_policy_loss
 
 
-@register_policy_loss("vanilla")
+@register_policy_loss("vanilla", token_linear=True)
 def vanilla_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                  response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
                  clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,
@@ -43,7 +43,7 @@ def vanilla_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages:
     return loss, stats["clipfrac"], stats["ppo_kl"], stats["clipfrac_lower"]
 
 
-@register_policy_loss("gspo", aggregation="seq-mean-token-mean", dual_clip=False)
+@register_policy_loss("gspo", aggregation="seq-mean-token-mean", dual_clip=False, token_linear=True)
 def gspo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
               response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
               clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
@@ -70,7 +70,7 @@ def gspo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: to
     return loss, clipfrac, masked_mean(-neg_kl, response_mask), torch.zeros((), device=loss.device)
 
 
-@register_policy_loss("cispo", dual_clip=False)
+@register_policy_loss("cispo", dual_clip=False, token_linear=True)
 def cispo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
                clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,
@@ -93,7 +93,7 @@ def cispo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: t
 
 
 @register_policy_loss("sapo", aggregation="seq-mean-token-mean", options=("sapo_tau_pos", "sapo_tau_neg"),
-                      dual_clip=False)
+                      dual_clip=False, token_linear=True)
 def sapo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
               response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
               clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
@@ -143,7 +143,7 @@ def geo_mean_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages
             masked_mean(-neg_kl, response_mask), masked_mean((clipped * (advantages < 0)).float(), response_mask))
 
 
-@register_policy_loss("gpg", dual_clip=False)
+@register_policy_loss("gpg", dual_clip=False, token_linear=True)
 def gpg_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
              response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
              clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,
