@@ -52,24 +52,58 @@ def test_only_the_top_tokens_carry_the_policy_loss_and_every_token_counts_in_the
 
 
 def test_the_entropy_bonus_acts_on_the_same_tokens():
-    """TRL's effective mask for the bonus: kept tokens' entropies over every token's count (token-mean)."""
+    """TRL's effective mask for the bonus: its dapo divides the kept tokens' entropies by every token (memrl's
+    token-mean), its grpo takes the kept tokens' mean (memrl's per-sequence modes: over the kept ones)."""
     adv = torch.zeros(1, 4)
     mask = torch.ones(1, 4)
     entropy = torch.tensor([[0.4, 0.1, 0.3, 0.2]], requires_grad=True)
+    zeros = torch.zeros(1, 4)
     a = AlgorithmConfig(top_entropy_quantile=0.5, entropy_coef=1.0)
-    loss, m = policy_objective(torch.zeros(1, 4), torch.zeros(1, 4), adv, mask, a, entropy=entropy)
+    loss, m = policy_objective(zeros, zeros, adv, mask, a, entropy=entropy)
     assert loss.item() == pytest.approx(-(0.4 + 0.3) / 4)
     assert m["entropy"].item() == pytest.approx(0.25)  # the logged entropy is every token's
+    seq = AlgorithmConfig(top_entropy_quantile=0.5, entropy_coef=1.0, loss_agg_mode="seq-mean-token-mean")
+    loss, _ = policy_objective(zeros, zeros, adv, mask, seq, entropy=entropy)
+    assert loss.item() == pytest.approx(-(0.4 + 0.3) / 2)
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])
+def test_loss_and_gradient_are_trls_token_level_ppo_on_random_batches(loss_type):
+    """TRL's token-level PPO clip (no delta), per_token_loss * entropy_mask, dapo (over every token) or grpo
+    (per-row means): memrl's vanilla loss with no dual clip gives the same loss and gradient."""
+    g = torch.Generator().manual_seed(1)
+    for _ in range(50):
+        rows, width = 3, 6
+        mask = (torch.rand(rows, width, generator=g) < 0.8).float()
+        entropy = torch.rand(rows, width, generator=g)
+        adv = torch.randn(rows, 1, generator=g).expand(rows, width).contiguous()
+        old = -torch.rand(rows, width, generator=g)
+        logp = (old + 0.3 * torch.randn(rows, width, generator=g)).requires_grad_()
+        keep = trl_mask(entropy, mask, 1 - 0.3).float()
+        ratio = torch.exp(logp - old)
+        per_token = -torch.min(ratio * adv, torch.clamp(ratio, 0.8, 1.28) * adv) * keep
+        if loss_type == "dapo":
+            trl = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+        else:
+            trl = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+        (trl_grad,) = torch.autograd.grad(trl, logp)
+        mode = "token-mean" if loss_type == "dapo" else "seq-mean-token-mean"
+        a = AlgorithmConfig(top_entropy_quantile=0.3, clip_ratio_high=0.28, clip_ratio_c=1e9, loss_agg_mode=mode)
+        ours, _ = policy_objective(logp, old, adv, mask, a, entropy=entropy)
+        (our_grad,) = torch.autograd.grad(ours, logp)
+        assert ours.item() == pytest.approx(trl.item(), abs=1e-6)
+        torch.testing.assert_close(our_grad, trl_grad, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("over, why", [
     ({"policy_loss": "dro", "dro_beta": 0.1}, "a policy loss whose tokens add 0 at advantage 0"),
+    ({"policy_loss": "gspo"}, "a policy loss whose tokens add 0 at advantage 0"),  # one ratio per row
     ({"off_policy": "tis", "tis_cap": 2.0}, "off_policy none"),
 ])
 def test_losses_where_a_zero_advantage_is_no_zero_loss_are_refused(over, why):
     with pytest.raises(ValueError, match=why):
         AlgorithmConfig(top_entropy_quantile=0.2, **over)
-    AlgorithmConfig(top_entropy_quantile=0.2, policy_loss="gspo")
+    AlgorithmConfig(top_entropy_quantile=0.2, policy_loss="cispo")
 
 
 def test_a_training_step_with_it_runs(tmp_path):

@@ -42,7 +42,7 @@ def _log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> tuple[torc
     return neg_kl, torch.exp(neg_kl)
 
 
-@register_policy_loss("dppo_tv")
+@register_policy_loss("dppo_tv", token_linear=True)
 def dppo_tv_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                  response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
                  clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,
@@ -58,7 +58,7 @@ def dppo_tv_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages:
                  norm_length, weights)
 
 
-@register_policy_loss("dppo_kl")
+@register_policy_loss("dppo_kl", token_linear=True)
 def dppo_kl_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                  response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
                  clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,

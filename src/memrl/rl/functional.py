@@ -53,15 +53,15 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, temperature
 
 def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float) -> torch.Tensor:
     """The tokens of ``mask`` whose entropy is at least the ``quantile`` of theirs (TRL's get_high_entropy_mask,
-    one process): the threshold interpolates linearly between order statistics, as ``torch.quantile`` (which
-    refuses more than 2**24 values; this sorts instead). No token: an empty mask."""
+    one process): the threshold interpolates linearly between order statistics, as ``torch.quantile`` does, its
+    rank computed in the values' dtype as there (``torch.quantile`` refuses more than 2**24 values; this sorts
+    instead). No token: an empty mask."""
     values = entropy[mask.bool()].float()
     if values.numel() == 0:
         return torch.zeros_like(mask, dtype=torch.bool)
     ordered = values.sort().values
-    rank = quantile * (ordered.numel() - 1)
-    below = int(rank)
-    above = min(below + 1, ordered.numel() - 1)
-    threshold = torch.lerp(ordered[below], ordered[above], torch.tensor(rank - below, dtype=ordered.dtype,
-                                                                       device=ordered.device))
+    rank = torch.tensor(quantile, dtype=ordered.dtype, device=ordered.device) * (ordered.numel() - 1)
+    below = rank.long()
+    above = torch.clamp(below + 1, max=ordered.numel() - 1)
+    threshold = torch.lerp(ordered[below], ordered[above], rank - below)
     return ((entropy * mask.float()) >= threshold) & mask.bool()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from memrl.rl.functional import high_entropy_mask
-from memrl.rl.losses import agg_loss, kl_penalty
+from memrl.rl.losses import agg_loss, kl_penalty, loss_aggregation
 from memrl.rl.offpolicy import off_policy_correction, off_policy_kwargs
 from memrl.rl.policy_losses import policy_loss
 from memrl.rl.rollout_loss import BYPASS_STATS, bypass_policy_loss, weighted_policy_loss
@@ -60,6 +60,16 @@ def _policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages:
                       advantages, response_mask, **kw)
 
 
+def _kept_entropy(entropy: torch.Tensor, kept: torch.Tensor, response_mask: torch.Tensor, mode: str,
+                  norm_length: int | None) -> torch.Tensor:
+    """The entropy bonus on the tokens ``top_entropy_quantile`` keeps (TRL's effective mask): a per-token mean
+    over every response token, as TRL's dapo/cispo bonus divides by the batch's tokens; per sequence over the
+    kept ones, as TRL's other loss types take the kept tokens' mean."""
+    if loss_aggregation(mode).per_token:
+        return agg_loss(entropy * kept, response_mask, mode, norm_length=norm_length)
+    return agg_loss(entropy, kept, mode, norm_length=norm_length)
+
+
 def policy_objective(
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
@@ -93,9 +103,8 @@ def policy_objective(
         entropy = entropy.detach()
     ent_mean = agg_loss(entropy, response_mask, mode, norm_length=norm_length)
     loss = pg
-    if algorithm.entropy_coef > 0:  # the bonus on the tokens the policy loss trains (TRL's effective mask)
-        bonus = ent_mean if kept is response_mask else agg_loss(entropy * kept, response_mask, mode,
-                                                                 norm_length=norm_length)
+    if algorithm.entropy_coef > 0:
+        bonus = ent_mean if kept is response_mask else _kept_entropy(entropy, kept, response_mask, mode, norm_length)
         loss = loss - algorithm.entropy_coef * bonus
     kl = torch.tensor(0.0)
     if algorithm.kl_coef > 0:

@@ -30,7 +30,8 @@ class PolicyLoss:
     options: tuple[str, ...] = ()  # further ``algorithm`` fields it reads, passed as keywords of the same name
     required: tuple[str, ...] = ()  # those of ``options`` that have no default (the config refuses None)
     dual_clip: bool = True  # reads clip_ratio_c (False: the config refuses a clip_ratio_c set with it)
-    # each token's loss is 0 where its advantage is 0 (algorithm.top_entropy_quantile masks tokens that way)
+    # each token's loss, and its gradient, is 0 where its advantage is 0 (algorithm.top_entropy_quantile masks
+    # tokens that way; not gspo: its one ratio per row spreads a masked token's gradient over the row in TRL)
     token_linear: bool = False
 
     def __call__(self, *args: torch.Tensor, **kw: object) -> LossOut:

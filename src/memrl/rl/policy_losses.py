@@ -43,7 +43,7 @@ def vanilla_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages:
     return loss, stats["clipfrac"], stats["ppo_kl"], stats["clipfrac_lower"]
 
 
-@register_policy_loss("gspo", aggregation="seq-mean-token-mean", dual_clip=False, token_linear=True)
+@register_policy_loss("gspo", aggregation="seq-mean-token-mean", dual_clip=False)
 def gspo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
               response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
               clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
