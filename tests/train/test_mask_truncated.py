@@ -65,7 +65,8 @@ def test_a_step_masks_the_truncated_conversations_and_says_how_many(tmp_path):
             return coin.reply(prompt, params)
         return rambling if len(prompt) % 2 else [tok.eos_token_id]  # some memory turns end, some are cut
 
-    cfg = config(tmp_path, algorithm__mask_truncated_completions=True, trainer__total_steps=1)
+    cfg = config(tmp_path, algorithm__mask_truncated_completions=True, trainer__total_steps=1,
+                 trainer__rollouts_per_step=8)
     trainer = Trainer(cfg, engine=ScriptedEngine(reply))
     metrics = trainer.train_step()
     rows = rows_from_trajectories(trainer.step_trajectories)
@@ -75,6 +76,15 @@ def test_a_step_masks_the_truncated_conversations_and_says_how_many(tmp_path):
     assert metrics["masked_truncated"] == len(masked) / len(rows)
     assert metrics["train_tokens"] == sum(r.num_response for r in rows)
     assert metrics["pg_loss"] == metrics["pg_loss"]  # finite: the all-zero rows add nothing, divide nothing
+    # the saved rollouts say which conversations the loss left out (they carry no advantage)
+    import json
+
+    (path,) = (trainer.run_dir / "rollouts").glob("step_*.jsonl")
+    saved = [json.loads(line) for line in path.read_text().splitlines()]
+    convs = [c for rec in saved for c in rec["conversations"]]
+    flagged = [c for c in convs if c.get("masked_truncated")]
+    assert flagged and all(c["meta"]["finish"] == "length" and "advantage" not in c for c in flagged)
+    assert all(not c.get("masked_truncated") for c in convs if c["meta"].get("finish") != "length")
 
 
 def test_the_loss_over_masked_rows_is_trls_for_each_loss_type():

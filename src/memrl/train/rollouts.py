@@ -79,10 +79,14 @@ def save_step_rollouts(run_dir: Path, step: int, trajs: Sequence[Trajectory], ro
     if not picks:
         return None
     adv, lps = row_views(rows, [t.num_conversations for t in trajs])
+    masked = {(r.episode, r.step) for r in rows if getattr(r, "generated", None) is not None}
     path = Path(run_dir) / "rollouts" / f"step_{step:06d}.jsonl"
     with atomic_write(path) as fh:
         for i, why in picks:
             rec = rollout_record(trajs[i], tokenizer, step=step, version=sampled_version(trajs[i], step), pick=why,
                                  advantages=adv[i], trainer_logprobs=lps[i])
+            for k, conv in enumerate(rec["conversations"]):
+                if (i, k) in masked:  # no advantage shown: algorithm.mask_truncated_completions left it out
+                    conv["masked_truncated"] = True
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
     return path
