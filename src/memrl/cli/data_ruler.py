@@ -48,7 +48,7 @@ def _write_files(out: Path, names: list[str], lengths: list[int], counter: Any, 
                  sources: Any, console: Console, kept: RulerProgress) -> list[Any]:
     """One file per (task, length), with a progress bar each; their reports. A file an earlier run wrote under
     the same settings is kept (``kept``)."""
-    from memrl.data.ruler import file_name, write_task_file
+    from memrl.data.ruler import write_task_file
 
     def write(name: str, length: int, advance: Any) -> Any:
         return write_task_file(out, name, length, counter, samples=samples, seed=seed, sources=sources,
@@ -56,27 +56,28 @@ def _write_files(out: Path, names: list[str], lengths: list[int], counter: Any, 
 
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
-    return _each_file(names, lengths, samples, console, kept, columns, write, lambda t, n: [file_name(t, n)])
+    return _each_file(names, lengths, samples, console, kept, columns, write, "memrl")
 
 
 def _each_file(names: list[str], lengths: list[int], samples: int, console: Console, kept: RulerProgress,
-               columns: tuple[Any, ...], write: Any, files: Any) -> list[Any]:
-    """Run ``write(task, length, advance)`` for each (task, length) whose ``files(task, length)`` an earlier run
-    did not leave under these settings, with a progress bar each; every file's report, kept or new."""
+               columns: tuple[Any, ...], write: Any, protocol: str) -> list[Any]:
+    """Run ``write(task, length, advance)`` for each (task, length) whose files (:func:`_file_names`) an earlier
+    run did not leave under these settings, with a progress bar each; every file's report, kept or new."""
     from memrl.data.ruler import RulerFileReport
 
     reports = []
     with Progress(*columns, console=console) as progress:
         for name in names:
             for length in lengths:
-                done = kept.done(name, length, files(name, length))
+                files = _file_names(protocol, name, length)
+                done = kept.done(name, length, files)
                 if done is not None:
                     reports.append(RulerFileReport(**done))
-                    console.print(f"kept {files(name, length)[0]} (an earlier run wrote it with these settings)")
+                    console.print(f"kept {files[0]} (an earlier run wrote it with these settings)")
                     continue
                 bar = progress.add_task(f"{name} {length}", total=samples)
                 report = write(name, length, lambda k, b=bar: progress.advance(b, k))
-                kept.record(name, length, files(name, length), report.to_dict())
+                kept.record(name, length, files, report.to_dict())
                 reports.append(report)
                 progress.remove_task(bar)
     return reports
@@ -123,19 +124,14 @@ def _paper_text(protocol: str, repo: Optional[Path], names: list[str], essay: Op
 def _write_paper(out: Path, text: Any, names: list[str], lengths: list[int], counter: Any, samples: int,
                  seed: int, chunks: int, inputs: Any, console: Console, kept: RulerProgress) -> list[Any]:
     """``--protocol ruler|memagent``: the original's generator per (task, length); their reports."""
-    from memrl.data.ruler import file_name
-    from memrl.data.ruler_paper import memagent_file_name, write_paper_task_file
+    from memrl.data.ruler_paper import write_paper_task_file
 
     def write(name: str, length: int, advance: Any) -> Any:
         return write_paper_task_file(out, name, length, counter, text=text, samples=samples, seed=seed,
                                      inputs=inputs, chunks=chunks, progress=advance)
 
-    def files(name: str, length: int) -> list[str]:
-        extra = [memagent_file_name(name, length)] if text.flavour.name == "memagent" else []
-        return [file_name(name, length), *extra]
-
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    return _each_file(names, lengths, samples, console, kept, columns, write, files)
+    return _each_file(names, lengths, samples, console, kept, columns, write, text.flavour.name)
 
 
 def _report_table(reports: list[Any], tokenizer_name: str) -> Table:
@@ -252,19 +248,24 @@ def _check_options(protocol: str, samples: Optional[int], chunks: int, pool: lis
     return samples
 
 
+def _file_names(protocol: str, task: str, length: int) -> list[str]:
+    """The files one (task, length) is written to: memrl's layout, and under MemAgent's protocol its own too."""
+    from memrl.data.ruler import file_name
+    from memrl.data.ruler_paper import memagent_file_name
+
+    return [file_name(task, length), *([memagent_file_name(task, length)] if protocol == "memagent" else [])]
+
+
 def _counter(out: Path, tokenizer: Optional[str], names: list[str], lengths: list[int], console: Console,
              protocol: str) -> Any:
     """The token counter, loaded once the output folder has been claimed for the files to come (under
     MemAgent's protocol its own eval_{task}_{L}.json too)."""
-    from memrl.data.ruler import file_name
-    from memrl.data.ruler_paper import memagent_file_name
     from memrl.data.tokens import load_token_counter
 
     with console.status(f"loading tokenizer {tokenizer or '(approximate counts)'}"):
         counter = load_token_counter(tokenizer)
-    names_of = (file_name, memagent_file_name) if protocol == "memagent" else (file_name,)
-    record_outputs(out, [f(t, n) for t in names for n in lengths for f in names_of] + [REPORT, PROGRESS],
-                   by="memrl data ruler")
+    files = [f for t in names for n in lengths for f in _file_names(protocol, t, n)]
+    record_outputs(out, [*files, REPORT, PROGRESS], by="memrl data ruler")
     return counter
 
 
