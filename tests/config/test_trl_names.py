@@ -23,6 +23,10 @@ A = "actor_rollout_ref.actor."
     ("trainer.max_prompt_length=512", "workflow"),  # was trainer.prompts_per_step: 512 prompts a step
     ("algorithm.loss_type=cispo", "algorithm.policy_loss for cispo"),
     ("trainer.gradient_accumulation_steps=4", "trainer.micro_batch_tokens"),
+    ("use_bias_correction_kl=true", "'algorithm.kl_bias_correction'"),
+    ("trainer.off_policy_mask_threshold=0.5", "'algorithm.off_policy_mask_threshold'"),
+    ("vespo_k_neg=2", "'algorithm.vespo_k_neg'"),
+    ("algorithm.loss_type=vespo", "algorithm.policy_loss for cispo, sapo, luspo and vespo"),
 ])
 def test_trl_names_get_memrls_key_or_what_to_do(override, answer):
     with pytest.raises(ConfigError) as err:

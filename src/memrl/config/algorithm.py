@@ -23,7 +23,7 @@ LOSS_KEYWORDS = {"cliprange_low": "algorithm.clip_ratio_low", "cliprange_high": 
                  "norm_length": "the workflow's token budget", "weights": "algorithm.rollout_correction"}
 ESTIMATOR_KEYWORDS = {"epsilon": "algorithm.epsilon"}
 LOSS_OPTION_FIELDS = ("sapo_tau_pos", "sapo_tau_neg", "clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
-                      "kl_cov_coef", "dro_beta")
+                      "kl_cov_coef", "dro_beta", "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
 
 
 class AlgorithmConfig(Section):
@@ -63,6 +63,11 @@ class AlgorithmConfig(Section):
     kl_estimator: registered(KL_ESTIMATORS) = Field(
         "low_var_kl", description="Per-token KL estimate to the reference: a registered name "
         "(memrl.rl.register_kl) or an import path.")
+    kl_bias_correction: bool = Field(
+        False, description="TRL's use_bias_correction_kl (DeepSeek-V3.2, arXiv 2512.02556): each token's KL "
+        "estimate times the current/old importance ratio, gradient included, so the KL estimated on the old "
+        "policy's samples is unbiased for the current one; the ratio is per row with gspo / luspo (TRL's "
+        "sequence-level ratio). Needs kl_coef > 0.")
     entropy_coef: Finite = Field(0.0, ge=0)
     ppo_epochs: int = Field(1, ge=1)
     dynamic_sampling: bool = Field(False, description="DAPO: drop groups whose rewards are all equal, refill.")
@@ -105,6 +110,13 @@ class AlgorithmConfig(Section):
         "of the loss: its tokens are masked, it still counts as a sequence where the loss averages per sequence "
         "(as TRL's masked completions do), and its episode's reward still counts in its group's advantages. "
         "Logged as masked_truncated, the share of the step's trained conversations masked.")
+    off_policy_mask_threshold: Finite | None = Field(
+        None, ge=0, description="TRL's off_policy_mask_threshold, the off-policy sequence mask of DeepSeek-V3.2 "
+        "(arXiv 2512.02556, Eq. 9; e.g. 0.5): a conversation whose advantage is negative and whose mean per-token "
+        "KL from the engine that sampled it (log p_engine - log p, per micro-batch) exceeds this adds nothing to "
+        "the policy loss (it still counts in the normaliser; KL and entropy terms untouched). Logged as "
+        "off_policy_masked, the share of trained tokens dropped. null: off. Needs off_policy none and a policy "
+        "loss where a row with zero advantages adds 0 (all but geo_mean, clip_cov, kl_cov, dro).")
     step_rewards: bool = Field(False, description="ReMemR1: mix per-turn state advantages (workflow.state_reward_alpha).")
     policy_loss: registered(POLICY_LOSSES) = Field(
         "vanilla", description="The policy-gradient loss, verl's policy_loss.loss_mode: vanilla (token-level PPO "
@@ -112,8 +124,10 @@ class AlgorithmConfig(Section):
         "stop-gradient ratio times A log pi), sapo (a smooth gate instead of the clip), geo_mean (GMPO: geometric "
         "mean of the clipped token ratios), gpg (REINFORCE), dppo_tv / dppo_kl (drop tokens whose probability "
         "moved more than clip_ratio_low/high in total variation / binary KL), dro (log-ratio penalty dro_beta), "
-        "clip_cov / kl_cov (restrain the tokens with the largest log-prob/advantage covariance); gspo, sapo and "
-        "geo_mean aggregate per sequence, so loss_agg_mode becomes seq-mean-token-mean. Or a name registered with "
+        "clip_cov / kl_cov (restrain the tokens with the largest log-prob/advantage covariance), TRL's luspo "
+        "(GSPO, each row's loss times its length) and vespo (-phi(w) A log pi, phi a smooth function of the "
+        "sequence's importance weight w; vespo_* keys); gspo, sapo and geo_mean aggregate per sequence, so "
+        "loss_agg_mode becomes seq-mean-token-mean, luspo seq-mean-token-sum. Or a name registered with "
         "memrl.rl.register_policy_loss, or an import path.")
     sapo_tau_pos: Finite = Field(1.0, gt=0, description="sapo: gate temperature where the advantage is positive "
                                 "(verl's tau_pos).")
@@ -127,6 +141,14 @@ class AlgorithmConfig(Section):
     kl_cov_coef: Finite = Field(0.1, ge=0, description="kl_cov: weight of that penalty (verl's ppo_kl_coef).")
     dro_beta: Finite | None = Field(None, gt=0, description="dro: weight of the quadratic log-ratio penalty; "
                                    "required with policy_loss=dro (no default, as in verl).")
+    vespo_k_pos: Finite = Field(2.0, ge=0, description="vespo: exponent k of phi(w) = e^lambda w^k e^(-lambda w) "
+                                "where the advantage is >= 0 (TRL's vespo_k_pos): how fast phi falls for w < 1.")
+    vespo_lambda_pos: Finite = Field(3.0, ge=0, description="vespo: decay lambda there (TRL's vespo_lambda_pos): "
+                                     "how fast phi falls for w > 1.")
+    vespo_k_neg: Finite = Field(3.0, ge=0, description="vespo: k where the advantage is negative (TRL's "
+                                "vespo_k_neg).")
+    vespo_lambda_neg: Finite = Field(2.0, ge=0, description="vespo: lambda where the advantage is negative "
+                                     "(TRL's vespo_lambda_neg).")
     policy_loss_options: dict[str, Any] = Field(
         default_factory=dict, description="A plug-in policy loss's own settings, passed to it as keyword "
         "arguments (policy_loss=my_pkg.losses:scaled with policy_loss_options={scale: 0.5}); checked against its "
@@ -175,7 +197,28 @@ class AlgorithmConfig(Section):
                              "log-probs: use one (off_policy: none with rollout_correction, or no rollout_correction)")
         self._plugin_options()
         self._entropy_mask_fits()
+        self._deepseek_fixes_fit()
         return self._policy_loss_fits()
+
+    def _deepseek_fixes_fit(self) -> None:
+        """The off-policy sequence mask drops rows by zeroing their advantages: exact only with losses where that
+        removes the row; an importance-weighted KL with no KL term, or VESPO with sequence weights, would be
+        silently something else."""
+        if self.kl_bias_correction and self.kl_coef == 0:
+            raise ValueError("kl_bias_correction weights the KL term to the reference: set kl_coef > 0")
+        if self.rollout_correction.rollout_is == "sequence" and self.replaces_ppo and \
+                getattr(POLICY_LOSSES.get(self.policy_loss), "token_weights_only", False):  # (imports torch: last)
+            raise ValueError(f"policy_loss={self.policy_loss!r} folds token importance weights into its sequence "
+                             "weight (TRL allows its token modes only): use rollout_correction.rollout_is=token")
+        if self.off_policy_mask_threshold is None:
+            return
+        if not getattr(POLICY_LOSSES.get(self.policy_loss), "zeroes_rows", False):
+            readers = [n for n in POLICY_LOSSES.names if getattr(POLICY_LOSSES.get(n), "zeroes_rows", False)]
+            raise ValueError(f"off_policy_mask_threshold needs a policy loss where a row with zero advantages adds "
+                             f"0 ({', '.join(readers)}); policy_loss is {self.policy_loss!r}")
+        if self.off_policy != type(self).model_fields["off_policy"].default:
+            raise ValueError(f"off_policy_mask_threshold works with off_policy none (off_policy is "
+                             f"{self.off_policy!r})")
 
     def _entropy_mask_fits(self) -> None:
         """top_entropy_quantile masks a token by zeroing its advantage: exact only where that zeroes its loss."""

@@ -39,23 +39,26 @@ ALIASES: dict[str, str] = {
     "steps_per_generation": "trainer.mini_batches", "temperature": "sampling.temperature",
     "mask_truncated_completions": "algorithm.mask_truncated_completions",
     "top_entropy_quantile": "algorithm.top_entropy_quantile",
+    "off_policy_mask_threshold": "algorithm.off_policy_mask_threshold",
+    "use_bias_correction_kl": "algorithm.kl_bias_correction",
+    "vespo_k_pos": "algorithm.vespo_k_pos",
+    "vespo_lambda_pos": "algorithm.vespo_lambda_pos",
+    "vespo_k_neg": "algorithm.vespo_k_neg",
+    "vespo_lambda_neg": "algorithm.vespo_lambda_neg",
     "output_dir": "trainer.output_dir",
 }
 
 # Other libraries' names that no one memrl key answers: what to set instead, or why there is nothing.
 NOTES: dict[str, str] = {
     "loss_type": "TRL's loss_type is algorithm.loss_agg_mode for dapo / bnpo (token-mean), grpo "
-                 "(seq-mean-token-mean) and dr_grpo (seq-mean-token-sum-norm), algorithm.policy_loss for cispo and "
-                 "sapo (docs/guides/from-trl.md)",
+                 "(seq-mean-token-mean) and dr_grpo (seq-mean-token-sum-norm), algorithm.policy_loss for cispo, "
+                 "sapo, luspo and vespo (docs/guides/from-trl.md)",
     "max_completion_length": "the generation budget is the workflow's (memrl config show lists workflow.options); "
                              "dr_grpo's constant L is algorithm.loss_scale_factor",
     "max_prompt_length": "prompts are built by the workflow from its own token budgets (workflow.options)",
     "num_train_epochs": "memrl counts optimizer steps: trainer.total_steps",
     "gradient_accumulation_steps": "memrl accumulates micro-batches of trainer.micro_batch_tokens tokens into "
                                    "each of trainer.mini_batches optimizer steps by itself",
-    "use_bias_correction_kl": "memrl has no importance-weighted KL (TRL's use_bias_correction_kl)",
-    "off_policy_mask_threshold": "memrl has no off-policy sequence mask (TRL's off_policy_mask_threshold); "
-                                 "algorithm.rollout_correction rejects by the engine/trainer ratio",
     "multi_objective_aggregation": "several rewards are combined by your reward function "
                                    "(docs/guides/custom-reward.md)",
     "reward_weights": "several rewards are combined by your reward function (docs/guides/custom-reward.md)",

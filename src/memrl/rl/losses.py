@@ -208,3 +208,23 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
     A name with ``+`` (``k3+``) has that value and k2's gradient, as in verl.
     """
     return KL_ESTIMATORS.get(kl_penalty)(logprob, ref_logprob)
+
+
+def gspo_aggregated(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
+                    response_mask: torch.Tensor, cliprange_low: float, cliprange_high: float,
+                    weights: torch.Tensor | None, mode: str) -> tuple[torch.Tensor, ...]:
+    """GSPO's clipped per-token losses (each token carries its row's clipped ratio) aggregated with ``mode``:
+    verl's GSPO takes each row's mean, TRL's LUSPO (:mod:`memrl.rl.sequence_losses`) each row's sum."""
+    neg_kl = log_prob - old_log_prob
+    lengths = response_mask.sum(dim=-1).clamp(min=1)
+    seq_log_ratio = (neg_kl * response_mask).sum(dim=-1) / lengths
+    log_ratio = torch.clamp(log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1), max=10.0)
+    ratio = torch.exp(log_ratio)
+    l1 = -advantages * ratio
+    l2 = -advantages * torch.clamp(ratio, 1 - cliprange_low, 1 + cliprange_high)
+    losses = torch.maximum(l1, l2)
+    if weights is not None:
+        losses = losses * weights
+    loss = agg_loss(losses, response_mask, mode)
+    clipfrac = masked_mean(torch.gt(l2, l1).float(), response_mask)
+    return loss, clipfrac, masked_mean(-neg_kl, response_mask), torch.zeros((), device=loss.device)

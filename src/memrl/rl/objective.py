@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from memrl.rl.functional import high_entropy_mask
+from memrl.rl.functional import high_entropy_mask, masked_mean
 from memrl.rl.losses import agg_loss, kl_penalty, loss_aggregation
+from memrl.rl.off_policy_mask import importance_ratio, off_policy_sequence_mask
 from memrl.rl.offpolicy import off_policy_correction, off_policy_kwargs
 from memrl.rl.policy_losses import policy_loss
 from memrl.rl.rollout_loss import BYPASS_STATS, bypass_policy_loss, weighted_policy_loss
@@ -32,7 +33,8 @@ BASE_METRICS = ("pg_loss", "clipfrac", "clipfrac_lower", "ppo_kl", "entropy", "k
 def objective_metric_names(algorithm: AlgorithmConfig) -> tuple[str, ...]:
     """The keys :func:`policy_objective` returns under ``algorithm``, in a fixed order (for reductions over ranks)."""
     extra = BYPASS_STATS if algorithm.rollout_correction.bypass_mode else ()
-    return BASE_METRICS + off_policy_correction(algorithm.off_policy).stats + extra
+    masked = ("off_policy_masked",) if algorithm.off_policy_mask_threshold is not None else ()
+    return BASE_METRICS + off_policy_correction(algorithm.off_policy).stats + extra + masked
 
 
 def _policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
@@ -58,6 +60,17 @@ def _policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages:
     correction = off_policy_correction(algorithm.off_policy)
     return correction(log_prob, old_log_prob, behaviour_log_prob if correction.uses_behaviour else None,
                       advantages, response_mask, **kw)
+
+
+def _kl_per_token(log_prob: torch.Tensor, old_log_prob: torch.Tensor, ref_log_prob: torch.Tensor,
+                  response_mask: torch.Tensor, algorithm: AlgorithmConfig) -> torch.Tensor:
+    """Each token's KL estimate to the reference; with ``kl_bias_correction`` times the current/old ratio (TRL's
+    ``coef_1``, gradient included: per row for a loss with one ratio per row)."""
+    kl = kl_penalty(log_prob, ref_log_prob, algorithm.kl_estimator)
+    if not algorithm.kl_bias_correction:
+        return kl
+    per_row = policy_loss(algorithm.policy_loss).sequence_ratio
+    return kl * importance_ratio(log_prob, old_log_prob, response_mask, per_row)
 
 
 def _kept_entropy(entropy: torch.Tensor, kept: torch.Tensor, response_mask: torch.Tensor, mode: str,
@@ -97,8 +110,17 @@ def policy_objective(
         # allowed with it (token_linear) give 0 where the advantage is 0, the normalisers keep every token
         kept = high_entropy_mask(entropy.detach(), response_mask, 1.0 - algorithm.top_entropy_quantile).float()
         advantages = advantages * kept
+    dropped = None
+    if algorithm.off_policy_mask_threshold is not None:  # TRL: the policy loss times the mask, as zeroed advantages
+        # (the config allows losses where that is exact); KL from the engine's log-probs, else the old ones (TRL's)
+        sampler = old_log_prob if behaviour_log_prob is None else behaviour_log_prob
+        keep = off_policy_sequence_mask(advantages, log_prob, sampler, response_mask,
+                                        algorithm.off_policy_mask_threshold)
+        advantages, dropped = advantages * keep, masked_mean(1.0 - keep, response_mask)
     pg, stats = _policy_loss(log_prob, old_log_prob, advantages, response_mask, algorithm, behaviour_log_prob,
                              is_weights, norm_length)
+    if dropped is not None:
+        stats["off_policy_masked"] = dropped
     if algorithm.entropy_coef == 0:
         entropy = entropy.detach()
     ent_mean = agg_loss(entropy, response_mask, mode, norm_length=norm_length)
@@ -110,8 +132,8 @@ def policy_objective(
     if algorithm.kl_coef > 0:
         if ref_log_prob is None:
             raise ValueError("ref_log_prob is required when algorithm.kl_coef > 0")
-        kl = agg_loss(kl_penalty(log_prob, ref_log_prob, algorithm.kl_estimator), response_mask, mode,
-                      norm_length=norm_length)
+        kl = agg_loss(_kl_per_token(log_prob, old_log_prob, ref_log_prob, response_mask, algorithm), response_mask,
+                      mode, norm_length=norm_length)
         loss = loss + algorithm.kl_coef * kl
     metrics = {"pg_loss": pg, "clipfrac": stats["clipfrac"], "clipfrac_lower": stats["clipfrac_lower"],
                "ppo_kl": stats["ppo_kl"], "entropy": ent_mean, "kl": kl}

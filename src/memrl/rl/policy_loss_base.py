@@ -33,6 +33,20 @@ class PolicyLoss:
     # each token's loss, and its gradient, is 0 where its advantage is 0 (algorithm.top_entropy_quantile masks
     # tokens that way; not gspo: its one ratio per row spreads a masked token's gradient over the row in TRL)
     token_linear: bool = False
+    # a row whose advantages are all 0 adds 0, gradient included, and leaves the other rows' alone (token_linear
+    # losses, and gspo / luspo): algorithm.off_policy_mask_threshold drops a row by zeroing its advantages
+    row_linear: bool = False
+    # the importance ratio is one per row (gspo, luspo: TRL's importance_sampling_level="sequence"); what
+    # algorithm.kl_bias_correction weights the KL with
+    sequence_ratio: bool = False
+    # it reads the rollout correction's weights token by token (vespo folds them into its sequence weight), so
+    # sequence-level weights are refused
+    token_weights_only: bool = False
+
+    @property
+    def zeroes_rows(self) -> bool:
+        """Whether zeroing a row's advantages removes exactly that row from the loss."""
+        return self.token_linear or self.row_linear
 
     def __call__(self, *args: torch.Tensor, **kw: object) -> LossOut:
         name = origin(self.fn, ":")
@@ -51,13 +65,17 @@ class PolicyLoss:
 
 def register_policy_loss(name: str, *, aggregation: str | None = None, options: tuple[str, ...] = (),
                          required: tuple[str, ...] = (), dual_clip: bool = True, token_linear: bool = False,
-                         ) -> Callable[[Callable[..., LossOut]], PolicyLoss]:
+                         row_linear: bool = False, sequence_ratio: bool = False,
+                         token_weights_only: bool = False) -> Callable[[Callable[..., LossOut]], PolicyLoss]:
     """Decorator: register a policy loss as ``algorithm.policy_loss=name`` (``options``: the ``algorithm``
     fields it reads beyond the clip settings; ``required``: those of them the user must set; ``dual_clip``:
     whether it reads ``clip_ratio_c``, which every loss is passed; ``token_linear``: a token whose advantage
-    is 0 adds 0 to the loss, so ``top_entropy_quantile`` can mask tokens by zeroing theirs)."""
+    is 0 adds 0 to the loss, so ``top_entropy_quantile`` can mask tokens by zeroing theirs; ``row_linear``: the
+    same for a whole row, so ``off_policy_mask_threshold`` can drop rows; ``sequence_ratio``: one importance ratio
+    per row; ``token_weights_only``: the rollout correction's weights must be per token)."""
     def decorate(fn: Callable[..., LossOut]) -> PolicyLoss:
-        return POLICY_LOSSES.register(name, PolicyLoss(fn, aggregation, options, required, dual_clip, token_linear))
+        return POLICY_LOSSES.register(name, PolicyLoss(fn, aggregation, options, required, dual_clip, token_linear,
+                                                       row_linear, sequence_ratio, token_weights_only))
     return decorate
 
 

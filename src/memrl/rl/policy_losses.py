@@ -1,5 +1,6 @@
 """Policy-gradient losses selectable by ``algorithm.policy_loss``: verl's vanilla, gspo, cispo, sapo, geo_mean, gpg;
-dppo_tv, dppo_kl and dro in :mod:`memrl.rl.divergence_losses`, clip_cov and kl_cov in :mod:`memrl.rl.covariance_losses`.
+dppo_tv, dppo_kl and dro in :mod:`memrl.rl.divergence_losses`, clip_cov and kl_cov in :mod:`memrl.rl.covariance_losses`,
+TRL's luspo and vespo in :mod:`memrl.rl.sequence_losses`.
 
 Why a choice: the token-level PPO surrogate (``vanilla``) is what GRPO papers use, but two successors are now common
 in verl recipes. GSPO (Qwen, arXiv 2507.18671) clips one importance ratio per *sequence*, the geometric mean of its
@@ -23,7 +24,7 @@ import torch
 
 from memrl.config.registry import POLICY_LOSSES
 from memrl.rl.functional import masked_mean
-from memrl.rl.losses import agg_loss
+from memrl.rl.losses import agg_loss, gspo_aggregated
 from memrl.rl.policy_loss_base import LossOut, PolicyLoss, policy_loss, register_policy_loss  # noqa: F401
 from memrl.rl.rollout_loss import weighted_policy_loss
 
@@ -43,7 +44,8 @@ def vanilla_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages:
     return loss, stats["clipfrac"], stats["ppo_kl"], stats["clipfrac_lower"]
 
 
-@register_policy_loss("gspo", aggregation="seq-mean-token-mean", dual_clip=False)
+@register_policy_loss("gspo", aggregation="seq-mean-token-mean", dual_clip=False, row_linear=True,
+                      sequence_ratio=True)
 def gspo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
               response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
               clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
@@ -55,19 +57,8 @@ def gspo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: to
     Per token the ratio is ``sg(s) * pi_t / sg(pi_t)``, so the value is the sequence's and the gradient flows
     through each token's log-prob (GSPO-token). The log-ratio is clamped above at 10; there is no dual clip
     (``clip_ratio_c`` is unused) and ``clipfrac_lower`` is 0, as in verl."""
-    neg_kl = log_prob - old_log_prob
-    lengths = response_mask.sum(dim=-1).clamp(min=1)
-    seq_log_ratio = (neg_kl * response_mask).sum(dim=-1) / lengths
-    log_ratio = torch.clamp(log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1), max=10.0)
-    ratio = torch.exp(log_ratio)
-    l1 = -advantages * ratio
-    l2 = -advantages * torch.clamp(ratio, 1 - cliprange_low, 1 + cliprange_high)
-    losses = torch.maximum(l1, l2)
-    if weights is not None:
-        losses = losses * weights
-    loss = agg_loss(losses, response_mask, "seq-mean-token-mean")
-    clipfrac = masked_mean(torch.gt(l2, l1).float(), response_mask)
-    return loss, clipfrac, masked_mean(-neg_kl, response_mask), torch.zeros((), device=loss.device)
+    return gspo_aggregated(old_log_prob, log_prob, advantages, response_mask, cliprange_low, cliprange_high,
+                           weights, "seq-mean-token-mean")
 
 
 @register_policy_loss("cispo", dual_clip=False, token_linear=True)
@@ -161,6 +152,6 @@ def gpg_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: tor
 
 
 # The other built-ins register on import; after this module's own, so that names list vanilla first.
-from memrl.rl import covariance_losses, divergence_losses  # noqa: E402,F401
+from memrl.rl import covariance_losses, divergence_losses, sequence_losses  # noqa: E402,F401
 
 POLICY_LOSS_NAMES: tuple[str, ...] = POLICY_LOSSES.names  # the built-ins (plug-ins may add more)

@@ -78,7 +78,8 @@ class PolicyUpdate:
         plan = _Plan(on_policy=a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1 and not (weighted or distills),
                      temperature=cfg.sampling.temperature or 1.0, norm_length=self._norm_length(rows, agg.normed),
                      per_token=agg.per_token, summed=agg.summed,
-                     behaviour=off_policy_correction(a.off_policy).uses_behaviour or rc.bypass_mode,
+                     behaviour=(off_policy_correction(a.off_policy).uses_behaviour or rc.bypass_mode
+                                or a.off_policy_mask_threshold is not None),
                      weighted=weighted)
         t0 = time.perf_counter()
         self.policy.eval()
