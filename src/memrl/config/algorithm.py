@@ -68,7 +68,20 @@ class AlgorithmConfig(Section):
         "estimate times the current/old importance ratio, gradient included, so the KL estimated on the old "
         "policy's samples is unbiased for the current one; the ratio is per row with gspo / luspo (TRL's "
         "sequence-level ratio). Needs kl_coef > 0.")
-    entropy_coef: Finite = Field(0.0, ge=0)
+    entropy_coef: Finite = Field(0.0, ge=0, description="Weight of the entropy bonus (aggregated as the loss); "
+                                 "with adaptive_entropy, its starting value.")
+    adaptive_entropy: bool = Field(
+        False, description="TRL's use_adaptive_entropy (Skywork-OR1's adaptive entropy control): the entropy bonus "
+        "applies only in optimizer steps after one whose mean per-token entropy (over every rank, on the tokens "
+        "the bonus acts on) was at most entropy_target, and entropy_coef moves by entropy_coef_delta after every "
+        "optimizer step: up while the entropy is at most the target, down once above, within [entropy_coef_min, "
+        "entropy_coef_max]. Logged as entropy_coef; saved with checkpoints.")
+    entropy_target: Finite = Field(0.2, ge=0, description="adaptive_entropy: the target mean per-token entropy in "
+                                   "nats (TRL's default 0.2 acts only near collapse: set it near the entropy "
+                                   "logged early in training).")
+    entropy_coef_delta: Finite = Field(0.005, ge=0, description="adaptive_entropy: the coefficient's step.")
+    entropy_coef_min: Finite = Field(0.0, ge=0, description="adaptive_entropy: the coefficient's floor.")
+    entropy_coef_max: Finite = Field(1.0, ge=0, description="adaptive_entropy: the coefficient's ceiling.")
     ppo_epochs: int = Field(1, ge=1)
     dynamic_sampling: bool = Field(False, description="DAPO: drop groups whose rewards are all equal, refill.")
     dynamic_sampling_max_mean: Finite | None = Field(
@@ -198,7 +211,18 @@ class AlgorithmConfig(Section):
         self._plugin_options()
         self._entropy_mask_fits()
         self._deepseek_fixes_fit()
+        self._adaptive_entropy_fits()
         return self._policy_loss_fits()
+
+    def _adaptive_entropy_fits(self) -> None:
+        """The controller's settings do nothing without it; a floor above the ceiling has no meaning."""
+        names = ("entropy_target", "entropy_coef_delta", "entropy_coef_min", "entropy_coef_max")
+        if not self.adaptive_entropy:
+            for name in self._changed(names):
+                raise ValueError(f"{name} is read with adaptive_entropy=true only")
+        if self.entropy_coef_min > self.entropy_coef_max:
+            raise ValueError(f"entropy_coef_min {self.entropy_coef_min:g} is above entropy_coef_max "
+                             f"{self.entropy_coef_max:g}")
 
     def _deepseek_fixes_fit(self) -> None:
         """The off-policy sequence mask drops rows by zeroing their advantages: exact only with losses where that

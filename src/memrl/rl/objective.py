@@ -62,6 +62,27 @@ def _policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages:
                       advantages, response_mask, **kw)
 
 
+def _off_policy_masked(advantages: torch.Tensor, log_prob: torch.Tensor, old_log_prob: torch.Tensor,
+                       behaviour_log_prob: torch.Tensor | None, response_mask: torch.Tensor,
+                       algorithm: AlgorithmConfig) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``off_policy_mask_threshold``: TRL multiplies the policy loss by its mask; memrl zeroes the dropped tokens'
+    advantages (the config allows losses where that is the same). The KL is from the engine's log-probs, else the
+    old ones (TRL's fallback). Also the share of tokens dropped (None: off)."""
+    if algorithm.off_policy_mask_threshold is None:
+        return advantages, None
+    sampler = old_log_prob if behaviour_log_prob is None else behaviour_log_prob
+    keep = off_policy_sequence_mask(advantages, log_prob, sampler, response_mask, algorithm.off_policy_mask_threshold)
+    return advantages * keep, masked_mean(1.0 - keep, response_mask)
+
+
+def bonus_tokens(entropy: torch.Tensor, response_mask: torch.Tensor, algorithm: AlgorithmConfig) -> torch.Tensor:
+    """The tokens the policy loss and the entropy bonus act on: ``response_mask`` itself, or under
+    ``top_entropy_quantile`` the micro-batch's highest-entropy ones (TRL's effective mask)."""
+    if algorithm.top_entropy_quantile >= 1.0:
+        return response_mask
+    return high_entropy_mask(entropy.detach(), response_mask, 1.0 - algorithm.top_entropy_quantile).float()
+
+
 def _kl_per_token(log_prob: torch.Tensor, old_log_prob: torch.Tensor, ref_log_prob: torch.Tensor,
                   response_mask: torch.Tensor, algorithm: AlgorithmConfig) -> torch.Tensor:
     """Each token's KL estimate to the reference; with ``kl_bias_correction`` times the current/old ratio (TRL's
@@ -95,6 +116,7 @@ def policy_objective(
     behaviour_log_prob: torch.Tensor | None = None,
     norm_length: int | None = None,
     is_weights: torch.Tensor | None = None,
+    entropy_coef: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``(loss, metrics)`` of one micro-batch; all tensors ``[B, T]`` over target positions.
 
@@ -102,32 +124,28 @@ def policy_objective(
     ``old_log_prob`` is the trainer's log-prob at the start of the update; ``ref_log_prob`` is
     required when ``kl_coef > 0``; ``behaviour_log_prob`` (the engine's sampling log-probs) when the
     correction reads them. ``metrics`` has :func:`objective_metric_names` keys; ``pg_loss``,
-    ``entropy`` and ``kl`` are the aggregated terms before their coefficients.
+    ``entropy`` and ``kl`` are the aggregated terms before their coefficients. ``entropy_coef``: the bonus's
+    coefficient when not ``algorithm.entropy_coef`` (adaptive entropy control sets it every optimizer step).
     """
     mode = algorithm.loss_agg_mode
-    kept = response_mask
-    if algorithm.top_entropy_quantile < 1.0:  # TRL: each token's policy loss times its entropy mask; the losses
+    coef = algorithm.entropy_coef if entropy_coef is None else entropy_coef
+    kept = bonus_tokens(entropy, response_mask, algorithm)
+    if kept is not response_mask:  # TRL: each token's policy loss times its entropy mask; the losses
         # allowed with it (token_linear) give 0 where the advantage is 0, the normalisers keep every token
-        kept = high_entropy_mask(entropy.detach(), response_mask, 1.0 - algorithm.top_entropy_quantile).float()
         advantages = advantages * kept
-    dropped = None
-    if algorithm.off_policy_mask_threshold is not None:  # TRL: the policy loss times the mask, as zeroed advantages
-        # (the config allows losses where that is exact); KL from the engine's log-probs, else the old ones (TRL's)
-        sampler = old_log_prob if behaviour_log_prob is None else behaviour_log_prob
-        keep = off_policy_sequence_mask(advantages, log_prob, sampler, response_mask,
-                                        algorithm.off_policy_mask_threshold)
-        advantages, dropped = advantages * keep, masked_mean(1.0 - keep, response_mask)
+    advantages, dropped = _off_policy_masked(advantages, log_prob, old_log_prob, behaviour_log_prob, response_mask,
+                                             algorithm)
     pg, stats = _policy_loss(log_prob, old_log_prob, advantages, response_mask, algorithm, behaviour_log_prob,
                              is_weights, norm_length)
     if dropped is not None:
         stats["off_policy_masked"] = dropped
-    if algorithm.entropy_coef == 0:
+    if coef == 0:
         entropy = entropy.detach()
     ent_mean = agg_loss(entropy, response_mask, mode, norm_length=norm_length)
     loss = pg
-    if algorithm.entropy_coef > 0:
+    if coef > 0:
         bonus = ent_mean if kept is response_mask else _kept_entropy(entropy, kept, response_mask, mode, norm_length)
-        loss = loss - algorithm.entropy_coef * bonus
+        loss = loss - coef * bonus
     kl = torch.tensor(0.0)
     if algorithm.kl_coef > 0:
         if ref_log_prob is None:

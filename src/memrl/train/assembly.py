@@ -220,7 +220,7 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
     run_state.samples = fingerprint
     updater = PolicyUpdate(cfg, policy, optimizer, scheduler, reference, dist, sharded=sharded, pad_id=pad_id,
                            device=device, norm_length=cfg.algorithm.loss_scale_factor or wf.norm_tokens(),
-                           teacher=build_teacher(cfg, tokenizer, device))
+                           teacher=build_teacher(cfg, tokenizer, device), entropy_state=run_state.entropy_control)
     weight_sync = WeightSync(cfg, eng, pool, policy, push=sync_engine, sharded=sharded, main=dist.main)
     if dist.main:
         drop_rollouts_after(run_dir, run_state.step)  # as the tracker drops the metrics rows of those steps

@@ -37,6 +37,8 @@ class RunState:
     producer: dict[str, Any] | None = None
     # what the run trains on (samples_fingerprint): a resume on other samples would silently change the data order
     samples: dict[str, Any] | None = None
+    # adaptive entropy control's coefficient and last entropy (algorithm.adaptive_entropy)
+    entropy_control: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -49,6 +51,8 @@ class RunState:
             del out["producer"]
         if self.samples is None:
             del out["samples"]
+        if self.entropy_control is None:
+            del out["entropy_control"]
         return out
 
     @classmethod
@@ -57,7 +61,7 @@ class RunState:
                    nan_streak=state.get("nan_streak", 0), idle_streak=state.get("idle_streak", 0),
                    idle_steps=state.get("idle_steps", 0),
                    pending=list(state.get("pending", [])), samples=state.get("samples"),
-                   producer=state.get("producer"))
+                   producer=state.get("producer"), entropy_control=state.get("entropy_control"))
 
 
 def samples_fingerprint(samples: Sequence[Any]) -> dict[str, Any]:

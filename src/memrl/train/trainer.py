@@ -249,6 +249,8 @@ class Trainer:
                                                                             list(self.runner.pending))
         self.state.producer = self.source.producer_state()
         self.state.idle_streak = self.idle.streak
+        if self.updater.entropy_control is not None:
+            self.state.entropy_control = self.updater.entropy_control.state()
         return state.save(self.cfg, self.run_dir, self.state, self.policy, self.optimizer, self.scheduler,
                           write=self.dist.main)
 

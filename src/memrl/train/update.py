@@ -24,7 +24,8 @@ from memrl.config import MemRLConfig
 from memrl.dist.ddp import DistContext, shard_by_tokens
 from memrl.dist.fsdp import grad_norm_value
 from memrl.rl.losses import loss_aggregation, response_width
-from memrl.rl.objective import objective_metric_names, policy_objective
+from memrl.rl.entropy_control import AdaptiveEntropy
+from memrl.rl.objective import bonus_tokens, objective_metric_names, policy_objective
 from memrl.rl.offpolicy import off_policy_correction
 from memrl.train.batch import Row, collate, iter_chunks, micro_batches, row_tensor, token_logprobs
 from memrl.train.correction import apply_rollout_correction, mismatch_metrics
@@ -40,7 +41,8 @@ class PolicyUpdate:
 
     def __init__(self, cfg: MemRLConfig, policy: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
                  reference: Reference, dist: DistContext, *, sharded: bool, pad_id: int,
-                 device: torch.device, norm_length: int | None = None, teacher: Teacher | None = None) -> None:
+                 device: torch.device, norm_length: int | None = None, teacher: Teacher | None = None,
+                 entropy_state: dict[str, Any] | None = None) -> None:
         self.cfg = cfg
         self.teacher = teacher  # on-policy distillation (teacher.*): sets the rows' advantages before the epochs
         self.norm_length = norm_length  # the workflow's longest response (seq-mean-token-sum-norm); None: padded width
@@ -53,6 +55,9 @@ class PolicyUpdate:
         self.pad_id = pad_id
         self.device = device
         self.progress: Callable[[str], None] = lambda text: None  # the tracker's phase line
+        self.entropy_control = AdaptiveEntropy.from_config(cfg.algorithm)  # algorithm.adaptive_entropy, else None
+        if self.entropy_control is not None:  # a resumed run's coefficient and last entropy (its checkpoint's)
+            self.entropy_control.restore(entropy_state)
 
     @torch.no_grad()
     def _logprobs(self, rows: list[Row], attr: str, model: Any) -> None:
@@ -133,6 +138,9 @@ class PolicyUpdate:
             loss.backward()  # (sharded: a non-finite pass still runs its collectives; the step is dropped)
             if not (dummy or bad):
                 tally.add(terms, group, before, mask)
+        if self.entropy_control is not None:  # TRL: the window closes at every optimizer step, a dropped one too
+            self.entropy_control.end_step(self.dist.sum(self.entropy_control.window()) if self.dist.active
+                                          else self.entropy_control.window())
         # the optimizer's own list: FSDP swaps unsharded tensors into the module between forward and backward
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
         bad = self.dist.sum([float(bad)])[0] > 0  # one rank's NaN skips the step everywhere
@@ -186,12 +194,17 @@ class PolicyUpdate:
                 r.old_logprobs = old[i, : len(r) - 1].cpu()
         adv = row_tensor(group, "advantages", width, self.device)
         scale = 1.0 if plan.summed else (float(mask.sum()) / n_tok) if plan.per_token else len(group) / n_rows
+        control = self.entropy_control
         loss, terms = policy_objective(
             logp, old, adv, mask, a, entropy=ent, norm_length=plan.norm_length,
+            entropy_coef=control.applied() if control is not None else None,
             ref_log_prob=row_tensor(group, "ref_logprobs", width, self.device) if a.kl_coef > 0 else None,
             # the engine's sampling log-probs are the behaviour policy's
             behaviour_log_prob=behaviour_logprobs(group, width, self.device) if plan.behaviour else None,
             is_weights=_weights(group, width, self.device) if plan.weighted else None)
+        if control is not None and not dummy:
+            kept = bonus_tokens(ent, mask, a)
+            control.observe(float((ent.detach() * kept).sum()), float(kept.sum()))
         # FSDP averages gradients over ranks; times world, that is the sum DDP-style ranks take
         loss = loss * (0.0 if dummy else scale * (self.dist.world if self.sharded else 1))
         return loss, terms, old, mask
@@ -207,6 +220,8 @@ class PolicyUpdate:
         out["grad_norm"] = statistics.fmean(tally.grad_norms) if tally.grad_norms else float("nan")
         out["skipped_updates"] = float(tally.skipped)
         out["lr"] = self.scheduler.get_last_lr()[0]
+        if self.entropy_control is not None:
+            out["entropy_coef"] = self.entropy_control.coef  # after the step's last move, as TRL logs it
         out["time/logprob"] = logprob_time
         return out
 
