@@ -63,3 +63,16 @@ def test_verls_gspo_scripts_clip_ratio_c_is_left_out_with_the_reason():
     assert "does not read it" in t.skipped[A + "clip_ratio_c"]
     kept = translate({A + "policy_loss.loss_mode": "vanilla", A + "clip_ratio_c": "10.0"})
     assert kept.settings["algorithm.clip_ratio_c"][0] == 10.0
+
+
+def test_a_clip_range_beside_a_loss_without_a_clip_is_left_out_or_refused():
+    """verl's gpg / sapo never read clip_ratio_low/high: a script's value is skipped with the reason, and typed
+    into memrl with such a loss (TRL's epsilon_high=0.28 kept when moving to vespo) it is refused."""
+    t = translate({A + "policy_loss.loss_mode": "gpg", A + "clip_ratio_high": "0.28"})
+    assert "algorithm.clip_ratio_high" not in t.settings and "has no clip" in t.skipped[A + "clip_ratio_high"]
+    kept = translate({A + "policy_loss.loss_mode": "cispo", A + "clip_ratio_high": "0.28"})
+    assert kept.settings["algorithm.clip_ratio_high"][0] == 0.28
+    for loss in ("gpg", "sapo", "dro", "kl_cov", "vespo"):
+        extra = {"dro_beta": 0.1} if loss == "dro" else {}
+        with pytest.raises(ValueError, match=f"clip_ratio_low is read by .* \\(policy_loss is '{loss}', which has"):
+            AlgorithmConfig(policy_loss=loss, clip_ratio_low=0.3, **extra)

@@ -29,14 +29,15 @@ def trl_gamma(adv, log_ratio, mask, is_ratio, k_pos=2.0, lam_pos=3.0, k_neg=3.0,
 
 
 def trl_loss(logp, old, adv, mask, loss_type, *, eps=0.2, beta=0.0, ref=None, bias_kl=False, opsm=None,
-             sampling=None, is_ratio=None):
-    """TRL's _compute_loss for one process, one micro-batch; ``adv`` is (B, 1)."""
+             sampling=None, is_ratio=None, entropy_mask=None):
+    """TRL's _compute_loss for one process, one micro-batch; ``adv`` is (B, 1); ``gspo``: loss_type grpo with
+    importance_sampling_level sequence."""
     if opsm is not None:
         s = old if sampling is None else sampling
         seq_kl = ((s - logp.detach()) * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1.0)
         off_mask = ((adv >= 0) | (seq_kl <= opsm)).to(mask.dtype)
     log_ratio = logp - old
-    if loss_type == "luspo":
+    if loss_type in ("luspo", "gspo"):
         liw = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
     else:
         liw = log_ratio
@@ -53,11 +54,13 @@ def trl_loss(logp, old, adv, mask, loss_type, *, eps=0.2, beta=0.0, ref=None, bi
         loss = -torch.min(coef_1 * adv, coef_2 * adv)
     if opsm is not None:
         loss = loss * off_mask
+    if entropy_mask is not None:
+        loss = loss * entropy_mask
     if is_ratio is not None and loss_type != "vespo":
         loss = loss * is_ratio
     if beta:
         loss = loss + beta * kl
-    if loss_type == "grpo":
+    if loss_type in ("grpo", "gspo"):
         return ((loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
     if loss_type == "luspo":
         return (loss * mask.sum(1, keepdim=True)).mean()
@@ -189,6 +192,7 @@ def test_the_mask_reads_the_old_log_probs_without_the_engines_and_drops_by_hand(
 
 @pytest.mark.parametrize("loss_type, config", [
     ("dapo", {**NO_DUAL}),
+    ("gspo", {"policy_loss": "gspo"}),
     ("luspo", {"policy_loss": "luspo"}),
 ])
 def test_the_importance_weighted_kl_is_trls(loss_type, config):
@@ -220,6 +224,7 @@ def test_the_importance_weighted_kl_is_trls(loss_type, config):
     ({"policy_loss": "vespo", "rollout_correction": {"rollout_is": "sequence"}},
      "folds token importance weights into its sequence weight"),
     ({"vespo_k_pos": 1.0}, "vespo_k_pos is read by policy_loss=vespo only"),
+    ({"policy_loss": "vespo", "clip_ratio_high": 0.28}, "clip_ratio_high is read by policy_loss=vanilla or "),
 ])
 def test_settings_that_would_silently_mean_something_else_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):
@@ -242,3 +247,45 @@ def test_a_training_step_masks_by_the_engines_log_probs(tmp_path):
         metrics = Trainer(cfg, engine=ScriptedEngine(coin_engine(tok).reply, logprob=-0.5)).train_step()
         shares.append(metrics["off_policy_masked"])
     assert 0 < shares[0] < 1 and shares[1] == 0
+
+
+def test_the_mask_with_correction_weights_and_with_the_entropy_mask_is_trls():
+    """TRL's vLLM token_truncate ratio (memrl: rollout_is=token, threshold 2, from memrl's own is_weights) and its
+    entropy mask both multiply the masked loss; off_policy_masked counts every token of a dropped row, also those
+    the entropy mask leaves out."""
+    from memrl.rl.functional import high_entropy_mask
+    from memrl.rl.rollout_corr import is_weights
+
+    weighted = AlgorithmConfig(off_policy_mask_threshold=0.05, rollout_correction={"rollout_is": "token",
+                                                                                   "rollout_is_threshold": 2.0},
+                               **NO_DUAL)
+    both = AlgorithmConfig(off_policy_mask_threshold=0.05, top_entropy_quantile=0.5, **NO_DUAL)
+    for seed in range(20):
+        g, mask, old, logp, adv = batch(seed)
+        sampling = old + torch.randn(*old.shape, generator=g) * 0.3
+        weights, _ = is_weights(old - sampling, mask, "token", 2.0)
+        got, grad, _ = memrl(logp, old, adv, mask, weighted, behaviour_log_prob=sampling, is_weights=weights)
+        trl_ratio = torch.where(mask > 0, torch.exp(old - sampling).clamp(max=2.0), torch.ones_like(old))
+        want, want_grad = reference(logp, old, adv, mask, "dapo", opsm=0.05, sampling=sampling, is_ratio=trl_ratio)
+        assert got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-6), seed
+        assert torch.allclose(grad, want_grad, rtol=1e-4, atol=1e-6), seed
+        entropy = torch.rand(*old.shape, generator=g)
+        x = logp.clone().requires_grad_(True)
+        got, metrics = policy_objective(x, old, adv.expand_as(logp).contiguous(), mask, both, entropy=entropy,
+                                        behaviour_log_prob=sampling)
+        ent_mask = high_entropy_mask(entropy, mask, 0.5).float()
+        want = trl_loss(logp, old, adv, mask, "dapo", opsm=0.05, sampling=sampling, entropy_mask=ent_mask)
+        assert got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-6), seed
+        seq_kl = ((sampling - logp) * mask).sum(1) / mask.sum(1)
+        dropped = ((adv[:, 0] < 0) & (seq_kl > 0.05)).float()[:, None]
+        assert metrics["off_policy_masked"].item() == pytest.approx(((mask * dropped).sum() / mask.sum()).item(),
+                                                                     abs=1e-6)
+
+
+def test_a_token_band_that_drops_every_token_reports_no_effective_sample():
+    """IcePop's band with every weight outside it: the weights are all 0 and the effective sample size is 0
+    (the metric divided by zero and failed the step)."""
+    from memrl.rl.rollout_corr import is_weights
+
+    weights, metrics = is_weights(torch.full((1, 3), -5.0), torch.ones(1, 3), "token", "0.5_2.0")
+    assert not weights.any() and metrics["rollout_is_eff_sample_size"] == 0.0

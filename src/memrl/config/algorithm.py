@@ -298,8 +298,8 @@ class AlgorithmConfig(Section):
         forced = getattr(POLICY_LOSSES.get(self.policy_loss), "aggregation", None)
         if forced and self.loss_agg_mode != forced:
             if "loss_agg_mode" in self.model_fields_set:
-                raise ValueError(f"policy_loss={self.policy_loss!r} aggregates per sequence ({forced}, as verl "
-                                 f"does), but loss_agg_mode={self.loss_agg_mode!r}: leave loss_agg_mode unset "
+                raise ValueError(f"policy_loss={self.policy_loss!r} aggregates per sequence (always {forced}), "
+                                 f"but loss_agg_mode={self.loss_agg_mode!r}: leave loss_agg_mode unset "
                                  f"or set it to {forced}")
             self.__dict__["loss_agg_mode"] = forced  # so entropy, KL and micro-batch weights aggregate alike
         return self
@@ -318,6 +318,11 @@ class AlgorithmConfig(Section):
             readers = [n for n in POLICY_LOSSES.names if getattr(POLICY_LOSSES.get(n), "dual_clip", False)]
             raise ValueError(f"clip_ratio_c (the dual clip of negative advantages) is read by policy_loss="
                              f"{' or '.join(readers)} only (policy_loss is {self.policy_loss!r})")
+        if not getattr(chosen, "clip_range", True):
+            for name in self._changed(("clip_ratio_low", "clip_ratio_high")):
+                readers = [n for n in POLICY_LOSSES.names if getattr(POLICY_LOSSES.get(n), "clip_range", True)]
+                raise ValueError(f"{name} is read by policy_loss={' or '.join(readers)} only (policy_loss is "
+                                 f"{self.policy_loss!r}, which has no clip)")
         for name in getattr(chosen, "required", ()):
             if getattr(self, name) is None:
                 raise ValueError(f"policy_loss={self.policy_loss!r} needs {name} (no default, as in verl)")

@@ -224,6 +224,11 @@ def _policy_loss(get: Any, out: Translation, given: dict[str, Any], source: Any)
         out.settings.pop("algorithm.clip_ratio_c", None)
         if A + "clip_ratio_c" in given:
             out.skipped[A + "clip_ratio_c"] = f"verl's {mode} does not read it (only vanilla PPO's dual clip does)"
+    if not POLICY_LOSSES.get(mode).clip_range:  # a clip range set beside a loss with no clip does nothing in verl
+        for side in ("clip_ratio_low", "clip_ratio_high"):
+            out.settings.pop(f"algorithm.{side}", None)
+            if A + side in given:
+                out.skipped[A + side] = f"verl's {mode} has no clip and does not read it"
     reads = POLICY_LOSSES.get(mode).options
     for verl_key, key in LOSS_OPTIONS.items():
         out.used.add(verl_key)

@@ -55,7 +55,7 @@ def clip_cov_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages
             torch.zeros((), device=loss.device))
 
 
-@register_policy_loss("kl_cov", options=("kl_cov_ratio", "kl_cov_coef"), dual_clip=False)
+@register_policy_loss("kl_cov", options=("kl_cov_ratio", "kl_cov_coef"), dual_clip=False, clip_range=False)
 def kl_cov_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                 response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
                 clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,

@@ -77,7 +77,7 @@ def dppo_kl_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages:
                  norm_length, weights)
 
 
-@register_policy_loss("dro", options=("dro_beta",), required=("dro_beta",), dual_clip=False)
+@register_policy_loss("dro", options=("dro_beta",), required=("dro_beta",), dual_clip=False, clip_range=False)
 def dro_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
              response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
              clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,

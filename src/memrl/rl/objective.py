@@ -129,12 +129,14 @@ def policy_objective(
     """
     mode = algorithm.loss_agg_mode
     coef = algorithm.entropy_coef if entropy_coef is None else entropy_coef
+    # the off-policy mask first: it reads each row's advantages before the entropy mask zeroes some (its metric
+    # counts every token of a dropped row)
+    advantages, dropped = _off_policy_masked(advantages, log_prob, old_log_prob, behaviour_log_prob, response_mask,
+                                             algorithm)
     kept = bonus_tokens(entropy, response_mask, algorithm)
     if kept is not response_mask:  # TRL: each token's policy loss times its entropy mask; the losses
         # allowed with it (token_linear) give 0 where the advantage is 0, the normalisers keep every token
         advantages = advantages * kept
-    advantages, dropped = _off_policy_masked(advantages, log_prob, old_log_prob, behaviour_log_prob, response_mask,
-                                             algorithm)
     pg, stats = _policy_loss(log_prob, old_log_prob, advantages, response_mask, algorithm, behaviour_log_prob,
                              is_weights, norm_length)
     if dropped is not None:

@@ -42,6 +42,7 @@ class PolicyLoss:
     # it reads the rollout correction's weights token by token (vespo folds them into its sequence weight), so
     # sequence-level weights are refused
     token_weights_only: bool = False
+    clip_range: bool = True  # reads clip_ratio_low / clip_ratio_high (False: the config refuses them set with it)
 
     @property
     def zeroes_rows(self) -> bool:
@@ -66,16 +67,17 @@ class PolicyLoss:
 def register_policy_loss(name: str, *, aggregation: str | None = None, options: tuple[str, ...] = (),
                          required: tuple[str, ...] = (), dual_clip: bool = True, token_linear: bool = False,
                          row_linear: bool = False, sequence_ratio: bool = False,
-                         token_weights_only: bool = False) -> Callable[[Callable[..., LossOut]], PolicyLoss]:
+                         token_weights_only: bool = False, clip_range: bool = True) -> Callable[[Callable[..., LossOut]], PolicyLoss]:
     """Decorator: register a policy loss as ``algorithm.policy_loss=name`` (``options``: the ``algorithm``
     fields it reads beyond the clip settings; ``required``: those of them the user must set; ``dual_clip``:
     whether it reads ``clip_ratio_c``, which every loss is passed; ``token_linear``: a token whose advantage
     is 0 adds 0 to the loss, so ``top_entropy_quantile`` can mask tokens by zeroing theirs; ``row_linear``: the
     same for a whole row, so ``off_policy_mask_threshold`` can drop rows; ``sequence_ratio``: one importance ratio
-    per row; ``token_weights_only``: the rollout correction's weights must be per token)."""
+    per row; ``token_weights_only``: the rollout correction's weights must be per token; ``clip_range``: whether it
+    reads clip_ratio_low / clip_ratio_high)."""
     def decorate(fn: Callable[..., LossOut]) -> PolicyLoss:
         return POLICY_LOSSES.register(name, PolicyLoss(fn, aggregation, options, required, dual_clip, token_linear,
-                                                       row_linear, sequence_ratio, token_weights_only))
+                                                       row_linear, sequence_ratio, token_weights_only, clip_range))
     return decorate
 
 

@@ -84,7 +84,7 @@ def cispo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: t
 
 
 @register_policy_loss("sapo", aggregation="seq-mean-token-mean", options=("sapo_tau_pos", "sapo_tau_neg"),
-                      dual_clip=False, token_linear=True)
+                      dual_clip=False, token_linear=True, clip_range=False)
 def sapo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
               response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
               clip_ratio_c: float = 3.0, loss_agg_mode: str = "seq-mean-token-mean", norm_length: int | None = None,
@@ -134,7 +134,7 @@ def geo_mean_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages
             masked_mean(-neg_kl, response_mask), masked_mean((clipped * (advantages < 0)).float(), response_mask))
 
 
-@register_policy_loss("gpg", dual_clip=False, token_linear=True)
+@register_policy_loss("gpg", dual_clip=False, token_linear=True, clip_range=False)
 def gpg_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
              response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
              clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,

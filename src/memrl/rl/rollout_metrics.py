@@ -106,7 +106,9 @@ def is_metrics(weights: torch.Tensor, raw: torch.Tensor, log_ratio: torch.Tensor
     out["rollout_is_std"] = _clamped_std(weights, mask, 0.0, upper)
     clamped = weights.clamp(min=0.0, max=upper)
     normalised = clamped / (vmasked_mean(clamped, mask) + 1e-8)
-    out["rollout_is_eff_sample_size"] = 1.0 / vmasked_mean(normalised.square(), mask).item()
+    spread = vmasked_mean(normalised.square(), mask).item()
+    # every weight 0 (a token band that drops every token): no effective sample (verl's tensor division gives inf)
+    out["rollout_is_eff_sample_size"] = 1.0 / spread if spread > 0 else 0.0
     rows = vmasked_mean(weights, mask, -1)
     summary = _row_summary("rollout_is", rows, float("inf"), None, 1.0)
     summary.pop("rollout_is_seq_fraction_high")

@@ -8,7 +8,7 @@ smooth function of the *sequence's* importance weight ``w = prod_t pi_t / pi_old
 by the advantage's sign.
 
 Both follow ``trl/trainer/grpo_trainer.py`` (``_compute_loss``, ``get_gamma_weights``) at f2cd577 step for step;
-``tests/rl/test_sequence_losses.py`` checks them against TRL's formulas on random batches.
+``tests/rl/test_trl_deepseek_losses.py`` checks them against TRL's formulas on random batches.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def gamma_weights(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages
 
 
 @register_policy_loss("vespo", options=("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"),
-                      dual_clip=False, token_linear=True, token_weights_only=True)
+                      dual_clip=False, token_linear=True, token_weights_only=True, clip_range=False)
 def vespo_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                response_mask: torch.Tensor, *, cliprange_low: float = 0.2, cliprange_high: float = 0.2,
                clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean", norm_length: int | None = None,
