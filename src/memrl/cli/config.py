@@ -155,23 +155,65 @@ def from_verl(
     result = translate(flags)
     rendered = render_yaml(result)
     _check_translation(rendered)
-    if out is not None:
-        if script != "-" and out.resolve() == Path(script).resolve():
-            raise ValueError(f"--out {out} is the script being translated; choose another file")
-        if out.exists() and not force:
-            raise ValueError(f"{out} exists: pass --force to overwrite it")
-        from memrl.io.atomic import atomic_write
-
-        with atomic_write(out) as fh:
-            fh.write(rendered)
-    else:
-        typer.echo(rendered, nl=False)
+    _write(rendered, out, force, script)
     _report(flags.keys(), result.skipped, unresolved, out)
 
 
-def _read_script(path: Path) -> str:
+@app.command("from-trl")
+@user_errors
+def from_trl(
+    source: str = typer.Argument(..., help="A TRL GRPO config file (YAML of GRPOConfig fields, what trl grpo --config "
+                                 "reads) or a launch command / script (--name value words), or - for standard input."),
+    processes: Optional[int] = typer.Option(None, "--processes", min=1, help="Processes the TRL run trains on (its "
+                                            "batch sizes are per process); default: the launcher's --num_processes, "
+                                            "else 1."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the memrl YAML here (default: standard output)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
+) -> None:
+    """Translate a TRL GRPO run's settings into a memrl config, TRL's GRPOConfig defaults filling the gaps.
+
+    TRL's defaults are not memrl's (no dual clip, 1e-4 on the group std, batch sizes per process, steps counted
+    in optimizer steps): every setting TRL's run uses is written, commented with the field it came from ("TRL's
+    default" where the run left it out); the fields with no memrl setting are listed on standard error with the
+    reason. The task (dataset, reward functions, budgets) is memrl's: add workflow.* to the result. Example:
+    memrl config from-trl grpo.yaml --processes 8 --out configs/from_trl.yaml
+    """
+    import sys
+
+    from memrl.config.from_trl import HEADER, translate_trl
+    from memrl.config.from_verl import render_yaml
+    from memrl.config.trl_args import trl_arguments
+
+    text = sys.stdin.read() if source == "-" else _read_script(Path(source), "a TRL config file or launch command")
+    fields, launched = trl_arguments(text)
+    if not fields:
+        raise ValueError(f"{source}: no TRL settings found (neither a YAML mapping nor --name value words)")
+    result = translate_trl(fields, processes or launched or 1)
+    rendered = render_yaml(result, HEADER)
+    _check_translation(rendered)
+    _write(rendered, out, force, source)
+    _report(fields.keys(), result.skipped, [], out, source="TRL")
+
+
+def _write(rendered: str, out: Optional[Path], force: bool, source: str) -> None:
+    """The translation to ``out`` (atomically, never over the file read, nor over another without --force), else
+    to standard output."""
+    if out is None:
+        typer.echo(rendered, nl=False)
+        return
+    if source != "-" and out.resolve() == Path(source).resolve():
+        raise ValueError(f"--out {out} is the script being translated; choose another file")
+    if out.exists() and not force:
+        raise ValueError(f"{out} exists: pass --force to overwrite it")
+    from memrl.io.atomic import atomic_write
+
+    with atomic_write(out) as fh:
+        fh.write(rendered)
+
+
+def _read_script(path: Path, what: str = "a verl launch script") -> str:
     if not path.is_file():
-        raise ValueError(f"{path}: no such file (give a verl launch script, or - to read standard input)")
+        raise ValueError(f"{path}: no such file (give {what}, or - to read standard input)")
     return path.read_text(encoding="utf-8", errors="replace")
 
 
@@ -191,18 +233,21 @@ def _check_translation(rendered: str) -> None:
         Path(fh.name).unlink()
 
 
-def _report(flags: Collection[str], skipped: dict[str, str], unresolved: list[str], out: Optional[Path]) -> None:
+def _report(flags: Collection[str], skipped: dict[str, str], unresolved: list[str], out: Optional[Path],
+            source: str = "verl") -> None:
     """On standard error: how many of the script's flags were translated, then those left out grouped by why,
-    and what verl's defaults would do that memrl does not (a default, not a flag of the script)."""
+    and what ``source``'s defaults would do that memrl does not (a default, not a flag of the script)."""
     from rich.console import Console
 
     err = Console(stderr=True, width=120, highlight=False)
     where = f" into {out}" if out else ""
     left = [k for k in skipped if k in flags]
-    err.print(f"translated {len(flags) - len(left)} of {len(flags)} verl flags{where}; {len(left)} left out:")
+    noun = "flags" if source == "verl" else "settings"
+    err.print(f"translated {len(flags) - len(left)} of {len(flags)} {source} {noun}{where}; {len(left)} left out:")
     by_reason: dict[str, list[str]] = {}
     for key, why in skipped.items():
-        by_reason.setdefault(why, []).append(key if key in flags else f"{key} (verl's default)")
+        shown = key if key in flags or key.endswith("default)") else f"{key} ({source}'s default)"
+        by_reason.setdefault(why, []).append(shown)
     for why, keys in sorted(by_reason.items(), key=lambda kv: len(kv[1])):
         err.print(f"- {why} ({len(keys)}): " + ", ".join(keys), soft_wrap=False)
     if unresolved:

@@ -138,8 +138,9 @@ def _explicit_null(verl_key: str, key: str, out: Translation, source: Any) -> No
     out.set(key, None, source(verl_key))
 
 
-def _valid(t: Translation) -> Translation:
-    """Drop each translated value memrl's config refuses (a 0 batch, say), saying why, until the rest loads."""
+def _valid(t: Translation, default: str = "verl's default") -> Translation:
+    """Drop each translated value memrl's config refuses (a 0 batch, say), saying why, until the rest loads
+    (``default``: the source of a value the original's defaults gave)."""
     from pydantic import ValidationError
 
     from memrl.config.schema import MemRLConfig
@@ -156,7 +157,7 @@ def _valid(t: Translation) -> Translation:
             for key, e in zip(bad, exc.errors()):
                 if key in t.settings:
                     value, source = t.settings.pop(key)
-                    t.skipped[source if source != "verl's default" else key] = (
+                    t.skipped[source if source != default else key] = (
                         f"memrl's {key} refuses {value!r}: {str(e['msg']).removeprefix('Value error, ')}")
     return t
 
@@ -337,8 +338,11 @@ def why_skipped(key: str, value: Any = None) -> str:
     return "no memrl counterpart"
 
 
-def render_yaml(t: Translation) -> str:
-    """The settings as YAML sections, each value commented with the verl flag it came from."""
+VERL_HEADER = "# translated by memrl config from-verl; values marked 'verl's default' are verl 0.9's"
+
+
+def render_yaml(t: Translation, header: str = VERL_HEADER) -> str:
+    """The settings as YAML sections, each value commented with the flag it came from."""
     import yaml
 
     sections: dict[str, list[str]] = {}
@@ -346,7 +350,7 @@ def render_yaml(t: Translation) -> str:
         section, _, rest = key.partition(".")
         dumped = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
         sections.setdefault(section, []).append(_nested(rest, dumped, source))
-    lines = ["# translated by memrl config from-verl; values marked 'verl's default' are verl 0.9's"]
+    lines = [header]
     for section, rows in sections.items():
         lines.append(f"{section}:")
         lines += _merge(rows)

@@ -1,0 +1,279 @@
+"""Translate a TRL GRPO run (``GRPOConfig`` fields) into a memrl config (``memrl config from-trl``).
+
+Why: TRL users arrive with a ``grpo.yaml`` or a long ``accelerate launch train.py --... `` line, and TRL's defaults
+are not memrl's (verl's): TRL has no dual clip (``delta=None``), adds 1e-4 to the group std, averages ``dapo``'s
+loss over tokens, and counts ``max_steps`` in optimizer steps of ``per_device_train_batch_size`` completions per
+process. This module writes every setting TRL's run uses, TRL's defaults filling what the file leaves out, so
+running the translated config is running TRL's algorithm (``docs/guides/from-trl.md`` has the mapping and where
+the numbers still differ), and says for every field it does not translate why not.
+
+TRL's defaults are ``GRPOConfig``'s at f2cd577 (``trl/trainer/grpo_config.py``) and the ``TrainingArguments`` /
+``ModelConfig`` defaults it keeps. The task itself (dataset, reward functions, prompt budgets) is a memrl workflow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memrl.config.aliases import note_for
+from memrl.config.from_verl import _valid
+from memrl.config.trl_batches import batches_rule
+from memrl.config.verl_script import Translation
+
+DEFAULT = "TRL's default"
+HEADER = "# translated by memrl config from-trl; values marked 'TRL's default' are GRPOConfig's (TRL f2cd577)"
+TRL_DEFAULTS: dict[str, Any] = {
+    "learning_rate": 1e-6, "num_generations": 8, "max_completion_length": 512, "temperature": 1.0, "top_p": 1.0,
+    "top_k": 0, "beta": 0.0, "num_iterations": 1, "epsilon": 0.2, "epsilon_high": None, "delta": None,
+    "loss_type": "dapo", "scale_rewards": "group", "importance_sampling_level": "token",
+    "sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05, "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0,
+    "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0, "mask_truncated_completions": False, "top_entropy_quantile": 1.0,
+    "entropy_coef": 0.0, "use_adaptive_entropy": False, "entropy_target": 0.2, "entropy_coef_delta": 0.005,
+    "entropy_coef_min": 0.0, "entropy_coef_max": 1.0, "off_policy_mask_threshold": None,
+    "use_bias_correction_kl": False, "use_vllm": False, "vllm_mode": "colocate",
+    "vllm_importance_sampling_correction": True, "vllm_importance_sampling_mode": "sequence_mask",
+    "vllm_importance_sampling_clip_max": 3.0, "vllm_importance_sampling_clip_min": None,
+    "vllm_importance_sampling_cap": None, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
+    "steps_per_generation": None, "generation_batch_size": None, "max_steps": -1, "save_steps": 500,
+    "save_strategy": "steps", "weight_decay": 0.0, "max_grad_norm": 1.0, "seed": 42, "lr_scheduler_type": "linear",
+    "warmup_steps": 0, "warmup_ratio": 0.0, "gradient_checkpointing": True, "use_peft": False, "lora_r": 16,
+    "lora_alpha": 32, "lora_dropout": 0.05, "lora_target_modules": None, "multi_objective_aggregation":
+    "sum_then_normalize",
+}
+SIMPLE: list[tuple[str, str, Any]] = [  # (TRL field, memrl key, conversion), written whenever TRL has a value
+    ("num_generations", "algorithm.n", int), ("learning_rate", "trainer.lr", float),
+    ("weight_decay", "trainer.weight_decay", float), ("max_grad_norm", "trainer.grad_clip", float),
+    ("seed", "trainer.seed", int), ("temperature", "sampling.temperature", float),
+    ("top_p", "sampling.top_p", float), ("top_k", "sampling.top_k", lambda v: max(int(v or 0), 0)),
+    ("model_name_or_path", "model.path", str), ("gradient_checkpointing", "trainer.gradient_checkpointing", bool),
+    ("save_total_limit", "trainer.keep_checkpoints", int), ("output_dir", "trainer.output_dir", str),
+    ("num_iterations", "algorithm.ppo_epochs", int), ("top_entropy_quantile", "algorithm.top_entropy_quantile", float),
+    ("mask_truncated_completions", "algorithm.mask_truncated_completions", bool),
+    ("off_policy_mask_threshold", "algorithm.off_policy_mask_threshold", float),
+    ("entropy_coef", "algorithm.entropy_coef", float),
+]
+# written only when TRL reads them: (field, memrl key, the condition's field and value)
+ONLY_WITH: list[tuple[str, str, str, Any]] = [
+    *((f, f"algorithm.{f}", "use_adaptive_entropy", True)
+      for f in ("entropy_target", "entropy_coef_delta", "entropy_coef_min", "entropy_coef_max")),
+    ("use_adaptive_entropy", "algorithm.adaptive_entropy", "use_adaptive_entropy", True),
+    *((f, f"algorithm.{f}", "loss_type", "vespo") for f in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+                                                             "vespo_lambda_neg")),
+    ("sapo_temperature_pos", "algorithm.sapo_tau_pos", "loss_type", "sapo"),
+    ("sapo_temperature_neg", "algorithm.sapo_tau_neg", "loss_type", "sapo"),
+    ("use_bias_correction_kl", "algorithm.kl_bias_correction", "use_bias_correction_kl", True),
+]
+AGGREGATION = {"dapo": "token-mean", "bnpo": "token-mean", "grpo": "seq-mean-token-mean",
+               "dr_grpo": "seq-mean-token-sum-norm"}
+OWN_LOSSES = ("cispo", "sapo", "luspo", "vespo")
+PLUMBING = ("per_device_eval_batch_size", "dataloader_", "ddp_", "deepspeed", "fsdp", "vllm_gpu_memory",
+            "vllm_tensor_parallel", "vllm_server_", "vllm_group_port", "vllm_enable_sleep", "vllm_model_impl",
+            "vllm_max_model_length", "ds3_gather", "torch_compile", "bf16", "fp16", "tf32", "attn_implementation",
+            "torch_dtype", "dtype", "gradient_checkpointing_kwargs", "cast_lm_head", "use_transformers_",
+            "cache_implementation", "model_init_kwargs", "trust_remote_code", "use_cpu", "pad_to_multiple_of",
+            "parallelism_config", "disable_dropout", "optim", "adam_", "config_file", "multi_gpu", "mixed_precision")
+BOOKKEEPING = ("logging_", "log_", "report_to", "run_name", "push_to_hub", "hub_", "save_strategy", "eval_",
+               "do_eval", "num_completions_to_print", "save_only_model", "resume_from_checkpoint",
+               "overwrite_output_dir", "config", "wandb_")
+TASK = ("dataset_", "reward_funcs", "max_prompt_length", "chat_template", "remove_unused_columns", "shuffle_dataset",
+        "num_generations_eval", "generation_kwargs", "repetition_penalty", "min_p", "max_tool_calling_iterations")
+
+
+def translate_trl(fields: dict[str, Any], processes: int = 1) -> Translation:
+    """memrl settings for a TRL run's fields (``processes``: how many it trains on; TRL's batch sizes are per
+    process), TRL's defaults filling in what the fields leave out."""
+    out = Translation()
+
+    def get(key: str) -> Any:
+        out.used.add(key)
+        return fields.get(key, TRL_DEFAULTS.get(key))
+
+    def source(*keys: str) -> str:
+        named = [k for k in keys if k in fields]
+        return ", ".join(f"{k}={fields[k]}" for k in named) if named else DEFAULT
+
+    for trl_key, key, cast in SIMPLE:
+        value = get(trl_key)
+        if value is not None:
+            out.set(key, cast(value), source(trl_key))
+    for trl_key, key, when, equal in ONLY_WITH:
+        value = get(trl_key)
+        if get(when) == equal and value is not None:
+            out.set(key, type(equal)(value) if isinstance(equal, bool) else float(value), source(trl_key))
+        elif trl_key in fields and trl_key != when:
+            out.skipped[trl_key] = f"TRL reads it only with {when}={equal}"
+    for rule in (_loss, _clip, _kl, _advantages, batches_rule, _schedule, _vllm, _peft, _masks_fit):
+        rule(get, out, fields, source, processes)
+    for key in fields:
+        if key not in out.used:
+            out.skipped[key] = why_skipped(key)
+    return _valid(out, DEFAULT)
+
+
+def _policy(out: Translation) -> str:
+    return str(out.settings.get("algorithm.policy_loss", ("vanilla", ""))[0])
+
+
+def _loss(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
+    """loss_type (and importance_sampling_level) -> the policy loss and its aggregation."""
+    kind, level = get("loss_type"), get("importance_sampling_level")
+    where = source("loss_type", "importance_sampling_level")
+    if level == "sequence" and kind in ("grpo", "luspo"):
+        out.set("algorithm.policy_loss", "gspo" if kind == "grpo" else "luspo", where)
+        return
+    if level == "sequence" and kind != "vespo":
+        out.skipped["importance_sampling_level"] = (f"sequence-level ratios with loss_type={kind}: memrl has them "
+                                                    "with grpo (policy_loss=gspo) and luspo only; token level here")
+    if kind in AGGREGATION:
+        out.set("algorithm.loss_agg_mode", AGGREGATION[kind], source("loss_type"))
+        if kind == "dr_grpo":
+            out.set("algorithm.loss_scale_factor", int(get("max_completion_length")), source("max_completion_length"))
+    elif kind in OWN_LOSSES:
+        out.set("algorithm.policy_loss", kind, source("loss_type"))
+    else:
+        out.skipped["loss_type"] = f"{kind!r} is not a TRL loss_type memrl knows"
+
+
+def _clip(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
+    """epsilon / epsilon_high / delta -> the clip range and the dual clip, for a loss that reads them."""
+    from memrl.config.registry import POLICY_LOSSES
+
+    chosen = POLICY_LOSSES.get(_policy(out))
+    low, high = float(get("epsilon")), get("epsilon_high")
+    high = low if high is None else float(high)
+    where = source("epsilon", "epsilon_high")
+    if _policy(out) == "cispo":  # TRL's cispo clamps the ratio at epsilon_high, with no lower bound
+        if high >= 1:
+            out.set("algorithm.clip_ratio_low", 1.0, where)
+            out.set("algorithm.clip_ratio_high", high - 1.0, where)
+        else:
+            out.skipped["epsilon_high"] = (f"cispo clamps the ratio at epsilon_high={high:g}, below 1: memrl's cispo "
+                                           "caps it at 1 + clip_ratio_high (>= 1); set epsilon_high >= 1")
+    elif chosen.clip_range:
+        out.set("algorithm.clip_ratio_low", low, source("epsilon"))
+        out.set("algorithm.clip_ratio_high", high, where)
+    else:
+        for key in ("epsilon", "epsilon_high"):
+            if key in given:
+                out.skipped[key] = f"TRL's {_policy(out)} has no clip"
+    delta = get("delta")
+    if not chosen.dual_clip:
+        if delta is not None:
+            out.skipped["delta"] = f"memrl's {_policy(out)} has no bound on the ratio (TRL's two-sided clip)"
+    elif delta is None:
+        out.set("algorithm.clip_ratio_c", 1e9, f"{source('delta')} (delta=None: no bound on negative advantages)")
+    elif float(delta) > 1 + high:
+        out.set("algorithm.clip_ratio_c", float(delta), source("delta"))
+    else:
+        out.skipped["delta"] = (f"delta={delta} at or below 1 + epsilon_high also bounds positive advantages in "
+                                "TRL; memrl's dual clip bounds negative ones only")
+
+
+def _kl(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
+    beta = float(get("beta"))
+    out.set("algorithm.kl_coef", beta, source("beta"))
+    if beta > 0:
+        out.set("algorithm.kl_estimator", "low_var_kl", f"{source('beta')} (TRL's k3)")
+    elif out.settings.pop("algorithm.kl_bias_correction", None):
+        out.skipped["use_bias_correction_kl"] = "TRL computes no KL with beta=0: nothing to weigh"
+
+
+def _advantages(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
+    scale = {True: "group", False: "none"}.get(get("scale_rewards"), get("scale_rewards"))
+    if scale == "group":
+        out.set("algorithm.adv_estimator", "grpo", source("scale_rewards"))
+        out.set("algorithm.epsilon", 1e-4, f"{source('scale_rewards')} (TRL adds 1e-4 to the group std)")
+    elif scale == "none":
+        out.set("algorithm.adv_estimator", "dr_grpo", source("scale_rewards"))
+    else:
+        out.skipped["scale_rewards"] = (f"{scale!r}: a plug-in estimator (docs/reference/algorithms.md has "
+                                        "scale_rewards='batch' as its example)")
+    if get("multi_objective_aggregation") != "sum_then_normalize":
+        out.skipped["multi_objective_aggregation"] = "memrl has one reward per episode: GDPO's normalize_then_sum " \
+                                                     "has no setting"
+
+
+def _schedule(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
+    kind = get("lr_scheduler_type")
+    if kind in ("constant", "constant_with_warmup", "cosine"):
+        out.set("trainer.lr_schedule", "cosine" if kind == "cosine" else "constant", source("lr_scheduler_type"))
+    else:
+        out.skipped["lr_scheduler_type" if "lr_scheduler_type" in given else "lr_scheduler_type (TRL's default)"] = (
+            f"{kind!r} decay: memrl's trainer.lr_schedule is constant (kept) or cosine")
+
+
+def _vllm(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
+    """use_vllm -> the vLLM engine; TRL's vLLM importance sampling -> the rollout correction."""
+    vllm_keys = [k for k in given if k.startswith("vllm_")]
+    if not get("use_vllm"):
+        for key in vllm_keys:
+            out.skipped[key] = "read with use_vllm only"
+        out.used.update(vllm_keys)
+        return
+    out.used.update(vllm_keys)
+    if get("vllm_mode") == "colocate":
+        out.set("engine.kind", "vllm", source("use_vllm", "vllm_mode"))
+    else:
+        out.skipped["vllm_mode"] = ("server: start the vLLM server yourself and set engine.kind=openai, "
+                                    "engine.base_url=http://HOST:PORT/v1 (memrl syncs weights to it)")
+    if not get("vllm_importance_sampling_correction"):
+        return
+    mode = str(get("vllm_importance_sampling_mode"))
+    cap = get("vllm_importance_sampling_cap") or get("vllm_importance_sampling_clip_max")
+    floor = get("vllm_importance_sampling_clip_min")
+    where = source("vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max",
+                   "vllm_importance_sampling_clip_min", "vllm_importance_sampling_cap")
+    level, _, kind = mode.partition("_")
+    if cap is None or (kind == "truncate" and floor is not None):
+        out.skipped["vllm_importance_sampling_mode"] = f"{mode} with clip_min={floor}, clip_max={cap}: memrl " \
+                                                       "truncates from above only and needs an upper bound"
+        return
+    threshold: Any = float(cap) if kind == "truncate" else f"{floor if floor is not None else 1e-300}_{cap}"
+    out.set("algorithm.rollout_correction.rollout_is", level, where)
+    out.set("algorithm.rollout_correction.rollout_is_threshold", threshold, where)
+
+
+def _peft(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
+    lora = [k for k in given if k.startswith("lora_")]
+    if not get("use_peft"):
+        for key in lora:
+            out.skipped[key] = "read with use_peft only"
+        out.used.update(lora)
+        return
+    out.used.update(lora)
+    out.set("lora.enabled", True, source("use_peft"))
+    for trl_key, key, cast in (("lora_r", "r", int), ("lora_alpha", "alpha", int), ("lora_dropout", "dropout", float)):
+        out.set(f"lora.{key}", cast(get(trl_key)), source(trl_key))
+    modules = get("lora_target_modules")
+    if modules is not None:
+        out.set("lora.target_modules", modules if isinstance(modules, str) else list(modules),
+                source("lora_target_modules"))
+
+
+def _masks_fit(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
+    """TRL multiplies any loss by its entropy and off-policy masks; memrl zeroes advantages, which is the same only
+    for some losses: the others are left out with the reason rather than refused when the config loads."""
+    from memrl.config.registry import POLICY_LOSSES
+
+    chosen = POLICY_LOSSES.get(_policy(out))
+    if out.settings.get("algorithm.top_entropy_quantile", (1.0,))[0] < 1.0 and not chosen.token_linear:
+        out.settings.pop("algorithm.top_entropy_quantile")
+        out.skipped["top_entropy_quantile"] = (f"TRL's entropy mask over {_policy(out)}'s one ratio per row spreads "
+                                               "a masked token's gradient: memrl has no setting for it")
+    if out.settings.get("algorithm.off_policy_mask_threshold", (None,))[0] is not None and not chosen.zeroes_rows:
+        out.settings.pop("algorithm.off_policy_mask_threshold")
+        out.skipped["off_policy_mask_threshold"] = f"memrl's mask does not fit {_policy(out)}"
+
+
+def why_skipped(key: str) -> str:
+    """Why a TRL field has no memrl setting here."""
+    note = note_for(key)
+    if note:
+        return note
+    if any(key.startswith(p) or p in key for p in PLUMBING):
+        return "placement, precision and memory: memrl sizes these itself (model.dtype=auto: bfloat16 on a GPU)"
+    if any(key.startswith(p) for p in BOOKKEEPING):
+        return "run bookkeeping memrl does its own way (trainer.*, memrl view)"
+    if any(key.startswith(p) for p in TASK):
+        return "the task (data, reward functions, budgets) is a memrl workflow's: workflow.* and data.train_file"
+    return "no memrl counterpart"

@@ -1,0 +1,64 @@
+"""TRL's batch and step counts as memrl's (part of ``memrl config from-trl``, :mod:`memrl.config.from_trl`).
+
+Why apart: TRL counts in completions per process and optimizer steps, memrl in prompts per step and steps of
+generate-then-update. TRL generates ``generation_batch_size`` completions at once (``per_device_train_batch_size``
+x processes x ``steps_per_generation``, i.e. that many / ``num_generations`` prompts) and trains on them for
+``num_iterations`` passes of ``steps_per_generation / gradient_accumulation_steps`` optimizer steps each; memrl's
+step is one such generation: ``trainer.prompts_per_step`` prompts, ``trainer.mini_batches`` optimizer steps per
+PPO epoch, ``algorithm.ppo_epochs`` epochs. TRL's ``max_steps``, ``save_steps`` and warm-up count optimizer steps:
+divided here by the optimizer steps of one memrl step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from memrl.config.verl_script import Translation
+
+BATCH_FIELDS = ("per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation",
+                "generation_batch_size", "num_generations")
+
+
+def batches_rule(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
+    """Prompts per step, mini-batches, and the step counts (``processes``: the run's process count)."""
+    per_device, accumulate = int(get("per_device_train_batch_size")), int(get("gradient_accumulation_steps"))
+    per_gen, gen_batch, n = get("steps_per_generation"), get("generation_batch_size"), int(get("num_generations"))
+    if gen_batch is None:
+        per_gen = int(per_gen or accumulate)
+        gen_batch = per_device * processes * per_gen
+    elif per_gen is None:
+        per_gen = int(gen_batch) // (per_device * processes)
+    where = f"{source(*BATCH_FIELDS)}, {processes} process{'es' if processes != 1 else ''}"
+    if int(gen_batch) % n or per_gen % accumulate or per_gen < accumulate:
+        out.skipped["per_device_train_batch_size"] = (
+            f"{gen_batch} completions a generation, {per_gen} steps per generation, {accumulate} accumulated: not "
+            f"whole groups of {n} or whole optimizer steps; set trainer.prompts_per_step and trainer.mini_batches")
+        return
+    out.set("trainer.prompts_per_step", int(gen_batch) // n, where)
+    minis = per_gen // accumulate
+    out.set("trainer.mini_batches", minis, where)
+    updates = minis * int(get("num_iterations"))  # TRL optimizer steps in one memrl step
+    _counts(get, out, given, source, updates)
+
+
+def _counts(get: Any, out: Translation, given: dict[str, Any], source: Any, updates: int) -> None:
+    """max_steps, save_steps, warm-up: TRL's optimizer steps over ``updates`` per memrl step."""
+    def steps(value: float) -> int:
+        return max(int(math.ceil(value / updates)), 1)
+
+    per = f" ({updates} TRL optimizer steps a memrl step)" if updates > 1 else ""
+    max_steps = int(get("max_steps"))
+    if max_steps > 0:
+        out.set("trainer.total_steps", steps(max_steps), source("max_steps") + per)
+    else:
+        out.skipped["max_steps" if "max_steps" in given else "num_train_epochs"] = (
+            "TRL trains num_train_epochs over its dataset: memrl counts steps, set trainer.total_steps")
+    if get("save_strategy") == "steps":
+        out.set("trainer.save_every", steps(float(get("save_steps"))), source("save_steps") + per)
+    warm = int(get("warmup_steps"))
+    if not warm and float(get("warmup_ratio")) > 0 and max_steps > 0:
+        warm = int(math.ceil(float(get("warmup_ratio")) * max_steps))
+    if warm:
+        out.set("trainer.warmup_steps", steps(warm), source("warmup_steps", "warmup_ratio") + per)
+    out.used.add("num_train_epochs")

@@ -1,0 +1,131 @@
+"""``memrl config from-trl``: a TRL GRPO run's settings (config file or launch command) as a memrl config that
+trains TRL's algorithm, TRL's GRPOConfig defaults (f2cd577) filling what the run leaves out."""
+
+from __future__ import annotations
+
+import torch
+import pytest
+from typer.testing import CliRunner
+
+from memrl.cli.main import app
+from memrl.config import load_config
+from memrl.config.from_trl import translate_trl
+from memrl.config.from_verl import nested
+from memrl.config.trl_args import command_arguments, trl_arguments
+from memrl.rl import policy_objective
+from tests.rl.test_trl_deepseek_losses import batch, trl_loss
+
+DEEPMATH = """\
+model_name_or_path: Qwen/Qwen2.5-0.5B-Instruct
+dataset_name: trl-lib/DeepMath-103K
+num_generations: 16
+per_device_train_batch_size: 16
+gradient_accumulation_steps: 8
+steps_per_generation: 16
+num_iterations: 2
+max_steps: 400
+epsilon_high: 0.28
+mask_truncated_completions: true
+use_vllm: true
+vllm_importance_sampling_mode: token_truncate
+vllm_importance_sampling_clip_max: 2.0
+lr_scheduler_type: cosine
+warmup_ratio: 0.05
+use_peft: true
+lora_r: 32
+lora_target_modules: [q_proj, v_proj]
+bf16: true
+"""
+
+
+def values(fields, processes=1):
+    t = translate_trl(fields, processes)
+    return {k: v for k, (v, _) in t.settings.items()}, t.skipped
+
+
+def test_a_config_file_becomes_memrls_steps_batches_and_corrections():
+    """8 processes x 16 completions x 16 steps per generation = 2,048 completions = 128 prompts of 16; 16 / 8
+    accumulated = 2 optimizer steps an epoch, 2 epochs: TRL's 400 optimizer steps are 100 memrl steps."""
+    fields, processes = trl_arguments(DEEPMATH)
+    got, skipped = values(fields, 8)
+    assert processes is None and got["trainer.prompts_per_step"] == 128 and got["trainer.mini_batches"] == 2
+    assert (got["algorithm.ppo_epochs"], got["trainer.total_steps"], got["trainer.warmup_steps"]) == (2, 100, 5)
+    assert (got["algorithm.clip_ratio_low"], got["algorithm.clip_ratio_high"], got["algorithm.clip_ratio_c"]) == \
+        (0.2, 0.28, 1e9)  # TRL's delta=None: no dual clip
+    assert (got["algorithm.adv_estimator"], got["algorithm.epsilon"], got["algorithm.loss_agg_mode"]) == \
+        ("grpo", 1e-4, "token-mean")  # scale_rewards="group" adds 1e-4; loss_type="dapo"
+    assert got["algorithm.rollout_correction.rollout_is"] == "token"
+    assert got["algorithm.rollout_correction.rollout_is_threshold"] == 2.0
+    assert got["engine.kind"] == "vllm" and got["lora.r"] == 32 and got["lora.target_modules"] == ["q_proj", "v_proj"]
+    assert got["trainer.lr_schedule"] == "cosine" and got["algorithm.mask_truncated_completions"] is True
+    assert "workflow" in skipped["dataset_name"] and "bfloat16" in skipped["bf16"]
+    load_config(None, [f"{k}={v}" for k, v in got.items() if not isinstance(v, list)])  # memrl accepts it all
+
+
+def test_a_launch_command_gives_its_flags_and_the_launchers_process_count():
+    text = ("accelerate launch --num_processes 4 --config_file zero3.yaml train_grpo.py \\\n"
+            "  --model_name_or_path Qwen/Qwen3-1.7B --max_steps -1 --use_vllm --beta=0.01 \\\n"
+            "  --lora_target_modules q_proj k_proj --loss-type grpo  # a comment\n")
+    fields, processes = command_arguments(text)
+    assert processes == 4
+    assert fields["max_steps"] == -1 and fields["use_vllm"] is True and fields["beta"] == 0.01
+    assert fields["lora_target_modules"] == ["q_proj", "k_proj"] and fields["loss_type"] == "grpo"
+    assert fields["model_name_or_path"] == "Qwen/Qwen3-1.7B"
+
+
+@pytest.mark.parametrize("fields, want, skipped", [
+    ({"loss_type": "cispo", "epsilon_high": 5.0}, {"algorithm.policy_loss": "cispo", "algorithm.clip_ratio_low": 1.0,
+                                                   "algorithm.clip_ratio_high": 4.0}, ()),
+    ({"loss_type": "cispo"}, {"algorithm.policy_loss": "cispo"}, ("epsilon_high",)),  # TRL's cap would be 0.2
+    ({"loss_type": "grpo", "importance_sampling_level": "sequence", "delta": 3.0},
+     {"algorithm.policy_loss": "gspo"}, ("delta",)),
+    ({"loss_type": "dr_grpo", "max_completion_length": 1024},
+     {"algorithm.loss_agg_mode": "seq-mean-token-sum-norm", "algorithm.loss_scale_factor": 1024}, ()),
+    ({"scale_rewards": "none"}, {"algorithm.adv_estimator": "dr_grpo"}, ()),
+    ({"scale_rewards": "batch"}, {}, ("scale_rewards",)),
+    ({"delta": 2.0}, {"algorithm.clip_ratio_c": 2.0}, ()),
+    ({"delta": 1.1}, {}, ("delta",)),  # at or below 1 + epsilon_high: TRL bounds positive advantages too
+    ({"loss_type": "sapo", "epsilon": 0.3, "sapo_temperature_neg": 2.0},
+     {"algorithm.policy_loss": "sapo", "algorithm.sapo_tau_neg": 2.0}, ("epsilon",)),
+    ({"loss_type": "vespo", "vespo_k_neg": 4.0}, {"algorithm.policy_loss": "vespo", "algorithm.vespo_k_neg": 4.0}, ()),
+    ({"vespo_k_neg": 4.0}, {}, ("vespo_k_neg",)),
+    ({"use_bias_correction_kl": True}, {}, ("use_bias_correction_kl",)),  # beta 0: no KL to weigh
+    ({"loss_type": "luspo", "importance_sampling_level": "sequence", "top_entropy_quantile": 0.2},
+     {"algorithm.policy_loss": "luspo"}, ("top_entropy_quantile",)),
+    ({"vllm_importance_sampling_mode": "token_mask"}, {}, ("vllm_importance_sampling_mode",)),  # no use_vllm
+    ({"per_device_train_batch_size": 3}, {}, ("per_device_train_batch_size",)),  # 3 completions: no group of 8
+])
+def test_each_trl_choice_becomes_memrls_or_says_why_not(fields, want, skipped):
+    got, why = values(fields)
+    assert {k: got.get(k) for k in want} == want
+    assert all(k in why for k in skipped), why
+    load_config(None, [f"{k}={v}" for k, v in got.items()])
+
+
+def test_the_translated_config_computes_trls_loss():
+    """grpo with beta 0.04, epsilon_high 0.28, no delta: the loss of memrl's translated algorithm is TRL's."""
+    from memrl.config.schema import MemRLConfig
+
+    t = translate_trl({"loss_type": "grpo", "beta": 0.04, "epsilon": 0.2, "epsilon_high": 0.2})
+    algorithm = MemRLConfig.model_validate(nested(t)).algorithm
+    g, mask, old, logp, adv = batch(3)
+    ref = old + torch.randn(*old.shape, generator=g) * 0.2
+    got, _ = policy_objective(logp, old, adv.expand_as(logp).contiguous(), mask, algorithm,
+                              entropy=torch.zeros_like(logp), ref_log_prob=ref)
+    assert got.item() == pytest.approx(trl_loss(logp, old, adv, mask, "grpo", beta=0.04, ref=ref).item(), rel=1e-5)
+
+
+def test_the_command_writes_the_config_and_lists_what_it_left_out(tmp_path):
+    source = tmp_path / "grpo.yaml"
+    source.write_text(DEEPMATH)
+    out = tmp_path / "memrl.yaml"
+    r = CliRunner().invoke(app, ["config", "from-trl", str(source), "--processes", "8", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "translated 17 of 19 TRL settings" in r.output and "dataset_name" in r.output
+    assert load_config(out, []).trainer.prompts_per_step == 128
+    again = CliRunner().invoke(app, ["config", "from-trl", str(source), "--out", str(out)])
+    assert again.exit_code == 2 and "exists: pass --force" in again.output
+    empty = tmp_path / "empty.sh"
+    empty.write_text("echo hello\n")
+    r = CliRunner().invoke(app, ["config", "from-trl", str(empty)])
+    assert r.exit_code == 2 and "no TRL settings found" in r.output
