@@ -48,7 +48,10 @@ BOOKKEEPING = ("logger", "experiment_name", "val_before_train", "resume_mode", "
                "log_val_generations", "profiler", "checkpoint.", "trust_remote_code", "filter_overlong_prompts",
                "truncation", "prompt_key", "shuffle", "seed")
 ADV_ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce_plus_plus": "reinforce_plus_plus",
-                  "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline", "gigpo": "gigpo"}
+                  "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline", "gigpo": "gigpo",
+                  "grpo_passk": "grpo_passk", "gpg": "gpg",
+                  # verl's vectorized twins: the same numbers for groups of two or more, all memrl trains
+                  "grpo_vectorized": "grpo", "rloo_vectorized": "rloo"}
 # verl flags of one policy loss -> memrl's algorithm field (written only for the loss the script picks)
 LOSS_OPTIONS = {A + "tau_pos": "sapo_tau_pos", A + "tau_neg": "sapo_tau_neg",
                 **{A + f"policy_loss.{k}": k for k in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
@@ -197,14 +200,16 @@ def _estimator(get: Any, out: Translation, given: dict[str, Any], source: Any) -
         out.used.add("algorithm.grpo_use_adv")
         by_std = given["algorithm.grpo_use_adv"] is True
         where = source("algorithm.adv_estimator", "algorithm.grpo_use_adv")
-    if name == "grpo" and not by_std:
+    if name in ("grpo", "grpo_vectorized") and not by_std:
         out.set("algorithm.adv_estimator", "dr_grpo", where)
+    elif name == "grpo_passk" and not by_std:
+        out.skipped["algorithm.adv_estimator"] = "grpo_passk without the std: memrl's grpo_passk divides by it"
     elif name in ADV_ESTIMATORS:
         out.set("algorithm.adv_estimator", ADV_ESTIMATORS[name], where)
     else:
         out.skipped["algorithm.adv_estimator"] = (f"{name!r}: memrl has no critic (gae) or no such estimator; "
                                                   "memrl's are grpo, dr_grpo, rloo, reinforce_plus_plus(_baseline), "
-                                                  "gigpo, step_reinforce")
+                                                  "gigpo, step_reinforce, grpo_passk, gpg")
 
 
 def _policy_loss(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:

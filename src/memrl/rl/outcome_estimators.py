@@ -1,0 +1,50 @@
+"""verl's other outcome estimators: GRPO for pass@k (``grpo_passk``) and GPG's (``gpg``).
+
+Why: both change *which* episodes of a group carry a signal, not only how much. Pass@k training (arXiv
+2503.19595) rewards a group for its best answer: only the group's best episode gets an advantage, the margin
+of its reward over the runner-up's (divided by the group's std), so the policy is pushed to make *some* answer
+right rather than every answer alike. GPG (arXiv 2504.02546), the estimator of verl's GPG recipe with
+``policy_loss=gpg``, centres each reward on its group's mean and scales every advantage by
+``episodes / episodes with a non-zero reward``, so a batch where few episodes score does not shrink the
+gradient.
+
+Each follows ``compute_grpo_passk_outcome_advantage`` / ``compute_gpg_outcome_advantage`` of
+``verl/trainer/ppo/core_algos.py`` step for step, on one value per episode (memrl's groups are of episodes);
+``tests/rl/test_outcome_estimators.py`` runs verl's own functions from a checkout against these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import torch
+
+from memrl.rl.estimator_base import _groups as _members, register_adv_est
+
+
+@register_adv_est("grpo_passk", needs_group=True)
+def grpo_passk(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
+    """Pass@k: the group's best episode gets ``(r_max - r_second) / (std + epsilon)`` (unbiased std), every other
+    episode 0. The best is ``torch.topk``'s first, as verl picks it; a tie for best gives 0. A group of one
+    episode has no runner-up: its advantage is 0 (verl raises)."""
+    out = torch.zeros_like(scores, dtype=torch.float32)
+    for rows in _members(group_ids).values():
+        if len(rows) < 2:
+            continue
+        rewards = scores[rows].float()
+        top, where = torch.topk(rewards, 2)
+        out[rows[int(where[0])]] = (top[0] - top[1]) / (torch.std(rewards) + epsilon)
+    return out
+
+
+@register_adv_est("gpg", needs_group=True)
+def gpg(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
+    """GPG: ``alpha * (r - group mean)``, ``alpha`` = episodes / episodes with a non-zero reward (at least one).
+    A group of one episode subtracts 0, as verl."""
+    rewards = scores.float()
+    alpha = rewards.numel() / torch.count_nonzero(rewards).clamp(min=1)
+    out = rewards.clone()
+    for rows in _members(group_ids).values():
+        if len(rows) > 1:
+            out[rows] = rewards[rows] - rewards[rows].mean()
+    return alpha * out

@@ -1,0 +1,67 @@
+"""``adv_estimator=grpo_passk`` and ``gpg``: by hand, and against verl's own functions cut out of a checkout
+(``MEMRL_VERL_REPO``, verl 0.9.0's core_algos.py), one row per episode."""
+
+from __future__ import annotations
+
+import os
+import types
+from collections import defaultdict
+from typing import Any, Optional
+
+import numpy as np
+import pytest
+import torch
+
+from memrl.rl.outcome_estimators import gpg, grpo_passk
+
+VERL = os.environ.get("MEMRL_VERL_REPO")
+
+
+def test_pass_at_k_credits_only_the_groups_best_by_its_margin():
+    """Group a: 0.2 0.9 0.5 -> the 0.9 gets (0.9 - 0.5) / std (unbiased: 0.35119); group b ties for best: 0;
+    a lone episode has no runner-up: 0."""
+    scores = torch.tensor([0.2, 0.9, 0.5, 1.0, 1.0, 0.0, 0.7])
+    out = grpo_passk(scores, ["a", "a", "a", "b", "b", "b", "c"])
+    assert out[1].item() == pytest.approx(0.4 / (0.351188 + 1e-6), rel=1e-5)
+    assert out[[0, 2, 3, 4, 5, 6]].abs().max().item() == 0.0
+
+
+def test_gpg_centres_on_the_group_and_scales_by_the_share_that_scored():
+    """4 episodes, 2 with a non-zero reward: alpha 2; group means 0.5."""
+    out = gpg(torch.tensor([1.0, 0.0, 0.0, 1.0]), ["a", "a", "b", "b"])
+    assert out.tolist() == [1.0, -1.0, -1.0, 1.0]
+    assert gpg(torch.zeros(3), ["a", "a", "b"]).tolist() == [0.0, 0.0, 0.0]  # nobody scored: alpha 3 / 1, all 0
+
+
+@pytest.fixture(scope="module")
+def verl() -> types.SimpleNamespace:
+    if not VERL:
+        pytest.skip("set MEMRL_VERL_REPO to a verl checkout to compare with verl's own estimators")
+    from tests.rl.verl_policy_losses import top_level_block, verl_source
+
+    core = verl_source(str(VERL), "verl/trainer/ppo/core_algos.py")
+    names = types.SimpleNamespace(GRPO_PASSK="grpo_passk", GPG="gpg")
+    ns: dict[str, Any] = {"torch": torch, "np": np, "defaultdict": defaultdict, "Optional": Optional,
+                          "AlgoConfig": object, "register_adv_est": lambda name: (lambda fn: fn),
+                          "AdvantageEstimator": names}
+    for start in ("@register_adv_est(AdvantageEstimator.GRPO_PASSK)", "@register_adv_est(AdvantageEstimator.GPG)"):
+        exec(top_level_block(core, start), ns)
+    return types.SimpleNamespace(passk=ns["compute_grpo_passk_outcome_advantage"],
+                                 gpg=ns["compute_gpg_outcome_advantage"])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_both_equal_verls_on_random_groups(verl, seed):
+    """Scores on each row's last token (rows of one episode each); groups of 2 to 5; binary and real rewards."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(2, 6, (4,), generator=g).tolist()
+    index = np.array([i for i, n in enumerate(sizes) for _ in range(n)])
+    scores = torch.rand(len(index), generator=g)
+    if seed % 2:
+        scores = (scores > 0.6).float()
+    rewards, mask = torch.zeros(len(index), 5), torch.ones(len(index), 5)
+    rewards[:, -1] = scores
+    want, _ = verl.passk(rewards, mask, index, config={})
+    torch.testing.assert_close(grpo_passk(scores, index.tolist()), want[:, 0])
+    want, _ = verl.gpg(rewards.clone(), mask, index)
+    torch.testing.assert_close(gpg(scores, index.tolist()), want[:, 0])
