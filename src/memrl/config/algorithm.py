@@ -35,6 +35,12 @@ class AlgorithmConfig(Section):
     n: int = Field(8, ge=1, description="Episodes per prompt (the GRPO group); MemAgent uses 16.")
     epsilon: Finite = Field(1e-6, gt=0, description="Added to the group std (grpo; TRL adds 1e-4), at most 0.01. "
                             "TRL's epsilon, the clip range, is clip_ratio_low / clip_ratio_high here.")
+    gdpo_reward_keys: list[str] = Field(
+        default_factory=list, description="gdpo: the episode metrics that are its reward components (a workflow's "
+        "ep.metric names, or the QA workflows' em / sub_em / f1; verl's algorithm.gdpo_reward_keys), each "
+        "normalised in its group on its own before the weighted sum.")
+    gdpo_reward_weights: list[Finite] | None = Field(
+        None, description="gdpo: one weight per gdpo_reward_keys entry (verl's gdpo_reward_weights); null: 1 each.")
     gamma: float = Field(1.0, ge=0, le=1, description="Discount: per token for reinforce_plus_plus, per turn "
                          "(conversation) for gigpo and step_reinforce (ROLL's step_reward_gamma, 0.95 in its examples).")
     episode_weight: Finite = Field(1.0, ge=0, description="gigpo: weight of the episode score normalised in its "
@@ -205,6 +211,7 @@ class AlgorithmConfig(Section):
             raise ValueError(f"state_similarity is read by adv_estimator={' or '.join(readers)} only "
                              f"(adv_estimator is {self.adv_estimator!r})")
         self._overlong()
+        self._gdpo_keys()
         if self.rollout_correction.enabled and self.off_policy != "none":
             raise ValueError(f"rollout_correction and off_policy={self.off_policy!r} both correct the engine's "
                              "log-probs: use one (off_policy: none with rollout_correction, or no rollout_correction)")
@@ -255,6 +262,21 @@ class AlgorithmConfig(Section):
                              f"({', '.join(readers)}); policy_loss is {self.policy_loss!r}")
         if self.off_policy != type(self).model_fields["off_policy"].default:
             raise ValueError(f"top_entropy_quantile works with off_policy none (off_policy is {self.off_policy!r})")
+
+    def _gdpo_keys(self) -> None:
+        """GDPO needs its components named (verl asserts); they mean nothing to another estimator."""
+        if self.adv_estimator == type(self).model_fields["adv_estimator"].default and not self.gdpo_reward_keys:
+            return  # (the registry imports torch: only when it can matter)
+        reads = getattr(ADV_ESTIMATORS.get(self.adv_estimator), "components", False)
+        if reads and not self.gdpo_reward_keys:
+            raise ValueError(f"adv_estimator={self.adv_estimator!r} needs gdpo_reward_keys: the episode metrics it "
+                             "normalises one by one (ep.metric names; em, f1 ... in the QA workflows)")
+        if self.gdpo_reward_keys and not reads:
+            raise ValueError(f"gdpo_reward_keys is read by adv_estimator=gdpo only (adv_estimator is "
+                             f"{self.adv_estimator!r})")
+        if self.gdpo_reward_weights is not None and len(self.gdpo_reward_weights) != len(self.gdpo_reward_keys):
+            raise ValueError(f"gdpo_reward_weights has {len(self.gdpo_reward_weights)} weights for "
+                             f"{len(self.gdpo_reward_keys)} gdpo_reward_keys: give one each")
 
     def _overlong(self) -> None:
         """The overlong settings come as a pair, the buffer inside the budget (verl's assert)."""

@@ -189,8 +189,9 @@ def _advantages(get: Any, out: Translation, given: dict[str, Any], source: Any, 
         out.skipped["scale_rewards"] = (f"{scale!r}: a plug-in estimator (docs/reference/algorithms.md has "
                                         "scale_rewards='batch' as its example)")
     if get("multi_objective_aggregation") != "sum_then_normalize":
-        out.skipped["multi_objective_aggregation"] = "memrl has one reward per episode: GDPO's normalize_then_sum " \
-                                                     "has no setting"
+        out.skipped["multi_objective_aggregation"] = (
+            "GDPO: algorithm.adv_estimator=gdpo with gdpo_reward_keys naming the episode metrics your workflow logs "
+            "for each reward function (verl's GDPO whitens over tokens where TRL normalises over completions)")
 
 
 def _schedule(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:

@@ -49,7 +49,7 @@ BOOKKEEPING = ("logger", "experiment_name", "val_before_train", "resume_mode", "
                "truncation", "prompt_key", "shuffle", "seed")
 ADV_ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce_plus_plus": "reinforce_plus_plus",
                   "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline", "gigpo": "gigpo",
-                  "grpo_passk": "grpo_passk", "gpg": "gpg",
+                  "grpo_passk": "grpo_passk", "gpg": "gpg", "gdpo": "gdpo",
                   # verl's vectorized twins: the same numbers for groups of two or more, all memrl trains
                   "grpo_vectorized": "grpo", "rloo_vectorized": "rloo"}
 # verl flags of one policy loss -> memrl's algorithm field (written only for the loss the script picks)
@@ -209,7 +209,24 @@ def _estimator(get: Any, out: Translation, given: dict[str, Any], source: Any) -
     else:
         out.skipped["algorithm.adv_estimator"] = (f"{name!r}: memrl has no critic (gae) or no such estimator; "
                                                   "memrl's are grpo, dr_grpo, rloo, reinforce_plus_plus(_baseline), "
-                                                  "gigpo, step_reinforce, grpo_passk, gpg")
+                                                  "gigpo, step_reinforce, grpo_passk, gpg, gdpo")
+    _gdpo(name, out, given, source)
+
+
+def _gdpo(name: Any, out: Translation, given: dict[str, Any], source: Any) -> None:
+    """GDPO's reward keys and weights (Hydra lists: ``'[format,acc]'``), written with the gdpo estimator only."""
+    if name == "gdpo" and "algorithm.gdpo_reward_keys" not in given:
+        out.settings.pop("algorithm.adv_estimator", None)
+        out.skipped["algorithm.adv_estimator"] = "gdpo without algorithm.gdpo_reward_keys (verl asserts them)"
+    for key in ("algorithm.gdpo_reward_keys", "algorithm.gdpo_reward_weights"):
+        out.used.add(key)
+        if key not in given:
+            continue
+        if name != "gdpo":
+            out.skipped[key] = f"read by verl's gdpo estimator only (this script's is {name})"
+            continue
+        items = [x.strip().strip("'\"") for x in str(given[key]).strip("[]").split(",") if x.strip()]
+        out.set(key, [float(x) for x in items] if key.endswith("weights") else items, source(key))
 
 
 def _policy_loss(get: Any, out: Translation, given: dict[str, Any], source: Any) -> None:

@@ -28,27 +28,10 @@ from typing import Any
 import torch
 
 from memrl.config.registry import origin
-from memrl.rl.estimator_base import AdvantageEstimator, _groups, get_estimator, register_adv_est, spread  # noqa: F401
+from memrl.rl.estimator_base import (AdvantageEstimator, _groups, _whitened, get_estimator,  # noqa: F401
+                                     group_normalize, register_adv_est, spread)
 from memrl.rl.functional import masked_whiten
 from memrl.rl.turn_credit import TurnRows, gigpo_rows, step_reinforce_rows
-
-
-def group_normalize(scores: torch.Tensor, index: Sequence[Hashable], norm_by_std: bool = True,
-                    epsilon: float = 1e-6) -> torch.Tensor:
-    """GRPO on a vector of scalar scores: ``(r - mean_g) / (std_g + eps)`` (std unbiased).
-
-    A one-sample group uses mean 0 and std 1, as verl does, so its advantage
-    is its raw score (divided by ``1 + eps``).
-    """
-    out = scores.clone().float()
-    for rows in _groups(index).values():
-        s = scores[rows].float()
-        if len(rows) == 1:
-            mean, std = torch.tensor(0.0), torch.tensor(1.0)
-        else:
-            mean, std = s.mean(), s.std()
-        out[rows] = (s - mean) / (std + epsilon) if norm_by_std else s - mean
-    return out
 
 
 def rloo(scores: torch.Tensor, index: Sequence[Hashable]) -> torch.Tensor:
@@ -124,11 +107,6 @@ def _discounted_whitened(per_row: torch.Tensor, mask: torch.Tensor, *, gamma: fl
     has = mask.sum(dim=1) > 0
     rewards[has, last[has]] = per_row[has]
     return compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma)[0]
-
-
-def _whitened(per_row: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0) -> torch.Tensor:
-    """REINFORCE++-baseline: the spread values whitened over all valid tokens of the batch."""
-    return masked_whiten(spread(per_row, mask), mask) * mask
 
 
 @register_adv_est("grpo", needs_group=True, per_step=True)

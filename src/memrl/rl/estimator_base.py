@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from memrl.config.registry import ADV_ESTIMATORS, origin
+from memrl.rl.functional import masked_whiten
 
 
 def spread(per_row: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0) -> torch.Tensor:
@@ -41,6 +42,8 @@ class AdvantageEstimator:
     turns: Callable[..., torch.Tensor] | None = None
     per_step: bool = False  # its episode stage also normalises ReMemR1's state rewards per (group, turn)
     states: bool = False  # its turn stage compares turns by their anchor state (ep.generate(state=...))
+    # its episode stage also takes ``components`` ([episodes, K]: algorithm.gdpo_reward_keys' metrics) and ``weights``
+    components: bool = False
 
     def __call__(self, scores: torch.Tensor, group_ids: Sequence[Hashable], **kw: Any) -> torch.Tensor:
         out = self.fn(scores, group_ids, **kw)
@@ -56,12 +59,15 @@ class AdvantageEstimator:
 
 def register_adv_est(name: str, *, tokens: Callable[..., torch.Tensor] = spread, needs_group: bool = False,
                      turns: Callable[..., torch.Tensor] | None = None, per_step: bool = False,
-                     states: bool = False) -> Callable[[Callable[..., torch.Tensor]], AdvantageEstimator]:
+                     states: bool = False, components: bool = False,
+                     ) -> Callable[[Callable[..., torch.Tensor]], AdvantageEstimator]:
     """Decorator: register ``fn(scores, group_ids, *, epsilon) -> per-episode values`` as ``name``
     (``turns``: a per-turn stage, ``states`` if it compares turns by anchor state; ``per_step``: ReMemR1's
-    state advantage uses ``fn`` too, see :class:`AdvantageEstimator` and :func:`combine_step_advantages`)."""
+    state advantage uses ``fn`` too, see :class:`AdvantageEstimator` and :func:`combine_step_advantages`;
+    ``components``: ``fn`` also takes the episodes' reward components, GDPO's)."""
     def decorate(fn: Callable[..., torch.Tensor]) -> AdvantageEstimator:
-        return ADV_ESTIMATORS.register(name, AdvantageEstimator(fn, tokens, needs_group, turns, per_step, states))
+        return ADV_ESTIMATORS.register(name, AdvantageEstimator(fn, tokens, needs_group, turns, per_step, states,
+                                                                components))
     return decorate
 
 
@@ -76,3 +82,26 @@ def _groups(index: Sequence[Hashable]) -> dict[Hashable, list[int]]:
     for i, g in enumerate(index):
         groups[g].append(i)
     return groups
+
+
+def group_normalize(scores: torch.Tensor, index: Sequence[Hashable], norm_by_std: bool = True,
+                    epsilon: float = 1e-6) -> torch.Tensor:
+    """GRPO on a vector of scalar scores: ``(r - mean_g) / (std_g + eps)`` (std unbiased).
+
+    A one-sample group uses mean 0 and std 1, as verl does, so its advantage
+    is its raw score (divided by ``1 + eps``).
+    """
+    out = scores.clone().float()
+    for rows in _groups(index).values():
+        s = scores[rows].float()
+        if len(rows) == 1:
+            mean, std = torch.tensor(0.0), torch.tensor(1.0)
+        else:
+            mean, std = s.mean(), s.std()
+        out[rows] = (s - mean) / (std + epsilon) if norm_by_std else s - mean
+    return out
+
+
+def _whitened(per_row: torch.Tensor, mask: torch.Tensor, *, gamma: float = 1.0) -> torch.Tensor:
+    """REINFORCE++-baseline: the spread values whitened over all valid tokens of the batch."""
+    return masked_whiten(spread(per_row, mask), mask) * mask

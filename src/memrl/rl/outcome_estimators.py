@@ -1,4 +1,4 @@
-"""verl's other outcome estimators: GRPO for pass@k (``grpo_passk``) and GPG's (``gpg``).
+"""verl's other outcome estimators: GRPO for pass@k (``grpo_passk``), GPG's (``gpg``) and GDPO (``gdpo``).
 
 Why: both change *which* episodes of a group carry a signal, not only how much. Pass@k training (arXiv
 2503.19595) rewards a group for its best answer: only the group's best episode gets an advantage, the margin
@@ -6,9 +6,13 @@ of its reward over the runner-up's (divided by the group's std), so the policy i
 right rather than every answer alike. GPG (arXiv 2504.02546), the estimator of verl's GPG recipe with
 ``policy_loss=gpg``, centres each reward on its group's mean and scales every advantage by
 ``episodes / episodes with a non-zero reward``, so a batch where few episodes score does not shrink the
-gradient.
+gradient. GDPO (arXiv 2601.05242) trains on several rewards at once (a format reward and an accuracy reward,
+say): summed first, the one with the larger spread drowns the other's signal in the group's std, so each
+component is normalised in its group on its own, then they are summed with weights and whitened over the
+batch's tokens.
 
-Each follows ``compute_grpo_passk_outcome_advantage`` / ``compute_gpg_outcome_advantage`` of
+Each follows ``compute_grpo_passk_outcome_advantage`` / ``compute_gpg_outcome_advantage`` /
+``compute_gdpo_outcome_advantage`` of
 ``verl/trainer/ppo/core_algos.py`` step for step, on one value per episode (memrl's groups are of episodes);
 ``tests/rl/test_outcome_estimators.py`` runs verl's own functions from a checkout against these.
 """
@@ -19,7 +23,7 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from memrl.rl.estimator_base import _groups as _members, register_adv_est
+from memrl.rl.estimator_base import _groups as _members, _whitened, group_normalize, register_adv_est
 
 
 @register_adv_est("grpo_passk", needs_group=True)
@@ -48,3 +52,18 @@ def gpg(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float =
         if len(rows) > 1:
             out[rows] = rewards[rows] - rewards[rows].mean()
     return alpha * out
+
+
+@register_adv_est("gdpo", needs_group=True, tokens=_whitened, components=True)
+def gdpo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6,
+         components: torch.Tensor | None = None, weights: Sequence[float] | None = None) -> torch.Tensor:
+    """GDPO: ``sum_k w_k * GRPO_k``, each component (a column of ``components``, the episodes' metrics named by
+    ``algorithm.gdpo_reward_keys``) normalised in its group as GRPO's; whitened over the batch's generated
+    tokens by the token stage, as verl's masked_whiten. No components: the reward alone (verl's fallback).
+    ``weights``: ``algorithm.gdpo_reward_weights``, else 1 each."""
+    parts = scores.float().unsqueeze(-1) if components is None else components.float()
+    w = [1.0] * parts.shape[1] if weights is None else list(weights)
+    out = torch.zeros(parts.shape[0])
+    for k in range(parts.shape[1]):
+        out += w[k] * group_normalize(parts[:, k], group_ids, True, epsilon)
+    return out

@@ -78,7 +78,10 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
     a = cfg.algorithm
     scores = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
     groups = [t.group_id for t in trajs]
-    ep_adv = episode_advantages(scores, groups, a.adv_estimator, a.epsilon, a.adv_estimator_options)
+    options = dict(a.adv_estimator_options)
+    if get_estimator(a.adv_estimator).components:  # GDPO: each episode's reward components, its named metrics
+        options.update(components=reward_components(trajs, a.gdpo_reward_keys), weights=a.gdpo_reward_weights)
+    ep_adv = episode_advantages(scores, groups, a.adv_estimator, a.epsilon, options)
     if get_estimator(a.adv_estimator).needs_group and a.n >= 2:
         ep_adv = without_lone_groups(ep_adv, groups)
     width = max(len(r) for r in rows) - 1
@@ -103,6 +106,17 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
         tok = broadcast(ep_adv, conv_episode, mask, a.adv_estimator, a.gamma)
     for i, r in enumerate(rows):
         r.advantages = tok[i, : len(r) - 1].clone()
+
+
+def reward_components(trajs: list[Trajectory], keys: list[str]) -> torch.Tensor:
+    """``[episodes, len(keys)]``: each episode's metric of each name; a ValueError naming the first episode that
+    lacks one (verl asserts each key is among the reward's returned fields)."""
+    for t in trajs:
+        missing = [k for k in keys if k not in t.metrics]
+        if missing:
+            raise ValueError(f"episode {t.sample_id!r} has no metric {missing[0]!r} for algorithm.gdpo_reward_keys "
+                             f"(its metrics: {', '.join(sorted(t.metrics)) or 'none'}): log it with ep.metric")
+    return torch.tensor([[float(t.metrics[k]) for k in keys] for t in trajs], dtype=torch.float32)
 
 
 def turn_rows(trajs: list[Trajectory], rows: list[Row]) -> TurnRows:
