@@ -58,7 +58,8 @@ def test_a_config_file_becomes_memrls_steps_batches_and_corrections():
     assert got["algorithm.rollout_correction.rollout_is_threshold"] == 2.0
     assert got["engine.kind"] == "vllm" and got["lora.r"] == 32 and got["lora.target_modules"] == ["q_proj", "v_proj"]
     assert got["trainer.lr_schedule"] == "cosine" and got["algorithm.mask_truncated_completions"] is True
-    assert "workflow" in skipped["dataset_name"] and "bfloat16" in skipped["bf16"]
+    assert "workflow" in skipped["dataset_name"] and "autocast" in skipped["bf16"]
+    assert got["model.dtype"] == "float32"  # TRL loads a model id in float32 (bf16 is autocast)
     load_config(None, [f"{k}={v}" for k, v in got.items() if not isinstance(v, list)])  # memrl accepts it all
 
 
@@ -129,3 +130,42 @@ def test_the_command_writes_the_config_and_lists_what_it_left_out(tmp_path):
     empty.write_text("echo hello\n")
     r = CliRunner().invoke(app, ["config", "from-trl", str(empty)])
     assert r.exit_code == 2 and "no TRL settings found" in r.output
+
+
+def test_audit_cases_entropy_lora_dtype_clip_schedule():
+    """Adaptive entropy's floats stay floats; a one-item target list is its string, as TRL's ModelConfig makes it;
+    dtype and model_init_kwargs; max_grad_norm 0 is no clipping; constant has no warm-up; a warm-up below 1 is
+    a ratio; the process count unknown is said."""
+    got, skipped = values({"use_adaptive_entropy": True, "entropy_target": 0.5, "entropy_coef": 0.01}, 1)
+    assert (got["algorithm.adaptive_entropy"], got["algorithm.entropy_target"]) == (True, 0.5)
+    got, skipped = values({"use_peft": True, "lora_target_modules": ["all-linear"], "lora_modules_to_save": ["lm_head"],
+                           "dtype": "bfloat16", "max_grad_norm": 0.0, "lr_scheduler_type": "constant",
+                           "warmup_steps": 10, "max_steps": 100}, 1)
+    assert got["lora.target_modules"] == "all-linear" and "lora_modules_to_save" in skipped
+    assert got["model.dtype"] == "bfloat16" and got["trainer.grad_clip"] == 1e9
+    assert "trainer.warmup_steps" not in got and "constant" in skipped["warmup_steps"]
+    got, skipped = values({"warmup_steps": 0.1, "max_steps": 100, "lr_scheduler_type": "cosine",
+                           "model_init_kwargs": {"dtype": "float16"}, "use_peft": True}, 1)
+    assert got["trainer.warmup_steps"] == 10 and got["model.dtype"] == "float16"
+    assert "peft's default" in skipped["lora_target_modules (TRL's default)"]
+    assert "pass --processes N" in translate_trl({}, None).skipped["(processes)"]
+
+
+def test_audit_cases_command_parsing():
+    """A colon inside a command is not YAML; a quoted '#'; CRLF continuations; variables; --no_ flags; torchrun's
+    nodes x processes; a --config file read under the command's flags."""
+    fields, processes = trl_arguments('accelerate launch --num_processes 8 t.py --run_name "lr: 3e-6" '
+                                      '--learning_rate 3e-6 --num_generations 16')
+    assert processes == 8 and fields["learning_rate"] == 3e-6 and fields["num_generations"] == 16
+    fields, _ = trl_arguments('LR=5e-7\r\npython t.py --run_name "exp #3" \\\r\n  --learning_rate $LR '
+                              '--no_gradient_checkpointing\r\n')
+    assert fields["learning_rate"] == 5e-7 and fields["run_name"] == "exp #3"
+    assert fields["gradient_checkpointing"] is False
+    assert command_arguments("torchrun --nnodes 4 --nproc_per_node 8 t.py")[1] == 32
+    assert command_arguments("deepspeed --num_gpus 8 t.py")[1] == 8
+
+
+def test_a_config_file_named_in_a_command_is_read_under_its_flags(tmp_path):
+    (tmp_path / "grpo.yaml").write_text("learning_rate: 1.0e-5\nnum_generations: 4\n")
+    fields, _ = trl_arguments("trl grpo --config grpo.yaml --num_generations 16", tmp_path)
+    assert fields["learning_rate"] == 1e-5 and fields["num_generations"] == 16 and "config" not in fields

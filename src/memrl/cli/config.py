@@ -185,10 +185,10 @@ def from_trl(
     from memrl.config.trl_args import trl_arguments
 
     text = sys.stdin.read() if source == "-" else _read_script(Path(source), "a TRL config file or launch command")
-    fields, launched = trl_arguments(text)
+    fields, launched = trl_arguments(text, None if source == "-" else Path(source).resolve().parent)
     if not fields:
         raise ValueError(f"{source}: no TRL settings found (neither a YAML mapping nor --name value words)")
-    result = translate_trl(fields, processes or launched or 1)
+    result = translate_trl(fields, processes or launched)
     rendered = render_yaml(result, HEADER)
     _check_translation(rendered)
     _write(rendered, out, force, source)

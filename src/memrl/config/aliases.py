@@ -59,7 +59,7 @@ NOTES: dict[str, str] = {
     "max_completion_length": "the generation budget is the workflow's (memrl config show lists workflow.options); "
                              "dr_grpo's constant L is algorithm.loss_scale_factor",
     "max_prompt_length": "prompts are built by the workflow from its own token budgets (workflow.options)",
-    "num_train_epochs": "memrl counts optimizer steps: trainer.total_steps",
+    "num_train_epochs": "memrl counts steps (a rollout and its update each): trainer.total_steps",
     "gradient_accumulation_steps": "memrl accumulates micro-batches of trainer.micro_batch_tokens tokens into "
                                    "each of trainer.mini_batches optimizer steps by itself",
     "multi_objective_aggregation": "several rewards are combined by your reward function "

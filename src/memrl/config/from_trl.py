@@ -18,6 +18,7 @@ from typing import Any
 from memrl.config.aliases import note_for
 from memrl.config.from_verl import _valid
 from memrl.config.trl_batches import batches_rule
+from memrl.config.trl_model import differences_rule, dtype_rule, grad_clip_rule, peft_rule, vllm_rule
 from memrl.config.verl_script import Translation
 
 DEFAULT = "TRL's default"
@@ -42,7 +43,7 @@ TRL_DEFAULTS: dict[str, Any] = {
 }
 SIMPLE: list[tuple[str, str, Any]] = [  # (TRL field, memrl key, conversion), written whenever TRL has a value
     ("num_generations", "algorithm.n", int), ("learning_rate", "trainer.lr", float),
-    ("weight_decay", "trainer.weight_decay", float), ("max_grad_norm", "trainer.grad_clip", float),
+    ("weight_decay", "trainer.weight_decay", float),
     ("seed", "trainer.seed", int), ("temperature", "sampling.temperature", float),
     ("top_p", "sampling.top_p", float), ("top_k", "sampling.top_k", lambda v: max(int(v or 0), 0)),
     ("model_name_or_path", "model.path", str), ("gradient_checkpointing", "trainer.gradient_checkpointing", bool),
@@ -52,16 +53,16 @@ SIMPLE: list[tuple[str, str, Any]] = [  # (TRL field, memrl key, conversion), wr
     ("off_policy_mask_threshold", "algorithm.off_policy_mask_threshold", float),
     ("entropy_coef", "algorithm.entropy_coef", float),
 ]
-# written only when TRL reads them: (field, memrl key, the condition's field and value)
-ONLY_WITH: list[tuple[str, str, str, Any]] = [
-    *((f, f"algorithm.{f}", "use_adaptive_entropy", True)
+# written only when TRL reads them: (field, memrl key, conversion, the condition's field and value)
+ONLY_WITH: list[tuple[str, str, Any, str, Any]] = [
+    *((f, f"algorithm.{f}", float, "use_adaptive_entropy", True)
       for f in ("entropy_target", "entropy_coef_delta", "entropy_coef_min", "entropy_coef_max")),
-    ("use_adaptive_entropy", "algorithm.adaptive_entropy", "use_adaptive_entropy", True),
-    *((f, f"algorithm.{f}", "loss_type", "vespo") for f in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
-                                                             "vespo_lambda_neg")),
-    ("sapo_temperature_pos", "algorithm.sapo_tau_pos", "loss_type", "sapo"),
-    ("sapo_temperature_neg", "algorithm.sapo_tau_neg", "loss_type", "sapo"),
-    ("use_bias_correction_kl", "algorithm.kl_bias_correction", "use_bias_correction_kl", True),
+    ("use_adaptive_entropy", "algorithm.adaptive_entropy", bool, "use_adaptive_entropy", True),
+    *((f, f"algorithm.{f}", float, "loss_type", "vespo") for f in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg",
+                                                                    "vespo_lambda_neg")),
+    ("sapo_temperature_pos", "algorithm.sapo_tau_pos", float, "loss_type", "sapo"),
+    ("sapo_temperature_neg", "algorithm.sapo_tau_neg", float, "loss_type", "sapo"),
+    ("use_bias_correction_kl", "algorithm.kl_bias_correction", bool, "use_bias_correction_kl", True),
 ]
 AGGREGATION = {"dapo": "token-mean", "bnpo": "token-mean", "grpo": "seq-mean-token-mean",
                "dr_grpo": "seq-mean-token-sum-norm"}
@@ -69,20 +70,25 @@ OWN_LOSSES = ("cispo", "sapo", "luspo", "vespo")
 PLUMBING = ("per_device_eval_batch_size", "dataloader_", "ddp_", "deepspeed", "fsdp", "vllm_gpu_memory",
             "vllm_tensor_parallel", "vllm_server_", "vllm_group_port", "vllm_enable_sleep", "vllm_model_impl",
             "vllm_max_model_length", "ds3_gather", "torch_compile", "bf16", "fp16", "tf32", "attn_implementation",
-            "torch_dtype", "dtype", "gradient_checkpointing_kwargs", "cast_lm_head", "use_transformers_",
+            "gradient_checkpointing_kwargs", "cast_lm_head", "use_transformers_",
             "cache_implementation", "model_init_kwargs", "trust_remote_code", "use_cpu", "pad_to_multiple_of",
-            "parallelism_config", "disable_dropout", "optim", "adam_", "config_file", "multi_gpu", "mixed_precision")
+            "parallelism_config", "config_file", "multi_gpu", "mixed_precision", "num_machines", "machine_rank",
+            "main_process", "rdzv", "master_")
 BOOKKEEPING = ("logging_", "log_", "report_to", "run_name", "push_to_hub", "hub_", "save_strategy", "eval_",
                "do_eval", "num_completions_to_print", "save_only_model", "resume_from_checkpoint",
                "overwrite_output_dir", "config", "wandb_")
 TASK = ("dataset_", "reward_funcs", "max_prompt_length", "chat_template", "remove_unused_columns", "shuffle_dataset",
-        "num_generations_eval", "generation_kwargs", "repetition_penalty", "min_p", "max_tool_calling_iterations")
+        "num_generations_eval", "max_tool_calling_iterations")
 
 
-def translate_trl(fields: dict[str, Any], processes: int = 1) -> Translation:
-    """memrl settings for a TRL run's fields (``processes``: how many it trains on; TRL's batch sizes are per
-    process), TRL's defaults filling in what the fields leave out."""
+def translate_trl(fields: dict[str, Any], processes: int | None = None) -> Translation:
+    """memrl settings for a TRL run's fields (``processes``: how many it trains on, TRL's batch sizes being per
+    process; None: unknown, 1 assumed and said), TRL's defaults filling in what the fields leave out."""
     out = Translation()
+    if processes is None:
+        processes = 1
+        out.skipped["(processes)"] = ("batch sizes assume 1 process: pass --processes N with the TRL run's count "
+                                      "(its accelerate config's num_processes)")
 
     def get(key: str) -> Any:
         out.used.add(key)
@@ -94,16 +100,22 @@ def translate_trl(fields: dict[str, Any], processes: int = 1) -> Translation:
 
     for trl_key, key, cast in SIMPLE:
         value = get(trl_key)
-        if value is not None:
-            out.set(key, cast(value), source(trl_key))
-    for trl_key, key, when, equal in ONLY_WITH:
+        try:
+            if value is not None:
+                out.set(key, cast(value), source(trl_key))
+        except (TypeError, ValueError):
+            out.skipped[trl_key] = f"{value!r} is not a value memrl can read (a variable the script sets elsewhere?)"
+    for trl_key, key, cast, when, equal in ONLY_WITH:
         value = get(trl_key)
         if get(when) == equal and value is not None:
-            out.set(key, type(equal)(value) if isinstance(equal, bool) else float(value), source(trl_key))
+            out.set(key, cast(value), source(trl_key))
         elif trl_key in fields and trl_key != when:
             out.skipped[trl_key] = f"TRL reads it only with {when}={equal}"
-    for rule in (_loss, _clip, _kl, _advantages, batches_rule, _schedule, _vllm, _peft, _masks_fit):
-        rule(get, out, fields, source, processes)
+    for rule in RULES:
+        try:
+            rule(get, out, fields, source, processes)
+        except (TypeError, ValueError, ZeroDivisionError) as err:  # a value memrl cannot read ($VAR left as written)
+            out.skipped[f"({rule.__name__.strip('_')})"] = f"not translated: {err}"
     for key in fields:
         if key not in out.used:
             out.skipped[key] = why_skipped(key)
@@ -121,6 +133,9 @@ def _loss(get: Any, out: Translation, given: dict[str, Any], source: Any, proces
     if level == "sequence" and kind in ("grpo", "luspo"):
         out.set("algorithm.policy_loss", "gspo" if kind == "grpo" else "luspo", where)
         return
+    if kind == "luspo":  # TRL warns: its token-level luspo averages over every position, padding included
+        out.skipped["importance_sampling_level"] = ("luspo at token level (TRL warns against it) averages over "
+                                                    "padding too; memrl's luspo is the sequence-level one")
     if level == "sequence" and kind != "vespo":
         out.skipped["importance_sampling_level"] = (f"sequence-level ratios with loss_type={kind}: memrl has them "
                                                     "with grpo (policy_loss=gspo) and luspo only; token level here")
@@ -159,7 +174,9 @@ def _clip(get: Any, out: Translation, given: dict[str, Any], source: Any, proces
     delta = get("delta")
     if not chosen.dual_clip:
         if delta is not None:
-            out.skipped["delta"] = f"memrl's {_policy(out)} has no bound on the ratio (TRL's two-sided clip)"
+            unread = _policy(out) in ("cispo", "sapo", "vespo")  # TRL's own branch for these never reads delta
+            out.skipped["delta"] = (f"TRL's {_policy(out)} does not read it" if unread
+                                    else f"memrl's {_policy(out)} has no bound on the ratio (TRL's two-sided clip)")
     elif delta is None:
         out.set("algorithm.clip_ratio_c", 1e9, f"{source('delta')} (delta=None: no bound on negative advantages)")
     elif float(delta) > 1 + high:
@@ -203,54 +220,6 @@ def _schedule(get: Any, out: Translation, given: dict[str, Any], source: Any, pr
             f"{kind!r} decay: memrl's trainer.lr_schedule is constant (kept) or cosine")
 
 
-def _vllm(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
-    """use_vllm -> the vLLM engine; TRL's vLLM importance sampling -> the rollout correction."""
-    vllm_keys = [k for k in given if k.startswith("vllm_")]
-    if not get("use_vllm"):
-        for key in vllm_keys:
-            out.skipped[key] = "read with use_vllm only"
-        out.used.update(vllm_keys)
-        return
-    out.used.update(vllm_keys)
-    if get("vllm_mode") == "colocate":
-        out.set("engine.kind", "vllm", source("use_vllm", "vllm_mode"))
-    else:
-        out.skipped["vllm_mode"] = ("server: start the vLLM server yourself and set engine.kind=openai, "
-                                    "engine.base_url=http://HOST:PORT/v1 (memrl syncs weights to it)")
-    if not get("vllm_importance_sampling_correction"):
-        return
-    mode = str(get("vllm_importance_sampling_mode"))
-    cap = get("vllm_importance_sampling_cap") or get("vllm_importance_sampling_clip_max")
-    floor = get("vllm_importance_sampling_clip_min")
-    where = source("vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max",
-                   "vllm_importance_sampling_clip_min", "vllm_importance_sampling_cap")
-    level, _, kind = mode.partition("_")
-    if cap is None or (kind == "truncate" and floor is not None):
-        out.skipped["vllm_importance_sampling_mode"] = f"{mode} with clip_min={floor}, clip_max={cap}: memrl " \
-                                                       "truncates from above only and needs an upper bound"
-        return
-    threshold: Any = float(cap) if kind == "truncate" else f"{floor if floor is not None else 1e-300}_{cap}"
-    out.set("algorithm.rollout_correction.rollout_is", level, where)
-    out.set("algorithm.rollout_correction.rollout_is_threshold", threshold, where)
-
-
-def _peft(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
-    lora = [k for k in given if k.startswith("lora_")]
-    if not get("use_peft"):
-        for key in lora:
-            out.skipped[key] = "read with use_peft only"
-        out.used.update(lora)
-        return
-    out.used.update(lora)
-    out.set("lora.enabled", True, source("use_peft"))
-    for trl_key, key, cast in (("lora_r", "r", int), ("lora_alpha", "alpha", int), ("lora_dropout", "dropout", float)):
-        out.set(f"lora.{key}", cast(get(trl_key)), source(trl_key))
-    modules = get("lora_target_modules")
-    if modules is not None:
-        out.set("lora.target_modules", modules if isinstance(modules, str) else list(modules),
-                source("lora_target_modules"))
-
-
 def _masks_fit(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
     """TRL multiplies any loss by its entropy and off-policy masks; memrl zeroes advantages, which is the same only
     for some losses: the others are left out with the reason rather than refused when the config loads."""
@@ -271,10 +240,20 @@ def why_skipped(key: str) -> str:
     note = note_for(key)
     if note:
         return note
+    if key.startswith(("optim", "adam_", "disable_dropout")):
+        return "memrl's optimizer is AdamW with its own settings (trainer.lr, trainer.weight_decay): no counterpart"
+    if key in ("bf16", "fp16", "tf32"):
+        return "autocast over the weights' dtype in TRL: memrl computes in model.dtype (written above)"
+    if key in ("repetition_penalty", "min_p", "generation_kwargs"):
+        return "memrl samples with temperature, top_p and top_k only (sampling.*)"
     if any(key.startswith(p) or p in key for p in PLUMBING):
-        return "placement, precision and memory: memrl sizes these itself (model.dtype=auto: bfloat16 on a GPU)"
+        return "placement, precision and memory: memrl sizes these itself"
     if any(key.startswith(p) for p in BOOKKEEPING):
         return "run bookkeeping memrl does its own way (trainer.*, memrl view)"
     if any(key.startswith(p) for p in TASK):
         return "the task (data, reward functions, budgets) is a memrl workflow's: workflow.* and data.train_file"
     return "no memrl counterpart"
+
+
+RULES = (_loss, _clip, _kl, _advantages, batches_rule, _schedule, vllm_rule, peft_rule, dtype_rule, grad_clip_rule,
+         _masks_fit, differences_rule)

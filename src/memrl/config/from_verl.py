@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from memrl.config.fork_rules import dapo_rule, gigpo_rule, memory_agent_rule, precision_rule
-from memrl.config.verl_script import A, M, R, Translation, overrides_of, scalar  # noqa: F401 (re-exported)
+from memrl.config.verl_script import (A, M, R, Translation, overrides_of, render_yaml,  # noqa: F401 (re-exported)
+                                      scalar)
 
 
 # verl 0.9.0's defaults (verl/trainer/config/_generated_ppo_trainer.yaml) for the settings translated here
@@ -160,7 +161,8 @@ def _valid(t: Translation, default: str = "verl's default") -> Translation:
             for key, e in zip(bad, exc.errors()):
                 if key in t.settings:
                     value, source = t.settings.pop(key)
-                    t.skipped[source if source != default else key] = (
+                    named = source.split(",")[0].split("=", 1)[0] if "=" in source else key  # the flag that gave it
+                    t.skipped[named] = (
                         f"memrl's {key} refuses {value!r}: {str(e['msg']).removeprefix('Value error, ')}")
     return t
 
@@ -358,43 +360,3 @@ def why_skipped(key: str, value: Any = None) -> str:
     if key.startswith(("data.", "reward_model.", "custom_reward_function.", "env.")):
         return "the task (data layout, reward, environment) is a memrl workflow's: workflow.* and data.train_file"
     return "no memrl counterpart"
-
-
-VERL_HEADER = "# translated by memrl config from-verl; values marked 'verl's default' are verl 0.9's"
-
-
-def render_yaml(t: Translation, header: str = VERL_HEADER) -> str:
-    """The settings as YAML sections, each value commented with the flag it came from."""
-    import yaml
-
-    sections: dict[str, list[str]] = {}
-    for key, (value, source) in sorted(t.settings.items()):
-        section, _, rest = key.partition(".")
-        dumped = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
-        sections.setdefault(section, []).append(_nested(rest, dumped, source))
-    lines = [header]
-    for section, rows in sections.items():
-        lines.append(f"{section}:")
-        lines += _merge(rows)
-    return "\n".join(lines) + "\n"
-
-
-def _nested(rest: str, dumped: str, source: str) -> str:
-    return f"{rest}\t{dumped}\t{source}"
-
-
-def _merge(rows: list[str]) -> list[str]:
-    """``a.b<TAB>v<TAB>src`` rows as indented YAML (one level of nesting below the section is enough here)."""
-    lines: list[str] = []
-    opened: set[str] = set()
-    for row in rows:
-        path, value, source = row.split("\t")
-        parts = path.split(".")
-        if len(parts) == 2:
-            if parts[0] not in opened:
-                lines.append(f"  {parts[0]}:")
-                opened.add(parts[0])
-            lines.append(f"    {parts[1]}: {value}  # {source}")
-        else:
-            lines.append(f"  {parts[0]}: {value}  # {source}")
-    return lines

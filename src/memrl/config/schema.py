@@ -216,7 +216,8 @@ class TrainerConfig(Section):
     seed: Seed = 42
     output_dir: str = Field("runs/default", description="The run's folder (config, checkpoints, metrics, "
                             "rollouts); running the same command again resumes from it.")
-    total_steps: int = Field(100, ge=1, description="Optimizer steps of the whole run (a resumed run trains "
+    total_steps: int = Field(100, ge=1, description="Steps of the whole run, each a rollout and an update of "
+                             "mini_batches x ppo_epochs optimizer steps (a resumed run trains "
                              "until it has this many).")
     save_every: int = Field(10, ge=1)
     keep_checkpoints: int = Field(2, ge=1)

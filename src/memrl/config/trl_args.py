@@ -3,47 +3,68 @@
 Split from :mod:`memrl.config.from_trl` (which maps them onto memrl's): TRL runs are configured two ways, a YAML
 file of ``GRPOConfig`` / ``ModelConfig`` fields (``trl grpo --config grpo.yaml``) or ``--name value`` words on a
 command (``accelerate launch --num_processes 8 train.py --learning_rate 1e-6 --use_vllm``), and both end here as
-one mapping of field names to Python values. Environment variables are never read.
+one mapping of field names to Python values. A command's ``--config FILE`` is read too (its flags override the
+file's, as TRL's parser does); the script's own ``NAME=value`` assignments are substituted; environment variables
+are never read.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
+from pathlib import Path
 from typing import Any
 
-from memrl.config.verl_script import _logical_lines, scalar
+from memrl.config.verl_script import _substitute, scalar
 
 # fields that take several values on a command line (``--lora_target_modules q_proj v_proj``)
-LIST_FIELDS = ("lora_target_modules", "reward_weights", "report_to", "reward_funcs")
-# accelerate / torchrun flags that say how many processes train (TRL's batch sizes are per process)
-PROCESS_FLAGS = ("num_processes", "nproc_per_node")
+LIST_FIELDS = ("lora_target_modules", "reward_weights", "report_to", "reward_funcs", "lora_modules_to_save")
+IDENTIFIER = re.compile(r"[A-Za-z_][\w.-]*")
 
 
-def trl_arguments(text: str) -> tuple[dict[str, Any], int | None]:
+def trl_arguments(text: str, base: Path | None = None) -> tuple[dict[str, Any], int | None]:
     """The run's fields (dashes as underscores) and, from a launcher's flags, how many processes it runs (None:
-    not said). A YAML mapping is a config file; anything else is read as a shell command."""
+    not said). A YAML mapping whose keys are all names is a config file; anything else a shell command
+    (``base``: the folder a command's ``--config FILE`` is relative to, besides the current one)."""
     import yaml
 
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError:
         data = None
-    if isinstance(data, dict):
+    if isinstance(data, dict) and data and all(IDENTIFIER.fullmatch(str(k)) for k in data):
         fields = {str(k).replace("-", "_"): v for k, v in data.items()}
         processes = fields.pop("num_processes", None)
         return fields, int(processes) if isinstance(processes, int) else None
-    return command_arguments(text)
+    fields, processes = command_arguments(text)
+    return _with_config_file(fields, base), processes
+
+
+def _with_config_file(fields: dict[str, Any], base: Path | None) -> dict[str, Any]:
+    """A command's ``--config FILE`` read under its flags (kept as ``config`` when the file is not here)."""
+    import yaml
+
+    name = fields.get("config")
+    if not isinstance(name, str):
+        return fields
+    for folder in (Path.cwd(), base):
+        path = folder / name if folder is not None else None
+        if path is not None and path.is_file():
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            if isinstance(data, dict):
+                merged = {str(k).replace("-", "_"): v for k, v in data.items()}
+                merged.update({k: v for k, v in fields.items() if k != "config"})
+                return merged
+    return fields
 
 
 def command_arguments(text: str) -> tuple[dict[str, Any], int | None]:
-    """``--name value`` / ``--name=value`` / ``--flag`` words of a shell command, values as Python scalars; a list
-    field keeps every value up to the next flag. The launcher's process count is returned apart."""
-    words: list[str] = []
-    for line in _logical_lines(text):
-        try:
-            words += shlex.split(line, comments=True)
-        except ValueError:
-            continue
+    """``--name value`` / ``--name=value`` / ``--flag`` / ``--no_flag`` words of a shell command, values as Python
+    scalars; a list field keeps every value up to the next flag. The launcher's process count (accelerate's
+    ``--num_processes``, torchrun's ``--nnodes`` x ``--nproc_per_node``, deepspeed's ``--num_gpus``) is returned
+    apart."""
+    names: dict[str, str] = {}
+    words = [_substitute(w, names, []) for w in _words(text, names)]
     fields: dict[str, Any] = {}
     i = 0
     while i < len(words):
@@ -61,10 +82,52 @@ def command_arguments(text: str) -> tuple[dict[str, Any], int | None]:
                 break
         if name in LIST_FIELDS:
             fields[name] = [scalar(v) for v in values]
+        elif not values and name.startswith("no_"):  # HfArgumentParser's complement of a flag that defaults to True
+            fields[name[3:]] = False
         else:
             fields[name] = scalar(values[0]) if values else True
-    processes = next((fields.pop(k) for k in PROCESS_FLAGS if k in fields), None)
-    return fields, int(processes) if isinstance(processes, int) else None
+    return fields, _processes(fields)
+
+
+def _words(text: str, names: dict[str, str]) -> list[str]:
+    """The shell words of ``text`` (continuations joined, CRLF or not; comments and quotes as the shell reads
+    them); ``NAME=value`` assignments go to ``names`` (substituted into later words)."""
+    joined = text.replace("\r\n", "\n").replace("\\\n", " ")
+    try:
+        words = shlex.split(joined, comments=True)
+    except ValueError:  # an unclosed quote: line by line, keeping what reads
+        words = []
+        for line in joined.splitlines():
+            try:
+                words += shlex.split(line, comments=True)
+            except ValueError:
+                continue
+    kept = []
+    for word in words:
+        key, eq, value = word.partition("=")
+        if eq and re.fullmatch(r"[A-Za-z_]\w*", key):  # a shell variable (NAME=value, export NAME=value)
+            names[key] = _substitute(value, names, [])
+        else:
+            kept.append(word)
+    return kept
+
+
+def _processes(fields: dict[str, Any]) -> int | None:
+    """The process count the launcher's flags give (they are removed from ``fields``), or None: accelerate's
+    ``--num_processes`` is the total; torchrun's ``--nproc_per_node`` and deepspeed's ``--num_gpus`` count one
+    machine, times ``--nnodes`` / ``--num_nodes``."""
+    total = fields.pop("num_processes", None)
+    per_node = fields.pop("nproc_per_node", None)
+    gpus = fields.pop("num_gpus", None)
+    nodes = fields.pop("nnodes", None)
+    machines = fields.pop("num_nodes", None)
+    if isinstance(total, int):
+        return total
+    if isinstance(per_node, int):
+        return per_node * (nodes if isinstance(nodes, int) else 1)
+    if isinstance(gpus, int):
+        return gpus * (machines if isinstance(machines, int) else 1)
+    return None
 
 
 def _flag(word: str) -> bool:

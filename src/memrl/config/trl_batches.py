@@ -24,10 +24,17 @@ def batches_rule(get: Any, out: Translation, given: dict[str, Any], source: Any,
     """Prompts per step, mini-batches, and the step counts (``processes``: the run's process count)."""
     per_device, accumulate = int(get("per_device_train_batch_size")), int(get("gradient_accumulation_steps"))
     per_gen, gen_batch, n = get("steps_per_generation"), get("generation_batch_size"), int(get("num_generations"))
+    if gen_batch is not None and per_gen is not None:
+        out.skipped["generation_batch_size"] = "given with steps_per_generation: TRL refuses the pair; give one"
+        return
     if gen_batch is None:
         per_gen = int(per_gen or accumulate)
         gen_batch = per_device * processes * per_gen
-    elif per_gen is None:
+    elif int(gen_batch) % (per_device * processes):
+        out.skipped["generation_batch_size"] = (f"{gen_batch} is not a multiple of per_device_train_batch_size x "
+                                                f"{processes} processes: TRL refuses it")
+        return
+    else:
         per_gen = int(gen_batch) // (per_device * processes)
     where = f"{source(*BATCH_FIELDS)}, {processes} process{'es' if processes != 1 else ''}"
     if int(gen_batch) % n or per_gen % accumulate or per_gen < accumulate:
@@ -55,10 +62,18 @@ def _counts(get: Any, out: Translation, given: dict[str, Any], source: Any, upda
         out.skipped["max_steps" if "max_steps" in given else "num_train_epochs"] = (
             "TRL trains num_train_epochs over its dataset: memrl counts steps, set trainer.total_steps")
     if get("save_strategy") == "steps":
-        out.set("trainer.save_every", steps(float(get("save_steps"))), source("save_steps") + per)
-    warm = int(get("warmup_steps"))
+        out.set("trainer.save_every", steps(_absolute(float(get("save_steps")), max_steps)), source("save_steps") + per)
+    warm = _absolute(float(get("warmup_steps")), max_steps)  # transformers 5: a value below 1 is a ratio
     if not warm and float(get("warmup_ratio")) > 0 and max_steps > 0:
-        warm = int(math.ceil(float(get("warmup_ratio")) * max_steps))
-    if warm:
+        warm = math.ceil(float(get("warmup_ratio")) * max_steps)
+    if warm and get("lr_scheduler_type") == "constant":  # transformers' "constant" has no warm-up
+        out.skipped["warmup_steps" if "warmup_steps" in given else "warmup_ratio"] = (
+            "lr_scheduler_type=constant has no warm-up in transformers (constant_with_warmup has)")
+    elif warm:
         out.set("trainer.warmup_steps", steps(warm), source("warmup_steps", "warmup_ratio") + per)
     out.used.add("num_train_epochs")
+
+
+def _absolute(value: float, max_steps: int) -> float:
+    """A step count as transformers reads it: below 1, a share of ``max_steps``."""
+    return math.ceil(value * max_steps) if 0 < value < 1 and max_steps > 0 else value

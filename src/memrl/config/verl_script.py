@@ -1,4 +1,5 @@
-"""The ``key=value`` words of a verl launch script, with the script's own variables substituted.
+"""The ``key=value`` words of a verl launch script, with the script's own variables substituted; and the
+:class:`Translation` record and its commented YAML, which ``memrl config from-verl`` and ``from-trl`` both write.
 
 Split from :mod:`memrl.config.from_verl` (which maps them onto memrl's settings): reading a shell script
 is a job of its own. Environment variables are never read, so nothing secret ends up in a printed config.
@@ -187,3 +188,43 @@ class Translation:
 
     def set(self, key: str, value: Any, source: str) -> None:
         self.settings[key] = (value, source)
+
+
+VERL_HEADER = "# translated by memrl config from-verl; values marked 'verl's default' are verl 0.9's"
+
+
+def render_yaml(t: Translation, header: str = VERL_HEADER) -> str:
+    """The settings as YAML sections, each value commented with the flag it came from."""
+    import yaml
+
+    sections: dict[str, list[str]] = {}
+    for key, (value, source) in sorted(t.settings.items()):
+        section, _, rest = key.partition(".")
+        dumped = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+        sections.setdefault(section, []).append(_nested(rest, dumped, source))
+    lines = [header]
+    for section, rows in sections.items():
+        lines.append(f"{section}:")
+        lines += _merge(rows)
+    return "\n".join(lines) + "\n"
+
+
+def _nested(rest: str, dumped: str, source: str) -> str:
+    return f"{rest}\t{dumped}\t{source}"
+
+
+def _merge(rows: list[str]) -> list[str]:
+    """``a.b<TAB>v<TAB>src`` rows as indented YAML (one level of nesting below the section is enough here)."""
+    lines: list[str] = []
+    opened: set[str] = set()
+    for row in rows:
+        path, value, source = row.split("\t")
+        parts = path.split(".")
+        if len(parts) == 2:
+            if parts[0] not in opened:
+                lines.append(f"  {parts[0]}:")
+                opened.add(parts[0])
+            lines.append(f"    {parts[1]}: {value}  # {source}")
+        else:
+            lines.append(f"  {parts[0]}: {value}  # {source}")
+    return lines
