@@ -65,3 +65,44 @@ def test_both_equal_verls_on_random_groups(verl, seed):
     torch.testing.assert_close(grpo_passk(scores, index.tolist()), want[:, 0])
     want, _ = verl.gpg(rewards.clone(), mask, index)
     torch.testing.assert_close(gpg(scores, index.tolist()), want[:, 0])
+
+
+def test_opo_subtracts_the_length_weighted_mean():
+    """Rewards 1, 0 with 30 and 10 tokens: baseline (30 + 0) / 40 = 0.75."""
+    from memrl.rl.outcome_estimators import opo
+
+    out = opo(torch.tensor([1.0, 0.0, 2.0]), ["a", "a", "b"], lengths=torch.tensor([30, 10, 5]))
+    assert out.tolist() == pytest.approx([0.25, -0.75, 2.0])  # a lone episode subtracts 0, as verl
+
+
+@pytest.fixture(scope="module")
+def verl_opo() -> Any:
+    if not VERL:
+        pytest.skip("set MEMRL_VERL_REPO to a verl checkout to compare with verl's own estimators")
+    from tests.rl.verl_policy_losses import top_level_block, verl_source
+
+    core = verl_source(str(VERL), "verl/trainer/ppo/core_algos.py")
+    ns: dict[str, Any] = {"torch": torch, "np": np, "defaultdict": defaultdict, "Optional": Optional,
+                          "AlgoConfig": object, "register_adv_est": lambda name: (lambda fn: fn),
+                          "AdvantageEstimator": types.SimpleNamespace(OPO="opo")}
+    exec(top_level_block(core, "@register_adv_est(AdvantageEstimator.OPO)"), ns)
+    return ns["compute_opo_outcome_advantage"]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_opo_equals_verls(verl_opo, seed):
+    from memrl.rl.outcome_estimators import opo
+
+    g = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(2, 6, (3,), generator=g).tolist()
+    index = np.array([i for i, n in enumerate(sizes) for _ in range(n)])
+    b = len(index)
+    mask = torch.zeros(b, 8)
+    lengths = torch.randint(1, 9, (b,), generator=g)
+    for i, n in enumerate(lengths.tolist()):
+        mask[i, :n] = 1.0
+    scores = torch.rand(b, generator=g)
+    rewards = torch.zeros(b, 8)
+    rewards[torch.arange(b), lengths - 1] = scores
+    want, _ = verl_opo(rewards, mask, index)
+    torch.testing.assert_close(opo(scores, index.tolist(), lengths=lengths)[:, None] * mask, want)

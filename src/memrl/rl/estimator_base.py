@@ -44,6 +44,7 @@ class AdvantageEstimator:
     states: bool = False  # its turn stage compares turns by their anchor state (ep.generate(state=...))
     # its episode stage also takes ``components`` ([episodes, K]: algorithm.gdpo_reward_keys' metrics) and ``weights``
     components: bool = False
+    lengths: bool = False  # its episode stage also takes ``lengths``: each episode's generated tokens (OPO's)
 
     def __call__(self, scores: torch.Tensor, group_ids: Sequence[Hashable], **kw: Any) -> torch.Tensor:
         out = self.fn(scores, group_ids, **kw)
@@ -59,15 +60,16 @@ class AdvantageEstimator:
 
 def register_adv_est(name: str, *, tokens: Callable[..., torch.Tensor] = spread, needs_group: bool = False,
                      turns: Callable[..., torch.Tensor] | None = None, per_step: bool = False,
-                     states: bool = False, components: bool = False,
+                     states: bool = False, components: bool = False, lengths: bool = False,
                      ) -> Callable[[Callable[..., torch.Tensor]], AdvantageEstimator]:
     """Decorator: register ``fn(scores, group_ids, *, epsilon) -> per-episode values`` as ``name``
     (``turns``: a per-turn stage, ``states`` if it compares turns by anchor state; ``per_step``: ReMemR1's
     state advantage uses ``fn`` too, see :class:`AdvantageEstimator` and :func:`combine_step_advantages`;
-    ``components``: ``fn`` also takes the episodes' reward components, GDPO's)."""
+    ``components``: ``fn`` also takes the episodes' reward components, GDPO's; ``lengths``: their generated
+    tokens, OPO's)."""
     def decorate(fn: Callable[..., torch.Tensor]) -> AdvantageEstimator:
         return ADV_ESTIMATORS.register(name, AdvantageEstimator(fn, tokens, needs_group, turns, per_step, states,
-                                                                components))
+                                                                components, lengths))
     return decorate
 
 

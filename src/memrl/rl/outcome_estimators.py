@@ -1,4 +1,5 @@
-"""verl's other outcome estimators: GRPO for pass@k (``grpo_passk``), GPG's (``gpg``) and GDPO (``gdpo``).
+"""verl's other outcome estimators: GRPO for pass@k (``grpo_passk``), GPG's (``gpg``), GDPO (``gdpo``) and OPO
+(``opo``).
 
 Why: both change *which* episodes of a group carry a signal, not only how much. Pass@k training (arXiv
 2503.19595) rewards a group for its best answer: only the group's best episode gets an advantage, the margin
@@ -9,10 +10,11 @@ right rather than every answer alike. GPG (arXiv 2504.02546), the estimator of v
 gradient. GDPO (arXiv 2601.05242) trains on several rewards at once (a format reward and an accuracy reward,
 say): summed first, the one with the larger spread drowns the other's signal in the group's std, so each
 component is normalised in its group on its own, then they are summed with weights and whitened over the
-batch's tokens.
+batch's tokens. OPO (arXiv 2505.23585) subtracts the group's length-weighted mean reward, the baseline of least
+variance when each token carries the gradient of its sequence's reward.
 
 Each follows ``compute_grpo_passk_outcome_advantage`` / ``compute_gpg_outcome_advantage`` /
-``compute_gdpo_outcome_advantage`` of
+``compute_gdpo_outcome_advantage`` / ``compute_opo_outcome_advantage`` of
 ``verl/trainer/ppo/core_algos.py`` step for step, on one value per episode (memrl's groups are of episodes);
 ``tests/rl/test_outcome_estimators.py`` runs verl's own functions from a checkout against these.
 """
@@ -66,4 +68,18 @@ def gdpo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float 
     out = torch.zeros(parts.shape[0])
     for k in range(parts.shape[1]):
         out += w[k] * group_normalize(parts[:, k], group_ids, True, epsilon)
+    return out
+
+
+@register_adv_est("opo", needs_group=True, lengths=True)
+def opo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6,
+        lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """OPO: ``r_i - sum_g(len_j r_j) / sum_g(len_j)``, ``len`` an episode's generated tokens (every conversation's);
+    a group of one subtracts 0, as verl. No lengths: the plain group mean."""
+    rewards = scores.float()
+    weight = torch.ones_like(rewards) if lengths is None else lengths.float()
+    out = rewards.clone()
+    for rows in _members(group_ids).values():
+        if len(rows) > 1:
+            out[rows] = rewards[rows] - (weight[rows] * rewards[rows]).sum() / weight[rows].sum()
     return out

@@ -78,10 +78,7 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
     a = cfg.algorithm
     scores = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
     groups = [t.group_id for t in trajs]
-    options = dict(a.adv_estimator_options)
-    if get_estimator(a.adv_estimator).components:  # GDPO: each episode's reward components, its named metrics
-        options.update(components=reward_components(trajs, a.gdpo_reward_keys), weights=a.gdpo_reward_weights)
-    ep_adv = episode_advantages(scores, groups, a.adv_estimator, a.epsilon, options)
+    ep_adv = episode_advantages(scores, groups, a.adv_estimator, a.epsilon, estimator_inputs(cfg, trajs))
     if get_estimator(a.adv_estimator).needs_group and a.n >= 2:
         ep_adv = without_lone_groups(ep_adv, groups)
     width = max(len(r) for r in rows) - 1
@@ -106,6 +103,19 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
         tok = broadcast(ep_adv, conv_episode, mask, a.adv_estimator, a.gamma)
     for i, r in enumerate(rows):
         r.advantages = tok[i, : len(r) - 1].clone()
+
+
+def estimator_inputs(cfg: MemRLConfig, trajs: list[Trajectory]) -> dict[str, object]:
+    """The episode stage's keywords beyond the scores: a plug-in's own options, and what a built-in asks for
+    (GDPO: each episode's reward components, its named metrics; OPO: its generated tokens)."""
+    a = cfg.algorithm
+    options: dict[str, object] = dict(a.adv_estimator_options)
+    est = get_estimator(a.adv_estimator)
+    if est.components:
+        options.update(components=reward_components(trajs, a.gdpo_reward_keys), weights=a.gdpo_reward_weights)
+    if est.lengths:
+        options.update(lengths=torch.tensor([t.num_generated_tokens for t in trajs]))
+    return options
 
 
 def reward_components(trajs: list[Trajectory], keys: list[str]) -> torch.Tensor:
