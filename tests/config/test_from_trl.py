@@ -169,3 +169,21 @@ def test_a_config_file_named_in_a_command_is_read_under_its_flags(tmp_path):
     (tmp_path / "grpo.yaml").write_text("learning_rate: 1.0e-5\nnum_generations: 4\n")
     fields, _ = trl_arguments("trl grpo --config grpo.yaml --num_generations 16", tmp_path)
     assert fields["learning_rate"] == 1e-5 and fields["num_generations"] == 16 and "config" not in fields
+
+
+def test_a_python_script_gives_its_grpo_config_keywords():
+    script = '''from trl import GRPOConfig, GRPOTrainer
+from peft import LoraConfig
+
+steps = 300
+args = GRPOConfig(output_dir="out", learning_rate=5e-6, num_generations=4, loss_type="grpo", max_steps=steps,
+                  beta=0.02, bf16=True)
+trainer = GRPOTrainer(model="Qwen/Qwen2-0.5B-Instruct", reward_funcs=reward_len, args=args)
+trainer.train()
+'''
+    fields, processes = trl_arguments(script)
+    assert processes is None and fields["learning_rate"] == 5e-6 and fields["num_generations"] == 4
+    got, skipped = values(fields)
+    assert got["algorithm.loss_agg_mode"] == "seq-mean-token-mean" and got["algorithm.kl_coef"] == 0.02
+    assert got["trainer.prompts_per_step"] == 2  # TRL's default 8 completions a process, groups of 4
+    assert "trainer.total_steps" not in got and "'$steps' is not a value" in skipped["max_steps"]  # listed, not guessed

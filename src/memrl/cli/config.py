@@ -163,7 +163,8 @@ def from_verl(
 @user_errors
 def from_trl(
     source: str = typer.Argument(..., help="A TRL GRPO config file (YAML of GRPOConfig fields, what trl grpo --config "
-                                 "reads) or a launch command / script (--name value words), or - for standard input."),
+                                 "reads), a launch command / script (--name value words), a Python script whose "
+                                 "GRPOConfig(...) keywords are literals (read, not run), or - for standard input."),
     processes: Optional[int] = typer.Option(None, "--processes", min=1, help="Processes the TRL run trains on (its "
                                             "batch sizes are per process); default: the launcher's --num_processes, "
                                             "else 1."),

@@ -36,8 +36,39 @@ def trl_arguments(text: str, base: Path | None = None) -> tuple[dict[str, Any], 
         fields = {str(k).replace("-", "_"): v for k, v in data.items()}
         processes = fields.pop("num_processes", None)
         return fields, int(processes) if isinstance(processes, int) else None
+    in_python = python_config(text)
+    if in_python is not None:
+        return in_python, None
     fields, processes = command_arguments(text)
     return _with_config_file(fields, base), processes
+
+
+CONFIG_CALLS = ("GRPOConfig", "ModelConfig", "ScriptArguments", "GRPOScriptArguments")
+
+
+def python_config(text: str) -> dict[str, Any] | None:
+    """The literal keyword arguments of a Python script's ``GRPOConfig(...)`` (and ``ModelConfig(...)``) calls,
+    read without running it (None: not Python, or no such call). A keyword whose value is not a literal (a
+    variable, an expression) is kept as its source text, so it is listed as unreadable rather than guessed."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    fields: dict[str, Any] = {}
+    found = False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in CONFIG_CALLS:
+            found = True
+            for kw in node.keywords:
+                if kw.arg is None:
+                    continue
+                try:
+                    fields[kw.arg] = ast.literal_eval(kw.value)
+                except ValueError:
+                    fields[kw.arg] = f"${ast.unparse(kw.value)}"
+    return fields if found else None
 
 
 def _with_config_file(fields: dict[str, Any], base: Path | None) -> dict[str, Any]:

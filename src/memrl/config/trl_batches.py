@@ -55,10 +55,14 @@ def _counts(get: Any, out: Translation, given: dict[str, Any], source: Any, upda
         return max(int(math.ceil(value / updates)), 1)
 
     per = f" ({updates} TRL optimizer steps a memrl step)" if updates > 1 else ""
-    max_steps = int(get("max_steps"))
+    try:
+        max_steps = int(get("max_steps"))
+    except (TypeError, ValueError):
+        out.skipped["max_steps"] = f"{get('max_steps')!r} is not a value memrl can read (a variable set elsewhere?)"
+        max_steps = 0
     if max_steps > 0:
         out.set("trainer.total_steps", steps(max_steps), source("max_steps") + per)
-    else:
+    elif "max_steps" not in out.skipped:
         out.skipped["max_steps" if "max_steps" in given else "num_train_epochs"] = (
             "TRL trains num_train_epochs over its dataset: memrl counts steps, set trainer.total_steps")
     if get("save_strategy") == "steps":
