@@ -69,6 +69,14 @@ class AlgorithmConfig(Section):
     kl_estimator: registered(KL_ESTIMATORS) = Field(
         "low_var_kl", description="Per-token KL estimate to the reference: a registered name "
         "(memrl.rl.register_kl) or an import path.")
+    ref_sync_every: int | None = Field(
+        None, ge=1, description="TR-DPO's reference update (TRL's sync_ref_model with ref_model_sync_steps): every "
+        "this many optimizer steps the reference becomes ref_mixup_alpha x policy + (1 - ref_mixup_alpha) x "
+        "reference, so the KL term holds the policy near where it recently was instead of where it started; the "
+        "reference is saved with checkpoints. Needs kl_coef > 0 and full fine-tuning (TRL refuses LoRA). null: "
+        "the reference stays the initial weights.")
+    ref_mixup_alpha: float = Field(0.6, gt=0, le=1, description="ref_sync_every: the policy's share in each "
+                                   "reference update (TRL's ref_model_mixup_alpha, 0.6).")
     kl_bias_correction: bool = Field(
         False, description="TRL's use_bias_correction_kl (DeepSeek-V3.2, arXiv 2512.02556): each token's KL "
         "estimate times the current/old importance ratio, gradient included, so the KL estimated on the old "
@@ -237,6 +245,11 @@ class AlgorithmConfig(Section):
         silently something else."""
         if self.kl_bias_correction and self.kl_coef == 0:
             raise ValueError("kl_bias_correction weights the KL term to the reference: set kl_coef > 0")
+        if self.ref_sync_every is not None and self.kl_coef == 0:
+            raise ValueError("ref_sync_every updates the reference of the KL term: set kl_coef > 0 (TRL refuses "
+                             "sync_ref_model with beta=0 too)")
+        if self.ref_sync_every is None and self._changed(("ref_mixup_alpha",)):
+            raise ValueError("ref_mixup_alpha is read with ref_sync_every only")
         if self.rollout_correction.rollout_is == "sequence" and self.replaces_ppo and \
                 getattr(POLICY_LOSSES.get(self.policy_loss), "token_weights_only", False):  # (imports torch: last)
             raise ValueError(f"policy_loss={self.policy_loss!r} folds token importance weights into its sequence "

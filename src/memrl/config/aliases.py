@@ -41,6 +41,8 @@ ALIASES: dict[str, str] = {
     "top_entropy_quantile": "algorithm.top_entropy_quantile",
     "off_policy_mask_threshold": "algorithm.off_policy_mask_threshold",
     "use_bias_correction_kl": "algorithm.kl_bias_correction",
+    "ref_model_sync_steps": "algorithm.ref_sync_every", "ref_model_mixup_alpha": "algorithm.ref_mixup_alpha",
+    "sync_ref_model": "algorithm.ref_sync_every",
     "use_adaptive_entropy": "algorithm.adaptive_entropy", "entropy_target": "algorithm.entropy_target",
     "entropy_coef_delta": "algorithm.entropy_coef_delta", "entropy_coef_min": "algorithm.entropy_coef_min",
     "entropy_coef_max": "algorithm.entropy_coef_max",

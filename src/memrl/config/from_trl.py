@@ -39,7 +39,7 @@ TRL_DEFAULTS: dict[str, Any] = {
     "save_strategy": "steps", "weight_decay": 0.0, "max_grad_norm": 1.0, "seed": 42, "lr_scheduler_type": "linear",
     "warmup_steps": 0, "warmup_ratio": 0.0, "gradient_checkpointing": True, "use_peft": False, "lora_r": 16,
     "lora_alpha": 32, "lora_dropout": 0.05, "lora_target_modules": None, "multi_objective_aggregation":
-    "sum_then_normalize",
+    "sum_then_normalize", "sync_ref_model": False, "ref_model_sync_steps": 512, "ref_model_mixup_alpha": 0.6,
 }
 SIMPLE: list[tuple[str, str, Any]] = [  # (TRL field, memrl key, conversion), written whenever TRL has a value
     ("num_generations", "algorithm.n", int), ("learning_rate", "trainer.lr", float),
@@ -63,6 +63,8 @@ ONLY_WITH: list[tuple[str, str, Any, str, Any]] = [
     ("sapo_temperature_pos", "algorithm.sapo_tau_pos", float, "loss_type", "sapo"),
     ("sapo_temperature_neg", "algorithm.sapo_tau_neg", float, "loss_type", "sapo"),
     ("use_bias_correction_kl", "algorithm.kl_bias_correction", bool, "use_bias_correction_kl", True),
+    ("ref_model_sync_steps", "algorithm.ref_sync_every", int, "sync_ref_model", True),
+    ("ref_model_mixup_alpha", "algorithm.ref_mixup_alpha", float, "sync_ref_model", True),
 ]
 AGGREGATION = {"dapo": "token-mean", "bnpo": "token-mean", "grpo": "seq-mean-token-mean",
                "dr_grpo": "seq-mean-token-sum-norm"}
@@ -191,8 +193,12 @@ def _kl(get: Any, out: Translation, given: dict[str, Any], source: Any, processe
     out.set("algorithm.kl_coef", beta, source("beta"))
     if beta > 0:
         out.set("algorithm.kl_estimator", "low_var_kl", f"{source('beta')} (TRL's k3)")
-    elif out.settings.pop("algorithm.kl_bias_correction", None):
-        out.skipped["use_bias_correction_kl"] = "TRL computes no KL with beta=0: nothing to weigh"
+    else:
+        if out.settings.pop("algorithm.kl_bias_correction", None):
+            out.skipped["use_bias_correction_kl"] = "TRL computes no KL with beta=0: nothing to weigh"
+        if out.settings.pop("algorithm.ref_sync_every", None):
+            out.settings.pop("algorithm.ref_mixup_alpha", None)
+            out.skipped["sync_ref_model"] = "TRL refuses it with beta=0 (no reference to sync)"
 
 
 def _advantages(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:

@@ -313,6 +313,10 @@ class MemRLConfig(Section):
             raise ValueError("algorithm.dynamic_sampling would drop the groups whose rewards are all equal, but with "
                              "teacher.mode=replace the teacher's signal trains every group: turn one of them off "
                              "(or use teacher.mode=add)")
+        if self.algorithm.ref_sync_every is not None and self.lora.enabled:
+            raise ValueError("algorithm.ref_sync_every mixes the policy into a reference copy, but a LoRA run's "
+                             "reference is the base model with the adapter off (TRL refuses sync_ref_model with "
+                             "PEFT too): use full fine-tuning or leave ref_sync_every unset")
         if self.algorithm.dynamic_sampling_prompts is not None and self.trainer.mode == "async":
             raise ValueError("algorithm.dynamic_sampling_prompts sets the prompts of a synchronous round; an "
                              "asynchronous run refills group by group (leave it unset)")

@@ -59,6 +59,9 @@ def peft_rule(get: Any, out: Translation, given: dict[str, Any], source: Any, pr
         return
     out.used.update(LORA_FIELDS)
     out.set("lora.enabled", True, source("use_peft"))
+    if out.settings.pop("algorithm.ref_sync_every", None):  # TRL refuses the pair too
+        out.settings.pop("algorithm.ref_mixup_alpha", None)
+        out.skipped["sync_ref_model"] = "TRL refuses sync_ref_model with PEFT (the reference is the base model)"
     for trl_key, key, cast in (("lora_r", "r", int), ("lora_alpha", "alpha", int), ("lora_dropout", "dropout", float)):
         out.set(f"lora.{key}", cast(get(trl_key)), source(trl_key))
     modules = get("lora_target_modules")

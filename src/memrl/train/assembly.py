@@ -22,7 +22,7 @@ import torch
 from memrl.config import ConfigError, MemRLConfig
 from memrl.dist.ddp import DistContext
 from memrl.engines.base import Engine
-from memrl.train import checkpoint, state
+from memrl.train import state
 from memrl.train.arguments import as_config, checked_records, run_workflow  # noqa: F401 (as_config: its old home)
 from memrl.train.engine_sync import WeightSync
 from memrl.train.guards import IdleStreak
@@ -197,7 +197,7 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
     sampler = ResumableSampler(len(samples), cfg.trainer.seed, shuffle=cfg.data.shuffle)
     runner = RolloutRunner(cfg, wf, samples, sampler, tokenizer, lambda msg: print_warning(console, msg, ""))
     if found is not None:  # weights first: engines built next start from them
-        checkpoint.load_weights(policy, found[1])
+        state.load_weights(cfg, found[1], policy, reference.frozen)
     sharded = cfg.cluster.strategy == "fsdp" and torch.distributed.is_initialized()
     eng, shared, pool, status_line = _engine(cfg, dist, policy, engine, resumed=found is not None, device=device,
                                              pad_id=pad_id, sharded=sharded)

@@ -35,6 +35,7 @@ from memrl.train.manifest import problem, write_manifest
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _DAMAGED_DIR = re.compile(r"^step_(\d+)\.damaged\d*$")
 TENSORS, META, STATE = "trainer.safetensors", "trainer.json", "state.json"
+REFERENCE = "reference"  # the moving reference model's folder (algorithm.ref_sync_every)
 REQUIRED = (TENSORS, META, STATE, "model/")
 
 
@@ -166,11 +167,12 @@ def _json(obj: Any, what: str) -> str:
 
 
 def save(run_dir: Path, step: int, model: Any, optimizer: Any, scheduler: Any, state: dict[str, Any],
-         keep: int = 2, *, write: bool = True) -> Path:
+         keep: int = 2, *, write: bool = True, reference: Any = None) -> Path:
     """Checkpoint ``step``. Under FSDP every rank calls this (the gather is collective); only ``write`` ranks write.
 
     Optimizer state is stored unsharded and keyed by parameter name, so a run
-    can resume with another ``cluster.strategy`` or number of ranks.
+    can resume with another ``cluster.strategy`` or number of ranks. ``reference``: a reference model that
+    moves during the run (``algorithm.ref_sync_every``), saved beside the policy.
     """
     from safetensors.torch import save_file
 
@@ -178,6 +180,7 @@ def save(run_dir: Path, step: int, model: Any, optimizer: Any, scheduler: Any, s
 
     dest = run_dir / "checkpoints" / f"step_{step:06d}"
     weights = full_state_dict(model)
+    ref_weights = full_state_dict(reference) if reference is not None else None
     optim = full_optimizer_state(model, optimizer)
     if not write:
         return dest
@@ -190,6 +193,8 @@ def save(run_dir: Path, step: int, model: Any, optimizer: Any, scheduler: Any, s
     try:
         with atomic_dir(dest) as tmp:
             model.save_pretrained(tmp / "model", state_dict=weights, safe_serialization=True)
+            if ref_weights is not None:
+                model.save_pretrained(tmp / REFERENCE, state_dict=ref_weights, safe_serialization=True)
             save_file({**opt_tensors, **rng_tensors}, str(tmp / TENSORS))
             (tmp / META).write_text(meta)
             (tmp / STATE).write_text(json.dumps({"step": step, **state}, indent=2))
@@ -228,13 +233,14 @@ def prune(run_dir: Path, keep: int) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def load_weights(model: Any, ckpt: Path) -> None:
-    """Load saved weights (full model or LoRA adapter) into ``model`` in place."""
+def load_weights(model: Any, ckpt: Path, folder_name: str = "model") -> None:
+    """Load saved weights (full model or LoRA adapter) into ``model`` in place (``folder_name``: ``model``, or
+    :data:`REFERENCE` for a moving reference)."""
     from safetensors.torch import load_file
 
     from memrl.train.policy import is_peft
 
-    folder = ckpt / "model"
+    folder = ckpt / folder_name
     if is_peft(model):
         from peft import set_peft_model_state_dict
 

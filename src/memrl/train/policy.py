@@ -60,6 +60,14 @@ class Reference:
             for p in self.frozen.parameters():
                 p.requires_grad_(False)
 
+    @torch.no_grad()
+    def mix(self, alpha: float) -> None:
+        """TR-DPO's update, in place: reference = alpha x policy + (1 - alpha) x reference (TRL's
+        SyncRefModelCallback). Under FSDP both models are sharded alike: each rank mixes its own shards."""
+        assert self.frozen is not None, "only a frozen copy (full fine-tuning) can be mixed"
+        for ref, own in zip(self.frozen.parameters(), self.policy.parameters(), strict=True):
+            ref.mul_(1.0 - alpha).add_(own.detach().to(ref.dtype), alpha=alpha)
+
     @contextlib.contextmanager
     def model(self) -> Iterator[Any]:
         if self.frozen is not None:

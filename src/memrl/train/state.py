@@ -129,7 +129,17 @@ def apply_hyperparameters(cfg: MemRLConfig, optimizer: Any, scheduler: Any) -> N
 
 
 def save(cfg: MemRLConfig, run_dir: Path, state: RunState, policy: Any, optimizer: Any, scheduler: Any, *,
-         write: bool) -> Path:
-    """Checkpoint ``state.step``; rank 0 writes; under FSDP every rank calls this (the gather is collective)."""
+         write: bool, reference: Any = None) -> Path:
+    """Checkpoint ``state.step``; rank 0 writes; under FSDP every rank calls this (the gather is collective).
+    ``reference``: the reference model, when it moves (``algorithm.ref_sync_every``)."""
     return checkpoint.save(run_dir, state.step, policy, optimizer, scheduler, state.to_json(),
-                           keep=cfg.trainer.keep_checkpoints, write=write)
+                           keep=cfg.trainer.keep_checkpoints, write=write,
+                           reference=reference if cfg.algorithm.ref_sync_every is not None else None)
+
+
+def load_weights(cfg: MemRLConfig, ckpt: Path, policy: Any, reference: Any) -> None:
+    """A checkpoint's policy weights, and its moving reference's where it has one (a run saved before
+    ``ref_sync_every`` was set has none: the reference then starts from the initial weights)."""
+    checkpoint.load_weights(policy, ckpt)
+    if cfg.algorithm.ref_sync_every is not None and reference is not None and (ckpt / checkpoint.REFERENCE).is_dir():
+        checkpoint.load_weights(reference, ckpt, checkpoint.REFERENCE)

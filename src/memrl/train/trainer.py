@@ -252,7 +252,7 @@ class Trainer:
         if self.updater.entropy_control is not None:
             self.state.entropy_control = self.updater.entropy_control.state()
         return state.save(self.cfg, self.run_dir, self.state, self.policy, self.optimizer, self.scheduler,
-                          write=self.dist.main)
+                          write=self.dist.main, reference=self.reference.frozen)
 
     # -- the loop ------------------------------------------------------------------------------------
     def run(self) -> dict[str, float]:

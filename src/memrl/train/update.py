@@ -155,6 +155,14 @@ class PolicyUpdate:
             return
         tally.grad_norms.append(float(gn))
         self.optimizer.step()
+        self._sync_reference()
+
+    def _sync_reference(self) -> None:
+        """algorithm.ref_sync_every: every that many optimizer steps of the run (AdamW's own count, which a
+        checkpoint restores), mix the policy into the reference (TRL's SyncRefModelCallback on_step_end)."""
+        every = self.cfg.algorithm.ref_sync_every
+        if every is not None and optimizer_steps(self.optimizer) % every == 0:
+            self.reference.mix(self.cfg.algorithm.ref_mixup_alpha)
 
     def _norm_length(self, rows: list[Row], normed: bool) -> int | None:
         """Dr. GRPO's constant ``L``: the configured one, else the widest response span of the whole update over
@@ -272,6 +280,14 @@ def _weights(rows: list[Row], width: int, device: torch.device) -> torch.Tensor 
     if all(r.is_weights is None for r in rows):
         return None
     return row_tensor(rows, "is_weights", width, device)
+
+
+def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
+    """Optimizer steps taken so far (a step dropped for non-finite values is not one), from AdamW's state."""
+    for state in optimizer.state.values():
+        if "step" in state:
+            return int(state["step"])
+    return 0
 
 
 def behaviour_logprobs(rows: list[Row], width: int, device: torch.device) -> torch.Tensor:
