@@ -90,3 +90,34 @@ def test_a_run_moves_the_coefficient_every_optimizer_step_and_a_resume_keeps_it(
     resumed = Trainer(config(tmp_path, trainer__total_steps=2, **over), engine=coin_engine(load_tokenizer("tiny")))
     assert resumed.updater.entropy_control.applied() == pytest.approx(0.014)
     assert resumed.train_step()["entropy_coef"] == pytest.approx(0.018)
+
+
+def test_the_loss_gets_the_controllers_coefficient_and_the_window_the_kept_tokens(tmp_path, monkeypatch):
+    """Two optimizer steps: the first applies 0 (no entropy measured yet), the second the moved coefficient; under
+    top_entropy_quantile=0.5 the window counts only the kept tokens, about half of them."""
+    import memrl.train.update as update
+    from memrl.models.resolve import load_tokenizer
+    from memrl.train.trainer import Trainer
+    from tests.train.helpers import coin_engine, config
+
+    applied, windows = [], []
+    real = update.policy_objective
+
+    def spy(*args, **kw):
+        applied.append(kw["entropy_coef"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(update, "policy_objective", spy)
+    over = {"algorithm__adaptive_entropy": True, "algorithm__entropy_coef": 0.01, "algorithm__entropy_target": 50.0,
+            "algorithm__entropy_coef_delta": 0.002, "trainer__mini_batches": 2, "trainer__total_steps": 1,
+            "algorithm__top_entropy_quantile": 0.5}
+    t = Trainer(config(tmp_path, **over), engine=coin_engine(load_tokenizer("tiny")))
+    real_end = t.updater.entropy_control.end_step
+    monkeypatch.setattr(t.updater.entropy_control, "end_step", lambda totals: (windows.append(totals),
+                                                                                 real_end(totals)))
+    t.step += 1
+    metrics = t.train_step()
+    assert set(applied[: len(applied) // 2]) == {0.0} and set(applied[len(applied) // 2:]) == {0.012}
+    trained = metrics["train_tokens"]
+    kept = sum(w[1] for w in windows)  # the two mini-batches' kept tokens: about half of all
+    assert len(windows) == 2 and 0.4 * trained < kept < 0.65 * trained

@@ -214,6 +214,10 @@ class AlgorithmConfig(Section):
         if self.step_rewards and getattr(ADV_ESTIMATORS.get(self.adv_estimator), "turns", None) is not None:
             raise ValueError(f"step_rewards (ReMemR1's state advantages) and adv_estimator={self.adv_estimator!r} "
                              "both give each turn its own advantage: use one")
+        if self.step_rewards and not getattr(ADV_ESTIMATORS.get(self.adv_estimator), "spreads", True):
+            raise ValueError(f"step_rewards mixes per-row values, which would skip adv_estimator="
+                             f"{self.adv_estimator!r}'s own token stage (whitening or discounting over the batch): "
+                             "use grpo, dr_grpo, rloo or another estimator that gives each row one value")
         if self.state_similarity is not None and not _reads_similarity(self.adv_estimator):
             readers = [n for n in ADV_ESTIMATORS.names if _reads_similarity(n)]
             raise ValueError(f"state_similarity is read by adv_estimator={' or '.join(readers)} only "
@@ -278,15 +282,17 @@ class AlgorithmConfig(Section):
 
     def _gdpo_keys(self) -> None:
         """GDPO needs its components named (verl asserts); they mean nothing to another estimator."""
-        if self.adv_estimator == type(self).model_fields["adv_estimator"].default and not self.gdpo_reward_keys:
+        if self.adv_estimator == type(self).model_fields["adv_estimator"].default and not self.gdpo_reward_keys \
+                and self.gdpo_reward_weights is None:
             return  # (the registry imports torch: only when it can matter)
         reads = getattr(ADV_ESTIMATORS.get(self.adv_estimator), "components", False)
         if reads and not self.gdpo_reward_keys:
             raise ValueError(f"adv_estimator={self.adv_estimator!r} needs gdpo_reward_keys: the episode metrics it "
                              "normalises one by one (ep.metric names; em, f1 ... in the QA workflows)")
-        if self.gdpo_reward_keys and not reads:
-            raise ValueError(f"gdpo_reward_keys is read by adv_estimator=gdpo only (adv_estimator is "
-                             f"{self.adv_estimator!r})")
+        for name in ("gdpo_reward_keys", "gdpo_reward_weights"):
+            if getattr(self, name) and not reads:
+                raise ValueError(f"{name} is read by adv_estimator=gdpo only (adv_estimator is "
+                                 f"{self.adv_estimator!r})")
         if self.gdpo_reward_weights is not None and len(self.gdpo_reward_weights) != len(self.gdpo_reward_keys):
             raise ValueError(f"gdpo_reward_weights has {len(self.gdpo_reward_weights)} weights for "
                              f"{len(self.gdpo_reward_keys)} gdpo_reward_keys: give one each")

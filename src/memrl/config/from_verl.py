@@ -224,8 +224,9 @@ def _gdpo(name: Any, out: Translation, given: dict[str, Any], source: Any) -> No
         out.used.add(key)
         if key not in given:
             continue
-        if name != "gdpo":
-            out.skipped[key] = f"read by verl's gdpo estimator only (this script's is {name})"
+        if out.settings.get("algorithm.adv_estimator", (None,))[0] != "gdpo":
+            out.skipped[key] = (f"read by verl's gdpo estimator only (this script's is {name})" if name != "gdpo"
+                                else "gdpo itself is left out (no reward keys)")
             continue
         items = [x.strip().strip("'\"") for x in str(given[key]).strip("[]").split(",") if x.strip()]
         out.set(key, [float(x) for x in items] if key.endswith("weights") else items, source(key))

@@ -65,7 +65,8 @@ class AdaptiveEntropy:
 
     def state(self) -> dict[str, float | None]:
         """What a checkpoint keeps (TRL's entropy_coef and last_world_entropy; JSON has no infinity)."""
-        return {"coef": self.coef, "last_entropy": None if math.isinf(self.last_entropy) else self.last_entropy}
+        last = None if not math.isfinite(self.last_entropy) else self.last_entropy  # inf, or NaN: none measured
+        return {"coef": self.coef, "last_entropy": last}
 
     def restore(self, saved: dict[str, Any] | None) -> None:
         """Continue from a checkpoint's :meth:`state` (None: a checkpoint without one, the start)."""

@@ -46,6 +46,11 @@ class AdvantageEstimator:
     components: bool = False
     lengths: bool = False  # its episode stage also takes ``lengths``: each episode's generated tokens (OPO's)
 
+    @property
+    def spreads(self) -> bool:
+        """Whether its token stage gives each row its value as is (not whitened or discounted over the batch)."""
+        return self.tokens is spread
+
     def __call__(self, scores: torch.Tensor, group_ids: Sequence[Hashable], **kw: Any) -> torch.Tensor:
         out = self.fn(scores, group_ids, **kw)
         name = origin(self.fn, ":")

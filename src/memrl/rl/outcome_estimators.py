@@ -46,11 +46,15 @@ def grpo_passk(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: 
 @register_adv_est("gpg", needs_group=True)
 def gpg(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
     """GPG: ``alpha * (r - group mean)``, ``alpha`` = episodes / episodes with a non-zero reward (at least one).
-    A group of one episode subtracts 0, as verl."""
+    A group of one episode subtracts 0, as verl; where other groups have several (a lone one is what failures
+    left, and memrl trains it on nothing), alpha counts only the episodes of groups of several."""
     rewards = scores.float()
-    alpha = rewards.numel() / torch.count_nonzero(rewards).clamp(min=1)
+    groups = list(_members(group_ids).values())
+    kept = [i for rows in groups if len(rows) > 1 for i in rows] if any(len(r) > 1 for r in groups) else \
+        list(range(rewards.numel()))
+    alpha = len(kept) / torch.count_nonzero(rewards[kept]).clamp(min=1)
     out = rewards.clone()
-    for rows in _members(group_ids).values():
+    for rows in groups:
         if len(rows) > 1:
             out[rows] = rewards[rows] - rewards[rows].mean()
     return alpha * out
@@ -81,5 +85,6 @@ def opo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float =
     out = rewards.clone()
     for rows in _members(group_ids).values():
         if len(rows) > 1:
-            out[rows] = rewards[rows] - (weight[rows] * rewards[rows]).sum() / weight[rows].sum()
+            w = weight[rows] if weight[rows].sum() > 0 else torch.ones(len(rows))  # no token generated: plain mean
+            out[rows] = rewards[rows] - (w * rewards[rows]).sum() / w.sum()
     return out

@@ -61,6 +61,12 @@ def stateless_turns(name: str, trajs: list[Trajectory]) -> str | None:
     return None
 
 
+def lone_episodes(groups: list[str]) -> set[int]:
+    """The episodes whose group has no other (the others failed): they have no baseline."""
+    sizes = Counter(groups)
+    return {i for i, g in enumerate(groups) if sizes[g] == 1}
+
+
 def without_lone_groups(ep_adv: torch.Tensor, groups: list[str]) -> torch.Tensor:
     """A group left with one episode (the others failed) has no baseline: advantage 0, as TRL gives it (verl's
     mean 0 / std 1 for one-sample groups, meant for n = 1, would train on its raw reward)."""
@@ -79,12 +85,13 @@ def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row]
     scores = torch.tensor([t.reward for t in trajs], dtype=torch.float32)
     groups = [t.group_id for t in trajs]
     ep_adv = episode_advantages(scores, groups, a.adv_estimator, a.epsilon, estimator_inputs(cfg, trajs))
-    if get_estimator(a.adv_estimator).needs_group and a.n >= 2:
-        ep_adv = without_lone_groups(ep_adv, groups)
+    lone = lone_episodes(groups) if get_estimator(a.adv_estimator).needs_group and a.n >= 2 else set()
+    ep_adv = without_lone_groups(ep_adv, groups) if lone else ep_adv
     width = max(len(r) for r in rows) - 1
     mask = torch.zeros((len(rows), width))
     for i, r in enumerate(rows):
-        mask[i, : len(r) - 1] = torch.tensor(r.loss_mask[1:], dtype=torch.float32)
+        if r.episode not in lone:  # a lone episode trains on nothing, nor counts in a batch-wide whitening (gdpo)
+            mask[i, : len(r) - 1] = torch.tensor(r.loss_mask[1:], dtype=torch.float32)
     conv_episode = [r.episode for r in rows]
     per_turn = turn_advantages(a.adv_estimator, turn_rows(trajs, rows), gamma=a.gamma,
                                episode_weight=a.episode_weight, step_weight=a.step_weight, norm=a.turn_norm,
@@ -126,6 +133,10 @@ def reward_components(trajs: list[Trajectory], keys: list[str]) -> torch.Tensor:
         if missing:
             raise ValueError(f"episode {t.sample_id!r} has no metric {missing[0]!r} for algorithm.gdpo_reward_keys "
                              f"(its metrics: {', '.join(sorted(t.metrics)) or 'none'}): log it with ep.metric")
+        bad = [k for k in keys if not math.isfinite(float(t.metrics[k]))]
+        if bad:
+            raise ValueError(f"episode {t.sample_id!r} has a non-finite {bad[0]!r} ({t.metrics[bad[0]]}), one of "
+                             "algorithm.gdpo_reward_keys")
     return torch.tensor([[float(t.metrics[k]) for k in keys] for t in trajs], dtype=torch.float32)
 
 

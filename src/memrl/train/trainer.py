@@ -249,8 +249,8 @@ class Trainer:
                                                                             list(self.runner.pending))
         self.state.producer = self.source.producer_state()
         self.state.idle_streak = self.idle.streak
-        if self.updater.entropy_control is not None:
-            self.state.entropy_control = self.updater.entropy_control.state()
+        control = self.updater.entropy_control  # (a run resumed without it saves none: no stale state)
+        self.state.entropy_control = control.state() if control is not None else None
         return state.save(self.cfg, self.run_dir, self.state, self.policy, self.optimizer, self.scheduler,
                           write=self.dist.main, reference=self.reference.frozen)
 
