@@ -6,9 +6,7 @@ and from a verl script."""
 from __future__ import annotations
 
 import os
-import types
-from collections import defaultdict
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pytest
@@ -53,27 +51,17 @@ def test_settings_that_cannot_work_are_refused(settings, message):
 def verl_gdpo() -> Any:
     if not VERL:
         pytest.skip("set MEMRL_VERL_REPO to a verl checkout to compare with verl's own GDPO")
-    from tests.rl.verl_policy_losses import top_level_block, verl_source
+    from tests.rl.verl_policy_losses import verl_estimators
 
-    tf = verl_source(str(VERL), "verl/utils/torch_functional.py")
-    core = verl_source(str(VERL), "verl/trainer/ppo/core_algos.py")
-    ns_f: dict[str, Any] = {"torch": torch}
-    exec(tf[tf.index("def masked_sum"):tf.index("def get_response_mask")], ns_f)
-    names = types.SimpleNamespace(GRPO="grpo", GDPO="gdpo")
-    ns: dict[str, Any] = {"torch": torch, "np": np, "defaultdict": defaultdict, "Optional": Optional,
-                          "AlgoConfig": object, "register_adv_est": lambda name: (lambda fn: fn),
-                          "AdvantageEstimator": names, "verl_F": types.SimpleNamespace(**ns_f)}
-    for start in ("@register_adv_est(AdvantageEstimator.GRPO)", "@register_adv_est(AdvantageEstimator.GDPO)"):
-        exec(top_level_block(core, start), ns)
-    return ns["compute_gdpo_outcome_advantage"]
+    return verl_estimators(str(VERL), "GRPO", "GDPO")["compute_gdpo_outcome_advantage"]
 
 
 @pytest.mark.parametrize("seed", range(10))
 def test_equal_to_verls_gdpo(verl_gdpo, seed):
     """Three components (binary, real, small), weights, groups of 2 to 5; one row per episode of random length."""
-    g = torch.Generator().manual_seed(seed)
-    sizes = torch.randint(2, 6, (3,), generator=g).tolist()
-    index = np.array([i for i, n in enumerate(sizes) for _ in range(n)])
+    from tests.rl.test_outcome_estimators import random_groups
+
+    g, index = random_groups(seed, 3)
     b = len(index)
     comps = torch.stack([(torch.rand(b, generator=g) > 0.5).float(), torch.randn(b, generator=g),
                          torch.rand(b, generator=g) * 0.1], dim=1)

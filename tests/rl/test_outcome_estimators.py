@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import os
 import types
-from collections import defaultdict
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,25 +36,24 @@ def test_gpg_centres_on_the_group_and_scales_by_the_share_that_scored():
 def verl() -> types.SimpleNamespace:
     if not VERL:
         pytest.skip("set MEMRL_VERL_REPO to a verl checkout to compare with verl's own estimators")
-    from tests.rl.verl_policy_losses import top_level_block, verl_source
+    from tests.rl.verl_policy_losses import verl_estimators
 
-    core = verl_source(str(VERL), "verl/trainer/ppo/core_algos.py")
-    names = types.SimpleNamespace(GRPO_PASSK="grpo_passk", GPG="gpg")
-    ns: dict[str, Any] = {"torch": torch, "np": np, "defaultdict": defaultdict, "Optional": Optional,
-                          "AlgoConfig": object, "register_adv_est": lambda name: (lambda fn: fn),
-                          "AdvantageEstimator": names}
-    for start in ("@register_adv_est(AdvantageEstimator.GRPO_PASSK)", "@register_adv_est(AdvantageEstimator.GPG)"):
-        exec(top_level_block(core, start), ns)
+    ns = verl_estimators(str(VERL), "GRPO_PASSK", "GPG")
     return types.SimpleNamespace(passk=ns["compute_grpo_passk_outcome_advantage"],
                                  gpg=ns["compute_gpg_outcome_advantage"])
+
+
+def random_groups(seed: int, groups: int) -> tuple[torch.Generator, np.ndarray]:
+    """A seeded generator and the group index of ``groups`` groups of 2 to 5 episodes."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = torch.randint(2, 6, (groups,), generator=g).tolist()
+    return g, np.array([i for i, n in enumerate(sizes) for _ in range(n)])
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_both_equal_verls_on_random_groups(verl, seed):
     """Scores on each row's last token (rows of one episode each); groups of 2 to 5; binary and real rewards."""
-    g = torch.Generator().manual_seed(seed)
-    sizes = torch.randint(2, 6, (4,), generator=g).tolist()
-    index = np.array([i for i, n in enumerate(sizes) for _ in range(n)])
+    g, index = random_groups(seed, 4)
     scores = torch.rand(len(index), generator=g)
     if seed % 2:
         scores = (scores > 0.6).float()
@@ -79,23 +77,16 @@ def test_opo_subtracts_the_length_weighted_mean():
 def verl_opo() -> Any:
     if not VERL:
         pytest.skip("set MEMRL_VERL_REPO to a verl checkout to compare with verl's own estimators")
-    from tests.rl.verl_policy_losses import top_level_block, verl_source
+    from tests.rl.verl_policy_losses import verl_estimators
 
-    core = verl_source(str(VERL), "verl/trainer/ppo/core_algos.py")
-    ns: dict[str, Any] = {"torch": torch, "np": np, "defaultdict": defaultdict, "Optional": Optional,
-                          "AlgoConfig": object, "register_adv_est": lambda name: (lambda fn: fn),
-                          "AdvantageEstimator": types.SimpleNamespace(OPO="opo")}
-    exec(top_level_block(core, "@register_adv_est(AdvantageEstimator.OPO)"), ns)
-    return ns["compute_opo_outcome_advantage"]
+    return verl_estimators(str(VERL), "OPO")["compute_opo_outcome_advantage"]
 
 
 @pytest.mark.parametrize("seed", range(10))
 def test_opo_equals_verls(verl_opo, seed):
     from memrl.rl.outcome_estimators import opo
 
-    g = torch.Generator().manual_seed(seed)
-    sizes = torch.randint(2, 6, (3,), generator=g).tolist()
-    index = np.array([i for i, n in enumerate(sizes) for _ in range(n)])
+    g, index = random_groups(seed, 3)
     b = len(index)
     mask = torch.zeros(b, 8)
     lengths = torch.randint(1, 9, (b,), generator=g)

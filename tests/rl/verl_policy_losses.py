@@ -79,3 +79,26 @@ def random_batch(seed: int, *, weighted: bool, sequence_advantages: bool = False
     mask[:, 0] = 1.0
     w = torch.rand(6, 9, generator=gen) * 2 if weighted else None
     return old, new, adv, mask, w
+
+
+def verl_estimators(repo: str, *names: str) -> dict[str, Any]:
+    """verl's advantage estimators ``names`` (AdvantageEstimator members: ``GRPO``, ``GDPO``, ``OPO`` ...) cut out of
+    core_algos.py with their imports stubbed; the namespace they ran in (``compute_<name>_outcome_advantage``)."""
+    import types
+    from collections import defaultdict
+    from typing import Optional
+
+    import numpy as np
+    import torch
+
+    tf = verl_source(repo, "verl/utils/torch_functional.py")
+    core = verl_source(repo, "verl/trainer/ppo/core_algos.py")
+    ns_f: dict[str, Any] = {"torch": torch}
+    exec(tf[tf.index("def masked_sum"):tf.index("def get_response_mask")], ns_f)
+    ns: dict[str, Any] = {"torch": torch, "np": np, "defaultdict": defaultdict, "Optional": Optional,
+                          "AlgoConfig": object, "register_adv_est": lambda name: (lambda fn: fn),
+                          "AdvantageEstimator": types.SimpleNamespace(**{n: n.lower() for n in names}),
+                          "verl_F": types.SimpleNamespace(**ns_f)}
+    for name in names:
+        exec(top_level_block(core, f"@register_adv_est(AdvantageEstimator.{name})"), ns)
+    return ns

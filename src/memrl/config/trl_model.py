@@ -24,9 +24,7 @@ NO_CLIP = 1e9  # memrl's grad_clip must be a number: one no gradient norm reache
 def vllm_rule(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
     """use_vllm -> the vLLM engine; TRL's vLLM importance sampling -> the rollout correction."""
     if not get("use_vllm"):
-        for key in (k for k in given if k.startswith("vllm_")):
-            out.skipped[key] = "read with use_vllm only"
-            out.used.add(key)
+        _unread(out, given, "vllm_", "read with use_vllm only")
         return
     out.used.update(IS_FIELDS)
     if get("vllm_mode") == "colocate":
@@ -53,9 +51,7 @@ def vllm_rule(get: Any, out: Translation, given: dict[str, Any], source: Any, pr
 def peft_rule(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
     """use_peft -> LoRA; a one-item target list is its string (TRL's ModelConfig does that: ``all-linear``)."""
     if not get("use_peft"):
-        for key in (k for k in given if k.startswith("lora_")):
-            out.skipped[key] = "read with use_peft only"
-            out.used.add(key)
+        _unread(out, given, "lora_", "read with use_peft only")
         return
     out.used.update(LORA_FIELDS)
     out.set("lora.enabled", True, source("use_peft"))
@@ -74,6 +70,13 @@ def peft_rule(get: Any, out: Translation, given: dict[str, Any], source: Any, pr
     else:
         out.set("lora.target_modules", modules if isinstance(modules, str) else [str(m) for m in modules],
                 source("lora_target_modules"))
+
+
+def _unread(out: Translation, given: dict[str, Any], prefix: str, why: str) -> None:
+    """Every given field starting with ``prefix`` left out, saying ``why`` (the switch that reads them is off)."""
+    for key in (k for k in given if k.startswith(prefix)):
+        out.skipped[key] = why
+        out.used.add(key)
 
 
 def dtype_rule(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
