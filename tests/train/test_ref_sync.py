@@ -66,3 +66,24 @@ def test_trls_names_translate():
     assert t.settings["algorithm.ref_sync_every"][0] == 64 and t.settings["algorithm.ref_mixup_alpha"][0] == 0.6
     t = translate_trl({"sync_ref_model": True}, 1)  # beta 0: TRL refuses
     assert "algorithm.ref_sync_every" not in t.settings and "beta=0" in t.skipped["sync_ref_model"]
+
+
+def test_a_run_resumed_without_ref_sync_keeps_the_moved_reference(tmp_path):
+    """Turning ref_sync_every off at resume (trainer.allow_changes) keeps the reference where it had moved, as the
+    fixed one, and keeps saving it; it does not jump back to the step-0 weights."""
+    from memrl.models.resolve import load_tokenizer
+
+    tok = load_tokenizer("tiny")
+    first = Trainer(config(tmp_path, trainer__total_steps=1, **OVER), engine=coin_engine(tok))
+    first.run()
+    moved = _params(first.reference.frozen)
+    kept = {k: v for k, v in OVER.items() if not k.startswith("algorithm__ref_")}
+    resumed = Trainer(config(tmp_path, trainer__total_steps=2, trainer__allow_changes=[
+        "algorithm.ref_sync_every", "algorithm.ref_mixup_alpha"], **kept), engine=coin_engine(tok))
+    for a, b in zip(_params(resumed.reference.frozen), moved):
+        torch.testing.assert_close(a, b)
+    resumed.run()
+    latest = sorted((tmp_path / "run" / "checkpoints").glob("step_*"))[-1]
+    assert (latest / "reference").is_dir()
+    for a, b in zip(_params(resumed.reference.frozen), moved):  # fixed from then on
+        torch.testing.assert_close(a, b)

@@ -42,7 +42,6 @@ ALIASES: dict[str, str] = {
     "off_policy_mask_threshold": "algorithm.off_policy_mask_threshold",
     "use_bias_correction_kl": "algorithm.kl_bias_correction",
     "ref_model_sync_steps": "algorithm.ref_sync_every", "ref_model_mixup_alpha": "algorithm.ref_mixup_alpha",
-    "sync_ref_model": "algorithm.ref_sync_every",
     "use_adaptive_entropy": "algorithm.adaptive_entropy", "entropy_target": "algorithm.entropy_target",
     "entropy_coef_delta": "algorithm.entropy_coef_delta", "entropy_coef_min": "algorithm.entropy_coef_min",
     "entropy_coef_max": "algorithm.entropy_coef_max",
@@ -68,6 +67,8 @@ NOTES: dict[str, str] = {
                                    "(docs/guides/custom-reward.md)",
     "reward_weights": "several rewards are combined by your reward function (docs/guides/custom-reward.md)",
     "use_vllm": "the engine is engine.kind (hf, openai, vllm)",
+    "sync_ref_model": "set algorithm.ref_sync_every to the optimizer steps between reference updates (TRL's "
+                      "ref_model_sync_steps, 512 by default)",
     "use_liger_kernel": "memrl has no Liger kernels",
 }
 

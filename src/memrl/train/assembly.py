@@ -197,7 +197,7 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
     sampler = ResumableSampler(len(samples), cfg.trainer.seed, shuffle=cfg.data.shuffle)
     runner = RolloutRunner(cfg, wf, samples, sampler, tokenizer, lambda msg: print_warning(console, msg, ""))
     if found is not None:  # weights first: engines built next start from them
-        state.load_weights(cfg, found[1], policy, reference.frozen)
+        state.load_weights(found[1], policy, reference)
     sharded = cfg.cluster.strategy == "fsdp" and torch.distributed.is_initialized()
     eng, shared, pool, status_line = _engine(cfg, dist, policy, engine, resumed=found is not None, device=device,
                                              pad_id=pad_id, sharded=sharded)

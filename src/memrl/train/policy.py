@@ -55,6 +55,7 @@ class Reference:
     def __init__(self, policy: Any, needed: bool) -> None:
         self.policy = policy
         self.frozen: Any = None
+        self.moved = False  # mixed (algorithm.ref_sync_every) or loaded moved: checkpoints then keep it
         if needed and not is_peft(policy):
             self.frozen = copy.deepcopy(policy).eval()
             for p in self.frozen.parameters():
@@ -67,6 +68,7 @@ class Reference:
         assert self.frozen is not None, "only a frozen copy (full fine-tuning) can be mixed"
         for ref, own in zip(self.frozen.parameters(), self.policy.parameters(), strict=True):
             ref.mul_(1.0 - alpha).add_(own.detach().to(ref.dtype), alpha=alpha)
+        self.moved = True
 
     @contextlib.contextmanager
     def model(self) -> Iterator[Any]:

@@ -131,15 +131,20 @@ def apply_hyperparameters(cfg: MemRLConfig, optimizer: Any, scheduler: Any) -> N
 def save(cfg: MemRLConfig, run_dir: Path, state: RunState, policy: Any, optimizer: Any, scheduler: Any, *,
          write: bool, reference: Any = None) -> Path:
     """Checkpoint ``state.step``; rank 0 writes; under FSDP every rank calls this (the gather is collective).
-    ``reference``: the reference model, when it moves (``algorithm.ref_sync_every``)."""
+    ``reference``: the :class:`memrl.train.policy.Reference`, saved when it has moved from the initial weights
+    (``algorithm.ref_sync_every``, now or in the run's past)."""
+    moved = reference is not None and reference.frozen is not None and \
+        (reference.moved or cfg.algorithm.ref_sync_every is not None)
     return checkpoint.save(run_dir, state.step, policy, optimizer, scheduler, state.to_json(),
                            keep=cfg.trainer.keep_checkpoints, write=write,
-                           reference=reference if cfg.algorithm.ref_sync_every is not None else None)
+                           reference=reference.frozen if moved else None)
 
 
-def load_weights(cfg: MemRLConfig, ckpt: Path, policy: Any, reference: Any) -> None:
-    """A checkpoint's policy weights, and its moving reference's where it has one (a run saved before
-    ``ref_sync_every`` was set has none: the reference then starts from the initial weights)."""
+def load_weights(ckpt: Path, policy: Any, reference: Any) -> None:
+    """A checkpoint's policy weights, and its moved reference's where it has one and the run keeps a reference
+    copy (a run saved before ``ref_sync_every`` was set has none: the reference is the initial weights; one
+    resumed without it keeps the moved reference as its fixed one, rather than jumping back to step 0's)."""
     checkpoint.load_weights(policy, ckpt)
-    if cfg.algorithm.ref_sync_every is not None and reference is not None and (ckpt / checkpoint.REFERENCE).is_dir():
-        checkpoint.load_weights(reference, ckpt, checkpoint.REFERENCE)
+    if reference is not None and reference.frozen is not None and (ckpt / checkpoint.REFERENCE).is_dir():
+        checkpoint.load_weights(reference.frozen, ckpt, checkpoint.REFERENCE)
+        reference.moved = True

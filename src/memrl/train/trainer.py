@@ -252,7 +252,7 @@ class Trainer:
         control = self.updater.entropy_control  # (a run resumed without it saves none: no stale state)
         self.state.entropy_control = control.state() if control is not None else None
         return state.save(self.cfg, self.run_dir, self.state, self.policy, self.optimizer, self.scheduler,
-                          write=self.dist.main, reference=self.reference.frozen)
+                          write=self.dist.main, reference=self.reference)
 
     # -- the loop ------------------------------------------------------------------------------------
     def run(self) -> dict[str, float]:

@@ -283,11 +283,9 @@ def _weights(rows: list[Row], width: int, device: torch.device) -> torch.Tensor 
 
 
 def optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
-    """Optimizer steps taken so far (a step dropped for non-finite values is not one), from AdamW's state."""
-    for state in optimizer.state.values():
-        if "step" in state:
-            return int(state["step"])
-    return 0
+    """Optimizer steps taken so far (a step dropped for non-finite values is not one), from AdamW's state: the
+    most any parameter has (one that got no gradient for a while has fewer)."""
+    return max((int(state["step"]) for state in optimizer.state.values() if "step" in state), default=0)
 
 
 def behaviour_logprobs(rows: list[Row], width: int, device: torch.device) -> torch.Tensor:
