@@ -187,3 +187,10 @@ trainer.train()
     assert got["algorithm.loss_agg_mode"] == "seq-mean-token-mean" and got["algorithm.kl_coef"] == 0.02
     assert got["trainer.prompts_per_step"] == 2  # TRL's default 8 completions a process, groups of 4
     assert "trainer.total_steps" not in got and "'$steps' is not a value" in skipped["max_steps"]  # listed, not guessed
+
+
+def test_an_entropy_bonus_aggregated_otherwise_than_trls_is_said():
+    _, skipped = values({"loss_type": "luspo", "importance_sampling_level": "sequence", "entropy_coef": 0.01})
+    assert "summed over each row" in skipped["(entropy bonus)"]
+    _, skipped = values({"loss_type": "dapo", "entropy_coef": 0.01})
+    assert "(entropy bonus)" not in skipped

@@ -73,7 +73,7 @@ class AlgorithmConfig(Section):
         None, ge=1, description="TR-DPO's reference update (TRL's sync_ref_model with ref_model_sync_steps): every "
         "this many optimizer steps the reference becomes ref_mixup_alpha x policy + (1 - ref_mixup_alpha) x "
         "reference, so the KL term holds the policy near where it recently was instead of where it started; the "
-        "reference is saved with checkpoints. Needs kl_coef > 0 and full fine-tuning (TRL refuses LoRA). null: "
+        "reference is saved with every checkpoint (a second copy of the weights: checkpoints about double). Needs kl_coef > 0 and full fine-tuning (TRL refuses LoRA). null: "
         "the reference stays the initial weights.")
     ref_mixup_alpha: float = Field(0.6, gt=0, le=1, description="ref_sync_every: the policy's share in each "
                                    "reference update (TRL's ref_model_mixup_alpha, 0.6).")

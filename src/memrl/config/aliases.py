@@ -63,8 +63,8 @@ NOTES: dict[str, str] = {
     "num_train_epochs": "memrl counts steps (a rollout and its update each): trainer.total_steps",
     "gradient_accumulation_steps": "memrl accumulates micro-batches of trainer.micro_batch_tokens tokens into "
                                    "each of trainer.mini_batches optimizer steps by itself",
-    "multi_objective_aggregation": "several rewards are combined by your reward function "
-                                   "(docs/guides/custom-reward.md)",
+    "multi_objective_aggregation": "normalize_then_sum is GDPO: algorithm.adv_estimator=gdpo with "
+                                   "algorithm.gdpo_reward_keys naming each reward's episode metric",
     "reward_weights": "several rewards are combined by your reward function (docs/guides/custom-reward.md)",
     "use_vllm": "the engine is engine.kind (hf, openai, vllm)",
     "sync_ref_model": "set algorithm.ref_sync_every to the optimizer steps between reference updates (TRL's "

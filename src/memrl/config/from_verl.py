@@ -58,6 +58,7 @@ LOSS_OPTIONS = {A + "tau_pos": "sapo_tau_pos", A + "tau_neg": "sapo_tau_neg",
                 **{A + f"policy_loss.{k}": k for k in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio",
                                                        "dro_beta")},
                 A + "policy_loss.ppo_kl_coef": "kl_cov_coef"}
+TRL_ONLY_LOSSES = ("luspo", "vespo")  # memrl's, from TRL: verl has no loss_mode of these names
 RC_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs", "rollout_rs_threshold",
            "bypass_mode", "loss_type")
 
@@ -204,8 +205,8 @@ def _estimator(get: Any, out: Translation, given: dict[str, Any], source: Any) -
         where = source("algorithm.adv_estimator", "algorithm.grpo_use_adv")
     if name in ("grpo", "grpo_vectorized") and not by_std:
         out.set("algorithm.adv_estimator", "dr_grpo", where)
-    elif name == "grpo_passk" and not by_std:
-        out.skipped["algorithm.adv_estimator"] = "grpo_passk without the std: memrl's grpo_passk divides by it"
+    elif name in ("grpo_passk", "gdpo") and not by_std:
+        out.skipped["algorithm.adv_estimator"] = f"{name} without the std: memrl's {name} divides by it"
     elif name in ADV_ESTIMATORS:
         out.set("algorithm.adv_estimator", ADV_ESTIMATORS[name], where)
     else:
@@ -242,8 +243,9 @@ def _policy_loss(get: Any, out: Translation, given: dict[str, Any], source: Any)
             "'bypass_mode' is the loss of algorithm.rollout_correction.bypass_mode=True, translated there" if on else
             "'bypass_mode' needs algorithm.rollout_correction.bypass_mode=True (verl fails without it), not set here")
         return
-    if mode not in POLICY_LOSSES.names:
-        out.skipped[A + "policy_loss.loss_mode"] = f"{mode!r} is not one of memrl's: {', '.join(POLICY_LOSSES.names)}"
+    if mode not in POLICY_LOSSES.names or mode in TRL_ONLY_LOSSES:
+        verl = [n for n in POLICY_LOSSES.names if n not in TRL_ONLY_LOSSES]
+        out.skipped[A + "policy_loss.loss_mode"] = f"{mode!r} is not one of verl's that memrl has: {', '.join(verl)}"
         return
     out.set("algorithm.policy_loss", mode, source(A + "policy_loss.loss_mode"))
     if not POLICY_LOSSES.get(mode).dual_clip:  # verl's GSPO scripts set clip_ratio_c=10, which its gspo never reads

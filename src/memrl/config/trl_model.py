@@ -117,6 +117,10 @@ def differences_rule(get: Any, out: Translation, given: dict[str, Any], source: 
     if updates > 1 and (get("lr_scheduler_type") == "cosine" or out.settings.get("trainer.warmup_steps")):
         out.skipped["(schedule)"] = (f"memrl moves the learning rate once a step ({updates} TRL optimizer steps), "
                                      "TRL at every optimizer step")
+    bonus = float(get("entropy_coef") or 0) > 0 or get("use_adaptive_entropy")
+    if bonus and get("loss_type") not in ("dapo", "cispo", "vespo"):
+        out.skipped["(entropy bonus)"] = (f"memrl aggregates the bonus as {get('loss_type')}'s loss (luspo: summed "
+                                          "over each row), TRL takes the mean per-token entropy")
     if float(get("weight_decay") or 0) > 0:
         out.skipped["(weight decay)"] = "transformers leaves biases and norm weights undecayed; memrl decays every weight"
     out.used.update(("save_strategy", "save_total_limit"))

@@ -3,7 +3,7 @@
 Layout of ``checkpoints/step_NNNNNN/``::
 
     model/               save_pretrained, safetensors
-    reference/           the moved reference model, when it moves (algorithm.ref_sync_every)
+    reference/           the reference model, when it moves (algorithm.ref_sync_every) or has moved
     trainer.safetensors  optimizer state tensors and the torch/CUDA RNG states
     trainer.json         optimizer param groups, scheduler, Python/NumPy RNG states
     state.json           step, data position, streak counters
