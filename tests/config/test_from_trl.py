@@ -194,3 +194,30 @@ def test_an_entropy_bonus_aggregated_otherwise_than_trls_is_said():
     assert "summed over each row" in skipped["(entropy bonus)"]
     _, skipped = values({"loss_type": "dapo", "entropy_coef": 0.01})
     assert "(entropy bonus)" not in skipped
+
+
+def test_second_audit_cases(tmp_path):
+    """A script's LoraConfig and GRPOTrainer(model=) and torch dtypes; a --config YAML's num_processes; a missing
+    --config named; an unreadable $VAR listed under the field that carried it; a syntax error named."""
+    script = '''import torch
+from peft import LoraConfig
+from trl import GRPOConfig, GRPOTrainer
+
+peft_config = LoraConfig(r=1, lora_alpha=32, target_modules="all-linear")
+args = GRPOConfig(learning_rate=5e-5, model_init_kwargs={"torch_dtype": torch.bfloat16}, max_steps=10)
+trainer = GRPOTrainer(model="Qwen/Qwen3-0.6B", args=args, peft_config=peft_config)
+'''
+    got, skipped = values(trl_arguments(script)[0])
+    assert got["lora.enabled"] is True and got["lora.r"] == 1 and got["lora.target_modules"] == "all-linear"
+    assert got["model.path"] == "Qwen/Qwen3-0.6B" and got["model.dtype"] == "bfloat16"
+    assert "model_init_kwargs" not in skipped
+    (tmp_path / "grpo.yaml").write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\nnum_processes: 4\n")
+    assert trl_arguments("trl grpo --config grpo.yaml", tmp_path)[1] == 4
+    with pytest.raises(ValueError, match="--config missing.yaml: no such file"):
+        trl_arguments("trl grpo --config missing.yaml --num_generations 16", tmp_path)
+    got, skipped = values(command_arguments("python t.py --beta $B --max_steps 100")[0])
+    assert "beta" in skipped and "not translated" in skipped["beta"] and "algorithm.kl_coef" not in got
+    with pytest.raises(ValueError, match="does not parse \\(line 1"):
+        trl_arguments("args = GRPOConfig(learning_rate=1e-5, beta=0.04\n")
+    fields, _ = command_arguments("python t.py --run_name a=b --learning_rate 1e-6")
+    assert fields["run_name"] == "a=b"

@@ -247,7 +247,8 @@ def _report(flags: Collection[str], skipped: dict[str, str], unresolved: list[st
     err.print(f"translated {len(flags) - len(left)} of {len(flags)} {source} {noun}{where}; {len(left)} left out:")
     by_reason: dict[str, list[str]] = {}
     for key, why in skipped.items():
-        shown = key if key in flags or key.endswith("default)") else f"{key} ({source}'s default)"
+        noted = key in flags or key.endswith("default)") or key.startswith("(")  # a field, or a note
+        shown = key if noted else f"{key} ({source}'s default)"
         by_reason.setdefault(why, []).append(shown)
     for why, keys in sorted(by_reason.items(), key=lambda kv: len(kv[1])):
         err.print(f"- {why} ({len(keys)}): " + ", ".join(keys), soft_wrap=False)

@@ -114,10 +114,13 @@ def translate_trl(fields: dict[str, Any], processes: int | None = None) -> Trans
         elif trl_key in fields and trl_key != when:
             out.skipped[trl_key] = f"TRL reads it only with {when}={equal}"
     for rule in RULES:
+        before = set(out.used)
         try:
             rule(get, out, fields, source, processes)
         except (TypeError, ValueError, ZeroDivisionError) as err:  # a value memrl cannot read ($VAR left as written)
-            out.skipped[f"({rule.__name__.strip('_')})"] = f"not translated: {err}"
+            read = sorted((out.used - before) & set(fields)) or [f"({rule.__name__.strip('_')})"]
+            for key in read:  # the run's own fields the rule read: listed as left out, and why
+                out.skipped[key] = f"not translated: {err} (a variable the script sets elsewhere?)"
     for key in fields:
         if key not in out.used:
             out.skipped[key] = why_skipped(key)
@@ -236,6 +239,12 @@ def _masks_fit(get: Any, out: Translation, given: dict[str, Any], source: Any, p
         out.settings.pop("algorithm.top_entropy_quantile")
         out.skipped["top_entropy_quantile"] = (f"TRL's entropy mask over {_policy(out)}'s one ratio per row spreads "
                                                "a masked token's gradient: memrl has no setting for it")
+    if chosen.token_weights_only and out.settings.get("algorithm.rollout_correction.rollout_is", (None,))[0] == \
+            "sequence":
+        out.settings.pop("algorithm.rollout_correction.rollout_is")
+        out.settings.pop("algorithm.rollout_correction.rollout_is_threshold", None)
+        out.skipped["vllm_importance_sampling_mode"] = (f"a sequence mode with {_policy(out)}: TRL refuses the pair "
+                                                        "too (use token_truncate or token_mask)")
     if out.settings.get("algorithm.off_policy_mask_threshold", (None,))[0] is not None and not chosen.zeroes_rows:
         out.settings.pop("algorithm.off_policy_mask_threshold")
         out.skipped["off_policy_mask_threshold"] = f"memrl's mask does not fit {_policy(out)}"
@@ -246,7 +255,9 @@ def why_skipped(key: str) -> str:
     note = note_for(key)
     if note:
         return note
-    if key.startswith(("optim", "adam_", "disable_dropout")):
+    if key == "disable_dropout":
+        return "memrl trains with the model's own dropout settings: no counterpart"
+    if key.startswith(("optim", "adam_")):
         return "memrl's optimizer is AdamW with its own settings (trainer.lr, trainer.weight_decay): no counterpart"
     if key in ("bf16", "fp16", "tf32"):
         return "autocast over the weights' dtype in TRL: memrl computes in model.dtype (written above)"

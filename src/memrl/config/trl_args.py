@@ -15,6 +15,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from memrl.config.trl_python import python_config
 from memrl.config.verl_script import _substitute, scalar
 
 # fields that take several values on a command line (``--lora_target_modules q_proj v_proj``)
@@ -39,57 +40,33 @@ def trl_arguments(text: str, base: Path | None = None) -> tuple[dict[str, Any], 
     in_python = python_config(text)
     if in_python is not None:
         return in_python, None
-    fields, processes = command_arguments(text)
-    return _with_config_file(fields, base), processes
-
-
-CONFIG_CALLS = ("GRPOConfig", "ModelConfig", "ScriptArguments", "GRPOScriptArguments")
-
-
-def python_config(text: str) -> dict[str, Any] | None:
-    """The literal keyword arguments of a Python script's ``GRPOConfig(...)`` (and ``ModelConfig(...)``) calls,
-    read without running it (None: not Python, or no such call). A keyword whose value is not a literal (a
-    variable, an expression) is kept as its source text, so it is listed as unreadable rather than guessed."""
-    import ast
-
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
-    fields: dict[str, Any] = {}
-    found = False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in CONFIG_CALLS:
-            found = True
-            for kw in node.keywords:
-                if kw.arg is None:
-                    continue
-                try:
-                    fields[kw.arg] = ast.literal_eval(kw.value)
-                except ValueError:
-                    fields[kw.arg] = f"${ast.unparse(kw.value)}"
-    return fields if found else None
+    return command_arguments(text, base)
 
 
 def _with_config_file(fields: dict[str, Any], base: Path | None) -> dict[str, Any]:
-    """A command's ``--config FILE`` read under its flags (kept as ``config`` when the file is not here)."""
+    """A command's ``--config FILE`` read under its flags (TRL's parser gives the flags precedence); a ValueError
+    naming the file when it is not next to the command or in the current folder, or is not a YAML mapping."""
     import yaml
 
     name = fields.get("config")
     if not isinstance(name, str):
         return fields
-    for folder in (Path.cwd(), base):
-        path = folder / name if folder is not None else None
-        if path is not None and path.is_file():
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            if isinstance(data, dict):
-                merged = {str(k).replace("-", "_"): v for k, v in data.items()}
-                merged.update({k: v for k, v in fields.items() if k != "config"})
-                return merged
-    return fields
+    found = [f / name for f in (Path.cwd(), base) if f is not None and (f / name).is_file()]
+    if not found:
+        raise ValueError(f"--config {name}: no such file next to the command or in the current folder; translate "
+                         f"{name} itself, or run from its folder")
+    try:
+        data = yaml.safe_load(found[0].read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise ValueError(f"--config {found[0]}: not a YAML file ({str(err).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {found[0]}: not a mapping of TRL settings")
+    merged = {str(k).replace("-", "_"): v for k, v in data.items()}
+    merged.update({k: v for k, v in fields.items() if k != "config"})
+    return merged
 
 
-def command_arguments(text: str) -> tuple[dict[str, Any], int | None]:
+def command_arguments(text: str, base: Path | None = None) -> tuple[dict[str, Any], int | None]:
     """``--name value`` / ``--name=value`` / ``--flag`` / ``--no_flag`` words of a shell command, values as Python
     scalars; a list field keeps every value up to the next flag. The launcher's process count (accelerate's
     ``--num_processes``, torchrun's ``--nnodes`` x ``--nproc_per_node``, deepspeed's ``--num_gpus``) is returned
@@ -117,6 +94,7 @@ def command_arguments(text: str) -> tuple[dict[str, Any], int | None]:
             fields[name[3:]] = False
         else:
             fields[name] = scalar(values[0]) if values else True
+    fields = _with_config_file(fields, base)  # before the process count: the file may hold num_processes
     return fields, _processes(fields)
 
 
@@ -133,10 +111,11 @@ def _words(text: str, names: dict[str, str]) -> list[str]:
                 words += shlex.split(line, comments=True)
             except ValueError:
                 continue
-    kept = []
+    kept: list[str] = []
     for word in words:
         key, eq, value = word.partition("=")
-        if eq and re.fullmatch(r"[A-Za-z_]\w*", key):  # a shell variable (NAME=value, export NAME=value)
+        after_flag = bool(kept) and kept[-1].startswith("--") and "=" not in kept[-1]  # --run_name a=b: a value
+        if eq and re.fullmatch(r"[A-Za-z_]\w*", key) and not after_flag:  # a shell variable (NAME=value)
             names[key] = _substitute(value, names, [])
         else:
             kept.append(word)

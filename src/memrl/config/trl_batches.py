@@ -41,6 +41,10 @@ def batches_rule(get: Any, out: Translation, given: dict[str, Any], source: Any,
         out.skipped["per_device_train_batch_size"] = (
             f"{gen_batch} completions a generation, {per_gen} steps per generation, {accumulate} accumulated: not "
             f"whole groups of {n} or whole optimizer steps; set trainer.prompts_per_step and trainer.mini_batches")
+        for key in ("max_steps", "save_steps", "warmup_steps", "warmup_ratio"):
+            out.used.add(key)
+            if key in given:
+                out.skipped[key] = "needs the batch split above (TRL counts optimizer steps): set trainer.* yourself"
         return
     out.set("trainer.prompts_per_step", int(gen_batch) // n, where)
     minis = per_gen // accumulate
@@ -62,6 +66,9 @@ def _counts(get: Any, out: Translation, given: dict[str, Any], source: Any, upda
         max_steps = 0
     if max_steps > 0:
         out.set("trainer.total_steps", steps(max_steps), source("max_steps") + per)
+        if max_steps % updates:
+            out.skipped["(steps)"] = (f"max_steps={max_steps} is not a whole number of memrl steps of {updates} "
+                                      f"optimizer steps: rounded up to {steps(max_steps) * updates}")
     elif "max_steps" not in out.skipped:
         out.skipped["max_steps" if "max_steps" in given else "num_train_epochs"] = (
             "TRL trains num_train_epochs over its dataset: memrl counts steps, set trainer.total_steps")

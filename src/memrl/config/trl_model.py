@@ -82,9 +82,21 @@ def _unread(out: Translation, given: dict[str, Any], prefix: str, why: str) -> N
 def dtype_rule(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
     """The weights' dtype: ModelConfig's ``dtype`` (``torch_dtype`` before), float32 by default (bf16 is only
     autocast in TRL); or the one in ``model_init_kwargs``."""
-    init = given.get("model_init_kwargs") if isinstance(given.get("model_init_kwargs"), dict) else {}
+    init = given.get("model_init_kwargs")
+    if isinstance(init, str):  # a command's JSON (TRL's parser decodes it: GRPOConfig._VALID_DICT_FIELDS)
+        import json
+
+        try:
+            init = json.loads(init)
+        except ValueError:
+            out.skipped["model_init_kwargs"] = (f"{init!r} is not JSON memrl can read (the weights' dtype: set "
+                                                "model.dtype)")
+            return
+    init = init if isinstance(init, dict) else {}
     named = [k for k in ("dtype", "torch_dtype") if k in given]
     out.used.update(("dtype", "torch_dtype"))
+    if not named and ("dtype" in init or "torch_dtype" in init):
+        out.used.add("model_init_kwargs")
     value = given[named[0]] if named else init.get("dtype", init.get("torch_dtype", "float32"))
     dtype = str(value).removeprefix("torch.")
     where = source(*named) if named else ("model_init_kwargs" if init.get("dtype", init.get("torch_dtype")) else
@@ -111,9 +123,9 @@ def differences_rule(get: Any, out: Translation, given: dict[str, Any], source: 
     updates = minis * out.settings.get("algorithm.ppo_epochs", (1,))[0]
     token_mean = get("loss_type") in ("dapo", "cispo", "vespo")
     if token_mean and minis > 1:
-        out.skipped["(loss normaliser)"] = (f"TRL's {get('loss_type')} divides each optimizer step by the tokens of the "
-                                            f"whole generation, memrl by its mini-batch's: TRL's gradients are 1/{minis} "
-                                            "of memrl's (what max_grad_norm clips differs)")
+        out.skipped["(loss normaliser)"] = (
+            f"TRL's {get('loss_type')} divides each optimizer step by the tokens of the whole generation, memrl by "
+            f"its mini-batch's: TRL's gradients are 1/{minis} of memrl's (what max_grad_norm clips differs)")
     if updates > 1 and (get("lr_scheduler_type") == "cosine" or out.settings.get("trainer.warmup_steps")):
         out.skipped["(schedule)"] = (f"memrl moves the learning rate once a step ({updates} TRL optimizer steps), "
                                      "TRL at every optimizer step")
@@ -122,7 +134,8 @@ def differences_rule(get: Any, out: Translation, given: dict[str, Any], source: 
         out.skipped["(entropy bonus)"] = (f"memrl aggregates the bonus as {get('loss_type')}'s loss (luspo: summed "
                                           "over each row), TRL takes the mean per-token entropy")
     if float(get("weight_decay") or 0) > 0:
-        out.skipped["(weight decay)"] = "transformers leaves biases and norm weights undecayed; memrl decays every weight"
+        out.skipped["(weight decay)"] = ("transformers leaves biases and norm weights undecayed; memrl decays every "
+                                         "weight")
     out.used.update(("save_strategy", "save_total_limit"))
     if get("save_strategy") != "steps":
         out.skipped["save_strategy"] = f"{get('save_strategy')!r}: memrl saves every trainer.save_every steps (kept 10)"
