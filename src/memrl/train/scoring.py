@@ -70,9 +70,8 @@ def lone_episodes(groups: list[str]) -> set[int]:
 def without_lone_groups(ep_adv: torch.Tensor, groups: list[str]) -> torch.Tensor:
     """A group left with one episode (the others failed) has no baseline: advantage 0, as TRL gives it (verl's
     mean 0 / std 1 for one-sample groups, meant for n = 1, would train on its raw reward)."""
-    sizes = Counter(groups)
-    lone = torch.tensor([sizes[g] == 1 for g in groups])
-    return torch.where(lone, torch.zeros_like(ep_adv), ep_adv)
+    lone = lone_episodes(groups)
+    return torch.where(torch.tensor([i in lone for i in range(len(groups))]), torch.zeros_like(ep_adv), ep_adv)
 
 
 def assign_advantages(cfg: MemRLConfig, trajs: list[Trajectory], rows: list[Row],
