@@ -192,8 +192,11 @@ trainer.train()
 def test_an_entropy_bonus_aggregated_otherwise_than_trls_is_said():
     _, skipped = values({"loss_type": "luspo", "importance_sampling_level": "sequence", "entropy_coef": 0.01})
     assert "summed over each row" in skipped["(entropy bonus)"]
-    _, skipped = values({"loss_type": "dapo", "entropy_coef": 0.01})
-    assert "(entropy bonus)" not in skipped
+    _, skipped = values({"loss_type": "sapo", "entropy_coef": 0.01})
+    assert "seq-mean-token-mean" in skipped["(entropy bonus)"]  # sapo's own aggregation
+    for token_mean in ("dapo", "bnpo", "cispo", "vespo"):  # TRL's bonus is memrl's there (bnpo was flagged)
+        _, skipped = values({"loss_type": token_mean, "entropy_coef": 0.01, "epsilon_high": 5.0})
+        assert "(entropy bonus)" not in skipped, token_mean
 
 
 def test_second_audit_cases(tmp_path):

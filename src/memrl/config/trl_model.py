@@ -117,6 +117,17 @@ def grad_clip_rule(get: Any, out: Translation, given: dict[str, Any], source: An
         out.set("trainer.grad_clip", float(norm), source("max_grad_norm"))
 
 
+def translated_aggregation(out: Translation) -> str:
+    """The loss_agg_mode the translated config trains with: the one written, else the policy loss's own, else
+    memrl's default (token-mean)."""
+    from memrl.config.registry import POLICY_LOSSES
+
+    if "algorithm.loss_agg_mode" in out.settings:
+        return str(out.settings["algorithm.loss_agg_mode"][0])
+    policy = out.settings.get("algorithm.policy_loss", ("vanilla",))[0]
+    return getattr(POLICY_LOSSES.get(policy), "aggregation", None) or "token-mean"
+
+
 def differences_rule(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
     """What the translated run still does otherwise than TRL's, as notes (docs/guides/from-trl.md explains)."""
     minis = out.settings.get("trainer.mini_batches", (1,))[0]
@@ -130,8 +141,9 @@ def differences_rule(get: Any, out: Translation, given: dict[str, Any], source: 
         out.skipped["(schedule)"] = (f"memrl moves the learning rate once a step ({updates} TRL optimizer steps), "
                                      "TRL at every optimizer step")
     bonus = float(get("entropy_coef") or 0) > 0 or get("use_adaptive_entropy")
-    if bonus and get("loss_type") not in ("dapo", "cispo", "vespo"):
-        out.skipped["(entropy bonus)"] = (f"memrl aggregates the bonus as {get('loss_type')}'s loss (luspo: summed "
+    aggregation = translated_aggregation(out)
+    if bonus and aggregation != "token-mean":  # memrl aggregates the bonus as the loss; TRL's is a token mean
+        out.skipped["(entropy bonus)"] = (f"memrl aggregates the bonus as the loss ({aggregation}; luspo: summed "
                                           "over each row), TRL takes the mean per-token entropy")
     if float(get("weight_decay") or 0) > 0:
         out.skipped["(weight decay)"] = ("transformers leaves biases and norm weights undecayed; memrl decays every "
