@@ -83,7 +83,8 @@ def test_a_launch_command_gives_its_flags_and_the_launchers_process_count():
     ({"loss_type": "dr_grpo", "max_completion_length": 1024},
      {"algorithm.loss_agg_mode": "seq-mean-token-sum-norm", "algorithm.loss_scale_factor": 1024}, ()),
     ({"scale_rewards": "none"}, {"algorithm.adv_estimator": "dr_grpo"}, ()),
-    ({"scale_rewards": "batch"}, {}, ("scale_rewards",)),
+    ({"scale_rewards": "batch"}, {"algorithm.adv_estimator": "grpo_batch_std", "algorithm.epsilon": 1e-4}, ()),
+    ({"scale_rewards": "sequence"}, {}, ("scale_rewards",)),  # TRL refuses it
     ({"delta": 2.0}, {"algorithm.clip_ratio_c": 2.0}, ()),
     ({"delta": 1.1}, {}, ("delta",)),  # at or below 1 + epsilon_high: TRL bounds positive advantages too
     ({"loss_type": "sapo", "epsilon": 0.3, "sapo_temperature_neg": 2.0},
@@ -224,3 +225,20 @@ trainer = GRPOTrainer(model="Qwen/Qwen3-0.6B", args=args, peft_config=peft_confi
         trl_arguments("args = GRPOConfig(learning_rate=1e-5, beta=0.04\n")
     fields, _ = command_arguments("python t.py --run_name a=b --learning_rate 1e-6")
     assert fields["run_name"] == "a=b"
+
+
+def test_an_accelerate_config_file_gives_the_process_count(tmp_path, monkeypatch):
+    """accelerate's --config_file (TRL's --accelerate_config, or accelerate_config: in a TRL YAML) holds the run's
+    num_processes; the launcher's own flag wins; distributed_type NO launches one process whatever it says."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "zero3.yaml").write_text("distributed_type: DEEPSPEED\nnum_machines: 2\nnum_processes: 16\n")
+    (tmp_path / "single.yaml").write_text("distributed_type: 'NO'\nnum_processes: 8\n")
+    assert command_arguments("accelerate launch --config_file zero3.yaml t.py --beta 0.1")[1] == 16
+    assert command_arguments("accelerate launch --config_file zero3.yaml --num_processes 4 t.py")[1] == 4
+    assert command_arguments("accelerate launch --config_file single.yaml t.py")[1] == 1
+    assert command_arguments("trl grpo --accelerate_config zero3.yaml --beta 0.1")[1] == 16
+    assert trl_arguments("accelerate_config: zero3.yaml\nbeta: 0.1\n")[1] == 16
+    fields, processes = command_arguments("accelerate launch --config_file missing.yaml t.py")
+    assert processes is None
+    _, skipped = values(fields, processes)
+    assert "missing.yaml was not found or holds no num_processes" in skipped["(processes)"]

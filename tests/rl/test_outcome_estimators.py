@@ -97,3 +97,32 @@ def test_opo_equals_verls(verl_opo, seed):
     rewards[torch.arange(b), lengths - 1] = scores
     want, _ = verl_opo(rewards, mask, index)
     torch.testing.assert_close(opo(scores, index.tolist(), lengths=lengths)[:, None] * mask, want)
+
+
+def test_batch_std_is_trls_scale_rewards_batch():
+    """TRL: group means 2/3 and 1/3; the batch's unbiased std of three 1s and three 0s is sqrt(0.3), + 1e-4."""
+    from memrl.rl.advantages import grpo_batch_std
+
+    scores = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    got = grpo_batch_std(scores, ["a", "a", "a", "b", "b", "b"], epsilon=1e-4)
+    want = torch.tensor([1 / 3, -2 / 3, 1 / 3, 2 / 3, -1 / 3, -1 / 3]) / (0.3 ** 0.5 + 1e-4)
+    assert got.tolist() == pytest.approx(want.tolist(), abs=1e-6)
+    assert grpo_batch_std(torch.tensor([0.7]), ["a"], epsilon=1e-4).tolist() == [0.0]  # TRL: a lone one is its mean
+    same = grpo_batch_std(torch.ones(4), ["a", "a", "b", "b"], epsilon=1e-4)
+    assert same.tolist() == [0.0] * 4  # std 0: divided by epsilon, numerators 0
+
+
+def test_batch_std_equals_trls_code():
+    """TRL's sum_then_normalize branch with scale_rewards="batch", transcribed from grpo_trainer.py (f2cd577):
+    mean over each group of num_generations, nanstd (unbiased) over the whole batch, + 1e-4."""
+    from memrl.rl.advantages import grpo_batch_std
+
+    for seed in range(10):
+        g = torch.Generator().manual_seed(seed)
+        groups, num_generations = 3, 4
+        rewards = torch.rand(groups * num_generations, generator=g)
+        mean = rewards.view(-1, num_generations).mean(dim=1).repeat_interleave(num_generations, dim=0)
+        variance = ((rewards - rewards.mean()) ** 2).sum() / (rewards.numel() - 1)
+        want = (rewards - mean) / (variance.sqrt() + 1e-4)
+        ids = [i // num_generations for i in range(rewards.numel())]
+        torch.testing.assert_close(grpo_batch_std(rewards, ids, epsilon=1e-4), want)

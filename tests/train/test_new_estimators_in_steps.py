@@ -87,6 +87,7 @@ def test_from_verl_skips_what_it_cannot_keep():
     t = translate({"algorithm.adv_estimator": "grpo_passk", "algorithm.norm_adv_by_std_in_grpo": "False"})
     assert "algorithm.adv_estimator" not in t.settings and "divides by it" in t.skipped["algorithm.adv_estimator"]
     assert translate({"algorithm.adv_estimator": "opo"}).settings["algorithm.adv_estimator"][0] == "opo"
+    assert translate({"algorithm.adv_estimator": "remax"}).settings["algorithm.adv_estimator"][0] == "remax"
     t = translate({"algorithm.adv_estimator": "gdpo", "algorithm.norm_adv_by_std_in_grpo": "False",
                    "algorithm.gdpo_reward_keys": "[a,b]"})
     assert "algorithm.adv_estimator" not in t.settings and "gdpo without the std" in t.skipped["algorithm.adv_estimator"]

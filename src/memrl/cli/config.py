@@ -167,7 +167,7 @@ def from_trl(
                                  "GRPOConfig(...) keywords are literals (read, not run), or - for standard input."),
     processes: Optional[int] = typer.Option(None, "--processes", min=1, help="Processes the TRL run trains on (its "
                                             "batch sizes are per process); default: the launcher's --num_processes, "
-                                            "else 1."),
+                                            "else its accelerate --config_file's num_processes, else 1."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the memrl YAML here (default: standard output)."),
     force: bool = typer.Option(False, "--force", help="Overwrite --out if it exists."),
 ) -> None:

@@ -74,7 +74,7 @@ PLUMBING = ("per_device_eval_batch_size", "dataloader_", "ddp_", "deepspeed", "f
             "vllm_max_model_length", "ds3_gather", "torch_compile", "bf16", "fp16", "tf32", "attn_implementation",
             "gradient_checkpointing_kwargs", "cast_lm_head", "use_transformers_",
             "cache_implementation", "model_init_kwargs", "trust_remote_code", "use_cpu", "pad_to_multiple_of",
-            "parallelism_config", "config_file", "multi_gpu", "mixed_precision", "num_machines", "machine_rank",
+            "parallelism_config", "config_file", "accelerate_config", "multi_gpu", "mixed_precision", "num_machines", "machine_rank",
             "main_process", "rdzv", "master_")
 BOOKKEEPING = ("logging_", "log_", "report_to", "run_name", "push_to_hub", "hub_", "save_strategy", "eval_",
                "do_eval", "num_completions_to_print", "save_only_model", "resume_from_checkpoint",
@@ -89,8 +89,10 @@ def translate_trl(fields: dict[str, Any], processes: int | None = None) -> Trans
     out = Translation()
     if processes is None:
         processes = 1
+        launcher = fields.get("config_file", fields.get("accelerate_config"))
+        unread = f"; {launcher} was not found or holds no num_processes" if isinstance(launcher, str) else ""
         out.skipped["(processes)"] = ("batch sizes assume 1 process: pass --processes N with the TRL run's count "
-                                      "(its accelerate config's num_processes)")
+                                      f"(its accelerate config's num_processes{unread})")
 
     def get(key: str) -> Any:
         out.used.add(key)
@@ -209,11 +211,13 @@ def _advantages(get: Any, out: Translation, given: dict[str, Any], source: Any, 
     if scale == "group":
         out.set("algorithm.adv_estimator", "grpo", source("scale_rewards"))
         out.set("algorithm.epsilon", 1e-4, f"{source('scale_rewards')} (TRL adds 1e-4 to the group std)")
+    elif scale == "batch":  # TRL's std of the generation batch: memrl's step of prompts_per_step x n episodes
+        out.set("algorithm.adv_estimator", "grpo_batch_std", source("scale_rewards"))
+        out.set("algorithm.epsilon", 1e-4, f"{source('scale_rewards')} (TRL adds 1e-4 to the batch std)")
     elif scale == "none":
         out.set("algorithm.adv_estimator", "dr_grpo", source("scale_rewards"))
     else:
-        out.skipped["scale_rewards"] = (f"{scale!r}: a plug-in estimator (docs/reference/algorithms.md has "
-                                        "scale_rewards='batch' as its example)")
+        out.skipped["scale_rewards"] = f"{scale!r}: TRL refuses it (batch, group or none)"
     if get("multi_objective_aggregation") != "sum_then_normalize":
         out.skipped["multi_objective_aggregation"] = (
             "GDPO: algorithm.adv_estimator=gdpo with gdpo_reward_keys naming the episode metrics your workflow logs "

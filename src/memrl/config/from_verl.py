@@ -51,6 +51,7 @@ BOOKKEEPING = ("logger", "experiment_name", "val_before_train", "resume_mode", "
 ADV_ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce_plus_plus": "reinforce_plus_plus",
                   "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline", "gigpo": "gigpo",
                   "grpo_passk": "grpo_passk", "gpg": "gpg", "gdpo": "gdpo", "opo": "opo",
+                  "remax": "remax",
                   # verl's vectorized twins: the same numbers for groups of two or more, all memrl trains
                   "grpo_vectorized": "grpo", "rloo_vectorized": "rloo"}
 # verl flags of one policy loss -> memrl's algorithm field (written only for the loss the script picks)
@@ -212,7 +213,7 @@ def _estimator(get: Any, out: Translation, given: dict[str, Any], source: Any) -
     else:
         out.skipped["algorithm.adv_estimator"] = (f"{name!r}: memrl has no critic (gae) or no such estimator; "
                                                   "memrl's are grpo, dr_grpo, rloo, reinforce_plus_plus(_baseline), "
-                                                  "gigpo, step_reinforce, grpo_passk, gpg, gdpo, opo")
+                                                  "gigpo, step_reinforce, grpo_passk, gpg, gdpo, opo, remax")
     _gdpo(name, out, given, source)
 
 

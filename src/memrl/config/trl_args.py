@@ -36,7 +36,8 @@ def trl_arguments(text: str, base: Path | None = None) -> tuple[dict[str, Any], 
     if isinstance(data, dict) and data and all(IDENTIFIER.fullmatch(str(k)) for k in data):
         fields = {str(k).replace("-", "_"): v for k, v in data.items()}
         processes = fields.pop("num_processes", None)
-        return fields, int(processes) if isinstance(processes, int) else None
+        return fields, int(processes) if isinstance(processes, int) else \
+            accelerate_processes(fields.get("accelerate_config"), base)
     in_python = python_config(text)
     if in_python is not None:
         return in_python, None
@@ -95,7 +96,43 @@ def command_arguments(text: str, base: Path | None = None) -> tuple[dict[str, An
         else:
             fields[name] = scalar(values[0]) if values else True
     fields = _with_config_file(fields, base)  # before the process count: the file may hold num_processes
-    return fields, _processes(fields)
+    processes = _processes(fields)  # the launcher's flags override its config file's, as accelerate's parser does
+    launcher_file = fields.get("config_file", fields.get("accelerate_config"))
+    return fields, processes if processes is not None else accelerate_processes(launcher_file, base)
+
+
+def accelerate_processes(name: Any, base: Path | None) -> int | None:
+    """How many processes an accelerate config file launches (``accelerate launch --config_file F``, TRL's
+    ``--accelerate_config F`` or a config name TRL ships, read from an installed TRL): its ``num_processes``, or 1
+    when its ``distributed_type`` is ``NO`` (accelerate then runs one process whatever the count says). None when
+    the file cannot be found or read: the caller says the count was assumed."""
+    import yaml
+
+    if not isinstance(name, str) or not name:
+        return None
+    found = [f / name for f in (Path.cwd(), base) if f is not None and (f / name).is_file()]
+    path = found[0] if found else _shipped_accelerate_config(name)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) if path is not None else None
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    if str(data.get("distributed_type", "")).upper() == "NO":
+        return 1
+    count = data.get("num_processes")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else None
+
+
+def _shipped_accelerate_config(name: str) -> Path | None:
+    """TRL's own config of that name (``zero3`` -> trl/accelerate_configs/zero3.yaml), if TRL is installed."""
+    try:
+        import importlib.resources as resources
+
+        candidate = resources.files("trl.accelerate_configs").joinpath(f"{name}.yaml")
+    except (ImportError, ModuleNotFoundError, TypeError):
+        return None
+    return Path(str(candidate)) if candidate.is_file() else None
 
 
 def _words(text: str, names: dict[str, str]) -> list[str]:

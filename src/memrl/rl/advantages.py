@@ -121,6 +121,17 @@ def dr_grpo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: flo
     return group_normalize(scores, group_ids, False, epsilon)
 
 
+@register_adv_est("grpo_batch_std", needs_group=True)
+def grpo_batch_std(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
+    """TRL's scale_rewards="batch": (score - group mean) / (std of the batch's scores + epsilon), unbiased std."""
+    rewards = scores.float()
+    out = torch.zeros_like(rewards)
+    for rows in _groups(group_ids).values():  # a group of one is its own mean: 0, as TRL's
+        out[rows] = rewards[rows] - rewards[rows].mean()
+    std = rewards.std() if rewards.numel() > 1 else torch.zeros(())  # TRL's one-completion batch: std 0
+    return out / (std + epsilon)
+
+
 @register_adv_est("rloo", needs_group=True)
 def rloo_estimator(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6) -> torch.Tensor:
     """RLOO: score minus the mean of the other episodes of the group, scaled n / (n - 1)."""

@@ -45,6 +45,7 @@ class AdvantageEstimator:
     # its episode stage also takes ``components`` ([episodes, K]: algorithm.gdpo_reward_keys' metrics) and ``weights``
     components: bool = False
     lengths: bool = False  # its episode stage also takes ``lengths``: each episode's generated tokens (OPO's)
+    baselines: bool = False  # the rollout adds one greedy episode per group; the stage takes its reward (ReMax's)
 
     @property
     def spreads(self) -> bool:
@@ -66,7 +67,7 @@ class AdvantageEstimator:
 def register_adv_est(name: str, *, tokens: Callable[..., torch.Tensor] = spread, needs_group: bool = False,
                      turns: Callable[..., torch.Tensor] | None = None, per_step: bool = False,
                      states: bool = False, components: bool = False, lengths: bool = False,
-                     ) -> Callable[[Callable[..., torch.Tensor]], AdvantageEstimator]:
+                     baselines: bool = False) -> Callable[[Callable[..., torch.Tensor]], AdvantageEstimator]:
     """Decorator: register ``fn(scores, group_ids, *, epsilon) -> per-episode values`` as ``name``
     (``turns``: a per-turn stage, ``states`` if it compares turns by anchor state; ``per_step``: ReMemR1's
     state advantage uses ``fn`` too, see :class:`AdvantageEstimator` and :func:`combine_step_advantages`;
@@ -74,7 +75,7 @@ def register_adv_est(name: str, *, tokens: Callable[..., torch.Tensor] = spread,
     tokens, OPO's)."""
     def decorate(fn: Callable[..., torch.Tensor]) -> AdvantageEstimator:
         return ADV_ESTIMATORS.register(name, AdvantageEstimator(fn, tokens, needs_group, turns, per_step, states,
-                                                                components, lengths))
+                                                                components, lengths, baselines))
     return decorate
 
 

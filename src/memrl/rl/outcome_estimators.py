@@ -1,5 +1,5 @@
-"""verl's other outcome estimators: GRPO for pass@k (``grpo_passk``), GPG's (``gpg``), GDPO (``gdpo``) and OPO
-(``opo``).
+"""verl's other outcome estimators: GRPO for pass@k (``grpo_passk``), GPG's (``gpg``), GDPO (``gdpo``), OPO
+(``opo``) and ReMax (``remax``).
 
 Why: both change *which* episodes of a group carry a signal, not only how much. Pass@k training (arXiv
 2503.19595) rewards a group for its best answer: only the group's best episode gets an advantage, the margin
@@ -11,10 +11,11 @@ gradient. GDPO (arXiv 2601.05242) trains on several rewards at once (a format re
 say): summed first, the one with the larger spread drowns the other's signal in the group's std, so each
 component is normalised in its group on its own, then they are summed with weights and whitened over the
 batch's tokens. OPO (arXiv 2505.23585) subtracts the group's length-weighted mean reward, the baseline of least
-variance when each token carries the gradient of its sequence's reward.
+variance when each token carries the gradient of its sequence's reward. ReMax (arXiv 2310.10505) subtracts the
+reward of the policy's own greedy answer to the prompt (:mod:`memrl.train.greedy_baseline` runs that episode).
 
 Each follows ``compute_grpo_passk_outcome_advantage`` / ``compute_gpg_outcome_advantage`` /
-``compute_gdpo_outcome_advantage`` / ``compute_opo_outcome_advantage`` of
+``compute_gdpo_outcome_advantage`` / ``compute_opo_outcome_advantage`` / ``compute_remax_outcome_advantage`` of
 ``verl/trainer/ppo/core_algos.py`` step for step, on one value per episode (memrl's groups are of episodes);
 ``tests/rl/test_outcome_estimators.py`` runs verl's own functions from a checkout against these.
 """
@@ -88,3 +89,14 @@ def opo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float =
             w = weight[rows] if weight[rows].sum() > 0 else torch.ones(len(rows))  # no token generated: plain mean
             out[rows] = rewards[rows] - (w * rewards[rows]).sum() / w.sum()
     return out
+
+
+@register_adv_est("remax", baselines=True)
+def remax(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6,
+          baselines: torch.Tensor | None = None) -> torch.Tensor:
+    """ReMax: ``r - b``, ``b`` the reward of the group's greedy episode (generated, never trained on), shared by
+    the group's n episodes; no std, no group mean (verl's reverse cumulative sum of a reward on the last token is
+    that value on every generated token)."""
+    if baselines is None:
+        raise ValueError("remax needs each episode's greedy baseline reward (baselines=)")
+    return scores.float() - baselines.float()

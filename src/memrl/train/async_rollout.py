@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from memrl.config import MemRLConfig
 from memrl.engines.base import Engine
+from memrl.train.greedy_baseline import greedy_baseline, with_baseline
 from memrl.train.rollout import RolloutRunner, dynamic_sampling_keeps, rollout_metrics, short_step
 from memrl.train.versioned import PolicyClock, VersionedEngine, WeightGate
 from memrl.types import Trajectory
@@ -192,26 +193,29 @@ class AsyncRollout:
         self._draws.update({(step, idx): n for step, idx, n in saved.get("draws", [])})
 
     async def _run_group(self, group: Group, sem: asyncio.Semaphore) -> None:
+        n = self.cfg.algorithm.n
+        baseline = greedy_baseline(self.cfg)  # ReMax: the group's greedy episode, in the same version window
         views = [VersionedEngine(self.engine, self.gate, self.clock, self.chunk)  # type: ignore[arg-type]
-                 for _ in range(self.cfg.algorithm.n)]
+                 for _ in range(n + int(baseline))]
 
         async def one(k: int) -> Trajectory | None:
             async with sem:
                 traj = await self.runner.episode(group.idx, k, step=group.step, round_=0, engine=views[k],
-                                                 occurrence=group.occurrence)
+                                                 occurrence=group.occurrence, greedy=k == n)
             if traj is not None:
                 traj.info["policy_versions"] = views[k].segments
                 traj.info["interrupted_pieces"] = views[k].interrupted
             return traj
 
         try:
-            results = await asyncio.gather(*(one(k) for k in range(self.cfg.algorithm.n)))
+            results = await asyncio.gather(*(one(k) for k in range(len(views))))
         except BaseException as err:  # a dead engine: the trainer thread raises it
             with self.lock:
                 self.error = self.error or err
                 self.lock.notify_all()
             raise
-        group.episodes = [t for t in results if t is not None]
+        group.episodes = with_baseline(results, self.runner.baseline_failed(group.idx)) if baseline else \
+            [t for t in results if t is not None]
         if not group.episodes:
             with self.lock:
                 self.empty += 1

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from memrl.config import MemRLConfig
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
 from memrl.rl.dapo import keep_groups, shape_overlong
+from memrl.train.greedy_baseline import greedy_baseline, with_baseline
 from memrl.train.guards import RolloutTally
 from memrl.train.sampler import ResumableSampler
 from memrl.train.signals import stop_requested_at
@@ -139,7 +140,7 @@ class RolloutRunner:
         return head + (self.sampler.take(k - len(head)) if k > len(head) else [])
 
     async def episode(self, idx: int, k: int, *, step: int, round_: int, engine: Engine | None = None,
-                      group_id: str | None = None, occurrence: int = 0) -> Trajectory | None:
+                      group_id: str | None = None, occurrence: int = 0, greedy: bool = False) -> Trajectory | None:
         """Repeat ``k`` of sample ``idx``; None when the episode raised (counted and reported).
 
         ``occurrence``: the how-manyth draw of ``idx`` in this step (a step that crosses an epoch can draw a
@@ -154,7 +155,8 @@ class RolloutRunner:
         try:
             return shaped(self.cfg, await until_stop_grace(
                 self.workflow.episode(self.samples[idx], engine=engine or self.engine, tokenizer=self.tokenizer,
-                                      sampling=sampling_params(self.cfg).with_(seed=seed), sample_id=str(idx),
+                                      sampling=sampling_params(self.cfg).with_(seed=seed, greedy=greedy),
+                                      sample_id=str(idx),
                                       group_id=group_id),
                 self.cfg.trainer.stop_grace_s, "this episode"))
         except BaseException as exc:
@@ -187,17 +189,31 @@ class RolloutRunner:
     async def episodes(self, indices: list[int], step: int, round_: int) -> list[Trajectory]:
         sem = asyncio.Semaphore(self.cfg.engine.concurrency)
         n = self.cfg.algorithm.n
-        counter = CallCounter(self.engine, len(indices) * n, self.progress)
+        baseline = greedy_baseline(self.cfg)
+        counter = CallCounter(self.engine, len(indices) * (n + int(baseline)), self.progress)
 
         async def one(idx: int, k: int, occurrence: int) -> Trajectory | None:
             async with sem:
-                traj = await self.episode(idx, k, step=step, round_=round_, engine=counter, occurrence=occurrence)
+                traj = await self.episode(idx, k, step=step, round_=round_, engine=counter, occurrence=occurrence,
+                                          greedy=k == n)
             counter.episode_done()
             return traj
 
+        per = n + int(baseline)  # ReMax: the group's greedy episode comes last
         results = await asyncio.gather(*(one(i, k, indices[:j].count(i)) for j, i in enumerate(indices)
-                                         for k in range(n)))
-        return [t for t in results if t is not None]
+                                         for k in range(per)))
+        if not baseline:
+            return [t for t in results if t is not None]
+        return [t for j, i in enumerate(indices)
+                for t in with_baseline(results[j * per:(j + 1) * per], self.baseline_failed(i))]
+
+    def baseline_failed(self, idx: int) -> Callable[[], None]:
+        """What to say when a group's greedy episode fails: its sampled episodes have no baseline to train on."""
+        def say() -> None:
+            message = f"the greedy baseline episode of sample {idx} failed: its group is left out (adv_estimator=remax)"
+            if self.tally.first_time(message.split(" of sample")[0]):
+                self.warn(message)
+        return say
 
     def rollout(self, step: int) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:
         """(episodes to train on, every episode generated, stats).

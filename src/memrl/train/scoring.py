@@ -16,6 +16,7 @@ from memrl.rl.advantages import (broadcast, combine_step_advantages, episode_adv
                                   turn_advantages)
 from memrl.rl.turn_credit import TurnRows
 from memrl.train.batch import Row
+from memrl.train.greedy_baseline import BASELINE_METRIC
 from memrl.types import Trajectory
 
 
@@ -121,7 +122,20 @@ def estimator_inputs(cfg: MemRLConfig, trajs: list[Trajectory]) -> dict[str, obj
         options.update(components=reward_components(trajs, a.gdpo_reward_keys), weights=a.gdpo_reward_weights)
     if est.lengths:
         options.update(lengths=torch.tensor([t.num_generated_tokens for t in trajs]))
+    if est.baselines:
+        options.update(baselines=greedy_baselines(trajs, a.adv_estimator))
     return options
+
+
+def greedy_baselines(trajs: list[Trajectory], name: str) -> torch.Tensor:
+    """Each episode's greedy-baseline reward (ReMax's), which the rollout writes; a ValueError naming the first
+    episode without one (it did not come from memrl's rollout, which runs the group's greedy episode)."""
+    for t in trajs:
+        if BASELINE_METRIC not in t.metrics:
+            raise ValueError(f"adv_estimator={name!r} needs each episode's greedy baseline reward (metric "
+                             f"{BASELINE_METRIC!r}, written by memrl's rollout); episode {t.sample_id} of group "
+                             f"{t.group_id} has none")
+    return torch.tensor([float(t.metrics[BASELINE_METRIC]) for t in trajs])
 
 
 def reward_components(trajs: list[Trajectory], keys: list[str]) -> torch.Tensor:
