@@ -86,7 +86,8 @@ def test_a_launch_command_gives_its_flags_and_the_launchers_process_count():
     ({"scale_rewards": "batch"}, {"algorithm.adv_estimator": "grpo_batch_std", "algorithm.epsilon": 1e-4}, ()),
     ({"scale_rewards": "sequence"}, {}, ("scale_rewards",)),  # TRL refuses it
     ({"delta": 2.0}, {"algorithm.clip_ratio_c": 2.0}, ()),
-    ({"delta": 1.1}, {}, ("delta",)),  # at or below 1 + epsilon_high: TRL bounds positive advantages too
+    ({"delta": 1.1}, {"algorithm.clip_ratio_high": 0.1, "algorithm.clip_ratio_c": 1.2}, ()),  # clamp under the clip
+    ({"delta": 0.9}, {}, ("delta",)),
     ({"loss_type": "sapo", "epsilon": 0.3, "sapo_temperature_neg": 2.0},
      {"algorithm.policy_loss": "sapo", "algorithm.sapo_tau_neg": 2.0}, ("epsilon",)),
     ({"loss_type": "vespo", "vespo_k_neg": 4.0}, {"algorithm.policy_loss": "vespo", "algorithm.vespo_k_neg": 4.0}, ()),
@@ -242,3 +243,36 @@ def test_an_accelerate_config_file_gives_the_process_count(tmp_path, monkeypatch
     assert processes is None
     _, skipped = values(fields, processes)
     assert "missing.yaml was not found or holds no num_processes" in skipped["(processes)"]
+
+
+@pytest.mark.parametrize("delta", [1.05, 1.2, 1.28, 1.5, None])
+def test_trls_delta_trains_as_the_translated_clip_range(delta):
+    """TRL's dapo loss (grpo_trainer.py at f2cd577: coef_2 = clamp(coef_1, 1 - eps, 1 + eps_high); coef_1 clamped
+    at delta; -min(coef_1 A, coef_2 A), token mean) against memrl's loss under the translated settings: loss and
+    gradient equal on random batches, wherever delta sits against 1 + epsilon_high."""
+    import torch
+
+    from memrl.config.algorithm import AlgorithmConfig
+    from memrl.rl import policy_objective
+
+    got, skipped = values({"loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28, "delta": delta})
+    assert "delta" not in skipped
+    algorithm = AlgorithmConfig(**{k.split(".", 1)[1]: v for k, v in got.items() if k.startswith("algorithm.")})
+    for seed in range(20):
+        g = torch.Generator().manual_seed(seed)
+        mask = (torch.rand(4, 9, generator=g) < 0.8).float()
+        mask[:, 0] = 1.0
+        old = -torch.rand(4, 9, generator=g) * 2
+        logp = (old + torch.randn(4, 9, generator=g) * 0.5).clamp(max=-1e-3)
+        adv = torch.randn(4, 1, generator=g).expand(4, 9).contiguous()
+        x, y = logp.clone().requires_grad_(True), logp.clone().requires_grad_(True)
+        coef_1 = torch.exp(y - old)
+        coef_2 = torch.clamp(coef_1, 1 - 0.2, 1 + 0.28)
+        if delta is not None:
+            coef_1 = torch.clamp(coef_1, max=delta)
+        want = (-torch.min(coef_1 * adv, coef_2 * adv) * mask).sum() / mask.sum()
+        want.backward()
+        loss, _ = policy_objective(x, old, adv, mask, algorithm, entropy=torch.zeros_like(logp))
+        loss.backward()
+        assert loss.item() == pytest.approx(want.item(), rel=1e-6, abs=1e-7), seed
+        assert torch.allclose(x.grad, y.grad, rtol=1e-5, atol=1e-7), seed

@@ -188,9 +188,14 @@ def _clip(get: Any, out: Translation, given: dict[str, Any], source: Any, proces
         out.set("algorithm.clip_ratio_c", 1e9, f"{source('delta')} (delta=None: no bound on negative advantages)")
     elif float(delta) > 1 + high:
         out.set("algorithm.clip_ratio_c", float(delta), source("delta"))
+    elif float(delta) > 1 and chosen.clip_range:
+        # TRL clamps the ratio at delta before its min: positive advantages are then clipped at delta, not at
+        # 1 + epsilon_high, and negative ones flatten at 1 + epsilon_high (a dual clip there): the same loss
+        where = f"{source('delta', 'epsilon_high')} (delta at or below 1 + epsilon_high)"
+        out.set("algorithm.clip_ratio_high", round(float(delta) - 1.0, 12), where)
+        out.set("algorithm.clip_ratio_c", 1.0 + high, where)
     else:
-        out.skipped["delta"] = (f"delta={delta} at or below 1 + epsilon_high also bounds positive advantages in "
-                                "TRL; memrl's dual clip bounds negative ones only")
+        out.skipped["delta"] = f"delta={delta} at or below 1: TRL's clamp then cuts the ratio below 1"
 
 
 def _kl(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:
