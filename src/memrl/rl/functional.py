@@ -7,6 +7,8 @@ multiplies by ``rsqrt(var + 1e-8)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 
@@ -51,12 +53,16 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, temperature
     return torch.log_softmax(logits, dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
 
 
-def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float) -> torch.Tensor:
-    """The tokens of ``mask`` whose entropy is at least the ``quantile`` of theirs (TRL's get_high_entropy_mask,
-    one process): the threshold interpolates linearly between order statistics, as ``torch.quantile`` does, its
-    rank computed in the values' dtype as there (``torch.quantile`` refuses more than 2**24 values; this sorts
-    instead). No token: an empty mask."""
+def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, quantile: float,
+                      pool: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """The tokens of ``mask`` whose entropy is at least the ``quantile`` of theirs (TRL's get_high_entropy_mask):
+    the threshold interpolates linearly between order statistics, as ``torch.quantile`` does, its rank computed
+    in the values' dtype as there (``torch.quantile`` refuses more than 2**24 values; this sorts instead).
+    ``pool``: maps this call's token entropies to those the threshold is taken over (TRL: every process's,
+    :func:`memrl.rl.across_ranks.all_ranks`); None: this call's own. No token in the pool: an empty mask."""
     values = entropy[mask.bool()].float()
+    if pool is not None:  # before the empty check: a rank with no token still joins a collective pool
+        values = pool(values)
     if values.numel() == 0:
         return torch.zeros_like(mask, dtype=torch.bool)
     ordered = values.sort().values

@@ -13,10 +13,12 @@ with ``loss_agg_mode``.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 
+from memrl.rl.across_ranks import all_ranks
 from memrl.rl.functional import high_entropy_mask, masked_mean
 from memrl.rl.losses import agg_loss, kl_penalty, loss_aggregation
 from memrl.rl.off_policy_mask import importance_ratio, off_policy_sequence_mask
@@ -75,12 +77,17 @@ def _off_policy_masked(advantages: torch.Tensor, log_prob: torch.Tensor, old_log
     return advantages * keep, masked_mean(1.0 - keep, response_mask)
 
 
-def bonus_tokens(entropy: torch.Tensor, response_mask: torch.Tensor, algorithm: AlgorithmConfig) -> torch.Tensor:
+def bonus_tokens(entropy: torch.Tensor, response_mask: torch.Tensor, algorithm: AlgorithmConfig, *,
+                 contribute: bool = True) -> torch.Tensor:
     """The tokens the policy loss and the entropy bonus act on: ``response_mask`` itself, or under
-    ``top_entropy_quantile`` the micro-batch's highest-entropy ones (TRL's effective mask)."""
+    ``top_entropy_quantile`` the highest-entropy ones (TRL's effective mask), the threshold taken over the
+    micro-batch's tokens of every rank, as TRL gathers its processes' (one process: its own). Under a process
+    group of several ranks it is collective: every rank calls it as often. ``contribute=False``: a padding pass,
+    which joins with no tokens of its own."""
     if algorithm.top_entropy_quantile >= 1.0:
         return response_mask
-    return high_entropy_mask(entropy.detach(), response_mask, 1.0 - algorithm.top_entropy_quantile).float()
+    pool = partial(all_ranks, contribute=contribute)
+    return high_entropy_mask(entropy.detach(), response_mask, 1.0 - algorithm.top_entropy_quantile, pool).float()
 
 
 def _kl_per_token(log_prob: torch.Tensor, old_log_prob: torch.Tensor, ref_log_prob: torch.Tensor,
@@ -117,6 +124,7 @@ def policy_objective(
     norm_length: int | None = None,
     is_weights: torch.Tensor | None = None,
     entropy_coef: float | None = None,
+    kept: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``(loss, metrics)`` of one micro-batch; all tensors ``[B, T]`` over target positions.
 
@@ -126,6 +134,8 @@ def policy_objective(
     correction reads them. ``metrics`` has :func:`objective_metric_names` keys; ``pg_loss``,
     ``entropy`` and ``kl`` are the aggregated terms before their coefficients. ``entropy_coef``: the bonus's
     coefficient when not ``algorithm.entropy_coef`` (adaptive entropy control sets it every optimizer step).
+    ``kept``: :func:`bonus_tokens` when the caller already has them (the trainer reads them for the entropy
+    controller too, and their threshold over ranks is a collective it runs once per pass); None: computed here.
     """
     mode = algorithm.loss_agg_mode
     coef = algorithm.entropy_coef if entropy_coef is None else entropy_coef
@@ -133,7 +143,7 @@ def policy_objective(
     # counts every token of a dropped row)
     advantages, dropped = _off_policy_masked(advantages, log_prob, old_log_prob, behaviour_log_prob, response_mask,
                                              algorithm)
-    kept = bonus_tokens(entropy, response_mask, algorithm)
+    kept = bonus_tokens(entropy, response_mask, algorithm) if kept is None else kept
     if kept is not response_mask:  # TRL: each token's policy loss times its entropy mask; the losses
         # allowed with it (token_linear) give 0 where the advantage is 0, the normalisers keep every token
         advantages = advantages * kept

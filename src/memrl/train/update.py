@@ -133,9 +133,9 @@ class PolicyUpdate:
             loss, terms, before, mask = self._micro_loss(group, dummy, plan, n_tok, n_rows)
             if not torch.isfinite(loss):
                 bad = True
-                if not self.sharded:
+                if not self._lockstep:
                     break
-            loss.backward()  # (sharded: a non-finite pass still runs its collectives; the step is dropped)
+            loss.backward()  # (lockstep: a non-finite pass still runs its collectives; the step is dropped)
             if not (dummy or bad):
                 tally.add(terms, group, before, mask)
         if self.entropy_control is not None:  # TRL: the window closes at every optimizer step, a dropped one too
@@ -174,11 +174,18 @@ class PolicyUpdate:
         width = max((response_width(torch.tensor([list(m[1:])])) for m in spans), default=1)
         return int(self.dist.max([float(width)])[0]) if self.dist.active else width
 
+    @property
+    def _lockstep(self) -> bool:
+        """Whether every rank runs as many micro-batch passes: a sharded (FSDP) pass is collective, and so is
+        ``top_entropy_quantile``'s threshold over the ranks' tokens (TRL's gather); DDP-style ranks otherwise run
+        their own shard's count, which differs with the rows' lengths (a rank may have none)."""
+        return self.sharded or (self.dist.active and self.cfg.algorithm.top_entropy_quantile < 1.0)
+
     def _micro_groups(self, mrows: list[Row], filler_row: Row) -> tuple[list[list[Row]], int]:
-        """Micro-batches under the token budget; sharded, padded with dummy passes to the ranks' maximum count."""
+        """Micro-batches under the token budget; in lockstep, padded with dummy passes to the ranks' most."""
         micros = [[mrows[i] for i in m] for m in micro_batches(mrows, self.cfg.trainer.micro_batch_tokens)]
         padding = 0
-        if self.sharded:  # sharded forward/backward passes are collective: every rank does as many
+        if self._lockstep:  # collective passes: every rank does as many
             padding = int(self.dist.max([float(len(micros))])[0]) - len(micros)
             filler = micros[0][:1] if micros else [filler_row]
             micros += [filler] * padding
@@ -203,15 +210,15 @@ class PolicyUpdate:
         adv = row_tensor(group, "advantages", width, self.device)
         scale = 1.0 if plan.summed else (float(mask.sum()) / n_tok) if plan.per_token else len(group) / n_rows
         control = self.entropy_control
+        kept = bonus_tokens(ent, mask, a, contribute=not dummy)  # once per pass: over ranks, a collective
         loss, terms = policy_objective(
-            logp, old, adv, mask, a, entropy=ent, norm_length=plan.norm_length,
+            logp, old, adv, mask, a, entropy=ent, norm_length=plan.norm_length, kept=kept,
             entropy_coef=control.applied() if control is not None else None,
             ref_log_prob=row_tensor(group, "ref_logprobs", width, self.device) if a.kl_coef > 0 else None,
             # the engine's sampling log-probs are the behaviour policy's
             behaviour_log_prob=behaviour_logprobs(group, width, self.device) if plan.behaviour else None,
             is_weights=_weights(group, width, self.device) if plan.weighted else None)
         if control is not None and not dummy:
-            kept = bonus_tokens(ent, mask, a)
             control.observe(float((ent.detach() * kept).sum()), float(kept.sum()))
         # FSDP averages gradients over ranks; times world, that is the sum DDP-style ranks take
         loss = loss * (0.0 if dummy else scale * (self.dist.world if self.sharded else 1))
