@@ -234,9 +234,11 @@ def test_an_accelerate_config_file_gives_the_process_count(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     (tmp_path / "zero3.yaml").write_text("distributed_type: DEEPSPEED\nnum_machines: 2\nnum_processes: 16\n")
     (tmp_path / "single.yaml").write_text("distributed_type: 'NO'\nnum_processes: 8\n")
+    (tmp_path / "bare.yaml").write_text("distributed_type: NO\nnum_processes: 8\n")  # YAML: False
     assert command_arguments("accelerate launch --config_file zero3.yaml t.py --beta 0.1")[1] == 16
     assert command_arguments("accelerate launch --config_file zero3.yaml --num_processes 4 t.py")[1] == 4
     assert command_arguments("accelerate launch --config_file single.yaml t.py")[1] == 1
+    assert command_arguments("accelerate launch --config_file bare.yaml t.py")[1] == 1
     assert command_arguments("trl grpo --accelerate_config zero3.yaml --beta 0.1")[1] == 16
     assert trl_arguments("accelerate_config: zero3.yaml\nbeta: 0.1\n")[1] == 16
     fields, processes = command_arguments("accelerate launch --config_file missing.yaml t.py")

@@ -23,21 +23,24 @@ VERL = os.environ.get("MEMRL_VERL_REPO")
 
 
 class GreedyHalf:
-    """Greedy episodes score 0.5 (or fail for the samples in ``broken``); sampled ones 1 or 0 by their seed."""
+    """Greedy episodes score ``greedy`` (or fail for the samples in ``broken``); sampled ones 1 or 0 by their seed
+    (``sampled``: that reward instead)."""
 
-    def __init__(self, broken: tuple[str, ...] = ()) -> None:
-        self.broken = broken
+    def __init__(self, broken: tuple[str, ...] = (), greedy: float = 0.5, sampled: float | None = None) -> None:
+        self.broken, self.greedy, self.sampled = broken, greedy, sampled
 
     async def episode(self, sample, *, engine, tokenizer, sampling, sample_id, group_id, **kw):
         if sampling.is_greedy and sample_id in self.broken:
             raise RuntimeError("greedy episode broke")
-        reward = 0.5 if sampling.is_greedy else float(sampling.seed % 2)
+        coin = float(sampling.seed % 2) if self.sampled is None else self.sampled
+        reward = self.greedy if sampling.is_greedy else coin
         return Trajectory(conversations=[Conversation.from_prompt_response([1], [2, 3], [0.0, 0.0])], reward=reward,
                           sample_id=sample_id, group_id=group_id, info={"greedy": sampling.is_greedy})
 
 
-def runner(n: int, workflow: GreedyHalf, warnings: list[str]) -> RolloutRunner:
-    cfg = MemRLConfig.model_validate({"model": {"path": "tiny"}, "algorithm": {"n": n, "adv_estimator": "remax"},
+def runner(n: int, workflow: GreedyHalf, warnings: list[str], **algorithm) -> RolloutRunner:
+    cfg = MemRLConfig.model_validate({"model": {"path": "tiny"},
+                                      "algorithm": {"n": n, "adv_estimator": "remax", **algorithm},
                                       "trainer": {"prompts_per_step": 3}})
     out = RolloutRunner(cfg, workflow, list(range(6)), ResumableSampler(6, 0), None, warnings.append)
     out.engine = object()
@@ -65,10 +68,48 @@ def test_a_group_whose_greedy_episode_failed_is_left_out_and_said_once():
     assert kept == []
     said = [w for w in warnings if "greedy baseline" in w]
     assert len(said) == 1 and "its group is left out" in said[0]
+    assert run.tally.baseline_failed == 3 and run.tally.repeated == 2  # the 2 other raised episodes, not the notes
+    assert "the greedy baseline episode failed in 3 group(s)" in run.tally.cause(run.cfg)
     first = str(ResumableSampler(6, 0).take(3)[0])
     run = runner(2, GreedyHalf(broken=(first,)), [])
     kept, _, _ = run.rollout(1)
     assert len(kept) == 4 and all(t.sample_id != first for t in kept)  # the two other groups train
+
+
+def test_a_non_finite_greedy_reward_is_a_failed_episode():
+    warnings: list[str] = []
+    run = runner(2, GreedyHalf(greedy=float("nan")), warnings)
+    kept, _, _ = run.rollout(1)
+    assert kept == [] and run.failed_episodes == 3 and run.tally.failed == 3 and run.tally.baseline_failed == 3
+    assert any("returned reward nan" in w for w in warnings)
+    assert "every episode failed" not in run.tally.cause(run.cfg)  # 3 of 9 failed: the baseline is the cause
+    assert "greedy baseline episode failed in 3 group(s)" in run.tally.cause(run.cfg)
+
+
+def test_a_sample_drawn_twice_gives_its_greedy_episodes_seeds_of_their_own():
+    seen: list[tuple[bool, int]] = []
+
+    class Seeds(GreedyHalf):
+        async def episode(self, sample, *, sampling, **kw):
+            seen.append((sampling.is_greedy, sampling.seed))
+            return await super().episode(sample, sampling=sampling, **kw)
+
+    import asyncio
+
+    run = runner(2, Seeds(), [])
+    asyncio.run(run.episodes([4, 4, 5], 1, 0))
+    assert len(seen) == 9 and len({seed for _, seed in seen}) == 9
+
+
+def test_dynamic_sampling_keeps_a_group_whose_baseline_differs_from_its_equal_rewards():
+    """Every sampled episode scores 1: GRPO's groups would all be dropped; against a greedy 0.5 each has r - b = 0.5.
+    Against a greedy 1 they have nothing to learn: dropped."""
+    run = runner(2, GreedyHalf(greedy=0.5, sampled=1.0), [], dynamic_sampling=True, max_gen_batches=1)
+    kept, _, stats = run.rollout(1)
+    assert len(kept) == 6 and stats["dropped_groups"] == 0
+    run = runner(2, GreedyHalf(greedy=1.0, sampled=1.0), [], dynamic_sampling=True, max_gen_batches=1)
+    kept, _, stats = run.rollout(1)
+    assert kept == [] and stats["dropped_groups"] == 3
 
 
 def test_an_episode_without_a_baseline_is_named():

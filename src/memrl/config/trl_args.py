@@ -110,6 +110,7 @@ def accelerate_processes(name: Any, base: Path | None) -> int | None:
 
     if not isinstance(name, str) or not name:
         return None
+    name = str(Path(name).expanduser())  # the shell expands ~ in a launch command
     found = [f / name for f in (Path.cwd(), base) if f is not None and (f / name).is_file()]
     path = found[0] if found else _shipped_accelerate_config(name)
     try:
@@ -118,7 +119,8 @@ def accelerate_processes(name: Any, base: Path | None) -> int | None:
         return None
     if not isinstance(data, dict):
         return None
-    if str(data.get("distributed_type", "")).upper() == "NO":
+    kind = data.get("distributed_type")
+    if kind is False or str(kind).upper() == "NO":  # YAML reads an unquoted NO as False
         return 1
     count = data.get("num_processes")
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 1 else None

@@ -23,18 +23,26 @@ if TYPE_CHECKING:
 BASELINE_METRIC = "baseline_reward"
 
 
+def baseline_keeps(scores: list[float], group_ids: list[str], baselines: list[float]) -> tuple[list[float], list[str]]:
+    """Dynamic sampling's input under ReMax: each group's rewards and, as one more member, its baseline (a group
+    whose n rewards are equal still trains when the greedy reward differs: its advantages ``r - b`` are not 0)."""
+    first = {g: b for g, b in zip(group_ids, baselines)}
+    return [*scores, *first.values()], [*group_ids, *first]
+
+
 def greedy_baseline(cfg: MemRLConfig) -> bool:
     """Whether the configured estimator reads a greedy baseline (each group then runs one more episode)."""
     return get_estimator(cfg.algorithm.adv_estimator).baselines
 
 
-def with_baseline(results: list[Trajectory | None], failed: Callable[[], None]) -> list[Trajectory]:
+def with_baseline(results: list[Trajectory | None], failed: Callable[[str | None], None]) -> list[Trajectory]:
     """A group's sampled episodes (``results`` but its last, the greedy one, which is dropped), each carrying the
     greedy episode's reward as ``metrics['baseline_reward']``. A greedy episode that failed, or whose reward is not
-    finite, leaves its group without a baseline: none of it is trained on (``failed`` says so)."""
+    finite, leaves its group without a baseline: none of it is trained on (``failed`` is told why: None when the
+    episode raised, which was reported already, else the reward it returned)."""
     *sampled, greedy = results
     if greedy is None or not math.isfinite(greedy.reward):
-        failed()
+        failed(None if greedy is None else f"it returned reward {greedy.reward}")
         return []
     kept = [t for t in sampled if t is not None]
     for t in kept:

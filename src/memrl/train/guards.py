@@ -39,6 +39,7 @@ class RolloutTally:
     said: set[str] = field(default_factory=set)  # failure messages printed this step
     repeated: int = 0  # failures not printed: the same message as one printed this step
     stopped: int = 0  # episodes a stop cut short (trainer.stop_grace_s)
+    baseline_failed: int = 0  # groups left out because their greedy baseline episode failed (adv_estimator=remax)
 
     def first_time(self, message: str) -> bool:
         """Whether ``message`` is new this step (print it); a repeat is only counted."""
@@ -63,6 +64,10 @@ class RolloutTally:
             return (f"dynamic sampling dropped every group ({why}) in "
                     f"{cfg.algorithm.max_gen_batches} rollout round(s); raise algorithm.max_gen_batches (0: no "
                     "limit) or set algorithm.dynamic_sampling=false")
+        if self.baseline_failed:
+            return (f"the greedy baseline episode failed in {self.baseline_failed} group(s) (last error: "
+                    f"{self.last_error}), and adv_estimator=remax trains a group only against its baseline; fix that "
+                    "failure, or choose another algorithm.adv_estimator")
         return ("no episode generated a token to train on; check the workflow's token limits "
                 "(workflow.* settings)")
 

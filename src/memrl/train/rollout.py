@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from memrl.config import MemRLConfig
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
 from memrl.rl.dapo import keep_groups, shape_overlong
-from memrl.train.greedy_baseline import greedy_baseline, with_baseline
+from memrl.train.greedy_baseline import BASELINE_METRIC, baseline_keeps, greedy_baseline, with_baseline
 from memrl.train.guards import RolloutTally
 from memrl.train.sampler import ResumableSampler
 from memrl.train.signals import stop_requested_at
@@ -99,8 +99,12 @@ def dynamic_sampling_keeps(cfg: MemRLConfig, trajs: Sequence[Trajectory]) -> lis
     group mean weighted by conversations, as AReaL's filter averages over its model calls."""
     a = cfg.algorithm
     scores = [t.metrics.get("score", t.reward) if a.dynamic_sampling_metric == "score" else t.reward for t in trajs]
-    return keep_groups(scores, [t.group_id for t in trajs], a.dynamic_sampling_max_mean,
-                       [len(t.conversations) for t in trajs], min_size=min(a.n, 2))
+    groups = [t.group_id for t in trajs]
+    if greedy_baseline(cfg) and a.dynamic_sampling_max_mean is None:  # ReMax: the baseline is one more member
+        with_b, ids = baseline_keeps(scores, groups, [t.metrics[BASELINE_METRIC] for t in trajs])
+        return keep_groups(with_b, ids, None, None, min_size=2)[: len(trajs)]
+    return keep_groups(scores, groups, a.dynamic_sampling_max_mean, [len(t.conversations) for t in trajs],
+                       min_size=min(a.n, 2))
 
 
 def shaped(cfg: MemRLConfig, traj: Trajectory) -> Trajectory:
@@ -147,7 +151,8 @@ class RolloutRunner:
         sample twice): each draw is a group of its own with seeds of its own, as verl gives every batch row its
         own uid (two draws made one group of 2n, and a seeded engine sampled each episode twice).
         """
-        repeat = k + occurrence * self.cfg.algorithm.n if occurrence else k
+        per = self.cfg.algorithm.n + int(greedy_baseline(self.cfg))  # the greedy episode is repeat n of a draw
+        repeat = k + occurrence * per if occurrence else k
         seed = episode_seed(self.cfg.trainer.seed, step, round_, idx, repeat)
         if group_id is None:
             group_id = f"{step}:{round_}:{idx}" + (f"#{occurrence}" if occurrence else "")
@@ -207,12 +212,19 @@ class RolloutRunner:
         return [t for j, i in enumerate(indices)
                 for t in with_baseline(results[j * per:(j + 1) * per], self.baseline_failed(i))]
 
-    def baseline_failed(self, idx: int) -> Callable[[], None]:
-        """What to say when a group's greedy episode fails: its sampled episodes have no baseline to train on."""
-        def say() -> None:
-            message = f"the greedy baseline episode of sample {idx} failed: its group is left out (adv_estimator=remax)"
-            if self.tally.first_time(message.split(" of sample")[0]):
-                self.warn(message)
+    def baseline_failed(self, idx: int) -> Callable[[str | None], None]:
+        """What to do when a group's greedy episode fails: count the group (``baseline_failed``) and say so once a
+        step; a non-finite reward is a failed episode too (a raised one was counted when it raised)."""
+        def say(reason: str | None) -> None:
+            self.tally.baseline_failed += 1
+            if reason is not None:
+                self.failed_episodes += 1
+                self.tally.failed += 1
+                self.tally.last_error = f"the greedy baseline episode of sample {idx}: {reason}"
+            if "greedy baseline" not in self.tally.said:  # once a step, not counted as a repeated failure
+                self.tally.said.add("greedy baseline")
+                self.warn(f"the greedy baseline episode of sample {idx} failed{'' if reason is None else ': ' + reason}"
+                          "; its group is left out (adv_estimator=remax)")
         return say
 
     def rollout(self, step: int) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:

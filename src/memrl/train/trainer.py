@@ -34,6 +34,7 @@ from memrl.train.guards import RolloutTally
 from memrl.train.preflight import RESUMABLE_CHANGES, check_config  # noqa: F401 (re-exported)
 from memrl.train.rollout import EvalStopped, evaluate_samples
 from memrl.train.rollouts import save_step_rollouts
+from memrl.train.greedy_baseline import greedy_baseline
 from memrl.train.scoring import assign_advantages, unread_turn_rewards, without_non_finite
 from memrl.train.signals import StopRequest, TrainingInterrupted
 from memrl.train.sources import RolloutSource
@@ -191,6 +192,8 @@ class Trainer:
                                        f"(tracebacks in {self.run_dir}/failures)", style="yellow", highlight=False,
                                        markup=False)
         self.tally.dropped_groups = int(stats["dropped_groups"])
+        if greedy_baseline(self.cfg):
+            metrics["baseline_failed"] = float(self.tally.baseline_failed)
         self._count_too_long(all_trajs, metrics)
         rows = rows_from_trajectories(trajs)
         if rows:
