@@ -27,13 +27,6 @@ def _metrics(run):
     return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-def _ranks(tmp_path, name: str, **over: object) -> list[dict]:
-    cfg = config(tmp_path / name, cluster__trainers=2, cluster__backend="gloo", **OVER, **over)
-    mp.start_processes(rank_main, args=(cfg.model_dump(mode="json"), 2, free_port(), True), nprocs=2,
-                       start_method="spawn")
-    return _metrics(tmp_path / name / "run")
-
-
 def _recording(path: str) -> None:
     """Record every threshold pool (the entropies the quantile is taken over, sorted) and the caller's own token
     count, one JSON line per call, by wrapping the objective's gather."""
@@ -98,7 +91,13 @@ def test_ddp_ranks_with_different_micro_batch_counts_run_as_many_passes(tmp_path
     config: 146 to 315 tokens); DDP-style ranks ran their own counts, so one rank's extra threshold gather would
     wait forever: the short rank now adds a padding pass that joins with no tokens."""
     load_tokenizer("tiny")
-    b = _ranks(tmp_path, "ranks", cluster__strategy="ddp", trainer__micro_batch_tokens=300)
+    cfg = config(tmp_path / "ranks", cluster__trainers=2, cluster__backend="gloo", cluster__strategy="ddp",
+                 trainer__micro_batch_tokens=300, **OVER)
+    mp.start_processes(_recorded_rank, args=(cfg.model_dump(mode="json"), 2, free_port(), str(tmp_path)), nprocs=2,
+                       start_method="spawn")
+    r0, r1 = (_pools(tmp_path / f"{n}.jsonl") for n in (0, 1))
+    assert len(r0) == len(r1) and any(line["own"] == 0 for line in r0 + r1)  # as many passes, some padding
+    b = _metrics(tmp_path / "ranks" / "run")
     assert [m["step"] for m in b] == [1, 2]
     assert all(math.isfinite(m["pg_loss"]) and math.isfinite(m["grad_norm"]) and m["skipped_updates"] == 0
                for m in b)

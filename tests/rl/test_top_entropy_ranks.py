@@ -59,8 +59,10 @@ def _rank(rank: int, port: int, out: str) -> None:
         got = [high_entropy_mask(*case[rank], case[2], pool=all_ranks) for case in CASES + _random_cases(0)]
         algorithm = AlgorithmConfig(top_entropy_quantile=0.5)
         entropy, mask = CASES[1][rank]
-        padding = bonus_tokens(entropy, mask, algorithm, contribute=rank == 0)  # rank 1: a padding pass
-        torch.save({"masks": got, "padding": padding, "spans": spans_ranks()}, os.path.join(out, f"{rank}.pt"))
+        padding = bonus_tokens(entropy, mask, algorithm, across_ranks=True, contribute=rank == 0)  # 1: padding
+        alone = bonus_tokens(entropy, mask, algorithm)  # not asked across ranks: local, no collective
+        torch.save({"masks": got, "padding": padding, "spans": spans_ranks(), "alone": alone,
+                    "own": high_entropy_mask(entropy, mask, 0.5).float()}, os.path.join(out, f"{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
@@ -97,3 +99,5 @@ def test_two_gloo_ranks_take_the_quantile_of_both_ranks_tokens(tmp_path):
     assert got[0]["masks"][2].tolist() == [[True, False], [True, False]] and not got[1]["masks"][2].any()
     # a padding pass adds no token: rank 0's median is that of 0.1 0.2 0.3 alone
     assert got[0]["padding"].tolist() == [[0.0, 1.0, 1.0]]
+    for rank in (0, 1):  # not asked to pool across ranks, inside a process group too: its own micro-batch's
+        assert torch.equal(got[rank]["alone"], got[rank]["own"])

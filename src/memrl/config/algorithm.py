@@ -127,9 +127,9 @@ class AlgorithmConfig(Section):
         1.0, ge=0, le=1, description="TRL's top_entropy_quantile (Beyond the 80/20 Rule, arXiv 2506.01939; 0.2 "
         "recommended): only the tokens whose entropy is in this top share of the micro-batch's response tokens "
         "carry the policy loss and the entropy bonus; the others add 0 but still count in the loss's "
-        "normaliser, as TRL's. 1.0: every token. The threshold is the quantile of the micro-batch's tokens of "
-        "every rank together, as TRL gathers its processes' (DDP ranks then run as many micro-batch passes, "
-        "as FSDP's do); clipfrac counts a masked token as unclipped. Needs off_policy none and a policy loss "
+        "normaliser, as TRL's. 1.0: every token. The threshold is the quantile of the tokens of every rank's "
+        "current micro-batch together, as TRL gathers its processes' (DDP ranks then run as many micro-batch "
+        "passes, as FSDP's do); clipfrac counts a masked token as unclipped. Needs off_policy none and a policy loss "
         "whose tokens add 0, gradient included, at advantage 0 (vanilla, cispo, sapo, gpg, dppo_tv, dppo_kl; "
         "not gspo, whose one ratio per row TRL's mask leaves spreading a masked token's gradient).")
     mask_truncated_completions: bool = Field(

@@ -78,15 +78,16 @@ def _off_policy_masked(advantages: torch.Tensor, log_prob: torch.Tensor, old_log
 
 
 def bonus_tokens(entropy: torch.Tensor, response_mask: torch.Tensor, algorithm: AlgorithmConfig, *,
-                 contribute: bool = True) -> torch.Tensor:
+                 across_ranks: bool = False, contribute: bool = True) -> torch.Tensor:
     """The tokens the policy loss and the entropy bonus act on: ``response_mask`` itself, or under
-    ``top_entropy_quantile`` the highest-entropy ones (TRL's effective mask), the threshold taken over the
-    micro-batch's tokens of every rank, as TRL gathers its processes' (one process: its own). Under a process
-    group of several ranks it is collective: every rank calls it as often. ``contribute=False``: a padding pass,
-    which joins with no tokens of its own."""
+    ``top_entropy_quantile`` the highest-entropy ones (TRL's effective mask), the threshold taken over this
+    micro-batch's tokens, or with ``across_ranks`` over the tokens of every rank's current micro-batch, as TRL
+    gathers its processes' at each loss call. ``across_ranks`` is collective: every rank of the process group must
+    call it as often (the trainer asks for it, and pads its passes to one count); ``contribute=False``: a padding
+    pass, which joins with no tokens of its own."""
     if algorithm.top_entropy_quantile >= 1.0:
         return response_mask
-    pool = partial(all_ranks, contribute=contribute)
+    pool = partial(all_ranks, contribute=contribute) if across_ranks else None
     return high_entropy_mask(entropy.detach(), response_mask, 1.0 - algorithm.top_entropy_quantile, pool).float()
 
 

@@ -210,7 +210,8 @@ class PolicyUpdate:
         adv = row_tensor(group, "advantages", width, self.device)
         scale = 1.0 if plan.summed else (float(mask.sum()) / n_tok) if plan.per_token else len(group) / n_rows
         control = self.entropy_control
-        kept = bonus_tokens(ent, mask, a, contribute=not dummy)  # once per pass: over ranks, a collective
+        # once per pass: over the ranks, a collective every rank runs as often (_lockstep)
+        kept = bonus_tokens(ent, mask, a, across_ranks=self.dist.active, contribute=not dummy)
         loss, terms = policy_objective(
             logp, old, adv, mask, a, entropy=ent, norm_length=plan.norm_length, kept=kept,
             entropy_coef=control.applied() if control is not None else None,
