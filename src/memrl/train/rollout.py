@@ -151,8 +151,10 @@ class RolloutRunner:
         sample twice): each draw is a group of its own with seeds of its own, as verl gives every batch row its
         own uid (two draws made one group of 2n, and a seeded engine sampled each episode twice).
         """
-        per = self.cfg.algorithm.n + int(greedy_baseline(self.cfg))  # the greedy episode is repeat n of a draw
-        repeat = k + occurrence * per if occurrence else k
+        if occurrence:  # the greedy episode (remax) is repeat n of each draw: later draws start after it
+            repeat = k + occurrence * (self.cfg.algorithm.n + int(greedy_baseline(self.cfg)))
+        else:
+            repeat = k
         seed = episode_seed(self.cfg.trainer.seed, step, round_, idx, repeat)
         if group_id is None:
             group_id = f"{step}:{round_}:{idx}" + (f"#{occurrence}" if occurrence else "")
