@@ -62,14 +62,17 @@ def test_two_gloo_ranks_take_the_threshold_over_the_tokens_one_process_has(tmp_p
     0.003 of each other, tied between identical responses, and move by up to 5e-7 with the batch's shape, and in
     its second mini-batch a tie at the threshold falls on either side of it."""
     load_tokenizer("tiny")  # build the cached tiny model once, before the ranks race for it
+    import memrl.rl.objective as objective
+    import memrl.train.update as update
+    from memrl.rl.across_ranks import all_ranks
+
     _recording(str(tmp_path / "single.jsonl"))
+    # one process pools nothing; ask for the pool anyway (without a process group it is its own tokens) to record it
+    update.bonus_tokens = lambda *a, **kw: objective.bonus_tokens(*a, **{**kw, "across_ranks": True})
     try:
         Trainer(config(tmp_path / "single", **OVER), engine=coin_engine(load_tokenizer("tiny"), seed=5)).run()
     finally:
-        import memrl.rl.objective as objective
-        from memrl.rl.across_ranks import all_ranks
-
-        objective.all_ranks = all_ranks
+        objective.all_ranks, update.bonus_tokens = all_ranks, objective.bonus_tokens
     cfg = config(tmp_path / "ranks", cluster__trainers=2, cluster__backend="gloo", cluster__strategy=strategy, **OVER)
     mp.start_processes(_recorded_rank, args=(cfg.model_dump(mode="json"), 2, free_port(), str(tmp_path)), nprocs=2,
                        start_method="spawn")
