@@ -42,6 +42,7 @@ PLUMBING = ("n_gpus_per_node", "nnodes", "tensor_model_parallel_size", "gpu_memo
             "ppo_infer_", "max_model_len", "dataloader_num_workers", "use_torch_compile", "use_fused_kernels",
             "ray_", "nccl", "resources_per_worker", "strategy", "load_format", "layered_summon", "rollout.mode",
             "ppo_max_token_len_per_gpu", "megatron", "checkpoint_engine", "parallel_size", "entropy_from_logits",
+            "calculate_sum_pi_squared",  # memrl computes it whenever adv_estimator=optimal_token_baseline reads it
             "override_optimizer_config", "engine_kwargs", "prefix_caching", "trainer.device", "calculate_log_probs",
             "entropy_checkpointing", "actor_rollout_ref.ref.", "hybrid_engine", "nccl_timeout", "agent.num_workers",
             "use_shm", "rollout.dtype", "balance_batch", "cudagraph")
@@ -52,6 +53,9 @@ ADV_ESTIMATORS = {"grpo": "grpo", "rloo": "rloo", "reinforce_plus_plus": "reinfo
                   "reinforce_plus_plus_baseline": "reinforce_plus_plus_baseline", "gigpo": "gigpo",
                   "grpo_passk": "grpo_passk", "gpg": "gpg", "gdpo": "gdpo", "opo": "opo",
                   "remax": "remax",
+                  # verl's TIR variant compacts the generated tokens, as memrl's; the plain one equals it without gaps
+                  "optimal_token_baseline": "optimal_token_baseline",
+                  "tir_optimal_token_baseline": "optimal_token_baseline",
                   # verl's vectorized twins: the same numbers for groups of two or more, all memrl trains
                   "grpo_vectorized": "grpo", "rloo_vectorized": "rloo"}
 # verl flags of one policy loss -> memrl's algorithm field (written only for the loss the script picks)
@@ -213,7 +217,8 @@ def _estimator(get: Any, out: Translation, given: dict[str, Any], source: Any) -
     else:
         out.skipped["algorithm.adv_estimator"] = (f"{name!r}: memrl has no critic (gae) or no such estimator; "
                                                   "memrl's are grpo, dr_grpo, rloo, reinforce_plus_plus(_baseline), "
-                                                  "gigpo, step_reinforce, grpo_passk, gpg, gdpo, opo, remax")
+                                                  "gigpo, step_reinforce, grpo_passk, gpg, gdpo, opo, remax, "
+                                                  "optimal_token_baseline")
     _gdpo(name, out, given, source)
 
 

@@ -244,3 +244,4 @@ def combine_step_advantages(outcome: torch.Tensor, step_rewards: torch.Tensor, c
 
 # verl's other outcome estimators register on import, after this module's own (names list grpo first)
 from memrl.rl import outcome_estimators  # noqa: E402,F401
+from memrl.rl import token_baseline  # noqa: E402,F401

@@ -46,11 +46,14 @@ class AdvantageEstimator:
     components: bool = False
     lengths: bool = False  # its episode stage also takes ``lengths``: each episode's generated tokens (OPO's)
     baselines: bool = False  # the rollout adds one greedy episode per group; the stage takes its reward (ReMax's)
+    # the trainer replaces its per-token values after its log-prob pass, from each token's pi and sum pi^2 (OTB's)
+    policy_stats: bool = False
 
     @property
     def spreads(self) -> bool:
-        """Whether its token stage gives each row its value as is (not whitened or discounted over the batch)."""
-        return self.tokens is spread
+        """Whether its token stage gives each row its value as is (not whitened or discounted over the batch, nor
+        replaced token by token in the update)."""
+        return self.tokens is spread and not self.policy_stats
 
     def __call__(self, scores: torch.Tensor, group_ids: Sequence[Hashable], **kw: Any) -> torch.Tensor:
         out = self.fn(scores, group_ids, **kw)
@@ -67,7 +70,8 @@ class AdvantageEstimator:
 def register_adv_est(name: str, *, tokens: Callable[..., torch.Tensor] = spread, needs_group: bool = False,
                      turns: Callable[..., torch.Tensor] | None = None, per_step: bool = False,
                      states: bool = False, components: bool = False, lengths: bool = False,
-                     baselines: bool = False) -> Callable[[Callable[..., torch.Tensor]], AdvantageEstimator]:
+                     baselines: bool = False, policy_stats: bool = False,
+                     ) -> Callable[[Callable[..., torch.Tensor]], AdvantageEstimator]:
     """Decorator: register ``fn(scores, group_ids, *, epsilon) -> per-episode values`` as ``name``
     (``turns``: a per-turn stage, ``states`` if it compares turns by anchor state; ``per_step``: ReMemR1's
     state advantage uses ``fn`` too, see :class:`AdvantageEstimator` and :func:`combine_step_advantages`;
@@ -75,7 +79,7 @@ def register_adv_est(name: str, *, tokens: Callable[..., torch.Tensor] = spread,
     tokens, OPO's)."""
     def decorate(fn: Callable[..., torch.Tensor]) -> AdvantageEstimator:
         return ADV_ESTIMATORS.register(name, AdvantageEstimator(fn, tokens, needs_group, turns, per_step, states,
-                                                                components, lengths, baselines))
+                                                                components, lengths, baselines, policy_stats))
     return decorate
 
 

@@ -45,6 +45,21 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, dim=-1) - (p * logits).sum(dim=-1)
 
 
+def sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """``sum_v softmax(z)_v^2`` over the last dim, as ``exp(logsumexp(2z) - 2 logsumexp(z))`` (verl's
+    calculate_sum_pi_squared_from_logits): the squared norm of the next-token distribution, which the optimal token
+    baseline's variance proxy ``1 - 2 pi_t + sum pi^2`` reads."""
+    return torch.exp(torch.logsumexp(2.0 * logits, dim=-1) - 2.0 * torch.logsumexp(logits, dim=-1))
+
+
+def second_stat(logits: torch.Tensor, with_entropy: bool, sum_pi_squared: bool) -> torch.Tensor | None:
+    """The per-position value computed beside the log-probs from the same (temperature-scaled) logits: the
+    entropy, or the distribution's ``sum pi^2`` (the optimal token baseline's); None: neither."""
+    if sum_pi_squared:
+        return sum_pi_squared_from_logits(logits)
+    return entropy_from_logits(logits) if with_entropy else None
+
+
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Log-prob of ``labels`` under ``softmax(logits / temperature)``, in float32."""
     logits = logits.float()

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from memrl.rl.functional import entropy_from_logits
+from memrl.rl.functional import second_stat
 from memrl.train.packing import SharedPrefixPack, shared_prefix_pack
 from memrl.types import Trajectory
 
@@ -36,6 +36,8 @@ class Row:
     train_mask: torch.Tensor | None = None  # the loss mask after rollout correction's rejection (target positions)
     generated: list[int] | None = None  # the loss mask mask_truncated_rows zeroed (None: not masked)
     extra: dict[str, float] = field(default_factory=dict)
+    group: str = ""  # the episode's group (optimal_token_baseline compares a group's episodes token by token)
+    sum_pi_squared: torch.Tensor | None = None  # the old policy's sum pi^2 at each target position (OTB's)
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -57,7 +59,7 @@ def rows_from_trajectories(trajectories: Sequence[Trajectory]) -> list[Row]:
             if conv.num_generated == 0:
                 continue  # nothing to train on (e.g. a zero-budget turn)
             rows.append(Row(list(conv.token_ids), list(conv.loss_mask), list(conv.logprobs), e, s,
-                            float(conv.reward or 0.0)))
+                            float(conv.reward or 0.0), group=traj.group_id))
     return rows
 
 
@@ -155,8 +157,10 @@ def collate(rows: Sequence[Row], pad_id: int, device: torch.device) -> Collated:
 
 
 def token_logprobs(model: torch.nn.Module, batch: Collated, temperature: float = 1.0,
-                   with_entropy: bool = False, response_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs ``[B, L-1]`` of each next token (and its entropy) under ``model``.
+                   with_entropy: bool = False, response_only: bool = False,
+                   sum_pi_squared: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs ``[B, L-1]`` of each next token (and its entropy, or with ``sum_pi_squared`` the distribution's
+    ``sum pi^2``) under ``model``.
 
     Logits are divided by the rollout temperature, as verl does, so they match
     the distribution the engine sampled from. Computed in float32.
@@ -169,7 +173,7 @@ def token_logprobs(model: torch.nn.Module, batch: Collated, temperature: float =
     if response_only:
         from memrl.train.logits import response_logprobs
 
-        got = response_logprobs(model, batch, temperature, with_entropy)
+        got = response_logprobs(model, batch, temperature, with_entropy, sum_pi_squared=sum_pi_squared)
         if got is not None:
             return got
     out = model(input_ids=batch.input_ids, attention_mask=batch.forward_mask(), use_cache=False)
@@ -177,8 +181,7 @@ def token_logprobs(model: torch.nn.Module, batch: Collated, temperature: float =
     if temperature != 1.0:
         logits = logits / temperature
     logp = torch.log_softmax(logits, dim=-1).gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)
-    ent = entropy_from_logits(logits) if with_entropy else None
-    return logp, ent
+    return logp, second_stat(logits, with_entropy, sum_pi_squared)
 
 
 def row_tensor(rows: Sequence[Row], attr: str, width: int, device: torch.device) -> torch.Tensor:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from memrl.rl.functional import entropy_from_logits
+from memrl.rl.functional import second_stat
 
 #: logits per chunk of the LM head (float32: 256 MiB); a 150K vocabulary gets ~440 tokens a chunk
 DEFAULT_CHUNK_ELEMENTS = 1 << 26
@@ -58,19 +58,19 @@ def split_head(model: Any) -> tuple[torch.nn.Module, torch.nn.Module] | None:
 
 
 def _head_stats(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
-                with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                with_entropy: bool, sum_pi_squared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     logits = head(hidden).float()
     if temperature != 1.0:
         logits = logits / temperature
     logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    ent = entropy_from_logits(logits) if with_entropy else torch.zeros_like(logp)
-    return logp, ent
+    second = second_stat(logits, with_entropy, sum_pi_squared)
+    return logp, torch.zeros_like(logp) if second is None else second
 
 
 def head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
-                  with_entropy: bool = False,
-                  chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob of ``targets`` ``[N]`` (and entropy) from hidden states ``[N, H]``, chunked over N.
+                  with_entropy: bool = False, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+                  sum_pi_squared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of ``targets`` ``[N]`` (and entropy, or ``sum pi^2``) from hidden states ``[N, H]``, chunked over N.
 
     With several chunks and autograd on, each chunk's head is checkpointed: its
     logits are freed after the forward and recomputed in backward.
@@ -79,23 +79,26 @@ def head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Te
     size = max(1, chunk_elements // max(vocab, 1))
     n = hidden.shape[0]
     if n <= size:
-        return _head_stats(head, hidden, targets, temperature, with_entropy)
+        return _head_stats(head, hidden, targets, temperature, with_entropy, sum_pi_squared)
     grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
     logps, ents = [], []
     for start in range(0, n, size):
         h, t = hidden[start:start + size], targets[start:start + size]
         if grad:
-            lp, en = checkpoint(_head_stats, head, h, t, temperature, with_entropy, use_reentrant=False)
+            lp, en = checkpoint(_head_stats, head, h, t, temperature, with_entropy, sum_pi_squared,
+                                use_reentrant=False)
         else:
-            lp, en = _head_stats(head, h, t, temperature, with_entropy)
+            lp, en = _head_stats(head, h, t, temperature, with_entropy, sum_pi_squared)
         logps.append(lp)
         ents.append(en)
     return torch.cat(logps), torch.cat(ents)
 
 
 def response_logprobs(model: Any, batch: Any, temperature: float = 1.0, with_entropy: bool = False,
-                      chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """``[B, L-1]`` log-probs (and entropies) at the loss-mask positions of a collated batch, 0 elsewhere.
+                      chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+                      sum_pi_squared: bool = False) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """``[B, L-1]`` log-probs (and entropies, or ``sum pi^2``) at the loss-mask positions of a collated batch, 0
+    elsewhere.
 
     Returns None when ``model`` cannot be split into decoder and head; the
     caller then uses the whole-model path.
@@ -117,7 +120,8 @@ def response_logprobs(model: Any, batch: Any, temperature: float = 1.0, with_ent
         hidden = decoder(input_ids=batch.input_ids, attention_mask=batch.forward_mask(), use_cache=False)
         hidden = hidden[0] if isinstance(hidden, tuple) else hidden.last_hidden_state
         picked = hidden[:, :-1][where]
-    lp, en = head_logprobs(head, picked, batch.targets[where], temperature, with_entropy, chunk_elements)
+    lp, en = head_logprobs(head, picked, batch.targets[where], temperature, with_entropy, chunk_elements,
+                           sum_pi_squared)
     logp = torch.zeros(batch.targets.shape, dtype=torch.float32, device=lp.device).masked_scatter(where, lp)
-    ent = torch.zeros_like(logp).masked_scatter(where, en) if with_entropy else None
+    ent = torch.zeros_like(logp).masked_scatter(where, en) if with_entropy or sum_pi_squared else None
     return logp, ent

@@ -23,14 +23,16 @@ import torch
 from memrl.config import MemRLConfig
 from memrl.dist.ddp import DistContext, shard_by_tokens
 from memrl.dist.fsdp import grad_norm_value
-from memrl.rl.losses import loss_aggregation, response_width
+from memrl.rl.advantages import get_estimator
 from memrl.rl.entropy_control import AdaptiveEntropy
+from memrl.rl.losses import loss_aggregation, response_width
 from memrl.rl.objective import bonus_tokens, objective_metric_names, policy_objective
 from memrl.rl.offpolicy import off_policy_correction
 from memrl.train.batch import Row, collate, iter_chunks, micro_batches, row_tensor, token_logprobs
 from memrl.train.correction import apply_rollout_correction, mismatch_metrics
 from memrl.train.policy import Reference
 from memrl.train.teacher import Teacher
+from memrl.train.token_baseline import apply_token_baseline
 
 
 _LOGPROB_LABELS = {"old_logprobs": "log-probs before the update", "ref_logprobs": "reference log-probs"}
@@ -60,16 +62,19 @@ class PolicyUpdate:
             self.entropy_control.restore(entropy_state)
 
     @torch.no_grad()
-    def _logprobs(self, rows: list[Row], attr: str, model: Any) -> None:
+    def _logprobs(self, rows: list[Row], attr: str, model: Any, sum_pi_squared: bool = False) -> None:
+        """Each row's ``attr`` log-probs under ``model`` (and, asked, its ``sum_pi_squared``)."""
         temp = self.cfg.sampling.temperature or 1.0
         batches = micro_batches(rows, self.cfg.trainer.micro_batch_tokens)
         for j, mb in enumerate(batches):
             self.progress(f"{_LOGPROB_LABELS.get(attr, attr)}: micro-batch {j + 1}/{len(batches)}")
             group = [rows[i] for i in mb]
-            lp, _ = token_logprobs(model, collate(group, self.pad_id, self.device), temp,
-                                   response_only=not self.sharded)
-            for r, v in zip(group, lp):
+            lp, second = token_logprobs(model, collate(group, self.pad_id, self.device), temp,
+                                        response_only=not self.sharded, sum_pi_squared=sum_pi_squared)
+            for i, (r, v) in enumerate(zip(group, lp)):
                 setattr(r, attr, v[: len(r) - 1].float().cpu())
+                if sum_pi_squared and second is not None:
+                    r.sum_pi_squared = second[i, : len(r) - 1].float().cpu()
         if self.sharded:  # a no-grad forward leaves the root's weights gathered; free them
             model.reshard()
 
@@ -79,8 +84,10 @@ class PolicyUpdate:
         rc = a.rollout_correction
         weighted = rc.enabled and not rc.bypass_mode  # verl's decoupled mode: needs old log-probs before the update
         distills = self.teacher is not None and self.teacher.reads_trainer_logprobs  # so does the teacher's signal
+        per_token = get_estimator(a.adv_estimator).policy_stats  # and the optimal token baseline's
         agg = loss_aggregation(a.loss_agg_mode)
-        plan = _Plan(on_policy=a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1 and not (weighted or distills),
+        plan = _Plan(on_policy=a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1
+                     and not (weighted or distills or per_token),
                      temperature=cfg.sampling.temperature or 1.0, norm_length=self._norm_length(rows, agg.normed),
                      per_token=agg.per_token, summed=agg.summed,
                      behaviour=(off_policy_correction(a.off_policy).uses_behaviour or rc.bypass_mode
@@ -90,9 +97,11 @@ class PolicyUpdate:
         self.policy.eval()
         correction: dict[str, float] = {}
         if not plan.on_policy:  # one update per batch: the update pass's own log-probs are the old ones
-            self._logprobs(rows, "old_logprobs", self.policy)
+            self._logprobs(rows, "old_logprobs", self.policy, sum_pi_squared=per_token)
         if weighted:
             correction = apply_rollout_correction(rows, rc)
+        if per_token:  # after the correction, whose weights it reads (verl's order)
+            apply_token_baseline(rows)
         if a.kl_coef > 0:
             with self.reference.model() as ref:
                 self._logprobs(rows, "ref_logprobs", ref)

@@ -1,0 +1,59 @@
+"""The optimal token baseline on training rows (:mod:`memrl.rl.token_baseline`), after the log-prob pass.
+
+Why in the update: the baseline of each token reads the trainer's probability of it and the squared norm of its
+next-token distribution, which only the pass over the rows before the first optimizer step computes (verl's
+``calculate_sum_pi_squared`` on its old-log-prob pass). The scoring stage leaves each episode's return on its rows
+(the reward on every generated token); this replaces it by ``G_t - B_t``, identically on every rank (each holds
+every row).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from memrl.rl.token_baseline import token_baseline_advantages
+from memrl.train.batch import Row
+
+
+def _positions(row: Row) -> torch.Tensor:
+    """The row's generated target positions (its loss mask shifted to targets), in order."""
+    return torch.nonzero(torch.tensor(row.loss_mask[1:], dtype=torch.bool), as_tuple=True)[0]
+
+
+def apply_token_baseline(rows: list[Row], *, epsilon: float = 1e-8) -> None:
+    """Set ``row.advantages`` to OTB's ``G - B`` at each generated token; an episode's tokens are its rows' in
+    order. Needs ``old_logprobs`` and ``sum_pi_squared`` on every row (and reads ``is_weights`` where the rollout
+    correction set them: each token's variance term is scaled by their square, as verl's)."""
+    episodes: dict[int, list[Row]] = defaultdict(list)
+    for r in rows:
+        episodes[r.episode].append(r)
+    order = list(episodes)
+    returns, weights = [], []
+    for e in order:
+        g, w = [], []
+        for r in episodes[e]:
+            at = _positions(r)
+            if r.old_logprobs is None or r.sum_pi_squared is None or r.advantages is None:
+                raise ValueError("optimal_token_baseline needs the trainer's old log-probs and sum pi^2 on every row")
+            term = 1.0 - 2.0 * torch.exp(r.old_logprobs[at].float()) + r.sum_pi_squared[at].float()
+            if r.is_weights is not None:
+                term = term * r.is_weights[at].float() ** 2
+            g.append(r.advantages[at].float())
+            w.append(term)
+        returns.append(torch.cat(g) if g else torch.zeros(0))
+        weights.append(torch.cat(w) if w else torch.zeros(0))
+    lengths = torch.tensor([len(g) for g in returns])
+    width = int(lengths.max()) if len(order) else 0
+    padded = torch.zeros(len(order), width), torch.zeros(len(order), width)
+    for i, (g, w) in enumerate(zip(returns, weights)):
+        padded[0][i, : len(g)], padded[1][i, : len(w)] = g, w
+    adv = token_baseline_advantages(*padded, lengths, [episodes[e][0].group for e in order], epsilon=epsilon)
+    for i, e in enumerate(order):
+        start = 0
+        for r in episodes[e]:
+            at = _positions(r)
+            out = torch.zeros_like(r.advantages)
+            out[at] = adv[i, start:start + len(at)].to(out.dtype)
+            r.advantages, start = out, start + len(at)
