@@ -38,7 +38,7 @@ def test_the_token_stage_whitens_over_the_batchs_tokens():
 
 @pytest.mark.parametrize("settings, message", [
     ({"adv_estimator": "gdpo"}, "adv_estimator='gdpo' needs gdpo_reward_keys"),
-    ({"gdpo_reward_keys": ["em"]}, "gdpo_reward_keys is read by adv_estimator=gdpo only"),
+    ({"gdpo_reward_keys": ["em"]}, "gdpo_reward_keys is read by adv_estimator=gdpo or normalize_then_sum only"),
     ({"adv_estimator": "gdpo", "gdpo_reward_keys": ["em", "f1"], "gdpo_reward_weights": [1.0]},
      "gdpo_reward_weights has 1 weights for 2 gdpo_reward_keys"),
 ])

@@ -126,3 +126,25 @@ def test_batch_std_equals_trls_code():
         want = (rewards - mean) / (variance.sqrt() + 1e-4)
         ids = [i // num_generations for i in range(rewards.numel())]
         torch.testing.assert_close(grpo_batch_std(rewards, ids, epsilon=1e-4), want)
+
+
+def test_normalize_then_sum_is_trls_gdpo():
+    """TRL's normalize_then_sum branch (grpo_trainer.py at f2cd577), transcribed: per reward function, group mean
+    and unbiased std (+ 1e-4); weighted sum; then the batch's mean and unbiased std (+ 1e-4)."""
+    from memrl.rl.outcome_estimators import normalize_then_sum
+
+    for seed in range(10):
+        g = torch.Generator().manual_seed(seed)
+        groups, num_generations, funcs = 3, 4, 2
+        per_func = torch.rand(groups * num_generations, funcs, generator=g)
+        if seed % 2:
+            per_func = (per_func > 0.5).float()
+        weights = torch.tensor([1.0, 0.5])
+        grouped = per_func.view(-1, num_generations, funcs)
+        mean_k = grouped.mean(dim=1, keepdim=True)
+        std_k = grouped.std(dim=1, keepdim=True)
+        reward = (((grouped - mean_k) / (std_k + 1e-4)).view(-1, funcs) * weights).sum(dim=1)
+        want = (reward - reward.mean()) / (reward.std() + 1e-4)
+        ids = [i // num_generations for i in range(per_func.shape[0])]
+        got = normalize_then_sum(per_func.sum(1), ids, epsilon=1e-4, components=per_func, weights=[1.0, 0.5])
+        torch.testing.assert_close(got, want)

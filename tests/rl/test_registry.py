@@ -37,15 +37,15 @@ def forget():
 def test_builtin_names():
     assert ADV_ESTIMATORS.names == ("grpo", "dr_grpo", "grpo_batch_std", "rloo", "reinforce_plus_plus",
                                     "reinforce_plus_plus_baseline", "gigpo", "step_reinforce", "grpo_passk", "gpg",
-                                    "gdpo", "opo", "remax", "optimal_token_baseline")
+                                    "gdpo", "normalize_then_sum", "opo", "remax", "optimal_token_baseline")
     assert LOSS_AGGREGATIONS.names == ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
                                        "seq-mean-token-sum-norm")
     assert KL_ESTIMATORS.names == ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "kl+", "abs+", "k2+",
                                    "mse+", "k3+", "low_var_kl+")
     assert OFF_POLICY.names == ("none", "decoupled", "tis")
     assert [n for n in ADV_ESTIMATORS.names if get_estimator(n).needs_group] == [
-        "grpo", "dr_grpo", "grpo_batch_std", "rloo", "gigpo", "step_reinforce", "grpo_passk", "gpg", "gdpo", "opo",
-        "optimal_token_baseline"]
+        "grpo", "dr_grpo", "grpo_batch_std", "rloo", "gigpo", "step_reinforce", "grpo_passk", "gpg", "gdpo",
+        "normalize_then_sum", "opo", "optimal_token_baseline"]
     assert [n for n in ADV_ESTIMATORS.names if get_estimator(n).baselines] == ["remax"]
     assert [n for n in LOSS_AGGREGATIONS.names if loss_aggregation(n).per_token] == ["token-mean", "token-sum"]
     assert [n for n in LOSS_AGGREGATIONS.names if loss_aggregation(n).summed] == ["token-sum"]
@@ -53,8 +53,9 @@ def test_builtin_names():
 
 @pytest.mark.parametrize("override, message", [
     ("algorithm.adv_estimator=gpro", "unknown advantage estimator 'gpro' (did you mean 'grpo'?): choose grpo, "
-                                     "dr_grpo, grpo_batch_std, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gigpo, "
-                                     "step_reinforce, grpo_passk, gpg, gdpo, opo, remax, optimal_token_baseline or an import path"),
+                                     "dr_grpo, grpo_batch_std, rloo, reinforce_plus_plus, "
+                                     "reinforce_plus_plus_baseline, gigpo, step_reinforce, grpo_passk, gpg, gdpo, "
+                                     "normalize_then_sum, opo, remax, optimal_token_baseline or an import path"),
     ("algorithm.loss_agg_mode=token_mean", "(did you mean 'token-mean'?)"),
     ("algorithm.kl_estimator=low_var", "(did you mean 'low_var_kl'?)"),
     ("algorithm.off_policy=decouple", "(did you mean 'decoupled'?)"),

@@ -36,11 +36,13 @@ class AlgorithmConfig(Section):
     epsilon: Finite = Field(1e-6, gt=0, description="Added to the group std (grpo; TRL adds 1e-4), at most 0.01. "
                             "TRL's epsilon, the clip range, is clip_ratio_low / clip_ratio_high here.")
     gdpo_reward_keys: list[str] = Field(
-        default_factory=list, description="gdpo: the episode metrics that are its reward components (a workflow's "
+        default_factory=list, description="gdpo and normalize_then_sum (TRL's GDPO): the episode metrics that are "
+        "the reward components (a workflow's "
         "ep.metric names, or the QA workflows' em / sub_em / f1; verl's algorithm.gdpo_reward_keys), each "
         "normalised in its group on its own before the weighted sum.")
     gdpo_reward_weights: list[Finite] | None = Field(
-        None, description="gdpo: one weight per gdpo_reward_keys entry (verl's gdpo_reward_weights); null: 1 each.")
+        None, description="gdpo and normalize_then_sum: one weight per gdpo_reward_keys entry (verl's "
+        "gdpo_reward_weights, TRL's reward_weights); null: 1 each.")
     gamma: float = Field(1.0, ge=0, le=1, description="Discount: per token for reinforce_plus_plus, per turn "
                          "(conversation) for gigpo and step_reinforce (ROLL's step_reward_gamma, 0.95 in its examples).")
     episode_weight: Finite = Field(1.0, ge=0, description="gigpo: weight of the episode score normalised in its "
@@ -293,7 +295,8 @@ class AlgorithmConfig(Section):
                              "normalises one by one (ep.metric names; em, f1 ... in the QA workflows)")
         for name in ("gdpo_reward_keys", "gdpo_reward_weights"):
             if getattr(self, name) and not reads:
-                raise ValueError(f"{name} is read by adv_estimator=gdpo only (adv_estimator is "
+                readers = [n for n in ADV_ESTIMATORS.names if getattr(ADV_ESTIMATORS.get(n), "components", False)]
+                raise ValueError(f"{name} is read by adv_estimator={' or '.join(readers)} only (adv_estimator is "
                                  f"{self.adv_estimator!r})")
         if self.gdpo_reward_weights is not None and len(self.gdpo_reward_weights) != len(self.gdpo_reward_keys):
             raise ValueError(f"gdpo_reward_weights has {len(self.gdpo_reward_weights)} weights for "

@@ -225,8 +225,8 @@ def _advantages(get: Any, out: Translation, given: dict[str, Any], source: Any, 
         out.skipped["scale_rewards"] = f"{scale!r}: TRL refuses it (batch, group or none)"
     if get("multi_objective_aggregation") != "sum_then_normalize":
         out.skipped["multi_objective_aggregation"] = (
-            "GDPO: algorithm.adv_estimator=gdpo with gdpo_reward_keys naming the episode metrics your workflow logs "
-            "for each reward function (verl's GDPO whitens over tokens where TRL normalises over completions)")
+            "TRL's GDPO: algorithm.adv_estimator=normalize_then_sum with gdpo_reward_keys naming the episode metrics "
+            "your workflow logs for each reward function (and gdpo_reward_weights for reward_weights)")
 
 
 def _schedule(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:

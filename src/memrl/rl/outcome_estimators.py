@@ -76,6 +76,21 @@ def gdpo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float 
     return out
 
 
+@register_adv_est("normalize_then_sum", needs_group=True, components=True)
+def normalize_then_sum(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6,
+                       components: torch.Tensor | None = None, weights: Sequence[float] | None = None) -> torch.Tensor:
+    """TRL's GDPO (``multi_objective_aggregation="normalize_then_sum"``): each component normalised in its group
+    (unbiased std, ``+ epsilon``), summed with ``weights``, then normalised over the batch's episodes (its mean,
+    its unbiased std ``+ epsilon``), where verl's ``gdpo`` whitens the sum over tokens. A group of one episode
+    subtracts itself (0, as TRL's); a batch of one has std 0."""
+    summed = gdpo.fn(scores, group_ids, epsilon=epsilon, components=components, weights=weights)
+    for rows in _members(group_ids).values():
+        if len(rows) == 1:
+            summed[rows] = 0.0  # TRL's group of one: its value minus its own mean
+    std = summed.std() if summed.numel() > 1 else torch.zeros(())
+    return (summed - summed.mean()) / (std + epsilon)
+
+
 @register_adv_est("opo", needs_group=True, lengths=True)
 def opo(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsilon: float = 1e-6,
         lengths: torch.Tensor | None = None) -> torch.Tensor:
