@@ -109,3 +109,31 @@ def test_equal_to_verls(verl_otb, seed, gaps):
     apply_token_baseline(rows)
     got = torch.stack([r.advantages for r in rows])
     torch.testing.assert_close(got * mask, want * mask, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_after_rejection_equal_to_verls_tir_on_the_rejected_mask(verl_otb, seed):
+    """verl runs the baseline on the response mask after the rollout correction's rejection; memrl keeps the loss
+    mask and reads the rows' train_mask. Rejected: some interior tokens and one whole row (never a row's last kept
+    token: verl's rewards * mask would lose the reward there, memrl keeps it)."""
+    _, tir = verl_otb
+    index, mask, scores, rewards, old, spp, rho = _batch(seed, gaps=False)
+    g = torch.Generator().manual_seed(100 + seed)
+    keep = mask.clone()
+    for i in range(len(index)):
+        n = int(mask[i].sum())
+        if n > 2:
+            keep[i, : n - 1] *= (torch.rand(n - 1, generator=g) > 0.3).float()
+    keep[0] = 0.0  # a rejected sequence
+    want, _ = tir(token_level_rewards=rewards * keep, response_mask=keep, index=index, old_log_probs=old,
+                  sum_pi_squared=spp, rollout_is_weights=rho)
+    rows = []
+    for i in range(len(index)):
+        r = Row(token_ids=list(range(11)), loss_mask=[0] + mask[i].int().tolist(), engine_logprobs=[0.0] * 11,
+                episode=i, step=0, group=str(index[i]))
+        r.advantages, r.old_logprobs, r.sum_pi_squared = scores[i] * mask[i], old[i].clone(), spp[i].clone()
+        r.is_weights, r.train_mask = (None if rho is None else rho[i].clone()), keep[i].clone()
+        rows.append(r)
+    apply_token_baseline(rows)
+    got = torch.stack([r.advantages for r in rows])
+    torch.testing.assert_close(got * keep, want * keep, rtol=1e-5, atol=1e-6)

@@ -42,3 +42,28 @@ def test_both_trainers_train_with_a_baseline_per_token(tmp_path, mode, monkeypat
 def test_step_rewards_are_refused_with_it():
     with pytest.raises(ValueError, match="a baseline per token"):
         AlgorithmConfig(adv_estimator="optimal_token_baseline", step_rewards=True)
+
+
+def test_mask_truncated_completions_is_refused_with_it():
+    with pytest.raises(ValueError, match="would lose its tokens"):
+        AlgorithmConfig(adv_estimator="optimal_token_baseline", mask_truncated_completions=True)
+
+
+def test_rejected_tokens_and_rows_leave_the_baseline_as_verls_mask_after_rejection():
+    """verl computes the baseline on the response mask after the rollout correction's rejection: a rejected row
+    leaves its group (here the partner is then alone: its return stays) and a rejected token adds nothing."""
+    from memrl.train.token_baseline import apply_token_baseline
+    from tests.rl.test_token_baseline import row
+
+    rows = [row(0, "g", [0, 1, 1], 1.0, -0.7, 0.5), row(1, "g", [0, 1, 1], 0.0, -0.7, 0.5)]
+    apply_token_baseline(rows)
+    assert rows[0].advantages.tolist() == pytest.approx([0.5, 0.5])
+    rows = [row(0, "g", [0, 1, 1], 1.0, -0.7, 0.5), row(1, "g", [0, 1, 1], 0.0, -0.7, 0.5)]
+    rows[1].train_mask = torch.zeros(2)  # sequence rejected
+    apply_token_baseline(rows)
+    assert rows[0].advantages.tolist() == pytest.approx([1.0, 1.0]) and rows[1].advantages.tolist() == [0.0, 0.0]
+    rows = [row(0, "g", [0, 1, 1], 1.0, -0.7, 0.5), row(1, "g", [0, 1, 1, 1], 0.0, -0.7, 0.5)]
+    rows[1].train_mask = torch.tensor([1.0, 0.0, 1.0])  # its 2nd token rejected: 2 kept, as long as episode 0
+    apply_token_baseline(rows)
+    assert rows[0].advantages.tolist() == pytest.approx([0.5, 0.5])  # no zero tail: equal kept lengths
+    assert rows[1].advantages.tolist() == pytest.approx([-0.5, 0.0, -0.5])

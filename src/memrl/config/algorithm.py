@@ -217,6 +217,10 @@ class AlgorithmConfig(Section):
         if self.step_rewards and getattr(ADV_ESTIMATORS.get(self.adv_estimator), "turns", None) is not None:
             raise ValueError(f"step_rewards (ReMemR1's state advantages) and adv_estimator={self.adv_estimator!r} "
                              "both give each turn its own advantage: use one")
+        if self.mask_truncated_completions and getattr(ADV_ESTIMATORS.get(self.adv_estimator), "policy_stats", False):
+            raise ValueError(f"mask_truncated_completions masks a truncated conversation after scoring, so "
+                             f"adv_estimator={self.adv_estimator!r}'s baseline per token would lose its tokens (and "
+                             "its episode's return) from the group: use one or the other")
         if self.step_rewards and not getattr(ADV_ESTIMATORS.get(self.adv_estimator), "spreads", True):
             raise ValueError(f"step_rewards mixes per-row values, which would skip adv_estimator="
                              f"{self.adv_estimator!r}'s own token stage (whitening or discounting over the batch, or a baseline per "

@@ -56,6 +56,8 @@ def second_stat(logits: torch.Tensor, with_entropy: bool, sum_pi_squared: bool) 
     """The per-position value computed beside the log-probs from the same (temperature-scaled) logits: the
     entropy, or the distribution's ``sum pi^2`` (the optimal token baseline's); None: neither."""
     if sum_pi_squared:
+        if with_entropy:
+            raise ValueError("one second value per pass: the entropy or sum pi^2, not both")
         return sum_pi_squared_from_logits(logits)
     return entropy_from_logits(logits) if with_entropy else None
 

@@ -18,13 +18,18 @@ from memrl.train.batch import Row
 
 
 def _positions(row: Row) -> torch.Tensor:
-    """The row's generated target positions (its loss mask shifted to targets), in order."""
-    return torch.nonzero(torch.tensor(row.loss_mask[1:], dtype=torch.bool), as_tuple=True)[0]
+    """The row's generated target positions (its loss mask shifted to targets), in order, less those the rollout
+    correction rejected: verl computes the baseline on the mask after rejection (a rejected sequence leaves its
+    group, a rejected token adds nothing to W), keeping here each kept token's return."""
+    kept = torch.tensor(row.loss_mask[1:], dtype=torch.bool)
+    if row.train_mask is not None:
+        kept = kept & (row.train_mask[: kept.numel()] > 0)
+    return torch.nonzero(kept, as_tuple=True)[0]
 
 
 def apply_token_baseline(rows: list[Row], *, epsilon: float = 1e-8) -> None:
-    """Set ``row.advantages`` to OTB's ``G - B`` at each generated token; an episode's tokens are its rows' in
-    order. Needs ``old_logprobs`` and ``sum_pi_squared`` on every row (and reads ``is_weights`` where the rollout
+    """Set ``row.advantages`` to OTB's ``G - B`` at each generated token (0 at rejected ones, which do not train);
+    an episode's tokens are its rows' in order. Needs ``old_logprobs`` and ``sum_pi_squared`` on every row (and reads ``is_weights`` where the rollout
     correction set them: each token's variance term is scaled by their square, as verl's)."""
     episodes: dict[int, list[Row]] = defaultdict(list)
     for r in rows:

@@ -5,8 +5,8 @@ gradient does not depend on how rows are split into micro-batches or across
 ranks. A non-finite loss or gradient drops that mini-batch's optimizer step on
 every rank. With one epoch and one mini-batch the update's own detached
 log-probs serve as the old ones (the ratio is 1 by construction), so no separate
-pass is run, unless rollout correction or a teacher (``teacher.student=trainer``) needs them
-before the update.
+pass is run, unless rollout correction, a teacher (``teacher.student=trainer``) or the optimal token
+baseline (its sum pi^2 too) needs them before the update.
 """
 
 from __future__ import annotations
