@@ -67,12 +67,15 @@ def test_two_gloo_ranks_take_the_threshold_over_the_tokens_one_process_has(tmp_p
     from memrl.rl.across_ranks import all_ranks
 
     _recording(str(tmp_path / "single.jsonl"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the ranks run (tests/dist/helpers.py): the same reduction order, ties alike
     # one process pools nothing; ask for the pool anyway (without a process group it is its own tokens) to record it
     update.bonus_tokens = lambda *a, **kw: objective.bonus_tokens(*a, **{**kw, "across_ranks": True})
     try:
         Trainer(config(tmp_path / "single", **OVER), engine=coin_engine(load_tokenizer("tiny"), seed=5)).run()
     finally:
         objective.all_ranks, update.bonus_tokens = all_ranks, objective.bonus_tokens
+        torch.set_num_threads(threads)
     cfg = config(tmp_path / "ranks", cluster__trainers=2, cluster__backend="gloo", cluster__strategy=strategy, **OVER)
     mp.start_processes(_recorded_rank, args=(cfg.model_dump(mode="json"), 2, free_port(), str(tmp_path)), nprocs=2,
                        start_method="spawn")

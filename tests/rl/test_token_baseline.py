@@ -48,8 +48,8 @@ def row(episode: int, group: str, mask: list[int], ret: float, logp: float, spp:
 
 
 def test_rows_of_an_episode_are_its_generated_tokens_in_order():
-    """Episode 0: two conversations of 2 and 1 generated tokens (a tool token between); episode 1: 3 tokens in one.
-    pi = 1 (logp 0) and sum pi^2 = 1 give w = 0: every W is 0 and every baseline 0 (epsilon) but the tail's."""
+    """Episode 0: two conversations of 2 and 1 generated tokens (a tool token between); episode 1: 3 tokens in one;
+    both 3 tokens long (no zero tail)."""
     rows = [row(0, "g", [0, 1, 0, 1], 1.0, math.log(0.5), 0.5), row(0, "g", [0, 0, 1], 1.0, math.log(0.5), 0.5),
             row(1, "g", [0, 1, 1, 1], 0.0, math.log(0.5), 0.5)]
     apply_token_baseline(rows)

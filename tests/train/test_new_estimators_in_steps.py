@@ -72,7 +72,8 @@ def test_gpg_scales_by_the_episodes_it_trains():
     ({"adv_estimator": "gdpo", "gdpo_reward_keys": ["em"], "step_rewards": True},
      "would skip adv_estimator='gdpo''s own token stage"),
     ({"adv_estimator": "reinforce_plus_plus", "step_rewards": True}, "own token stage"),
-    ({"gdpo_reward_weights": [1.0, 2.0]}, "gdpo_reward_weights is read by adv_estimator=gdpo or normalize_then_sum only"),
+    ({"gdpo_reward_weights": [1.0, 2.0]},
+     "gdpo_reward_weights is read by adv_estimator=gdpo or normalize_then_sum only"),
 ])
 def test_pairs_that_would_silently_change_meaning_are_refused(settings, message):
     with pytest.raises(ValueError, match=message):

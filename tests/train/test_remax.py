@@ -112,6 +112,25 @@ def test_dynamic_sampling_keeps_a_group_whose_baseline_differs_from_its_equal_re
     assert kept == [] and stats["dropped_groups"] == 3
 
 
+def test_dynamic_sampling_on_scores_compares_them_with_the_greedy_score():
+    """With the overlong penalty the rewards are shaped and the scores are not: the filter on scores reads the
+    greedy episode's score, so a group whose scores all equal it (every r - b on scores 0) is dropped."""
+    from memrl.train.greedy_baseline import with_baseline
+    from memrl.train.rollout import dynamic_sampling_keeps
+
+    cfg = MemRLConfig.model_validate({"model": {"path": "tiny"}, "algorithm": {
+        "n": 2, "adv_estimator": "remax", "dynamic_sampling": True, "dynamic_sampling_metric": "score"}})
+
+    def ep(reward: float, score: float) -> Trajectory:
+        return Trajectory(conversations=[Conversation.from_prompt_response([1], [2], [0.0])], reward=reward,
+                          sample_id="0", group_id="g", metrics={"score": score})
+
+    kept = with_baseline([ep(0.9, 1.0), ep(0.9, 1.0), ep(0.9, 1.0)], lambda reason: None)
+    assert dynamic_sampling_keeps(cfg, kept) == [False, False]
+    kept = with_baseline([ep(0.9, 1.0), ep(0.9, 1.0), ep(0.7, 0.5)], lambda reason: None)
+    assert dynamic_sampling_keeps(cfg, kept) == [True, True]
+
+
 def test_an_episode_without_a_baseline_is_named():
     cfg = MemRLConfig.model_validate({"model": {"path": "tiny"}, "algorithm": {"adv_estimator": "remax"}})
     traj = Trajectory(conversations=[Conversation.from_prompt_response([1], [2], [0.0])], reward=1.0,

@@ -223,8 +223,8 @@ class AlgorithmConfig(Section):
                              "its episode's return) from the group: use one or the other")
         if self.step_rewards and not getattr(ADV_ESTIMATORS.get(self.adv_estimator), "spreads", True):
             raise ValueError(f"step_rewards mixes per-row values, which would skip adv_estimator="
-                             f"{self.adv_estimator!r}'s own token stage (whitening or discounting over the batch, or a baseline per "
-                             "token): "
+                             f"{self.adv_estimator!r}'s own token stage (whitening or discounting over the batch, "
+                             "or a baseline per token): "
                              "use grpo, dr_grpo, rloo or another estimator that gives each row one value")
         if self.state_similarity is not None and not _reads_similarity(self.adv_estimator):
             readers = [n for n in ADV_ESTIMATORS.names if _reads_similarity(n)]

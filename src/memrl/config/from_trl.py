@@ -74,7 +74,8 @@ PLUMBING = ("per_device_eval_batch_size", "dataloader_", "ddp_", "deepspeed", "f
             "vllm_max_model_length", "ds3_gather", "torch_compile", "bf16", "fp16", "tf32", "attn_implementation",
             "gradient_checkpointing_kwargs", "cast_lm_head", "use_transformers_",
             "cache_implementation", "model_init_kwargs", "trust_remote_code", "use_cpu", "pad_to_multiple_of",
-            "parallelism_config", "config_file", "accelerate_config", "multi_gpu", "mixed_precision", "num_machines", "machine_rank",
+            "parallelism_config", "config_file", "accelerate_config",
+            "multi_gpu", "mixed_precision", "num_machines", "machine_rank",
             "main_process", "rdzv", "master_")
 BOOKKEEPING = ("logging_", "log_", "report_to", "run_name", "push_to_hub", "hub_", "save_strategy", "eval_",
                "do_eval", "num_completions_to_print", "save_only_model", "resume_from_checkpoint",
@@ -226,7 +227,8 @@ def _advantages(get: Any, out: Translation, given: dict[str, Any], source: Any, 
     if get("multi_objective_aggregation") != "sum_then_normalize":
         out.skipped["multi_objective_aggregation"] = (
             "TRL's GDPO: algorithm.adv_estimator=normalize_then_sum with gdpo_reward_keys naming the episode metrics "
-            "your workflow logs for each reward function (and gdpo_reward_weights for reward_weights)")
+            "your workflow logs for each reward function, gdpo_reward_weights for reward_weights, and "
+            "algorithm.epsilon=1e-4 (TRL's, in both normalisations)")
 
 
 def _schedule(get: Any, out: Translation, given: dict[str, Any], source: Any, processes: int) -> None:

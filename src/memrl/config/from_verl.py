@@ -215,10 +215,8 @@ def _estimator(get: Any, out: Translation, given: dict[str, Any], source: Any) -
     elif name in ADV_ESTIMATORS:
         out.set("algorithm.adv_estimator", ADV_ESTIMATORS[name], where)
     else:
-        out.skipped["algorithm.adv_estimator"] = (f"{name!r}: memrl has no critic (gae) or no such estimator; "
-                                                  "memrl's are grpo, dr_grpo, rloo, reinforce_plus_plus(_baseline), "
-                                                  "gigpo, step_reinforce, grpo_passk, gpg, gdpo, opo, remax, "
-                                                  "optimal_token_baseline")
+        out.skipped["algorithm.adv_estimator"] = (f"{name!r}: memrl has no critic (gae) or no such estimator; it "
+                                                  f"translates verl's {', '.join(ADV_ESTIMATORS)}")
     _gdpo(name, out, given, source)
 
 

@@ -28,8 +28,8 @@ from typing import Any
 import torch
 
 from memrl.config.registry import origin
-from memrl.rl.estimator_base import (AdvantageEstimator, _groups, _whitened, get_estimator,  # noqa: F401
-                                     group_normalize, register_adv_est, spread)
+from memrl.rl.estimator_base import (AdvantageEstimator, _groups, _whitened, batch_std,  # noqa: F401
+                                     get_estimator, group_normalize, register_adv_est, spread)
 from memrl.rl.functional import masked_whiten
 from memrl.rl.turn_credit import TurnRows, gigpo_rows, step_reinforce_rows
 
@@ -128,8 +128,7 @@ def grpo_batch_std(scores: torch.Tensor, group_ids: Sequence[Hashable], *, epsil
     out = torch.zeros_like(rewards)
     for rows in _groups(group_ids).values():  # a group of one is its own mean: 0, as TRL's
         out[rows] = rewards[rows] - rewards[rows].mean()
-    std = rewards.std() if rewards.numel() > 1 else torch.zeros(())  # TRL's one-completion batch: std 0
-    return out / (std + epsilon)
+    return out / (batch_std(rewards) + epsilon)
 
 
 @register_adv_est("rloo", needs_group=True)

@@ -96,6 +96,11 @@ def _groups(index: Sequence[Hashable]) -> dict[Hashable, list[int]]:
     return groups
 
 
+def batch_std(values: torch.Tensor) -> torch.Tensor:
+    """The unbiased std of every value of the batch, 0 for a batch of one (TRL's nanstd there gives no spread)."""
+    return values.std() if values.numel() > 1 else torch.zeros((), dtype=values.dtype)
+
+
 def group_normalize(scores: torch.Tensor, index: Sequence[Hashable], norm_by_std: bool = True,
                     epsilon: float = 1e-6) -> torch.Tensor:
     """GRPO on a vector of scalar scores: ``(r - mean_g) / (std_g + eps)`` (std unbiased).

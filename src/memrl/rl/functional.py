@@ -57,7 +57,7 @@ def second_stat(logits: torch.Tensor, with_entropy: bool, sum_pi_squared: bool) 
     entropy, or the distribution's ``sum pi^2`` (the optimal token baseline's); None: neither."""
     if sum_pi_squared:
         if with_entropy:
-            raise ValueError("one second value per pass: the entropy or sum pi^2, not both")
+            raise ValueError("second_stat: with_entropy and sum_pi_squared are both set; one second value per pass")
         return sum_pi_squared_from_logits(logits)
     return entropy_from_logits(logits) if with_entropy else None
 

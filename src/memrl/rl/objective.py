@@ -2,7 +2,9 @@
 
 Everything the trainer's update loop does around it (log-prob passes, micro-batch weighting,
 gradient steps, reductions over ranks) stays in :mod:`memrl.train.update`; this function is pure,
-so a new loss is tested on hand-made tensors without a model or an optimizer.
+so a new loss is tested on hand-made tensors without a model or an optimizer. (The one exchange between
+ranks, ``top_entropy_quantile``'s threshold, happens only when the trainer asks :func:`bonus_tokens` for it
+and hands the kept tokens in.)
 
 The loss is the registered ``algorithm.off_policy`` correction's policy-gradient loss (``none``:
 verl's clipped PPO surrogate, or the ``algorithm.policy_loss`` that replaces it: GSPO, CISPO...), minus

@@ -26,7 +26,8 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from memrl.rl.estimator_base import _groups as _members, _whitened, group_normalize, register_adv_est
+from memrl.rl.estimator_base import (_groups as _members, _whitened, batch_std, group_normalize,
+                                     register_adv_est)
 
 
 @register_adv_est("grpo_passk", needs_group=True)
@@ -87,8 +88,7 @@ def normalize_then_sum(scores: torch.Tensor, group_ids: Sequence[Hashable], *, e
     for rows in _members(group_ids).values():
         if len(rows) == 1:
             summed[rows] = 0.0  # TRL's group of one: its value minus its own mean
-    std = summed.std() if summed.numel() > 1 else torch.zeros(())
-    return (summed - summed.mean()) / (std + epsilon)
+    return (summed - summed.mean()) / (batch_std(summed) + epsilon)
 
 
 @register_adv_est("opo", needs_group=True, lengths=True)

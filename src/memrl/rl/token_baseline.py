@@ -18,12 +18,11 @@ functions from a checkout against this one.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Hashable, Sequence
 
 import torch
 
-from memrl.rl.estimator_base import register_adv_est
+from memrl.rl.estimator_base import _groups, register_adv_est
 
 
 def token_baseline_advantages(returns: torch.Tensor, weights: torch.Tensor, lengths: torch.Tensor,
@@ -37,11 +36,8 @@ def token_baseline_advantages(returns: torch.Tensor, weights: torch.Tensor, leng
     cumulative = (weights * valid).cumsum(dim=-1) * valid
     g = returns * valid
     baselines = torch.zeros_like(g)
-    members: dict[Hashable, list[int]] = defaultdict(list)
-    for i, group in enumerate(group_ids):
-        if int(lengths[i]) > 0:
-            members[group].append(i)
-    for rows in members.values():
+    for all_rows in _groups(group_ids).values():
+        rows = [i for i in all_rows if int(lengths[i]) > 0]  # an episode with no token kept is not in its group
         if len(rows) < 2:
             continue  # no other episode: no baseline
         index = torch.tensor(rows)

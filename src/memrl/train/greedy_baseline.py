@@ -21,13 +21,14 @@ if TYPE_CHECKING:
     from memrl.types import Trajectory
 
 BASELINE_METRIC = "baseline_reward"
+BASELINE_SCORE = "baseline_score"  # the greedy episode's reward before shaping (its ``score`` metric), when shaped
 
 
 def baseline_keeps(scores: list[float], group_ids: list[str], baselines: list[float]) -> tuple[list[float], list[str]]:
     """Dynamic sampling's input under ReMax: each group's rewards and, as one more member, its baseline (a group
     whose n rewards are equal still trains when the greedy reward differs: its advantages ``r - b`` are not 0)."""
-    first = {g: b for g, b in zip(group_ids, baselines)}
-    return [*scores, *first.values()], [*group_ids, *first]
+    per_group = dict(zip(group_ids, baselines))  # a group's episodes share one baseline
+    return [*scores, *per_group.values()], [*group_ids, *per_group]
 
 
 def greedy_baseline(cfg: MemRLConfig) -> bool:
@@ -47,4 +48,6 @@ def with_baseline(results: list[Trajectory | None], failed: Callable[[str | None
     kept = [t for t in sampled if t is not None]
     for t in kept:
         t.metrics[BASELINE_METRIC] = greedy.reward
+        if "score" in greedy.metrics:  # dynamic_sampling_metric=score compares scores with it
+            t.metrics[BASELINE_SCORE] = greedy.metrics["score"]
     return kept

@@ -66,8 +66,8 @@ class RolloutTally:
                     "limit) or set algorithm.dynamic_sampling=false")
         if self.baseline_failed:
             return (f"the greedy baseline episode failed in {self.baseline_failed} group(s) (last error: "
-                    f"{self.last_error}), and adv_estimator=remax trains a group only against its baseline; fix that "
-                    "failure, or choose another algorithm.adv_estimator")
+                    f"{self.last_error}), and adv_estimator={cfg.algorithm.adv_estimator!r} trains a group only "
+                    "against its baseline; fix that failure, or choose another algorithm.adv_estimator")
         return ("no episode generated a token to train on; check the workflow's token limits "
                 "(workflow.* settings)")
 

@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 from memrl.config import MemRLConfig
 from memrl.engines.base import Engine, EngineDeadError, SamplingParams
 from memrl.rl.dapo import keep_groups, shape_overlong
-from memrl.train.greedy_baseline import BASELINE_METRIC, baseline_keeps, greedy_baseline, with_baseline
+from memrl.train.greedy_baseline import (BASELINE_METRIC, BASELINE_SCORE, baseline_keeps, greedy_baseline,
+                                         with_baseline)
 from memrl.train.guards import RolloutTally
 from memrl.train.sampler import ResumableSampler
 from memrl.train.signals import stop_requested_at
@@ -101,7 +102,9 @@ def dynamic_sampling_keeps(cfg: MemRLConfig, trajs: Sequence[Trajectory]) -> lis
     scores = [t.metrics.get("score", t.reward) if a.dynamic_sampling_metric == "score" else t.reward for t in trajs]
     groups = [t.group_id for t in trajs]
     if greedy_baseline(cfg) and a.dynamic_sampling_max_mean is None:  # ReMax: the baseline is one more member
-        with_b, ids = baseline_keeps(scores, groups, [t.metrics[BASELINE_METRIC] for t in trajs])
+        base = [t.metrics.get(BASELINE_SCORE, t.metrics[BASELINE_METRIC]) if a.dynamic_sampling_metric == "score"
+                else t.metrics[BASELINE_METRIC] for t in trajs]
+        with_b, ids = baseline_keeps(scores, groups, base)
         return keep_groups(with_b, ids, None, None, min_size=2)[: len(trajs)]
     return keep_groups(scores, groups, a.dynamic_sampling_max_mean, [len(t.conversations) for t in trajs],
                        min_size=min(a.n, 2))
@@ -226,7 +229,7 @@ class RolloutRunner:
             if "greedy baseline" not in self.tally.said:  # once a step, not counted as a repeated failure
                 self.tally.said.add("greedy baseline")
                 self.warn(f"the greedy baseline episode of sample {idx} failed{'' if reason is None else ': ' + reason}"
-                          "; its group is left out (adv_estimator=remax)")
+                          f"; its group is left out (adv_estimator={self.cfg.algorithm.adv_estimator})")
         return say
 
     def rollout(self, step: int) -> tuple[list[Trajectory], list[Trajectory], dict[str, float]]:

@@ -29,8 +29,9 @@ def _positions(row: Row) -> torch.Tensor:
 
 def apply_token_baseline(rows: list[Row], *, epsilon: float = 1e-8) -> None:
     """Set ``row.advantages`` to OTB's ``G - B`` at each generated token (0 at rejected ones, which do not train);
-    an episode's tokens are its rows' in order. Needs ``old_logprobs`` and ``sum_pi_squared`` on every row (and reads ``is_weights`` where the rollout
-    correction set them: each token's variance term is scaled by their square, as verl's)."""
+    an episode's tokens are its rows' in order. Needs ``old_logprobs`` and ``sum_pi_squared`` on every row (and
+    reads ``is_weights`` where the rollout correction set them: each token's variance term is scaled by their
+    square, as verl's)."""
     episodes: dict[int, list[Row]] = defaultdict(list)
     for r in rows:
         episodes[r.episode].append(r)
@@ -40,8 +41,10 @@ def apply_token_baseline(rows: list[Row], *, epsilon: float = 1e-8) -> None:
         g, w = [], []
         for r in episodes[e]:
             at = _positions(r)
-            if r.old_logprobs is None or r.sum_pi_squared is None or r.advantages is None:
-                raise ValueError("optimal_token_baseline needs the trainer's old log-probs and sum pi^2 on every row")
+            missing = [a for a in ("old_logprobs", "sum_pi_squared", "advantages") if getattr(r, a) is None]
+            if missing:
+                raise ValueError(f"optimal_token_baseline: the row of episode {r.episode}, conversation {r.step} has "
+                                 f"no {missing[0]} (the update's log-prob pass and the scoring set them)")
             term = 1.0 - 2.0 * torch.exp(r.old_logprobs[at].float()) + r.sum_pi_squared[at].float()
             if r.is_weights is not None:
                 term = term * r.is_weights[at].float() ** 2

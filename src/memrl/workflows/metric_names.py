@@ -9,5 +9,6 @@ TRAINER_METRICS = frozenset((
     "failed_episodes", "prompt_too_long", "dropped_groups", "gen_rounds", "tokens_per_s", "pg_loss", "clipfrac",
     "clipfrac_lower", "ppo_kl", "kl", "entropy", "grad_norm", "lr", "skipped_updates", "logprob_mismatch",
     "train_rows", "train_tokens", "data_position", "idle_steps", "gpu_peak_gib", "kept_groups", "merge_missed",
-    "score", "overlong_reward", "overlong", "masked_truncated", "baseline_reward", "baseline_failed"))
+    "score", "overlong_reward", "overlong", "masked_truncated", "baseline_reward", "baseline_failed",
+    "baseline_score"))
 TRAINER_PREFIXES = ("eval/", "time/", "rollout_corr/", "distill/", "async/")
