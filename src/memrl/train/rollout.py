@@ -200,7 +200,8 @@ class RolloutRunner:
         sem = asyncio.Semaphore(self.cfg.engine.concurrency)
         n = self.cfg.algorithm.n
         baseline = greedy_baseline(self.cfg)
-        counter = CallCounter(self.engine, len(indices) * (n + int(baseline)), self.progress)
+        per = n + int(baseline)  # ReMax: the group's greedy episode comes last
+        counter = CallCounter(self.engine, len(indices) * per, self.progress)
 
         async def one(idx: int, k: int, occurrence: int) -> Trajectory | None:
             async with sem:
@@ -209,7 +210,6 @@ class RolloutRunner:
             counter.episode_done()
             return traj
 
-        per = n + int(baseline)  # ReMax: the group's greedy episode comes last
         results = await asyncio.gather(*(one(i, k, indices[:j].count(i)) for j, i in enumerate(indices)
                                          for k in range(per)))
         if not baseline:
