@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from memrl.rl.token_baseline import token_baseline_advantages
 from memrl.train.batch import Row
@@ -27,41 +28,35 @@ def _positions(row: Row) -> torch.Tensor:
     return torch.nonzero(kept, as_tuple=True)[0]
 
 
+def _variance_terms(row: Row, at: torch.Tensor) -> torch.Tensor:
+    """``1 - 2 pi + sum pi^2`` at the positions ``at`` (times ``rho^2`` where the rollout correction weighs them)."""
+    missing = [a for a in ("old_logprobs", "sum_pi_squared", "advantages") if getattr(row, a) is None]
+    if missing:
+        raise ValueError(f"optimal_token_baseline: the row of episode {row.episode}, conversation {row.step} has "
+                         f"no {missing[0]} (the update's log-prob pass and the scoring set them)")
+    term = 1.0 - 2.0 * torch.exp(row.old_logprobs[at].float()) + row.sum_pi_squared[at].float()
+    return term if row.is_weights is None else term * row.is_weights[at].float() ** 2
+
+
 def apply_token_baseline(rows: list[Row], *, epsilon: float = 1e-8) -> None:
     """Set ``row.advantages`` to OTB's ``G - B`` at each generated token (0 at rejected ones, which do not train);
     an episode's tokens are its rows' in order. Needs ``old_logprobs`` and ``sum_pi_squared`` on every row (and
     reads ``is_weights`` where the rollout correction set them: each token's variance term is scaled by their
     square, as verl's)."""
-    episodes: dict[int, list[Row]] = defaultdict(list)
+    episodes: dict[int, list[tuple[Row, torch.Tensor]]] = defaultdict(list)
     for r in rows:
-        episodes[r.episode].append(r)
+        episodes[r.episode].append((r, _positions(r)))
+    if not episodes:
+        return
     order = list(episodes)
-    returns, weights = [], []
-    for e in order:
-        g, w = [], []
-        for r in episodes[e]:
-            at = _positions(r)
-            missing = [a for a in ("old_logprobs", "sum_pi_squared", "advantages") if getattr(r, a) is None]
-            if missing:
-                raise ValueError(f"optimal_token_baseline: the row of episode {r.episode}, conversation {r.step} has "
-                                 f"no {missing[0]} (the update's log-prob pass and the scoring set them)")
-            term = 1.0 - 2.0 * torch.exp(r.old_logprobs[at].float()) + r.sum_pi_squared[at].float()
-            if r.is_weights is not None:
-                term = term * r.is_weights[at].float() ** 2
-            g.append(r.advantages[at].float())
-            w.append(term)
-        returns.append(torch.cat(g) if g else torch.zeros(0))
-        weights.append(torch.cat(w) if w else torch.zeros(0))
+    weights = [torch.cat([_variance_terms(r, at) for r, at in episodes[e]]) for e in order]  # checks each row first
+    returns = [torch.cat([r.advantages[at].float() for r, at in episodes[e]]) for e in order]
     lengths = torch.tensor([len(g) for g in returns])
-    width = int(lengths.max()) if len(order) else 0
-    padded = torch.zeros(len(order), width), torch.zeros(len(order), width)
-    for i, (g, w) in enumerate(zip(returns, weights)):
-        padded[0][i, : len(g)], padded[1][i, : len(w)] = g, w
-    adv = token_baseline_advantages(*padded, lengths, [episodes[e][0].group for e in order], epsilon=epsilon)
+    adv = token_baseline_advantages(pad_sequence(returns, batch_first=True), pad_sequence(weights, batch_first=True),
+                                    lengths, [episodes[e][0][0].group for e in order], epsilon=epsilon)
     for i, e in enumerate(order):
         start = 0
-        for r in episodes[e]:
-            at = _positions(r)
+        for r, at in episodes[e]:
             out = torch.zeros_like(r.advantages)
             out[at] = adv[i, start:start + len(at)].to(out.dtype)
             r.advantages, start = out, start + len(at)
