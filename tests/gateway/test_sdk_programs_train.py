@@ -1,4 +1,5 @@
-"""examples/agent_program's calculator agent written with each SDK trains 2 GRPO steps on the tiny model.
+"""examples/agent_program's calculator agent written with each SDK trains 2 GRPO steps on the tiny model
+(examples/agent_program/sdks.yaml, at smaller budgets).
 
 The anthropic SDK (Messages), the openai SDK's Responses API, the OpenAI Agents SDK, the
 openai SDK streaming, LangChain's ``ChatOpenAI`` with bound tools and LangGraph's prebuilt
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from memrl import Trainer
+from memrl.config import load_config
 from memrl.workflows.api import chat_ids
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent_program"
@@ -32,9 +34,9 @@ SAMPLES = [json.loads(line) for line in (EXAMPLE / "arithmetic.jsonl").read_text
 def test_sdk_program_trains_two_steps(tmp_path, monkeypatch, tiny_model, program, needs):
     pytest.importorskip(needs, reason="pip install 'memrl[dev]'")
     monkeypatch.syspath_prepend(str(EXAMPLE))
-    cfg = {"model": {"path": "tiny"}, "algorithm": {"n": 2}, "engine": {"device": "cpu"},
-           "workflow": {"name": "agent", "options": {"program": program, "max_tokens": 4, "max_calls": 8}},
-           "trainer": {"total_steps": 2, "prompts_per_step": 1, "lr": 1e-3, "output_dir": str(tmp_path / "run")}}
+    cfg = load_config(EXAMPLE / "sdks.yaml", [f"workflow.options.program={program}", "workflow.options.max_tokens=4",
+                                              "algorithm.n=2", "engine.device=cpu", "trainer.prompts_per_step=1",
+                                              f"trainer.output_dir={tmp_path / 'run'}"])
     Trainer(cfg, train=SAMPLES).train()
     run = tmp_path / "run"
     steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
