@@ -22,24 +22,24 @@ def memrl(*args):
 @pytest.fixture(scope="module")
 def eval_data(tmp_path_factory, hotpot_file):
     d = tmp_path_factory.mktemp("evaldata")
-    plan_synthesis(hotpot_file, d, [50, 200], max_samples=2).run()
+    plan_synthesis(hotpot_file, d, [20, 60], max_samples=2).run()
     return d
 
 
 def test_eval_writes_outputs_and_resumes(tmp_path, eval_data):
     out = tmp_path / "ev"
-    cmd = ["eval", "--model", "tiny", "--workflow", "memagent", "--data", eval_data, "--docs", "50,200",
+    cmd = ["eval", "--model", "tiny", "--workflow", "memagent", "--data", eval_data, "--docs", "20,60",
            "--out", out, *ARGS]
     r = memrl(*cmd)
     assert r.returncode == 0, r.stderr
-    assert "| 50 |" in r.stdout and "| 200 |" in r.stdout
+    assert "| 20 |" in r.stdout and "| 60 |" in r.stdout
     results = json.loads((out / "results.json").read_text())
-    assert set(results["by_docs"]) == {"50", "200"}
+    assert set(results["by_docs"]) == {"20", "60"}
     assert (out / "results.md").read_text().startswith("**memagent**")
     assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
 
     tok = load_tokenizer("tiny")
-    for n in (50, 200):
+    for n in (20, 60):
         for s in read_samples(eval_data / f"eval_{n}.json"):
             ep = json.loads((out / "episodes" / str(n) / f"{s.index}.json").read_text())
             expected = math.ceil(len(encode_text(tok, s.context)) / 6000) + 1
@@ -47,9 +47,9 @@ def test_eval_writes_outputs_and_resumes(tmp_path, eval_data):
             transcript = (out / "transcripts" / str(n) / f"{s.index}.txt").read_text()
             assert s.question in transcript and f"conversation {expected}/{expected}" in transcript
 
-    # interrupted run: one episode missing -> only it is recomputed (a 50-docs one: 5 model calls to redo, not 17)
-    victim = out / "episodes" / "50" / "1.json"
-    kept = out / "episodes" / "200" / "0.json"
+    # interrupted run: one episode missing -> only it is recomputed (a 20-docs one, not a 60-docs one)
+    victim = out / "episodes" / "20" / "1.json"
+    kept = out / "episodes" / "60" / "0.json"
     kept_before = kept.read_text()
     victim.unlink()
     r = memrl(*cmd)
@@ -65,4 +65,4 @@ def test_eval_writes_outputs_and_resumes(tmp_path, eval_data):
 def test_eval_missing_file_is_a_clear_error(tmp_path, eval_data):
     r = memrl("eval", "--model", "tiny", "--data", eval_data, "--docs", "77", "--out", tmp_path / "o")
     assert r.returncode == 2
-    assert "no eval_77.json" in r.stderr and "eval_50.json" in r.stderr
+    assert "no eval_77.json" in r.stderr and "eval_20.json" in r.stderr
