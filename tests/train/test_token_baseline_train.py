@@ -37,6 +37,9 @@ def test_both_trainers_train_with_a_baseline_per_token(tmp_path, mode, monkeypat
     assert any(changed)  # rewards vary in a group: the returns became G - B
     varies = [a[a != 0] for a in after if (a != 0).sum() > 1]
     assert any(len(set(v.tolist())) > 1 for v in varies)  # one row's tokens got different baselines
+    for s in steps:  # verl's variance proxies beside it, the signal from the step's gradient norm
+        assert s["variance_proxy/proxy1_signal_strength"] == pytest.approx(s["grad_norm"] ** 2)
+        assert s["variance_proxy/proxy2_total_power"] > 0 and s["variance_proxy/expected_w"] > 0
 
 
 def test_step_rewards_are_refused_with_it():

@@ -15,6 +15,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from memrl.rl.token_baseline import token_baseline_advantages
+from memrl.rl.variance_proxy import variance_proxy_metrics
 from memrl.train.batch import Row
 
 
@@ -38,14 +39,44 @@ def _variance_terms(row: Row, at: torch.Tensor) -> torch.Tensor:
     return term if row.is_weights is None else term * row.is_weights[at].float() ** 2
 
 
+def _by_episode(rows: list[Row]) -> dict[int, list[tuple[Row, torch.Tensor]]]:
+    """Each episode's rows in order, with their kept generated positions."""
+    episodes: dict[int, list[tuple[Row, torch.Tensor]]] = defaultdict(list)
+    for r in rows:
+        episodes[r.episode].append((r, _positions(r)))
+    return episodes
+
+
+def _padded(parts: list[list[torch.Tensor]]) -> torch.Tensor:
+    return pad_sequence([torch.cat(p).float() for p in parts], batch_first=True)
+
+
+def variance_proxy(rows: list[Row], grad_norm: float | None) -> dict[str, float]:
+    """verl's ``variance_proxy/*`` metrics (:mod:`memrl.rl.variance_proxy`) of the step's episodes, after the
+    update: each episode's kept generated tokens in order, with the advantages the update trained on."""
+    episodes = list(_by_episode(rows).values())
+    if not episodes:
+        return {}
+    for rs in episodes:
+        for r, at in rs:
+            _variance_terms(r, at)  # the same check of the fields as the baseline's
+    lengths = [sum(len(at) for _, at in rs) for rs in episodes]
+    mask = torch.arange(max(lengths, default=0)).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+    weighted = any(r.is_weights is not None for rs in episodes for r, _ in rs)
+    rho = _padded([[r.is_weights[at] if r.is_weights is not None else torch.ones(len(at)) for r, at in rs]
+                   for rs in episodes]) if weighted else None
+    return variance_proxy_metrics(_padded([[r.advantages[at] for r, at in rs] for rs in episodes]),
+                                  _padded([[r.old_logprobs[at] for r, at in rs] for rs in episodes]),
+                                  _padded([[r.sum_pi_squared[at] for r, at in rs] for rs in episodes]), mask,
+                                  rho, grad_norm)
+
+
 def apply_token_baseline(rows: list[Row], *, epsilon: float = 1e-8) -> None:
     """Set ``row.advantages`` to OTB's ``G - B`` at each generated token (0 at rejected ones, which do not train);
     an episode's tokens are its rows' in order. Needs ``old_logprobs`` and ``sum_pi_squared`` on every row (and
     reads ``is_weights`` where the rollout correction set them: each token's variance term is scaled by their
     square, as verl's)."""
-    episodes: dict[int, list[tuple[Row, torch.Tensor]]] = defaultdict(list)
-    for r in rows:
-        episodes[r.episode].append((r, _positions(r)))
+    episodes = _by_episode(rows)
     if not episodes:
         return
     order = list(episodes)

@@ -11,6 +11,7 @@ baseline (its sum pi^2 too) needs them before the update.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 import warnings
@@ -32,7 +33,7 @@ from memrl.train.batch import Row, collate, iter_chunks, micro_batches, row_tens
 from memrl.train.correction import apply_rollout_correction, mismatch_metrics
 from memrl.train.policy import Reference
 from memrl.train.teacher import Teacher
-from memrl.train.token_baseline import apply_token_baseline
+from memrl.train.token_baseline import apply_token_baseline, variance_proxy
 
 
 _LOGPROB_LABELS = {"old_logprobs": "log-probs before the update", "ref_logprobs": "reference log-probs"}
@@ -123,7 +124,10 @@ class PolicyUpdate:
             warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
             self.scheduler.step()  # every update, as verl's (a step skipped for non-finite values included)
         self.policy.eval()
-        return {**mismatch_metrics(rows), **correction, **self._metrics(tally, logprob_time)}
+        out = {**mismatch_metrics(rows), **correction, **self._metrics(tally, logprob_time)}
+        if per_token:  # verl logs its gradient-variance proxies wherever sum pi^2 was computed
+            out.update(variance_proxy(rows, out["grad_norm"] if math.isfinite(out["grad_norm"]) else None))
+        return out
 
     def _mini_batch(self, rows: list[Row], mini: list[int], plan: _Plan, tally: _Tally, where: str) -> None:
         """One optimizer step over this rank's share of the mini-batch ``mini`` (dropped on every rank if non-finite)."""

@@ -11,4 +11,4 @@ TRAINER_METRICS = frozenset((
     "train_rows", "train_tokens", "data_position", "idle_steps", "gpu_peak_gib", "kept_groups", "merge_missed",
     "score", "overlong_reward", "overlong", "masked_truncated", "baseline_reward", "baseline_failed",
     "baseline_score"))
-TRAINER_PREFIXES = ("eval/", "time/", "rollout_corr/", "distill/", "async/")
+TRAINER_PREFIXES = ("eval/", "time/", "rollout_corr/", "distill/", "async/", "variance_proxy/")
