@@ -49,6 +49,22 @@ def _recorded_rank(rank: int, raw: dict, world: int, port: int, out: str) -> Non
     rank_main(rank, raw, world, port, True)
 
 
+def _counted_rank(rank: int, raw: dict, world: int, port: int, out: str) -> None:
+    """As _recorded_rank, and one line per training forward pass (the update's passes ask for the entropy)."""
+    import memrl.train.update as update
+
+    forward = update.token_logprobs
+
+    def count(*a, **kw):
+        if kw.get("with_entropy"):
+            with open(f"{out}/{rank}.forward", "a") as f:
+                f.write("1\n")
+        return forward(*a, **kw)
+
+    update.token_logprobs = count
+    _recorded_rank(rank, raw, world, port, out)
+
+
 def _pools(path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
@@ -95,14 +111,17 @@ def test_two_gloo_ranks_take_the_threshold_over_the_tokens_one_process_has(tmp_p
 def test_ddp_ranks_with_different_micro_batch_counts_run_as_many_passes(tmp_path):
     """A 300-token budget splits the first mini-batch's shards into 8 and 7 micro-batches (the rows of this
     config: 146 to 315 tokens); DDP-style ranks ran their own counts, so one rank's extra threshold gather would
-    wait forever: the short rank now adds a padding pass that joins with no tokens."""
+    wait forever: the short rank now adds a padding pass that joins with no tokens, without a forward pass."""
     load_tokenizer("tiny")
     cfg = config(tmp_path / "ranks", cluster__trainers=2, cluster__backend="gloo", cluster__strategy="ddp",
                  trainer__micro_batch_tokens=300, **OVER)
-    mp.start_processes(_recorded_rank, args=(cfg.model_dump(mode="json"), 2, free_port(), str(tmp_path)), nprocs=2,
+    mp.start_processes(_counted_rank, args=(cfg.model_dump(mode="json"), 2, free_port(), str(tmp_path)), nprocs=2,
                        start_method="spawn")
     r0, r1 = (_pools(tmp_path / f"{n}.jsonl") for n in (0, 1))
     assert len(r0) == len(r1) and any(line["own"] == 0 for line in r0 + r1)  # as many passes, some padding
+    for n, pools in ((0, r0), (1, r1)):  # a forward for each pass with tokens of its own, none for padding
+        forwards = len((tmp_path / f"{n}.forward").read_text().splitlines())
+        assert forwards == sum(line["own"] > 0 for line in pools)
     b = _metrics(tmp_path / "ranks" / "run")
     assert [m["step"] for m in b] == [1, 2]
     assert all(math.isfinite(m["pg_loss"]) and math.isfinite(m["grad_norm"]) and m["skipped_updates"] == 0

@@ -143,6 +143,10 @@ class PolicyUpdate:
         for j, group in enumerate(micros):
             self.progress(f"{where}, micro-batch {j + 1}/{len(micros)}")
             dummy = j >= len(micros) - padding
+            if dummy and not self.sharded:  # DDP-style: only the threshold's gather is collective; no forward
+                bonus_tokens(torch.zeros(1, 0), torch.zeros(1, 0), self.cfg.algorithm, across_ranks=True,
+                             contribute=False)
+                continue
             loss, terms, before, mask = self._micro_loss(group, dummy, plan, n_tok, n_rows)
             if not torch.isfinite(loss):
                 bad = True
@@ -195,7 +199,9 @@ class PolicyUpdate:
         return self.sharded or (self.dist.active and self.cfg.algorithm.top_entropy_quantile < 1.0)
 
     def _micro_groups(self, mrows: list[Row], filler_row: Row) -> tuple[list[list[Row]], int]:
-        """Micro-batches under the token budget; in lockstep, padded with dummy passes to the ranks' most."""
+        """Micro-batches under the token budget; in lockstep, padded with dummy passes to the ranks' most (a
+        sharded dummy pass runs forward and backward for FSDP's collectives; a DDP-style one only joins the
+        entropy threshold's gather)."""
         micros = [[mrows[i] for i in m] for m in micro_batches(mrows, self.cfg.trainer.micro_batch_tokens)]
         padding = 0
         if self._lockstep:  # collective passes: every rank does as many
