@@ -123,6 +123,12 @@ def test_dr_grpo_loss_scale_factor_carries_over_and_sets_the_divisor(tmp_path):
     assert "algorithm.loss_scale_factor" not in {k for k, (v, _) in translate({}).settings.items()}
 
 
+def test_calculate_sum_pi_squared_turns_the_variance_proxies_on_for_any_estimator():
+    t = translate({"algorithm.adv_estimator": "grpo", A + "calculate_sum_pi_squared": "True"})
+    assert t.settings["algorithm.variance_proxy"][0] is True and A + "calculate_sum_pi_squared" not in t.skipped
+    assert "algorithm.variance_proxy" not in translate({}).settings  # not given: memrl's default (off)
+
+
 def test_gae_and_unknown_losses_are_left_out_with_the_reason():
     t = translate({"algorithm.adv_estimator": "gae", A + "policy_loss.loss_mode": "bypass_mode",
                    "data.train_batch_size": "0"})

@@ -3,6 +3,8 @@ the rows' advantages vary token by token, and the pairs that would change its me
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -40,6 +42,23 @@ def test_both_trainers_train_with_a_baseline_per_token(tmp_path, mode, monkeypat
     for s in steps:  # verl's variance proxies beside it, the signal from the step's gradient norm
         assert s["variance_proxy/proxy1_signal_strength"] == pytest.approx(s["grad_norm"] ** 2)
         assert s["variance_proxy/proxy2_total_power"] > 0 and s["variance_proxy/expected_w"] > 0
+
+
+def test_grpo_with_variance_proxy_logs_verls_proxies_from_its_own_pass(tmp_path):
+    """An on-policy GRPO update (one mini-batch, one epoch) runs the log-prob pass for sum pi^2 under
+    algorithm.variance_proxy: every step logs the five proxies, the signal from the step's gradient norm."""
+    from tests.train.test_async import _run
+
+    over = {"trainer__total_steps": 2, "trainer__mini_batches": 1, "algorithm__variance_proxy": True,
+            "sampling__temperature": 1.0, "workflow__reward": "tests.train.helpers:text_reward"}
+    _, steps = _run(config(tmp_path / "on", **over))
+    keys = ("proxy1_signal_strength", "proxy2_total_power", "proxy3_pure_noise", "expected_a_squared", "expected_w")
+    for s in steps:
+        assert s["variance_proxy/proxy1_signal_strength"] == pytest.approx(s["grad_norm"] ** 2)
+        assert all(math.isfinite(s[f"variance_proxy/{k}"]) for k in keys) and s["variance_proxy/expected_w"] > 0
+    _, plain = _run(config(tmp_path / "off", **{**over, "algorithm__variance_proxy": False}))
+    assert not any(k.startswith("variance_proxy/") for s in plain for k in s)
+    assert plain[0]["reward"] == steps[0]["reward"]  # the same rollouts (before the first update)
 
 
 def test_step_rewards_are_refused_with_it():

@@ -134,6 +134,11 @@ class AlgorithmConfig(Section):
         "passes, as FSDP's do); clipfrac counts a masked token as unclipped. Needs off_policy none and a policy loss "
         "whose tokens add 0, gradient included, at advantage 0 (vanilla, cispo, sapo, gpg, dppo_tv, dppo_kl; "
         "not gspo, whose one ratio per row TRL's mask leaves spreading a masked token's gradient).")
+    variance_proxy: bool = Field(
+        False, description="verl's actor.calculate_sum_pi_squared: the log-prob pass before the update also computes "
+        "each generated token's sum pi^2, and each step logs verl's gradient-variance proxies (variance_proxy/*) for "
+        "any estimator. Costs that no-grad pass where the update would otherwise reuse its own log-probs (one "
+        "mini-batch, one epoch, no correction). Always on with optimal_token_baseline, which reads sum pi^2.")
     mask_truncated_completions: bool = Field(
         False, description="TRL's mask_truncated_completions (DAPO's advice): a conversation whose last model turn "
         "ran out of tokens (finish reason length: cut at its max_new_tokens, not ended by a stop token) is left out "

@@ -42,7 +42,6 @@ PLUMBING = ("n_gpus_per_node", "nnodes", "tensor_model_parallel_size", "gpu_memo
             "ppo_infer_", "max_model_len", "dataloader_num_workers", "use_torch_compile", "use_fused_kernels",
             "ray_", "nccl", "resources_per_worker", "strategy", "load_format", "layered_summon", "rollout.mode",
             "ppo_max_token_len_per_gpu", "megatron", "checkpoint_engine", "parallel_size", "entropy_from_logits",
-            "calculate_sum_pi_squared",  # memrl computes it whenever adv_estimator=optimal_token_baseline reads it
             "override_optimizer_config", "engine_kwargs", "prefix_caching", "trainer.device", "calculate_log_probs",
             "entropy_checkpointing", "actor_rollout_ref.ref.", "hybrid_engine", "nccl_timeout", "agent.num_workers",
             "use_shm", "rollout.dtype", "balance_batch", "cudagraph")
@@ -79,7 +78,7 @@ SIMPLE: list[tuple[str, str, Callable[[Any], Any]]] = [  # (verl key, memrl key,
     (A + "loss_scale_factor", "algorithm.loss_scale_factor", int),
     (A + "kl_loss_type", "algorithm.kl_estimator", str), (A + "optim.lr", "trainer.lr", float),
     (A + "optim.weight_decay", "trainer.weight_decay", float), ("algorithm.gamma", "algorithm.gamma", float),
-    ("data.shuffle", "data.shuffle", bool),
+    ("data.shuffle", "data.shuffle", bool), (A + "calculate_sum_pi_squared", "algorithm.variance_proxy", bool),
     (R + "temperature", "sampling.temperature", float), (R + "top_p", "sampling.top_p", float),
     (R + "top_k", "sampling.top_k", lambda v: max(int(v), 0)),
     (R + "val_kwargs.temperature", "trainer.eval.temperature", float),

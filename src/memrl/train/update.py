@@ -11,7 +11,6 @@ baseline (its sum pi^2 too) needs them before the update.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 import warnings
@@ -86,9 +85,10 @@ class PolicyUpdate:
         weighted = rc.enabled and not rc.bypass_mode  # verl's decoupled mode: needs old log-probs before the update
         distills = self.teacher is not None and self.teacher.reads_trainer_logprobs  # so does the teacher's signal
         per_token = get_estimator(a.adv_estimator).policy_stats  # and the optimal token baseline's
+        second = per_token or a.variance_proxy  # sum pi^2 from the log-prob pass (verl's calculate_sum_pi_squared)
         agg = loss_aggregation(a.loss_agg_mode)
         plan = _Plan(on_policy=a.ppo_epochs == 1 and cfg.trainer.mini_batches == 1
-                     and not (weighted or distills or per_token),
+                     and not (weighted or distills or second),
                      temperature=cfg.sampling.temperature or 1.0, norm_length=self._norm_length(rows, agg.normed),
                      per_token=agg.per_token, summed=agg.summed,
                      behaviour=(off_policy_correction(a.off_policy).uses_behaviour or rc.bypass_mode
@@ -98,7 +98,7 @@ class PolicyUpdate:
         self.policy.eval()
         correction: dict[str, float] = {}
         if not plan.on_policy:  # one update per batch: the update pass's own log-probs are the old ones
-            self._logprobs(rows, "old_logprobs", self.policy, sum_pi_squared=per_token)
+            self._logprobs(rows, "old_logprobs", self.policy, sum_pi_squared=second)
         if weighted:
             correction = apply_rollout_correction(rows, rc)
         if per_token:  # after the correction, whose weights it reads (verl's order)
@@ -125,8 +125,8 @@ class PolicyUpdate:
             self.scheduler.step()  # every update, as verl's (a step skipped for non-finite values included)
         self.policy.eval()
         out = {**mismatch_metrics(rows), **correction, **self._metrics(tally, logprob_time)}
-        if per_token:  # verl logs its gradient-variance proxies wherever sum pi^2 was computed
-            out.update(variance_proxy(rows, out["grad_norm"] if math.isfinite(out["grad_norm"]) else None))
+        if second:  # verl logs its gradient-variance proxies wherever sum pi^2 was computed
+            out.update(variance_proxy(rows, out["grad_norm"]))  # NaN (no step taken): verl's NaN signal too
         return out
 
     def _mini_batch(self, rows: list[Row], mini: list[int], plan: _Plan, tally: _Tally, where: str) -> None:
