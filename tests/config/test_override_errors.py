@@ -90,3 +90,28 @@ def test_an_unparsable_collection_is_one_line_naming_the_override(override, mess
     with pytest.raises(ConfigError) as err:
         load_config(None, ["model.path=tiny", override])
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_a_workflow_option_the_file_set_is_not_blamed_on_another_option_given(tmp_path):
+    """The agent workflow's program (from the file) cannot be imported: the error names the file and the option
+    once, not the unrelated workflow.options.max_tokens given on the command line."""
+    path = tmp_path / "agent.yaml"
+    path.write_text("workflow:\n  name: agent\n  options:\n    program: no_such_module_here:solve\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, ["workflow.options.max_tokens=8"])
+    msg = str(err.value)
+    assert msg.startswith(f"invalid config in {path}: workflow.options.program 'no_such_module_here:solve': cannot")
+    assert "max_tokens" not in msg and msg.count("workflow.options.program") == 1
+    with pytest.raises(ConfigError) as err:  # given on the command line: blamed on it
+        load_config(None, ["workflow.name=agent", "workflow.options.program=no_such_module_here:solve"])
+    assert "(from the command-line setting workflow.options.program=no_such_module_here:solve)" in str(err.value)
+
+
+def test_an_unknown_key_in_a_file_names_the_file(tmp_path):
+    path = tmp_path / "typo.yaml"
+    path.write_text("trainer:\n  total_step: 1\n")
+    with pytest.raises(ConfigError, match=rf"^unknown config key 'trainer.total_step' in {path}: did you mean "
+                                          r"'trainer.total_steps'\?$"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"^unknown config key 'trainer.total_step': did you mean"):
+        load_config(None, ["trainer.total_step=1"])  # a command-line key: no file to name

@@ -201,21 +201,32 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
 
 def _override_for(loc: str, given: dict[str, str]) -> str | None:
     """The command-line override that set ``loc`` (or the section or value around it), if one did."""
-    for key, text in reversed(given.items()):  # the last word wins, as it did when applied
+    for spelt, text in reversed(given.items()):  # the last word wins, as it did when applied
+        key = current_key(spelt)  # an old flat key blamed where it now lives
         if loc == key or loc.startswith(key + ".") or key.startswith(loc + "."):
             return text
     return None
 
 
+def _problem(err: Any) -> tuple[str, str]:
+    """(where, message) of one pydantic error: a message that begins with a key inside its location (a section's
+    check naming ``workflow.options.program``) is placed at that key, not said twice."""
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    first = msg.split(" ", 1)[0].rstrip(":")
+    if loc and first.startswith(loc + ".") and all(part.isidentifier() for part in first.split(".")):
+        return first, msg
+    return loc, msg
+
+
 def _format_validation_error(exc: ValidationError, source: str, given: dict[str, str]) -> ConfigError:
     """One line per problem; a value that came from a ``key=value`` override is blamed on it, not on the file."""
-    blamed = [(err, _override_for(".".join(str(p) for p in err["loc"]), given)) for err in exc.errors()]
+    blamed = [(err, _override_for(_problem(err)[0], given)) for err in exc.errors()]
     mixed = any(o is None for _, o in blamed) and any(o is not None for _, o in blamed)
     lines = []
     for err, override in blamed:
-        loc = ".".join(str(p) for p in err["loc"])
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        where = f"{loc}: " if loc else ""  # a check across sections has no one place
+        loc, msg = _problem(err)
+        where = "" if not loc or msg.startswith(loc) else f"{loc}: "  # a check across sections has no one place
         if override is not None:
             lines.append(f"{where}{msg} (from the command-line setting {masked(override)})")
         else:
@@ -284,6 +295,12 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "") -> MemRLConfig:
         raise _format_validation_error(exc, source, {}) from None
 
 
+def _placed(message: str, source: str) -> str:
+    """``message`` about a key, with where it was read (``unknown config key 'a.b' in x.yaml: ...``)."""
+    head, sep, rest = message.partition("': ")
+    return f"{head}'{source}: {rest}" if sep and head.startswith("unknown config key '") else f"{message}{source}"
+
+
 def load_config(path: str | Path | Mapping[str, Any] | None = None,
                 overrides: Sequence[str] | Iterable[str] = ()) -> MemRLConfig:
     """Read YAML (optional; or take a dict of sections, as the file would hold), apply overrides, validate;
@@ -296,7 +313,10 @@ def load_config(path: str | Path | Mapping[str, Any] | None = None,
     elif path is not None:
         raw = read_config_file(path)
         source = f" in {path}"
-        check_keys(raw)
+        try:
+            check_keys(raw)
+        except ConfigError as err:  # a stack of a file and overrides: say which one holds the key
+            raise ConfigError(_placed(str(err), source)) from None
     given: dict[str, str] = {}
     named: dict[str, str] = {}  # current key -> the spelling first given for it
     for override in overrides:

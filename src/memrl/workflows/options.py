@@ -52,6 +52,8 @@ def options_error(exc: ValidationError, workflow: str, model: type[BaseModel], p
     msg = str(err["msg"]).removeprefix("Value error, ")
     if not where:
         return msg
+    if prefix and msg.startswith(f"{prefix}{where} "):  # the check already names the option
+        return msg
     return f"{prefix}{where}: {msg}" if prefix else f"option {where!r} of workflow {workflow!r}: {msg}"
 
 
