@@ -60,3 +60,14 @@ def test_reflow_joins_prose_and_keeps_items_and_examples():
     assert reflow(doc) == ("First line of the summary.\n\nProse wrapped at the source.\n- an item continued\n"
                            "- another\n\n    memrl train x.yaml\n    memrl view runs/x")
     assert reflow("\b\nkeep\nthese") == "\b\nkeep\nthese"
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=lambda c: " ".join(c) or "memrl")
+def test_a_flag_shows_no_value_type(cmd):
+    """typer 0.29 shows ``--access-log <bool>``, which reads as a flag taking a value (``--access-log true`` then
+    fails): a flag's row shows no type; an option that takes a value still shows its own."""
+    r = CliRunner().invoke(app, [*cmd, "--help"], env={"COLUMNS": "120", "TERMINAL_WIDTH": "120"})
+    assert r.exit_code == 0, r.output
+    assert "<bool>" not in r.output and "--help " in r.output
+    if cmd == ["tinker"]:
+        assert "<int>" in r.output  # --port takes a value: its type stays

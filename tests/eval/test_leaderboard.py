@@ -94,7 +94,7 @@ def test_three_domains_each_get_a_folder_a_tau2_results_file_and_the_overall(tmp
     end = tok.convert_tokens_to_ids("<|im_end|>")
     hang_up = ScriptedEngine(lambda p, k: encode_text(tok, "###STOP###") + [end])
     monkeypatch.setattr(memrl.engines.factory, "build_engine", lambda cfg: ScriptedEngine(lambda p, k: [end]))
-    monkeypatch.setattr(memrl.models.resolve, "load_tokenizer", lambda name: tok)
+    monkeypatch.setattr(memrl.models.resolve, "load_tokenizer", lambda name, **kw: tok)
     monkeypatch.setattr(tool_agent, "build_user_simulator", lambda cfg: LLMUserSimulator(hang_up, tok))
     cfg = MemRLConfig.model_validate({
         "model": {"path": "scripted"}, "workflow": {"name": "tool_agent", "max_total_tokens": 10_000_000},

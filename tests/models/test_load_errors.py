@@ -19,6 +19,21 @@ def test_a_typo_of_an_alias_is_named(monkeypatch):
         load_model("smolm2-135m-instruct", device="cpu")
 
 
+def test_a_configs_model_is_named_by_its_setting(monkeypatch, tmp_path):
+    """A run's tokenizer comes from model.path (or model.tokenizer): a failure names that setting, not a
+    "tokenizer" the user never gave."""
+    from types import SimpleNamespace
+
+    from memrl.models.resolve import config_tokenizer
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFoundError, match=r"^model.path 'tinyy' is not a local folder or an alias"):
+        config_tokenizer(SimpleNamespace(path="tinyy", tokenizer=None))
+    with pytest.raises(ModelNotFoundError, match=rf"^model.tokenizer {tmp_path}/gone/: no such folder"):
+        config_tokenizer(SimpleNamespace(path="tiny", tokenizer=f"{tmp_path}/gone/"))
+    assert config_tokenizer(SimpleNamespace(path="tiny", tokenizer=None)).vocab_size > 0
+
+
 def test_an_uncached_hub_id_offline_says_so(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelNotFoundError) as err:

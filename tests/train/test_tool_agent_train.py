@@ -64,6 +64,8 @@ def test_demo_config_runs_on_cpu_with_the_real_engine(tmp_path):
                           f"trainer.output_dir={tmp_path / 'run'}"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "tool-valid" in out.stderr and "done: step 1" in out.stdout
+    assert "done: step 1" in out.stdout
     m = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()][-1]
-    assert {"reward", "tool_call_validity", "eval/accuracy"} <= set(m)
+    assert {"reward", "made_tool_call", "eval/accuracy"} <= set(m)
+    # the valid share of the calls made: logged and shown when an episode called a tool, absent when none did
+    assert ("tool_call_validity" in m) == ("tool-valid" in out.stderr) == (m["made_tool_call"] > 0)

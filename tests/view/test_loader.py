@@ -196,3 +196,25 @@ def test_a_tokenizer_a_folder_names_comes_only_from_the_local_cache(monkeypatch)
     warnings: list[str] = []
     assert loader.get_tokenizer("some-org/not-cached-model-xyz", warnings.append) is None
     assert asked == [{"local_files_only": True}] and "not loaded" in warnings[0]
+
+
+def test_a_run_whose_episodes_all_failed_points_at_their_tracebacks(run_dir, tmp_path):
+    """No rollouts to show but tracebacks in failures/: the page is written and one line says where they are."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from memrl.cli.main import app
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    shutil.rmtree(run / "rollouts")
+    (run / "failures").mkdir()
+    for k in range(2):
+        (run / "failures" / f"step000001-sample{k}-0.txt").write_text("Traceback ...\nKeyError: 'question'\n")
+    page = tmp_path / "page.html"
+    r = CliRunner().invoke(app, ["view", str(run), "--out", str(page)])
+    assert r.exit_code == 0 and page.is_file(), r.output
+    assert f"no saved episode to show; 2 failed episodes left a traceback in {run / 'failures'}" in r.output
+    r = CliRunner().invoke(app, ["view", str(run_dir), "--out", str(page)])
+    assert "traceback" not in r.output  # a run with episodes: nothing more said

@@ -136,6 +136,8 @@ def test_stop_text_ends_only_a_solo_agent(tok):
     assert traj.info["ending"] == "user_stop" and said[-1] == "Bye ###STOP###"
     traj = run(sample("return_"), Script(tok, ["Bye ###STOP###"]), tok)
     assert traj.info["ending"] == "agent_stop"
+    # no call made: no share of valid calls (0 would read as "every call invalid"), and made_tool_call says why
+    assert "tool_call_validity" not in traj.metrics and traj.metrics["made_tool_call"] == 0.0
 
 
 def test_user_simulator_turns_are_inserted_without_loss(tok):

@@ -155,3 +155,16 @@ def test_a_workflow_whose_constructor_raises_is_one_line_naming_it_and_where():
     said = str(err.value)
     assert said.startswith(f"workflow {name!r}: building it raised RuntimeError: no connection to my retriever (at ")
     assert said.endswith(f"test_workflow_api_guards.py:{InitRaises.__init__.__code__.co_firstlineno + 2})")
+
+
+def test_a_missing_train_file_is_named_before_the_run_folder_is_written(tmp_path):
+    """A workflow reading data.train_file with the default load_samples: a missing file or a folder is one line
+    naming data.train_file, before anything is written; a workflow with its own reader checks its own."""
+    run = tmp_path / "run"
+    for path, said in ((tmp_path / "nosuch.jsonl", "data.train_file: file not found: "),
+                       (tmp_path, f"data.train_file: {tmp_path} is a folder")):
+        with pytest.raises(ConfigError, match=f"^{said}"):
+            Trainer({**cfg(tmp_path), "data": {"train_file": str(path)}}, workflow=Twice())
+        assert not run.exists()
+    with pytest.raises(ValueError, match="returned NoneType"):  # its own load_samples: its own business
+        Trainer({**cfg(tmp_path), "data": {"train_file": str(tmp_path / "nosuch.jsonl")}}, workflow=NoSamples())

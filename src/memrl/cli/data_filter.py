@@ -268,7 +268,7 @@ def ask_models(models: Sequence[str], samples: Sequence[Any], asking: Asking, en
     advance = advance or (lambda n=1: None)
     from memrl.cli.common import resolve_config
     from memrl.engines.factory import build_engine
-    from memrl.models.resolve import load_tokenizer
+    from memrl.models.resolve import config_tokenizer
 
     hits: list[str | None] = [None] * len(samples)
     for m, model in enumerate(models):
@@ -281,7 +281,7 @@ def ask_models(models: Sequence[str], samples: Sequence[Any], asking: Asking, en
             continue
         cfg = resolve_config(None, None, {"model.path": model, "engine.kind": engine, "engine.base_url": base_url,
                                           "engine.concurrency": concurrency})
-        tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+        tokenizer = config_tokenizer(cfg.model)
         eng = build_engine(cfg)
 
         def settled(j: int, hit: str | None, m: int = m, todo: list[int] = todo) -> None:

@@ -186,7 +186,7 @@ def _qa(cfg: Any, data: Path, docs: str | None, out: Path, max_samples: int | No
     from memrl.eval.files import data_record
     from memrl.eval.report import failed_total, markdown_table
     from memrl.eval.runner import EVAL_OUTPUTS, read_eval_files, run_eval
-    from memrl.models.resolve import load_tokenizer
+    from memrl.models.resolve import config_tokenizer
 
     sizes = parse_docs(docs) if docs else []
     if not sizes:
@@ -194,7 +194,7 @@ def _qa(cfg: Any, data: Path, docs: str | None, out: Path, max_samples: int | No
     files = read_eval_files(data, sizes, max_samples)  # a missing file or a bad row: before the model loads
     prepare_out(out, restart, EVAL_OUTPUTS, cfg,  # a file changed since its results were written is refused
                 {"by_docs": {str(n): data_record(path) for n, (path, _) in files.items()}})
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+    tokenizer = config_tokenizer(cfg.model)
     eng = build_engine(cfg)
     s = cfg.sampling
     console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · "
@@ -242,12 +242,12 @@ def _ruler(cfg: object, data: Path, docs: str | None, tasks: str | None, out: Pa
         console.print(f"error: --suite ruler is not available in this memrl ({exc})", highlight=False, markup=False)
         raise typer.Exit(1) from None
     from memrl.engines.factory import build_engine
-    from memrl.models.resolve import load_tokenizer
+    from memrl.models.resolve import config_tokenizer
 
     lengths = parse_docs(docs) if docs else None
     names = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
     prepare_out(out, restart, RULER_OUTPUTS)
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)  # type: ignore[attr-defined]
+    tokenizer = config_tokenizer(cfg.model)  # type: ignore[attr-defined]
     eng = build_engine(cfg)  # type: ignore[arg-type]
     results = run_with_progress(console, out, eng, lambda started, advance: run_ruler_suite(
         cfg, eng, tokenizer, data, out, lengths=lengths, tasks=names, max_samples=max_samples,  # type: ignore[arg-type]

@@ -47,7 +47,7 @@ def chat_tokenizer(cfg: Any) -> Any:
     else none (its episodes hold no tokens, and ``--model`` may name a model with no tokenizer, gpt-4.1)."""
     from memrl.models.resolve import load_tokenizer
 
-    return load_tokenizer(cfg.model.tokenizer) if cfg.model.tokenizer else None
+    return load_tokenizer(cfg.model.tokenizer, field="model.tokenizer") if cfg.model.tokenizer else None
 
 
 def _check_domain(cfg: Any) -> list[Any]:
@@ -77,7 +77,7 @@ def eval_tools(cfg: Any, out: Path, trials: int, restart: bool, console: Console
     from memrl.cli.eval_common import prepare_out, run_with_progress
     from memrl.engines.factory import build_engine
     from memrl.eval.tool_eval import TOOL_EVAL_OUTPUTS, run_tool_eval
-    from memrl.models.resolve import load_tokenizer
+    from memrl.models.resolve import config_tokenizer
     from memrl.train.preflight import check_tool_prompt_budget
 
     if trials < 1:
@@ -94,7 +94,7 @@ def eval_tools(cfg: Any, out: Path, trials: int, restart: bool, console: Console
     samples = [_check_domain(c) for c, _ in runs]
     counts = [len(s) for s in samples]
     tokenizer = chat_tokenizer(cfg) if cfg.workflow.tool_protocol == "openai_chat" else \
-        load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+        config_tokenizer(cfg.model)
     for (c, _), s in zip(runs, samples):
         check_tool_prompt_budget(c, tokenizer, s, lambda msg: console.print(
             f"[yellow]warning: {msg}[/yellow]", highlight=False))

@@ -18,7 +18,7 @@ def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Co
     from memrl.engines.factory import build_engine
     from memrl.eval.files import data_record
     from memrl.eval.workflow_eval import WORKFLOW_EVAL_OUTPUTS, eval_samples, run_workflow_eval
-    from memrl.models.resolve import load_tokenizer
+    from memrl.models.resolve import config_tokenizer
     from memrl.workflows import build_workflow
 
     if data is not None:
@@ -33,7 +33,7 @@ def eval_file(cfg: Any, data: Path | None, out: Path, restart: bool, console: Co
         written = [n for n in ("online.json",) if (out / n).exists()]  # the online workflow's, just written
         prepare_out(out, restart, WORKFLOW_EVAL_OUTPUTS, cfg, data_record(source) if source.is_file() else None,
                     written)
-        tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+        tokenizer = config_tokenizer(cfg.model)
         eng = build_engine(cfg)
         console.print(f"eval {cfg.workflow.name} · model {cfg.model.path} · engine {cfg.engine.kind} · "
                       f"{cfg.data.eval_file} · {cfg.eval.repeats} repeat(s)", highlight=False)

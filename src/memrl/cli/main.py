@@ -49,7 +49,25 @@ def _fold_long_words() -> None:
     rich_utils.memrl_folds = True  # type: ignore[attr-defined]
 
 
+def _no_flag_types() -> None:
+    """typer 0.29 shows a type beside every option, ``--access-log <bool>`` (and ``--help <bool>``), which reads as
+    a flag taking a value: ``--access-log true`` then fails. A flag shows none, as before."""
+    from typer import core
+
+    option = getattr(core, "TyperOption", None)
+    shown = getattr(option, "display_type_rich", None)
+    if shown is None or getattr(option, "memrl_flags", False):  # another typer: its own layout
+        return
+
+    def without_flags(self: Any, ctx: Any) -> Any:
+        return None if getattr(self, "is_flag", False) and not getattr(self, "count", False) else shown(self, ctx)
+
+    option.display_type_rich = without_flags
+    option.memrl_flags = True
+
+
 _fold_long_words()
+_no_flag_types()
 app = typer.Typer(
     name="memrl",
     help="memrl: reinforcement learning for LLM agents whose episodes span several conversations "

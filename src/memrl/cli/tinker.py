@@ -21,7 +21,8 @@ def tinker_cmd(
                                           "starts with 'tml-'). Default: $MEMRL_TINKER_API_KEY, else a new one "
                                           "printed once."),
     state_dir: str = typer.Option("runs/tinker", "--state-dir", help="Folder for checkpoints "
-                                  "(tinker://<run>/weights/<name> lives in <state-dir>/runs/<run>/weights/<name>)."),
+                                  "(tinker://<run>/weights/<name> lives in <state-dir>/runs/<run>/weights/<name>, "
+                                  "each : of the run id a _ in the folder name)."),
     engine: str = typer.Option("hf", "--engine", help="hf (in-process transformers; the only engine served)."),
     dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16."),
     lora_alpha: float = typer.Option(32.0, "--lora-alpha", help="LoRA scale numerator (scale = alpha / rank)."),

@@ -44,6 +44,8 @@ def view_cmd(
         except BaseException:
             server.server_close()
             raise
+        if not first["episodes"]:
+            _no_episodes(path)
         serve(server, announce=lambda url: typer.echo(f"memrl view: {url}  (refresh for new steps; Ctrl-C stops)"))
         return
     payload = load_payload(path, tokenizer, steps=steps, last=last)
@@ -56,6 +58,16 @@ def view_cmd(
     typer.echo(f"wrote {out} ({counted(len(payload['episodes']), 'episode')}, {size:.1f} MB)")
     if size > 50:
         typer.echo("the page is large: pick steps with --steps A-B or --last N", err=True)
+    if not payload["episodes"]:
+        _no_episodes(path)
+
+
+def _no_episodes(path: Path) -> None:
+    """A page of no episode: where a run's failed episodes went, if it has any (the page shows only rollouts)."""
+    failures = sorted((path / "failures").glob("*")) if path.is_dir() else []
+    if failures:
+        typer.echo(f"no saved episode to show; {counted(len(failures), 'failed episode')} left a traceback in "
+                   f"{path / 'failures'}", err=True)
 
 
 def _no_such_steps(path: Path, steps: str) -> None:

@@ -112,17 +112,28 @@ def check_local(spec: str, path: str, needs: tuple[str, ...]) -> None:
                                  "(memrl export writes one)")
 
 
-def load_tokenizer(spec: str, local_only: bool = False) -> Any:
+def load_tokenizer(spec: str, local_only: bool = False, field: str | None = None) -> Any:
     """A ``transformers`` tokenizer from a folder, hub id or alias (``local_only``: a hub id only from the local
-    cache, for a name the user did not give, e.g. one a viewed folder's config holds)."""
+    cache, for a name the user did not give, e.g. one a viewed folder's config holds). ``field``: the setting
+    ``spec`` came from (``model.path``), which a failure then names: the user may never have said "tokenizer"."""
     from transformers import AutoTokenizer
 
     path = resolve_model_path(spec)
-    check_local(spec, path, TOKENIZER_FILES)
+    try:
+        check_local(spec, path, TOKENIZER_FILES)
+    except ModelNotFoundError as err:
+        raise ModelNotFoundError(f"{field} {err}" if field else str(err)) from None
     try:
         return AutoTokenizer.from_pretrained(path, **({"local_files_only": True} if local_only else {}))
     except (OSError, ValueError) as exc:
-        raise ModelNotFoundError(_load_failure("tokenizer", spec, path, exc)) from None
+        raise ModelNotFoundError(_load_failure(field or "tokenizer", spec, path, exc)) from None
+
+
+def config_tokenizer(model: Any) -> Any:
+    """The tokenizer of a config's ``model`` section: ``model.tokenizer``, else ``model.path``'s, a failure
+    naming whichever it was."""
+    spec, field = (model.tokenizer, "model.tokenizer") if model.tokenizer else (model.path, "model.path")
+    return load_tokenizer(spec, field=field)
 
 
 def _load_failure(what: str, spec: str, path: str, exc: BaseException) -> str:

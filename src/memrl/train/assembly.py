@@ -141,9 +141,9 @@ def _eval_samples(cfg: MemRLConfig, wf: Workflow) -> list[Any]:
 
 
 def _model(cfg: MemRLConfig, dist: DistContext, tokenizer: Any, policy: Any) -> tuple[Any, Any, torch.device]:
-    from memrl.models.resolve import load_tokenizer
+    from memrl.models.resolve import config_tokenizer
 
-    tokenizer = tokenizer or load_tokenizer(cfg.model.tokenizer or cfg.model.path)
+    tokenizer = tokenizer or config_tokenizer(cfg.model)
     device = cfg.engine.device
     if dist.active and torch.cuda.is_available():
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', dist.rank))}"

@@ -31,11 +31,11 @@ def export_run(run_dir: Path, out: Path, step: int | None = None, *, force: bool
     why = checkpoint.verify(found[chosen])
     if why is not None:
         raise checkpoint.CheckpointError(f"checkpoint {found[chosen]} is damaged ({why}); export another --step")
-    from memrl.models.resolve import load_tokenizer
+    from memrl.models.resolve import config_tokenizer
 
     policy = build_policy(cfg, device="cpu")
     checkpoint.load_weights(policy, found[chosen])
-    return export_model(policy, load_tokenizer(cfg.model.tokenizer or cfg.model.path), out, force=force)
+    return export_model(policy, config_tokenizer(cfg.model), out, force=force)
 
 
 # what building the policy reads: the model, its adapter, and whether it was checkpointed

@@ -23,6 +23,7 @@ import copy
 import difflib
 import inspect
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
@@ -331,8 +332,15 @@ class Workflow:
 
     def check_data(self, config: Any) -> None:
         """Refuse missing data files (``ValueError``/``FileNotFoundError``) before models load; not called when
-        the caller hands the samples over itself (``Trainer(..., train=...)``)."""
-        return None
+        the caller hands the samples over itself (``Trainer(..., train=...)``). By default, where the workflow
+        reads its samples with the default :meth:`load_samples`: a ``data.train_file`` that is not a file."""
+        path = getattr(getattr(config, "data", None), "train_file", None)
+        if not path or type(self).load_samples is not Workflow.load_samples:  # its own reader: its own check
+            return
+        if Path(path).is_dir():
+            raise ValueError(f"data.train_file: {path} is a folder; give a JSONL, JSON or parquet file")
+        if not Path(path).is_file():
+            raise ValueError(f"data.train_file: file not found: {path}")
 
     def check_samples(self, config: Any, tokenizer: Any, samples: list[Any], warn: Callable[[str], None]) -> None:
         """Refuse (``ValueError``) or warn about loaded samples this run cannot learn from."""

@@ -286,9 +286,11 @@ async def _graded(sample: TaskSample, messages: list[Message], ending: str, stat
     reward = episode_reward(sample.reward, grade, side.final_text(), sample)
     attempted = stats["tool_calls"]
     valid = attempted - stats["invalid_tool_calls"] - stats["tool_errors"]
+    # the valid share of the calls made: none made, none to share (left out, so a step's mean is over the episodes
+    # that called; made_tool_call says how many did)
+    validity = {"tool_call_validity": valid / attempted} if attempted else {}
     metrics = {**stats, "num_conversations": float(len(convs)), "response_tokens": float(side.response_tokens),
-               "tool_call_validity": valid / attempted if attempted else 0.0,
-               "made_tool_call": float(attempted > 0),
+               **validity, "made_tool_call": float(attempted > 0),
                "db_match": float(bool(grade.db_match)), "nl_unchecked": float(grade.nl_unchecked),
                "completed": float(ending in ("agent_stop", "user_stop", "transfer")),
                "tau2_reward": grade.reward, "progress": progress_reward(grade)}
