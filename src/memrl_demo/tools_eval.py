@@ -35,14 +35,14 @@ def tau2_reward(t: Trajectory) -> float:
 
 def summarize(trajs: list[Trajectory]) -> dict[str, Any]:
     """Success (% of episodes with τ² reward 1), tool-call validity (valid / attempted calls over all
-    episodes), turns per episode, and success per kind of ticket."""
+    episodes; None when no episode made a call), turns per episode, and success per kind of ticket."""
     calls = sum(t.metrics["tool_calls"] for t in trajs)
     bad = sum(t.metrics["invalid_tool_calls"] + t.metrics["tool_errors"] for t in trajs)
     kinds: dict[str, list[float]] = defaultdict(list)
     for t in trajs:
         kinds[kind_of(t.sample_id)].append(tau2_reward(t))
     return {"success": 100.0 * statistics.fmean(float(tau2_reward(t) == 1.0) for t in trajs),
-            "tool_call_validity": 100.0 * (calls - bad) / calls if calls else 0.0,
+            "tool_call_validity": 100.0 * (calls - bad) / calls if calls else None,
             "turns": statistics.fmean(t.metrics["turns"] for t in trajs),
             "by_kind": {k: 100.0 * statistics.fmean(float(r == 1.0) for r in v) for k, v in sorted(kinds.items())},
             "episodes": len(trajs)}

@@ -138,7 +138,9 @@ def rl_config(out: Path, sft_dir: Path, rl_steps: int, seed: int, reward: str, s
 
 def _line(name: str, s: dict[str, Any]) -> str:
     kinds = ", ".join(f"{k} {v:.0f}%" for k, v in s["by_kind"].items())
-    return (f"{name}: success [bold]{s['success']:.1f}%[/bold], tool-call validity {s['tool_call_validity']:.1f}%, "
+    valid = s["tool_call_validity"]
+    validity = "no tool call made" if valid is None else f"tool-call validity {valid:.1f}%"
+    return (f"{name}: success [bold]{s['success']:.1f}%[/bold], {validity}, "
             f"{s['turns']:.2f} turns/episode ({kinds})")
 
 

@@ -29,6 +29,17 @@ def _swallow_a_ctrl_c() -> None:
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # Python's "ignored"
 
 
+@pytest.fixture(autouse=True)
+def _pythons_sigint_handler():
+    """Python's own SIGINT handler, as in a terminal: a suite started as a background job (``make test &``)
+    inherits SIGINT ignored, Python then installs none, and memrl rightly leaves such a process alone."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_python_drops_it_and_memrl_keeps_it():
     with interrupts.remembered():
         _swallow_a_ctrl_c()  # returns normally: without memrl, nothing would remember the Ctrl-C

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +116,14 @@ def test_an_unknown_key_in_a_file_names_the_file(tmp_path):
         load_config(path)
     with pytest.raises(ConfigError, match=r"^unknown config key 'trainer.total_step': did you mean"):
         load_config(None, ["trainer.total_step=1"])  # a command-line key: no file to name
+
+
+def test_a_check_across_options_blames_the_override_it_names():
+    """online mode refuses a program or command: the message is placed at workflow.options.mode (set by the file)
+    and names `command`, which only the command line set: that setting is blamed, not the file."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "online" / "online.yaml"
+    with pytest.raises(ConfigError) as err:
+        load_config(example, ["workflow.options.command=[python,x.py]"])
+    msg = str(err.value)
+    assert msg.startswith("invalid config: workflow.options.mode online runs no program")
+    assert msg.endswith("(from the command-line setting workflow.options.command=[python,x.py])")

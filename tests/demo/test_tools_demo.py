@@ -32,7 +32,8 @@ def test_tools_demo_small(tmp_path, reward, small_tools_demo):
     assert summary["reward"] == reward and summary["rl_steps"] == 2
     for stage in ("before", "after"):
         s = summary[stage]
-        assert 0.0 <= s["success"] <= 100.0 and 0.0 <= s["tool_call_validity"] <= 100.0
+        assert 0.0 <= s["success"] <= 100.0
+        assert s["tool_call_validity"] is None or 0.0 <= s["tool_call_validity"] <= 100.0  # None: no call made
         assert 1.0 <= s["turns"] <= 5.0 and s["episodes"] == 6
     assert summary["lift"] == pytest.approx(summary["heldout_after"] - summary["heldout_before"])
     episodes = [json.loads(line) for f in sorted((out / "rl/rollouts").glob("*.jsonl"))
@@ -42,3 +43,19 @@ def test_tools_demo_small(tmp_path, reward, small_tools_demo):
     stamp = (out / "sft_model/config.json").stat().st_mtime_ns
     run_tools_demo(out, rl_steps=2, seed=0, reward=reward, scale=SMALL)
     assert (out / "sft_model/config.json").stat().st_mtime_ns == stamp
+
+
+def test_a_held_out_eval_without_a_tool_call_has_no_validity():
+    """No call made on any ticket: validity is undefined (None), and the printed line says so instead of 0%."""
+    from memrl.types import Trajectory
+    from memrl_demo.tools_eval import summarize
+    from memrl_demo.tools_run import _line
+
+    def episode(task: str, calls: float, bad: float) -> Trajectory:
+        return Trajectory(conversations=[], reward=0.0, sample_id=task, group_id=task,
+                          metrics={"tool_calls": calls, "invalid_tool_calls": bad, "tool_errors": 0.0, "turns": 1.0})
+
+    none = summarize([episode("lost_1", 0.0, 0.0), episode("renew_2", 0.0, 0.0)])
+    assert none["tool_call_validity"] is None and "no tool call made" in _line("after RL", none)
+    some = summarize([episode("lost_1", 4.0, 1.0), episode("renew_2", 0.0, 0.0)])
+    assert some["tool_call_validity"] == 75.0 and "tool-call validity 75.0%" in _line("after RL", some)

@@ -64,3 +64,15 @@ def test_pickled_weights_that_could_run_code_are_one_line_and_never_run(tmp_path
     with pytest.raises(ModelNotFoundError, match="never unpickles") as err:
         load_model(str(folder), device="cpu")
     assert "weights_only" not in str(err.value) and not (tmp_path / "never-made-by-memrl").exists()
+
+
+def test_a_teacher_model_is_named_by_its_setting(monkeypatch):
+    import torch
+
+    from memrl.config import load_config
+    from memrl.train.teacher import hf_teacher
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = load_config(None, ["teacher.model=tinyy"])
+    with pytest.raises(ModelNotFoundError, match=r"^teacher.model 'tinyy' is not a local folder or an alias"):
+        hf_teacher(cfg, load_tokenizer("tiny"), torch.device("cpu"))

@@ -104,3 +104,16 @@ def test_a_verl_gdpo_script_translates():
     assert t.settings["algorithm.gdpo_reward_weights"][0] == [1.0, 0.5]
     bare = translate({"algorithm.adv_estimator": "gdpo"})
     assert "algorithm.adv_estimator" not in bare.settings and "verl asserts" in bare.skipped["algorithm.adv_estimator"]
+
+
+def test_a_tool_agent_metric_some_episodes_do_not_log_is_refused_as_a_component():
+    """tool_call_validity is left out of an episode that made no call: as a component it would stop the first such
+    step, so the tool agent refuses it before the run, naming the metrics that are always there."""
+    from memrl.config import ConfigError, load_config
+    from memrl.train.preflight import check_config
+
+    over = ["workflow.name=tool_agent", "env.domain=library", "algorithm.adv_estimator=gdpo", "algorithm.n=2"]
+    with pytest.raises(ConfigError, match="tool_call_validity is not logged for an episode that made no tool call; "
+                                          "use made_tool_call"):
+        check_config(load_config(None, [*over, "algorithm.gdpo_reward_keys=[tau2_reward,tool_call_validity]"]))
+    check_config(load_config(None, [*over, "algorithm.gdpo_reward_keys=[tau2_reward,made_tool_call]"]))

@@ -218,3 +218,8 @@ def test_a_run_whose_episodes_all_failed_points_at_their_tracebacks(run_dir, tmp
     assert f"no saved episode to show; 2 failed episodes left a traceback in {run / 'failures'}" in r.output
     r = CliRunner().invoke(app, ["view", str(run_dir), "--out", str(page)])
     assert "traceback" not in r.output  # a run with episodes: nothing more said
+    for k in range(3):  # a tool eval's layout: failures/<task>/<trial>.json, each trial counted
+        (run / "failures" / "task_7").mkdir(exist_ok=True)
+        (run / "failures" / "task_7" / f"{k}.json").write_text("{}")
+    r = CliRunner().invoke(app, ["view", str(run), "--out", str(page)])
+    assert "5 failed episodes left a traceback" in r.output

@@ -64,7 +64,8 @@ def view_cmd(
 
 def _no_episodes(path: Path) -> None:
     """A page of no episode: where a run's failed episodes went, if it has any (the page shows only rollouts)."""
-    failures = sorted((path / "failures").glob("*")) if path.is_dir() else []
+    # a run's failures/ holds a file per episode; a tool eval's, a folder per task of a file per trial
+    failures = [f for f in (path / "failures").rglob("*") if f.is_file()] if path.is_dir() else []
     if failures:
         typer.echo(f"no saved episode to show; {counted(len(failures), 'failed episode')} left a traceback in "
                    f"{path / 'failures'}", err=True)

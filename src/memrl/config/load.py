@@ -208,10 +208,27 @@ def _override_for(loc: str, given: dict[str, str]) -> str | None:
     return None
 
 
+def _named_override(err: Any, given: dict[str, str]) -> str | None:
+    """For a check across a section's settings placed at one of them: an override inside the section whose setting
+    the message also names (``... leave out program and command`` blames ``workflow.options.command=...``);
+    one it does not name is not the cause."""
+    loc, msg = _loc(err), str(err["msg"])
+    words = set(msg.replace(",", " ").replace(";", " ").replace(":", " ").split())
+    for spelt, text in reversed(given.items()):
+        key = current_key(spelt)
+        if loc and key.startswith(loc + ".") and (key in words or key.rsplit(".", 1)[-1] in words):
+            return text
+    return None
+
+
+def _loc(err: Any) -> str:
+    return ".".join(str(p) for p in err["loc"])
+
+
 def _problem(err: Any) -> tuple[str, str]:
     """(where, message) of one pydantic error: a message that begins with a key inside its location (a section's
     check naming ``workflow.options.program``) is placed at that key, not said twice."""
-    loc = ".".join(str(p) for p in err["loc"])
+    loc = _loc(err)
     msg = str(err["msg"]).removeprefix("Value error, ")
     first = msg.split(" ", 1)[0].rstrip(":")
     if loc and first.startswith(loc + ".") and all(part.isidentifier() for part in first.split(".")):
@@ -221,7 +238,7 @@ def _problem(err: Any) -> tuple[str, str]:
 
 def _format_validation_error(exc: ValidationError, source: str, given: dict[str, str]) -> ConfigError:
     """One line per problem; a value that came from a ``key=value`` override is blamed on it, not on the file."""
-    blamed = [(err, _override_for(_problem(err)[0], given)) for err in exc.errors()]
+    blamed = [(err, _override_for(_problem(err)[0], given) or _named_override(err, given)) for err in exc.errors()]
     mixed = any(o is None for _, o in blamed) and any(o is not None for _, o in blamed)
     lines = []
     for err, override in blamed:

@@ -208,5 +208,5 @@ def build_side_engine(cfg: MemRLConfig, spec: Any, where: str) -> tuple[Engine, 
         raise ValueError(f"{where}.engine: engine kind {spec.engine!r} cannot run a side model; choose "
                          f"{', '.join(side_engine_kinds())}")
     chat = getattr(spec, "protocol", "tokens") == "chat"
-    tokenizer = None if chat and kind.chats else load_tokenizer(spec.model)
+    tokenizer = None if chat and kind.chats else load_tokenizer(spec.model, field=f"{where}.model")
     return kind.side(cfg, spec, tokenizer, where), tokenizer

@@ -65,7 +65,7 @@ def hf_teacher(cfg: MemRLConfig, tokenizer: Any, device: torch.device) -> HFTeac
     from memrl.models.resolve import load_model, load_tokenizer
 
     t = cfg.teacher
-    check_same_vocabulary(tokenizer, load_tokenizer(t.model), t.model)
+    check_same_vocabulary(tokenizer, load_tokenizer(t.model, field="teacher.model"), t.model)
     model = load_model(t.model, dtype=t.dtype, device=t.device or str(device))
     for p in model.parameters():
         p.requires_grad_(False)
@@ -85,7 +85,7 @@ def openai_teacher(cfg: MemRLConfig, tokenizer: Any, device: torch.device) -> An
         raise ConfigError(f"teacher.engine=openai: the server's prompt log-probs are of the unscaled distribution, "
                           f"so the teacher must score at temperature 1 (it would at {scored_at:g}): set "
                           "teacher.temperature=1 or sampling.temperature=1, or use teacher.engine=hf")
-    check_same_vocabulary(tokenizer, load_tokenizer(t.model), t.model)
+    check_same_vocabulary(tokenizer, load_tokenizer(t.model, field="teacher.model"), t.model)
     return OpenAITeacher.from_env(t.base_url, t.served_model or t.model, t.api_key_env)
 
 

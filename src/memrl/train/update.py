@@ -144,7 +144,8 @@ class PolicyUpdate:
             self.progress(f"{where}, micro-batch {j + 1}/{len(micros)}")
             dummy = j >= len(micros) - padding
             if dummy and not self.sharded:  # DDP-style: only the threshold's gather is collective; no forward
-                bonus_tokens(torch.zeros(1, 0), torch.zeros(1, 0), self.cfg.algorithm, across_ranks=True,
+                empty = torch.zeros(1, 0, device=self.device)  # NCCL gathers device tensors
+                bonus_tokens(empty, empty, self.cfg.algorithm, across_ranks=True,
                              contribute=False)
                 continue
             loss, terms, before, mask = self._micro_loss(group, dummy, plan, n_tok, n_rows)

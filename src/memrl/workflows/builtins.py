@@ -130,6 +130,10 @@ class ToolAgent(_LoopWorkflow):
         from memrl.workflows.tool_budget import check_env
 
         check_env(config)
+        keys = getattr(getattr(config, "algorithm", None), "gdpo_reward_keys", None) or []
+        if "tool_call_validity" in keys:  # an episode that made no call has no share of valid calls
+            raise ValueError("algorithm.gdpo_reward_keys: tool_call_validity is not logged for an episode that made "
+                             "no tool call; use made_tool_call, or tool_calls and invalid_tool_calls")
 
     def check_samples(self, config: Any, tokenizer: Any, samples: list[Any], warn: Any) -> None:
         from memrl.workflows.tool_budget import check_tool_prompt_budget
