@@ -238,11 +238,11 @@ def _problem(err: Any) -> tuple[str, str]:
 
 def _format_validation_error(exc: ValidationError, source: str, given: dict[str, str]) -> ConfigError:
     """One line per problem; a value that came from a ``key=value`` override is blamed on it, not on the file."""
-    blamed = [(err, _override_for(_problem(err)[0], given) or _named_override(err, given)) for err in exc.errors()]
-    mixed = any(o is None for _, o in blamed) and any(o is not None for _, o in blamed)
+    placed = [(err, *_problem(err)) for err in exc.errors()]
+    blamed = [(err, loc, msg, _override_for(loc, given) or _named_override(err, given)) for err, loc, msg in placed]
+    mixed = any(b[-1] is None for b in blamed) and any(b[-1] is not None for b in blamed)
     lines = []
-    for err, override in blamed:
-        loc, msg = _problem(err)
+    for err, loc, msg, override in blamed:
         where = "" if not loc or msg.startswith(loc) else f"{loc}: "  # a check across sections has no one place
         if override is not None:
             lines.append(f"{where}{msg} (from the command-line setting {masked(override)})")
@@ -250,7 +250,7 @@ def _format_validation_error(exc: ValidationError, source: str, given: dict[str,
             got = err.get("input")
             shown = "" if isinstance(got, dict) else f" (got {masked(repr(got))}{source if mixed else ''})"
             lines.append(f"{where}{msg}{shown}")
-    file_only = all(o is None for _, o in blamed)
+    file_only = all(b[-1] is None for b in blamed)
     return ConfigError(f"invalid config{source if file_only else ''}: " + "; ".join(lines))
 
 
