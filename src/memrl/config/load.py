@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -199,10 +199,16 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
         model = _submodel(external_fields(model)[part].annotation) if model is not None else None
 
 
+def _latest_first(given: dict[str, str]) -> Iterator[tuple[str, str]]:
+    """(current key, override text) of the command line, the last word first (it won when applied); an old flat
+    key under the name it now lives at."""
+    for spelt, text in reversed(given.items()):
+        yield current_key(spelt), text
+
+
 def _override_for(loc: str, given: dict[str, str]) -> str | None:
     """The command-line override that set ``loc`` (or the section or value around it), if one did."""
-    for spelt, text in reversed(given.items()):  # the last word wins, as it did when applied
-        key = current_key(spelt)  # an old flat key blamed where it now lives
+    for key, text in _latest_first(given):
         if loc == key or loc.startswith(key + ".") or key.startswith(loc + "."):
             return text
     return None
@@ -214,8 +220,7 @@ def _named_override(err: Any, given: dict[str, str]) -> str | None:
     one it does not name is not the cause."""
     loc, msg = _loc(err), str(err["msg"])
     words = set(msg.replace(",", " ").replace(";", " ").replace(":", " ").split())
-    for spelt, text in reversed(given.items()):
-        key = current_key(spelt)
+    for key, text in _latest_first(given):
         if loc and key.startswith(loc + ".") and (key in words or key.rsplit(".", 1)[-1] in words):
             return text
     return None

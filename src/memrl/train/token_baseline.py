@@ -29,12 +29,17 @@ def _positions(row: Row) -> torch.Tensor:
     return torch.nonzero(kept, as_tuple=True)[0]
 
 
-def _variance_terms(row: Row, at: torch.Tensor) -> torch.Tensor:
-    """``1 - 2 pi + sum pi^2`` at the positions ``at`` (times ``rho^2`` where the rollout correction weighs them)."""
+def _check_row(row: Row) -> None:
+    """The fields the baseline and the variance proxies read, set by the update's log-prob pass and the scoring."""
     missing = [a for a in ("old_logprobs", "sum_pi_squared", "advantages") if getattr(row, a) is None]
     if missing:
         raise ValueError(f"optimal_token_baseline: the row of episode {row.episode}, conversation {row.step} has "
                          f"no {missing[0]} (the update's log-prob pass and the scoring set them)")
+
+
+def _variance_terms(row: Row, at: torch.Tensor) -> torch.Tensor:
+    """``1 - 2 pi + sum pi^2`` at the positions ``at`` (times ``rho^2`` where the rollout correction weighs them)."""
+    _check_row(row)
     term = 1.0 - 2.0 * torch.exp(row.old_logprobs[at].float()) + row.sum_pi_squared[at].float()
     return term if row.is_weights is None else term * row.is_weights[at].float() ** 2
 
@@ -57,18 +62,18 @@ def variance_proxy(rows: list[Row], grad_norm: float | None) -> dict[str, float]
     episodes = list(_by_episode(rows).values())
     if not episodes:
         return {}
-    for rs in episodes:
-        for r, at in rs:
-            _variance_terms(r, at)  # the same check of the fields as the baseline's
+    for r in rows:
+        _check_row(r)
     lengths = [sum(len(at) for _, at in rs) for rs in episodes]
     mask = torch.arange(max(lengths, default=0)).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
-    weighted = any(r.is_weights is not None for rs in episodes for r, _ in rs)
-    rho = _padded([[r.is_weights[at] if r.is_weights is not None else torch.ones(len(at)) for r, at in rs]
-                   for rs in episodes]) if weighted else None
-    return variance_proxy_metrics(_padded([[r.advantages[at] for r, at in rs] for rs in episodes]),
-                                  _padded([[r.old_logprobs[at] for r, at in rs] for rs in episodes]),
-                                  _padded([[r.sum_pi_squared[at] for r, at in rs] for rs in episodes]), mask,
-                                  rho, grad_norm)
+
+    def field(name: str) -> torch.Tensor:  # the episodes' values of a row field at their kept positions, padded
+        return _padded([[getattr(r, name)[at] if getattr(r, name) is not None else torch.ones(len(at))
+                         for r, at in rs] for rs in episodes])
+
+    weighted = any(r.is_weights is not None for r in rows)  # rows without weights: 1 (verl's unweighted tokens)
+    return variance_proxy_metrics(field("advantages"), field("old_logprobs"), field("sum_pi_squared"), mask,
+                                  field("is_weights") if weighted else None, grad_norm)
 
 
 def apply_token_baseline(rows: list[Row], *, epsilon: float = 1e-8) -> None:

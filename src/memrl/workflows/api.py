@@ -37,6 +37,15 @@ from memrl.workflows.common import anchor, decode, state_key, encode_text, stop_
 from memrl.workflows.options import NoOptions, options_error, strict_options  # noqa: F401 (this module's API)
 
 
+def check_train_file(path: str, in_folder: str = "give a JSONL, JSON or parquet file") -> None:
+    """A one-line ValueError naming ``data.train_file`` when ``path`` is a folder (``in_folder`` says what to give
+    instead) or no file."""
+    if Path(path).is_dir():
+        raise ValueError(f"data.train_file: {path} is a folder; {in_folder}")
+    if not Path(path).is_file():
+        raise ValueError(f"data.train_file: file not found: {path}")
+
+
 class Generation(str):
     """The text one model call generated (stop token stripped), carrying its token-level record."""
 
@@ -335,12 +344,8 @@ class Workflow:
         the caller hands the samples over itself (``Trainer(..., train=...)``). By default, where the workflow
         reads its samples with the default :meth:`load_samples`: a ``data.train_file`` that is not a file."""
         path = getattr(getattr(config, "data", None), "train_file", None)
-        if not path or type(self).load_samples is not Workflow.load_samples:  # its own reader: its own check
-            return
-        if Path(path).is_dir():
-            raise ValueError(f"data.train_file: {path} is a folder; give a JSONL, JSON or parquet file")
-        if not Path(path).is_file():
-            raise ValueError(f"data.train_file: file not found: {path}")
+        if path and type(self).load_samples is Workflow.load_samples:  # its own reader: its own check
+            check_train_file(path)
 
     def check_samples(self, config: Any, tokenizer: Any, samples: list[Any], warn: Callable[[str], None]) -> None:
         """Refuse (``ValueError``) or warn about loaded samples this run cannot learn from."""

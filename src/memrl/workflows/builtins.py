@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
 from memrl.engines.base import Engine, SamplingParams
 from memrl.types import Trajectory
-from memrl.workflows.api import Workflow
+from memrl.workflows.api import Workflow, check_train_file
 from memrl.workflows.options import FullContextOptions, MemAgentOptions, RememR1Options, ToolAgentOptions
 
 
@@ -61,11 +60,8 @@ class QAWorkflow(_LoopWorkflow):
     def check_data(self, config: Any) -> None:
         if not config.data.train_file:
             raise ValueError("data.train_file is required for training (a file from memrl data synth or the demo)")
-        if Path(config.data.train_file).is_dir():
-            raise ValueError(f"data.train_file: {config.data.train_file} is a folder; give the training file in it "
-                             "(memrl data synth writes train_<N>k.parquet)")
-        if not Path(config.data.train_file).is_file():
-            raise ValueError(f"data.train_file: file not found: {config.data.train_file}")
+        check_train_file(config.data.train_file,
+                         "give the training file in it (memrl data synth writes train_<N>k.parquet)")
         if config.trainer.eval.every and not config.data.eval_file:
             raise ValueError("trainer.eval.every > 0 needs data.eval_file")
 
