@@ -3,6 +3,7 @@ a run folder given as a model says how to make it one, and an eval whose start f
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -124,3 +125,20 @@ def test_a_page_or_plot_written_over_a_folder_or_of_no_step_is_refused(tmp_path)
     (run / "metrics.jsonl").write_text('{"step": 1, "reward": 0.5}\n')
     said = one_line_error(["view", run, "--steps", "99", "--out", tmp_path / "p.html"])
     assert f"--steps 99: no saved rollout step matches; {run} has steps 1" in said
+
+
+def test_a_bad_model_flag_is_named_as_the_flag(tmp_path):
+    """serve, tinker and sft take the model as --model: a failure says --model, not 'tokenizer' or 'model'."""
+    traj = tmp_path / "t.jsonl"
+    conv = {"token_ids": [1, 2, 3], "loss_mask": [0, 0, 1], "logprobs": [0.0, 0.0, -1.0], "reward": 1.0}
+    traj.write_text(json.dumps({"sample_id": "a", "group_id": "a", "reward": 1.0, "conversations": [conv]}) + "\n")
+    (tmp_path / "empty").mkdir()
+    for args in (["serve", "--model", tmp_path / "nope", "--port", "1"],
+                 ["tinker", "--model", tmp_path / "nope", "--state-dir", tmp_path / "s"],
+                 ["sft", "--trajectories", traj, "--model", tmp_path / "nope", "--out", tmp_path / "m"]):
+        said = one_line_error(args)
+        assert f"error: --model {tmp_path / 'nope'}: no such folder" in said, said
+    said = one_line_error(["serve", "--model", tmp_path / "empty"])
+    assert f"--model {tmp_path / 'empty'}: the folder holds no tokenizer files" in said
+    with pytest.raises(ModelNotFoundError, match="^--model x/: no such folder"):
+        load_model("x/", field="--model")

@@ -106,8 +106,8 @@ def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: i
     from memrl.train.sft import sft
 
     quiet_hub_progress()
-    tok = load_tokenizer(model)
-    policy = load_model(model, dtype)
+    tok = load_tokenizer(model, field="--model")
+    policy = load_model(model, dtype, field="--model")
     _check_vocab(trajs, policy.get_input_embeddings().num_embeddings, model, source)
     steps: list[int] = []
 

@@ -186,23 +186,27 @@ def check_device_present(device: str) -> None:
         raise DeviceUnavailableError(f"device {device!r}: torch {torch.__version__} has no MPS backend here; use cpu")
 
 
-def load_model(spec: str, dtype: str = "auto", device: str | None = None) -> Any:
-    """A ``transformers`` causal LM in eval mode on ``device``."""
+def load_model(spec: str, dtype: str = "auto", device: str | None = None, field: str | None = None) -> Any:
+    """A ``transformers`` causal LM in eval mode on ``device``; ``field``: the flag or setting ``spec`` came from,
+    which a failure names (as :func:`load_tokenizer`)."""
     from transformers import AutoModelForCausalLM
 
     device = device or default_device()
     check_device_present(device)
     path = resolve_model_path(spec)
-    check_local(spec, path, ("config.json",))
+    try:
+        check_local(spec, path, ("config.json",))
+    except ModelNotFoundError as err:
+        raise ModelNotFoundError(f"{field} {err}" if field else str(err)) from None
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, device))
     except Exception as exc:
         # a .bin weights file torch's weights_only loader refuses raises UnpicklingError: one line, as a bad folder
         if type(exc).__name__ == "UnpicklingError":
-            raise ModelNotFoundError(f"cannot load model {spec!r}: its .bin weights hold more than tensors (a pickle "
+            raise ModelNotFoundError(f"cannot load {field or 'model'} {spec!r}: its .bin weights hold more than tensors (a pickle "
                                      "that could run code), and memrl never unpickles them; use safetensors "
                                      "weights") from None
         if not isinstance(exc, (OSError, ValueError)):
             raise
-        raise ModelNotFoundError(_load_failure("model", spec, path, exc)) from None
+        raise ModelNotFoundError(_load_failure(field or "model", spec, path, exc)) from None
     return model.to(device).eval()

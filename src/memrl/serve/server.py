@@ -123,12 +123,13 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, dtype: str = "a
                   "the model (set --api-key-env)", file=sys.stderr, flush=True)
         from memrl.models.resolve import load_tokenizer
 
+        tokenizer = load_tokenizer(model, field="--model")  # first: a bad --model is named as the flag, cheaply
         net, eng = _load(engine, model, dtype, max_batch_size, max_model_len)
         limits = ServeLimits.for_model(net, max_model_len=max_model_len, max_n=max_n,
                                        max_body_bytes=int(max_body_mb * 2**20))
         local = ["127.0.0.1", "localhost", "[::1]", host] if key is None and is_loopback(host) else None
         name = served_name or served_name_for(model)
-        app = create_app(eng, load_tokenizer(model), name, api_key=key, limits=limits, access_log=True,
+        app = create_app(eng, tokenizer, name, api_key=key, limits=limits, access_log=True,
                          local_hosts=local, also_named=() if served_name or name == model else (model,))
         config = uvicorn.Config(app, log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=max(1, round(graceful_shutdown_s)))

@@ -67,8 +67,8 @@ def build_service(model: str, state_dir: str | Path, *, dtype: str = "auto", dev
     # base_model they asked for); its tokenizer is named by the folder's absolute path, so the SDK's
     # get_tokenizer() loads it without the hub.
     name = str(Path(resolved).resolve()) if Path(resolved).is_dir() else model
-    net = load_model(model, dtype=dtype, device=device)
-    tokenizer = load_tokenizer(model)
+    tokenizer = load_tokenizer(model, field="--model")  # first: its failure is the cheaper one
+    net = load_model(model, dtype=dtype, device=device, field="--model")
     window = model_window(net)
     if window is None:
         raise ValueError(f"--model {model}: its config declares no max_position_embeddings")
