@@ -142,3 +142,22 @@ def test_a_bad_model_flag_is_named_as_the_flag(tmp_path):
     assert f"--model {tmp_path / 'empty'}: the folder holds no tokenizer files" in said
     with pytest.raises(ModelNotFoundError, match="^--model x/: no such folder"):
         load_model("x/", field="--model")
+
+
+def test_a_run_whose_model_does_not_load_leaves_no_run_folder(tmp_path):
+    """The config recorded before the model loads goes with the folder the start created; a folder the user made
+    keeps it (it is replaced at the next start, which has no checkpoint to compare it with)."""
+    import yaml
+
+    from tests.train.helpers import config
+
+    cfg = config(tmp_path).model_dump(mode="json")
+    cfg["model"]["path"] = str(tmp_path / "no_model")
+    for out, made in ((tmp_path / "runs" / "new", False), (tmp_path / "mine", True)):
+        if made:
+            out.mkdir()
+        cfg["trainer"]["output_dir"] = str(out)
+        (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
+        said = one_line_error(["train", tmp_path / "cfg.yaml"])
+        assert f"{tmp_path / 'no_model'}: no such folder" in said
+        assert [p.name for p in out.iterdir()] == ["config.yaml"] if made else not (tmp_path / "runs").exists()

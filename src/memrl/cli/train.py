@@ -113,10 +113,25 @@ def _run_lock(cfg: Any) -> Iterator[None]:
                          lambda msg: print(f"notice: {msg}", file=sys.stderr)):
             drop_stale_address(out)
             yield
+    except BaseException:
+        if created:  # a start that failed (a model that does not load): its recorded config is all the folder holds
+            _drop_lone_config(out)
+        raise
     finally:  # a run refused before it wrote anything leaves no empty folder behind
         for folder in created:  # deepest first; a folder with anything in it stays
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+def _drop_lone_config(out: Path) -> None:
+    """Remove the config.yaml memrl recorded in a folder this start created, when nothing else is there: a run
+    that failed before its first step would otherwise be listed as a run (``memrl view``) with nothing in it."""
+    from memrl.train.preflight import RUN_CONFIG_HEADER
+
+    path = out / "config.yaml"
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if [p.name for p in out.iterdir()] == ["config.yaml"] and path.read_text().startswith(RUN_CONFIG_HEADER):
+            path.unlink()
 
 
 def _fail(message: str, code: int) -> NoReturn:
