@@ -235,6 +235,9 @@ BAD = [
     ("/responses", {"input": [{"type": "reasoning", "summary": []}]}),
     ("/responses", {"input": "hi", "max_output_tokens": 0}),
     ("/responses", {"input": "hi", "temperature": -1}),
+    ("/responses", {"input": "hi", "top_logprobs": 2}),
+    ("/responses", {"input": "hi", "include": ["reasoning.encrypted_content"]}),
+    ("/responses", {"input": "hi", "text": {"format": {"type": "json_object"}}}),
     ("/messages", {"max_tokens": 4, "messages": USER, "top_k": 5}),
     ("/messages", {"max_tokens": 4, "messages": USER, "thinking": {"type": "enabled", "budget_tokens": 9}}),
     ("/messages", {"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}),
@@ -245,7 +248,7 @@ BAD = [
     ("/messages", {"max_tokens": 4, "messages": USER, "thread": {"type": "create"}}),  # tool_runner's default
 ]
 EXPECTED = ["conversation", "tools[0].type", "input[0].content[0]", "tool_choice", "previous_response_id",
-            "input[0].type", "max_output_tokens", "temperature", "top_k", "thinking", "messages[0].content[0].type",
+            "input[0].type", "max_output_tokens", "temperature", "top_logprobs", "include", "text", "top_k", "thinking", "messages[0].content[0].type",
             "tool_choice", "max_tokens", "stop_sequences[0]", "stream_options", "thread"]
 
 

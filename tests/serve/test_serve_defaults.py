@@ -40,3 +40,18 @@ def test_a_folder_is_served_by_its_own_name_and_answers_to_its_path(tiny_model, 
         for name, status in (("tiny", 200), ("/models/tiny", 200), ("other", 404)):
             r = client.post("/v1/completions", json={"model": name, "prompt": [5, 6], "max_tokens": 1})
             assert r.status_code == status, r.text
+
+
+def test_usage_counts_each_prompt_once_whatever_n(tiny_model):
+    """OpenAI and vLLM count a prompt once however many choices it gets (``n``), and once per prompt of a
+    batch; a meter reading ``prompt_tokens`` would otherwise bill it ``n`` times."""
+    with _client(tiny_model) as client:
+        chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 1.0, "seed": 3,
+                "ignore_eos": True}
+        alone = client.post("/v1/chat/completions", json=chat).json()["usage"]
+        three = client.post("/v1/chat/completions", json={**chat, "n": 3}).json()["usage"]
+        assert three["prompt_tokens"] == alone["prompt_tokens"] > 0
+        assert three["completion_tokens"] == 6 and three["total_tokens"] == three["prompt_tokens"] + 6
+        legacy = {"prompt": [[5, 6], [7, 8, 9]], "max_tokens": 2, "temperature": 1.0, "n": 2, "ignore_eos": True}
+        usage = client.post("/v1/completions", json=legacy).json()["usage"]
+        assert (usage["prompt_tokens"], usage["completion_tokens"]) == (5, 8)

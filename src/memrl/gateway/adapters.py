@@ -20,10 +20,12 @@ from memrl.gateway.requests import bad, same_value
 from memrl.gateway.sessions import Session
 
 
-def refuse_unknown(body: BaseModel, no_ops: dict[str, tuple[Any, ...]], api: str) -> None:
+def refuse_unknown(body: BaseModel, no_ops: dict[str, tuple[Any, ...]], api: str,
+                   reasons: dict[str, str] | None = None) -> None:
     """A 400 naming the first field ``body`` kept as extra, unless null or a value listed in ``no_ops``.
 
-    ``no_ops`` maps a field to the values that change nothing (an empty tuple: any value, e.g. ``metadata``).
+    ``no_ops`` maps a field to the values that change nothing (an empty tuple: any value, e.g. ``metadata``);
+    ``reasons``: why a field is refused, where a reason says more than "not supported".
     """
     for key, value in (body.model_extra or {}).items():
         if value is None:
@@ -32,7 +34,8 @@ def refuse_unknown(body: BaseModel, no_ops: dict[str, tuple[Any, ...]], api: str
         if allowed is not None and (not allowed or any(same_value(value, ok) for ok in allowed)):
             continue
         only = f" (accepted only as {', '.join(repr(v) for v in allowed)} or null)" if allowed else ""
-        raise bad(key[:100], f"not supported by the training gateway's {api}{only}", "unsupported")
+        why = (reasons or {}).get(key, f"not supported by the training gateway's {api}")
+        raise bad(key[:100], f"{why}{only}", "unsupported")
 
 
 def positive(value: int | None, param: str) -> int | None:

@@ -24,12 +24,21 @@ from memrl.gateway.sessions import Session
 from memrl.serve.errors import APIError
 
 TEXT_PARTS = ("input_text", "output_text", "text")
+LOGPROBS = "message.output_text.logprobs"  # the one ``include`` served: the sampled tokens' log-probs
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 # Fields that change nothing here, at these values (an empty tuple: any value).
 NO_OPS: dict[str, tuple[Any, ...]] = {
-    "include": ([],), "truncation": ("disabled", "auto"), "text": ({"format": {"type": "text"}}, {}),
+    "include": ([], [LOGPROBS]), "truncation": ("disabled", "auto"), "text": ({"format": {"type": "text"}}, {}),
     "reasoning": ({},), "user": (), "safety_identifier": (), "prompt_cache_key": (), "prompt_cache_retention": (),
     "service_tier": ("auto", "default"), "background": (False,), "top_logprobs": (0,), "stream_options": (),
+}
+# Why a field is refused at any other value (the rest: "not supported by the training gateway's Responses API").
+REFUSED: dict[str, str] = {
+    "include": f"only {LOGPROBS!r} is served here (the sampled tokens' log-probs)",
+    "top_logprobs": "only the sampled token's log-prob is recorded (ask for 0)",
+    "text": "structured output (text.format json_object, json_schema) needs constrained decoding, which the "
+            "training gateway does not do",
+    "reasoning": "the policy's chat template decides how it reasons; leave it out",
 }
 
 
@@ -51,10 +60,11 @@ class ResponsesBody(BaseModel):
     metadata: Optional[dict[str, Any]] = None
 
 
-def check(body: ResponsesBody) -> Optional[int]:
-    """What a training call cannot honour, refused by name; the max output tokens the program asked for."""
-    refuse_unknown(body, NO_OPS, "Responses API")
-    return positive(body.max_output_tokens, "max_output_tokens")
+def check(body: ResponsesBody) -> tuple[Optional[int], bool]:
+    """What a training call cannot honour, refused by name; (the max output tokens the program asked for,
+    whether it asked for the output text's log-probs)."""
+    refuse_unknown(body, NO_OPS, "Responses API", REFUSED)
+    return positive(body.max_output_tokens, "max_output_tokens"), LOGPROBS in ((body.model_extra or {}).get("include") or [])
 
 
 def tools_of(body: ResponsesBody) -> Optional[list[dict[str, Any]]]:
@@ -145,7 +155,7 @@ def response_object(answer: dict[str, Any], body: ResponsesBody, session: Sessio
     if message.get("content") or not message.get("tool_calls"):
         output.append({"type": "message", "id": f"msg_{uuid.uuid4().hex}", "status": "completed",
                        "role": "assistant", "content": [{"type": "output_text", "text": message.get("content") or "",
-                                                         "annotations": [], "logprobs": []}]})
+                                                         "annotations": [], "logprobs": _logprobs(choice)}]})
     for call in message.get("tool_calls") or []:
         output.append({"type": "function_call", "id": "fc_" + call["id"].removeprefix("call_"), "call_id": call["id"],
                        "name": call["function"]["name"], "arguments": call["function"]["arguments"],
@@ -169,6 +179,12 @@ def response_object(answer: dict[str, Any], body: ResponsesBody, session: Sessio
         session.responses[resp_id] = [*history, stored_message(message)]
         session.response_objects[resp_id] = resp
     return resp
+
+
+def _logprobs(choice: dict[str, Any]) -> list[dict[str, Any]]:
+    """The answer's tokens with their log-probs (chat's entries: token, logprob, bytes, no alternatives), when
+    ``include`` asked for them; else none, as OpenAI leaves them out."""
+    return list((choice.get("logprobs") or {}).get("content") or [])
 
 
 def stored(session: Session, resp_id: str) -> dict[str, Any]:

@@ -65,12 +65,13 @@ async def stream_chat(session: Session, call: Call, req: CallRequest, include_us
 
 async def answer_responses(body: openai_responses.ResponsesBody, session: Session, call: Call, model: str) -> Any:
     """``POST /v1/responses``: the Response object, or its events."""
-    max_tokens = openai_responses.check(body)
+    max_tokens, logprobs = openai_responses.check(body)
     tools = openai_responses.tools_of(body)
     overrides = sampling_overrides(body)  # type: ignore[arg-type]
     prompt, history = openai_responses.chat_request(session, body)
     req = CallRequest("chat", prompt, tools=tools, max_tokens=max_tokens, overrides=overrides, model=model,
-                      parallel_tool_calls=body.parallel_tool_calls is not False, parse_tools=body.tool_choice != "none")
+                      parallel_tool_calls=body.parallel_tool_calls is not False, parse_tools=body.tool_choice != "none",
+                      logprobs=0 if logprobs else None)
     answer, ids = await recorded(session, call, req)
     resp = openai_responses.response_object(answer, body, session, history)
     if not body.stream:

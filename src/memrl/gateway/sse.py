@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memrl.serve.streaming import aligned, sse_data
+from memrl.serve.streaming import aligned, aligned_spans, sse_data
 from memrl.serve.streaming import stream_usage as serve_stream_usage
 
 
@@ -93,9 +93,9 @@ def responses_events(resp: dict[str, Any], pieces: Sequence[str]) -> list[str]:
             part = item["content"][0]
             emit("response.output_item.added", output_index=i, item={**item, "status": "in_progress", "content": []})
             emit("response.content_part.added", **at, content_index=0, part={**part, "text": ""})
-            for piece in aligned(pieces, part["text"]):
-                emit("response.output_text.delta", **at, content_index=0, delta=piece, logprobs=[])
-            emit("response.output_text.done", **at, content_index=0, text=part["text"], logprobs=[])
+            for piece, logprobs in _with_logprobs(pieces, part["text"], part["logprobs"]):
+                emit("response.output_text.delta", **at, content_index=0, delta=piece, logprobs=logprobs)
+            emit("response.output_text.done", **at, content_index=0, text=part["text"], logprobs=part["logprobs"])
             emit("response.content_part.done", **at, content_index=0, part=part)
         else:
             emit("response.output_item.added", output_index=i, item={**item, "status": "in_progress", "arguments": ""})
@@ -104,6 +104,18 @@ def responses_events(resp: dict[str, Any], pieces: Sequence[str]) -> list[str]:
         emit("response.output_item.done", output_index=i, item=item)
     emit("response.completed" if resp["status"] == "completed" else "response.incomplete", response=resp)
     return events
+
+
+def _with_logprobs(pieces: Sequence[str], text: str, logprobs: Sequence[Any]) -> list[tuple[str, list[Any]]]:
+    """The deltas that spell ``text``, each with the log-probs of the tokens it holds (none asked: empty): a
+    token's piece carries its own; a last piece that is the rest of the text carries every token left."""
+    spans = aligned_spans([(piece, k + 1) for k, piece in enumerate(pieces)], text)
+    out, start = [], 0
+    for k, (piece, stop) in enumerate(spans):
+        end = len(logprobs) if k == len(spans) - 1 else stop
+        out.append((piece, list(logprobs[start:end])))
+        start = end
+    return out
 
 
 def messages_events(message: dict[str, Any], pieces: Sequence[str]) -> list[str]:

@@ -223,7 +223,7 @@ class _Routes:
             choices.append(choice)
         answer = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                   "model": self.model_name, "choices": choices,
-                  "usage": _usage(sum(map(len, prompts)) * n, [r for r, _ in results])}
+                  "usage": _usage(sum(map(len, prompts)), [r for r, _ in results])}
         return self.answered(answer, results, body, include_usage)
 
     async def chat(self, body: ChatBody, request: Request) -> Any:
@@ -265,7 +265,7 @@ class _Routes:
             choices.append(choice)
         answer = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
                   "model": self.model_name, "choices": choices,
-                  "usage": _usage(len(prompt) * n, [r for r, _ in done])}
+                  "usage": _usage(len(prompt), [r for r, _ in done])}
         return self.answered(answer, done, body, include_usage)
 
 

@@ -138,8 +138,8 @@ def check_sampling(*, max_tokens: int, temperature: float, top_p: float, top_k: 
     def bad(param: str, message: str) -> APIError:
         return APIError(400, f"{param}: {message}", code="invalid_value", param=param)
 
-    if max_tokens < 0:
-        raise bad("max_tokens", f"must be >= 0, got {max_tokens}")
+    if max_tokens < 1:  # vLLM's floor: 0 only means "score the prompt" with echo, which is not served
+        raise bad("max_tokens", f"must be >= 1, got {max_tokens}")
     if not math.isfinite(temperature) or temperature < 0:
         raise bad("temperature", f"must be a finite number >= 0, got {temperature}")
     if not math.isfinite(top_p) or not 0 < top_p <= 1:
