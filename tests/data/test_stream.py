@@ -176,3 +176,24 @@ def test_an_array_element_that_is_not_an_object_is_an_error_naming_the_record_be
         list(read_samples_lazily(path))
     path.write_text(text + "\n\n")  # whitespace after the array is fine
     assert len(list(read_samples_lazily(path))) == 10
+
+
+@pytest.mark.parametrize("bad, why", [(b"\\q", r"not a valid JSON string \(Invalid \\escape at byte \d+ of the file\)"),
+                                      (b"\xe9", r"not UTF-8 text \(byte 0xe9 at byte \d+ of the file\)")])
+@pytest.mark.parametrize("block", [7, 1 << 20])
+def test_a_bad_byte_in_a_context_is_refused_at_load_naming_file_row_and_field(files, tmp_path, bad, why, block,
+                                                                                monkeypatch):
+    """A context is decoded once at load: a broken sample fails the read, not one episode later in the run."""
+    monkeypatch.setattr("memrl.data.stream.BLOCK", block)
+    _, paths = files
+    raw = paths[1].read_bytes()  # a.jsonl: the second line's context gets the bad byte in its middle
+    lines = raw.split(b"\n")
+    at = lines[1].index(b"Paragraph 5 says")
+    lines[1] = lines[1][:at] + bad + lines[1][at:]
+    path = tmp_path / "broken.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(DataError, match=rf"broken.jsonl:2:context: {why}") as err:
+        list(read_samples_lazily(path))
+    byte = int(str(err.value).rsplit("at byte ", 1)[1].split(" ")[0])
+    assert path.read_bytes()[byte:byte + len(bad)] == bad  # the byte named is the bad one
+    assert len(list(read_samples_lazily(paths[1]))) == 4  # the good file still loads whole

@@ -152,3 +152,28 @@ def test_more_messages_or_tools_than_the_window_has_tokens_are_a_400_before_rend
     assert [e["param"] for e in errors] == ["messages", "tools"]
     assert all("cannot fit" in e["message"] and e["code"] == "context_length_exceeded" for e in errors)
     assert ok.choices[0].message.content == "fine"
+
+
+def test_a_temperature_below_vllms_epsilon_is_greedy_not_a_failed_episode(gateway, tiny_model):
+    """``temperature: 1e-300`` is a valid request (0 <= T <= 2); dividing float32 logits by it overflows, so the
+    engine refused the call and the episode was discarded. As memrl serve and vLLM (T < 1e-5), it is greedy."""
+    from memrl.engines.hf import HFEngine
+
+    model, tok = tiny_model
+    engine = HFEngine(model)
+
+    async def go():
+        async with open_episode(gateway, engine, tok, request_sampling=True) as (ep, endpoint, client):
+            answers = [await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=6, temperature=t,
+                extra_body={"ignore_eos": True}) for t in (1e-300, 0.0)]
+            return ep, answers
+
+    try:
+        ep, answers = asyncio.run(go())
+    finally:
+        asyncio.run(engine.close())
+    first, second = ep.conversations  # both recorded: the episode went on
+    assert sum(first.loss_mask) == 6 and first.token_ids == second.token_ids
+    assert first.logprobs == second.logprobs  # greedy's log-probs, at temperature 1
+    assert answers[0].choices[0].message.content == answers[1].choices[0].message.content

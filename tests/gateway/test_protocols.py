@@ -246,10 +246,18 @@ BAD = [
     ("/messages", {"max_tokens": 4, "messages": USER, "stop_sequences": [""]}),
     ("/chat/completions", {"messages": USER, "stream_options": {"include_usage": True}}),
     ("/messages", {"max_tokens": 4, "messages": USER, "thread": {"type": "create"}}),  # tool_runner's default
+    ("/messages", {"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}),
+    ("/messages", {"max_tokens": True, "messages": USER}),  # lax pydantic read true as 1
+    ("/responses", {"input": "hi", "temperature": "0.5"}),
+    ("/chat/completions", {"messages": USER, "n": "1"}),
+    ("/chat/completions", {"messages": USER, "stream": True, "stream_options": {"include_usage": "false"}}),
+    ("/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}),
 ]
 EXPECTED = ["conversation", "tools[0].type", "input[0].content[0]", "tool_choice", "previous_response_id",
             "input[0].type", "max_output_tokens", "temperature", "top_logprobs", "include", "text", "top_k", "thinking", "messages[0].content[0].type",
-            "tool_choice", "max_tokens", "stop_sequences[0]", "stream_options", "thread"]
+            "tool_choice", "max_tokens", "stop_sequences[0]", "stream_options", "thread",
+            "messages[0].content[0].text", "max_tokens", "temperature", "n", "stream_options.include_usage",
+            "messages[0].content[0]"]
 
 
 def test_anthropic_count_tokens_is_the_prompt_the_call_would_render(gateway, tools_tokenizer):

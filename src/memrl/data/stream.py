@@ -169,8 +169,8 @@ def _read(fh: Any, start: int, end: int) -> bytes:
 class LazySample(LongContextSample):
     """A sample whose context stays on disk until it is read, in pieces or whole."""
 
-    def __init__(self, head: LongContextSample, path: Path, span: tuple[int, int]) -> None:
-        self._path, self._span = path, span
+    def __init__(self, head: LongContextSample, path: Path, span: tuple[int, int], row: int | None = None) -> None:
+        self._path, self._span, self._row = path, span, row
         values = {f.name: getattr(head, f.name) for f in fields(LongContextSample) if f.name != "context"}
         super().__init__(context="", **values)
 
@@ -187,6 +187,7 @@ class LazySample(LongContextSample):
         """The context, decoded, in pieces of about ``block`` bytes (never splitting an escape or a character)."""
         block = block or BLOCK
         start, end = self._span
+        at = start  # the file offset of the piece being decoded
         with open(self._path, "rb") as fh:
             fh.seek(start)
             carry = b""
@@ -199,9 +200,21 @@ class LazySample(LongContextSample):
                     cut = next((i + 1 for i in range(len(raw) - 1, -1, -1) if raw[i] in _SAFE_END), 0)
                 raw, carry = raw[:cut], raw[cut:]
                 if raw:
-                    yield json.loads(b'"' + raw + b'"')
+                    yield self._decoded(raw, at)
+                    at += len(raw)
                 if left <= 0 and carry and not raw:
-                    raise ValueError(f"{self._path}: cannot decode the context at byte {end - len(carry)}")
+                    raise DataError(self._path, self._row, "context", f"cannot decode the string at byte {at}")
+
+    def _decoded(self, raw: bytes, at: int) -> str:
+        """One piece of the JSON string; a bad escape or byte is this file's and row's error, at its byte."""
+        try:
+            return json.loads(b'"' + raw + b'"')
+        except UnicodeDecodeError as exc:
+            why = f"not UTF-8 text (byte 0x{raw[exc.start - 1]:02x} at byte {at + exc.start - 1} of the file)"
+        except json.JSONDecodeError as exc:
+            where = at + len(exc.doc[:max(exc.pos - 1, 0)].encode("utf-8", "surrogatepass"))
+            why = f"not a valid JSON string ({exc.msg} at byte {where} of the file)"
+        raise DataError(self._path, self._row, "context", why)
 
     def __repr__(self) -> str:
         return f"LazySample(index={self.index}, id={self.id!r}, num_docs={self.num_docs}, file={str(self._path)!r})"
@@ -223,9 +236,12 @@ def read_samples_lazily(path: str | Path) -> Iterator[LongContextSample]:
             head_bytes = _read(fh, span.start, cs) + _read(fh, ce, span.end)  # the context as ""
             rec = _loads(head_bytes, p, span.row)
             head = parse_sample(rec, p, span.row)
-            sample = LazySample(head, p, (cs, ce))
+            sample = LazySample(head, p, (cs, ce), span.row)
+            # decoded once now, whole: a bad escape or byte is the file's error before any episode runs (a
+            # sample failing later was left out of the accuracy, and re-running could never fix it)
+            docs = count_in_pieces(sample.context_pieces(), "Document ")
             if "num_docs" not in rec and "num_docs" not in (rec.get("extra_info") or {}):
-                sample.num_docs = count_in_pieces(sample.context_pieces(), "Document ")
+                sample.num_docs = docs
             yield sample
 
 

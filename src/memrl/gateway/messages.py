@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from memrl.gateway.adapters import arguments, function_tool, joined_text, refuse_unknown
 from memrl.gateway.requests import bad
-from memrl.serve.fields import MAX_STOP_STRINGS
+from memrl.serve.fields import MAX_STOP_STRINGS, Count, Flag, Number
 
 # Fields that change nothing here, at these values (an empty tuple: any value).
 NO_OPS: dict[str, tuple[Any, ...]] = {
@@ -34,21 +34,21 @@ class MessagesBody(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: Optional[str] = None
     messages: list[Any]
-    max_tokens: int
+    max_tokens: Count
     system: Union[str, list[Any], None] = None
     tools: Optional[list[Any]] = None
     tool_choice: Optional[dict[str, Any]] = None
     stop_sequences: Optional[list[Any]] = None
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    top_k: Optional[int] = None
-    stream: Optional[bool] = False
+    temperature: Optional[Number] = None
+    top_p: Optional[Number] = None
+    top_k: Optional[Count] = None
+    stream: Optional[Flag] = False
 
 
 class CountTokensBody(MessagesBody):
     """``/v1/messages/count_tokens``: a Messages request without ``max_tokens`` (what Claude Code sends)."""
 
-    max_tokens: Optional[int] = None  # type: ignore[assignment]
+    max_tokens: Optional[Count] = None  # type: ignore[assignment]
 
 
 def check(body: MessagesBody) -> list[str]:
@@ -145,7 +145,9 @@ def _blocks(role: str, blocks: list[Any], where: str) -> list[dict[str, Any]]:
         if not isinstance(block, dict):
             raise bad(at, "a content block must be an object with a type")
         kind = block.get("type")
-        if kind == "text" and isinstance(block.get("text"), str):
+        if kind == "text":
+            if not isinstance(block.get("text"), str):
+                raise bad(f"{at}.text", "must be a string")
             text.append(block["text"])
         elif kind == "tool_use" and role == "assistant":
             if not isinstance(block.get("id"), str) or not isinstance(block.get("name"), str):

@@ -22,29 +22,23 @@ assistant's earlier tool calls (a JSON string in the API) become objects.
 """
 
 # No ``from __future__ import annotations`` here: pydantic reads these annotations at run time.
-import json
 import math
 from typing import Any, Optional, Union
 
-from memrl.serve.errors import APIError
-from memrl.serve.fields import ChatBody, CompletionBody, RequestBody, reject_unsupported, same_value
-
-ROLES = ("system", "developer", "user", "assistant", "tool")
+from memrl.serve.chat_messages import bad, chat_messages  # noqa: F401  (chat_messages: the gateway's routes use it)
+from memrl.serve.fields import ChatBody, CompletionBody, Flag, RequestBody, reject_unsupported, same_value
+from memrl.serve.limits import GREEDY_BELOW
 
 
 class GatewayChatBody(ChatBody):
     tools: Optional[list[Any]] = None
     tool_choice: Union[str, dict[str, Any], None] = None
-    parallel_tool_calls: Optional[bool] = None
+    parallel_tool_calls: Optional[Flag] = None
     stream_options: Optional[dict[str, Any]] = None  # with stream: true (memrl.gateway.sse)
 
 
 class GatewayCompletionBody(CompletionBody):
     pass
-
-
-def bad(param: str, message: str, code: str = "invalid_value") -> APIError:
-    return APIError(400, f"{param}: {message}", code=code, param=param)
 
 
 _SAMPLING = "changes the distribution tokens are sampled from; the trainer's sampling applies to every call"
@@ -123,6 +117,8 @@ def _sampling_value(name: str, value: float) -> float:
     the call with a 503, which discards the whole episode."""
     if name == "temperature" and not (math.isfinite(value) and value >= 0):
         raise bad(name, f"must be a finite number >= 0, got {value}")
+    if name == "temperature" and value < GREEDY_BELOW:  # as memrl serve and vLLM: 1e-300 would overflow the logits
+        return 0.0
     if name == "top_p" and not (math.isfinite(value) and 0 < value <= 1):
         raise bad(name, f"must be a finite number in (0, 1], got {value}")
     return value
@@ -153,61 +149,3 @@ def _as_vllm_renders(fn: dict[str, Any]) -> dict[str, Any]:
     if fn.get("strict") is not None:
         out["strict"] = fn["strict"]
     return {"type": "function", "function": out}
-
-
-def chat_messages(raw: list[Any]) -> list[dict[str, Any]]:
-    """The request's messages ready for ``apply_chat_template``; a 400 naming the first bad one."""
-    if not raw:
-        raise bad("messages", "must not be empty")
-    return [_message(m, f"messages[{i}]") for i, m in enumerate(raw)]
-
-
-def _message(m: Any, where: str) -> dict[str, Any]:
-    if not isinstance(m, dict):
-        raise bad(where, "a message must be an object with a role")
-    role = m.get("role")
-    if role not in ROLES:
-        raise bad(f"{where}.role", f"must be one of {', '.join(ROLES)}")
-    out = {k: v for k, v in m.items() if v is not None}  # as the SDK's models dump unset fields as null
-    out["role"] = "system" if role == "developer" else role
-    if "content" in out:
-        out["content"] = _text(out["content"], f"{where}.content")
-    if "tool_calls" in out:
-        if role != "assistant" or not isinstance(out["tool_calls"], list):
-            raise bad(f"{where}.tool_calls", "only an assistant message carries a list of tool calls")
-        out["tool_calls"] = [_call(c, f"{where}.tool_calls[{k}]") for k, c in enumerate(out["tool_calls"])]
-    return out
-
-
-def _text(content: Any, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for k, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise bad(f"{where}[{k}]", "only text parts ({'type': 'text', 'text': ...}) are supported")
-            parts.append(part["text"])
-        return "\n".join(parts)
-    raise bad(where, "must be a string or a list of text parts")
-
-
-def _call(call: Any, where: str) -> dict[str, Any]:
-    fn = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-        raise bad(where, 'must be {"id": ..., "type": "function", "function": {"name": ..., "arguments": "{...}"}}')
-    args = fn.get("arguments", {})
-    if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise bad(f"{where}.function.arguments", f"not valid JSON ({exc.msg})") from None
-        except (ValueError, RecursionError):  # a number past Python's digit limit, nesting past the stack
-            raise bad(f"{where}.function.arguments", "not readable JSON (too deeply nested or too long a number)") \
-                from None
-    if not isinstance(args, dict):
-        raise bad(f"{where}.function.arguments", "must be a JSON object")
-    out = {k: v for k, v in call.items() if v is not None}
-    out["function"] = {**fn, "arguments": args}
-    return out
-

@@ -22,6 +22,7 @@ from memrl.gateway.adapters import arguments, function_tool, joined_text, positi
 from memrl.gateway.requests import bad
 from memrl.gateway.sessions import Session
 from memrl.serve.errors import APIError
+from memrl.serve.fields import Count, Flag, Number
 
 TEXT_PARTS = ("input_text", "output_text", "text")
 LOGPROBS = "message.output_text.logprobs"  # the one ``include`` served: the sampled tokens' log-probs
@@ -50,17 +51,17 @@ class ResponsesBody(BaseModel):
     instructions: Optional[str] = None
     tools: Optional[list[Any]] = None
     tool_choice: Union[str, dict[str, Any], None] = None
-    parallel_tool_calls: Optional[bool] = None
+    parallel_tool_calls: Optional[Flag] = None
     previous_response_id: Optional[str] = None
-    max_output_tokens: Optional[int] = None
-    temperature: Optional[float] = None
-    top_p: Optional[float] = None
-    stream: Optional[bool] = False
-    store: Optional[bool] = None
+    max_output_tokens: Optional[Count] = None
+    temperature: Optional[Number] = None
+    top_p: Optional[Number] = None
+    stream: Optional[Flag] = False
+    store: Optional[Flag] = None
     metadata: Optional[dict[str, Any]] = None
 
 
-def check(body: ResponsesBody) -> tuple[Optional[int], bool]:
+def check(body: ResponsesBody) -> tuple[Optional[Count], bool]:
     """What a training call cannot honour, refused by name; (the max output tokens the program asked for,
     whether it asked for the output text's log-probs)."""
     refuse_unknown(body, NO_OPS, "Responses API", REFUSED)

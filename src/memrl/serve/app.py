@@ -37,11 +37,13 @@ from memrl.workflows.common import stop_token_ids
 try:
     import fastapi
     from fastapi import Depends, Request
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
 except ImportError:  # pragma: no cover - exercised only without the extra
     raise ImportError("memrl serve needs FastAPI and uvicorn: pip install 'memrl[serve]'") from None
 
-from memrl.serve.errors import APIError, error_response, install_error_handlers
+from memrl.serve.chat_messages import chat_messages
+from memrl.serve.errors import APIError, error_response, install_error_handlers, validation_message
 from memrl.serve.answers import Answers
 from memrl.serve.fields import (ChatBody, CompletionBody, RequestBody, chat_logprobs, completion_logprobs,
                                 reject_unsupported, stop_strings)
@@ -105,6 +107,16 @@ class _Routes:
         if not hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
             raise APIError(401, "invalid or missing API key (send 'Authorization: Bearer KEY')",
                            code="invalid_api_key")
+
+    async def invalid_body(self, request: Request, exc: RequestValidationError) -> Any:
+        """A body that is not valid JSON or not the right shape: a 400, once the key was checked (FastAPI parses
+        the body before the route's key check runs, so a keyless client was told to fix its JSON, not its key)."""
+        try:
+            await self.require_key(request)
+        except APIError as err:
+            return error_response(err.status, err.message, err.code, err.param)
+        message, name = validation_message(exc)
+        return error_response(400, message, "invalid_value", name)
 
     def check_request(self, body: RequestBody, max_tokens: Optional[int], top: Optional[int]) -> SamplingParams:
         """Model name, unsupported options and value ranges; the engine's sampling parameters."""
@@ -232,12 +244,11 @@ class _Routes:
         k = chat_logprobs(body)
         sp = self.check_request(body, 1 if max_tokens is None else max_tokens, k)
         stops = stop_strings(body)
-        if not body.messages:
-            raise APIError(400, "messages: must not be empty", code="invalid_value", param="messages")
         self.check_text_size(body.messages, "messages")  # every string: list-of-parts content, names, calls
+        messages = chat_messages(body.messages)  # text parts joined; a bad role, part or content is a 400
 
         def template() -> list[int]:
-            ids = self.tokenizer.apply_chat_template(body.messages, add_generation_prompt=True, tokenize=True)
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
             return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
         try:
@@ -294,6 +305,7 @@ def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optiona
     if access_log:
         app.add_middleware(AccessLog, stream=None if access_log is True else access_log)
     app.add_exception_handler(Exception, _unexpected)
+    app.add_exception_handler(RequestValidationError, routes.invalid_body)
     keyed = [Depends(routes.require_key)]
     app.get("/health")(health)
     app.get("/v1/models", dependencies=keyed)(routes.models)

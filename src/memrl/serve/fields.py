@@ -18,9 +18,9 @@ the most likely alternatives), ``skip_special_tokens``, ``add_special_tokens``
 
 # No ``from __future__ import annotations`` here: pydantic reads these annotations at run time.
 from collections.abc import Callable, Sequence
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, StrictBool
 
 from memrl.serve.errors import APIError
 
@@ -38,36 +38,49 @@ _NO_OP_VALUES: dict[str, tuple[Any, ...]] = {
 _ALWAYS_ACCEPTED = {"user"}
 
 
+def _not_bool_or_text(value: Any) -> Any:
+    """A JSON number only: OpenAI answers ``max_tokens: true`` or ``"n": "2"`` with a 400 (pydantic's lax mode
+    would read them as 1 and 2 and sample something the client did not ask for)."""
+    if isinstance(value, (bool, str)):
+        raise ValueError(f"must be a number, not a {'boolean' if isinstance(value, bool) else 'string'}")
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_not_bool_or_text)]  # 3 and 3.0 are 3; true and "3" are 400s
+Number = Annotated[float, BeforeValidator(_not_bool_or_text)]
+Flag = StrictBool  # true or false only: "false" is not false
+
+
 class RequestBody(BaseModel):
     # Extra fields are kept so that reject_unsupported can name them; none is ever ignored silently.
     model_config = ConfigDict(extra="allow")
     model: Optional[str] = None
-    max_tokens: Optional[int] = 16
-    temperature: Optional[float] = 1.0
-    top_p: Optional[float] = 1.0
-    top_k: Optional[int] = -1
-    seed: Optional[int] = None
-    n: Optional[int] = 1
+    max_tokens: Optional[Count] = 16
+    temperature: Optional[Number] = 1.0
+    top_p: Optional[Number] = 1.0
+    top_k: Optional[Count] = -1
+    seed: Optional[Count] = None
+    n: Optional[Count] = 1
     stop: Union[str, list[Any], None] = None
     stop_token_ids: Optional[list[Any]] = None
-    ignore_eos: bool = False
+    ignore_eos: Flag = False
     logprobs: Any = None
-    return_tokens_as_token_ids: bool = False
-    return_token_ids: bool = False
-    skip_special_tokens: bool = True
-    stream: Optional[bool] = False
+    return_tokens_as_token_ids: Flag = False
+    return_token_ids: Flag = False
+    skip_special_tokens: Flag = True
+    stream: Optional[Flag] = False
 
 
 class CompletionBody(RequestBody):
     prompt: Union[str, list[Any]]
-    add_special_tokens: bool = False
+    add_special_tokens: Flag = False
 
 
 class ChatBody(RequestBody):
     messages: list[dict[str, Any]]
-    max_tokens: Optional[int] = None  # unset: what is left of the window (vLLM's and OpenAI's chat; not 16)
-    max_completion_tokens: Optional[int] = None
-    top_logprobs: Optional[int] = None
+    max_tokens: Optional[Count] = None  # unset: what is left of the window (vLLM's and OpenAI's chat; not 16)
+    max_completion_tokens: Optional[Count] = None
+    top_logprobs: Optional[Count] = None
 
 
 def _bad(param: str, message: str) -> APIError:

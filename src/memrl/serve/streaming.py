@@ -96,7 +96,11 @@ def stream_usage(options: Any, stream: bool,
     if not isinstance(options, dict) or any(k not in accepted for k in options):
         raise APIError(400, f"stream_options: accepted keys: {', '.join(accepted)}", code="unsupported",
                        param="stream_options")
-    return bool(options.get("include_usage"))
+    usage = options.get("include_usage")
+    if usage is not None and not isinstance(usage, bool):  # "false" is a non-empty string: it read as true
+        raise APIError(400, "stream_options.include_usage: must be true or false", code="invalid_value",
+                       param="stream_options.include_usage")
+    return bool(usage)
 
 
 def events(answer: dict[str, Any], pieces: Sequence[list[Span]], include_usage: bool) -> Iterator[str]:
