@@ -30,7 +30,6 @@ import random
 import re
 import statistics
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +44,7 @@ from memrl.data import write_samples
 from memrl.cli.common import counted
 from memrl.io.atomic import atomic_write
 from memrl_demo.needle import make_split, tokenizer_corpus
+from memrl_demo.spent import TIMES
 from memrl_demo.teacher import TeacherEngine
 from memrl.engines.base import SamplingParams
 from memrl.engines.hf import HFEngine
@@ -206,7 +206,7 @@ def run_demo(out: Path, *, rl_steps: int | None = None, seed: int = 0, console: 
         settle = 0
 
     stage = rl_stage(estimator, asynchronous)
-    record_outputs(out, (*DEMO_OUTPUTS, *stage), by="memrl demo", legacy=LEGACY_DEMO)  # an older demo resumes
+    record_outputs(out, (*DEMO_OUTPUTS, *stage, TIMES), by="memrl demo", legacy=LEGACY_DEMO)  # an older demo resumes
     claim_folder(out, "needle", seed, DEMO_OUTPUTS)
     with deterministic(seed, threads):
         return _run(out, rl_steps, seed, console or Console(stderr=True, width=None if sys.stderr.isatty() else 160),
@@ -316,15 +316,49 @@ def _extra_rounds(sft_dir: Path) -> int:
 def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale,
          staleness: int | None, estimator: str, settle: int) -> dict[str, float]:
     """``settle``: at most this many GRPO steps after ``rl_steps`` while training has not settled."""
+    from memrl_demo.spent import StageClock, finished
+
+    rl_name, summary_name = rl_stage(estimator, staleness is not None)
+    asked = {"seed": seed, "estimator": estimator, "requested_rl_steps": rl_steps,
+             **({} if staleness is None else {"max_staleness": staleness})}
+    done = finished(out / summary_name, out / rl_name, **asked)
+    if done is not None:  # re-running a finished demo shows its result; re-evaluating would only cost time
+        console.print(f"this demo already finished in {out} ({summary_name}); --fresh runs it again")
+        _headline(console, done, out / rl_name / "curves.png")
+        return done
+    clock = StageClock(out)
+    with clock.stage("warm_start"):
+        sft_dir, tok, paths, held = warm_start(out, seed, console, scale)
+    with clock.stage(rl_name):
+        summary, curve = _rl(out, sft_dir, tok, paths, held, rl_steps, seed, console, scale, staleness, estimator,
+                             settle)
+    wall, cpu = clock.total("warm_start", rl_name)
+    summary = {**summary, "seconds": wall, "cpu_seconds": cpu, "resumed": clock.resumed("warm_start", rl_name),
+               **asked}
+    with atomic_write(out / summary_name) as fh:
+        json.dump(summary, fh, indent=2)
+    _headline(console, summary, curve)
+    return summary
+
+
+def _headline(console: Console, summary: dict[str, Any], curve: Path) -> None:
+    before, after = summary["heldout_before"], summary["heldout_after"]
+    runs = " (all runs in this folder)" if summary.get("resumed") else ""
+    console.print(f"\n[bold]held-out accuracy (docs ~3x longer than training): {before:.1f}% -> {after:.1f}% "
+                  f"({after - before:+.1f} points)[/bold] in {summary['seconds']:.0f} s wall, "
+                  f"{summary['cpu_seconds']:.0f} s CPU{runs}\nreward curve: {curve}")
+
+
+def _rl(out: Path, sft_dir: Path, tok: Any, paths: dict[str, Path], held: list[Any], rl_steps: int, seed: int,
+        console: Console, scale: DemoScale, staleness: int | None, estimator: str, settle: int
+        ) -> tuple[dict[str, Any], Path]:
+    """The RL stage from the warm start: (summary without its times, reward-curve PNG)."""
     from memrl.models.resolve import load_model
     from memrl.train.tracking import plot_run
     from memrl_demo.settle import train_until_settled
 
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    sft_dir, tok, paths, held = warm_start(out, seed, console, scale)
     before = asyncio.run(accuracy(load_model(str(sft_dir), device="cpu"), tok, held))
     console.print(f"held-out accuracy after the warm start: [bold]{before:.1f}%[/bold]")
-
     cfg = rl_config(out, sft_dir, paths, rl_steps, seed, scale, staleness, estimator)
     rl_dir = Path(cfg.trainer.output_dir)
     mode = "" if staleness is None else f", asynchronous with max staleness {staleness}"
@@ -334,14 +368,7 @@ def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale
     after = asyncio.run(accuracy(trainer.policy, tok, held))
     curve = plot_run(rl_dir, keys=("reward", "eval/accuracy", "response_tokens", "grad_norm"))
     summary = {"heldout_before": before, "heldout_after": after, "lift": after - before,
-               "seconds": round(time.perf_counter() - t0, 1), "cpu_seconds": round(time.process_time() - cpu0, 1),
                "rl_steps": rl_steps + extra, "extra_rl_steps": extra, "heldout_docs": len(held),
                "warm_start_extra_rounds": _extra_rounds(sft_dir),
-               "seed": seed, "estimator": estimator, "mode": "sync" if staleness is None else "async",
-               **({} if staleness is None else {"max_staleness": staleness})}
-    with atomic_write(out / rl_stage(estimator, staleness is not None)[1]) as fh:
-        json.dump(summary, fh, indent=2)
-    console.print(f"\n[bold]held-out accuracy (docs ~3x longer than training): {before:.1f}% -> {after:.1f}% "
-                  f"({after - before:+.1f} points)[/bold] in {summary['seconds']:.0f} s wall, {summary['cpu_seconds']:.0f} s CPU"
-                  f"\nreward curve: {curve}")
-    return summary
+               "mode": "sync" if staleness is None else "async"}
+    return summary, curve

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from memrl.config.schema import WorkflowConfig
 from memrl.cli.common import counted
 from memrl.io.atomic import atomic_write
 from memrl_demo.run import DEFAULT_ESTIMATOR, DEMO_THREADS, deterministic, rl_stage
+from memrl_demo.spent import TIMES
 from memrl_demo.tools_tasks import library_files, read_plans, write_domain
 
 WORKFLOW = dict(name="tool_agent", options=dict(max_turns=5, turn_tokens=40, max_total_tokens=1024,
@@ -83,7 +83,7 @@ def run_tools_demo(out: Path, *, rl_steps: int = 60, seed: int = 0, reward: str 
         raise ValueError(f"--reward must be one of {', '.join(REWARDS)}, not {reward!r}")
     if record not in RECORDS:
         raise ValueError(f"--record must be one of {', '.join(RECORDS)}, not {record!r}")
-    record_outputs(out, (*DEMO_OUTPUTS, *rl_stage(estimator, record=record)), by="memrl demo")
+    record_outputs(out, (*DEMO_OUTPUTS, *rl_stage(estimator, record=record), TIMES), by="memrl demo")
     claim_folder(out, "tools", seed, DEMO_OUTPUTS)
     with deterministic(seed, threads):
         return _run(out, rl_steps, seed, reward, console or _console(), scale, estimator, record)
@@ -146,15 +146,47 @@ def _line(name: str, s: dict[str, Any]) -> str:
 
 def _run(out: Path, rl_steps: int, seed: int, reward: str, console: Console, scale: ToolsScale,
          estimator: str, record: str = "episode") -> dict[str, Any]:
+    from memrl_demo.spent import StageClock, finished
+
+    rl_name, summary_name = rl_stage(estimator, record=record)
+    asked = {"seed": seed, "reward": reward, "estimator": estimator, "record": record, "rl_steps": rl_steps}
+    done = finished(out / summary_name, out / rl_name, **asked)
+    if done is not None:  # re-running a finished demo shows its result; re-evaluating would only cost time
+        console.print(f"this demo already finished in {out} ({summary_name}); --fresh runs it again")
+        _headline(console, done, out / rl_name / "curves.png")
+        return done
+    clock = StageClock(out)
+    with clock.stage("warm_start"):
+        domain, train, test, tok, sft_dir = _prepare(out, seed, reward, console, scale)
+    with clock.stage(rl_name):
+        summary, curve = _rl(out, domain, tok, sft_dir, rl_steps, seed, reward, console, scale, estimator, record)
+    wall, cpu = clock.total("warm_start", rl_name)
+    summary = {"task": "tools", **asked, **summary, "seconds": wall, "cpu_seconds": cpu,
+               "resumed": clock.resumed("warm_start", rl_name), "heldout_tickets": len(test),
+               "train_tickets": len(train), "scale": asdict(scale)}
+    with atomic_write(out / summary_name) as fh:
+        json.dump(summary, fh, indent=2)
+    _headline(console, summary, curve)
+    return summary
+
+
+def _headline(console: Console, summary: dict[str, Any], curve: Path) -> None:
+    runs = " (all runs in this folder)" if summary.get("resumed") else ""
+    console.print(f"\n[bold]held-out success (tau2 reward, {summary['heldout_tickets']} test tickets never trained "
+                  f"on): {summary['heldout_before']:.1f}% -> {summary['heldout_after']:.1f}% "
+                  f"({summary['lift']:+.1f} points)[/bold] in {summary['seconds']:.0f} s wall, "
+                  f"{summary['cpu_seconds']:.0f} s CPU{runs}\nreward curve: {curve}")
+
+
+def _prepare(out: Path, seed: int, reward: str, console: Console, scale: ToolsScale
+             ) -> tuple[Any, list[Any], list[Any], Any, Path]:
+    """Stages 1-3 (tickets, tiny model, warm start), each reused when it exists: (domain, train, test,
+    tokenizer, warm-started model folder)."""
     from memrl_demo.tools_data import corpus
-    from memrl_demo.tools_eval import heldout
     from memrl_demo.tools_model import build_model
     from memrl.envs.domain import load_domain
-    from memrl.models.resolve import load_model, load_tokenizer
-    from memrl.train.tracking import plot_run
-    from memrl.train.trainer import Trainer
+    from memrl.models.resolve import load_tokenizer
 
-    t0, c0 = time.perf_counter(), time.process_time()
     data = out / "data"
     if not (data / "library" / "split_tasks.json").is_file():
         write_domain(data, seed, scale.test_per_kind, scale.train_per_kind)
@@ -170,14 +202,23 @@ def _run(out: Path, rl_steps: int, seed: int, reward: str, console: Console, sca
     tok = load_tokenizer(str(init))
     console.print(f"[bold]memrl demo --task tools[/bold]: library help desk, solo mode. Tiny model ({init}); "
                   f"{len(train)} training tickets, {len(test)} held-out test tickets; reward {reward}; seed {seed}")
+    sft_dir = _warm_start(out, init, domain, train, tok, seed, scale, console)
+    return domain, train, test, tok, sft_dir
+
+
+def _rl(out: Path, domain: Any, tok: Any, sft_dir: Path, rl_steps: int, seed: int, reward: str, console: Console,
+        scale: ToolsScale, estimator: str, record: str) -> tuple[dict[str, Any], Path]:
+    """The RL stage from the warm start: (held-out results before and after, reward-curve PNG)."""
+    from memrl_demo.tools_eval import heldout
+    from memrl.models.resolve import load_model
+    from memrl.train.tracking import plot_run
+    from memrl.train.trainer import Trainer
 
     workflow = WorkflowConfig(**WORKFLOW).opts
-    sft_dir = _warm_start(out, init, domain, train, tok, seed, scale, console)
     before = heldout(load_model(str(sft_dir), device="cpu"), tok, domain, workflow)
     console.print(_line("held-out before RL", before))
-
     cfg = rl_config(out, sft_dir, rl_steps, seed, reward, scale, estimator, record)
-    rl_dir, summary_name = Path(cfg.trainer.output_dir), rl_stage(estimator, record=record)[1]
+    rl_dir = Path(cfg.trainer.output_dir)
     what = "tau2-bench reward" if reward == "tau2" else "progress reward (fraction of checks passed, not tau2)"
     how = estimator + (", each model call its own conversation" if record == "turns" else "")
     console.print(f"RL ({how}) on {what}: {counted(rl_steps, 'step')} x {scale.prompts_per_step} tickets x "
@@ -187,15 +228,5 @@ def _run(out: Path, rl_steps: int, seed: int, reward: str, console: Console, sca
     after = heldout(trainer.policy, tok, domain, workflow)
     console.print(_line("held-out after RL ", after))
     curve = plot_run(rl_dir, keys=("reward", "tool_call_validity", "turns", "response_tokens"))
-    summary = {"task": "tools", "reward": reward, "estimator": estimator, "record": record,
-               "heldout_before": before["success"], "heldout_after": after["success"],
-               "lift": after["success"] - before["success"],
-               "before": before, "after": after, "seconds": round(time.perf_counter() - t0, 1),
-               "cpu_seconds": round(time.process_time() - c0, 1), "rl_steps": rl_steps,
-               "heldout_tickets": len(test), "train_tickets": len(train), "seed": seed, "scale": asdict(scale)}
-    with atomic_write(out / summary_name) as fh:
-        json.dump(summary, fh, indent=2)
-    console.print(f"\n[bold]held-out success (tau2 reward, {len(test)} test tickets never trained on): "
-                  f"{before['success']:.1f}% -> {after['success']:.1f}% ({summary['lift']:+.1f} points)[/bold] "
-                  f"in {summary['seconds']:.0f} s wall, {summary['cpu_seconds']:.0f} s CPU\nreward curve: {curve}")
-    return summary
+    return {"heldout_before": before["success"], "heldout_after": after["success"],
+            "lift": after["success"] - before["success"], "before": before, "after": after}, curve

@@ -62,6 +62,19 @@ def test_train_flags_are_answered_with_the_override(tmp_path, args, hint):
         f"error: memrl train has no {flag} option: settings are key=value overrides after the config, {hint}"]
 
 
+@pytest.mark.parametrize("typo", ["--alow-changes", "--allow-change", "--allow_changes"])
+def test_a_typo_of_trains_own_option_is_suggested(tmp_path, typo):
+    from typer.testing import CliRunner
+
+    from memrl.cli.main import app
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("trainer: {total_steps: 1}\n")
+    r = CliRunner().invoke(app, ["train", str(cfg), typo, "trainer.lr"])
+    assert r.exit_code == 2 and r.output.strip().splitlines() == [
+        f"error: memrl train has no {typo} option; did you mean --allow-changes? (memrl train --help)"]
+
+
 def test_counts_read_in_the_right_number():
     from memrl.cli.common import counted
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from memrl.data import read_samples
+from memrl.data import DataError, read_samples
 from memrl.data.ruler import MEMAGENT_TASKS, TASKS, LengthError, generate, parse_file_name, parse_lengths, parse_tasks
 from memrl.data.ruler_base import RulerSources
 from memrl.data.ruler_metric import prediction_text, score, string_match_all, string_match_part
@@ -241,6 +241,23 @@ def test_essay_file_haystack_reads_the_users_prose_in_order(counter, tmp_path):
     (tmp_path / "short.txt").write_text("Too short.")
     with pytest.raises(ValueError, match="only 1 sentences"):
         load_essay_sentences(tmp_path / "short.txt")
+
+
+def test_a_broken_essay_file_names_its_line_or_byte(tmp_path):
+    from memrl.data.ruler_text import load_essay_sentences
+
+    rows = [json.dumps({"text": f"Sentence {i} of the essay."}) for i in range(20)]
+    good = tmp_path / "essays.jsonl"
+    good.write_text("\n".join(rows) + "\n")
+    assert len(load_essay_sentences(good)) == 20
+    bad = tmp_path / "cut.jsonl"
+    bad.write_text("\n".join(rows[:7] + [rows[7][:-3]] + rows[8:]))
+    with pytest.raises(DataError, match=r"cut.jsonl:8: not valid JSON \(neither one JSON document nor JSON lines\)"):
+        load_essay_sentences(bad)
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(b"Caf\xe9 society. " * 20)
+    with pytest.raises(DataError, match=r"latin.txt: not UTF-8 text \(byte 0xe9 at offset 3\)"):
+        load_essay_sentences(latin)
 
 
 def test_later_samples_start_from_the_previous_size(counter):

@@ -92,6 +92,31 @@ def test_a_bad_optional_field_names_its_file_row_and_field(tmp_path, extra, fiel
     assert str(err.value).startswith(f"{path}:2:{field}: expected ")
 
 
+@pytest.mark.parametrize("answers, message", [
+    ([12], "5:answers[0]: expected a string, got int 12"),
+    (["Paris", None], "5:answers[1]: expected a string, got null"),
+    ([], "5:answers: empty list: a row needs at least one gold answer"),
+    ({"a": 1}, "5:answers: expected a non-empty list of strings, got dict"),
+])
+def test_bad_gold_answers_name_the_element_to_fix(tmp_path, answers, message):
+    """Numeric golds are common in converted datasets: the error says which element, not just "got list"."""
+    rows = [{"context": "Document 1: x", "input": "q?", "answers": ["x"]} for _ in range(6)]
+    rows[4]["answers"] = answers
+    path = tmp_path / "eval.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError) as err:
+        list(read_samples(path))
+    assert str(err.value) == f"{path}:{message}"
+    hot = [make_example(i) for i in range(5)]
+    del hot[4]["answer"]
+    hot[4]["answers"] = answers
+    src = tmp_path / "hot.json"
+    src.write_text(json.dumps(hot))
+    with pytest.raises(DataError) as err:
+        list(read_hotpotqa(src))
+    assert str(err.value) == f"{src}:{message}"
+
+
 def test_optional_fields_in_their_usual_spellings_are_read(tmp_path):
     rows = [{"context": "Document 1: x", "input": "q?", "answers": ["x"], **extra}
             for extra in ({"index": None}, {"index": 7.0, "num_docs": "3"}, {"gold_docs": None})]

@@ -39,10 +39,14 @@ def test_tools_demo_small(tmp_path, reward, small_tools_demo):
     episodes = [json.loads(line) for f in sorted((out / "rl/rollouts").glob("*.jsonl"))
                 for line in f.read_text().splitlines() if line.strip()]
     assert episodes and all("tau2_reward" in e["metrics"] for e in episodes)  # the trained-on reward may differ
-    # finished stages are kept: a second call rebuilds nothing before RL
+    # a finished demo re-run shows its stored result; with the summary gone (as after a Ctrl-C before it was
+    # written) the RL stage resumes, rebuilds nothing before RL, and its time adds to the earlier run's
     stamp = (out / "sft_model/config.json").stat().st_mtime_ns
-    run_tools_demo(out, rl_steps=2, seed=0, reward=reward, scale=SMALL)
+    assert run_tools_demo(out, rl_steps=2, seed=0, reward=reward, scale=SMALL) == summary
+    (out / "summary.json").unlink()
+    resumed = run_tools_demo(out, rl_steps=2, seed=0, reward=reward, scale=SMALL)
     assert (out / "sft_model/config.json").stat().st_mtime_ns == stamp
+    assert resumed["resumed"] and resumed["seconds"] > summary["seconds"] and resumed["lift"] == summary["lift"]
 
 
 def test_a_held_out_eval_without_a_tool_call_has_no_validity():

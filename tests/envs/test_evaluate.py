@@ -78,6 +78,31 @@ def test_read_tasks_points_at_the_bad_record(tmp_path):
         read_tasks(p)
 
 
+def _mock_folder(root):
+    folder = root / "mock"
+    folder.mkdir()
+    (folder / "db.json").write_text(json.dumps({"tasks": {}, "users": {}}))
+    (folder / "policy.md").write_text("p")
+    (folder / "tasks.json").write_text(json.dumps([{"id": "a", "ticket": "t"}]))
+    (folder / "split_tasks.json").write_text(json.dumps({"base": ["a"]}))
+    return folder
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("policy.md", b"caf\xe9", r"policy.md: not UTF-8 text \(byte 0xe9 at offset 3\)"),
+    ("db.json", b'{"users": {"\xff": 1}}', r"db.json: not UTF-8 text \(byte 0xff at offset 12\)"),
+    ("tasks.json", b'[{"id": "a", "ticket": "caf\xe9"}]', r"tasks.json: not UTF-8 text \(byte 0xe9"),
+    ("split_tasks.json", b'{"base": ["a"],}', r"split_tasks.json: not valid JSON \(Expecting property name"),
+])
+def test_a_bad_byte_or_comma_in_any_domain_file_names_that_file(tmp_path, name, content, message):
+    """A domain is a dozen files: the error says which one (not a bare UnicodeDecodeError traceback)."""
+    folder = _mock_folder(tmp_path)
+    assert [t.id for t in load_domain("mock", tmp_path).tasks] == ["a"]  # the folder is good before the edit
+    (folder / name).write_bytes(content)
+    with pytest.raises(DataError, match=message):
+        load_domain("mock", tmp_path)
+
+
 def test_unknown_domain_and_missing_data_dir_are_clear(tmp_path):
     with pytest.raises(ValueError, match="no tools for domain 'hotel'"):
         load_domain("hotel", tmp_path)

@@ -41,6 +41,14 @@ def test_a_bad_token_id_names_its_line_and_field(tmp_path, bad, why):
     assert str(err.value).startswith(f"{path}:2:conversations[1].token_ids[2]: {why}")
 
 
+def test_a_line_that_is_not_utf8_names_its_line(tmp_path):
+    path = write(tmp_path, record([5, 6, 7]), record([5, 6, 7]))
+    lines = path.read_bytes().split(b"\n")
+    path.write_bytes(b"\n".join([lines[0], lines[1].replace(b'"s"', b'"\xe9"')] + lines[2:]))
+    with pytest.raises(DataError, match=r"t.jsonl:2: not UTF-8 text \(byte 0xe9 at offset \d+ of this line\)"):
+        read_trajectories(path)
+
+
 def test_ids_at_the_limits_are_read_and_the_vocabulary_bounds_them_when_given(tmp_path):
     path = write(tmp_path, record([0, 2**31 - 1]))
     assert read_trajectories(path)[0].conversations[1].token_ids.tolist() == [0, 2**31 - 1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import sys
 from pathlib import Path
@@ -76,6 +77,9 @@ def train_cmd(
                f"{cfg.trainer.output_dir}/metrics.jsonl" + (f", rollouts in {rollouts}" if rollouts.is_dir() else ""))
 
 
+OWN_FLAGS = ("--allow-changes", "--help")  # the options train_cmd declares
+
+
 def _refuse_flags(config: Optional[Path], overrides: Optional[list[str]]) -> None:
     """``memrl train cfg.yaml --lr 1e-6`` (the command lets unknown options through to here): click answered
     "No such option: --lr (Possible options: --help)"; settings are overrides, so name the one meant."""
@@ -86,6 +90,9 @@ def _refuse_flags(config: Optional[Path], overrides: Optional[list[str]]) -> Non
         if not arg.startswith("-") or arg == "-":
             continue
         flag, _, value = arg.partition("=")
+        near = difflib.get_close_matches(flag, OWN_FLAGS, n=1, cutoff=0.75)
+        if near:  # a typo of the command's own option, not a setting
+            raise ValueError(f"memrl train has no {flag} option; did you mean {near[0]}? (memrl train --help)")
         after = args[i + 1] if i + 1 < len(args) else ""
         value = value or (after if after and not after.startswith("-") and "=" not in after else "")
         key = key_for(flag.lstrip("-").replace("-", "_"))

@@ -28,3 +28,16 @@ def check_golds(answers: list[str], file: str | Path, row: int, name: str, index
             raise DataError(file, row, where, f"empty gold answer {answer!r}{why}: it would match every "
                             "prediction; fix or drop this row")
     return answers
+
+
+def string_list(value: object, file: str | Path, row: int, name: str) -> list[str]:
+    """A non-empty JSON list of strings; else the error names the element to fix (``answers[0]``: a number,
+    common in converted datasets) or says the list is empty."""
+    if not isinstance(value, list):
+        raise DataError(file, row, name, f"expected a non-empty list of strings, got {type_name(value)}")
+    if not value:
+        raise DataError(file, row, name, "empty list: a row needs at least one gold answer")
+    for j, item in enumerate(value):
+        if not isinstance(item, str):
+            raise DataError(file, row, f"{name}[{j}]", "expected a string, got " + ("null" if item is None else f"{type_name(item)} {item!r}"))
+    return list(value)

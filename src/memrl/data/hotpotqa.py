@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memrl.data.errors import DataError, check_golds, type_name
+from memrl.data.errors import DataError, check_golds, string_list, type_name
 from memrl.data.records import iter_records
 
 
@@ -65,9 +65,7 @@ def _answers(rec: dict[str, Any], file: Path, row: int, any_gold: bool = False) 
             raise DataError(file, row, "answer", f"expected a string, got {type_name(answer)}")
         return [answer] if any_gold else list(check_golds([answer], file, row, "answer", indexed=False))
     if "answers" in rec:
-        answers = rec["answers"]
-        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
-            raise DataError(file, row, "answers", "expected a non-empty list of strings")
+        answers = string_list(rec["answers"], file, row, "answers")
         if not any_gold:
             check_golds(answers, file, row, "answers", indexed=True)
         return list(answers)

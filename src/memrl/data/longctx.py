@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from memrl.io.atomic import atomic_path, atomic_write
-from memrl.data.errors import DataError, check_golds, type_name
+from memrl.data.errors import DataError, check_golds, string_list, type_name
 from memrl.data.records import iter_records
 
 Schema = Literal["eval", "train"]
@@ -111,9 +111,8 @@ def sample_header(sample: LongContextSample, schema: Schema) -> dict[str, Any]:
 def _answers(value: Any, file: Path, row: int, name: str) -> list[str]:
     if isinstance(value, str):
         return check_golds([value], file, row, name, indexed=False)
-    if isinstance(value, (list, tuple)) and value and all(isinstance(a, str) for a in value):
-        return check_golds(list(value), file, row, name, indexed=True)
-    raise DataError(file, row, name, f"expected a non-empty list of strings, got {type_name(value)}")
+    values = list(value) if isinstance(value, tuple) else value
+    return check_golds(string_list(values, file, row, name), file, row, name, indexed=True)
 
 
 def _int(value: Any, default: int, file: Path, row: int, name: str) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.data.errors import DataError
+from memrl.io.errors import not_utf8 as _not_utf8
 
 
 def detect_format(path: str | Path) -> str:
@@ -32,12 +33,6 @@ def _check_file(p: Path) -> None:
         raise DataError(p, None, None, "is a folder, expected a file (JSON, JSONL or parquet)")
     if not p.is_file():
         raise DataError(p, None, None, "file not found" if not p.exists() else "not a regular file")
-
-
-def _not_utf8(p: Path, exc: UnicodeDecodeError, row: int | None = None) -> DataError:
-    byte = exc.object[exc.start:exc.start + 1].hex()
-    return DataError(p, row, None, f"not UTF-8 text (byte 0x{byte} at offset {exc.start}"
-                     + (" of this line" if row is not None else "") + "); convert the file to UTF-8")
 
 
 def iter_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:

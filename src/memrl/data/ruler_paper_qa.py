@@ -13,12 +13,11 @@ an estimate from 1000 documents, then steps); filler documents are drawn from th
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from memrl.data.ruler_paper_run import PaperLengthError, PaperRecord, PaperRun, binary_search, retry_shrinking
+from memrl.io.text_files import read_json_or_lines
 
 
 @dataclass(frozen=True)
@@ -30,11 +29,7 @@ class PaperQA:
 
 
 def _load_json(path: str) -> Any:
-    raw = Path(path).read_text(encoding="utf-8")
-    try:
-        return json.loads(raw)
-    except ValueError:  # JSONL, as memrl's own HotpotQA files may be
-        return [json.loads(line) for line in raw.splitlines() if line.strip()]
+    return read_json_or_lines(path)  # JSONL too, as memrl's own HotpotQA files may be
 
 
 @functools.lru_cache(maxsize=4)

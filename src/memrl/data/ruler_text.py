@@ -12,12 +12,13 @@ Every function takes a ``random.Random``: the same seed gives the same text.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import string
 import uuid
 from pathlib import Path
+
+from memrl.io.text_files import read_json_or_lines, read_text
 
 ADJECTIVES = tuple("""
 able absent acidic active agile alert amber ample ancient angry arctic arid ashen awake bald bare basic bitter
@@ -141,14 +142,13 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 def load_essay_sentences(path: str | Path) -> list[str]:
     """Sentences of a prose file: plain text, or JSONL/JSON records with a ``text`` field."""
     p = Path(path)
-    raw = p.read_text(encoding="utf-8")
     texts: list[str] = []
     if p.suffix in (".jsonl", ".json"):
-        rows = json.loads(raw) if p.suffix == ".json" else [json.loads(ln) for ln in raw.splitlines() if ln.strip()]
+        rows = read_json_or_lines(p)
         rows = rows if isinstance(rows, list) else [rows]
         texts = [r["text"] for r in rows if isinstance(r, dict) and isinstance(r.get("text"), str)]
     else:
-        texts = [raw]
+        texts = [read_text(p)]
     sentences = [s.strip() for t in texts for s in _SENTENCE_END.split(" ".join(t.split())) if s.strip()]
     if len(sentences) < 10:
         raise ValueError(f"--essay {p}: found only {len(sentences)} sentences; pass a longer prose file")

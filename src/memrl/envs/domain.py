@@ -36,6 +36,7 @@ from memrl.envs.environment import Environment
 from memrl.envs.task_checks import check_tasks
 from memrl.envs.tasks import Task, read_tasks
 from memrl.envs.toolkit import Toolkit
+from memrl.io.text_files import read_json, read_text
 
 OTHER_TASK_FILES = ("tasks_small.json", "tasks_full.json")
 DOMAIN_METHODS = ("new_env", "get_tasks")
@@ -66,14 +67,11 @@ def _read_db(path: Path, toolkit: type[Toolkit] | None = None) -> str:
         else:  # pragma: no cover
             import tomli as tomllib
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(read_text(path))
         except tomllib.TOMLDecodeError as err:
             raise DataError(path, None, None, f"not valid TOML ({err})") from None
     else:
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise DataError(path, None, None, f"not valid JSON ({err})") from None
+        data = read_json(path)
     if toolkit is not None:
         data = toolkit.normalize_db(data)
     return json.dumps(data)
@@ -219,11 +217,11 @@ def _from_folder(spec: ToolDomain, folder: Path, toolkit: type[Toolkit], user_to
     user_db = _first(folder, ("user_db.json", "user_db.toml"))
     solo = _first(folder, ("policy_solo.md", "main_policy_solo.md"))
     split_file = folder / "split_tasks.json"
-    splits: dict[str, Any] = json.loads(split_file.read_text()) if split_file.is_file() else {}
+    splits: dict[str, Any] = read_json(split_file) if split_file.is_file() else {}
     compose = getattr(toolkit, "compose_policy", None)  # a policy built from several files (telecom)
     opts = spec.policy_options
-    policy = compose(folder, solo=False, **opts) if compose else policy_file.read_text()
-    solo_policy = compose(folder, solo=True, **opts) if compose else (solo.read_text() if solo else None)
+    policy = compose(folder, solo=False, **opts) if compose else read_text(policy_file)
+    solo_policy = compose(folder, solo=True, **opts) if compose else (read_text(solo) if solo else None)
     tasks = read_tasks(tasks_file)
     check_tasks(tasks_file, tasks, toolkit, user_toolkit)
     return Domain(name=spec.name, policy=policy, tasks=tasks,

@@ -8,13 +8,13 @@ so newer task files still load. Defaults match the benchmark: a task without a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memrl.data.errors import DataError
+from memrl.io.text_files import read_json
 
 RewardType = Literal["DB", "ENV_ASSERTION", "ACTION", "COMMUNICATE", "NL_ASSERTION"]
 
@@ -114,10 +114,7 @@ class Task(_Model):
 def read_tasks(path: str | Path) -> list[Task]:
     """Tasks from a τ²-bench ``tasks.json``; a bad record fails with ``file:row:field``."""
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise DataError(path, None, None, f"not valid JSON ({err})") from None
+    raw = read_json(path)
     if not isinstance(raw, list):
         raise DataError(path, None, None, "expected a JSON list of tasks")
     tasks = []

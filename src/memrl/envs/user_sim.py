@@ -18,12 +18,12 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 from memrl.engines.base import Engine, SamplingParams
 from memrl.envs.messages import USER_GAVE_UP, Message, ToolCall, rounds
 from memrl.envs.tasks import Task
+from memrl.io.text_files import read_text
 
 STOP_MARKERS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
 AGENT_OPENING = "Hi! How can I help you today?"  # the agent's first message in τ²-bench's orchestrator
@@ -68,7 +68,7 @@ def ends_conversation(text: str) -> str | None:
 
 def read_user_prompt(path: str | None) -> str | None:
     """The text of a user prompt file (``env.user.prompt``), which must hold the ``{scenario}`` slot."""
-    text = Path(path).read_text() if path else None
+    text = read_text(path) if path else None
     if text is not None and "{scenario}" not in text:
         raise ValueError(f"{path}: a user prompt must contain the {{scenario}} slot")
     return text

@@ -23,3 +23,12 @@ class DataError(ValueError):
         if field:
             where += f":{field}"
         super().__init__(f"{where}: {message}")
+
+
+def not_utf8(file: str | Path, exc: UnicodeDecodeError, row: int | None = None) -> DataError:
+    """The error for bytes that are not UTF-8, naming the byte and where (a bare ``UnicodeDecodeError``
+    does not say which of several inputs was wrong)."""
+    byte = exc.object[exc.start:exc.start + 1].hex()
+    return DataError(file, row, None, f"not UTF-8 text (byte 0x{byte} at offset {exc.start}"
+                     + (" of this line" if row is not None else "") + "); convert the file to UTF-8")
+

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memrl.io.errors import DataError
+from memrl.io.errors import DataError, not_utf8
 from memrl.io.record_check import record_problem
 from memrl.types import Trajectory
 
@@ -60,8 +60,12 @@ def read_trajectories(path: str | Path, vocab_size: int | None = None) -> list[T
             raise FileNotFoundError(f"{path}: no *.jsonl rollout files (a run writes them to RUN/rollouts/)")
         return [t for f in files for t in read_trajectories(f, vocab_size)]
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for row, line in enumerate(fh, start=1):
+    with open(path, "rb") as fh:  # bytes: a bad byte is reported with its line number
+        for row, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise not_utf8(path, exc, row) from None
             if not line.strip():
                 continue
             try:

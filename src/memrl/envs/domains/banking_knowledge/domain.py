@@ -34,6 +34,7 @@ from pydantic import ValidationError
 
 from memrl.io.urls import no_credentials
 from memrl.data.errors import DataError
+from memrl.io.text_files import read_json
 from memrl.envs.domain import Domain, _locate
 from memrl.envs.domains.banking_knowledge import records
 from memrl.envs.domains.banking_knowledge.embed import api_embedder
@@ -98,8 +99,8 @@ def _tasks(folder: Path) -> list[Task]:
     tasks = []
     for path in files:
         try:
-            tasks.append(Task.model_validate(json.loads(path.read_text())))
-        except (json.JSONDecodeError, ValidationError) as err:
+            tasks.append(Task.model_validate(read_json(path)))
+        except ValidationError as err:
             raise DataError(path, None, None, f"not a task ({' '.join(str(err).split())[:200]})") from None
     return tasks
 
@@ -192,13 +193,15 @@ def banking_knowledge_domain(data_dir: str | Path | None = None,
         check_sandbox()  # before anything else: a host that cannot sandbox fails at the start, not per call
     kb, grep, dense = _retrievers(variant, docs, opts, folder)
     try:
-        db = records.normalize_db(json.loads((folder / "db.json").read_text()))
-    except (OSError, json.JSONDecodeError, ValueError) as err:
+        db = records.normalize_db(read_json(folder / "db.json"))
+    except DataError:
+        raise
+    except (OSError, ValueError) as err:
         raise DataError(folder / "db.json", None, None, str(err)) from None
     split_file = folder / "split_tasks.json"
     return BankingKnowledgeDomain(
         name=NAME, policy=build_policy(variant, folder / "prompts", docs), tasks=_tasks(folder),
         db_text=json.dumps(db), toolkit=agent_class(variant), user_toolkit=KnowledgeUserTools,
-        splits=json.loads(split_file.read_text()) if split_file.is_file() else {}, folder=folder,
+        splits=read_json(split_file) if split_file.is_file() else {}, folder=folder,
         tool_options=opts, variant=variant, documents=docs, kb_retriever=kb, grep_retriever=grep,
         dense_retriever=dense)

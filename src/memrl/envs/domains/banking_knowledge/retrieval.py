@@ -22,7 +22,6 @@ returns); order only decides ties and the layout of the full-KB prompt.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from memrl.io.text_files import read_json
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,9 @@ def load_documents(folder: Path) -> list[Document]:
     docs = []
     for path in sorted(folder.glob("*.json")):
         try:
-            raw = json.loads(path.read_text())
+            raw = read_json(path)
             docs.append(Document(str(raw["id"]), str(raw["title"]), str(raw["content"])))
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
+        except (KeyError, TypeError) as err:
             raise ValueError(f"{path}: not a knowledge-base document with id, title and content ({err})") from None
     if not docs:
         raise FileNotFoundError(f"{folder}: no knowledge-base documents (*.json)")

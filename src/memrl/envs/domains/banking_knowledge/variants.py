@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memrl.envs.domains.banking_knowledge.retrieval import Document
+from memrl.io.text_files import read_text
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def _components(text: str, prompts: Path) -> str:
         path = prompts / "components" / f"{m.group(1)}.md"
         if not path.is_file():
             raise FileNotFoundError(f"prompt component not found: {path}")
-        return path.read_text()
+        return read_text(path)
 
     return re.sub(r"\{\{component:(\w+)\}\}", fill, text)
 
@@ -90,7 +91,7 @@ def build_policy(variant: Variant, prompts: Path, docs: list[Document], required
     path = prompts / variant.template
     if not path.is_file():
         raise FileNotFoundError(f"prompt template not found: {path}")
-    text = _components(path.read_text(), prompts)
+    text = _components(read_text(path), prompts)
     if variant.prompt == "full_kb":
         text = text.replace("{{full_knowledge_base}}", _as_markdown(docs))
     elif variant.prompt == "golden":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from memrl.io.text_files import read_text
+
 
 def compose_policy(folder: str | Path, solo: bool = False, workflow: bool = False) -> str:
     """The agent's policy: the main policy and the tech-support guide, each in its own tag.
@@ -21,5 +23,5 @@ def compose_policy(folder: str | Path, solo: bool = False, workflow: bool = Fals
     for path in (main, guide):
         if not path.is_file():
             raise FileNotFoundError(f"telecom policy file missing: {path}")
-    return (f"<main_policy>\n{main.read_text()}\n</main_policy>\n"
-            f"<tech_support_policy>\n{guide.read_text()}\n</tech_support_policy>")
+    return (f"<main_policy>\n{read_text(main)}\n</main_policy>\n"
+            f"<tech_support_policy>\n{read_text(guide)}\n</tech_support_policy>")
