@@ -29,7 +29,6 @@ import json
 import random
 import re
 import statistics
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from memrl.config.schema import WorkflowConfig
 from memrl.data import write_samples
 from memrl.cli.common import counted
 from memrl.io.atomic import atomic_write
+from memrl.io.console import log_console
 from memrl_demo.needle import make_split, tokenizer_corpus
 from memrl_demo.spent import TIMES
 from memrl_demo.teacher import TeacherEngine
@@ -209,7 +209,7 @@ def run_demo(out: Path, *, rl_steps: int | None = None, seed: int = 0, console: 
     record_outputs(out, (*DEMO_OUTPUTS, *stage, TIMES), by="memrl demo", legacy=LEGACY_DEMO)  # an older demo resumes
     claim_folder(out, "needle", seed, DEMO_OUTPUTS)
     with deterministic(seed, threads):
-        return _run(out, rl_steps, seed, console or Console(stderr=True, width=None if sys.stderr.isatty() else 160),
+        return _run(out, rl_steps, seed, console or log_console(),
                     scale, max_staleness if asynchronous else None, estimator, settle)
 
 

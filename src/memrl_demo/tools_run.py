@@ -19,7 +19,6 @@ given machine.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from memrl.config import MemRLConfig
 from memrl.config.schema import WorkflowConfig
 from memrl.cli.common import counted
 from memrl.io.atomic import atomic_write
+from memrl.io.console import log_console
 from memrl_demo.run import DEFAULT_ESTIMATOR, DEMO_THREADS, deterministic, rl_stage
 from memrl_demo.spent import TIMES
 from memrl_demo.tools_tasks import library_files, read_plans, write_domain
@@ -62,7 +62,7 @@ class ToolsScale:
 
 
 def _console() -> Console:
-    return Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    return log_console()
 
 
 def run_tools_demo(out: Path, *, rl_steps: int = 60, seed: int = 0, reward: str = "tau2",

@@ -47,6 +47,25 @@ def test_code_that_stops_itself_fails_its_episode_only(tmp_path, exc, name):
     assert all(f.read_text().count("Traceback (most recent call last)") == 1 for f in files)
 
 
+def test_a_restart_keeps_its_own_tracebacks_beside_a_full_folder(tmp_path, monkeypatch):
+    """A run that failed before (the folder at the cap) and fails again still shows this attempt's tracebacks."""
+    monkeypatch.setattr("memrl.train.rollout.MAX_FAILURE_FILES", 10)
+    old = tmp_path / "run" / "failures"
+    old.mkdir(parents=True)
+    for i in range(10):
+        (old / f"old{i}.txt").write_text("an earlier attempt")
+    printed, _ = run_failing(tmp_path, RuntimeError("still broken"))
+    new = [f for f in old.iterdir() if f.name.startswith("step")]
+    assert len(new) == 8 and all("still broken" in f.read_text() for f in new)
+    assert "(traceback: " in printed
+
+
+def test_tracebacks_stop_at_the_cap_within_one_invocation(tmp_path, monkeypatch):
+    monkeypatch.setattr("memrl.train.rollout.MAX_FAILURE_FILES", 3)
+    run_failing(tmp_path, RuntimeError("broken"))
+    assert len(list((tmp_path / "run" / "failures").iterdir())) == 3
+
+
 class Sleeps:
     """A workflow whose episodes hang (an agent waiting on a tool that never answers)."""
 

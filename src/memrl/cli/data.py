@@ -18,6 +18,7 @@ from memrl.io.atomic import atomic_write
 from memrl.data.distance import ORDERS
 from memrl.data.outdir import check_writable_dir, record_outputs
 from memrl.data.synth import FileReport, parse_token_budget, plan_synthesis
+from memrl.io.console import log_console
 
 app = typer.Typer(help="Prepare data: long-context QA from HotpotQA-style questions, RULER samples, "
                        "MemAgent's no-context filter, the papers' client prompts.",
@@ -201,7 +202,7 @@ def synth(
         _refuse_memrl_only(protocol, fmt, allow_repeats, question_distractors, evidence_order)
         opts.update(memagent_repo=memagent_repo, rememr1_repo=rememr1_repo, indices=indices, follows=follows)
     check_writable_dir(out)  # before reading a large input, not after
-    console = Console(stderr=True)
+    console = log_console()
     if protocol == "memrl":
         opts.update(allow_repeats=allow_repeats, include_question_distractors=question_distractors, fmt=fmt,
                     evidence_order=evidence_order)

@@ -33,6 +33,7 @@ from rich.console import Console
 from memrl import interrupts
 from memrl.cli.data_filter_log import AskedLog
 from memrl.cli.errors import user_errors
+from memrl.io.console import log_console
 
 CLOSED_BOOK_PROMPT = (
     "Answer the question from what you know.\n\n"
@@ -349,7 +350,7 @@ def filter_cmd(
     _check_options(input, out, metric or DEFAULTS[protocol][4], asking.tries, asking.max_new_tokens, concurrency)
     if max_kept is not None and max_kept < 1:
         raise ValueError(f"--max-kept must be >= 1, got {max_kept}")
-    console = Console(stderr=True)
+    console = log_console()
     models = [model] + ([instruct_model] if instruct_model else [])
     if protocol == "memagent" and not instruct_model:
         console.print("note: MemAgent asks a base and an instruct model; only --model was given, so only it is "

@@ -17,6 +17,7 @@ from memrl.cli.data_ruler_resume import PROGRESS, RulerProgress, RunSettings
 from memrl.cli.errors import user_errors
 from memrl.io.atomic import atomic_write
 from memrl.data.outdir import check_writable_dir, record_outputs
+from memrl.io.console import log_console
 
 REPORT = "ruler_report.json"
 
@@ -202,7 +203,7 @@ def ruler(
 
     samples = _check_options(protocol, samples, chunks, pool)
     target_lengths = parse_lengths(lengths)
-    console = Console(stderr=True)
+    console = log_console()
     paper = protocol != "memrl"
     names = _paper_tasks(protocol, tasks, squad, hotpotqa, console) if paper else \
         _task_names(tasks, squad, hotpotqa, console)

@@ -13,6 +13,7 @@ from memrl.cli.common import given_keys, quiet_hub_progress, resolve_config
 from memrl.cli.data import parse_docs
 from memrl.cli.eval_common import out_lock, prepare_out, run_with_progress
 from memrl.cli.errors import user_errors
+from memrl.io.console import log_console
 
 
 @user_errors
@@ -118,7 +119,7 @@ def eval_cmd(
         raise ValueError(f"{flag} applies to a folder of eval files (eval_<N>.json, RULER's); --data {data} is one "
                          f"file of samples, evaluated whole: leave {flag} out (--max-samples K takes the first K)")
     quiet_hub_progress()
-    console = Console(stderr=True)
+    console = log_console()
     if cfg.eval.repeats > 1 and cfg.sampling.temperature == 0:
         console.print(f"[yellow]warning: eval.repeats={cfg.eval.repeats} with greedy decoding gives the same "
                       "answer every time; set --temperature[/yellow]", highlight=False)

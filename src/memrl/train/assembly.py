@@ -10,7 +10,6 @@ comes last, at the step the run resumes from.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -181,9 +180,9 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
     dist = DistContext.from_env(cfg.cluster.backend, group_of_one=cfg.cluster.strategy == "fsdp",
                                 timeout_s=cfg.cluster.collective_timeout_s)
     run_dir = Path(cfg.trainer.output_dir)
-    from rich.console import Console
+    from memrl.io.console import log_console
 
-    console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    console = console or log_console()
     warn = (lambda msg: print_warning(console, msg))  # noqa: E731 (messages carry user text: never markup)
     # rank 0 chooses the checkpoint before any model loads; the others use the same one
     found = dist.broadcast(state.choose_checkpoint(cfg, run_dir, warn) if dist.main else None)

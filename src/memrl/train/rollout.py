@@ -30,7 +30,7 @@ from memrl.workflows.registry import as_workflow
 
 T = TypeVar("T")
 
-MAX_FAILURE_FILES = 200  # tracebacks kept per run: enough to debug, bounded if every episode fails
+MAX_FAILURE_FILES = 200  # tracebacks kept per invocation: enough to debug, bounded if every episode fails
 
 
 class EpisodeStopped(RuntimeError):
@@ -137,6 +137,7 @@ class RolloutRunner:
         self.engine: Engine | None = None
         self.tally = RolloutTally()
         self.failed_episodes = 0
+        self.traceback_files = 0  # written by this invocation: a restart's failures are not hidden by the last one's
         self.pending: list[int] = []  # drawn by an earlier (asynchronous) run and not trained on: first in line
         self.producer: dict[str, Any] | None = None  # that run's producer state (AsyncRollout.producer_state)
         self.progress: Callable[[str], None] = _silent  # the tracker's phase line: what the rollout has done so far
@@ -184,16 +185,21 @@ class RolloutRunner:
             return None
 
     def _keep_traceback(self, step: int, idx: int, k: int, exc: BaseException) -> str:
-        """The whole traceback in RUN/failures/ (the first MAX_FAILURE_FILES of a run), for the warning to name."""
+        """The whole traceback in RUN/failures/ (the first MAX_FAILURE_FILES of this invocation), for the warning to name.
+
+        Counted per invocation, not by the folder: a restarted run that fails again (a fixed workflow that
+        still breaks) must show its own tracebacks, not be silenced by the 200 the last attempt left there;
+        a step redone after a restart overwrites the earlier attempt's file of the same name."""
+        if self.traceback_files >= MAX_FAILURE_FILES:
+            return ""
         folder = Path(self.cfg.trainer.output_dir) / "failures"
         try:
-            if folder.is_dir() and sum(1 for _ in folder.iterdir()) >= MAX_FAILURE_FILES:
-                return ""
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"step{step:06d}-sample{idx}-{k}.txt"
             path.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
         except OSError:
             return ""
+        self.traceback_files += 1
         return f" (traceback: {path})"
 
     async def episodes(self, indices: list[int], step: int, round_: int) -> list[Trajectory]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from memrl.io.atomic import atomic_write
+from memrl.io.console import log_console
 from memrl.io.metrics import numeric_keys, read_metrics, read_rows
 
 CONSOLE_KEYS = [("reward", "reward", "{:.3f}"), ("acc", "eval/accuracy", "{:.1f}"), ("conv", "num_conversations", "{:.1f}"),
@@ -39,7 +39,7 @@ class Tracker:
                  config: dict[str, Any] | None = None, console: Console | None = None,
                  total_steps: int | None = None, heartbeat_s: float = HEARTBEAT_S) -> None:
         self.path = run_dir / "metrics.jsonl"
-        self.console = console or Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+        self.console = console or log_console()
         self.total_steps = total_steps
         self.heartbeat_s = heartbeat_s
         self._since = self._beat = time.monotonic()  # the last step line, the last heartbeat line
