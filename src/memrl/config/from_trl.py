@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from memrl.config.aliases import note_for
+from memrl.config.field_typos import trl_typo
 from memrl.config.from_verl import _valid
 from memrl.config.trl_batches import batches_rule
 from memrl.config.trl_model import differences_rule, dtype_rule, grad_clip_rule, peft_rule, vllm_rule
@@ -280,7 +281,7 @@ def why_skipped(key: str) -> str:
         return "run bookkeeping memrl does its own way (trainer.*, memrl view)"
     if any(key.startswith(p) for p in TASK):
         return "the task (data, reward functions, budgets) is a memrl workflow's: workflow.* and data.train_file"
-    return "no memrl counterpart"
+    return trl_typo(key) or "no memrl counterpart"
 
 
 RULES = (_loss, _clip, _kl, _advantages, batches_rule, _schedule, vllm_rule, peft_rule, dtype_rule, grad_clip_rule,

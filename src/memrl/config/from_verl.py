@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from memrl.config.field_typos import verl_typo
 from memrl.config.fork_rules import dapo_rule, gigpo_rule, memory_agent_rule, precision_rule
 from memrl.config.verl_script import (A, M, R, Translation, overrides_of, render_yaml,  # noqa: F401 (re-exported)
                                       scalar)
@@ -365,4 +366,4 @@ def why_skipped(key: str, value: Any = None) -> str:
         return "memrl counts steps: set trainer.total_steps (epochs x training prompts / data.train_batch_size)"
     if key.startswith(("data.", "reward_model.", "custom_reward_function.", "env.")):
         return "the task (data layout, reward, environment) is a memrl workflow's: workflow.* and data.train_file"
-    return "no memrl counterpart"
+    return verl_typo(key, VERL_DEFAULTS) or "no memrl counterpart"
