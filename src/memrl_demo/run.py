@@ -316,15 +316,13 @@ def _extra_rounds(sft_dir: Path) -> int:
 def _run(out: Path, rl_steps: int, seed: int, console: Console, scale: DemoScale,
          staleness: int | None, estimator: str, settle: int) -> dict[str, float]:
     """``settle``: at most this many GRPO steps after ``rl_steps`` while training has not settled."""
-    from memrl_demo.spent import StageClock, finished
+    from memrl_demo.spent import StageClock, show_finished
 
     rl_name, summary_name = rl_stage(estimator, staleness is not None)
     asked = {"seed": seed, "estimator": estimator, "requested_rl_steps": rl_steps,
              **({} if staleness is None else {"max_staleness": staleness})}
-    done = finished(out / summary_name, out / rl_name, **asked)
+    done = show_finished(out, summary_name, rl_name, console, _headline, **asked)
     if done is not None:  # re-running a finished demo shows its result; re-evaluating would only cost time
-        console.print(f"this demo already finished in {out} ({summary_name}); --fresh runs it again")
-        _headline(console, done, out / rl_name / "curves.png")
         return done
     clock = StageClock(out)
     with clock.stage("warm_start"):

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from memrl.io.atomic import atomic_write
 
@@ -84,3 +85,13 @@ def finished(summary_path: Path, run_dir: Path, **expected: object) -> dict | No
     if not isinstance(summary, dict) or any(summary.get(k) != v for k, v in expected.items()):
         return None
     return summary
+
+
+def show_finished(out: Path, summary_name: str, rl_name: str, console: Any,
+                  headline: Callable[[Any, dict, Path], None], **expected: object) -> dict | None:
+    """Print a finished demo's stored result and return it, or None when this request has not finished here."""
+    done = finished(out / summary_name, out / rl_name, **expected)
+    if done is not None:
+        console.print(f"this demo already finished in {out} ({summary_name}); --fresh runs it again")
+        headline(console, done, out / rl_name / "curves.png")
+    return done

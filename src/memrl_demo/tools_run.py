@@ -146,14 +146,12 @@ def _line(name: str, s: dict[str, Any]) -> str:
 
 def _run(out: Path, rl_steps: int, seed: int, reward: str, console: Console, scale: ToolsScale,
          estimator: str, record: str = "episode") -> dict[str, Any]:
-    from memrl_demo.spent import StageClock, finished
+    from memrl_demo.spent import StageClock, show_finished
 
     rl_name, summary_name = rl_stage(estimator, record=record)
     asked = {"seed": seed, "reward": reward, "estimator": estimator, "record": record, "rl_steps": rl_steps}
-    done = finished(out / summary_name, out / rl_name, **asked)
+    done = show_finished(out, summary_name, rl_name, console, _headline, **asked)
     if done is not None:  # re-running a finished demo shows its result; re-evaluating would only cost time
-        console.print(f"this demo already finished in {out} ({summary_name}); --fresh runs it again")
-        _headline(console, done, out / rl_name / "curves.png")
         return done
     clock = StageClock(out)
     with clock.stage("warm_start"):

@@ -9,6 +9,7 @@ from typing import Any
 
 from memrl.data.errors import DataError
 from memrl.io.errors import not_utf8 as _not_utf8
+from memrl.io.text_files import utf8_lines
 
 
 def detect_format(path: str | Path) -> str:
@@ -59,21 +60,14 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise DataError(p, row, None, f"expected an object, got {type(rec).__name__}")
             yield row, rec
     elif fmt == "jsonl":
-        with open(p, "rb") as fh:  # bytes: a bad byte is reported with its line number
-            for row, raw in enumerate(fh, start=1):
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise _not_utf8(p, exc, row) from None
-                if not line.strip():
-                    continue
-                try:  # without its line end: a row cut short was reported at "column 1" (of the next line)
-                    rec = json.loads(line.rstrip("\r\n"))
-                except json.JSONDecodeError as exc:
-                    raise DataError(p, row, None, f"not valid JSON: {exc.msg} (column {exc.colno})") from None
-                if not isinstance(rec, dict):
-                    raise DataError(p, row, None, f"expected an object, got {type(rec).__name__}")
-                yield row, rec
+        for row, line in utf8_lines(p):
+            try:  # without its line end: a row cut short was reported at "column 1" (of the next line)
+                rec = json.loads(line.rstrip("\r\n"))
+            except json.JSONDecodeError as exc:
+                raise DataError(p, row, None, f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+            if not isinstance(rec, dict):
+                raise DataError(p, row, None, f"expected an object, got {type(rec).__name__}")
+            yield row, rec
     else:
         import pyarrow.parquet as pq
 

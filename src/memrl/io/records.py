@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memrl.io.errors import DataError, not_utf8
+from memrl.io.errors import DataError
 from memrl.io.record_check import record_problem
+from memrl.io.text_files import utf8_lines
 from memrl.types import Trajectory
 
 ROLLOUT_FORMAT = 1
@@ -60,23 +61,16 @@ def read_trajectories(path: str | Path, vocab_size: int | None = None) -> list[T
             raise FileNotFoundError(f"{path}: no *.jsonl rollout files (a run writes them to RUN/rollouts/)")
         return [t for f in files for t in read_trajectories(f, vocab_size)]
     out = []
-    with open(path, "rb") as fh:  # bytes: a bad byte is reported with its line number
-        for row, raw in enumerate(fh, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise not_utf8(path, exc, row) from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise DataError(path, row, None, f"not JSON: {exc}") from None
-            bad = record_problem(record, vocab_size)
-            if bad is not None:
-                raise DataError(path, row, bad[0], bad[1])
-            try:
-                out.append(Trajectory.from_dict(record))
-            except (KeyError, TypeError, ValueError, OverflowError) as exc:
-                raise DataError(path, row, None, f"not a trajectory record: {exc}") from None
+    for row, line in utf8_lines(path):
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise DataError(path, row, None, f"not JSON: {exc}") from None
+        bad = record_problem(record, vocab_size)
+        if bad is not None:
+            raise DataError(path, row, bad[0], bad[1])
+        try:
+            out.append(Trajectory.from_dict(record))
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise DataError(path, row, None, f"not a trajectory record: {exc}") from None
     return out

@@ -8,6 +8,7 @@ does not say which of a dozen files was wrong.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +53,16 @@ def read_json_or_lines(path: str | Path) -> Any:
             why = f"not valid JSON (neither one JSON document nor JSON lines): {err.msg} (column {err.colno})"
             raise DataError(path, row, None, why) from None
     return rows
+
+
+def utf8_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each line that is not blank, read as bytes and decoded one line at a time, so
+    a byte that is not UTF-8 is reported at ``file:line`` (a text-mode read fails somewhere in a buffer)."""
+    with open(path, "rb") as fh:
+        for row, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise not_utf8(path, exc, row) from None
+            if line.strip():
+                yield row, line
