@@ -134,3 +134,19 @@ def test_the_log_refuses_answers_of_another_server_or_a_cut_settings_line(tmp_pa
     first.path.write_text('{"engine": "open')  # cut inside its first line
     with pytest.raises(ValueError, match="does not start with the settings line"):
         same.load()
+
+
+def test_a_finished_filters_output_is_replaced_only_with_force(tmp_path, monkeypatch):
+    tok = load_tokenizer("tiny")
+    monkeypatch.setattr("memrl.engines.factory.build_engine", lambda cfg: _engine(tok))
+    src, out = tmp_path / "train.jsonl", tmp_path / "filtered.jsonl"
+    write_samples(_samples(), src, fmt="jsonl")
+    base = ["data", "filter", "--input", str(src), "--model", "tiny", "--out", str(out)]
+    assert CliRunner().invoke(app, base).exit_code == 0
+    before = out.read_bytes()
+    r = CliRunner().invoke(app, [*base, "--metric", "em"])
+    assert r.exit_code == 2 and "exists (with its report filtered.jsonl.filter.json): pass --force" in r.output
+    assert out.read_bytes() == before
+    r = CliRunner().invoke(app, [*base, "--metric", "em", "--force"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "filtered.jsonl.filter.json").read_text())["dropped"] == 1  # em: q0 only

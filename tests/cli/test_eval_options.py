@@ -84,3 +84,13 @@ def test_qa_suite_still_needs_docs_and_a_known_suite(tmp_path, captured):
     r = CliRunner().invoke(app, ["eval", "--suite", "longbench", "--model", "tiny", "--data", str(tmp_path),
                                  "--docs", "3"])
     assert r.exit_code == 2 and "--suite" in r.output
+
+
+@pytest.mark.parametrize("args, warned", [([], True), (["--model", "tiny"], False), (["model.path=tiny"], False)])
+def test_an_eval_without_a_model_says_it_scores_the_random_test_model(tmp_path, captured, args, warned):
+    data = needle_eval_dir(tmp_path / "data")
+    r = CliRunner().invoke(app, ["eval", *args, "--workflow", "memagent", "--data", str(data), "--docs", "3",
+                                 "--out", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.output.split())
+    assert ("warning: no --model: evaluating model.path's default 'tiny'" in said) == warned

@@ -70,7 +70,8 @@ def test_an_eval_whose_start_failed_does_not_hold_its_folder(tmp_path):
     assert r.exit_code == 0, r.output
     assert (out / "results.json").is_file()
     said = one_line_error([*base, "--model", "tiny", "workflow.chunk_tokens=999"])  # results now: protected
-    assert "holds results of a different config" in said
+    assert "holds results of a different config (changed: workflow.options.chunk_tokens (" in said
+    assert "-> 999)" in said and "workflow.options," not in said  # the option that moved, not its section
 
 
 @pytest.mark.parametrize("flag, value, said", [("--epochs", "0", "--epochs 0: must be at least 1"),

@@ -269,3 +269,19 @@ def test_later_samples_start_from_the_previous_size(counter):
     for i in range(1, 4):
         filler.sample(i)
     assert (filler.probes - first) <= 2 * 3  # the repeated haystack has the same size every time
+
+
+def test_qa_files_no_task_reads_are_said_not_dropped_silently(tmp_path):
+    from memrl.cli.main import app
+
+    hotpot = tmp_path / "hotpot.json"
+    hotpot.write_text("[]")
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text('{"title": "t", "text": "x"}\n')
+    res = CliRunner().invoke(app, ["data", "ruler", "--tokenizer", "tiny", "--lengths", "1k", "--tasks", "fwe",
+                                   "--samples", "1", "--hotpotqa", str(hotpot), "--pool", str(pool),
+                                   "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    said = " ".join(res.output.split())
+    assert "--hotpotqa not used: qa_2 is not among the tasks written (add it: --tasks fwe,qa_2)" in said
+    assert "--pool not used" in said and "--squad" not in said

@@ -73,3 +73,16 @@ def test_lone_surrogate_past_max_samples_and_in_a_pool_file(tmp_path):
                     + json.dumps({"title": "bad", "text": "x \ud834 y"}) + "\n")
     with pytest.raises(DataError, match=rf"{pool}:2:text: contains a lone surrogate \(U\+D834"):
         plan_synthesis(clean, tmp_path / "o", [4], pool_files=[pool])
+
+
+def test_a_partial_rerun_says_what_it_replaces_and_what_stays(tmp_path):
+    src = write_examples(tmp_path / "q.json")
+    out = tmp_path / "o"
+    code, lines = synth("--input", src, "--docs", "4,10", "--out", out)
+    assert code == 0, lines
+    assert not any(line.startswith("replacing") for line in lines)
+    code, lines = synth("--input", src, "--docs", "4", "--max-samples", "2", "--out", out)
+    assert code == 0, lines
+    said = " ".join(" ".join(lines).split())
+    assert (f"replacing eval_4.json in {out} (written by an earlier memrl data synth); left beside them from that "
+            "run, with its settings: eval_10.json") in said

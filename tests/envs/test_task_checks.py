@@ -113,8 +113,9 @@ def test_bare_tool_decorator_is_a_generic_tool_and_a_wrong_kind_is_refused():
 def test_a_domain_without_splits_names_the_settings_to_change(tmp_path):
     domain = library_copy(tmp_path, lambda tasks: None)()
     domain.splits = {}  # a domain folder without split_tasks.json
-    with pytest.raises(ValueError, match=r"has no split 'train'; splits: none \(no split_tasks.json\): set "
-                                         r"env.train_split / env.eval_split to one of them, or to null"):
+    with pytest.raises(ValueError, match=r"has no split 'train'; splits: none \(no split_tasks.json\): pick one "
+                                         r"with memrl eval --split NAME, or set env.train_split / env.eval_split "
+                                         r"to one of them \(null: every task\)"):
         domain.get_tasks("train")
     assert len(domain.get_tasks(None)) == len(domain.tasks)
 

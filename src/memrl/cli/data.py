@@ -16,7 +16,7 @@ from memrl.cli.errors import user_errors
 from memrl.cli.progress import busy, progress
 from memrl.io.atomic import atomic_write
 from memrl.data.distance import ORDERS
-from memrl.data.outdir import check_writable_dir, record_outputs
+from memrl.data.outdir import check_writable_dir, record_outputs, recorded_owners
 from memrl.data.synth import FileReport, parse_token_budget, plan_synthesis
 from memrl.io.console import log_console
 
@@ -124,6 +124,21 @@ def _refuse_paper_only(protocol: str, indices: Optional[Path], follows: list[Pat
                          "use it with --protocol memagent (--indices) or rememr1 (--follows)")
 
 
+def _say_replaced(out: Path, names: list[str], console: Console) -> None:
+    """One line when an earlier ``data synth`` into ``out`` is overwritten in part: which files this run
+    replaces, and which of that run's files stay beside them (made with its settings, not these)."""
+    owners = recorded_owners(out) or {}
+    earlier = sorted(n for n, by in owners.items() if "memrl data synth" in by and (out / n).exists()
+                     and n != "token_report.json")
+    replaced = [n for n in earlier if n in names]
+    if not replaced:
+        return
+    stay = [n for n in earlier if n not in names]
+    console.print(f"replacing {', '.join(replaced)} in {out} (written by an earlier memrl data synth)"
+                  + (f"; left beside them from that run, with its settings: {', '.join(stay)}" if stay else ""),
+                  highlight=False, markup=False)
+
+
 def _synth_paper(protocol: str, console: Console, opts: dict[str, Any]) -> list[FileReport]:
     """``--protocol memagent|rememr1``: plan (reads the checkout and input), print notices, write."""
     from memrl.data.paper_synth import plan_paper_synthesis
@@ -133,6 +148,7 @@ def _synth_paper(protocol: str, console: Console, opts: dict[str, Any]) -> list[
     console.print(f"{len(plan.questions)} questions, paragraph pool of {len(plan.pool):,} ({protocol}'s generator)")
     for notice in plan.notices:
         console.print(notice, highlight=False, markup=False)
+    _say_replaced(plan.out, plan.output_names(), console)
     record_outputs(plan.out, plan.output_names() + ["token_report.json"], by="memrl data synth")
     with progress(console, "synth", total=plan.total_samples, noun="samples") as bar:
         return plan.run(bar.advance)
@@ -143,6 +159,7 @@ def _synth_memrl(console: Console, opts: dict[str, Any]) -> list[FileReport]:
     with busy(console, f"reading {opts['input_path']}"):
         plan = plan_synthesis(**opts)
     console.print(f"{len(plan.synth.questions)} questions, paragraph pool of {len(plan.synth.pool):,}")
+    _say_replaced(plan.out, plan.output_names(), console)
     record_outputs(plan.out, plan.output_names() + ["token_report.json"], by="memrl data synth")
     with progress(console, "synth", total=plan.total_samples, noun="samples") as bar:
         return plan.run(bar.advance)

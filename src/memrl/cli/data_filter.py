@@ -212,6 +212,16 @@ def _check_options(input: Path, out: Path, metric: str, tries: int, max_new_toke
         raise ValueError(f"--out must end in .json, .jsonl or .parquet, got {out.name}")
 
 
+def _check_replace(out: Path, force: bool) -> None:
+    """A finished filter's output (hours of questions) is replaced only with ``--force``."""
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; name the filtered file (.json, .jsonl or .parquet)")
+    if out.exists() and not force:
+        report = out.with_name(out.name + ".filter.json")
+        what = f" (with its report {report.name})" if report.is_file() else ""
+        raise ValueError(f"--out {out} exists{what}: pass --force to replace it, or choose another --out")
+
+
 def _write_kept(samples: Sequence[Any], hits: Sequence[str | None], report: FilterReport, out: Path,
                 schema: str, max_kept: int | None = None) -> Path:
     """Write the samples no try answered (the first ``max_kept`` of them) to ``out``, the report beside it."""
@@ -341,6 +351,8 @@ def filter_cmd(
     instruct_model: Optional[str] = INSTRUCT_OPT,
     memagent_repo: Optional[Path] = MEMAGENT_REPO_OPT,
     max_kept: Optional[int] = MAX_KEPT_OPT,
+    force: bool = typer.Option(False, "--force", help="Replace --out and its report when an earlier run wrote "
+                               "them (without it, such a run is refused before any question is asked)."),
 ) -> None:
     """Drop questions the model answers correctly without the document (MemAgent's training-data filter)."""
     from memrl.data.stream import read_samples_lazily
@@ -350,6 +362,7 @@ def filter_cmd(
     _check_options(input, out, metric or DEFAULTS[protocol][4], asking.tries, asking.max_new_tokens, concurrency)
     if max_kept is not None and max_kept < 1:
         raise ValueError(f"--max-kept must be >= 1, got {max_kept}")
+    _check_replace(out, force)
     console = log_console()
     models = [model] + ([instruct_model] if instruct_model else [])
     if protocol == "memagent" and not instruct_model:

@@ -45,6 +45,19 @@ def _task_names(tasks: Optional[str], squad: Optional[Path], hotpotqa: Optional[
     return names
 
 
+def _say_unused(names: list[str], tasks: Optional[str], squad: Optional[Path], hotpotqa: Optional[Path],
+                pool: list[Path], console: Console) -> None:
+    """One line for each QA file given that no task written reads (it looked as if it added its task)."""
+    asked = tasks or "memagent"
+    for task, given, flag in (("qa_1", squad, "--squad"), ("qa_2", hotpotqa, "--hotpotqa")):
+        if given is not None and task not in names:
+            console.print(f"{flag} not used: {task} is not among the tasks written (add it: --tasks {asked},{task})",
+                          highlight=False)
+    if pool and not any(n.startswith("qa_") for n in names):
+        console.print("--pool not used: it adds documents to the QA tasks (qa_1, qa_2), none of which is written",
+                      highlight=False)
+
+
 def _write_files(out: Path, names: list[str], lengths: list[int], counter: Any, samples: int, seed: int,
                  sources: Any, console: Console, kept: RulerProgress) -> list[Any]:
     """One file per (task, length), with a progress bar each; their reports. A file an earlier run wrote under
@@ -207,6 +220,7 @@ def ruler(
     paper = protocol != "memrl"
     names = _paper_tasks(protocol, tasks, squad, hotpotqa, console) if paper else \
         _task_names(tasks, squad, hotpotqa, console)
+    _say_unused(names, tasks, squad, hotpotqa, pool, console)
     for path, flag in ((squad, "--squad"), (hotpotqa, "--hotpotqa"), (essay, "--essay"),
                        (english_words, "--english-words"), *((p, "--pool") for p in pool)):
         _check_file(path, flag)

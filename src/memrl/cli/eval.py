@@ -120,6 +120,10 @@ def eval_cmd(
                          f"file of samples, evaluated whole: leave {flag} out (--max-samples K takes the first K)")
     quiet_hub_progress()
     console = log_console()
+    if "path" not in cfg.model.model_fields_set:  # neither --model, an override nor the config file named one
+        console.print(f"[yellow]warning: no --model: evaluating model.path's default {cfg.model.path!r}, memrl's "
+                      "randomly initialised test model (its scores mean nothing); pass --model[/yellow]",
+                      highlight=False)
     if cfg.eval.repeats > 1 and cfg.sampling.temperature == 0:
         console.print(f"[yellow]warning: eval.repeats={cfg.eval.repeats} with greedy decoding gives the same "
                       "answer every time; set --temperature[/yellow]", highlight=False)

@@ -31,8 +31,10 @@ def serve_cmd(
 
     Requests beyond the limits get HTTP 400 with an OpenAI-style error; /health is public.
     """
+    from memrl.models.resolve import quiet_hub_progress
     from memrl.serve.server import serve
 
+    quiet_hub_progress()  # transformers' "Loading weights" bar is carriage-return noise in a server's log
     serve(model, host=host, port=port, dtype=dtype, served_name=served_name, api_key_env=api_key_env,
           max_batch_size=max_batch_size, max_n=max_n, max_body_mb=max_body_mb, max_model_len=max_model_len,
           engine=engine)

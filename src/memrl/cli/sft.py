@@ -151,6 +151,9 @@ def sft_cmd(
         raise ValueError("--min-reward nan: give a number (no reward is >= nan, so nothing would be kept)")
     check_target(out, force, _local_inputs(trajectories, model))  # before training, not after
     trajs = read_rollouts(trajectories)
+    note = run_sample_note(trajectories)
+    if note:
+        typer.echo(note, err=True)
     if min_reward is not None:
         trajs = [t for t in trajs if t.reward >= min_reward]
     if not trajs:
@@ -160,6 +163,30 @@ def sft_cmd(
                             lr_schedule=lr_schedule)
     typer.echo(f"{counted(len(trajs), 'trajectory', 'trajectories')}, {counted(steps, 'step')}, final loss "
                f"{loss:.4f}; model in {out}")
+
+
+def run_sample_note(source: Path) -> str | None:
+    """What a training run's rollouts are a sample of, or None for an eval folder or a file (which hold every
+    episode): a run keeps ``trainer.rollouts_per_step`` episodes (best, worst, random) of the ``algorithm.n x
+    trainer.prompts_per_step`` each recorded step sampled, so fine-tuning on them is not on all it generated."""
+    import yaml
+
+    config = source / "config.yaml"
+    if not source.is_dir() or not config.is_file() or (source / "eval_config.yaml").is_file():
+        return None
+    try:
+        saved = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+        trainer, algorithm = saved.get("trainer") or {}, saved.get("algorithm") or {}
+        kept, every = int(trainer["rollouts_per_step"]), int(trainer.get("rollouts_every", 1))
+        sampled = int(trainer["prompts_per_step"]) * int(algorithm["n"])
+    except (yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if kept >= sampled and every <= 1:
+        return None
+    steps = "each step" if every <= 1 else f"each step it recorded (one in {every})"
+    return (f"note: {source} is a training run: it kept {kept} of the {sampled} episodes of {steps} "
+            "(best, worst and random: trainer.rollouts_per_step, trainer.rollouts_every); memrl eval --out DIR "
+            "keeps every episode it samples")
 
 
 def _local_inputs(data: Path, model: str | None) -> list[Path]:
@@ -213,6 +240,9 @@ def rft_cmd(
         raise ValueError(f"--model: {rollouts} records no model (no config.yaml or eval_config.yaml); name one")
     check_target(out, force, _local_inputs(rollouts, base))  # the recorded model may be a local folder
     every = read_rollouts(rollouts)
+    note = run_sample_note(rollouts)
+    if note:
+        typer.echo(note, err=True)
     kept = [t for t in every if t.reward >= min_reward]
     tokens = sum(c.num_generated for t in kept for c in t.conversations)
     typer.echo(f"rft: kept {len(kept)} of {counted(len(every), 'episode')} with reward >= {min_reward:g} "

@@ -60,6 +60,9 @@ def tinker_cmd(
         raise ValueError(f"--lora-alpha {lora_alpha}: must be a positive finite number")
     if not (math.isfinite(session_ttl_s) and session_ttl_s >= 30):
         raise ValueError(f"--session-ttl-s {session_ttl_s}: must be at least 30 (the SDK's heartbeats are 10 s apart)")
+    from memrl.models.resolve import quiet_hub_progress
+
+    quiet_hub_progress()  # transformers' "Loading weights" bar is carriage-return noise in a server's log
     limits = {"max_loras": max_loras, "max_datums": max_datums, "max_num_samples": max_num_samples,
               "micro_tokens": micro_tokens, "max_body_bytes": int(max_body_mb * 2**20)}
     serve(model, host=host, port=port, api_key=api_key, state_dir=state_dir, engine=engine, dtype=dtype,

@@ -131,8 +131,9 @@ class Domain:
             return list(self.tasks)
         if split not in self.splits:
             raise ValueError(f"domain {self.name} has no split {split!r}; splits: "
-                             f"{', '.join(sorted(self.splits)) or 'none (no split_tasks.json)'}: set env.train_split"
-                             f" / env.eval_split to one of them, or to null for every task")
+                             f"{', '.join(sorted(self.splits)) or 'none (no split_tasks.json)'}: pick one with memrl eval "
+                             "--split NAME, or set env.train_split / env.eval_split to one of them (null: every "
+                             "task)")
         by_id = {t.id: t for t in self.tasks}
         if any(i not in by_id for i in self.splits[split]):
             by_id = {**self._other_tasks(), **by_id}

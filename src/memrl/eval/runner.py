@@ -111,8 +111,7 @@ def check_resume(out: Path, cfg: MemRLConfig, data: dict[str, str] | None = None
         was_data = old.pop("data", None)
         old = _with_new_defaults(old, fp, cfg)
         if old != fp:
-            diff = [f"{sec}.{k}" for sec in fp for k in fp[sec] if (old.get(sec) or {}).get(k) != fp[sec][k]]
-            raise ConfigError(f"{out} holds results of a different config (changed: {', '.join(diff)}); "
+            raise ConfigError(f"{out} holds results of a different config (changed: {_changes(old, fp)}); "
                               "use another --out or pass --restart")
         if data is None or was_data == data:
             return
@@ -121,6 +120,16 @@ def check_resume(out: Path, cfg: MemRLConfig, data: dict[str, str] | None = None
             return
     with atomic_write(path) as fh:
         yaml.safe_dump({**fp, **({"data": data} if data else {})}, fh, sort_keys=False)
+
+
+def _changes(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """``workflow.options.chunk_tokens (64 -> 32), ...``: each leaf setting that differs, as a resumed run names
+    them (a section name alone left the user to find which of its options moved)."""
+    from memrl.train.preflight import flat_settings
+
+    was, now = flat_settings(old), flat_settings(new)
+    keys = [k for k in now if was.get(k, "(unset)") != now[k]] + [k for k in was if k not in now]
+    return ", ".join(f"{k} ({was.get(k, '(unset)')!r} -> {now.get(k, '(unset)')!r})" for k in keys)
 
 
 def _with_new_defaults(old: dict[str, Any], fp: dict[str, Any], cfg: MemRLConfig) -> dict[str, Any]:

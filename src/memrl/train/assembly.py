@@ -21,6 +21,7 @@ import torch
 from memrl.config import ConfigError, MemRLConfig
 from memrl.dist.ddp import DistContext
 from memrl.engines.base import Engine
+from memrl.io.console import log_console
 from memrl.train import state
 from memrl.train.arguments import as_config, checked_records, run_workflow  # noqa: F401 (as_config: its old home)
 from memrl.train.engine_sync import WeightSync
@@ -151,6 +152,19 @@ def _model(cfg: MemRLConfig, dist: DistContext, tokenizer: Any, policy: Any) -> 
     return tokenizer, policy, next(policy.parameters()).device
 
 
+def _fit_memory(cfg: MemRLConfig, policy: Any, device: torch.device, dist: DistContext,
+                warn: Callable[[str], None]) -> MemRLConfig:
+    """The config with a micro-batch the update can afford (:mod:`memrl.train.memory_fit`), said in one line."""
+    from memrl.train.memory_fit import fit_micro_batch
+
+    fit = fit_micro_batch(cfg, policy, device, dist.world)
+    if fit.line and dist.main:
+        warn(fit.line)
+    if fit.tokens == cfg.trainer.micro_batch_tokens:
+        return cfg
+    return cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"micro_batch_tokens": fit.tokens})})
+
+
 def _engine(cfg: MemRLConfig, dist: DistContext, policy: Any, given: Engine | None, *, resumed: bool,
             device: torch.device, pad_id: int, sharded: bool) -> tuple[Engine | None, bool, Any, str]:
     """(engine, shares the policy module, Ray pool, status line); only rank 0 generates."""
@@ -180,14 +194,13 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
     dist = DistContext.from_env(cfg.cluster.backend, group_of_one=cfg.cluster.strategy == "fsdp",
                                 timeout_s=cfg.cluster.collective_timeout_s)
     run_dir = Path(cfg.trainer.output_dir)
-    from memrl.io.console import log_console
-
     console = console or log_console()
     warn = (lambda msg: print_warning(console, msg))  # noqa: E731 (messages carry user text: never markup)
     # rank 0 chooses the checkpoint before any model loads; the others use the same one
     found = dist.broadcast(state.choose_checkpoint(cfg, run_dir, warn) if dist.main else None)
     seed_everything(cfg.trainer.seed)
     tokenizer, policy, device = _model(cfg, dist, tokenizer, policy)
+    cfg = _fit_memory(cfg, policy, device, dist, warn)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     reference = Reference(policy, needed=cfg.algorithm.kl_coef > 0)  # the initial weights, not the resumed ones
     wf.setup(cfg)

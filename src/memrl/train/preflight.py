@@ -22,7 +22,9 @@ from memrl.workflows.api import check_defined
 RESUMABLE_CHANGES = {*(f"trainer.{k}" for k in ("total_steps", "save_every", "eval.every", "keep_checkpoints",
                                                  "tensorboard", "wandb_project", "max_nan_steps", "max_failed_steps",
                                                  "stop_grace_s", "rollouts_every", "rollouts_per_step", "allow_changes",
-                                                 "output_dir")),  # a moved or renamed run resumes where it is now
+                                                 "output_dir",  # a moved or renamed run resumes where it is now
+                                                 # how the update is split or recomputed: not what it computes
+                                                 "micro_batch_tokens", "gradient_checkpointing")),
                      *(f"cluster.{k}" for k in ("address", "rollout_replicas", "replica_cpus", "replica_gpus",
                                                 "trainers", "backend", "placement", "strategy", "weight_sync"))}
 
