@@ -123,6 +123,9 @@ def test_a_full_disk_is_one_line_naming_the_file_and_other_os_errors_keep_their_
     raised.append(OSError(errno.ENOSPC, "No space left on device", "runs/x/metrics.jsonl"))
     r = CliRunner().invoke(app, [])
     assert r.exit_code == 2 and r.output.startswith("error: runs/x/metrics.jsonl: no space left on device; free")
+    raised[0] = OSError(errno.EROFS, "Read-only file system", "ro/v.html")
+    r = CliRunner().invoke(app, [])
+    assert r.exit_code == 2 and r.output == "error: ro/v.html: read-only file system; write somewhere else\n"
     raised[0] = OSError(errno.EIO, "Input/output error", "runs/x/metrics.jsonl")
     r = CliRunner().invoke(app, [])
     assert r.exit_code == 1 and isinstance(r.exception, OSError) and r.exception.errno == errno.EIO

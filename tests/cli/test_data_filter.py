@@ -147,6 +147,12 @@ def test_a_finished_filters_output_is_replaced_only_with_force(tmp_path, monkeyp
     r = CliRunner().invoke(app, [*base, "--metric", "em"])
     assert r.exit_code == 2 and "exists (with its report filtered.jsonl.filter.json): pass --force" in r.output
     assert out.read_bytes() == before
+    mine = tmp_path / "mine.jsonl.filter.json"
+    mine.write_text("precious")
+    r = CliRunner().invoke(app, [*base[:-1], str(tmp_path / "mine.jsonl")])
+    assert r.exit_code == 2 and "mine.jsonl.filter.json exists (the report of --out mine.jsonl goes there)" in \
+        " ".join(r.output.split())
+    assert mine.read_text() == "precious" and not (tmp_path / "mine.jsonl").exists()
     r = CliRunner().invoke(app, [*base, "--metric", "em", "--force"])
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "filtered.jsonl.filter.json").read_text())["dropped"] == 1  # em: q0 only

@@ -35,3 +35,21 @@ def test_folders_that_hold_every_episode_get_no_note(tmp_path):
     broken.mkdir()
     (broken / "config.yaml").write_text("trainer: [")
     assert run_sample_note(broken) is None
+
+
+def test_a_conversation_longer_than_the_window_is_refused_naming_it(tmp_path):
+    from types import SimpleNamespace
+
+    import pytest
+
+    from memrl.cli.sft import _check_window
+
+    def traj(*lengths):
+        return SimpleNamespace(conversations=[SimpleNamespace(token_ids=[1] * n) for n in lengths])
+
+    trajs = [traj(10, 20), traj(5, 64, 65)]
+    _check_window(trajs[:1], 64, "tiny", tmp_path)
+    _check_window(trajs, None, "tiny", tmp_path)  # a config without a window: nothing to check against
+    with pytest.raises(ValueError, match=r"trajectory 2, conversations\[2\]: 65 tokens, more than tiny's context "
+                                         r"window of 64"):
+        _check_window(trajs, 64, "tiny", tmp_path)

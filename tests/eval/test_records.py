@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from memrl.config.schema import MemRLConfig
@@ -110,3 +111,16 @@ def test_tool_eval_rollouts_feed_rft_and_the_weights_change(tmp_path):
     r = subprocess.run([*run, "rft", out, "--min-reward", "2", "--out", tmp_path / "none"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode != 0 and "--min-reward 2: no episode" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_unreadable_eval_config_in_a_folder_with_results_is_one_line(tmp_path):
+    from memrl.config import ConfigError
+
+    cfg = MemRLConfig.model_validate({"model": {"path": "tiny"}, "workflow": {"name": "memagent"}})
+    out = tmp_path / "out"
+    check_resume(out, cfg)
+    (out / "results.json").write_text("{}")
+    (out / "eval_config.yaml").write_text("model: [unclosed\n")
+    with pytest.raises(ConfigError, match=r"eval_config.yaml is unreadable \(ParserError\): restore it, or pass "
+                                          r"--restart"):
+        check_resume(out, cfg)

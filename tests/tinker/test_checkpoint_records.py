@@ -58,3 +58,32 @@ def test_a_server_killed_between_the_two_renames_gets_the_old_checkpoint_back_at
     (folder.parent / ".ck.old-9-9").mkdir()  # killed after the new one landed: the old copy just goes
     assert ckpt.recover(tmp_path) == [] and sorted(p.name for p in folder.parent.iterdir()) == ["ck"]
     assert torch.equal(ckpt.load(folder)[1]["w"], torch.full((2,), 3.0))
+
+
+def test_a_damaged_checkpoint_is_the_clients_400_naming_it(tmp_path):
+    from types import SimpleNamespace
+
+    from memrl.tinker import checkpoints as ckpt
+    from memrl.tinker.samplers import _load
+
+    path = _save(tmp_path, 1.0, False)
+    _, _, folder = ckpt.folder_of(tmp_path, path)
+    adapter = folder / "adapter.safetensors"
+    adapter.write_bytes(adapter.read_bytes()[:20])  # cut short, as a full disk or a crash elsewhere leaves it
+    with pytest.raises(ckpt.CheckpointError, match=r"checkpoint ck is damaged \("):
+        ckpt.load(folder)
+    with pytest.raises(Exception) as err:
+        _load(SimpleNamespace(state_dir=tmp_path, serves=lambda meta: True), path)
+    assert getattr(err.value, "status", None) == 400 and "is damaged" in str(err.value)
+
+
+def test_a_second_server_on_a_state_dir_in_use_is_refused_before_it_cleans_up(tmp_path):
+    from memrl.data.runlock import FolderBusyError, hold_folder
+    from memrl.tinker.server import serve
+
+    staged = tmp_path / "runs" / "m1" / "weights" / ".ck.new-123-456"
+    staged.mkdir(parents=True)  # a save the running server has in flight
+    with hold_folder(tmp_path, "memrl tinker", "--state-dir", lambda msg: None):
+        with pytest.raises(FolderBusyError, match=r"--state-dir .* is in use by memrl tinker"):
+            serve("tiny", state_dir=str(tmp_path), port=65000, api_key="tml-local-123")
+    assert staged.is_dir()

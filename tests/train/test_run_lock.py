@@ -71,6 +71,7 @@ def test_lock_of_a_dead_run_is_taken_over_with_a_notice(tmp_path):
         mine = json.loads((folder / LOCK_NAME).read_text())
         assert mine["pid"] == os.getpid() and mine["command"] == "memrl train"
     assert len(notices) == 1 and f"pid {dead}" in notices[0] and "no longer running" in notices[0]
+    assert "did not end cleanly (killed: out of memory, SIGKILL or a reboot" in notices[0]
     assert not (folder / LOCK_NAME).exists()  # a run that ends leaves the folder as it found it
     with hold_folder(folder, "memrl train", "trainer.output_dir", notices.append):  # released: no notice again
         pass

@@ -145,3 +145,10 @@ def test_a_run_that_has_logged_nothing_yet_is_an_empty_run(tmp_path):
     (tmp_path / "mine" / "config.yaml").write_text("model: {path: tiny}\n")  # not a run: the user's own file
     with pytest.raises(ValueError, match="neither a training run"):
         load_payload(tmp_path / "mine", None)
+
+
+@pytest.mark.parametrize("ep_id", ["3/0\x00", "x" * 5000, "../../etc/passwd"])
+def test_an_episode_id_no_file_can_have_is_no_episode(tmp_path, ep_id):
+    (tmp_path / "episodes" / "3").mkdir(parents=True)
+    (tmp_path / "episodes" / "3" / "0.json").write_text("{}")
+    assert load_episode(tmp_path, ep_id, "tiny", warn=lambda m: None) is None

@@ -216,10 +216,13 @@ def _check_replace(out: Path, force: bool) -> None:
     """A finished filter's output (hours of questions) is replaced only with ``--force``."""
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder; name the filtered file (.json, .jsonl or .parquet)")
+    report = out.with_name(out.name + ".filter.json")
     if out.exists() and not force:
-        report = out.with_name(out.name + ".filter.json")
         what = f" (with its report {report.name})" if report.is_file() else ""
         raise ValueError(f"--out {out} exists{what}: pass --force to replace it, or choose another --out")
+    if report.exists() and not force:  # the report's name is derived: the user may not know it is about to go
+        raise ValueError(f"{report} exists (the report of --out {out.name} goes there): pass --force to replace it, "
+                         "or choose another --out")
 
 
 def _write_kept(samples: Sequence[Any], hits: Sequence[str | None], report: FilterReport, out: Path,

@@ -112,6 +112,10 @@ def user_errors(fn: F) -> F:
             print(f"error: {describe(exc)}", file=sys.stderr)
             raise typer.Exit(2) from None
         except OSError as exc:
+            if exc.errno == errno.EROFS:  # a read-only mount is a place the user pointed at, like a missing one
+                _stopped_on_the_way()
+                print(f"error: {describe(exc)}; write somewhere else", file=sys.stderr)
+                raise typer.Exit(2) from None
             if exc.errno not in DISK_FULL:
                 _stopped_on_the_way()
                 raise

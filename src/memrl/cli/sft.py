@@ -47,6 +47,19 @@ def _check_vocab(trajs: list[Any], vocab: int, model: str, source: Path) -> None
     raise ValueError(f"{source}: token id {top} is outside the vocabulary of {model} ({vocab} ids); {hint}")
 
 
+def _check_window(trajs: list[Any], window: int | None, model: str, source: Path) -> None:
+    """No conversation longer than the model's context window: positions past it have no embedding to train
+    (the forward fails, or on a CPU runs for hours on a quadratic attention that cannot be stopped)."""
+    if not window:
+        return
+    for k, traj in enumerate(trajs, start=1):
+        for j, conv in enumerate(traj.conversations):
+            if len(conv.token_ids) > window:
+                raise ValueError(f"{source}: trajectory {k}, conversations[{j}]: {len(conv.token_ids)} tokens, more "
+                                 f"than {model}'s context window of {window}; drop it or train a model with a "
+                                 "longer window")
+
+
 def check_flags(epochs: int, lr: float, batch_rows: int, dtype: str = "float32", weight_decay: float = 0.0,
                 lr_schedule: str = "constant") -> None:
     """Refuse a flag no fine-tuning can run with, before anything is read or written."""
@@ -109,6 +122,7 @@ def _finetune(trajs: list[Any], model: str, out: Path, force: bool, *, epochs: i
     tok = load_tokenizer(model, field="--model")
     policy = load_model(model, dtype, field="--model")
     _check_vocab(trajs, policy.get_input_embeddings().num_embeddings, model, source)
+    _check_window(trajs, getattr(policy.config, "max_position_embeddings", None), model, source)
     steps: list[int] = []
 
     def said(s: int, v: float) -> None:  # every 10 steps and the last, on stderr (stdout is the result)

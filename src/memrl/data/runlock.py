@@ -124,7 +124,9 @@ def hold_folder(folder: Path, command: str, flag: str, notice: Callable[[str], N
             raise FolderBusyError(f"{flag} {folder} is in use by {_holder_text(previous)}; wait for it to finish "
                                   f"or choose another {flag}")
         if previous.get("pid") is not None:
-            notice(f"taking over the lock of {folder}: {_holder_text(previous)} is no longer running")
+            # a clean end (an error, Ctrl-C, SIGTERM) removes the lock: one left behind means the process was killed
+            notice(f"taking over the lock of {folder}: {_holder_text(previous)} is no longer running and did not "
+                   "end cleanly (killed: out of memory, SIGKILL or a reboot; `dmesg` says if the kernel killed it)")
         _write(fd, {"command": command, "pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
         try:
             yield path

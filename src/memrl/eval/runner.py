@@ -106,7 +106,11 @@ def check_resume(out: Path, cfg: MemRLConfig, data: dict[str, str] | None = None
     path = out / "eval_config.yaml"
     fp = _fingerprint(cfg)
     if path.is_file() and _holds_results(out):  # a start that failed before any result has nothing to protect
-        old = yaml.safe_load(path.read_text())
+        try:
+            old = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path} is unreadable ({type(exc).__name__}): restore it, or pass --restart to start "
+                              "this folder over, or use another --out") from None
         old = old if isinstance(old, dict) else {}
         was_data = old.pop("data", None)
         old = _with_new_defaults(old, fp, cfg)

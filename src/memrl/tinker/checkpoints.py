@@ -195,13 +195,19 @@ def _kind_folders(state_dir: Path) -> list[Path]:
 
 
 def load(folder: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:
-    """``(meta, adapter tensors, optimizer tensors or None)`` of a checkpoint folder."""
+    """``(meta, adapter tensors, optimizer tensors or None)`` of a checkpoint folder; a file that does not read
+    (cut short by a full disk, edited, deleted) is a :class:`CheckpointError` naming it: the client's 400, not
+    a server error its SDK retries eleven times."""
     from safetensors.torch import load_file
 
     meta = read_json(folder / "meta.json") or {}
-    adapter = load_file(str(folder / "adapter.safetensors"))
     opt_file = folder / "optimizer.safetensors"
-    return meta, adapter, (load_file(str(opt_file)) if opt_file.is_file() else None)
+    try:
+        adapter = load_file(str(folder / "adapter.safetensors"))
+        return meta, adapter, (load_file(str(opt_file)) if opt_file.is_file() else None)
+    except Exception as exc:  # safetensors raises its own error type, or OSError
+        raise CheckpointError(f"checkpoint {folder.name} is damaged ({type(exc).__name__}: {exc}); save it "
+                              "again or load another") from None
 
 
 def _checkpoint_info(folder: Path, kind: str, now: float) -> tuple[float, dict[str, Any]] | None:

@@ -100,7 +100,7 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str
           limits: dict[str, int] | None = None, access_log: bool = False, session_ttl_s: float = 120.0) -> None:
     """Serve the Tinker API for ``model`` (blocking)."""
     from memrl.data.outdir import check_writable_dir
-    from memrl.tinker.app import create_app
+    from memrl.data.runlock import hold_folder
     from memrl.tinker.wire import require_sdk
 
     check_port(port)
@@ -108,6 +108,17 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 8000, api_key: str
     check_writable_dir(Path(state_dir), flag="--state-dir")  # before the model loads, not after
     key, generated = resolve_key(api_key)
     require_sdk()
+    # one server per --state-dir: a second one's start-up clean-up would delete the first's saves in flight
+    with hold_folder(Path(state_dir), "memrl tinker", "--state-dir",
+                     lambda msg: print(f"memrl tinker: {msg}", file=sys.stderr, flush=True)):
+        _serve_held(model, host, port, key, generated, state_dir, dtype=dtype, lora_alpha=lora_alpha, limits=limits,
+                    access_log=access_log, session_ttl_s=session_ttl_s)
+
+
+def _serve_held(model: str, host: str, port: int, key: str, generated: bool, state_dir: str, *, dtype: str,
+                lora_alpha: float, limits: dict[str, int] | None, access_log: bool, session_ttl_s: float) -> None:
+    from memrl.tinker.app import create_app
+
     sock = bind_socket(host, port)
     try:
         svc = build_service(model, state_dir, dtype=dtype, lora_alpha=lora_alpha, limits=limits,

@@ -152,19 +152,6 @@ def _model(cfg: MemRLConfig, dist: DistContext, tokenizer: Any, policy: Any) -> 
     return tokenizer, policy, next(policy.parameters()).device
 
 
-def _fit_memory(cfg: MemRLConfig, policy: Any, device: torch.device, dist: DistContext,
-                warn: Callable[[str], None]) -> MemRLConfig:
-    """The config with a micro-batch the update can afford (:mod:`memrl.train.memory_fit`), said in one line."""
-    from memrl.train.memory_fit import fit_micro_batch
-
-    fit = fit_micro_batch(cfg, policy, device, dist.world)
-    if fit.line and dist.main:
-        warn(fit.line)
-    if fit.tokens == cfg.trainer.micro_batch_tokens:
-        return cfg
-    return cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"micro_batch_tokens": fit.tokens})})
-
-
 def _engine(cfg: MemRLConfig, dist: DistContext, policy: Any, given: Engine | None, *, resumed: bool,
             device: torch.device, pad_id: int, sharded: bool) -> tuple[Engine | None, bool, Any, str]:
     """(engine, shares the policy module, Ray pool, status line); only rank 0 generates."""
@@ -200,7 +187,6 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
     found = dist.broadcast(state.choose_checkpoint(cfg, run_dir, warn) if dist.main else None)
     seed_everything(cfg.trainer.seed)
     tokenizer, policy, device = _model(cfg, dist, tokenizer, policy)
-    cfg = _fit_memory(cfg, policy, device, dist, warn)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     reference = Reference(policy, needed=cfg.algorithm.kl_coef > 0)  # the initial weights, not the resumed ones
     wf.setup(cfg)
@@ -240,6 +226,8 @@ def _build_run(cfg: Any, *, workflow: Any, train: Any, eval: Any, policy: Any, t
                       cfg.model_dump(mode="json"), console=console, total_steps=cfg.trainer.total_steps) \
         if dist.main else QuietTracker()
     runner.progress = updater.progress = tracker.phase
+    if dist.main:
+        updater.notice = warn
     return RunParts(cfg, dist, run_dir, console, found[0] if found else None, tokenizer, policy, device, pad_id,
                     reference, wf, samples, eval_samples, sampler, runner, eng, shared, pool, status_line,
                     sync_engine, sharded, optimizer, scheduler, run_state, idle, updater, weight_sync,

@@ -8,7 +8,7 @@ differences inside a bucket instead of padding everything to the longest row.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,8 +83,10 @@ def truncated(conv: Any) -> bool:
     return conv.meta.get("finish") == "length"
 
 
-def micro_batches(rows: Sequence[Row], token_budget: int) -> list[list[int]]:
-    """Indices of ``rows`` grouped so that ``len(group) * max_len <= token_budget``.
+def micro_batches(rows: Sequence[Row], token_budget: int,
+                  fits: Callable[[int, int], bool] | None = None) -> list[list[int]]:
+    """Indices of ``rows`` grouped so that ``len(group) * max_len <= token_budget`` (and, given, ``fits(len(group),
+    max_len)``: the memory a group's backward needs, :mod:`memrl.train.memory_fit`).
 
     Rows that share a prompt are kept next to each other (groups ordered by
     their longest row, rows within a group by length), so a micro-batch holds
@@ -103,7 +105,8 @@ def micro_batches(rows: Sequence[Row], token_budget: int) -> list[list[int]]:
     longest = 0
     for i in order:
         longest_if = max(longest, len(rows[i]))
-        if current and (len(current) + 1) * longest_if > token_budget:
+        if current and ((len(current) + 1) * longest_if > token_budget
+                        or (fits is not None and not fits(len(current) + 1, longest_if))):
             groups.append(current)
             current, longest_if = [], len(rows[i])
         current.append(i)

@@ -30,6 +30,7 @@ from memrl.rl.objective import bonus_tokens, objective_metric_names, policy_obje
 from memrl.rl.offpolicy import off_policy_correction
 from memrl.train.batch import Row, collate, iter_chunks, micro_batches, row_tensor, token_logprobs
 from memrl.train.correction import apply_rollout_correction, mismatch_metrics
+from memrl.train.memory_fit import MemoryModel, memory_model, split_note
 from memrl.train.policy import Reference
 from memrl.train.teacher import Teacher
 from memrl.train.token_baseline import apply_token_baseline, variance_proxy
@@ -57,6 +58,8 @@ class PolicyUpdate:
         self.pad_id = pad_id
         self.device = device
         self.progress: Callable[[str], None] = lambda text: None  # the tracker's phase line
+        self.notice: Callable[[str], None] = lambda text: None  # a warning line (the run's console)
+        self._memory: MemoryModel | None | bool = False  # False: not measured yet (at the first update)
         self.entropy_control = AdaptiveEntropy.from_config(cfg.algorithm)  # algorithm.adaptive_entropy, else None
         if self.entropy_control is not None:  # a resumed run's coefficient and last entropy (its checkpoint's)
             self.entropy_control.restore(entropy_state)
@@ -203,13 +206,31 @@ class PolicyUpdate:
         """Micro-batches under the token budget; in lockstep, padded with dummy passes to the ranks' most (a
         sharded dummy pass runs forward and backward for FSDP's collectives; a DDP-style one only joins the
         entropy threshold's gather)."""
-        micros = [[mrows[i] for i in m] for m in micro_batches(mrows, self.cfg.trainer.micro_batch_tokens)]
+        micros = [[mrows[i] for i in m] for m in self._split(mrows)]
         padding = 0
         if self._lockstep:  # collective passes: every rank does as many
             padding = int(self.dist.max([float(len(micros))])[0]) - len(micros)
             filler = micros[0][:1] if micros else [filler_row]
             micros += [filler] * padding
         return micros, padding
+
+    def _split(self, mrows: list[Row]) -> list[list[int]]:
+        """Micro-batches under the token budget, split further where their backward would not fit in memory
+        (:mod:`memrl.train.memory_fit`; measured once, after the first rollout freed what it held)."""
+        budget = self.cfg.trainer.micro_batch_tokens
+        if self._memory is False:
+            self._memory = None if self._lockstep else memory_model(self.cfg, self.policy, self.device,
+                                                                     self.dist.world)
+        plain = micro_batches(mrows, budget)
+        memory = self._memory
+        if not isinstance(memory, MemoryModel):
+            return plain
+        groups = micro_batches(mrows, budget, memory.fits)
+        if len(groups) > len(plain):
+            worst = max(plain, key=lambda g: memory.cost(len(g), max(len(mrows[i]) for i in g)))
+            self.notice(split_note(memory, len(worst), max(len(mrows[i]) for i in worst), budget))
+            self.notice = lambda text: None  # said once a run
+        return groups
 
     def _micro_loss(self, group: list[Row], dummy: bool, plan: _Plan, n_tok: int,
                     n_rows: int) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:

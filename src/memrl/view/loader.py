@@ -285,8 +285,11 @@ def load_episode(path: Path, ep_id: str, tokenizer: str | None = None,
     path = Path(path)
     if is_eval(path):
         root = (path / "episodes").resolve()
-        file = (root / f"{ep_id}.json").resolve()
-        if not file.is_relative_to(root) or not file.is_file():
+        try:  # an id with a NUL byte or longer than a file name can be is no episode, not a server error
+            file = (root / f"{ep_id}.json").resolve()
+            if not file.is_relative_to(root) or not file.is_file():
+                return None
+        except (ValueError, OSError):
             return None
         rel = file.relative_to(root).with_suffix("")
         tpath = path / "transcripts" / rel.with_suffix(".txt")
