@@ -181,6 +181,13 @@ def test_a_tokenizer_asked_for_by_name_that_does_not_load_is_an_error(run_dir, t
                                              "alias (tiny, smollm2-135m-instruct))"]
     r = CliRunner().invoke(app, ["view", str(run_dir), "--tokenizer", "tiny", "--out", str(page)])
     assert r.exit_code == 0 and page.is_file(), r.output
+    r = CliRunner().invoke(app, ["view", str(run_dir), "--tokenizer", "tiny", "--out", str(page)])
+    assert r.exit_code == 0, r.output  # its own page: replaced
+    notes = tmp_path / "notes.html"
+    notes.write_text("<title>my notes</title>")
+    r = CliRunner().invoke(app, ["view", str(run_dir), "--tokenizer", "tiny", "--out", str(notes)])
+    assert r.exit_code == 2 and "exists and memrl did not write it" in r.output
+    assert notes.read_text() == "<title>my notes</title>"
 
 
 def test_a_tokenizer_a_folder_names_comes_only_from_the_local_cache(monkeypatch) -> None:

@@ -175,6 +175,8 @@ def plot_cmd(
                                                "Long-context evals: sub_em "
                                                "(default), em, f1. RULER evals: average (default) or a task."),
     smooth: int = typer.Option(1, "--smooth", help="Runs: also draw a trailing mean over this many steps (1: off)."),
+    force: bool = typer.Option(False, "--force", help="Replace an --out file memrl did not write (a plot memrl "
+                               "drew is replaced without it)."),
 ) -> None:
     """Plot training curves, or eval results against context length (pass^k against k), to PNG; several
     folders are overlaid (GRPO vs GiGPO, base vs trained) and a table prints their numbers.
@@ -186,6 +188,10 @@ def plot_cmd(
 
     if out is not None and out.suffix.lower() != ".png":  # also keeps it off the inputs (metrics.jsonl, results.json)
         raise ValueError(f"--out {out}: the plot is a PNG image; name a .png file")
+    if out is not None:
+        from memrl.io.own_files import check_replace
+
+        check_replace(out, force)
     kinds = {_folder_kind(f) for f in folders}
     if len(kinds) > 1:
         raise ValueError("training runs and eval folders cannot be overlaid: plot them separately")

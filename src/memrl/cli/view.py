@@ -22,6 +22,8 @@ def view_cmd(
     steps: Optional[str] = typer.Option(None, "--steps", help="A run's rollout steps to show: 5, 10-20, 100- or a "
                                         "comma list (default: all)."),
     last: Optional[int] = typer.Option(None, "--last", help="Only the last N saved rollout steps of a run."),
+    force: bool = typer.Option(False, "--force", help="With --out: replace a file memrl did not write (a page "
+                               "memrl view wrote is replaced without it)."),
 ) -> None:
     """Episodes (conversations, generated tokens, log-probs, rewards, tool calls) and training curves in a browser."""
     from memrl.io.atomic import atomic_write
@@ -31,6 +33,10 @@ def view_cmd(
 
     if out is not None and out.suffix.lower() not in (".html", ".htm"):  # never over its input (metrics.jsonl)
         raise ValueError(f"--out {out}: the page is one HTML file; name a .html file")
+    if out is not None:
+        from memrl.io.own_files import check_replace
+
+        check_replace(out, force)
     if tokenizer is not None:  # asked for by name: failing to load it is an error (the run's own only warns)
         require_tokenizer(tokenizer)
     if out is None:

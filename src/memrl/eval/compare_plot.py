@@ -21,6 +21,7 @@ from typing import Any
 
 from memrl.eval.report import METRICS
 from memrl.io.labels import folder_labels
+from memrl.io.own_files import PNG_METADATA
 
 PASS_K = "pass^k"
 
@@ -161,5 +162,5 @@ def _draw(out: Path, kind: str, labels: Sequence[str], panels: Sequence[tuple[st
         ax.legend(fontsize=8)
     fig.tight_layout()
     with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png")
+        fig.savefig(tmp, format="png", metadata=PNG_METADATA)
     plt.close(fig)

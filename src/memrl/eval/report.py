@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from memrl.io.atomic import atomic_path, atomic_write
+from memrl.io.own_files import PNG_METADATA
 
 METRICS = ("sub_em", "em", "f1")
 
@@ -152,7 +153,7 @@ def plot_accuracy(results: dict[str, Any], path: Path) -> Path:
     ax.legend()
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png")
+        fig.savefig(tmp, format="png", metadata=PNG_METADATA)
     plt.close(fig)
     return path
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from memrl.io.labels import folder_labels
 from memrl.io.metrics import numeric_keys, read_metrics
+from memrl.io.own_files import PNG_METADATA
 
 DEFAULT_KEYS = ("reward", "eval/accuracy", "response_tokens", "kl", "entropy", "grad_norm")
 ALWAYS_DRAWN = ("reward", "eval/accuracy")  # a run that learns nothing must show it: 0 throughout is the news
@@ -147,5 +148,5 @@ def _draw(out: Path, labels: Sequence[str], runs: Sequence[list[dict[str, Any]]]
     fig.suptitle(title + (f" (trailing mean of {smooth} steps)" if smooth > 1 else ""))
     fig.tight_layout()
     with atomic_path(out) as tmp:  # tight: a legend of long run names below one panel is kept whole
-        fig.savefig(tmp, format="png", bbox_inches="tight")
+        fig.savefig(tmp, format="png", bbox_inches="tight", metadata=PNG_METADATA)
     plt.close(fig)
