@@ -176,3 +176,20 @@ def test_rng_and_optimizer_round_trip_exactly():
     for name, entry in state["state"].items():
         for key, val in entry.items():
             assert torch.equal(back["state"][name][key], val)
+
+
+@pytest.mark.parametrize("field, value, why", [("data_position", "abc", "data_position is 'abc', expected a whole "
+                                                                        "number >= 0"),
+                                               ("pending", [1, "x"], "pending is [1, 'x'], expected a list"),
+                                               ("step", None, "step is None")])
+def test_a_hand_edited_state_that_the_manifest_accepts_is_one_line(trained, tmp_path, field, value, why):
+    """A state.json edited and re-manifested (another tool, a hand fix) fails naming the field, not in arithmetic."""
+    tmp = copy_run(trained, tmp_path / "x")
+    newest = tmp / "run" / "checkpoints" / "step_000002"
+    state = json.loads((newest / "state.json").read_text())
+    state[field] = value
+    (newest / "state.json").write_text(json.dumps(state))
+    write_manifest(newest)
+    with pytest.raises(ValueError) as err:
+        resume(tmp)
+    assert f"step_000002: its trainer state does not read ({why}" in str(err.value)

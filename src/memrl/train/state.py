@@ -57,6 +57,17 @@ class RunState:
 
     @classmethod
     def from_json(cls, state: dict[str, Any]) -> RunState:
+        """The counters of a checkpoint's state, each checked: the file is on disk, and a hand edit or another
+        tool's write must fail here naming the field, not steps later in arithmetic."""
+        if not isinstance(state, dict):
+            raise ValueError(f"expected an object, got {type(state).__name__}")
+        for name in ("step", "data_position", "nan_streak", "idle_streak", "idle_steps"):
+            value = state.get(name, 0)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} is {value!r}, expected a whole number >= 0")
+        pending = state.get("pending", [])
+        if not isinstance(pending, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in pending):
+            raise ValueError(f"pending is {pending!r}, expected a list of sample indices")
         return cls(step=state["step"], data_position=state["data_position"],
                    nan_streak=state.get("nan_streak", 0), idle_streak=state.get("idle_streak", 0),
                    idle_steps=state.get("idle_steps", 0),
@@ -113,7 +124,13 @@ def restore(cfg: MemRLConfig, ckpt: Path, policy: Any, optimizer: Any, scheduler
     with; the current ``trainer.lr``/``trainer.weight_decay`` replace them (equal unless the run
     resumes with ``trainer.allow_changes``), as verl and TRL take them from the config on resume.
     """
-    restored = RunState.from_json(checkpoint.load_trainer_state(ckpt, policy, optimizer, scheduler))
+    saved = checkpoint.load_trainer_state(ckpt, policy, optimizer, scheduler)
+    try:
+        restored = RunState.from_json(saved)
+    except (KeyError, ValueError) as exc:
+        why = f"{exc.args[0]} is missing" if isinstance(exc, KeyError) else str(exc)
+        raise ValueError(f"{ckpt}: its trainer state does not read ({why}); restore it, or move this checkpoint "
+                         "aside to resume from an earlier one") from None
     apply_hyperparameters(cfg, optimizer, scheduler)
     return restored
 
