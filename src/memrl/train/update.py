@@ -60,6 +60,7 @@ class PolicyUpdate:
         self.progress: Callable[[str], None] = lambda text: None  # the tracker's phase line
         self.notice: Callable[[str], None] = lambda text: None  # a warning line (the run's console)
         self._memory: MemoryModel | None | bool = False  # False: not measured yet (at the first update)
+        self._split_said = False  # the line about splitting for memory is said once a run
         self.entropy_control = AdaptiveEntropy.from_config(cfg.algorithm)  # algorithm.adaptive_entropy, else None
         if self.entropy_control is not None:  # a resumed run's coefficient and last entropy (its checkpoint's)
             self.entropy_control.restore(entropy_state)
@@ -221,15 +222,15 @@ class PolicyUpdate:
         if self._memory is False:
             self._memory = None if self._lockstep else memory_model(self.cfg, self.policy, self.device,
                                                                      self.dist.world)
-        plain = micro_batches(mrows, budget)
         memory = self._memory
         if not isinstance(memory, MemoryModel):
-            return plain
+            return micro_batches(mrows, budget)
         groups = micro_batches(mrows, budget, memory.fits)
-        if len(groups) > len(plain):
+        plain = [] if self._split_said else micro_batches(mrows, budget)
+        if len(groups) > len(plain) > 0:
             worst = max(plain, key=lambda g: memory.cost(len(g), max(len(mrows[i]) for i in g)))
             self.notice(split_note(memory, len(worst), max(len(mrows[i]) for i in worst), budget))
-            self.notice = lambda text: None  # said once a run
+            self._split_said = True
         return groups
 
     def _micro_loss(self, group: list[Row], dummy: bool, plan: _Plan, n_tok: int,
