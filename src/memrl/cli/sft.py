@@ -165,9 +165,7 @@ def sft_cmd(
         raise ValueError("--min-reward nan: give a number (no reward is >= nan, so nothing would be kept)")
     check_target(out, force, _local_inputs(trajectories, model))  # before training, not after
     trajs = read_rollouts(trajectories)
-    note = run_sample_note(trajectories)
-    if note:
-        typer.echo(note, err=True)
+    _say_run_sample(trajectories)
     if min_reward is not None:
         trajs = [t for t in trajs if t.reward >= min_reward]
     if not trajs:
@@ -201,6 +199,13 @@ def run_sample_note(source: Path) -> str | None:
     return (f"note: {source} is a training run: it kept {kept} of the {sampled} episodes of {steps} "
             "(best, worst and random: trainer.rollouts_per_step, trainer.rollouts_every); memrl eval --out DIR "
             "keeps every episode it samples")
+
+
+def _say_run_sample(source: Path) -> None:
+    """:func:`run_sample_note` on standard error (stdout is the command's result), when there is one."""
+    note = run_sample_note(source)
+    if note:
+        typer.echo(note, err=True)
 
 
 def _local_inputs(data: Path, model: str | None) -> list[Path]:
@@ -254,9 +259,7 @@ def rft_cmd(
         raise ValueError(f"--model: {rollouts} records no model (no config.yaml or eval_config.yaml); name one")
     check_target(out, force, _local_inputs(rollouts, base))  # the recorded model may be a local folder
     every = read_rollouts(rollouts)
-    note = run_sample_note(rollouts)
-    if note:
-        typer.echo(note, err=True)
+    _say_run_sample(rollouts)
     kept = [t for t in every if t.reward >= min_reward]
     tokens = sum(c.num_generated for t in kept for c in t.conversations)
     typer.echo(f"rft: kept {len(kept)} of {counted(len(every), 'episode')} with reward >= {min_reward:g} "

@@ -11,6 +11,7 @@ baseline (its sum pi^2 too) needs them before the update.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 import warnings
@@ -59,7 +60,6 @@ class PolicyUpdate:
         self.device = device
         self.progress: Callable[[str], None] = lambda text: None  # the tracker's phase line
         self.notice: Callable[[str], None] = lambda text: None  # a warning line (the run's console)
-        self._memory: MemoryModel | None | bool = False  # False: not measured yet (at the first update)
         self._split_said = False  # the line about splitting for memory is said once a run
         self.entropy_control = AdaptiveEntropy.from_config(cfg.algorithm)  # algorithm.adaptive_entropy, else None
         if self.entropy_control is not None:  # a resumed run's coefficient and last entropy (its checkpoint's)
@@ -215,15 +215,18 @@ class PolicyUpdate:
             micros += [filler] * padding
         return micros, padding
 
+    @functools.cached_property
+    def _memory(self) -> MemoryModel | None:
+        """What a micro-batch may spend (measured at the first update, after the rollout freed what it held);
+        None where the split is not this process's to change: memory_model's cases, and FSDP's collective passes."""
+        return None if self.sharded else memory_model(self.cfg, self.policy, self.device, self.dist.world)
+
     def _split(self, mrows: list[Row]) -> list[list[int]]:
         """Micro-batches under the token budget, split further where their backward would not fit in memory
-        (:mod:`memrl.train.memory_fit`; measured once, after the first rollout freed what it held)."""
+        (:mod:`memrl.train.memory_fit`)."""
         budget = self.cfg.trainer.micro_batch_tokens
-        if self._memory is False:
-            self._memory = None if self._lockstep else memory_model(self.cfg, self.policy, self.device,
-                                                                     self.dist.world)
         memory = self._memory
-        if not isinstance(memory, MemoryModel):
+        if memory is None:
             return micro_batches(mrows, budget)
         groups = micro_batches(mrows, budget, memory.fits)
         plain = [] if self._split_said else micro_batches(mrows, budget)
