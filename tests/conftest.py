@@ -11,8 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Under pytest-xdist each worker takes its share of the cores. torch's default (every core in every process)
-# oversubscribes them, and OpenMP's waiting threads then cost a quarter of the suite's time (tests/train on
-# 2 cores with 2 workers: 265 s -> 203 s). Set before torch loads, so the memrl processes tests start inherit it.
+# oversubscribes them, and OpenMP's waiting threads then cost time (2 cores, 2 workers: tests/train 265 s -> 203 s,
+# the whole suite 957 s -> 884 s). Set before torch loads, so the memrl processes tests start inherit it.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
