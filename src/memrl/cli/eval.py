@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -12,70 +12,44 @@ from rich.console import Console
 from memrl.cli.common import given_keys, quiet_hub_progress, resolve_config
 from memrl.cli.data import parse_docs
 from memrl.cli.eval_common import out_lock, prepare_out, run_with_progress
+from memrl.cli.eval_flags import (
+    BaseUrlFlag, ConcurrencyFlag, ConfigArg, DataDirFlag, DataFlag, DocsFlag, DomainFlag, EngineFlag, EvalArgs,
+    MaxRetriesFlag, MaxSamplesFlag, ModelFlag, NumTasksFlag, OutFlag, OverridesArg, ProtocolFlag, RepeatsFlag,
+    RestartFlag, RolloutsFlag, SplitFlag, SuiteFlag, TaskIdsFlag, TasksFlag, TemperatureFlag, TopPFlag, TrialsFlag,
+    WorkflowFlag,
+)
 from memrl.cli.errors import user_errors
 from memrl.io.console import log_console
 
 
 @user_errors
 def eval_cmd(
-    config: Optional[Path] = typer.Argument(None, help="YAML config (optional)."),
-    overrides: Optional[list[str]] = typer.Argument(None, help="Dotted overrides, e.g. workflow.options.chunk_tokens=2000."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model folder, hub id or alias "
-                                        "(tiny, smollm2-135m-instruct). With --engine openai: the tokenizer "
-                                        "source and default served model name (a tool agent over "
-                                        "tool_protocol=openai_chat loads no tokenizer: any served name, "
-                                        "e.g. gpt-4.1-2025-04-14)."),
-    workflow: Optional[str] = typer.Option(None, "--workflow", "-w", help="memagent | rememr1 | full_context | "
-                                           "tool_agent (tasks of --domain/--split, --trials each, pass^k) | agent "
-                                           "(a program: workflow.options.program or command), or your own as "
-                                           "package.module:Class."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Folder with eval_{N}.json files (from memrl data synth) or "
-                              "ReMemR1's eval_{dataset}_{N}.json; also a prefix (DIR/eval_hotpotqa) or a pattern "
-                              "with {n} (min-distance files); --suite ruler: the RULER data folder; or one file of samples "
-                              "(JSONL, JSON or parquet) for any workflow."),
-    docs: Optional[str] = typer.Option(None, "--docs", "-d", help="Comma-separated document counts to evaluate "
-                                       "(--suite qa on a folder of eval_{N}.json files; not with --data FILE); "
-                                       "--suite ruler: context lengths (default: all)."),
-    suite: str = typer.Option("qa", "--suite", help="qa (long-context QA files) | ruler (RULER tasks)."),
-    tasks: Optional[str] = typer.Option(None, "--tasks", help="--suite ruler: comma-separated task names "
-                                        "(default: all)."),
-    engine: Optional[str] = typer.Option(None, "--engine", "-e", help="hf (in-process, default) | openai | vllm."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="openai engine: server URL ending in /v1."),
-    out: Path = typer.Option(Path("runs/eval"), "--out", "-o", help="Results folder; re-running resumes."),
-    max_samples: Optional[int] = typer.Option(None, "--max-samples", help="First K samples of each file (K >= 1)."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="Overrides sampling.temperature; "
-                                                "unset everywhere: 0 = greedy (protocol memrl) or 0.7 "
-                                                "(protocols memagent, rememr1)."),
-    top_p: Optional[float] = typer.Option(None, "--top-p", help="Overrides sampling.top_p (default 1.0; 0.95 "
-                                          "under protocols memagent, rememr1)."),
-    protocol: Optional[str] = typer.Option(None, "--protocol", help="eval.protocol: memrl (one-way sub-EM, default) "
-                                           "| memagent | rememr1 (the papers' scripts: bidirectional sub-EM "
-                                           "against the first gold; sampled at 0.7 / 0.95 over whole contexts "
-                                           "unless a flag or override says otherwise)."),
-    repeats: Optional[int] = typer.Option(None, "--repeats", help="eval.repeats: K samples per question; "
-                                          "reports mean accuracy and pass@K (MemAgent's --sampling)."),
-    domain: Optional[str] = typer.Option(None, "--domain", help="tool_agent: env.domain (library, mock, retail, "
-                                         "airline, telecom, telecom-workflow, or package.module:factory); several "
-                                         "comma-separated (airline,retail,telecom): one folder each in --out and "
-                                         "the tau2 leaderboard's Overall."),
-    split: Optional[str] = typer.Option(None, "--split", help="tool_agent: env.eval_split (e.g. test, small, base)."),
-    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="tool_agent: env.data_dir (a tau2-bench clone "
-                                           "or its domains folder)."),
-    trials: int = typer.Option(1, "--trials", help="tool_agent: episodes per task; reports pass^1..pass^K."),
-    task_ids: Optional[str] = typer.Option(None, "--task-ids", help="tool_agent: only these tasks of --split, "
-                                           "comma-separated (env.task_ids; tau2-bench's --task-ids)."),
-    num_tasks: Optional[int] = typer.Option(None, "--num-tasks", min=1, help="tool_agent: the first N tasks of "
-                                            "--split (env.num_tasks; tau2-bench's --num-tasks)."),
-    max_retries: Optional[int] = typer.Option(None, "--max-retries", min=0, help="tool_agent: eval.max_retries, "
-                                              "tries again at once of a trial that fails (tau2-bench's "
-                                              "--max-retries; memrl's default 0: a failed trial waits for the "
-                                              "next run)."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Episodes in flight at once."),
-    rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts", help="Also save each episode's tokens and "
-                                  "log-probs as a rollout record in OUT/rollouts/ (what memrl sft/rft and memrl view "
-                                  "read); --no-rollouts for long contexts where they are large."),
-    restart: bool = typer.Option(False, "--restart", help="Delete earlier results in --out first (only what "
-                                 "memrl wrote there; refuses if the folder holds anything else)."),
+    config: ConfigArg = None,
+    overrides: OverridesArg = None,
+    model: ModelFlag = None,
+    workflow: WorkflowFlag = None,
+    data: DataFlag = None,
+    docs: DocsFlag = None,
+    suite: SuiteFlag = "qa",
+    tasks: TasksFlag = None,
+    engine: EngineFlag = None,
+    base_url: BaseUrlFlag = None,
+    out: OutFlag = Path("runs/eval"),
+    max_samples: MaxSamplesFlag = None,
+    temperature: TemperatureFlag = None,
+    top_p: TopPFlag = None,
+    protocol: ProtocolFlag = None,
+    repeats: RepeatsFlag = None,
+    domain: DomainFlag = None,
+    split: SplitFlag = None,
+    data_dir: DataDirFlag = None,
+    trials: TrialsFlag = 1,
+    task_ids: TaskIdsFlag = None,
+    num_tasks: NumTasksFlag = None,
+    max_retries: MaxRetriesFlag = None,
+    concurrency: ConcurrencyFlag = None,
+    rollouts: RolloutsFlag = True,
+    restart: RestartFlag = False,
 ) -> None:
     """Evaluate a workflow on long-context QA files (eval_{N}.json), RULER, tool-agent tasks or one file of samples.
 
@@ -89,37 +63,42 @@ def eval_cmd(
       memrl eval -m model/ -w memagent --suite ruler --data data/ruler
       memrl eval -m tiny -w tool_agent --domain library --trials 4 --temperature 1
     """
+    args = EvalArgs(**locals())
     if max_samples is not None and max_samples < 1:
         raise ValueError(f"--max-samples must be >= 1 (leave it out for all samples), got {max_samples}")
-    from memrl.eval.runner import recorded_settings, with_eval_sampling
-
     if suite not in ("qa", "ruler"):
         raise ValueError(f"--suite must be qa or ruler, got {suite!r}")
-    domains = [d.strip() for d in domain.split(",") if d.strip()] if domain else None
-    flags = {
-        "model.path": model, "workflow.name": workflow, "engine.kind": engine, "engine.base_url": base_url,
-        "sampling.temperature": temperature, "sampling.top_p": top_p, "engine.concurrency": concurrency,
-        "eval.protocol": protocol, "eval.repeats": repeats, "env.domain": domains[0] if domains else None,
-        "env.eval_split": split, "env.data_dir": data_dir, "env.num_tasks": num_tasks, "eval.max_retries": max_retries,
-        "env.task_ids": [t.strip() for t in task_ids.split(",") if t.strip()] if task_ids else None,
-    }
+    from memrl.eval.runner import recorded_settings, with_eval_sampling
+
+    flags = args.config_flags()
     recorded = None if restart else recorded_settings(out)
     cfg = with_eval_sampling(resolve_config(config, overrides, flags),  # re-scoring a folder keeps its sampling
                              recorded, given_keys(config, overrides, flags))
     built = cfg.workflow.build()
-    on_tasks = built.uses_env  # a tool agent: every task of --domain, --trials each
-    _check_flags_apply(on_tasks, {  # first: a flag the workflow ignores is the error, not whether its file exists
-        "--data": data, "--docs": docs, "--max-samples": max_samples, "--tasks": tasks,
-        "--suite": None if suite == "qa" else suite, "--repeats": repeats}, trials,
-        {"--task-ids": task_ids, "--num-tasks": num_tasks, "--max-retries": max_retries, "--domain": domain,
-         "--split": split, "--data-dir": data_dir})
-    _check_data_exists(data, built)
-    if data is not None and data.is_file() and (docs or tasks):
-        flag = "--docs" if docs else "--tasks"
-        raise ValueError(f"{flag} applies to a folder of eval files (eval_<N>.json, RULER's); --data {data} is one "
-                         f"file of samples, evaluated whole: leave {flag} out (--max-samples K takes the first K)")
+    _check_args(args, built)
     quiet_hub_progress()
     console = log_console()
+    _warn(cfg, recorded, console)
+    with out_lock(out, console):
+        _dispatch(args, cfg, built.uses_env, console)
+
+
+def _check_args(a: EvalArgs, built: Any) -> None:
+    """Flags the chosen workflow would ignore, then a --data that names nothing: before the model loads."""
+    _check_flags_apply(built.uses_env, {  # first: a flag the workflow ignores is the error, not whether its file exists
+        "--data": a.data, "--docs": a.docs, "--max-samples": a.max_samples, "--tasks": a.tasks,
+        "--suite": None if a.suite == "qa" else a.suite, "--repeats": a.repeats}, a.trials,
+        {"--task-ids": a.task_ids, "--num-tasks": a.num_tasks, "--max-retries": a.max_retries, "--domain": a.domain,
+         "--split": a.split, "--data-dir": a.data_dir})
+    _check_data_exists(a.data, built)
+    if a.data is not None and a.data.is_file() and (a.docs or a.tasks):
+        flag = "--docs" if a.docs else "--tasks"
+        raise ValueError(f"{flag} applies to a folder of eval files (eval_<N>.json, RULER's); --data {a.data} is one "
+                         f"file of samples, evaluated whole: leave {flag} out (--max-samples K takes the first K)")
+
+
+def _warn(cfg: Any, recorded: Any, console: Console) -> None:
+    """Settings that make the scores mean little (no --model, repeats of greedy decoding), and protocol notes."""
     if "path" not in cfg.model.model_fields_set:  # neither --model, an override nor the config file named one
         console.print(f"[yellow]warning: no --model: evaluating model.path's default {cfg.model.path!r}, memrl's "
                       "randomly initialised test model (its scores mean nothing); pass --model[/yellow]",
@@ -132,27 +111,29 @@ def eval_cmd(
     for note in (client_sampling_note(cfg, recorded), own_prompts_note(cfg), variant_note(cfg)):
         if note:
             console.print(f"[yellow]{note}[/yellow]", highlight=False, soft_wrap=True)
-    with out_lock(out, console):
-        if on_tasks:
-            from memrl.cli.eval_tools import eval_tools
 
-            eval_tools(cfg, out, trials, restart, console, rollouts=rollouts, domains=domains)
-            return
-        if (data is None and cfg.data.eval_file) or (data is not None and data.is_file()):
-            from memrl.cli.eval_workflow import eval_file
 
-            eval_file(cfg, data, out, restart, console, rollouts, max_samples)  # one file of the workflow's own samples
-            return
-        if data is None:
-            raise ValueError("--data: give the folder of eval files (memrl data synth --out, or memrl data ruler "
-                             "--out), or one file of samples (or set data.eval_file)")
-        if suite == "ruler":
-            if cfg.eval.repeats > 1:  # it ran each sample once and reported that as K repeats' worth
-                raise ValueError(f"eval.repeats={cfg.eval.repeats}: the RULER suite runs each sample once; leave "
-                                 "--repeats out (or give --samples more per task with memrl data ruler)")
-            _ruler(cfg, data, docs, tasks, out, max_samples, restart, console)
-            return
-        _qa(cfg, data, docs, out, max_samples, restart, console, rollouts)
+def _dispatch(a: EvalArgs, cfg: Any, on_tasks: bool, console: Console) -> None:
+    """Run the suite the flags chose: tool-agent tasks, one file of samples, RULER or QA files by document count."""
+    data = a.data
+    if on_tasks:  # a tool agent: every task of --domain, --trials each
+        from memrl.cli.eval_tools import eval_tools
+
+        eval_tools(cfg, a.out, a.trials, a.restart, console, rollouts=a.rollouts, domains=a.domains)
+    elif (data is None and cfg.data.eval_file) or (data is not None and data.is_file()):
+        from memrl.cli.eval_workflow import eval_file
+
+        eval_file(cfg, data, a.out, a.restart, console, a.rollouts, a.max_samples)  # the workflow's own samples
+    elif data is None:
+        raise ValueError("--data: give the folder of eval files (memrl data synth --out, or memrl data ruler "
+                         "--out), or one file of samples (or set data.eval_file)")
+    elif a.suite == "ruler":
+        if cfg.eval.repeats > 1:  # it ran each sample once and reported that as K repeats' worth
+            raise ValueError(f"eval.repeats={cfg.eval.repeats}: the RULER suite runs each sample once; leave "
+                             "--repeats out (or give --samples more per task with memrl data ruler)")
+        _ruler(cfg, data, a.docs, a.tasks, a.out, a.max_samples, a.restart, console)
+    else:
+        _qa(cfg, data, a.docs, a.out, a.max_samples, a.restart, console, a.rollouts)
 
 
 def _check_data_exists(data: Path | None, workflow: Any) -> None:
