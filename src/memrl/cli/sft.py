@@ -76,24 +76,37 @@ def check_flags(epochs: int, lr: float, batch_rows: int, dtype: str = "float32",
         raise ValueError(f"--lr-schedule must be constant or linear, got {lr_schedule!r}")
 
 
+STUCK_GRACE_S = 10.0  # after a signal, how long the current torch call may run before the process ends anyway
+
+
 @contextlib.contextmanager
-def _stops_say_nothing_kept(out: Path) -> Iterator[None]:
+def _stops_say_nothing_kept(out: Path, grace_s: float = STUCK_GRACE_S) -> Iterator[None]:
     """Ctrl-C or SIGTERM while fine-tuning: say that nothing was written (the model is exported only at the end)
-    and exit 130 / 143, instead of a bare 'interrupted' or a silent death."""
+    and exit 130 / 143, instead of a bare 'interrupted' or a silent death. A step's long torch call delays
+    Python's handler until it returns; after ``grace_s`` the process ends without waiting for it."""
+    from memrl.cli.signal_wakeup import exit_if_stuck
+
     got: list[int] = []
 
     def on_term(signum: int, frame: Any) -> None:
         got.append(signum)
         raise KeyboardInterrupt
 
+    def said(how: str) -> str:
+        return (f"interrupted{how}: fine-tuning stopped before its end, so nothing was written to {out} (a model "
+                "is exported only when training completes); re-run the same command to start again")
+
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, on_term) if main else None
     try:
-        yield
-    except KeyboardInterrupt:
-        print(f"interrupted: fine-tuning stopped before its end, so nothing was written to {out} (a model is "
-              "exported only when training completes); re-run the same command to start again", file=sys.stderr)
-        raise typer.Exit(128 + (got[0] if got else signal.SIGINT)) from None
+        stuck = said(f" (the step under way did not stop within {grace_s:g} s)")
+        with exit_if_stuck(grace_s, lambda _: stuck) as handled:
+            try:
+                yield
+            except KeyboardInterrupt:
+                handled.set()
+                print(said(""), file=sys.stderr)
+                raise typer.Exit(128 + (got[0] if got else signal.SIGINT)) from None
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
