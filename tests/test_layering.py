@@ -4,7 +4,8 @@ Layers, lowest first (a package's modules all sit in its layer):
 
 0. ``memrl`` (the package root), ``memrl.types``, ``memrl.packed``, ``memrl.plugins`` (the Registry
    machinery) and ``memrl.installed_plugins`` (entry points), ``memrl.io`` (the files memrl writes and reads back: atomic writes, rollout records,
-   metrics rows, ``DataError``), ``memrl.interrupts`` (a Ctrl-C kept until a command can act on it);
+   metrics rows, ``DataError``), ``memrl.interrupts`` (a Ctrl-C kept until a command can act on it), ``memrl.signal_watch`` (a signal seen
+   while the main thread is inside one long call);
 1. ``memrl.models``, ``memrl.rewards``: leaf libraries (model loading, answer scoring) that
    everything above may use and that know nothing of configs;
 2. ``memrl.config``;
@@ -46,7 +47,7 @@ PACKAGES = ("memrl", "memrl_demo")
 
 LAYERS: dict[str, int] = {
     "memrl": 0, "memrl.types": 0, "memrl.packed": 0, "memrl.plugins": 0, "memrl.installed_plugins": 0,
-    "memrl.io": 0, "memrl.interrupts": 0,
+    "memrl.io": 0, "memrl.interrupts": 0, "memrl.signal_watch": 0,
     "memrl.models": 1, "memrl.rewards": 1,
     "memrl.config": 2,
     "memrl.rl": 3, "memrl.engines": 3, "memrl.testing": 3,

@@ -90,13 +90,46 @@ def test_second_signal_exits_at_once(tmp_path):
     assert "SIGINT again: exiting now" in r.stderr
 
 
+def test_second_signal_exits_while_the_main_thread_is_inside_one_long_call():
+    """A CPU backward is one torch call: Python's handler waits for it. libc's sleep in a main thread that
+    blocks the signals stands in for it (the kernel hands them to another thread; the sleep goes on)."""
+    script = textwrap.dedent("""
+        import ctypes, signal
+        from memrl.train.signals import StopRequest
+
+        with StopRequest():
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            print("in the step", flush=True)
+            ctypes.CDLL(None).sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "in the step\n"
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(3)  # past the second-signal grace: one signal alone must not end the step
+        assert proc.poll() is None
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)  # without the watcher: the 600 s sleep, and this times out
+    finally:
+        proc.kill()
+    assert proc.returncode == 143 and time.monotonic() - started < 30
+    assert "SIGTERM again: exiting now without a checkpoint" in err
+
+
 def test_handlers_are_restored_after_the_run():
+    import threading
+
     from memrl.train.signals import StopRequest
 
     before = signal.getsignal(signal.SIGINT)
+    wakeup = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(wakeup)
     with StopRequest():
         assert signal.getsignal(signal.SIGINT) is not before
     assert signal.getsignal(signal.SIGINT) is before
+    assert signal.set_wakeup_fd(wakeup) == wakeup  # the watcher's socket is gone, and its thread
+    assert not [t for t in threading.enumerate() if t.name == "memrl-stop-watch"]
 
 
 @pytest.mark.slow

@@ -84,7 +84,7 @@ def _stops_say_nothing_kept(out: Path, grace_s: float = STUCK_GRACE_S) -> Iterat
     """Ctrl-C or SIGTERM while fine-tuning: say that nothing was written (the model is exported only at the end)
     and exit 130 / 143, instead of a bare 'interrupted' or a silent death. A step's long torch call delays
     Python's handler until it returns; after ``grace_s`` the process ends without waiting for it."""
-    from memrl.cli.signal_wakeup import exit_if_stuck
+    from memrl.signal_watch import exit_unless_answered, watch_stops
 
     got: list[int] = []
 
@@ -98,15 +98,18 @@ def _stops_say_nothing_kept(out: Path, grace_s: float = STUCK_GRACE_S) -> Iterat
 
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, on_term) if main else None
+    handled = threading.Event()
+    stuck = said(f" (the step under way did not stop within {grace_s:g} s)")
     try:
-        stuck = said(f" (the step under way did not stop within {grace_s:g} s)")
-        with exit_if_stuck(grace_s, lambda _: stuck) as handled:
+        with watch_stops(exit_unless_answered(grace_s, handled, lambda _: stuck)):
             try:
                 yield
             except KeyboardInterrupt:
                 handled.set()
                 print(said(""), file=sys.stderr)
                 raise typer.Exit(128 + (got[0] if got else signal.SIGINT)) from None
+            finally:
+                handled.set()
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)

@@ -8,6 +8,7 @@ first signal only sets a flag that the training loop reads between steps.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -17,9 +18,11 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from memrl import interrupts
+from memrl.signal_watch import watch_stops
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 _HARD_EXIT_HOOKS: list[Callable[[], None]] = []
+SECOND_SIGNAL_GRACE_S = 2.0  # how long the main thread may take to act on a second signal itself
 _stop_at: list[float] = []  # monotonic time of the first stop signal of the active StopRequest (empty: none)
 
 
@@ -86,38 +89,61 @@ class StopRequest(_SignalScope):
         super().__init__()
         self.signum: int | None = None
         self.grace_s = grace_s
+        self._seen = 0  # stop signals the watcher thread saw arrive
+        self._closed = threading.Event()
+        self._watch: contextlib.AbstractContextManager[None] | None = None
 
     def __enter__(self) -> StopRequest:
         super().__enter__()
         _stop_at.clear()
-        if self._previous:  # a Ctrl-C swallowed while the run started: act on it as if it came now
-            swallowed = interrupts.take()
+        if self._previous:
+            self._closed.clear()
+            self._watch = watch_stops(self._on_arrival)
+            self._watch.__enter__()
+            swallowed = interrupts.take()  # a Ctrl-C swallowed while the run started: act on it as if it came now
             if swallowed is not None:
+                self._seen += 1
                 self._handle(swallowed, None)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        self._closed.set()
+        if self._watch is not None:
+            self._watch.__exit__(None, None, None)
+            self._watch = None
         super().__exit__(exc_type, exc, tb)
         _stop_at.clear()
+
+    def _on_arrival(self, signum: int) -> None:
+        """In the watcher thread: a second signal exits even while the main thread is inside one long torch
+        call (a CPU backward), where the handler below would run only when the call returns."""
+        self._seen += 1
+        if self._seen >= 2 and not self._closed.wait(SECOND_SIGNAL_GRACE_S):
+            _exit_now(signum)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self.signum is not None:
-            # os.write: a handler may run while the console is mid-print, and print() is not reentrant
-            os.write(2, f"\n{name} again: exiting now without a checkpoint (re-running the same command resumes "
-                        "from the last saved one, and redoes the steps after it)\n".encode())
-            for hook in list(_HARD_EXIT_HOOKS):
-                try:
-                    hook()
-                except Exception:  # noqa: BLE001 - exiting at once matters more than any one hook
-                    pass
-            os._exit(128 + signum)
+            _exit_now(signum)
         self.signum = signum
         _stop_at[:] = [time.monotonic()]
         os.write(2, f"\n{name}: finishing the current step (episodes still running in {self.grace_s:g} s are "
                     f"failed: trainer.stop_grace_s), then saving a checkpoint (send it again to exit at once)\n"
                     .encode())
+
+
+def _exit_now(signum: int) -> None:
+    """The second signal: say so, stop what the hooks name (agent process groups) and end the process."""
+    # os.write: a handler may run while the console is mid-print, and print() is not reentrant
+    os.write(2, f"\n{signal.Signals(signum).name} again: exiting now without a checkpoint (re-running the same "
+                "command resumes from the last saved one, and redoes the steps after it)\n".encode())
+    for hook in list(_HARD_EXIT_HOOKS):
+        try:
+            hook()
+        except Exception:  # noqa: BLE001 - exiting at once matters more than any one hook
+            pass
+    os._exit(128 + signum)
 
 
 class StageInterrupted(Exception):
