@@ -5,6 +5,7 @@ naming the field (not a 503 that discards the episode), and an oversized body re
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import httpx
@@ -79,37 +80,61 @@ class _SlowTemplate:
     def __len__(self) -> int:
         return len(self._tok)
 
-    def is_big(self, messages) -> bool:
-        return sum(len(m.get("content") or "") for m in messages) > self._big
+    def is_big(self, messages, tools) -> bool:  # every string: contents, tool-call arguments, tool schemas
+        return len(json.dumps([messages, tools])) > self._big
 
     def apply_chat_template(self, messages, **kwargs):
-        if self.is_big(messages):
+        if self.is_big(messages, kwargs.get("tools")):
             self.saw_other_done = self.other_done.wait(timeout=5)  # on the shared loop this can only time out
-            messages = [{"role": "user", "content": "short"}]
+            messages, kwargs = [{"role": "user", "content": "short"}], {**kwargs, "tools": None}
         return self._tok.apply_chat_template(messages, **kwargs)
 
 
 class _SlowManyMessages(_SlowTemplate):
-    def is_big(self, messages) -> bool:
+    def is_big(self, messages, tools) -> bool:
         return len(messages) > self._big
 
 
+def _huge(kind: str, count: int) -> dict:
+    """A request past OFF_LOOP_CHARS whose size is in ``kind``."""
+    from memrl.workflows.api import OFF_LOOP_CHARS
+
+    text, hi = "word " * (OFF_LOOP_CHARS // 4), [{"role": "user", "content": "hi"}]
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": json.dumps({"t": text})}}
+    return {"long text": {"messages": [{"role": "user", "content": text}]},
+            "many empty messages": {"messages": [{"role": "user", "content": ""}] * count},
+            "tool-call arguments": {"messages": [*hi, {"role": "assistant", "content": None, "tool_calls": [call]},
+                                                 {"role": "tool", "tool_call_id": "c1", "content": "done"}]},
+            "a tool schema": {"messages": hi, "tools": [{"type": "function", "function": {
+                "name": "f", "description": text, "parameters": {"type": "object", "properties": {}}}}]},
+            }[kind]
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("many", [False, True], ids=["long text", "many empty messages"])
-def test_a_huge_prompt_is_tokenized_off_the_shared_loop(gateway, tools_tokenizer, many):
+@pytest.mark.parametrize("kind", ["long text", "many empty messages", "tool-call arguments", "a tool schema",
+                                  "count_tokens"])
+def test_a_huge_prompt_is_tokenized_off_the_shared_loop(gateway, tools_tokenizer, kind):
     """Text past OFF_LOOP_CHARS, or as many empty messages (an audit's 250,000 of them stalled every other
-    episode for 6 s: only the messages' text was counted)."""
+    episode for 6 s: only the messages' text was counted), or as much in tool-call arguments or a tool's
+    schema (5 MB of them stalled the loop for 17-19 s), or counted by the Messages API's count_tokens."""
     from memrl.workflows.api import MESSAGE_CHARS, OFF_LOOP_CHARS
 
     count = OFF_LOOP_CHARS // MESSAGE_CHARS + 1
+    many = kind == "many empty messages"
     slow = (_SlowManyMessages(tools_tokenizer, count - 1) if many else _SlowTemplate(tools_tokenizer, OFF_LOOP_CHARS))
     engine = scripted(tools_tokenizer, "ok")
-    messages = ([{"role": "user", "content": ""}] * count if many
-                else [{"role": "user", "content": "word " * (OFF_LOOP_CHARS // 4)}])
 
     async def big():
-        async with open_episode(gateway, engine, slow) as (_, _endpoint, client):
-            return await client.chat.completions.create(model="m", messages=messages, max_tokens=4)
+        async with open_episode(gateway, engine, slow) as (_, endpoint, client):
+            if kind == "count_tokens":
+                import anthropic
+
+                counter = anthropic.AsyncAnthropic(base_url=endpoint.base_url, api_key=endpoint.api_key)
+                counted = await counter.messages.count_tokens(model="m", messages=[
+                    {"role": "user", "content": "word " * (OFF_LOOP_CHARS // 4)}])
+                return counted.input_tokens
+            answer = await client.chat.completions.create(model="m", max_tokens=4, **_huge(kind, count))
+            return answer.choices[0].message.content
 
     async def small():
         async with open_episode(gateway, engine, slow) as (_, _endpoint, client):
@@ -122,7 +147,7 @@ def test_a_huge_prompt_is_tokenized_off_the_shared_loop(gateway, tools_tokenizer
         return await asyncio.gather(big(), small())
 
     answer, _ = asyncio.run(step())
-    assert answer.choices[0].message.content == "ok"
+    assert answer == "ok" or (kind == "count_tokens" and answer > 0)
     assert slow.saw_other_done is True  # the other episode was answered while the big prompt was tokenized
 
 

@@ -252,12 +252,13 @@ BAD = [
     ("/chat/completions", {"messages": USER, "n": "1"}),
     ("/chat/completions", {"messages": USER, "stream": True, "stream_options": {"include_usage": "false"}}),
     ("/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}),
+    ("/responses", {"input": [{"type": "message", "role": ["user"], "content": "x"}]}),  # was a retried 503
 ]
 EXPECTED = ["conversation", "tools[0].type", "input[0].content[0]", "tool_choice", "previous_response_id",
             "input[0].type", "max_output_tokens", "temperature", "top_logprobs", "include", "text", "top_k", "thinking", "messages[0].content[0].type",
             "tool_choice", "max_tokens", "stop_sequences[0]", "stream_options", "thread",
             "messages[0].content[0].text", "max_tokens", "temperature", "n", "stream_options.include_usage",
-            "messages[0].content[0]"]
+            "messages[0].content[0]", "input[0].role"]
 
 
 def test_anthropic_count_tokens_is_the_prompt_the_call_would_render(gateway, tools_tokenizer):
@@ -300,6 +301,24 @@ def test_an_unexpected_failure_of_a_messages_route_has_anthropics_shape(gateway,
     r = run(go())
     assert r.status_code == 503 and r.json() == {"type": "error", "error": {
         "type": "api_error", "message": "the gateway could not answer (RuntimeError)"}}
+    assert r.headers["x-should-retry"] == "false"  # the SDK would send the same request twice more
+
+
+def test_anthropic_models_answer_at_the_path_the_sdk_asks_in_anthropics_shape(gateway, tools_tokenizer):
+    """The documented ``AsyncAnthropic(base_url=<episode's .../v1>)``: the SDK asks ``.../v1/v1/models``."""
+
+    async def go():
+        async with open_episode(gateway, tool_then_text(tools_tokenizer), tools_tokenizer) as (_, endpoint, _c):
+            claude = anthropic.AsyncAnthropic(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0)
+            listed = [m async for m in claude.models.list()]
+            one = await claude.models.retrieve(listed[0].id)
+            with pytest.raises(anthropic.NotFoundError):
+                await claude.models.retrieve("claude-nope")
+            return listed, one
+
+    listed, one = run(go())
+    assert len(listed) == 1 and listed[0] == one
+    assert (one.type, one.display_name, one.created_at.year) == ("model", one.id, 1970)
 
 
 def test_fields_the_sdks_send_are_accepted_and_answers_match_their_types(gateway, tools_tokenizer):
@@ -364,3 +383,27 @@ def test_a_streamed_tool_call_only_answer_has_null_content_as_unstreamed():
                "content": [{"type": "tool_use", "id": "t", "name": "add", "input": {"a": "é"}}]}
     events = "".join(messages_events(message, []))
     assert '\\"a\\": \\"é\\"' in events  # the input as the rest of the gateway writes it, not ASCII-escaped
+
+
+def test_an_unexpected_failure_of_the_chat_route_is_a_503_the_sdk_does_not_retry(gateway, tools_tokenizer,
+                                                                                 monkeypatch):
+    """The openai SDK retries every 5xx twice unless told not to: a failure of the gateway's own would repeat."""
+    from memrl.gateway import app as gateway_app
+
+    tries = []
+
+    def broken(messages):
+        tries.append(1)
+        raise RuntimeError("secret detail")
+
+    async def go():
+        async with open_episode(gateway, tool_then_text(tools_tokenizer), tools_tokenizer) as (_, endpoint, _c):
+            monkeypatch.setattr(gateway_app, "chat_messages", broken)
+            client = openai.AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key)  # the SDK's 2 retries
+            with pytest.raises(openai.InternalServerError) as err:
+                await client.chat.completions.create(model="m", messages=USER, max_tokens=4)
+            return err.value
+
+    err = run(go())
+    assert err.status_code == 503 and err.body["code"] == "gateway_error" and "secret" not in str(err.body)
+    assert len(tries) == 1

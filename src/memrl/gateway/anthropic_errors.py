@@ -86,5 +86,6 @@ class AnthropicErrors:
             await self.app(scope, receive, rewrite)
         except Exception as exc:
             if not (start.get("pass") or start.get("sent")):
-                await _send_json(send, 503, json.dumps(anthropic_error(503, unexpected_message(exc))).encode(), [])
+                await _send_json(send, 503, json.dumps(anthropic_error(503, unexpected_message(exc))).encode(),
+                                 [(b"x-should-retry", b"false")])  # the same request would fail the same way
             raise  # Starlette's outer handler logs it; the answer has started, so it sends nothing more

@@ -3,7 +3,7 @@
 Each episode has its own base URL and key. The episode is looked up before the body is
 read, so an unknown or finished episode gets a 404 and a wrong key a 401 whatever the body;
 a malformed body gets a 400 naming the field (serve's error shape and body checks). A
-request that fails for any other reason gets a 503 and fails its episode: nothing answers
+request that fails for any other reason gets a 503 that the SDKs do not retry: nothing answers
 500, and nothing one episode sends can reach another's conversations.
 """
 
@@ -33,7 +33,11 @@ from memrl.serve.middleware import BodyLimit
 
 
 async def _unexpected(request: Request, exc: Exception) -> Any:
-    return error_response(503, unexpected_message(exc), code="gateway_error")
+    """A failure of the gateway's own: a 503 the SDKs do not retry (they retry any 5xx unless told not to,
+    and the same request would fail the same way three times over)."""
+    answer = error_response(503, unexpected_message(exc), code="gateway_error")
+    answer.headers["x-should-retry"] = "false"
+    return answer
 
 
 async def _invalid_body(sessions: Sessions, request: Request, exc: RequestValidationError) -> Any:

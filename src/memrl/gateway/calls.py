@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memrl.engines.base import EngineDeadError, GenerationResult
+from memrl.io.json_strings import json_strings
 from memrl.gateway.sessions import Session
 from memrl.gateway.tool_parser import split_tool_calls
 from memrl.serve.answers import Answers
@@ -98,8 +99,7 @@ def encode_prompt(session: Session, req: CallRequest, limits: ServeLimits) -> li
             if len(items) > limits.max_model_len:  # each renders to a token at least: cannot fit, need not render
                 raise APIError(400, f"{field}: {len(items)} of them cannot fit in {limits.max_model_len} tokens (this "
                                "model's maximum context length)", code="context_length_exceeded", param=field)
-        size = sum(len(m["content"].encode("utf-8", "surrogatepass"))
-                   for m in req.prompt if isinstance(m.get("content"), str))
+        size = sum(len(t.encode("utf-8", "surrogatepass")) for t in json_strings(req.prompt, max_depth=32))
         if size > limits.max_model_len * max_token_bytes(ep.tokenizer):
             raise APIError(400, f"messages: {size} bytes of text are more than {limits.max_model_len} tokens (this "
                            "model's maximum context length)", code="context_length_exceeded", param="messages")
@@ -121,16 +121,23 @@ def encode_prompt(session: Session, req: CallRequest, limits: ServeLimits) -> li
     return parse_prompts(req.prompt, encode, limits)[0]
 
 
+async def render(session: Session, req: CallRequest, limits: ServeLimits) -> list[int]:
+    """:func:`encode_prompt`, in a worker thread when the request is big: the episode loop is every episode's,
+    and rendering megabytes (messages, tool-call arguments, tool schemas) on it stalled them all for seconds."""
+    tools = req.tools or []
+    work = prompt_chars(req.prompt) + TOOL_CHARS * len(tools) + sum(
+        map(len, json_strings(tools, keys=True, max_depth=32)))
+    if work > OFF_LOOP_CHARS:
+        return await asyncio.to_thread(encode_prompt, session, req, limits)
+    return encode_prompt(session, req, limits)
+
+
 async def model_call(session: Session, req: CallRequest) -> dict[str, Any]:
     """Run ``req`` as one recorded call of the session's episode; the OpenAI response body."""
     ep = session.episode
     settings = session.settings
     limits = limits_for(ep.engine, ep.tokenizer)
-    work = prompt_chars(req.prompt) + TOOL_CHARS * len(req.tools or [])
-    if work > OFF_LOOP_CHARS:  # the episode loop is shared: render big prompts (many messages, tools) off it
-        ids = await asyncio.to_thread(encode_prompt, session, req, limits)
-    else:
-        ids = encode_prompt(session, req, limits)
+    ids = await render(session, req, limits)
     budget = completion_budget(len(ids), req.max_tokens, settings.max_tokens, limits)
     check_token_ids(req.stop_token_ids, "stop_token_ids", limits.vocab_size)  # as memrl serve: in the vocabulary
     stops = None

@@ -102,7 +102,8 @@ def _item(item: Any, where: str, out: list[dict[str, Any]]) -> None:
         raise bad(where, "an input item must be an object")
     kind = item.get("type", "message")
     if kind == "message":
-        role = ROLES.get(item.get("role"))  # type: ignore[arg-type]
+        given = item.get("role")
+        role = ROLES.get(given) if isinstance(given, str) else None  # a list or object: the caller's 400, not a 503
         if role is None:
             raise bad(f"{where}.role", f"must be one of {', '.join(ROLES)}")
         out.append({"role": role, "content": joined_text(item.get("content"), f"{where}.content", TEXT_PARTS)})

@@ -5,7 +5,8 @@ it then runs as one chat call of that episode (``call``: the chat endpoint's own
 its call cap and failure handling), so what is recorded is the same whatever API or
 ``stream`` setting the program used. The Messages API is served at ``.../v1/messages`` and
 at ``.../v1/v1/messages``: the ``anthropic`` SDK adds ``/v1`` to its base URL itself, so a
-program may give it the episode's base URL as it is, or without its ``/v1``.
+program may give it the episode's base URL as it is, or without its ``/v1`` (``.../v1/v1/models`` answers
+the SDK's ``models.list()`` in Anthropic's shape for the same reason).
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads these annotations at run time.
@@ -21,7 +22,7 @@ from memrl.gateway import messages as anthropic_messages
 from memrl.gateway import responses as openai_responses
 from memrl.gateway.adapters import on_episode
 from memrl.serve.streaming import token_pieces
-from memrl.gateway.calls import CallRequest, encode_prompt, limits_for
+from memrl.gateway.calls import CallRequest, limits_for, render
 from memrl.serve.errors import APIError
 from memrl.gateway.requests import sampling_overrides
 from memrl.gateway.sessions import Session
@@ -107,7 +108,7 @@ async def count_message_tokens(body: anthropic_messages.CountTokensBody, session
     ep = session.episode
 
     async def count() -> int:
-        return len(encode_prompt(session, req, limits_for(ep.engine, ep.tokenizer)))
+        return len(await render(session, req, limits_for(ep.engine, ep.tokenizer)))
 
     return {"input_tokens": await asyncio.wrap_future(session.run_live(count()))}
 
@@ -129,6 +130,20 @@ def add_protocol_routes(app: Any, session_of: Callable[..., Session], call: Call
     async def count_tokens(body: anthropic_messages.CountTokensBody, session: Session = Depends(session_of)) -> Any:
         return await count_message_tokens(body, session)
 
+    described = {"type": "model", "id": model, "display_name": model, "created_at": "1970-01-01T00:00:00Z"}
+
+    async def anthropic_models(session: Session = Depends(session_of)) -> Any:
+        """``Anthropic(base_url=<the episode's .../v1>).models.list()``: the SDK asks ``.../v1/v1/models``."""
+        return {"data": [described], "has_more": False, "first_id": model, "last_id": model}
+
+    async def anthropic_model(model_id: str, session: Session = Depends(session_of)) -> Any:
+        if model_id != model:
+            raise APIError(404, f"the model {model_id[:80]!r} does not exist here (this episode serves {model!r})",
+                           code="model_not_found", param="model")
+        return described
+
+    app.get("/episodes/{episode_id}/v1/v1/models")(anthropic_models)
+    app.get("/episodes/{episode_id}/v1/v1/models/{model_id:path}")(anthropic_model)
     app.post("/episodes/{episode_id}/v1/messages/count_tokens")(count_tokens)
     app.post("/episodes/{episode_id}/v1/v1/messages/count_tokens")(count_tokens)
     async def retrieve(response_id: str, stream: bool = False, session: Session = Depends(session_of)) -> Any:

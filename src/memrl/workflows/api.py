@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ValidationError
 
 from memrl.engines.base import Engine, GenerationResult, SamplingParams
+from memrl.io.json_strings import json_strings
 from memrl.plugins import finite_number, finite_reward
 from memrl.workflows.metric_names import TRAINER_METRICS, TRAINER_PREFIXES
 from memrl.types import Conversation, Trajectory
@@ -86,12 +87,13 @@ MESSAGE_CHARS = 64  # what one chat message costs to render beyond its text (the
 
 
 def prompt_chars(prompt: Any) -> int:
-    """Characters to render for a prompt given as text, chat messages (their string contents, plus
-    :data:`MESSAGE_CHARS` each: 250,000 empty messages are work too) or token ids (0)."""
+    """Characters to render for a prompt given as text, chat messages (every string in them: contents, text
+    parts, tool-call arguments, names; plus :data:`MESSAGE_CHARS` each: 250,000 empty messages are work too)
+    or token ids (0). Counting contents only let 5 MB of tool-call arguments be rendered on the shared loop."""
     if isinstance(prompt, str):
         return len(prompt)
     if isinstance(prompt, Sequence):
-        return sum(prompt_chars(m.get("content")) + MESSAGE_CHARS if isinstance(m, Mapping) else
+        return sum(sum(map(len, json_strings(dict(m), max_depth=32))) + MESSAGE_CHARS if isinstance(m, Mapping) else
                    len(m) if isinstance(m, str) else 0 for m in prompt)
     return 0
 
