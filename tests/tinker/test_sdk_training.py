@@ -150,6 +150,8 @@ def test_refusals_name_the_problem(server, client):
     d = datum(tc.get_tokenizer().encode(TEXT))
     with pytest.raises(tinker.BadRequestError, match="'gspo' is not supported"):
         tc.forward_backward([d], "gspo").result(timeout=60)
+    with pytest.raises(tinker.BadRequestError, match="kind: 'inflight' is not served here"):  # was a snapshot
+        tc.save_weights_and_get_sampling_client(kind="inflight").result(timeout=60)
     with pytest.raises(tinker.BadRequestError, match="'stable_reinforce' is not supported.*pass "
                                                      "loss_fn='importance_sampling'"):
         tc.forward_backward([d], "stable_reinforce").result(timeout=60)
@@ -254,3 +256,22 @@ def test_a_checkpoint_fits_by_name_or_by_its_base_folder(server):
     assert svc.serves({"base_model": "tiny"})
     assert svc.serves({"base_model": "./some/other/spelling", "base_path": svc.tokenizer_id})
     assert not svc.serves({"base_model": "another-model", "base_path": "/elsewhere/another-model"})
+
+
+def test_a_failed_forward_backward_leaves_no_gradient_behind(client):
+    """A request failing on a later micro-batch had added the earlier ones' gradients: a script retrying it
+    (the SDK reports the whole request failed) had its next optim_step apply them twice."""
+    import random
+
+    rng = random.Random(0)
+    big = datum([rng.randrange(3, 380) for _ in range(1501)])  # 1500 positions: a micro-batch of its own
+    bad = types.Datum(model_input=types.ModelInput.from_ints([5, 6, 7]), loss_fn_inputs={"target_tokens": [6, 7, 8]})
+    adam = types.AdamParams(learning_rate=1e-3)
+    retried = client.create_lora_training_client(base_model="tiny", rank=4, seed=3).result(timeout=60)
+    fresh = client.create_lora_training_client(base_model="tiny", rank=4, seed=3).result(timeout=60)
+    with pytest.raises(Exception, match="weights"):  # cross_entropy needs weights: found while running
+        retried.forward_backward([big, bad], "cross_entropy").result(timeout=60)
+    retried.forward_backward([big], "cross_entropy").result(timeout=60)
+    fresh.forward_backward([big], "cross_entropy").result(timeout=60)
+    norms = [tc.optim_step(adam).result(timeout=60).metrics["grad_norm"] for tc in (retried, fresh)]
+    assert norms[0] == pytest.approx(norms[1], rel=1e-5) and norms[1] > 0

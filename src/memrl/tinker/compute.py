@@ -108,7 +108,24 @@ def merge_metrics(rows: list[dict[str, float]]) -> dict[str, float]:
 
 def run_datums(model: Any, data: list[Datum], loss_fn: str, config: dict[str, Any], *, backward: bool,
                micro_tokens: int) -> StepResult:
-    """Forward (and backward) every datum of a request; the loss of each is Tinker's, summed over tokens."""
+    """Forward (and backward) every datum of a request; the loss of each is Tinker's, summed over tokens. A
+    request that fails leaves the gradients as they were before it (all or nothing, as the SDK reports it)."""
+    if not backward:
+        return _run_groups(model, data, loss_fn, config, backward=False, micro_tokens=micro_tokens)
+    params = [p for p in model.parameters() if p.requires_grad]
+    before = [None if p.grad is None else p.grad.clone() for p in params]
+    try:
+        return _run_groups(model, data, loss_fn, config, backward=True, micro_tokens=micro_tokens)
+    except BaseException:
+        # the micro-batches before the failing one had added their gradients already; the SDK reports the
+        # request as failed, and a script that retries it would have the next optim_step apply them twice
+        for p, grad in zip(params, before, strict=True):
+            p.grad = grad
+        raise
+
+
+def _run_groups(model: Any, data: list[Datum], loss_fn: str, config: dict[str, Any], *, backward: bool,
+                micro_tokens: int) -> StepResult:
     from memrl.tinker.losses import tinker_loss
 
     device = next(model.parameters()).device

@@ -2,8 +2,8 @@
 
 A sampler is the base model (``create_sampling_client(base_model=...)``), a checkpoint on disk
 (``model_path=tinker://...``, either kind), or a snapshot of a training run's adapter taken by
-``save_weights_and_get_sampling_client`` (kept in memory only, as Tinker's are ephemeral; the newest
-``max_samplers`` are kept). Its weights live on the CPU and become a peft adapter when sampled
+``save_weights_and_get_sampling_client`` (kept in memory only, as Tinker's are ephemeral; the
+``MAX_SAMPLERS`` most recently used that hold weights are kept). Its weights live on the CPU and become a peft adapter when sampled
 (``ModelHost.sampler_adapter``). Sampler ids are ``<session_id>:sample:<seq>``, the SDK's counter.
 """
 
@@ -41,13 +41,16 @@ class Sampler:
 
 
 def add_sampler(svc: Any, sampler: Sampler) -> None:
-    """Register a sampler under its session, dropping the oldest snapshots past ``MAX_SAMPLERS``."""
+    """Register a sampler under its session. Past ``MAX_SAMPLERS`` samplers that hold weights, the least recently
+    used go (``svc.samplers`` is kept in order of use); base-model samplers hold none and always stay. Dropping
+    the oldest by creation ended RL loops at step ~256: a KL reference or teacher sampler made once and used
+    every step was dropped under the step's new snapshots."""
     svc.samplers[sampler.sampler_id] = sampler
     sess = svc.sessions.get(sampler.session_id)
     if sess is not None:
         sess.samplers.append(sampler.sampler_id)
-    while len(svc.samplers) > MAX_SAMPLERS:
-        old = next(iter(svc.samplers))
+    held = [sid for sid, found in svc.samplers.items() if found.weights is not None]
+    for old in held[:max(0, len(held) - MAX_SAMPLERS)]:
         svc.samplers.pop(old)
         svc.host.forget_sampler(old)
 
@@ -83,10 +86,13 @@ def _load(svc: Any, path: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]
 
 
 def sampler(svc: Any, sampler_id: str) -> Sampler:
-    found = svc.samplers.get(sampler_id)
+    """The sampler named ``sampler_id``, now the most recently used (a 404 if it is unknown or was dropped)."""
+    found = svc.samplers.pop(sampler_id, None)
     if found is None:
-        raise APIError(404, f"unknown sampling_session_id {sampler_id!r} (samplers do not survive a restart; "
-                            "snapshots are dropped past the newest 256)", param="sampling_session_id")
+        raise APIError(404, f"unknown sampling_session_id {sampler_id!r} (samplers do not survive a restart; past "
+                            f"{MAX_SAMPLERS} with weights, the least recently used are dropped)",
+                       param="sampling_session_id")
+    svc.samplers[sampler_id] = found
     return found
 
 

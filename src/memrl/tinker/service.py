@@ -260,6 +260,9 @@ class TinkerService:
         tenant = self.tenant(body.model_id)
         if body.path is None and body.sampling_session_seq_id is None:
             raise APIError(400, "path or sampling_session_seq_id is required", param="path")
+        if body.kind != "snapshot":  # inflight: clients whose weights later saves change; memrl's stay as saved
+            raise APIError(400, f"kind: {body.kind!r} is not served here; memrl's sampling clients are snapshots "
+                                "(leave kind out, and save again for newer weights)", param="kind")
         name = None if body.path is None else _name(body.path, body.seq_id)
 
         async def run() -> Result:
