@@ -178,7 +178,8 @@ async def run_sample_group(svc: Any, key: Hashable, jobs: list[Job]) -> list[Any
         assert found.lora is not None
         adapter = host.sampler_adapter(found.sampler_id, found.lora, found.weights)
     with host.active(adapter) as model:
-        outcomes = await run_group(svc.engine, model, host.tokenizer, [j.payload[1] for j in jobs])
+        outcomes = await run_group(svc.engine, model, host.tokenizer, [j.payload[1] for j in jobs],
+                                   started=lambda i, task: svc.worker.track(jobs[i], task))
     if found.sampler_id.startswith("path:"):  # a one-off sampler: do not keep its adapter
         host.drop_sampler(found.sampler_id)
     return [o if isinstance(o, BaseException) else Result(proto=await asyncio.to_thread(encode_sample, *o))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,9 +113,11 @@ def prompt_scores(model: Any, job: SampleJob) -> tuple[list[float], TopK | None]
     return values, top
 
 
-async def run_group(engine: Any, model: Any, tokenizer: Any, jobs: list[SampleJob]) -> list[Any]:
+async def run_group(engine: Any, model: Any, tokenizer: Any, jobs: list[SampleJob],
+                    started: Callable[[int, asyncio.Task[Any]], None] | None = None) -> list[Any]:
     """Run sample requests together (the caller activated their shared weights); per job its
-    ``(sequences, prompt_logprobs, topk_prompt)`` or the exception that failed it."""
+    ``(sequences, prompt_logprobs, topk_prompt)`` or the exception that failed it. ``started(i, task)`` is
+    told each job's task: cancelling it stops that job's rows at the engine's next step (a cancelled future)."""
     async def one(job: SampleJob) -> tuple[list[Sequence], list[float] | None, TopK | None]:
         results = await asyncio.gather(*(engine.generate(job.prompt, p) for p in job.params))
         if any(r.finish_reason == "abort" for r in results):
@@ -125,4 +128,8 @@ async def run_group(engine: Any, model: Any, tokenizer: Any, jobs: list[SampleJo
         values, top = await asyncio.to_thread(prompt_scores, model, job)
         return seqs, values if job.prompt_logprobs else None, top
 
-    return list(await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True))
+    tasks = [asyncio.ensure_future(one(j)) for j in jobs]
+    for i, task in enumerate(tasks):
+        if started is not None:
+            started(i, task)
+    return list(await asyncio.gather(*tasks, return_exceptions=True))

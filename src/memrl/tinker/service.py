@@ -107,6 +107,8 @@ class TinkerService:
         for sampler_id in sess.samplers:
             self.samplers.pop(sampler_id, None)
             self.host.forget_sampler(sampler_id)
+        # its samples, queued or decoding: a client that died mid-sample held the one worker for minutes
+        self.worker.cancel_where(lambda job: job.group is not None and job.payload[0].session_id == session_id)
 
     async def _release(self, adapter: str) -> Result:
         self.host.remove_adapter(adapter)

@@ -56,6 +56,7 @@ class Worker:
         self.futures = futures
         self.run_group = run_group
         self.queue: deque[Job] = deque()
+        self.running: dict[str, tuple[Job, asyncio.Task[Any]]] = {}  # sample jobs decoding now, by request id
         self.stopping = False
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -71,14 +72,26 @@ class Worker:
         if self._wake is not None:
             self._wake.set()
 
+    def track(self, job: Job, task: asyncio.Task[Any]) -> None:
+        """``job`` runs as ``task`` (a sample decoding in a batch): :meth:`cancel` can stop it midway."""
+        self.running[job.rid] = (job, task)
+
     def cancel(self, rid: str) -> bool:
-        """Drop a queued (not yet running) job; its future fails as cancelled."""
-        for job in list(self.queue):
-            if job.rid == rid:
-                self.queue.remove(job)
-                self.futures.fail(rid, "cancelled by the client", "user")
-                return True
-        return False
+        """Drop a queued job, or stop a sample that is decoding (its rows leave the batch at the next step: the
+        SDK's ``sample_cancel_enabled`` promise); its future fails as cancelled."""
+        return bool(self.cancel_where(lambda job: job.rid == rid))
+
+    def cancel_where(self, chosen: Callable[[Job], bool]) -> int:
+        """Cancel every queued or decoding job ``chosen`` picks (a finished session's); how many."""
+        count = 0
+        for job in [j for j in self.queue if chosen(j)]:
+            self.queue.remove(job)
+            self.futures.fail(job.rid, "cancelled by the client", "user")
+            count += 1
+        for job, task in [r for r in self.running.values() if chosen(r[0])]:
+            task.cancel()  # the group's gather hands back a CancelledError: _finish fails the future
+            count += 1
+        return count
 
     async def stop(self, grace_s: float) -> None:
         """Refuse new jobs, fail the queued ones, and give the running one ``grace_s`` to finish."""
@@ -119,11 +132,14 @@ class Worker:
             except Exception as exc:  # a group that failed as a whole
                 outcomes = [exc] * len(jobs)
             for job, outcome in zip(jobs, outcomes, strict=True):
+                self.running.pop(job.rid, None)
                 self._finish(job.rid, outcome)
 
     def _finish(self, rid: str, outcome: Any) -> None:
         if isinstance(outcome, Result):
             self.futures.resolve(rid, json=outcome.json, proto=outcome.proto)
+        elif isinstance(outcome, asyncio.CancelledError):
+            self.futures.fail(rid, "cancelled by the client", "user")
         elif isinstance(outcome, (ValueError, APIError)):
             self.futures.fail(rid, str(getattr(outcome, "message", outcome)), "user")
         elif isinstance(outcome, BaseException):
