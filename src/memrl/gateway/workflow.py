@@ -58,7 +58,8 @@ class AgentOptions(BaseModel):
     timeout_s: float = Field(600.0, gt=0, description="Seconds per episode before the program is stopped and the "
                              "episode fails.")
     max_tokens: int = Field(1024, ge=1, description="New tokens of one call when the program sets none, and the "
-                            "most it may ask for.")
+                            "most it may ask for: a larger max_tokens is lowered to this, not refused (an "
+                            "answer cut here ends with finish_reason length / stop_reason max_tokens).")
     tool_parser: str = Field("hermes", description="How tool calls are read from the model's text: hermes (= qwen), "
                              "json, or 'package.module:function' (text -> memrl.text.tool_calls.ParsedTurn).")
     merge: bool = Field(True, description="A call whose prompt extends the last conversation token for token "
