@@ -105,7 +105,6 @@ def _stops_say_nothing_kept(out: Path, grace_s: float = STUCK_GRACE_S) -> Iterat
             try:
                 yield
             except KeyboardInterrupt:
-                handled.set()
                 print(said(""), file=sys.stderr)
                 raise typer.Exit(128 + (got[0] if got else signal.SIGINT)) from None
             finally:

@@ -3,8 +3,9 @@
 A sampler is the base model (``create_sampling_client(base_model=...)``), a checkpoint on disk
 (``model_path=tinker://...``, either kind), or a snapshot of a training run's adapter taken by
 ``save_weights_and_get_sampling_client`` (kept in memory only, as Tinker's are ephemeral; the
-``MAX_SAMPLERS`` most recently used that hold weights are kept). Its weights live on the CPU and become a peft adapter when sampled
-(``ModelHost.sampler_adapter``). Sampler ids are ``<session_id>:sample:<seq>``, the SDK's counter.
+``MAX_SAMPLERS`` most recently used that hold weights are kept). Its weights live on the CPU and
+become a peft adapter when sampled (``ModelHost.sampler_adapter``). Sampler ids are
+``<session_id>:sample:<seq>``, the SDK's counter.
 """
 
 from __future__ import annotations

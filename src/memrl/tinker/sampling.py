@@ -129,7 +129,7 @@ async def run_group(engine: Any, model: Any, tokenizer: Any, jobs: list[SampleJo
         return seqs, values if job.prompt_logprobs else None, top
 
     tasks = [asyncio.ensure_future(one(j)) for j in jobs]
-    for i, task in enumerate(tasks):
-        if started is not None:
+    if started is not None:
+        for i, task in enumerate(tasks):
             started(i, task)
     return list(await asyncio.gather(*tasks, return_exceptions=True))
