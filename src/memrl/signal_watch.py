@@ -19,6 +19,32 @@ import threading
 from collections.abc import Callable, Iterator
 
 STOPS = frozenset({int(signal.SIGINT), int(signal.SIGTERM)})
+_HARD_EXIT_HOOKS: list[Callable[[], None]] = []
+
+
+def on_hard_exit(hook: Callable[[], None]) -> Callable[[], None]:
+    """Run ``hook`` before a signal ends the process at once (:func:`exit_now`); returns its remover.
+
+    ``os._exit`` skips ``atexit`` and every ``finally``: agent commands in process groups of their own would
+    outlive the run, and a run folder's lock would stay behind and read as a run killed by the kernel.
+    """
+    _HARD_EXIT_HOOKS.append(hook)
+
+    def remove() -> None:
+        with contextlib.suppress(ValueError):
+            _HARD_EXIT_HOOKS.remove(hook)
+
+    return remove
+
+
+def exit_now(code: int) -> None:
+    """End the process with ``code`` at once, after the :func:`on_hard_exit` hooks (latest first)."""
+    for hook in reversed(list(_HARD_EXIT_HOOKS)):
+        try:
+            hook()
+        except Exception:  # noqa: BLE001 - exiting at once matters more than any one hook
+            pass
+    os._exit(code)
 
 
 @contextlib.contextmanager
@@ -64,6 +90,6 @@ def exit_unless_answered(grace_s: float, answered: threading.Event, say: Callabl
     def on_stop(signum: int) -> None:
         if not answered.wait(grace_s):
             print(say(signum), file=sys.stderr, flush=True)
-            os._exit(128 + signum)
+            exit_now(128 + signum)
 
     return on_stop

@@ -123,7 +123,7 @@ def test_a_check_across_options_blames_the_override_it_names():
     and names `command`, which only the command line set: that setting is blamed, not the file."""
     example = Path(__file__).resolve().parents[2] / "examples" / "online" / "online.yaml"
     with pytest.raises(ConfigError) as err:
-        load_config(example, ["workflow.options.command=[python,x.py]"])
+        load_config(example, ["workflow.options.command=[sh,x.sh]"])
     msg = str(err.value)
     assert msg.startswith("invalid config: workflow.options.mode online runs no program")
-    assert msg.endswith("(from the command-line setting workflow.options.command=[python,x.py])")
+    assert msg.endswith("(from the command-line setting workflow.options.command=[sh,x.sh])")

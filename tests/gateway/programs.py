@@ -49,6 +49,24 @@ async def says_yes(client, sample):
     return "yes"
 
 
+async def numpy_reward(client, sample):
+    """Scores with numpy, as many reward functions do: an np.float32 is a number."""
+    import numpy as np
+
+    await client.completions.create(model="m", prompt="hi", max_tokens=1)
+    return {"reward": np.float32(0.25), "metrics": {"hits": np.int64(3)}}
+
+
+async def nan_reward(client, sample):
+    await client.completions.create(model="m", prompt="hi", max_tokens=1)
+    return float("nan")
+
+
+async def nan_metric(client, sample):
+    await client.completions.create(model="m", prompt="hi", max_tokens=1)
+    return {"reward": 1.0, "metrics": {"f1": float("inf")}}
+
+
 def not_async(client, sample):
     return 1.0
 

@@ -38,13 +38,20 @@ def test_two_calls_make_two_conversations_and_the_reward(gateway, tools_tokenize
     ("never_calls", "returned without calling the model"),
     ("loops", "made more than 3 model calls in one episode (workflow.options.max_calls)"),
     ("loops_quietly", "made more than 3 model calls in one episode (workflow.options.max_calls)"),
-    ("says_yes", "returned 'yes' (str): the reward must be a number"),
+    ("says_yes", "returned reward 'yes' (str): the reward must be a number"),
+    ("nan_reward", "returned reward nan: it must be a finite number"),
+    ("nan_metric", "returned metric 'f1' inf: it must be a finite number"),
 ])
 def test_a_failing_program_fails_its_episode_only(gateway, tools_tokenizer, program, message):
     with pytest.raises(AgentProgramError) as err:
         episode(gateway, tools_tokenizer, program=f"{P}:{program}", max_calls=3)
     assert message in str(err.value) and f"program {P}:{program}" in str(err.value)
     assert episode(gateway, tools_tokenizer, program=f"{P}:two_calls").reward == 1.0  # the gateway goes on
+
+
+def test_a_numpy_reward_and_metric_are_numbers(gateway, tools_tokenizer):
+    traj = episode(gateway, tools_tokenizer, program=f"{P}:numpy_reward")
+    assert traj.reward == 0.25 and traj.metrics["hits"] == 3.0 and type(traj.reward) is float
 
 
 def test_a_hanging_program_times_out(gateway, tools_tokenizer):
@@ -65,6 +72,23 @@ def test_options_are_checked_in_one_line():
         AgentWorkflow(program=f"{P}:two_calls", tool_parser="mistral")
     with pytest.raises(ValueError, match="unknown option 'max_call' of workflow 'agent': did you mean 'max_calls'"):
         AgentWorkflow(program=f"{P}:two_calls", max_call=3)
+
+
+def test_a_command_that_cannot_start_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    """A misspelt executable is a config error, not three failed steps after the model has loaded."""
+    with pytest.raises(ValueError, match="workflow.options.command: 'pythn3-memrl' is not a program on PATH"):
+        AgentWorkflow(command=["pythn3-memrl", "agent.py"])
+    with pytest.raises(ValueError, match=r"'\./nope\.sh' does not exist \(relative paths start from "):
+        AgentWorkflow(command=["./nope.sh"])
+    script = tmp_path / "agent.sh"
+    script.write_text("#!/bin/sh\necho 1\n")
+    with pytest.raises(ValueError, match=r"is not executable: chmod \+x it, or start it with its interpreter"):
+        AgentWorkflow(command=[str(script)])
+    script.chmod(0o755)
+    assert AgentWorkflow(command=[str(script)]).options.command == [str(script)]
+    monkeypatch.chdir(tmp_path)
+    assert AgentWorkflow(command=["./agent.sh"]).options.command == ["./agent.sh"]
+    assert AgentWorkflow(command=[sys.executable, "not-checked.py"]).options.command[0] == sys.executable
 
 
 AGENT = """

@@ -155,3 +155,24 @@ def test_ctrl_c_with_spawned_ranks_saves_and_resumes(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert steps(run) == list(range(1, stopped + 2))
+
+
+def test_a_second_signal_leaves_no_run_lock(tmp_path):
+    """``os._exit`` skips every ``finally``: the folder's lock would stay, and the next run would report this one
+    as killed by the kernel ("did not end cleanly")."""
+    script = textwrap.dedent("""
+        import os, signal, sys, time
+        from pathlib import Path
+        from memrl.data.runlock import hold_folder
+        from memrl.train.signals import StopRequest
+
+        with hold_folder(Path(sys.argv[1]), "memrl train", "trainer.output_dir", print), StopRequest():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)
+    """)
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-c", script, str(run)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 130 and "SIGINT again: exiting now" in r.stderr
+    assert run.is_dir() and not (run / ".memrl-lock").exists()

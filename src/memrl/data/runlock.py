@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from memrl.signal_watch import on_hard_exit
+
 LOCK_NAME = ".memrl-lock"
 
 
@@ -107,6 +109,11 @@ def _open_locked(path: Path) -> tuple[int, str]:
         os.close(fd)
 
 
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(OSError):  # removed while still locked: whoever opens it next re-checks
+        os.unlink(path)
+
+
 @contextlib.contextmanager
 def hold_folder(folder: Path, command: str, flag: str, notice: Callable[[str], None]) -> Iterator[Path]:
     """Hold ``folder``'s lock (creating the folder) for the block; FolderBusyError if a live run holds it.
@@ -128,10 +135,11 @@ def hold_folder(folder: Path, command: str, flag: str, notice: Callable[[str], N
             notice(f"taking over the lock of {folder}: {_holder_text(previous)} is no longer running and did not "
                    "end cleanly (killed: out of memory, SIGKILL or a reboot; `dmesg` says if the kernel killed it)")
         _write(fd, {"command": command, "pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+        remove_hook = on_hard_exit(lambda: _unlink(path))  # a second Ctrl-C's os._exit skips the finally
         try:
             yield path
         finally:
-            with contextlib.suppress(OSError):  # removed while still locked: whoever opens it next re-checks
-                os.unlink(path)
+            remove_hook()
+            _unlink(path)
     finally:
         os.close(fd)  # closing the descriptor releases the flock

@@ -9,7 +9,7 @@ line. What a careless or hostile command can do, and what this module does about
   ``timeout_s``, then failed with "Event loop is closed");
 * it leaves children behind: every command runs in a process group of its own, killed when the
   episode ends (finished, failed, timed out or cancelled), when the process exits, and before a
-  second SIGTERM/SIGINT ends the trainer at once (:func:`memrl.train.signals.on_hard_exit`), and
+  second SIGTERM/SIGINT ends the trainer at once (:func:`memrl.signal_watch.on_hard_exit`), and
   when the trainer dies by SIGKILL (a watcher process, :mod:`memrl.gateway.guardian`);
 * it prints gigabytes: only the last stdout line (at most :data:`MAX_LINE_BYTES`) and the last
   :data:`STDERR_LINES` stderr lines are kept, as the output streams in.
@@ -26,13 +26,14 @@ import atexit
 import collections
 import contextlib
 import os
+import shutil
 import signal
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from memrl.gateway import guardian
-from memrl.train.signals import on_hard_exit
+from memrl.signal_watch import on_hard_exit
 
 STDERR_LINES = 20
 MAX_LINE_BYTES = 16 << 20  # the result line; a longer last line is refused rather than held
@@ -119,6 +120,23 @@ class _Protocol(asyncio.SubprocessProtocol):
     def process_exited(self) -> None:
         if not self.exited.done():
             self.exited.set_result(None)
+
+
+def cannot_run(executable: str) -> str | None:
+    """Why ``executable`` (a command's first word) cannot be started from here, or None.
+
+    Checked when the config is read: a misspelt name would otherwise show only after the model has
+    loaded and every episode of the first steps has failed on it.
+    """
+    if shutil.which(executable):
+        return None
+    if os.sep not in executable:
+        return f"{executable!r} is not a program on PATH (give its path, or install it)"
+    if not os.path.exists(executable):
+        return f"{executable!r} does not exist (relative paths start from {os.getcwd()})"
+    if os.path.isdir(executable):
+        return f"{executable!r} is a directory"
+    return f"{executable!r} is not executable: chmod +x it, or start it with its interpreter ([python, {executable!r}])"
 
 
 def sdk_environment(env: dict[str, str]) -> dict[str, str]:

@@ -23,6 +23,7 @@ import copy
 import dataclasses
 import inspect
 import json
+import numbers
 import os
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,6 +32,7 @@ from typing import Any
 from memrl.gateway.command import MAX_LINE_BYTES, CommandError, run_command
 from memrl.gateway.online_rewards import BadField, turn_rewards_of
 from memrl.gateway.server import Endpoint
+from memrl.plugins import finite_number, finite_reward
 
 
 class AgentProgramError(RuntimeError):
@@ -56,16 +58,14 @@ def parse_result(value: Any, what: str) -> tuple[float, dict[str, float], list[t
         metrics = value.get("metrics") or {}
         if not isinstance(metrics, dict):
             raise AgentProgramError(f"{what} returned metrics that are not a dict of numbers")
-        bad = [k for k, v in metrics.items() if isinstance(v, bool) or not isinstance(v, (int, float))]
-        if bad:
-            raise AgentProgramError(f"{what} returned metric {bad[0]!r} that is not a number")
+        checked = {str(k): _number(v, what, f"metric {k!r}") for k, v in metrics.items()}
         turns: list[tuple[int, float]] = []
         if value.get("turn_rewards") is not None:
             try:
                 turns = turn_rewards_of(value["turn_rewards"])
             except BadField as exc:
                 raise AgentProgramError(f"{what} returned {exc}") from None
-        return _number(value["reward"], what), {str(k): float(v) for k, v in metrics.items()}, turns
+        return _number(value["reward"], what), checked, turns
     return _number(value, what), {}, []
 
 
@@ -74,11 +74,20 @@ def reward_url(base_url: str) -> str:
     return base_url.rstrip("/").removesuffix("/v1") + "/reward"
 
 
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise AgentProgramError(f"{what} returned {str(value)[:80]!r} ({type(value).__name__}): the reward must be a "
-                                "number or {'reward': r, 'metrics': {...}}")
-    return float(value)
+def _number(value: Any, what: str, field: str = "reward") -> float:
+    """``value`` as a finite float; a numpy scalar (``np.float32(1)``) counts, a bool or a string does not.
+
+    Checked here, not only by ``ep.reward``/``ep.metric``, so that a NaN or a string is reported with the
+    program that returned it rather than as the agent workflow's own fault."""
+    lead = f"{what} returned {field}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        hint = "the reward must be a number or {'reward': r, 'metrics': {...}}" if field == "reward" else \
+            "a metric must be a number"
+        raise AgentProgramError(f"{lead} {str(value)[:80]!r} ({type(value).__name__}): {hint}")
+    try:
+        return (finite_reward if field == "reward" else finite_number)(value, lead)
+    except ValueError as exc:
+        raise AgentProgramError(str(exc)) from None
 
 
 def plain_sample(sample: Any) -> Any:

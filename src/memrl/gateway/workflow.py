@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from memrl.engines.base import EngineDeadError
+from memrl.gateway.command import cannot_run
 from memrl.gateway.online_rewards import BadField, apply_turn_rewards, resolve_calls
 from memrl.gateway.online_run import open_online_gateway, run_online
 from memrl.gateway.program import (AgentProgramError, call_command, call_function, describe, load_program,
@@ -108,6 +109,14 @@ class AgentOptions(BaseModel):
     def _loadable(cls, v: str | None) -> str | None:
         if v is not None:
             load_program(v)
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _runnable(cls, v: list[str] | None) -> list[str] | None:
+        problem = cannot_run(v[0]) if v else None
+        if problem:
+            raise ValueError(f"workflow.options.command: {problem}")
         return v
 
     @field_validator("tool_parser")

@@ -13,23 +13,15 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
 from memrl import interrupts
-from memrl.signal_watch import watch_stops
+from memrl.signal_watch import exit_now, watch_stops
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
-_HARD_EXIT_HOOKS: list[Callable[[], None]] = []
 SECOND_SIGNAL_GRACE_S = 2.0  # how long the main thread may take to act on a second signal itself
 _stop_at: list[float] = []  # monotonic time of the first stop signal of the active StopRequest (empty: none)
-
-
-def on_hard_exit(hook: Callable[[], None]) -> None:
-    """Run ``hook`` before a second signal ends the process at once (``os._exit`` skips atexit): agent
-    commands run in process groups of their own, which nothing else would stop."""
-    _HARD_EXIT_HOOKS.append(hook)
 
 
 def stop_requested_at() -> float | None:
@@ -138,12 +130,7 @@ def _exit_now(signum: int) -> None:
     # os.write: a handler may run while the console is mid-print, and print() is not reentrant
     os.write(2, f"\n{signal.Signals(signum).name} again: exiting now without a checkpoint (re-running the same "
                 "command resumes from the last saved one, and redoes the steps after it)\n".encode())
-    for hook in list(_HARD_EXIT_HOOKS):
-        try:
-            hook()
-        except Exception:  # noqa: BLE001 - exiting at once matters more than any one hook
-            pass
-    os._exit(128 + signum)
+    exit_now(128 + signum)
 
 
 class StageInterrupted(Exception):
