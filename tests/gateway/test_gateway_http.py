@@ -73,6 +73,17 @@ def test_unknown_finished_and_wrong_key(gateway, tools_tokenizer):
         assert r.status_code == 404 and r.json()["error"]["code"] == "episode_not_found"
 
 
+def test_a_wrong_base_url_is_told_where_the_api_is(gateway):
+    """A program with a hard-coded base URL (no /episodes/<id>) hears what the gateway serves, not 'Not Found'."""
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.NotFoundError) as err:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert "no route POST /v1/chat/completions on memrl's gateway" in str(err.value)
+    assert "$OPENAI_BASE_URL" in str(err.value) and err.value.body["code"] == "route_not_found"
+    r = httpx.get(gateway.url + "/episodes/e1/v1/chat/completions")  # a real route, the wrong method: as before
+    assert r.status_code == 405 and r.json()["error"]["message"] == "Method Not Allowed"
+
+
 def test_bad_requests_get_400_and_the_episode_goes_on(gateway, tools_tokenizer):
     tok = tools_tokenizer
     user = [{"role": "user", "content": "hi"}]

@@ -40,6 +40,15 @@ async def _unexpected(request: Request, exc: Exception) -> Any:
     return answer
 
 
+def _no_route(request: Request) -> str:
+    """What a path that matches no route is told. A program pointed at the wrong base URL (a hard-coded
+    ``http://localhost:8000/v1``, a path without its ``/v1``) otherwise got a bare "Not Found"."""
+    return (f"no route {request.method} {request.url.path[:200]} on memrl's gateway: an episode's API lives under "
+            "its own base URL http://HOST:PORT/episodes/<id>/v1, given to the program as $OPENAI_BASE_URL (and "
+            "ANTHROPIC_BASE_URL without the /v1); the SDK adds /chat/completions, /completions, /responses, "
+            "/messages or /models")
+
+
 async def _invalid_body(sessions: Sessions, request: Request, exc: RequestValidationError) -> Any:
     """A body that is not valid JSON or not the right shape: a 400, once the episode and its key were checked.
 
@@ -113,7 +122,7 @@ def create_gateway_app(sessions: Sessions, model_name: str, max_body_bytes: int 
     """The ASGI app serving the open episodes of ``sessions`` (and, given ``online``, an online session's
     ``/rl/*`` routes: :mod:`memrl.gateway.online_routes`)."""
     app = fastapi.FastAPI(title="memrl gateway", docs_url=None, redoc_url=None, openapi_url=None)
-    install_error_handlers(app)
+    install_error_handlers(app, no_route=_no_route)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(AnthropicErrors)  # added last: the outermost, it sees the body limit's 413 too
     app.add_exception_handler(Exception, _unexpected)

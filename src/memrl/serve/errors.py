@@ -7,6 +7,7 @@ pydantic errors and which we answer with a 400 whose one-line message names
 the field. Messages never echo request values (prompts may be private).
 """
 
+from collections.abc import Callable
 from typing import Any, Optional
 
 from fastapi import FastAPI, Request
@@ -60,8 +61,9 @@ def validation_message(exc: RequestValidationError) -> tuple[str, str]:
     return f"{name}: {first.get('msg', 'invalid value')}{more}", name
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Answer our errors, HTTP errors and body validation errors in the OpenAI shape."""
+def install_error_handlers(app: FastAPI, no_route: Callable[[Request], str] | None = None) -> None:
+    """Answer our errors, HTTP errors and body validation errors in the OpenAI shape; ``no_route(request)``:
+    the message of a 404 for a path no route matches (code ``route_not_found``)."""
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
@@ -69,6 +71,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if no_route is not None and exc.status_code == 404 and exc.detail == "Not Found":  # the router's own
+            return error_response(404, no_route(request), code="route_not_found")
         response = error_response(exc.status_code, str(exc.detail))
         for key, value in (exc.headers or {}).items():
             response.headers[key] = value
