@@ -214,3 +214,25 @@ def test_a_program_passed_as_a_function_object_is_told_its_import_path():
     with pytest.raises(ValueError, match=r"named by its import path, not passed as an object: "
                                          r"program='tests.gateway.test_program_faults:.*solve'"):
         AgentWorkflow(program=solve)
+
+
+def test_a_timed_out_command_is_reaped_before_its_loop_closes():
+    """The timeout's cancel used to cancel the 'exited' future itself, so the reaping wait was skipped and
+    asyncio's child watcher logged "Loop ... that handles pid N is closed" once per timed-out episode."""
+    script = textwrap.dedent("""
+        import asyncio, sys, time
+        from memrl.gateway.command import run_command
+
+        async def main():
+            try:
+                async with asyncio.timeout(0.5):
+                    await run_command([sys.executable, "-c", "import time; time.sleep(60)"], {}, b"")
+            except TimeoutError:
+                print("timed out", flush=True)
+
+        asyncio.run(main())
+        time.sleep(0.5)  # the watcher thread reports after the loop has closed
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == "timed out\n"
+    assert "that handles pid" not in r.stderr, r.stderr

@@ -178,7 +178,7 @@ async def run_command(command: Sequence[str], env: dict[str, str],
     guardian.watch(pgid)  # killed even if the trainer dies by SIGKILL
     try:
         _send(transport, stdin)
-        await proto.exited
+        await asyncio.shield(proto.exited)  # a cancel must not cancel the future itself: finally still waits on it
         _kill_group(pgid)  # background children end with the episode, and their copies of the pipes close
         with contextlib.suppress(TimeoutError):  # what it wrote before exiting is in the pipes: read that
             async with asyncio.timeout(_DRAIN_S):
