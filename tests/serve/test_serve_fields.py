@@ -148,15 +148,47 @@ def test_health_answers_while_a_prompt_is_being_tokenized(tiny_model):
 
     async def go():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+            t0 = time.perf_counter()  # the client shares the app's loop: a stalled loop delays the sleep too
             slow = asyncio.ensure_future(c.post("/v1/completions", json={"prompt": "hello world", "max_tokens": 2}))
             await asyncio.sleep(0.2)  # the prompt is being tokenized now
-            t0 = time.perf_counter()
             health = await c.get("/health")
-            waited = time.perf_counter() - t0
+            waited = time.perf_counter() - t0 - 0.2
             return health.status_code, waited, (await slow).status_code
 
     health, waited, slow = asyncio.run(go())
     assert health == 200 and slow == 200 and waited < 0.5
+
+
+class SlowDecoder(SlowTokenizer):
+    """Decoding takes ``delay`` seconds a call: the answers of a request with many long sequences."""
+
+    def encode(self, text, **kwargs):
+        return self._tok.encode(text, **kwargs)
+
+    def decode(self, *args, **kwargs):
+        time.sleep(self.delay)
+        return self._tok.decode(*args, **kwargs)
+
+
+@pytest.mark.parametrize("path,body", [("/v1/completions", {"prompt": "hello world", "logprobs": 0}),
+                                       ("/v1/chat/completions", {"messages": CHAT, "stream": True})])
+def test_health_answers_while_an_answer_is_being_decoded(tiny_model, path, body):
+    """Text, log-probs and stream spans are built in a worker thread, not on the loop every request shares."""
+    model, tok = tiny_model
+    app = create_app(HFEngine(model), SlowDecoder(tok, 0.4), "tiny", limits=ServeLimits.for_model(model))
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:
+            t0 = time.perf_counter()  # the client shares the app's loop: a stalled loop delays the sleep too
+            slow = asyncio.ensure_future(c.post(path, json={**body, "max_tokens": 3, "temperature": 0}))
+            await asyncio.sleep(0.6)  # generated (3 tokens of a tiny model), and decoding now
+            health = await c.get("/health")
+            waited = time.perf_counter() - t0 - 0.6
+            return health.status_code, waited, (await slow)
+
+    health, waited, slow = asyncio.run(go())
+    assert health == 200 and slow.status_code == 200 and waited < 0.3
+    assert "[DONE]" in slow.text if body.get("stream") else slow.json()["choices"][0]["logprobs"] is not None
 
 
 def test_text_that_cannot_fit_the_window_is_refused_without_tokenizing(tiny_model):

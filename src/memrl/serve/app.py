@@ -195,7 +195,9 @@ class _Routes:
 
     def answered(self, answer: dict[str, Any], done: Sequence[tuple[GenerationResult, str]], body: RequestBody,
                  include_usage: bool) -> Any:
-        """``answer`` as JSON, or with ``stream: true`` as server-sent events (its text split token by token)."""
+        """``answer`` as JSON, or with ``stream: true`` as server-sent events (its text split token by token).
+
+        Called in a worker thread: the text, log-probs and spans of many long answers take seconds to decode."""
         if not body.stream:
             return answer
         spans = [aligned_spans(token_spans(self.tokenizer, res.token_ids, body.skip_special_tokens), text)
@@ -223,20 +225,24 @@ class _Routes:
         jobs = [(p, sp if n == 1 else sp.with_(seed=None if sp.seed is None else sp.seed + k))
                 for p in prompts for k in range(n)]
         results = await self.generate_all(request, jobs)
-        choices = []
-        results = [self.answers.finished(r, body.skip_special_tokens, stops) for r in results]
-        for i, (res, text) in enumerate(results):
-            choice: dict[str, Any] = {"index": i, "text": text, "finish_reason": res.finish_reason,
-                                      "token_ids": res.token_ids}
-            choice["logprobs"] = (self.answers.completion_logprobs(res, k, body.return_tokens_as_token_ids)
-                                  if k is not None else None)
-            if body.return_token_ids:
-                choice["prompt_token_ids"] = prompts[i // n]
-            choices.append(choice)
-        answer = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                  "model": self.model_name, "choices": choices,
-                  "usage": _usage(sum(map(len, prompts)), [r for r, _ in results])}
-        return self.answered(answer, results, body, include_usage)
+
+        def build() -> Any:
+            done = [self.answers.finished(r, body.skip_special_tokens, stops) for r in results]
+            choices = []
+            for i, (res, text) in enumerate(done):
+                choice: dict[str, Any] = {"index": i, "text": text, "finish_reason": res.finish_reason,
+                                          "token_ids": res.token_ids}
+                choice["logprobs"] = (self.answers.completion_logprobs(res, k, body.return_tokens_as_token_ids)
+                                      if k is not None else None)
+                if body.return_token_ids:
+                    choice["prompt_token_ids"] = prompts[i // n]
+                choices.append(choice)
+            answer = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                      "model": self.model_name, "choices": choices,
+                      "usage": _usage(sum(map(len, prompts)), [r for r, _ in done])}
+            return self.answered(answer, done, body, include_usage)
+
+        return await asyncio.to_thread(build)  # decoding thousands of answers must not stall other requests
 
     async def chat(self, body: ChatBody, request: Request) -> Any:
         include_usage = stream_usage((body.model_extra or {}).pop("stream_options", None), bool(body.stream))
@@ -263,21 +269,25 @@ class _Routes:
         n = body.n or 1
         results = await self.generate_all(
             request, [(prompt, sp if n == 1 or sp.seed is None else sp.with_(seed=sp.seed + k)) for k in range(n)])
-        choices = []
-        done = [self.answers.finished(r, body.skip_special_tokens, stops) for r in results]
-        for i, (res, text) in enumerate(done):
-            choice: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": text},
-                                      "finish_reason": res.finish_reason, "token_ids": res.token_ids,
-                                      "logprobs": None}
-            if k is not None:
-                choice["logprobs"] = self.answers.chat_logprobs(res, k, body.return_tokens_as_token_ids)
-            if body.return_token_ids:
-                choice["prompt_token_ids"] = prompt
-            choices.append(choice)
-        answer = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                  "model": self.model_name, "choices": choices,
-                  "usage": _usage(len(prompt), [r for r, _ in done])}
-        return self.answered(answer, done, body, include_usage)
+
+        def build() -> Any:
+            done = [self.answers.finished(r, body.skip_special_tokens, stops) for r in results]
+            choices = []
+            for i, (res, text) in enumerate(done):
+                choice: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": text},
+                                          "finish_reason": res.finish_reason, "token_ids": res.token_ids,
+                                          "logprobs": None}
+                if k is not None:
+                    choice["logprobs"] = self.answers.chat_logprobs(res, k, body.return_tokens_as_token_ids)
+                if body.return_token_ids:
+                    choice["prompt_token_ids"] = prompt
+                choices.append(choice)
+            answer = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+                      "created": int(time.time()), "model": self.model_name, "choices": choices,
+                      "usage": _usage(len(prompt), [r for r, _ in done])}
+            return self.answered(answer, done, body, include_usage)
+
+        return await asyncio.to_thread(build)  # as completions: off the loop
 
 
 def create_app(engine: Engine, tokenizer: Any, model_name: str, api_key: Optional[str] = None, *,
