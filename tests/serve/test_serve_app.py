@@ -4,6 +4,7 @@ import asyncio
 import io
 import json
 import re
+import time
 
 import httpx
 import pytest
@@ -143,7 +144,9 @@ def test_auth_covers_v1_and_docs_but_not_health(make_app, tiny_model):
         assert client.get("/health").json() == {"status": "ok"}
         for path in ("/docs", "/redoc", "/openapi.json"):
             assert client.get(path).status_code == 404 and client.get(path, headers=AUTH).status_code == 404
-        assert client.get("/v1/models", headers=AUTH).json()["data"][0]["max_model_len"] == 131072
+        card = client.get("/v1/models", headers=AUTH).json()["data"][0]
+        assert card["max_model_len"] == 131072 and card["object"] == "model"
+        assert isinstance(card["created"], int) and abs(card["created"] - time.time()) < 600  # OpenAI's Model has it
     model, tok = tiny_model
     with TestClient(create_app(HFEngine(model), tok, "tiny")) as open_client:  # no key: docs are on
         assert open_client.get("/openapi.json").status_code == 200

@@ -268,3 +268,22 @@ def test_chat_logprob_bytes_are_each_tokens_own_so_they_join_into_the_text(tiny_
     assert b"".join(bytes(c["bytes"]) for c in content).decode() == text
     assert any(c["token"] == "\ufffd" for c in content)  # the token text stays the decoding, as vLLM writes it
     assert bytes(answers.token_bytes(tok.eos_token_id)).decode() == tok.eos_token
+
+
+class BosTokenizer(SlowTokenizer):
+    """The tiny tokenizer, adding a BOS to text as Llama's does (Qwen's adds nothing)."""
+
+    def encode(self, text, add_special_tokens=True, **kwargs):
+        ids = self._tok.encode(text, add_special_tokens=False, **kwargs)
+        return [self._tok.eos_token_id, *ids] if add_special_tokens else ids
+
+
+def test_a_text_prompt_gets_the_tokenizers_special_tokens_unless_told_not_to(tiny_model):
+    """vLLM's /v1/completions defaults add_special_tokens to true: a Llama prompt starts with its BOS."""
+    model, tok = tiny_model
+    bos = BosTokenizer(tok, 0.0)
+    plain = tok.encode("hello world", add_special_tokens=False)
+    with TestClient(create_app(HFEngine(model), bos, "tiny", limits=ServeLimits.for_model(model))) as client:
+        for extra, want in (({}, [tok.eos_token_id, *plain]), ({"add_special_tokens": False}, plain)):
+            status, body = post(client, {"prompt": "hello world", "max_tokens": 1, "return_token_ids": True, **extra})
+            assert status == 200 and body["choices"][0]["prompt_token_ids"] == want

@@ -91,6 +91,7 @@ class _Routes:
         # No token spells more than this many UTF-8 bytes (4 per character of its vocabulary entry, at most).
         self.max_token_bytes = 4 * max(map(len, tokenizer.get_vocab()), default=1)
         self.inflight: set[asyncio.Future[Any]] = set()
+        self.created = int(time.time())  # /v1/models: OpenAI's Model object has it, as vLLM's ModelCard
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Any) -> AsyncIterator[None]:
@@ -190,8 +191,8 @@ class _Routes:
             self.inflight.difference_update(tasks)
 
     async def models(self) -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "memrl",
-                                            "max_model_len": self.limits.max_model_len}]}
+        return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": self.created,
+                                            "owned_by": "memrl", "max_model_len": self.limits.max_model_len}]}
 
     def answered(self, answer: dict[str, Any], done: Sequence[tuple[GenerationResult, str]], body: RequestBody,
                  include_usage: bool) -> Any:

@@ -73,7 +73,7 @@ class RequestBody(BaseModel):
 
 class CompletionBody(RequestBody):
     prompt: Union[str, list[Any]]
-    add_special_tokens: Flag = False
+    add_special_tokens: Flag = True  # as vLLM: a text prompt of /v1/completions gets the BOS a tokenizer adds
 
 
 class ChatBody(RequestBody):
