@@ -18,3 +18,10 @@ def test_server_defaults_cannot_change_the_sampled_distribution():
     assert engine._payload([1], SamplingParams(top_k=20, temperature=0.7))["top_k"] == 20
     greedy = engine._payload([1], SamplingParams(greedy=True, top_k=20, top_p=0.5))
     assert (greedy["temperature"], greedy["top_p"], greedy["top_k"]) == (0.0, 1.0, -1)
+
+
+def test_stop_strings_go_to_the_server_with_how_its_text_is_read():
+    engine = OpenAIEngine("http://127.0.0.1:9/v1", "m")
+    body = engine._payload([1], SamplingParams(stop=("Observation:",), skip_special_tokens=False))
+    assert body["stop"] == ["Observation:"] and body["skip_special_tokens"] is False
+    assert "stop" not in engine._payload([1], SamplingParams())

@@ -19,6 +19,8 @@ def test_param_translation():
                   "stop_token_ids": [2], "ignore_eos": True, "detokenize": False, "seed": 3}
     g = to_vllm_params(SamplingParams(greedy=True, top_k=5, top_p=0.5))
     assert (g["temperature"], g["top_p"], g["top_k"]) == (0.0, 1.0, -1)
+    s = to_vllm_params(SamplingParams(stop=("\n\n", "END")))  # vLLM finds stop strings in text: detokenized
+    assert (s["stop"], s["detokenize"], s["skip_special_tokens"]) == (["\n\n", "END"], True, True)
 
 
 def test_a_cpu_engine_gets_a_kv_cache_that_leaves_room_for_the_trainer(monkeypatch):

@@ -109,3 +109,27 @@ def test_merge_rule_on_a_hand_made_sequence(gateway, tools_tokenizer):
     assert merged.logprobs == [0.0] * len(p1) + [-0.5] * 3 + [0.0] * (len(p2) - len(p1) - 3) + [-0.5] * 3
     ep, *_ = asyncio.run(go(False))
     assert len(ep.conversations) == 4
+
+
+def test_a_stop_string_ends_the_call_in_the_engine_and_the_recorded_tokens_there(gateway, model32, tools_tokenizer):
+    """A ReAct program's ``stop=["Observation:"]``: the engine stops at the token completing it (not at
+    max_tokens), and the conversation keeps exactly the tokens the program's text came from."""
+    tok = tools_tokenizer
+    sampling = SamplingParams(temperature=1.0, seed=3)
+
+    async def call(stop):
+        engine = HFEngine(model32, tokenizer=tok)
+        async with open_episode(gateway, engine, tok, sampling=sampling) as (ep, _, client):
+            r = await client.completions.create(model="m", prompt="Thought:", max_tokens=40, stop=stop,
+                                                extra_body={"ignore_eos": True})
+        await engine.close()
+        return ep.conversations[0], r.choices[0], engine.stats.generated_tokens
+
+    full, choice, _ = asyncio.run(call(None))
+    text = choice.text
+    stop = next(text[i:i + 2] for i in range(len(text) // 2, len(text) - 1) if text[i:i + 2].strip())
+    conv, cut, decoded = asyncio.run(call([stop]))
+    kept = conv.generated_ids()
+    assert cut.finish_reason == "stop" and cut.text == text[:text.find(stop)]
+    assert kept == full.generated_ids()[:len(kept)] and decoded == len(kept) < 40
+    assert stop in tok.decode(kept) and stop not in tok.decode(kept[:-1])

@@ -53,9 +53,12 @@ def test_values_that_change_nothing_are_accepted(client):
     assert s1 == s2 == 200 and a["choices"][0]["token_ids"] == b["choices"][0]["token_ids"]
 
 
+@pytest.mark.parametrize("reads_text", [False, True])
 @pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
-def test_stop_strings_cut_the_completion_before_the_first_one(client, tiny_model, path):
-    tok = tiny_model[1]
+def test_stop_strings_cut_the_completion_before_the_first_one(tiny_model, path, reads_text):
+    """The answer is the same whether the engine reads text or not; one that does stops decoding at the stop."""
+    model, tok = tiny_model
+    engine = HFEngine(model, tokenizer=tok if reads_text else None)
     sampled = {"max_tokens": 24, "temperature": 1.0, "seed": 7, "ignore_eos": True}  # seeded: the same text twice
     base = {"prompt": "Document 1: Paris", **sampled} if path == "/v1/completions" else {"messages": CHAT, **sampled}
 
@@ -63,15 +66,19 @@ def test_stop_strings_cut_the_completion_before_the_first_one(client, tiny_model
         choice = body["choices"][0]
         return choice["text"] if "text" in choice else choice["message"]["content"]
 
-    _, full = post(client, base, path)
-    text, ids = text_of(full), full["choices"][0]["token_ids"]
-    stop = next(text[i:i + 2] for i in range(len(text) // 2, len(text) - 1) if text[i:i + 2].strip())
-    status, cut = post(client, {**base, "stop": [stop]}, path)
+    with TestClient(create_app(engine, tok, "tiny")) as client:
+        _, full = post(client, base, path)
+        text, ids = text_of(full), full["choices"][0]["token_ids"]
+        stop = next(text[i:i + 2] for i in range(len(text) // 2, len(text) - 1) if text[i:i + 2].strip())
+        before = engine.stats.generated_tokens
+        status, cut = post(client, {**base, "stop": [stop]}, path)
+        decoded = engine.stats.generated_tokens - before
     kept = cut["choices"][0]["token_ids"]
     assert status == 200 and cut["choices"][0]["finish_reason"] == "stop"
     assert text_of(cut) == text[:text.find(stop)] and stop not in text_of(cut)
     assert ids[:len(kept)] == kept and stop in tok.decode(kept) and stop not in tok.decode(kept[:-1])
-    assert cut["usage"]["completion_tokens"] == len(kept)
+    assert cut["usage"]["completion_tokens"] == len(kept) < 24
+    assert decoded == (len(kept) if reads_text else 24)
 
 
 def test_top_logprobs_are_the_models_most_likely_tokens(client, tiny_model):

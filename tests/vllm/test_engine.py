@@ -77,6 +77,22 @@ def test_stop_tokens_and_length_limits_match_hf(engine):
     assert got.token_ids == want.token_ids and got.token_ids[-1] == stop and got.finish_reason == "stop"
 
 
+def test_stop_strings_end_where_the_hf_engine_ends(engine):
+    """vLLM and the HF engine (given the tokenizer) keep the same tokens: through the one completing the stop."""
+    from memrl.models.resolve import load_tokenizer
+
+    tok = load_tokenizer("tiny32")
+    hf = HFEngine(base_model(), tokenizer=tok)
+    free = asyncio.run(greedy(hf, PROMPTS[:1], n=24))[0]
+    text = tok.decode(free.token_ids[10:13], skip_special_tokens=True).strip()
+    assert text, "greedy tokens 10-13 of the tiny model decode to text"
+    sp = SamplingParams(max_new_tokens=24, greedy=True, stop=(text,))
+    got = asyncio.run(engine.generate(PROMPTS[0], sp))
+    want = asyncio.run(hf.generate(PROMPTS[0], sp))
+    assert got.finish_reason == want.finish_reason == "stop" and got.token_ids == want.token_ids
+    assert len(got.token_ids) < 24 and got.token_ids == free.token_ids[:len(got.token_ids)]
+
+
 def test_interrupt_returns_the_tokens_so_far(engine):
     """interrupt() aborts the requests in flight: each returns its tokens so far (abort), the greedy prefix."""
     long = SamplingParams(max_new_tokens=3000, greedy=True)

@@ -26,6 +26,11 @@ class SamplingParams:
     ``top_logprobs > 0`` asks for the most likely tokens at each step with their
     log-probs, in ``GenerationResult.meta["top_logprobs"]`` (engines with
     ``returns_top_logprobs = True``; ``memrl serve`` refuses the request elsewhere).
+    ``stop`` strings let an engine that can read text end a completion at the token
+    whose text (decoded with ``skip_special_tokens``) first contains one, as vLLM does;
+    that token is kept and trimming the text is the caller's (``memrl serve``, the
+    gateway). An engine without a tokenizer runs on to its budget: the same answer
+    after trimming, only later.
     """
 
     max_new_tokens: int = 256
@@ -36,6 +41,8 @@ class SamplingParams:
     seed: int | None = None
     greedy: bool = False
     top_logprobs: int = 0
+    stop: tuple[str, ...] = ()
+    skip_special_tokens: bool = True  # how the text that ``stop`` is looked for in is decoded
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 0:

@@ -114,7 +114,7 @@ def _hf_side(cfg: MemRLConfig, spec: Any, tokenizer: Any, where: str) -> Engine:
     net = load_model(spec.model, device=cfg.engine.device)
     return HFEngine(net, pad_token_id=tokenizer.pad_token_id or 0, max_batch_size=cfg.engine.max_batch_size,
                     seed=cfg.trainer.seed, decode=cfg.engine.decode, max_attention_bytes=_attention_bytes(cfg),
-                    continuous_batching=cfg.engine.continuous_batching)
+                    continuous_batching=cfg.engine.continuous_batching, tokenizer=tokenizer)
 
 
 @register_engine("hf", side=_hf_side, replica=HostedHF, wraps_policy=True)
@@ -124,12 +124,13 @@ def _hf(cfg: MemRLConfig, model: Any = None, pad_token_id: int | None = None) ->
     The trainer passes the policy with its tokenizer's pad id.
     """
     from memrl.engines.hf import HFEngine
-    from memrl.models.resolve import load_model
+    from memrl.models.resolve import config_tokenizer, load_model
 
     model = model if model is not None else load_model(cfg.model.path, cfg.model.dtype, cfg.engine.device)
     return HFEngine(model, pad_token_id=pad_token_id, max_batch_size=cfg.engine.max_batch_size,
                     seed=cfg.trainer.seed, decode=cfg.engine.decode, max_attention_bytes=_attention_bytes(cfg),
-                    continuous_batching=cfg.engine.continuous_batching)
+                    continuous_batching=cfg.engine.continuous_batching,
+                    tokenizer=config_tokenizer(cfg.model))  # loaded once per process: the trainer's own
 
 
 def _attention_bytes(cfg: MemRLConfig) -> int | None:

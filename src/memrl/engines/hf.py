@@ -115,8 +115,10 @@ class HFEngine:
         decode: str = "auto",
         max_attention_bytes: int | None = None,
         continuous_batching: bool = False,
+        tokenizer: Any = None,
     ) -> None:
         self.model = model
+        self.tokenizer = tokenizer  # only to end a completion on a stop string (SamplingParams.stop)
         self.cache_kw = cache_keyword(model)
         cfg = model.config
         pad = pad_token_id if pad_token_id is not None else getattr(cfg, "pad_token_id", None)
@@ -343,7 +345,7 @@ class HFEngine:
     def _decode(self, reqs: list[Request], answer: Answer | None, lane: _Lane | None = None) -> list[GenerationResult]:
         device, epoch = self.device, lane.epoch if lane is not None else 0
         input_ids, attention, positions = left_padded([r.prompt for r in reqs], self.pad_token_id, device)
-        rows = BatchRows(reqs, answer, self.weight_version)
+        rows = BatchRows(reqs, answer, self.weight_version, self.tokenizer)
         active = rows.start()
         self.stats.requests += len(reqs)
         self.stats.batches += 1

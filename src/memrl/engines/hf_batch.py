@@ -31,6 +31,22 @@ class Request:
     owner: object = None  # who asked (memrl serve: one HTTP request): batches take owners in turn
 
 
+def completes_stop(tokenizer: Any, ids: list[int], params: SamplingParams) -> bool:
+    """Whether the last token of ``ids`` completes one of ``params.stop`` in the decoded text.
+
+    Checked after every token, so a stop string seen now was not there one token earlier: only the tail
+    that can hold the longest one is decoded (4 tokens a character: a byte-level token may be one byte
+    of it), and the cost per token stays flat however long the answer. A tail that decodes differently
+    from the whole (a dropped leading space) can only miss a stop, never invent one, and a miss only
+    means decoding on to the budget, as without a tokenizer: the caller trims the text either way.
+    """
+    if tokenizer is None:
+        return False
+    tail = ids[-(4 * max(map(len, params.stop)) + 2):]
+    text = tokenizer.decode(tail, skip_special_tokens=params.skip_special_tokens)
+    return any(s in text for s in params.stop)
+
+
 def cache_keyword(model: Any) -> str:
     """The name ``forward`` takes the KV cache under: ``cache`` since transformers 5.x renamed it (the old
     ``past_key_values`` still works but warns on every call), ``past_key_values`` before."""
@@ -224,8 +240,10 @@ class BatchRows:
     answered without waiting for its batch-mates.
     """
 
-    def __init__(self, reqs: list[Request], answer: Answer | None, weight_version: int) -> None:
+    def __init__(self, reqs: list[Request], answer: Answer | None, weight_version: int,
+                 tokenizer: Any = None) -> None:
         self.reqs, self.answer, self.weight_version = list(reqs), answer, weight_version
+        self.tokenizer = tokenizer  # reads stop strings (SamplingParams.stop); None: rows run on to their budget
         self.ids: list[list[int]] = [[] for _ in reqs]
         self.logprobs: list[list[float]] = [[] for _ in reqs]
         self.top: list[list[list[tuple[int, float]]]] = [[] for _ in reqs]
@@ -303,7 +321,7 @@ class BatchRows:
             if top is not None:
                 self.top[i].append(top)
             next_tokens[j] = tok
-            if tok in params.stop_token_ids:
+            if tok in params.stop_token_ids or (params.stop and completes_stop(self.tokenizer, self.ids[i], params)):
                 self.finish(i, "stop")
             elif len(self.ids[i]) >= params.max_new_tokens:
                 self.finish(i, "length")

@@ -37,6 +37,17 @@ class Hosted:
         """Colocated placement: take the accelerator again after the update."""
 
 
+def _stop_reader(spec: str) -> Any:
+    """The tokenizer that lets the engine end a completion on a stop string, or None where it does not load
+    (the caller trims the text either way: without it only the early end is lost)."""
+    from memrl.models.resolve import ModelNotFoundError, load_tokenizer
+
+    try:
+        return load_tokenizer(spec)
+    except (ModelNotFoundError, OSError, ValueError):
+        return None
+
+
 class HostedHF(Hosted):
     """memrl's batching HF engine on ``device`` (the CPU by default); sleeping moves the model to host memory."""
 
@@ -51,10 +62,12 @@ class HostedHF(Hosted):
             self.model.load_state_dict(weights, strict=False)
         self.model.eval()
         pad = getattr(self.model.config, "pad_token_id", None)
-        engine = dict(((options or {}).get("config") or {}).get("engine") or {})  # the run's engine section
+        config = (options or {}).get("config") or {}
+        engine = dict(config.get("engine") or {})  # the run's engine section
         self.engine = HFEngine(self.model, pad_token_id=pad, max_batch_size=max_batch_size, seed=seed,
                                decode=engine.get("decode", "auto"),
-                               continuous_batching=engine.get("continuous_batching", False))
+                               continuous_batching=engine.get("continuous_batching", False),
+                               tokenizer=_stop_reader((config.get("model") or {}).get("tokenizer") or model_path))
 
     async def sleep(self) -> None:
         if self.device != "cpu":

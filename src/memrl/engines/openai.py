@@ -134,6 +134,9 @@ class OpenAIEngine:
         }
         if params.stop_token_ids:
             body["stop_token_ids"] = list(params.stop_token_ids)
+        if params.stop:  # the server ends at the token completing one (kept in token_ids); the caller trims
+            body["stop"] = list(params.stop)
+            body["skip_special_tokens"] = params.skip_special_tokens
         if params.seed is not None:
             body["seed"] = params.seed
         return body

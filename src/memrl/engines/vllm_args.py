@@ -194,7 +194,8 @@ def build_engine_args(cfg: MemRLConfig, model_path: str, *, cpu: bool, sleep: bo
 
 
 def to_vllm_params(params: SamplingParams) -> dict[str, Any]:
-    """Keyword arguments for ``vllm.SamplingParams`` (sampled-token logprobs, no detokenization)."""
+    """Keyword arguments for ``vllm.SamplingParams`` (sampled-token logprobs; no detokenization unless stop
+    strings are asked for: vLLM keeps the token that completes one, as the HF engine does)."""
     greedy = params.is_greedy
     kw: dict[str, Any] = {
         "max_tokens": params.max_new_tokens,
@@ -208,6 +209,8 @@ def to_vllm_params(params: SamplingParams) -> dict[str, Any]:
     }
     if params.seed is not None:
         kw["seed"] = params.seed
+    if params.stop:  # vLLM looks for stop strings in the text, so only these requests are detokenized
+        kw.update(stop=list(params.stop), detokenize=True, skip_special_tokens=params.skip_special_tokens)
     return kw
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -147,7 +148,9 @@ async def model_call(session: Session, req: CallRequest) -> dict[str, Any]:
     session.count_call()
     try:
         gen = await ep.generate(ids, max_new_tokens=budget, stop_token_ids=stops, merge=settings.merge,
-                                state=anchor(req.prompt), **overrides)  # gigpo's anchor: what the program sent
+                                state=anchor(req.prompt),  # gigpo's anchor: what the program sent
+                                # the engine ends on a stop string in the text it reads, without special tokens
+                                stop=req.stops if req.skip_special else (), **overrides)
     except ValueError as exc:  # the engine or the sampling parameters refused this request
         raise APIError(400, str(exc)[:300], code="invalid_value") from None
     except EngineDeadError as exc:
@@ -165,7 +168,7 @@ async def model_call(session: Session, req: CallRequest) -> dict[str, Any]:
         if req.tools:
             conv.meta["tools"] = req.tools
     result = GenerationResult(gen.token_ids, gen.logprobs, gen.finish_reason)  # type: ignore[arg-type]
-    answer = _answer(session, req, ids, result)
+    answer = _answer(session, req, ids, result, ep.stops if stops is None else stops)
     if conv is not None:
         _drop_after_stop(conv, len(result.token_ids) - answer["usage"]["completion_tokens"])
         # what the program was told: a stop string ends the answer even where the engine ran on to its budget
@@ -181,9 +184,10 @@ def _drop_after_stop(conv: Any, extra: int) -> None:
                                                          conv.logprobs[:-extra])
 
 
-def _answer(session: Session, req: CallRequest, prompt: list[int], res: GenerationResult) -> dict[str, Any]:
+def _answer(session: Session, req: CallRequest, prompt: list[int], res: GenerationResult,
+            stop_ids: Sequence[int]) -> dict[str, Any]:
     answers = Answers(session.episode.tokenizer)
-    res, text = answers.finished(res, req.skip_special, req.stops)
+    res, text = answers.finished(res, req.skip_special, req.stops, stop_ids)
     usage = {"prompt_tokens": len(prompt), "completion_tokens": len(res.token_ids),
              "total_tokens": len(prompt) + len(res.token_ids)}
     head = {"created": int(time.time()), "model": req.model, "usage": usage}

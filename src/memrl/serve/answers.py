@@ -11,7 +11,7 @@ a token that holds part of a character).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from memrl.engines.base import GenerationResult
@@ -59,13 +59,18 @@ class Answers:
                 return [int(hexed.group(1), 16)]
         return list(self.tokenizer.decode([t]).encode("utf-8", "surrogatepass"))
 
-    def finished(self, res: GenerationResult, skip_special: bool,
-                 stops: Sequence[str]) -> tuple[GenerationResult, str]:
-        """The result cut at the first stop string (if any), and its text (without a stop token)."""
+    def finished(self, res: GenerationResult, skip_special: bool, stops: Sequence[str],
+                 stop_token_ids: Collection[int]) -> tuple[GenerationResult, str]:
+        """The result cut at the first stop string (if any), and its text (without a stop token).
+
+        A ``stop`` finish ends on a stop token or, from an engine that reads stop strings, on the token that
+        completes one: only a stop token is left out of the text (as vLLM never searches a stop token's text).
+        """
         def decode(ids: Sequence[int]) -> str:
             return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special)
 
-        ids = res.token_ids[:-1] if res.finish_reason == "stop" and res.token_ids else res.token_ids
+        on_token = res.finish_reason == "stop" and bool(res.token_ids) and res.token_ids[-1] in stop_token_ids
+        ids = res.token_ids[:-1] if on_token else res.token_ids
         cut = cut_at_stop(decode, ids, stops)
         if cut is None:
             return res, decode(ids)

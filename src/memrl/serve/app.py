@@ -139,7 +139,8 @@ class _Routes:
         stops += [] if body.ignore_eos else list(self.default_stops)
         return SamplingParams(max_new_tokens=max_new, temperature=0.0 if temperature < GREEDY_BELOW else temperature,
                               top_p=top_p, top_k=max(top_k, 0), seed=body.seed,
-                              stop_token_ids=tuple(sorted(set(stops))), top_logprobs=top or 0)
+                              stop_token_ids=tuple(sorted(set(stops))), top_logprobs=top or 0,
+                              stop=tuple(stop_strings(body)), skip_special_tokens=body.skip_special_tokens)
 
     def check_text_size(self, texts: Sequence[Any], field: str) -> None:
         """Refuse text that cannot fit the window whatever its tokens, before spending time tokenizing it
@@ -210,7 +211,6 @@ class _Routes:
         include_usage = stream_usage((body.model_extra or {}).pop("stream_options", None), bool(body.stream))
         k = completion_logprobs(body)
         sp = self.check_request(body, body.max_tokens, k)
-        stops = stop_strings(body)
         n = body.n or 1
         self.check_text_size([body.prompt] if isinstance(body.prompt, str) else body.prompt, "prompt")
 
@@ -228,7 +228,7 @@ class _Routes:
         results = await self.generate_all(request, jobs)
 
         def build() -> Any:
-            done = [self.answers.finished(r, body.skip_special_tokens, stops) for r in results]
+            done = [self.answers.finished(r, body.skip_special_tokens, sp.stop, sp.stop_token_ids) for r in results]
             choices = []
             for i, (res, text) in enumerate(done):
                 choice: dict[str, Any] = {"index": i, "text": text, "finish_reason": res.finish_reason,
@@ -250,7 +250,6 @@ class _Routes:
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         k = chat_logprobs(body)
         sp = self.check_request(body, 1 if max_tokens is None else max_tokens, k)
-        stops = stop_strings(body)
         self.check_text_size(body.messages, "messages")  # every string: list-of-parts content, names, calls
         messages = chat_messages(body.messages)  # text parts joined; a bad role, part or content is a 400
 
@@ -272,7 +271,7 @@ class _Routes:
             request, [(prompt, sp if n == 1 or sp.seed is None else sp.with_(seed=sp.seed + k)) for k in range(n)])
 
         def build() -> Any:
-            done = [self.answers.finished(r, body.skip_special_tokens, stops) for r in results]
+            done = [self.answers.finished(r, body.skip_special_tokens, sp.stop, sp.stop_token_ids) for r in results]
             choices = []
             for i, (res, text) in enumerate(done):
                 choice: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": text},

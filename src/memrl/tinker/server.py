@@ -74,7 +74,7 @@ def build_service(model: str, state_dir: str | Path, *, dtype: str = "auto", dev
         raise ValueError(f"--model {model}: its config declares no max_position_embeddings")
     host = ModelHost(net, tokenizer, lora_alpha=lora_alpha)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else None
-    engine = HFEngine(host.model, pad_token_id=pad)
+    engine = HFEngine(host.model, pad_token_id=pad, tokenizer=tokenizer)
     vocab = int(host.model.get_input_embeddings().num_embeddings)
     lim = replace(TinkerLimits(max_model_len=window, vocab_size=vocab), **(limits or {}))
     Path(state_dir).mkdir(parents=True, exist_ok=True)

@@ -148,8 +148,11 @@ class Episode:
     async def generate(self, prompt: Sequence[int] | str | Sequence[Mapping[str, Any]], *, max_new_tokens: int,
                        tools: Sequence[Any] | None = None, temperature: float | None = None,
                        top_p: float | None = None, stop_token_ids: Sequence[int] | None = None,
-                       merge: bool = False, state: Hashable | None = None) -> Generation:
+                       merge: bool = False, state: Hashable | None = None, stop: Sequence[str] = ()) -> Generation:
         """One model call, recorded as a conversation of this episode; returns what was generated.
+
+        ``stop``: strings an engine that reads text ends the call on (the token completing one is the last
+        recorded; the text is not cut, and an engine without a tokenizer runs on to ``max_new_tokens``).
 
         ``merge=True`` extends the last conversation instead when the new prompt starts with
         all of its tokens (a chat continued turn by turn is then one training sequence).
@@ -162,6 +165,8 @@ class Episode:
             ids = self.encode(prompt, tools)
         stops = tuple(stop_token_ids) if stop_token_ids is not None else self.stops
         changes: dict[str, Any] = {"max_new_tokens": int(max_new_tokens), "stop_token_ids": stops}
+        if stop:
+            changes["stop"] = tuple(stop)
         if temperature is not None:
             changes["temperature"] = float(temperature)
         if top_p is not None:
