@@ -192,7 +192,7 @@ def wait_healthy(server: subprocess.Popen, port: int) -> None:
 
 def greedy_through_openai_equals_hf(port: int, served: str) -> None:
     from memrl.engines.openai import OpenAIEngine
-    from memrl.models.resolve import load_model, resolve_model_path
+    from memrl.models.resolve import load_model, load_tokenizer, resolve_model_path
 
     eng = OpenAIEngine(f"http://127.0.0.1:{port}/v1", model=served)
     hf = HFEngine(load_model(resolve_model_path("tiny32"), "float32", "cpu"))
@@ -203,10 +203,18 @@ def greedy_through_openai_equals_hf(port: int, served: str) -> None:
         return await asyncio.gather(*(e.generate(p, sp) for p in prompts))
 
     got, want = asyncio.run(greedy(eng)), asyncio.run(greedy(hf))
-    asyncio.run(eng.close())
     for g, w in zip(got, want):
         assert g.token_ids == w.token_ids
         assert max(abs(a - b) for a, b in zip(g.logprobs, w.logprobs)) < 1e-3
+    # a stop string: the server ends at the token completing it, where the HF engine given the tokenizer does
+    hf.tokenizer = load_tokenizer("tiny32")
+    text = hf.tokenizer.decode(want[2].token_ids[4:7], skip_special_tokens=True).strip()
+    assert text, "greedy tokens 4-7 of the tiny model decode to text"
+    stopped = sp.with_(stop=(text,))
+    got_stop, want_stop = (asyncio.run(e.generate(prompts[2], stopped)) for e in (eng, hf))
+    asyncio.run(eng.close())
+    assert got_stop.finish_reason == want_stop.finish_reason == "stop"
+    assert got_stop.token_ids == want_stop.token_ids and len(got_stop.token_ids) < 10
 
 
 def stop(server: subprocess.Popen) -> None:
