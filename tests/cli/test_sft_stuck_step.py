@@ -18,13 +18,29 @@ import time
 import pytest
 
 PROGRAM = textwrap.dedent("""
-    import ctypes, signal, sys
+    import ctypes, signal, sys, threading, time
     from pathlib import Path
     from memrl.cli.sft import _stops_say_nothing_kept
 
-    with _stops_say_nothing_kept(Path(sys.argv[1]), grace_s=0.5):
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    SLEEPS = {"35", "230", "101", "115"}  # nanosleep, clock_nanosleep on x86-64 and arm64
+
+    def announce(tid):
+        # "in the step" only once the main thread is inside sleep(): a signal that trips while it still runs
+        # bytecode is handled by Python at once, which is not the stuck call this test is about
+        for _ in range(3000):
+            try:
+                with open(f"/proc/self/task/{tid}/syscall") as f:
+                    if f.read().split()[0] in SLEEPS:
+                        break
+            except OSError:  # no /proc: give it time instead
+                time.sleep(1)
+                break
+            time.sleep(0.01)
         print("in the step", flush=True)
+
+    with _stops_say_nothing_kept(Path(sys.argv[1]), grace_s=0.5):
+        threading.Thread(target=announce, args=(threading.get_native_id(),), daemon=True).start()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         ctypes.CDLL(None).sleep(600)
 """)
 

@@ -102,6 +102,13 @@ def test_stops_prompt_logprobs_and_base_sampler(server, client):
     cut = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=12, temperature=0.0, stop=[stop_at]))
     cut_seq = cut.result(timeout=60).sequences[0]
     assert cut_seq.tokens == greedy[: greedy.index(stop_at) + 1] and cut_seq.stop_reason == "stop"
+    # a stop string: decoding ends at the token completing it (the engine reads the text), not at max_tokens
+    text = tok.decode(greedy[5:8]).strip()
+    before = server.svc.engine.stats.generated_tokens
+    worded = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=12, temperature=0.0, stop=[text]))
+    kept = worded.result(timeout=60).sequences[0].tokens
+    assert kept == greedy[:len(kept)] and text in tok.decode(kept) and text not in tok.decode(kept[:-1])
+    assert server.svc.engine.stats.generated_tokens - before == len(kept) < 12
 
 
 def test_two_tenants_keep_their_own_weights(client):

@@ -143,7 +143,8 @@ def _job(svc: Any, body: s.Sample) -> SampleJob:
         stop_ids, strings = stops(sp.stop, tokenizer, eos_ids(tokenizer, svc.host.model))
     except ValueError as exc:
         raise bad("sampling_params.stop", str(exc).split(": ", 1)[-1]) from None
-    params = engine_params({**sp.model_dump(), "max_tokens": max_tokens}, body.num_samples, stop_ids, body.topk_sample_logprobs)
+    params = engine_params({**sp.model_dump(), "max_tokens": max_tokens}, body.num_samples, stop_ids,
+                           body.topk_sample_logprobs, strings)
     return SampleJob(prompt, params, strings, bool(body.prompt_logprobs), body.prompt_logprobs_last_n,
                      body.topk_prompt_logprobs)
 

@@ -72,12 +72,15 @@ def stops(stop: Any, tokenizer: Any, eos: tuple[int, ...]) -> tuple[tuple[int, .
     return tuple(dict.fromkeys(ids)), strings
 
 
-def engine_params(sp: dict[str, Any], num_samples: int, stop_ids: tuple[int, ...], topk: int) -> list[SamplingParams]:
-    """One memrl ``SamplingParams`` per sample (Tinker's ``top_k=-1`` is memrl's 0: no limit)."""
+def engine_params(sp: dict[str, Any], num_samples: int, stop_ids: tuple[int, ...], topk: int,
+                  strings: list[str] | tuple[str, ...] = ()) -> list[SamplingParams]:
+    """One memrl ``SamplingParams`` per sample (Tinker's ``top_k=-1`` is memrl's 0: no limit). ``strings``: the
+    engine stops decoding where :func:`cut_at_strings` will cut (both read the text with special tokens)."""
     seed = sp.get("seed")
     return [SamplingParams(max_new_tokens=int(sp["max_tokens"]), temperature=float(sp.get("temperature", 1.0)),
                            top_p=float(sp.get("top_p", 1.0)), top_k=max(0, int(sp.get("top_k", -1))),
-                           stop_token_ids=stop_ids, seed=None if seed is None else int(seed) + i, top_logprobs=topk)
+                           stop_token_ids=stop_ids, seed=None if seed is None else int(seed) + i, top_logprobs=topk,
+                           stop=tuple(strings), skip_special_tokens=False)
             for i in range(num_samples)]
 
 
