@@ -263,7 +263,8 @@ def test_one_request_may_not_queue_more_sequences_than_the_limit(client):
 
 
 def test_chat_logprob_bytes_are_each_tokens_own_so_they_join_into_the_text(tiny_model):
-    """A byte-level token holding part of 'é' or '日' gives that part (OpenAI's ``bytes``), not U+FFFD's bytes."""
+    """A byte-level token holding part of 'é' or '日' gives that part (OpenAI's ``bytes``), not U+FFFD's bytes;
+    its text is vLLM's: "" while the character is unfinished, the whole character at the token finishing it."""
     from memrl.engines.base import GenerationResult
     from memrl.serve.answers import Answers
 
@@ -273,8 +274,24 @@ def test_chat_logprob_bytes_are_each_tokens_own_so_they_join_into_the_text(tiny_
     answers = Answers(tok)
     content = answers.chat_logprobs(GenerationResult(ids, [-0.5] * len(ids), "length"), 0, False)["content"]
     assert b"".join(bytes(c["bytes"]) for c in content).decode() == text
-    assert any(c["token"] == "\ufffd" for c in content)  # the token text stays the decoding, as vLLM writes it
+    assert "".join(c["token"] for c in content) == text and "\ufffd" not in text
+    partial = [i for i, t in enumerate(ids) if tok.decode([t]).endswith("\ufffd")]
+    assert partial and all(content[i]["token"] in ("", "日", "本", "é") for i in partial)
     assert bytes(answers.token_bytes(tok.eos_token_id)).decode() == tok.eos_token
+
+
+def test_completion_offsets_point_into_the_text_across_split_characters(tiny_model):
+    """vLLM's text_offset adds each token's text: with "" for a partial token the offsets stay in the text."""
+    from memrl.engines.base import GenerationResult
+    from memrl.serve.answers import Answers
+
+    _, tok = tiny_model
+    text = "日本 is 東京"
+    ids = tok.encode(text, add_special_tokens=False)
+    block = Answers(tok).completion_logprobs(GenerationResult(ids, [-0.5] * len(ids), "length"), 0, False)
+    assert "".join(block["tokens"]) == text
+    assert all(text[at:].startswith(t) for at, t in zip(block["text_offset"], block["tokens"]))
+    assert block["text_offset"][-1] + len(block["tokens"][-1]) == len(text)
 
 
 class BosTokenizer(SlowTokenizer):

@@ -249,8 +249,37 @@ def test_openai_engine_against_a_real_vllm_server(mode):
             greedy_through_openai_equals_hf(port, "tiny32")
         else:
             assert eng.check_logprobs(0.6) == "temperature-scaled"
+            logprob_texts_equal_vllms(port)
     finally:
         stop(server)
+
+
+def logprob_texts_equal_vllms(port: int) -> None:
+    """memrl's log-prob block (tokens, top alternatives, text offsets) for vLLM's own samples is vLLM's, partial
+    characters included: "" until the token that finishes one, which carries it whole."""
+    import random
+
+    import httpx
+
+    from memrl.engines.base import GenerationResult
+    from memrl.models.resolve import load_tokenizer
+    from memrl.serve.answers import Answers
+
+    answers, rng, partial = Answers(load_tokenizer("tiny32")), random.Random(0), 0
+    for seed in range(12):
+        body = {"model": "tiny32", "prompt": [rng.randrange(100, 380) for _ in range(5)], "max_tokens": 12,
+                "temperature": 1.0, "seed": seed, "logprobs": 3, "return_token_ids": True}
+        got = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=60).json()["choices"][0]
+        as_ids = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={**body, "return_tokens_as_token_ids": True},
+                            timeout=60).json()["choices"][0]["logprobs"]["top_logprobs"]
+        alts = [[(int(k.split(":")[1]), v) for k, v in step.items()] for step in as_ids]
+        res = GenerationResult(got["token_ids"], got["logprobs"]["token_logprobs"], "length", {"top_logprobs": alts})
+        mine = answers.completion_logprobs(res, 3, False)
+        want = got["logprobs"]
+        assert (mine["tokens"], mine["text_offset"]) == (want["tokens"], want["text_offset"])
+        assert [sorted(step) for step in mine["top_logprobs"]] == [sorted(step) for step in want["top_logprobs"]]
+        partial += want["tokens"].count("")
+    assert partial, "no sample held part of a character: the comparison did not reach the case it is for"
 
 
 def test_memrl_serve_with_the_vllm_engine():

@@ -3,13 +3,16 @@
 ``/v1/completions`` gives OpenAI's legacy block (``tokens``, ``token_logprobs``, ``top_logprobs`` as one
 ``{token: logprob}`` dict per step holding the k most likely tokens and the sampled one, ``text_offset``);
 ``/v1/chat/completions`` gives ``content: [{token, logprob, bytes, top_logprobs: [...]}]``. With
-``return_tokens_as_token_ids`` tokens are ``"token_id:N"`` strings, as vLLM writes them. A chat entry's
-``bytes`` are the token's own bytes, as OpenAI gives them (vLLM gives the bytes of its decoding, U+FFFD for
-a token that holds part of a character).
+``return_tokens_as_token_ids`` tokens are ``"token_id:N"`` strings, as vLLM writes them. A token's text is
+vLLM's: a token that holds only part of a character is ``""`` and the one that completes it carries the
+whole character (read with up to four sampled tokens before it), so the tokens join into the text and
+``text_offset`` points into it. A chat entry's ``bytes`` are the token's own bytes, as OpenAI gives them.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -31,7 +34,26 @@ def _byte_decoder() -> dict[str, int]:
 
 
 _BYTES = _byte_decoder()
+CONTEXT_TOKENS = 4  # sampled tokens read before a partial one (vLLM's)
 _HEX_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # sentencepiece's byte fallback pieces
+
+
+def _before(ids: Sequence[int], i: int) -> Sequence[int]:
+    """The sampled tokens a token's text is read after (:meth:`Answers.text_of`)."""
+    return ids[max(0, i - CONTEXT_TOKENS):i]
+
+
+def _space_marker(tokenizer: Any) -> str | None:
+    """The Metaspace replacement of a SentencePiece-style tokenizer (its decoding drops a leading one), else None."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    try:
+        pre = json.loads(backend.to_str()).get("pre_tokenizer") or {} if backend is not None else {}
+    except (AttributeError, TypeError, ValueError):
+        return None
+    for part in [pre, *(pre.get("pretokenizers") or [])]:
+        if part.get("type") == "Metaspace":
+            return str(part.get("replacement", "\u2581"))
+    return None
 
 
 def _byte_level(tokenizer: Any) -> bool:
@@ -46,6 +68,40 @@ class Answers:
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.byte_level = _byte_level(tokenizer)
+        self.marker = _space_marker(tokenizer)
+
+    def _alone(self, t: int) -> str:
+        """A token decoded by itself; a SentencePiece token keeps the leading space its decoding drops."""
+        text = self.tokenizer.decode([t]) or ""
+        if self.marker is None:
+            return text
+        piece = self.tokenizer.convert_ids_to_tokens(t)
+        marks = len(piece) - len(piece.lstrip(self.marker)) if isinstance(piece, str) else 0
+        missing = marks - (len(text) - len(text.lstrip(" ")))
+        return " " * missing + text if missing > 0 else text
+
+    def text_of(self, t: int, before: Sequence[int]) -> str:
+        """Token ``t``'s text after the sampled tokens ``before`` it, as vLLM's log-probs write it.
+
+        A byte-level token alone may decode to U+FFFD, part of a character: read with the tokens before it
+        it is ``""`` while the character is unfinished, and the whole character where it finishes one.
+        """
+        text = self._alone(t)
+        if not text.endswith("\ufffd"):
+            return text
+        context = list(before[-CONTEXT_TOKENS:])
+        for n in range(1, len(context) + 1):
+            ctx = context[-n:]
+            joined = self.tokenizer.decode(ctx + [t])
+            if joined.endswith("\ufffd"):
+                continue
+            clean = len(ctx)  # the context tokens that are themselves parts of this character say ""
+            while clean > 0 and self.tokenizer.decode([ctx[clean - 1]]).endswith("\ufffd"):
+                clean -= 1
+            prefix = self.tokenizer.decode(ctx[:clean]) if clean else ""
+            common = len(os.path.commonprefix([prefix, joined]))
+            return joined[common:]
+        return ""
 
     def token_bytes(self, t: int) -> list[int]:
         """The token's own UTF-8 bytes (OpenAI's ``bytes``): a token holding part of a character gives that part,
@@ -80,8 +136,8 @@ class Answers:
             meta["top_logprobs"] = meta["top_logprobs"][:keep]
         return GenerationResult(res.token_ids[:keep], res.logprobs[:keep], "stop", meta), text
 
-    def token(self, t: int, as_ids: bool) -> str:
-        return f"token_id:{t}" if as_ids else self.tokenizer.decode([t])
+    def token(self, t: int, as_ids: bool, before: Sequence[int] = ()) -> str:
+        return f"token_id:{t}" if as_ids else self.text_of(t, before)
 
     @staticmethod
     def alternatives(res: GenerationResult, k: int) -> list[list[tuple[int, float]]]:
@@ -91,22 +147,26 @@ class Answers:
         return res.meta["top_logprobs"]
 
     def completion_logprobs(self, res: GenerationResult, k: int, as_ids: bool) -> dict[str, Any]:
-        tokens = [self.token(t, as_ids) for t in res.token_ids]
+        ids = res.token_ids
+        texts = [self.text_of(t, _before(ids, i)) for i, t in enumerate(ids)]
+        tokens = [f"token_id:{t}" for t in ids] if as_ids else texts
         offsets, at = [], 0
-        for t in res.token_ids:
+        for text in texts:
             offsets.append(at)
-            at += len(self.tokenizer.decode([t]))
+            at += len(text)
         tops = []
-        for t, lp, alts in zip(res.token_ids, res.logprobs, self.alternatives(res, k)):
-            top = {self.token(a, as_ids): alp for a, alp in alts}
-            top.setdefault(self.token(t, as_ids), lp)  # the sampled token is always listed (up to k + 1)
+        for i, (token, lp, alts) in enumerate(zip(tokens, res.logprobs, self.alternatives(res, k))):
+            top = {self.token(a, as_ids, _before(ids, i)): alp for a, alp in alts}
+            top.setdefault(token, lp)  # the sampled token is always listed (up to k + 1)
             tops.append(top)
         return {"tokens": tokens, "token_logprobs": res.logprobs, "top_logprobs": tops, "text_offset": offsets}
 
     def chat_logprobs(self, res: GenerationResult, k: int, as_ids: bool) -> dict[str, Any]:
-        def entry(t: int, lp: float) -> dict[str, Any]:
-            return {"token": self.token(t, as_ids), "logprob": lp, "bytes": self.token_bytes(t)}
+        ids = res.token_ids
 
-        alts = self.alternatives(res, k) if k else [[] for _ in res.token_ids]
-        return {"content": [{**entry(t, lp), "top_logprobs": [entry(a, alp) for a, alp in alt]}
-                            for t, lp, alt in zip(res.token_ids, res.logprobs, alts)]}
+        def entry(t: int, lp: float, i: int) -> dict[str, Any]:
+            return {"token": self.token(t, as_ids, _before(ids, i)), "logprob": lp, "bytes": self.token_bytes(t)}
+
+        alts = self.alternatives(res, k) if k else [[] for _ in ids]
+        return {"content": [{**entry(t, lp, i), "top_logprobs": [entry(a, alp, i) for a, alp in alt]}
+                            for i, (t, lp, alt) in enumerate(zip(ids, res.logprobs, alts))]}
