@@ -114,6 +114,8 @@ def test_top_logprobs_are_the_models_most_likely_tokens(client, tiny_model):
     ({"prompt": [5], "logprobs": True}, "logprobs: must be an integer"),
     ({"prompt": [5], "stop": ["a", ""]}, "stop: stop[1] must be a non-empty string"),
     ({"prompt": [5], "stop": ["x"] * 17}, "stop: at most 16"),
+    ({"prompt": [5], "n": 2, "temperature": 0}, "n: must be 1 when sampling greedily (temperature 0), got 2"),
+    ({"messages": CHAT, "n": 3, "temperature": 1e-6}, "n: must be 1 when sampling greedily"),  # as vLLM
 ])
 def test_bad_logprobs_and_stop_values_are_one_line_400s(client, body, message):
     path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
@@ -220,7 +222,7 @@ def test_a_huge_request_does_not_block_a_short_one(tiny_model):
     model, tok = tiny_model
     engine = HFEngine(model)
     app = create_app(engine, tok, "tiny", poll_s=0.02)
-    huge = {"prompt": [5, 6, 7], "n": 4, "max_tokens": 100_000, "temperature": 0, "ignore_eos": True}
+    huge = {"prompt": [5, 6, 7], "n": 4, "max_tokens": 100_000, "temperature": 1.0, "ignore_eos": True}
 
     async def go():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60) as c:

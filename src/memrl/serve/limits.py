@@ -148,5 +148,7 @@ def check_sampling(*, max_tokens: int, temperature: float, top_p: float, top_k: 
         raise bad("top_k", f"must be -1 (off), 0 (off) or a positive count, got {top_k}")
     if not 1 <= n <= limits.max_n:
         raise bad("n", f"must be between 1 and {limits.max_n} (--max-n), got {n}")
+    if n > 1 and temperature < GREEDY_BELOW:  # vLLM's refusal: n copies of one greedy answer are a caller's mistake
+        raise bad("n", f"must be 1 when sampling greedily (temperature 0), got {n}")
     if seed is not None and not _SEED_RANGE[0] <= seed <= _SEED_RANGE[1] - (n - 1):  # choice k: seed + k
         raise bad("seed", "must fit in a signed 64-bit integer" + (f" with n={n} (choice k takes seed + k)" if n > 1 else ""))
