@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
@@ -79,6 +80,7 @@ def test_stop_strings_cut_the_completion_before_the_first_one(tiny_model, path, 
     assert ids[:len(kept)] == kept and stop in tok.decode(kept) and stop not in tok.decode(kept[:-1])
     assert cut["usage"]["completion_tokens"] == len(kept) < 24
     assert decoded == (len(kept) if reads_text else 24)
+    assert cut["choices"][0]["stop_reason"] == stop and full["choices"][0]["stop_reason"] is None  # vLLM's field
 
 
 def test_top_logprobs_are_the_models_most_likely_tokens(client, tiny_model):
@@ -313,3 +315,24 @@ def test_a_text_prompt_gets_the_tokenizers_special_tokens_unless_told_not_to(tin
         for extra, want in (({}, [tok.eos_token_id, *plain]), ({"add_special_tokens": False}, plain)):
             status, body = post(client, {"prompt": "hello world", "max_tokens": 1, "return_token_ids": True, **extra})
             assert status == 200 and body["choices"][0]["prompt_token_ids"] == want
+
+
+def test_stop_reason_names_a_requested_stop_token_and_not_the_end_of_sequence(client, tiny_model):
+    """vLLM's ``stop_reason``: the stop token id a request asked for, null at the end of sequence or the length."""
+    from memrl.engines.base import GenerationResult
+    from memrl.serve.answers import Answers
+
+    tok = tiny_model[1]
+    greedy = {"prompt": "hello world", "max_tokens": 6, "temperature": 0, "ignore_eos": True}
+    _, free = post(client, greedy)
+    stop_at = free["choices"][0]["token_ids"][2]
+    _, stopped = post(client, {**greedy, "stop_token_ids": [stop_at]})
+    choice = stopped["choices"][0]
+    assert choice["finish_reason"] == "stop" and choice["stop_reason"] == stop_at != tok.eos_token_id
+    assert free["choices"][0]["stop_reason"] is None
+    events = client.post("/v1/completions", json={**greedy, "stop_token_ids": [stop_at], "stream": True}).text
+    last = [json.loads(line[6:]) for line in events.splitlines() if line.startswith("data: {")][-1]
+    assert last["choices"][0]["stop_reason"] == stop_at  # the last chunk of the choice, as vLLM's
+    ended = GenerationResult([5, tok.eos_token_id], [-1.0, -1.0], "stop")
+    res, _ = Answers(tok).finished(ended, True, [], {tok.eos_token_id, stop_at})
+    assert res.meta["stop_reason"] is None

@@ -345,7 +345,7 @@ class HFEngine:
     def _decode(self, reqs: list[Request], answer: Answer | None, lane: _Lane | None = None) -> list[GenerationResult]:
         device, epoch = self.device, lane.epoch if lane is not None else 0
         input_ids, attention, positions = left_padded([r.prompt for r in reqs], self.pad_token_id, device)
-        rows = BatchRows(reqs, answer, self.weight_version, self.tokenizer)
+        rows = BatchRows(reqs, answer, self.weight_version, self.tokenizer, self.stats)
         active = rows.start()
         self.stats.requests += len(reqs)
         self.stats.batches += 1
@@ -366,8 +366,7 @@ class HFEngine:
             stepper = self._stepper(static, cache, attention, positions[:, -1], reserve)
             del cache
             while True:
-                next_tokens = rows.step(active, logits, self._generator, self.pad_token_id)
-                self.stats.generated_tokens += sum(1 for i in active if rows.reasons[i] != "abort")
+                next_tokens = rows.step(active, logits, self._generator, self.pad_token_id)  # counts its tokens
                 still = [j for j, i in enumerate(active) if rows.reasons[i] is None]
                 if not still:
                     break

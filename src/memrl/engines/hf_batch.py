@@ -241,9 +241,10 @@ class BatchRows:
     """
 
     def __init__(self, reqs: list[Request], answer: Answer | None, weight_version: int,
-                 tokenizer: Any = None) -> None:
+                 tokenizer: Any = None, stats: Any = None) -> None:
         self.reqs, self.answer, self.weight_version = list(reqs), answer, weight_version
         self.tokenizer = tokenizer  # reads stop strings (SamplingParams.stop); None: rows run on to their budget
+        self.stats = stats  # its generated_tokens count a step's tokens before any of its rows is answered
         self.ids: list[list[int]] = [[] for _ in reqs]
         self.logprobs: list[list[float]] = [[] for _ in reqs]
         self.top: list[list[list[tuple[int, float]]]] = [[] for _ in reqs]
@@ -314,6 +315,8 @@ class BatchRows:
                 default_generator.set_state(shared)
             raise
         tops = top_logprobs(rows, row_params)
+        if self.stats is not None:
+            self.stats.generated_tokens += len(live)
         for j, tok, lp, top in zip(live, toks, lps, tops):
             i, params = active[j], self.reqs[active[j]].params
             self.ids[i].append(tok)

@@ -191,7 +191,8 @@ def _answer(session: Session, req: CallRequest, prompt: list[int], res: Generati
     usage = {"prompt_tokens": len(prompt), "completion_tokens": len(res.token_ids),
              "total_tokens": len(prompt) + len(res.token_ids)}
     head = {"created": int(time.time()), "model": req.model, "usage": usage}
-    choice: dict[str, Any] = {"index": 0, "finish_reason": res.finish_reason, "logprobs": None}
+    choice: dict[str, Any] = {"index": 0, "finish_reason": res.finish_reason, "logprobs": None,
+                              "stop_reason": res.meta.get("stop_reason")}  # vLLM's: the stop string or token met
     if req.return_token_ids:
         choice["token_ids"] = res.token_ids
         choice["prompt_token_ids"] = prompt

@@ -69,6 +69,7 @@ class Answers:
         self.tokenizer = tokenizer
         self.byte_level = _byte_level(tokenizer)
         self.marker = _space_marker(tokenizer)
+        self.eos = getattr(tokenizer, "eos_token_id", None)
 
     def _alone(self, t: int) -> str:
         """A token decoded by itself; a SentencePiece token keeps the leading space its decoding drops."""
@@ -128,10 +129,12 @@ class Answers:
         on_token = res.finish_reason == "stop" and bool(res.token_ids) and res.token_ids[-1] in stop_token_ids
         ids = res.token_ids[:-1] if on_token else res.token_ids
         cut = cut_at_stop(decode, ids, stops)
-        if cut is None:
-            return res, decode(ids)
-        keep, text = cut
         meta = dict(res.meta)
+        if cut is None:  # vLLM's stop_reason: the stop token, unless it is the end of sequence (then null)
+            meta["stop_reason"] = res.token_ids[-1] if on_token and res.token_ids[-1] != self.eos else None
+            return GenerationResult(res.token_ids, res.logprobs, res.finish_reason, meta), decode(ids)
+        keep, text, met = cut
+        meta["stop_reason"] = met
         if "top_logprobs" in meta:
             meta["top_logprobs"] = meta["top_logprobs"][:keep]
         return GenerationResult(res.token_ids[:keep], res.logprobs[:keep], "stop", meta), text

@@ -232,7 +232,7 @@ class _Routes:
             choices = []
             for i, (res, text) in enumerate(done):
                 choice: dict[str, Any] = {"index": i, "text": text, "finish_reason": res.finish_reason,
-                                          "token_ids": res.token_ids}
+                                          "stop_reason": res.meta.get("stop_reason"), "token_ids": res.token_ids}
                 choice["logprobs"] = (self.answers.completion_logprobs(res, k, body.return_tokens_as_token_ids)
                                       if k is not None else None)
                 if body.return_token_ids:
@@ -276,7 +276,7 @@ class _Routes:
             for i, (res, text) in enumerate(done):
                 choice: dict[str, Any] = {"index": i, "message": {"role": "assistant", "content": text},
                                           "finish_reason": res.finish_reason, "token_ids": res.token_ids,
-                                          "logprobs": None}
+                                          "stop_reason": res.meta.get("stop_reason"), "logprobs": None}
                 if k is not None:
                     choice["logprobs"] = self.answers.chat_logprobs(res, k, body.return_tokens_as_token_ids)
                 if body.return_token_ids:

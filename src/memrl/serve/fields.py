@@ -140,11 +140,11 @@ def chat_logprobs(body: ChatBody) -> Optional[int]:
 
 
 def cut_at_stop(decode: Callable[[Sequence[int]], str], ids: Sequence[int],
-                stops: Sequence[str]) -> Optional[tuple[int, str]]:
-    """(tokens kept, text) when the decoded completion holds a stop string, else None.
+                stops: Sequence[str]) -> Optional[tuple[int, str, str]]:
+    """(tokens kept, text, the stop string met) when the decoded completion holds a stop string, else None.
 
     The kept tokens are the fewest whose text contains a stop string (as a server that
-    checks after each token stops there); the text ends before that stop string.
+    checks after each token stops there); the text ends before the first stop string in it.
     """
     if not stops or not any(s in decode(ids) for s in stops):
         return None
@@ -156,4 +156,5 @@ def cut_at_stop(decode: Callable[[Sequence[int]], str], ids: Sequence[int],
         else:
             lo = mid + 1
     text = decode(ids[:lo])
-    return lo, text[:min(text.find(s) for s in stops if s in text)]
+    at, met = min((text.find(s), s) for s in stops if s in text)
+    return lo, text[:at], met

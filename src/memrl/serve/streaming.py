@@ -146,7 +146,8 @@ def _slice(block: dict[str, Any] | None, start: int, end: int | None) -> dict[st
 
 
 def _ids(choice: dict[str, Any]) -> dict[str, Any]:
-    return {key: choice[key] for key in ("token_ids", "prompt_token_ids") if key in choice}
+    """What a choice's last chunk carries beside its finish reason (vLLM's fields)."""
+    return {key: choice[key] for key in ("stop_reason", "token_ids", "prompt_token_ids") if key in choice}
 
 
 def sse_data(payload: Any) -> str:
