@@ -78,6 +78,29 @@ def test_streamed_completions_with_several_choices_and_a_stop_string(app):
             assert offsets == choice.logprobs.text_offset
 
 
+def test_continuous_usage_gives_every_chunk_the_usage_so_far(app):
+    """vLLM's ``continuous_usage_stats``: each chunk says its choice's completion tokens up to it; the last chunk
+    of a choice has them all, and the prompt is counted per prompt (two prompts of different lengths here)."""
+    kw = dict(model="tiny", prompt=["the key is", "a"], max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
+
+    async def both(client):
+        whole = await client.completions.create(**kw)
+        chunks = [c async for c in await client.completions.create(
+            **kw, stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True})]
+        return whole, chunks
+
+    whole, chunks = call(app, both)
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == whole.usage.model_dump()
+    for choice in whole.choices:
+        mine = [c for c in chunks if c.choices and c.choices[0].index == choice.index]
+        done = [c.usage.completion_tokens for c in mine]
+        assert done == sorted(done) and done[-1] == 6 and all(c.usage.total_tokens == c.usage.prompt_tokens
+                                                              + c.usage.completion_tokens for c in mine)
+        assert len({c.usage.prompt_tokens for c in mine}) == 1
+    first = {c.choices[0].index: c.usage.prompt_tokens for c in chunks if c.choices}
+    assert first[0] > first[1] and first[0] + first[1] == whole.usage.prompt_tokens
+
+
 def test_token_spans_cover_the_text_and_its_tokens(tiny_model):
     tok = tiny_model[1]
     ids = tok.encode("héllo wörld, naïve café", add_special_tokens=False)

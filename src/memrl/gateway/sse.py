@@ -22,7 +22,7 @@ from memrl.serve.streaming import stream_usage as serve_stream_usage
 
 def stream_usage(options: Any, stream: bool) -> bool:
     """Whether a streamed chat completion ends with a usage chunk (``stream_options.include_usage``)."""
-    return serve_stream_usage(options, stream, ("include_usage", "include_obfuscation", "continuous_usage_stats"))
+    return serve_stream_usage(options, stream)  # continuous_usage_stats is accepted and not acted on here
 
 
 def chat_events(answer: dict[str, Any], pieces: Sequence[str], include_usage: bool) -> list[str]:
@@ -41,7 +41,8 @@ def chat_events(answer: dict[str, Any], pieces: Sequence[str], include_usage: bo
     chunks = [chunk({"role": "assistant", "content": "" if message.get("content") is not None else None})]
     chunks += [chunk({"content": p}) for p in aligned(pieces, message.get("content") or "")]
     chunks += [chunk({"tool_calls": [{"index": k, **call}]}) for k, call in enumerate(message.get("tool_calls") or [])]
-    last = {k: choice[k] for k in ("logprobs", "token_ids", "prompt_token_ids") if choice.get(k) is not None}
+    last = {k: choice[k] for k in ("logprobs", "stop_reason", "token_ids", "prompt_token_ids")
+            if choice.get(k) is not None}
     chunks.append(chunk({}, choice["finish_reason"], **last))
     if include_usage:
         chunks.append({**head, "choices": [], "usage": answer["usage"]})
@@ -63,7 +64,8 @@ def completion_events(answer: dict[str, Any], pieces: Sequence[str], include_usa
                                      **extra}], **tail}
 
     chunks = [chunk(p) for p in aligned(pieces, choice.get("text") or "")]
-    last = {k: choice[k] for k in ("logprobs", "token_ids", "prompt_token_ids") if choice.get(k) is not None}
+    last = {k: choice[k] for k in ("logprobs", "stop_reason", "token_ids", "prompt_token_ids")
+            if choice.get(k) is not None}
     chunks.append(chunk("", choice["finish_reason"], **last))
     if include_usage:
         chunks.append({**head, "choices": [], "usage": answer["usage"]})

@@ -50,7 +50,7 @@ from memrl.serve.fields import (ChatBody, CompletionBody, RequestBody, chat_logp
 from memrl.serve.limits import (GREEDY_BELOW, ServeLimits, check_sampling, check_token_ids, check_window,
                                 parse_prompts)
 from memrl.serve.middleware import AccessLog, BodyLimit, LocalHostOnly
-from memrl.serve.streaming import aligned_spans, events, stream_usage, token_spans
+from memrl.serve.streaming import aligned_spans, continuous_usage, events, stream_usage, token_spans
 
 
 def _limits_for(engine: Engine, tokenizer: Any) -> ServeLimits:
@@ -196,7 +196,7 @@ class _Routes:
                                             "owned_by": "memrl", "max_model_len": self.limits.max_model_len}]}
 
     def answered(self, answer: dict[str, Any], done: Sequence[tuple[GenerationResult, str]], body: RequestBody,
-                 include_usage: bool) -> Any:
+                 include_usage: bool, prompt_lengths: Optional[Sequence[int]] = None) -> Any:
         """``answer`` as JSON, or with ``stream: true`` as server-sent events (its text split token by token).
 
         Called in a worker thread: the text, log-probs and spans of many long answers take seconds to decode."""
@@ -204,11 +204,14 @@ class _Routes:
             return answer
         spans = [aligned_spans(token_spans(self.tokenizer, res.token_ids, body.skip_special_tokens), text)
                  for res, text in done]
-        return StreamingResponse(events(answer, spans, include_usage), media_type="text/event-stream",
+        running = None if prompt_lengths is None else [(p, len(res.token_ids)) for p, (res, _) in
+                                                         zip(prompt_lengths, done)]  # continuous_usage_stats
+        return StreamingResponse(events(answer, spans, include_usage, running), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
     async def completions(self, body: CompletionBody, request: Request) -> Any:
-        include_usage = stream_usage((body.model_extra or {}).pop("stream_options", None), bool(body.stream))
+        options = (body.model_extra or {}).pop("stream_options", None)
+        include_usage = stream_usage(options, bool(body.stream))
         k = completion_logprobs(body)
         sp = self.check_request(body, body.max_tokens, k)
         n = body.n or 1
@@ -241,12 +244,14 @@ class _Routes:
             answer = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                       "model": self.model_name, "choices": choices,
                       "usage": _usage(sum(map(len, prompts)), [r for r, _ in done])}
-            return self.answered(answer, done, body, include_usage)
+            every = [len(prompts[i // n]) for i in range(len(done))] if continuous_usage(options) else None
+            return self.answered(answer, done, body, include_usage, every)
 
         return await asyncio.to_thread(build)  # decoding thousands of answers must not stall other requests
 
     async def chat(self, body: ChatBody, request: Request) -> Any:
-        include_usage = stream_usage((body.model_extra or {}).pop("stream_options", None), bool(body.stream))
+        options = (body.model_extra or {}).pop("stream_options", None)
+        include_usage = stream_usage(options, bool(body.stream))
         max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
         k = chat_logprobs(body)
         sp = self.check_request(body, 1 if max_tokens is None else max_tokens, k)
@@ -285,7 +290,8 @@ class _Routes:
             answer = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                       "created": int(time.time()), "model": self.model_name, "choices": choices,
                       "usage": _usage(len(prompt), [r for r, _ in done])}
-            return self.answered(answer, done, body, include_usage)
+            every = [len(prompt)] * len(done) if continuous_usage(options) else None
+            return self.answered(answer, done, body, include_usage, every)
 
         return await asyncio.to_thread(build)  # as completions: off the loop
 

@@ -83,12 +83,12 @@ def aligned_spans(spans: Sequence[Span], text: str) -> list[Span]:
 
 
 def stream_usage(options: Any, stream: bool,
-                 accepted: tuple[str, ...] = ("include_usage", "include_obfuscation")) -> bool:
+                 accepted: tuple[str, ...] = ("include_usage", "include_obfuscation", "continuous_usage_stats")) -> bool:
     """Whether the stream ends with a usage chunk (``stream_options.include_usage``); checked as OpenAI does.
 
-    ``accepted``: the keys taken (the gateway also takes vLLM's ``continuous_usage_stats``, which it
-    accepts without acting on, so clients that always send it keep working; ``include_obfuscation``, OpenAI's
-    padding of stream events against side channels, changes no token and is accepted likewise)."""
+    ``accepted``: the keys taken. ``continuous_usage_stats`` is vLLM's (:func:`continuous_usage`; the gateway
+    accepts it without acting on, so clients that always send it keep working); ``include_obfuscation``,
+    OpenAI's padding of stream events against side channels, changes no token and is accepted likewise."""
     if options is None:
         return False
     if not stream:
@@ -96,49 +96,66 @@ def stream_usage(options: Any, stream: bool,
     if not isinstance(options, dict) or any(k not in accepted for k in options):
         raise APIError(400, f"stream_options: accepted keys: {', '.join(accepted)}", code="unsupported",
                        param="stream_options")
-    usage = options.get("include_usage")
-    if usage is not None and not isinstance(usage, bool):  # "false" is a non-empty string: it read as true
-        raise APIError(400, "stream_options.include_usage: must be true or false", code="invalid_value",
-                       param="stream_options.include_usage")
-    return bool(usage)
+    for key in ("include_usage", "continuous_usage_stats"):
+        if options.get(key) is not None and not isinstance(options[key], bool):  # "false" would read as true
+            raise APIError(400, f"stream_options.{key}: must be true or false", code="invalid_value",
+                           param=f"stream_options.{key}")
+    return bool(options.get("include_usage"))
 
 
-def events(answer: dict[str, Any], pieces: Sequence[list[Span]], include_usage: bool) -> Iterator[str]:
+def continuous_usage(options: Any) -> bool:
+    """vLLM's ``stream_options.continuous_usage_stats`` (with ``include_usage``): every chunk carries the usage so
+    far, its choice's completion tokens up to that chunk. Call after :func:`stream_usage` has checked ``options``."""
+    return isinstance(options, dict) and bool(options.get("include_usage")) and bool(
+        options.get("continuous_usage_stats"))
+
+
+def events(answer: dict[str, Any], pieces: Sequence[list[Span]], include_usage: bool,
+           running: Sequence[tuple[int, int]] | None = None) -> Iterator[str]:
     """``answer`` (a chat or text completion, as ``stream: false`` returns it) as server-sent events.
 
-    ``pieces[i]``: choice i's text spans (:func:`token_spans`, aligned to its text)."""
+    ``pieces[i]``: choice i's text spans (:func:`token_spans`, aligned to its text). ``running[i]``: choice i's
+    (prompt tokens, completion tokens); given, every chunk carries the usage up to it (:func:`continuous_usage`)."""
     chat = answer["object"] == "chat.completion"
     head = {"id": answer["id"], "object": "chat.completion.chunk" if chat else "text_completion",
             "created": answer["created"], "model": answer["model"]}
     tail = {"usage": None} if include_usage else {}
-    for choice, spans in zip(answer["choices"], pieces):
-        for body in (_chat_choice if chat else _completion_choice)(choice, spans):
-            yield sse_data({**head, "choices": [{"index": choice["index"], **body}], **tail})
+    for i, (choice, spans) in enumerate(zip(answer["choices"], pieces)):
+        for body, upto in (_chat_choice if chat else _completion_choice)(choice, spans):
+            chunk = {**head, "choices": [{"index": choice["index"], **body}], **tail}
+            if running is not None:
+                prompt, total = running[i]
+                done = total if upto is None else min(upto, total)
+                chunk["usage"] = {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+            yield sse_data(chunk)
     if include_usage:
         yield sse_data({**head, "choices": [], "usage": answer["usage"]})
     yield "data: [DONE]\n\n"
 
 
-def _chat_choice(choice: dict[str, Any], spans: Sequence[Span]) -> Iterator[dict[str, Any]]:
+Chunk = tuple[dict[str, Any], "int | None"]  # a choice's chunk, and the tokens it has given so far (None: all)
+
+
+def _chat_choice(choice: dict[str, Any], spans: Sequence[Span]) -> Iterator[Chunk]:
     entries = (choice.get("logprobs") or {}).get("content")
-    yield {"delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+    yield {"delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}, 0
     start = 0
     for piece, end in spans:
         logprobs = None if entries is None else {"content": entries[start:end]}
-        yield {"delta": {"content": piece}, "logprobs": logprobs, "finish_reason": None}
+        yield {"delta": {"content": piece}, "logprobs": logprobs, "finish_reason": None}, end
         start = max(start, end)
     rest = None if entries is None else {"content": entries[start:]}
-    yield {"delta": {}, "logprobs": rest, "finish_reason": choice["finish_reason"], **_ids(choice)}
+    yield {"delta": {}, "logprobs": rest, "finish_reason": choice["finish_reason"], **_ids(choice)}, None
 
 
-def _completion_choice(choice: dict[str, Any], spans: Sequence[Span]) -> Iterator[dict[str, Any]]:
+def _completion_choice(choice: dict[str, Any], spans: Sequence[Span]) -> Iterator[Chunk]:
     block = choice.get("logprobs")
     start = 0
     for piece, end in spans:
-        yield {"text": piece, "logprobs": _slice(block, start, end), "finish_reason": None}
+        yield {"text": piece, "logprobs": _slice(block, start, end), "finish_reason": None}, end
         start = max(start, end)
     yield {"text": "", "logprobs": _slice(block, start, None), "finish_reason": choice["finish_reason"],
-           **_ids(choice)}
+           **_ids(choice)}, None
 
 
 def _slice(block: dict[str, Any] | None, start: int, end: int | None) -> dict[str, Any] | None:
