@@ -336,3 +336,21 @@ def test_stop_reason_names_a_requested_stop_token_and_not_the_end_of_sequence(cl
     ended = GenerationResult([5, tok.eos_token_id], [-1.0, -1.0], "stop")
     res, _ = Answers(tok).finished(ended, True, [], {tok.eos_token_id, stop_at})
     assert res.meta["stop_reason"] is None
+
+
+def test_a_sentencepiece_tokens_text_keeps_the_leading_space_its_decoding_drops():
+    """Decoded alone, a Metaspace token loses its leading space ("▁world" -> "world"); vLLM restores it, so the
+    tokens of "hello world" read " hello", " world"."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from memrl.engines.base import GenerationResult
+    from memrl.serve.answers import Answers
+
+    model = Tokenizer(models.WordLevel(vocab={"\u2581hello": 0, "\u2581world": 1, "hi": 2, "[UNK]": 3},
+                                       unk_token="[UNK]"))
+    model.pre_tokenizer, model.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=model, unk_token="[UNK]")
+    assert tok.decode([1]) == "world"
+    block = Answers(tok).completion_logprobs(GenerationResult([0, 1, 2], [-1.0] * 3, "length"), 0, False)
+    assert block["tokens"] == [" hello", " world", "hi"] and block["text_offset"] == [0, 6, 12]
