@@ -38,6 +38,12 @@ class GreedyHalf:
                           sample_id=sample_id, group_id=group_id, info={"greedy": sampling.is_greedy})
 
 
+@pytest.fixture(autouse=True)
+def _outside_the_checkout(tmp_path, monkeypatch):
+    """The runner writes a failed episode's traceback under trainer.output_dir (runs/default), relative to here."""
+    monkeypatch.chdir(tmp_path)
+
+
 def runner(n: int, workflow: GreedyHalf, warnings: list[str], **algorithm) -> RolloutRunner:
     cfg = MemRLConfig.model_validate({"model": {"path": "tiny"},
                                       "algorithm": {"n": n, "adv_estimator": "remax", **algorithm},
