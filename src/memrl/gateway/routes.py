@@ -13,7 +13,7 @@ the SDK's ``models.list()`` in Anthropic's shape for the same reason).
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Optional
+from typing import Any
 
 from fastapi import Depends
 from fastapi.responses import StreamingResponse
@@ -91,9 +91,9 @@ async def answer_messages(body: anthropic_messages.MessagesBody, session: Sessio
                       parse_tools=anthropic_messages.parses_tools(body),
                       continue_final=anthropic_messages.prefilled(prompt))
     answer, ids = await recorded(session, call, req)
-    cut = stops and answer["choices"][0]["finish_reason"] == "stop" and not (ids and ids[-1] in session.episode.stops)
-    text = await pieces(session, ids) if cut or body.stream else []
-    message = anthropic_messages.message_object(answer, _met(stops, "".join(text)) if cut else None)
+    met = answer["choices"][0].get("stop_reason")  # the stop string the answer was cut at, or a stop token's id
+    text = await pieces(session, ids) if body.stream else []
+    message = anthropic_messages.message_object(answer, met if isinstance(met, str) else None)
     if not body.stream:
         return message
     return event_stream(messages_events(message, text))
@@ -111,12 +111,6 @@ async def count_message_tokens(body: anthropic_messages.CountTokensBody, session
         return len(await render(session, req, limits_for(ep.engine, ep.tokenizer)))
 
     return {"input_tokens": await asyncio.wrap_future(session.run_live(count()))}
-
-
-def _met(stops: list[str], text: str) -> Optional[str]:
-    """The stop sequence the answer was cut at: the one that comes first in the generated text."""
-    found = [(text.find(s), i) for i, s in enumerate(stops) if s in text]
-    return stops[min(found)[1]] if found else stops[0]
 
 
 def add_protocol_routes(app: Any, session_of: Callable[..., Session], call: Call, model: str) -> None:
