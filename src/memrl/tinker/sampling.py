@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from memrl.engines.base import GenerationResult, SamplingParams
+from memrl.serve.fields import cut_at_stop
 from memrl.tinker.wire import Sequence
 
 TopK = list[list[tuple[int, float]] | None]
@@ -89,11 +90,10 @@ def cut_at_strings(result: GenerationResult, strings: list[str], tokenizer: Any)
     tokens, logprobs = list(result.token_ids), list(result.logprobs)
     top = result.meta.get("top_logprobs")
     reason = "stop" if result.finish_reason == "stop" else "length"
-    if strings and any(s in tokenizer.decode(tokens) for s in strings):
-        for k in range(1, len(tokens) + 1):
-            if any(s in tokenizer.decode(tokens[:k]) for s in strings):
-                tokens, logprobs, top, reason = tokens[:k], logprobs[:k], top[:k] if top else top, "stop"
-                break
+    cut = cut_at_stop(lambda ids: tokenizer.decode(list(ids)), tokens, strings)
+    if cut is not None:
+        keep = cut[0]
+        tokens, logprobs, top, reason = tokens[:keep], logprobs[:keep], top[:keep] if top else top, "stop"
     return Sequence(tokens, logprobs, reason, top)
 
 
