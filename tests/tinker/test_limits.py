@@ -79,7 +79,17 @@ def test_sdk_splits_big_batches_and_meets_sampling_limits(small):
         data = [types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3 + i % 5]),
                             loss_fn_inputs={"target_tokens": [2, 3, 4], "weights": [1.0, 1.0, 1.0]})
                 for i in range(20)]
-        out = tc.forward_backward(data, "cross_entropy").result(timeout=60)  # 20 datums: chunks of 8
+        future = tc.forward_backward(data, "cross_entropy")  # 20 datums: chunks of 8
+        try:
+            out = future.result(timeout=60)
+        except TimeoutError:  # say what the server was doing (a rare hang under CI load, not reproduced alone)
+            worker = small.svc.worker
+            try:  # read from this thread while the server's loop runs: a copy that may race
+                pending = {rid: e.kind for rid, e in list(small.svc.futures._entries.items()) if not e.done.is_set()}
+            except RuntimeError:
+                pending = "changed while read"
+            raise AssertionError(f"no answer in 60 s; the worker queue {[j.rid for j in worker.queue]}, decoding "
+                                 f"{list(worker.running)}, its task {worker._task}, pending {pending}") from None
         assert len(out.loss_fn_outputs) == 20 and out.metrics["weights:sum"] == 60
         sampler = tc.save_weights_and_get_sampling_client().result(timeout=60)
         prompt = types.ModelInput.from_ints([1, 2, 3])
