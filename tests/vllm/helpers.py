@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 from memrl.config import load_config
@@ -33,3 +36,12 @@ def train_config(tmp_path: Path, steps: int, **extra: object) -> dict:
         sec, key = dotted.split("__")
         raw[sec][key] = value
     return raw
+
+
+def memrl(*args: object, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "memrl.cli.main", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def read_metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
