@@ -12,6 +12,7 @@ from memrl.train.engine_sync import SYNC_PATH_CODES  # noqa: E402
 from tests.vllm.conftest import VLLM_OVERRIDES  # noqa: E402
 from tests.vllm.helpers import MEMAGENT, memrl, qa_file, read_metrics, train_config  # noqa: E402
 
+
 def test_eval_transcripts_equal_the_hf_engine(tmp_path):
     data = tmp_path / "data"
     qa_file(data / "eval_3.jsonl", 4)

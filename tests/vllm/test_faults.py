@@ -16,6 +16,7 @@ import yaml  # noqa: E402
 from tests.vllm.conftest import VLLM_OVERRIDES  # noqa: E402
 from tests.vllm.helpers import MEMAGENT, qa_file, train_config  # noqa: E402
 
+
 def kill_vllm_when(proc: subprocess.Popen, ready, what: str) -> str:
     """Once ``ready()`` holds, SIGKILL vLLM's processes under ``proc``; return its stderr after it exits."""
     import psutil

@@ -15,6 +15,7 @@ pytest.importorskip("vllm", reason="vLLM not installed: `make test-vllm` runs th
 from memrl.engines.base import SamplingParams  # noqa: E402
 from memrl.engines.hf import HFEngine  # noqa: E402
 
+
 def free_port() -> int:
     import socket
 

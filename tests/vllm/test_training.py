@@ -17,6 +17,7 @@ from memrl.engines.hf import HFEngine  # noqa: E402
 from memrl.train.policy import merged_state_dict  # noqa: E402
 from tests.vllm.helpers import memrl, read_metrics, train_config  # noqa: E402
 
+
 def test_async_training_on_vllm_overlaps_and_syncs(tmp_path):
     """trainer.mode=async with vLLM in-process: episodes generate during updates, each piece tagged with
     its policy version, and every update reaches the engine."""
