@@ -33,8 +33,6 @@ _bind_this_worker_to_its_own_core()
 # Files by how long they take (2-core CPU, 2026-12-03: 90, 120, 110, 90, 75, 75 s, then under 30 s): under
 # `--dist loadfile --no-loadscope-reorder` the long ones start first and no long one is left alone at the end.
 _FIRST = ("test_replicas.py", "test_servers.py", "test_cli.py", "test_training.py", "test_engine.py", "test_faults.py")
-
-
 HERE = Path(__file__).parent
 
 
