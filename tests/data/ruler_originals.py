@@ -194,6 +194,27 @@ def run_original(flavour: str, task: str, length: int, samples: int, seed: int, 
     return records
 
 
+# niah's module code sorts the 6M adjective-noun keys of wonderwords on every run (~15 s of the ~20 s a run
+# takes on CI's cores). The script sees this in place of the builtin: an input of distinct strings whose set
+# equals an earlier one's gets that earlier result, which is then exactly what sorting it gives.
+_SORTED: list[tuple[set[Any], list[Any]]] = []
+
+
+def _sorted_once(iterable: Any, /, *, key: Any = None, reverse: bool = False) -> list[Any]:
+    items = list(iterable)
+    if key is not None or reverse or len(items) < 1_000_000:
+        return sorted(items, key=key, reverse=reverse)
+    content = set(items)
+    distinct = len(content) == len(items)
+    for seen, result in _SORTED if distinct else ():
+        if seen == content:
+            return list(result)
+    result = sorted(items)
+    if distinct:
+        _SORTED.append((content, result))
+    return list(result)
+
+
 def _run_original(flavour: str, task: str, length: int, samples: int, seed: int, work: Path,
                   files: dict[str, Path], splitter: Any, pre_samples: int, tokenizer: Any) -> list[dict[str, Any]]:
     work.mkdir(parents=True, exist_ok=True)
@@ -202,7 +223,7 @@ def _run_original(flavour: str, task: str, length: int, samples: int, seed: int,
     captured: list[Any] = []
     with _isolated(_stubs(captured, splitter, tokenizer or _Tokenizer()), [str(syn), str(work)], work):
         sys.argv[:] = [str(syn / script), *argv]
-        runpy.run_path(str(syn / script), run_name="__main__")
+        runpy.run_path(str(syn / script), init_globals={"sorted": _sorted_once}, run_name="__main__")
     assert len(captured) == 1, "the script wrote no manifest"
     records = captured[0]
     return records[0] if flavour == "memagent" else records  # MemAgent writes [records]

@@ -21,7 +21,7 @@ import ast
 import functools
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,6 +173,14 @@ class WordPairs(Sequence[str]):
         if isinstance(block, str):
             return block + self.nouns[index - start]
         return block[index - start]
+
+    def __iter__(self) -> Iterator[str]:
+        """Block by block: ``Sequence``'s default would look every index up (6 million bisects)."""
+        for _, block in self._blocks:
+            if isinstance(block, str):
+                yield from (block + noun for noun in self.nouns)
+            else:
+                yield from block
 
 
 @functools.lru_cache(maxsize=1)
