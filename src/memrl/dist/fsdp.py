@@ -20,14 +20,18 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_optimizer_state_dict,
-)
 
-_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+def _dcp() -> Any:
+    """torch's distributed-checkpoint state-dict API, imported on first use: importing it pulls in DTensor and
+    sympy (~2 s), which every process that imports the trainer paid, sharded or not."""
+    from torch.distributed.checkpoint import state_dict
+
+    return state_dict
+
+
+def _full() -> Any:
+    return _dcp().StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 def _layer_classes(model: Any) -> set[str]:
@@ -69,7 +73,7 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The whole model state on CPU (collective when sharded: call on every rank; rank 0 gets the values)."""
     if not is_sharded(model):
         return {k: v.detach() for k, v in model.state_dict().items()}
-    state = get_model_state_dict(model, options=_FULL)
+    state = _dcp().get_model_state_dict(model, options=_full())
     first: dict[int, str] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         # tied weights (lm_head = embed_tokens) come back as two copies; share one tensor again, as
@@ -86,12 +90,13 @@ def full_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimize
     Keyed by name rather than position, so a run can resume with another
     strategy or number of ranks.
     """
-    return get_optimizer_state_dict(model, optimizer, options=_FULL)
+    return _dcp().get_optimizer_state_dict(model, optimizer, options=_full())
 
 
 def load_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
     """Inverse of ``full_optimizer_state``: every rank passes the full state and keeps its shard."""
-    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+    dcp = _dcp()
+    dcp.set_optimizer_state_dict(model, optimizer, state, options=dcp.StateDictOptions(full_state_dict=True))
 
 
 def grad_norm_value(norm: torch.Tensor) -> torch.Tensor:
