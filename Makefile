@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM := false
 .PHONY: install test test-slow test-vllm gpu-check demo smol clean docs docs-ref
 
 # pip compiles every installed file to bytecode on one core (a third of torch's install); the packages are
-# installed without that and then compiled on every core at once (2m41s -> 2m11s for `make install` on 2 cores).
+# installed without that and then compiled on every core at once (2m41s -> 2m09s for `make install` on 2 cores).
 # compile_dir's result is not checked: some packages ship files for newer Pythons (pip skips them as well).
 PIP_INSTALL := pip install --no-compile
 BYTECODE    := -c "import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=2, workers=0)"
