@@ -19,6 +19,7 @@ from tests.tinker.conftest import base_model, service_client  # noqa: E402
 
 PROMPT = types.ModelInput.from_ints([5, 6, 7, 8])
 ENDLESS = types.SamplingParams(max_tokens=None, stop=[], temperature=1.0)  # to the window's end: many minutes
+TWO = types.SamplingParams(max_tokens=2, stop=[], seed=0)  # no EOS stop: ``tiny`` samples its EOS id now and then
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -28,7 +29,7 @@ def test_a_sample_abandoned_by_its_script_stops_decoding(server, client):
         endless = samp.sample(PROMPT, 1, ENDLESS)
         with pytest.raises((asyncio.TimeoutError, TimeoutError)):
             await endless.result_async(timeout=3)  # the SDK sends /api/v1/cancel_future
-        return await samp.sample(PROMPT, 1, types.SamplingParams(max_tokens=2)).result_async(timeout=60)
+        return await samp.sample(PROMPT, 1, TWO).result_async(timeout=60)
 
     after = asyncio.run(go())
     assert len(after.sequences[0].tokens) == 2
@@ -43,5 +44,5 @@ def test_a_closed_session_stops_its_samples(server, client):
         endless.result(timeout=3)
     gone.close("success").result(timeout=30)  # its session ends: its sample must not hold the worker
     mine = client.create_sampling_client(base_model=base_model(server)).result(timeout=60)
-    after = mine.sample(PROMPT, 1, types.SamplingParams(max_tokens=2)).result(timeout=60)
+    after = mine.sample(PROMPT, 1, TWO).result(timeout=60)
     assert len(after.sequences[0].tokens) == 2
