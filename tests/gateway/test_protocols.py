@@ -371,12 +371,12 @@ def test_a_stored_response_is_retrieved_and_deleted_through_the_sdk(gateway, too
 
 
 def test_a_streamed_tool_call_only_answer_has_null_content_as_unstreamed():
-    from memrl.gateway.sse import chat_events, messages_events
+    from memrl.gateway.sse import Usage, chat_events, messages_events
 
     call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": "é"}'}}
     answer = {"id": "x", "created": 0, "model": "m", "choices": [{"index": 0, "finish_reason": "tool_calls",
               "message": {"role": "assistant", "content": None, "tool_calls": [call]}}], "usage": {}}
-    first = json.loads(chat_events(answer, [], False)[0].removeprefix("data: "))
+    first = json.loads(chat_events(answer, [], Usage())[0].removeprefix("data: "))
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": None}
     message = {"id": "m", "type": "message", "role": "assistant", "model": "m", "stop_reason": "tool_use",
                "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1},

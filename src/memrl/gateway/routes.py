@@ -21,12 +21,12 @@ from fastapi.responses import StreamingResponse
 from memrl.gateway import messages as anthropic_messages
 from memrl.gateway import responses as openai_responses
 from memrl.gateway.adapters import on_episode
-from memrl.serve.streaming import token_pieces
+from memrl.serve.streaming import Span, token_spans
 from memrl.gateway.calls import CallRequest, limits_for, render
 from memrl.serve.errors import APIError
 from memrl.gateway.requests import sampling_overrides
 from memrl.gateway.sessions import Session
-from memrl.gateway.sse import chat_events, messages_events, responses_events
+from memrl.gateway.sse import Usage, chat_events, messages_events, responses_events
 
 Call = Callable[[Session, CallRequest], Awaitable[dict[str, Any]]]
 
@@ -49,19 +49,20 @@ async def recorded(session: Session, call: Call, req: CallRequest) -> tuple[dict
     return answer, ids
 
 
-async def pieces(session: Session, ids: Sequence[int]) -> list[str]:
-    """The decoding of ``ids`` token by token, done on the episode's loop (which owns its tokenizer)."""
-    return await on_episode(session, lambda: token_pieces(session.episode.tokenizer, ids), [])  # type: ignore
+async def pieces(session: Session, ids: Sequence[int]) -> list[Span]:
+    """The decoding of ``ids`` token by token, each piece with the count of tokens it ends at; done on the
+    episode's loop (which owns its tokenizer)."""
+    return await on_episode(session, lambda: token_spans(session.episode.tokenizer, ids), [])  # type: ignore
 
 
 def event_stream(events: list[str]) -> StreamingResponse:
     return StreamingResponse(iter(events), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-async def stream_chat(session: Session, call: Call, req: CallRequest, include_usage: bool) -> StreamingResponse:
+async def stream_chat(session: Session, call: Call, req: CallRequest, usage: Usage) -> StreamingResponse:
     """A chat completion with ``stream: true``: generated and recorded whole, then sent as chunks."""
     answer, ids = await recorded(session, call, req)
-    return event_stream(chat_events(answer, await pieces(session, ids), include_usage))
+    return event_stream(chat_events(answer, await pieces(session, ids), usage))
 
 
 async def answer_responses(body: openai_responses.ResponsesBody, session: Session, call: Call, model: str) -> Any:
