@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memrl.serve.streaming import Span, aligned_spans, continuous_usage, sse_data
+from memrl.serve.streaming import Span, aligned_spans, continuous_usage, sse_data, usage_so_far
 from memrl.serve.streaming import stream_usage as serve_stream_usage
 
 
@@ -45,9 +45,7 @@ def _chunker(answer: dict[str, Any], kind: str, usage: Usage) -> Callable[[dict[
     def chunk(choice: dict[str, Any], upto: int | None) -> dict[str, Any]:
         out = {**head, "choices": [{"index": 0, **choice}]}
         if usage.running:  # as vLLM: the first chunk says 0 tokens, the finishing one all of them
-            prompt, total = answer["usage"]["prompt_tokens"], answer["usage"]["completion_tokens"]
-            done = total if upto is None else min(upto, total)
-            out["usage"] = {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+            out["usage"] = usage_so_far(answer["usage"]["prompt_tokens"], answer["usage"]["completion_tokens"], upto)
         elif usage.final:
             out["usage"] = None
         return out

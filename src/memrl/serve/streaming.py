@@ -86,9 +86,9 @@ def stream_usage(options: Any, stream: bool,
                  accepted: tuple[str, ...] = ("include_usage", "include_obfuscation", "continuous_usage_stats")) -> bool:
     """Whether the stream ends with a usage chunk (``stream_options.include_usage``); checked as OpenAI does.
 
-    ``accepted``: the keys taken. ``continuous_usage_stats`` is vLLM's (:func:`continuous_usage`; the gateway
-    accepts it without acting on, so clients that always send it keep working); ``include_obfuscation``,
-    OpenAI's padding of stream events against side channels, changes no token and is accepted likewise."""
+    ``accepted``: the keys taken. ``continuous_usage_stats`` is vLLM's (:func:`continuous_usage`);
+    ``include_obfuscation``, OpenAI's padding of stream events against side channels, changes no token and is
+    accepted without acting on it, so clients that always send it keep working."""
     if options is None:
         return False
     if not stream:
@@ -110,6 +110,12 @@ def continuous_usage(options: Any) -> bool:
         options.get("continuous_usage_stats"))
 
 
+def usage_so_far(prompt: int, total: int, upto: int | None) -> dict[str, int]:
+    """The usage a chunk carries under :func:`continuous_usage`: its choice's tokens up to it (None: all of them)."""
+    done = total if upto is None else min(upto, total)
+    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+
+
 def events(answer: dict[str, Any], pieces: Sequence[list[Span]], include_usage: bool,
            running: Sequence[tuple[int, int]] | None = None) -> Iterator[str]:
     """``answer`` (a chat or text completion, as ``stream: false`` returns it) as server-sent events.
@@ -124,9 +130,7 @@ def events(answer: dict[str, Any], pieces: Sequence[list[Span]], include_usage: 
         for body, upto in (_chat_choice if chat else _completion_choice)(choice, spans):
             chunk = {**head, "choices": [{"index": choice["index"], **body}], **tail}
             if running is not None:
-                prompt, total = running[i]
-                done = total if upto is None else min(upto, total)
-                chunk["usage"] = {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+                chunk["usage"] = usage_so_far(*running[i], upto)
             yield sse_data(chunk)
     if include_usage:
         yield sse_data({**head, "choices": [], "usage": answer["usage"]})
