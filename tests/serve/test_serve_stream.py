@@ -12,7 +12,7 @@ import pytest
 from memrl.engines.hf import HFEngine
 from memrl.serve.app import create_app
 from memrl.serve.limits import ServeLimits
-from memrl.serve.streaming import aligned, aligned_spans, token_pieces, token_spans
+from memrl.serve.streaming import aligned_spans, token_spans
 
 openai = pytest.importorskip("openai")
 
@@ -107,9 +107,9 @@ def test_token_spans_cover_the_text_and_its_tokens(tiny_model):
     spans = token_spans(tok, ids)
     assert "".join(p for p, _ in spans) == tok.decode(ids) and spans[-1][1] == len(ids)
     assert [end for _, end in spans] == sorted(end for _, end in spans)
-    assert token_pieces(tok, ids) == [p for p, _ in spans]
     assert aligned_spans([("ab", 1), ("cd", 2), ("ef", 3)], "abcx") == [("ab", 1), ("cx", 1)]
-    assert aligned(["ab", "cd"], "abcd") == ["ab", "cd"] and aligned([], "xy") == ["xy"]
+    assert aligned_spans([("ab", 1), ("cd", 2)], "abcd") == [("ab", 1), ("cd", 2)]
+    assert aligned_spans([], "xy") == [("xy", 0)]
 
 
 def test_token_spans_stay_linear_over_tokens_that_print_nothing(tiny_model):

@@ -57,16 +57,6 @@ def token_spans(tokenizer: Any, ids: Sequence[int], skip_special: bool = True) -
     return spans + ([(whole[len(joined):], len(ids))] if len(whole) > len(joined) else [])
 
 
-def token_pieces(tokenizer: Any, ids: Sequence[int], skip_special: bool = True) -> list[str]:
-    """The pieces of :func:`token_spans`, without their token counts."""
-    return [piece for piece, _ in token_spans(tokenizer, ids, skip_special)]
-
-
-def aligned(pieces: Sequence[str], text: str) -> list[str]:
-    """The pieces that spell ``text`` from its start (the rest of ``text`` as one last piece)."""
-    return [piece for piece, _ in aligned_spans([(p, 0) for p in pieces], text)]
-
-
 def aligned_spans(spans: Sequence[Span], text: str) -> list[Span]:
     """The spans that spell ``text`` from its start, and the rest of ``text`` (cut at a stop string, or decoded
     otherwise) as one last piece that owns no further token."""
